@@ -1,0 +1,3 @@
+from genbench.cli import main
+
+main()

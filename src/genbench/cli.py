@@ -1,0 +1,63 @@
+"""The `genbench` command line. Each command is a thin shell over a module that does the work."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from genbench import __version__
+from genbench.errors import GenbenchError
+
+app = typer.Typer(
+    name="genbench",
+    help="Measure, forecast and run large generation jobs on OpenAI-compatible LLM servers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"genbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """genbench: check, run, plan, generate, compare, report."""
+
+
+def _register() -> None:
+    from genbench.sim.command import sim
+
+    app.command("sim", help="Run the reference OpenAI-compatible server with known timing and faults.")(sim)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: every GenbenchError becomes one line on stderr and its exit code."""
+    _register()
+    try:
+        app(args=argv, standalone_mode=False)
+    except GenbenchError as e:
+        typer.echo(f"genbench: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        typer.echo("genbench: aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        typer.echo("genbench: interrupted", err=True)
+        sys.exit(130)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise

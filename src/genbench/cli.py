@@ -26,23 +26,31 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """genbench: check, run, plan, generate, compare, report."""
 
 
 def _register() -> None:
+    from genbench.commands.check import check
+    from genbench.commands.run import run
     from genbench.sim.command import sim
 
-    app.command("sim", help="Run the reference OpenAI-compatible server with known timing and faults.")(sim)
+    app.command("check")(check)
+    app.command("run")(run)
+    app.command(
+        "sim", help="Run the reference OpenAI-compatible server with known timing and faults."
+    )(sim)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every GenbenchError becomes one line on stderr and its exit code."""
     _register()
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
     except GenbenchError as e:
         typer.echo(f"genbench: error: {e}", err=True)
         sys.exit(e.exit_code)

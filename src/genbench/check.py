@@ -1,0 +1,401 @@
+"""Preflight: is the server alive, serving the model, and able to answer one tiny request?
+
+Every failure becomes a `Diagnosis`: one line a person can act on and a distinct
+exit code, never a traceback. `run`, `plan` and `generate` call `preflight`
+before sending any load.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from genbench.client import (
+    ChatRequest,
+    Client,
+    Timeouts,
+    classify_exception,
+    error_message_from_body,
+    make_session,
+)
+from genbench.endpoint import Endpoint
+from genbench.records import ErrorKind, RequestRecord
+
+
+class Exit:
+    """Exit codes of `genbench check` (and of preflight failures in other commands)."""
+
+    OK = 0
+    USAGE = 2
+    REFUSED = 3
+    DNS = 4
+    TIMEOUT = 5
+    AUTH = 6
+    NOT_FOUND = 7
+    MODEL = 8
+    SERVER_ERROR = 9
+    BAD_RESPONSE = 10
+    REQUEST_FAILED = 11
+
+
+@dataclass
+class Diagnosis:
+    exit_code: int
+    message: str
+
+
+class PreflightFailed(Exception):
+    def __init__(self, diagnosis: Diagnosis) -> None:
+        super().__init__(diagnosis.message)
+        self.diagnosis = diagnosis
+
+
+@dataclass
+class ServerInfo:
+    kind: str | None = None  # vLLM, SGLang, llama.cpp, TGI, genbench-sim
+    version: str | None = None
+    max_model_len: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckReport:
+    url: str
+    ok: bool = False
+    exit_code: int = Exit.OK
+    diagnosis: str | None = None
+    health: str | None = None
+    models: list[str] = field(default_factory=list)
+    model: str | None = None
+    server: ServerInfo = field(default_factory=ServerInfo)
+    reply: str | None = None
+    thinking: bool | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    tokens_estimated: bool | None = None
+    elapsed_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+TINY_PROMPT = "Say just 'OK'."
+OWNED_BY_KIND = {
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "llamacpp": "llama.cpp",
+    "genbench-sim": "genbench-sim",
+    "tgi": "TGI",
+}
+
+
+def _where(ep: Endpoint) -> str:
+    return ep.root.split("://", 1)[1]
+
+
+def _transport_diagnosis(ep: Endpoint, exc: BaseException, what: str) -> Diagnosis:
+    kind = classify_exception(exc, got_response=False)
+    host = _where(ep)
+    if kind is ErrorKind.CONNECT_REFUSED:
+        return Diagnosis(
+            Exit.REFUSED,
+            f"connection refused at {host}: nothing is listening there. "
+            "Is the server running? Was it killed (e.g. out of memory)?",
+        )
+    if kind is ErrorKind.DNS:
+        return Diagnosis(
+            Exit.DNS,
+            f"unknown host '{host.rsplit(':', 1)[0]}': the name does not "
+            "resolve. Check the spelling of --url.",
+        )
+    if kind in (ErrorKind.CONNECT_TIMEOUT, ErrorKind.READ_TIMEOUT, ErrorKind.TOTAL_TIMEOUT):
+        return Diagnosis(
+            Exit.TIMEOUT,
+            f"no answer from {host} to {what} in time: the host may be "
+            "unreachable (firewall, wrong address) or the server hung.",
+        )
+    if kind is ErrorKind.DISCONNECTED:
+        return Diagnosis(
+            Exit.SERVER_ERROR,
+            f"{host} closed the connection during {what}: the "
+            "server crashed or is not an HTTP server.",
+        )
+    return Diagnosis(Exit.REQUEST_FAILED, f"{what} at {host} failed: {ep.redact(str(exc))}")
+
+
+def _status_diagnosis(ep: Endpoint, path: str, status: int, body: bytes) -> Diagnosis:
+    msg = ep.redact(error_message_from_body(body, limit=200))
+    url = ep.redact(path)
+    if status in (401, 403):
+        hint = (
+            "no API key was sent: set it in OPENAI_API_KEY or name its variable with --api-key-env"
+            if not ep.api_key
+            else "the API key was refused: is it the right one?"
+        )
+        return Diagnosis(Exit.AUTH, f"HTTP {status} from {url}: {hint} ({msg})")
+    if status == 404:
+        hint = " Does the base URL need '/v1'?" if not ep.base_url.endswith("/v1") else ""
+        return Diagnosis(Exit.NOT_FOUND, f"HTTP 404 from {url}: no such path on this server.{hint}")
+    if status == 429:
+        return Diagnosis(
+            Exit.SERVER_ERROR,
+            f"HTTP 429 from {url}: the server is rate-limiting or overloaded ({msg})",
+        )
+    if status >= 500:
+        return Diagnosis(Exit.SERVER_ERROR, f"HTTP {status} from {url}: the server failed: {msg}")
+    return Diagnosis(Exit.BAD_RESPONSE, f"HTTP {status} from {url}: {msg}")
+
+
+async def _get(
+    session: aiohttp.ClientSession,
+    ep: Endpoint,
+    url: str,
+    timeout: float,
+) -> tuple[int, bytes, dict[str, str]]:
+    async with session.get(
+        url, headers=ep.headers(), timeout=aiohttp.ClientTimeout(total=timeout)
+    ) as r:
+        return r.status, await r.content.read(1 << 20), dict(r.headers)
+
+
+async def _health(session: aiohttp.ClientSession, ep: Endpoint, timeout: float) -> str:
+    """'ok', 'absent' (no /health: fall back to /v1/models), or raise PreflightFailed."""
+    try:
+        status, body, _ = await _get(session, ep, ep.root + "/health", timeout)
+    except Exception as e:
+        raise PreflightFailed(_transport_diagnosis(ep, e, "GET /health")) from None
+    if status == 200:
+        return "ok"
+    if status in (404, 405):
+        return "absent"
+    if status == 503:
+        msg = error_message_from_body(body, limit=160)
+        raise PreflightFailed(
+            Diagnosis(
+                Exit.SERVER_ERROR,
+                f"{_where(ep)} answers /health with "
+                f"503: the server is up but not ready (still loading the model?) "
+                f"({msg})",
+            )
+        )
+    if status in (401, 403):
+        return "absent"  # health behind auth: /v1/models will tell
+    raise PreflightFailed(_status_diagnosis(ep, ep.root + "/health", status, body))
+
+
+async def _models(
+    session: aiohttp.ClientSession,
+    ep: Endpoint,
+    timeout: float,
+) -> tuple[list[str], dict[str, Any]]:
+    url = ep.base_url + "/models"
+    try:
+        status, body, _ = await _get(session, ep, url, timeout)
+    except Exception as e:
+        raise PreflightFailed(_transport_diagnosis(ep, e, "GET /v1/models")) from None
+    if status != 200:
+        raise PreflightFailed(_status_diagnosis(ep, url, status, body))
+    try:
+        obj = orjson.loads(body)
+        data = obj["data"]
+        ids = [m["id"] for m in data]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        snippet = " ".join(body[:60].decode("utf-8", "replace").split())
+        raise PreflightFailed(
+            Diagnosis(
+                Exit.BAD_RESPONSE,
+                f"{url} did not answer in the OpenAI "
+                f'shape (expected {{"data": [{{"id": ...}}]}}, got '
+                f"{snippet!r}): is this an OpenAI-compatible server?",
+            )
+        ) from None
+    first = data[0] if data and isinstance(data[0], dict) else {}
+    return ids, first
+
+
+def pick_model(ids: list[str], wanted: str | None, url: str) -> str:
+    """The model named by --model, else the only one served."""
+    if wanted:
+        if wanted in ids:
+            return wanted
+        served = ", ".join(ids) or "none"
+        raise PreflightFailed(
+            Diagnosis(Exit.MODEL, f"model '{wanted}' is not served at {url}; served: {served}")
+        )
+    if len(ids) == 1:
+        return ids[0]
+    if not ids:
+        raise PreflightFailed(Diagnosis(Exit.MODEL, f"{url} serves no models"))
+    raise PreflightFailed(
+        Diagnosis(
+            Exit.MODEL,
+            f"{url} serves {len(ids)} models ({', '.join(ids)}): choose one with --model",
+        )
+    )
+
+
+async def identify(
+    session: aiohttp.ClientSession, ep: Endpoint, first_model: dict[str, Any], timeout: float = 3.0
+) -> ServerInfo:
+    """What the server says of itself: kind from `owned_by` or probes, version where exposed."""
+    info = ServerInfo(kind=OWNED_BY_KIND.get(str(first_model.get("owned_by", "")).lower()))
+    mml = first_model.get("max_model_len")
+    if isinstance(mml, int):
+        info.max_model_len = mml
+    probes = [
+        ("vLLM", "/version"),
+        ("llama.cpp", "/props"),
+        ("SGLang", "/get_server_info"),
+        ("TGI", "/info"),
+        ("genbench-sim", "/version"),
+    ]
+    if info.kind:
+        probes = [p for p in probes if p[0] == info.kind] or probes
+    for kind, path in probes:
+        try:
+            status, body, _ = await _get(session, ep, ep.root + path, timeout)
+            obj = orjson.loads(body) if status == 200 else None
+        except Exception:  # a probe that fails just tells us nothing
+            continue
+        if not isinstance(obj, dict):
+            continue
+        _read_identity(info, kind, path, obj)
+        if info.kind:
+            break
+    return info
+
+
+def _read_identity(info: ServerInfo, kind: str, path: str, obj: dict[str, Any]) -> None:
+    if path == "/version" and "version" in obj:
+        info.kind = info.kind or ("genbench-sim" if obj.get("server") == "genbench-sim" else kind)
+        info.version = str(obj["version"])
+    elif path == "/props" and ("default_generation_settings" in obj or "build_info" in obj):
+        info.kind = info.kind or "llama.cpp"
+        info.version = str(obj.get("build_info") or "") or None
+        n_ctx = (obj.get("default_generation_settings") or {}).get("n_ctx")
+        if isinstance(n_ctx, int):
+            info.max_model_len = info.max_model_len or n_ctx
+        if "total_slots" in obj:
+            info.details["total_slots"] = obj["total_slots"]
+    elif path == "/get_server_info" and ("version" in obj or "server_args" in obj):
+        info.kind = info.kind or "SGLang"
+        info.version = str(obj.get("version") or "") or None
+    elif path == "/info" and "model_id" in obj:
+        info.kind = info.kind or "TGI"
+        info.version = str(obj.get("version") or "") or None
+
+
+async def tiny_request(client: Client, max_tokens: int = 16) -> RequestRecord:
+    req = ChatRequest(
+        id="check",
+        messages=[{"role": "user", "content": TINY_PROMPT}],
+        max_tokens=max_tokens,
+        params={"temperature": 0},
+    )
+    return await client.chat(req, phase="check")
+
+
+def _request_diagnosis(ep: Endpoint, rec: RequestRecord) -> Diagnosis:
+    kind = rec.error_kind
+    msg = rec.error_message or ""
+    host = _where(ep)
+    if kind == ErrorKind.HTTP_STATUS.value and rec.http_status:
+        body_msg = msg.split(": ", 1)[1] if ": " in msg else msg
+        return _status_diagnosis(
+            ep,
+            ep.base_url + "/chat/completions",
+            rec.http_status,
+            orjson.dumps({"error": {"message": body_msg}}),
+        )
+    if kind == ErrorKind.CONNECT_REFUSED.value:
+        return Diagnosis(
+            Exit.REFUSED,
+            f"connection refused at {host} during the test request: "
+            "the server stopped (killed, e.g. out of memory?)",
+        )
+    if kind in (
+        ErrorKind.READ_TIMEOUT.value,
+        ErrorKind.TOTAL_TIMEOUT.value,
+        ErrorKind.CONNECT_TIMEOUT.value,
+    ):
+        return Diagnosis(
+            Exit.TIMEOUT,
+            f"the test request to {host} timed out ({msg}): the server "
+            "accepts connections but does not generate. Raise --timeout for a "
+            "reasoning model that thinks long, or check the server's log.",
+        )
+    if kind == ErrorKind.INBAND_ERROR.value:
+        return Diagnosis(Exit.SERVER_ERROR, f"the server sent an error inside the stream: {msg}")
+    if kind == ErrorKind.MALFORMED_CHUNK.value:
+        return Diagnosis(Exit.BAD_RESPONSE, f"the server's stream is not OpenAI-shaped: {msg}")
+    if kind in (ErrorKind.INCOMPLETE_STREAM.value, ErrorKind.DISCONNECTED.value):
+        return Diagnosis(
+            Exit.REQUEST_FAILED,
+            f"the test request's stream broke off ({msg}): the "
+            "server may have crashed mid-request.",
+        )
+    return Diagnosis(Exit.REQUEST_FAILED, f"the test request failed ({kind}): {msg}")
+
+
+async def preflight(
+    ep: Endpoint,
+    model: str | None = None,
+    *,
+    timeout: float = 120.0,
+    connect_timeout: float = 3.0,
+    tiny: bool = True,
+    max_tokens: int = 16,
+) -> CheckReport:
+    """Run every check; the report says what passed and, on failure, the diagnosis."""
+    t0 = time.perf_counter()
+    rep = CheckReport(url=ep.base_url)
+    if ep.path_assumed:
+        rep.notes.append(f"no path in the URL: using {ep.base_url}")
+    timeouts = Timeouts(connect=connect_timeout, read=timeout, total=timeout)
+    session = make_session(timeouts)
+    try:
+        rep.health = await _health(session, ep, timeout=connect_timeout + 2)
+        rep.models, first = await _models(session, ep, timeout=connect_timeout + 7)
+        rep.model = pick_model(rep.models, model, ep.base_url)
+        if rep.model != (first.get("id") if first else None):
+            first = {}
+        rep.server = await identify(session, ep, first)
+        if tiny:
+            client = Client(ep, rep.model, timeouts=timeouts, session=session, keep_text=True)
+            rec = await tiny_request(client, max_tokens)
+            if not rec.ok:
+                raise PreflightFailed(_request_diagnosis(ep, rec))
+            _read_reply(rep, rec)
+        rep.ok = True
+    except PreflightFailed as pf:
+        rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
+    finally:
+        await session.close()
+        rep.elapsed_s = time.perf_counter() - t0
+    return rep
+
+
+def _read_reply(rep: CheckReport, rec: RequestRecord) -> None:
+    rep.reply = (rec.text or "")[:200]
+    rep.thinking = bool(rec.thinking_chars or rec.reasoning_tokens)
+    rep.ttft_s, rep.e2e_s = rec.ttft, rec.e2e
+    rep.finish_reason = rec.finish_reason
+    rep.completion_tokens, rep.reasoning_tokens = rec.completion_tokens, rec.reasoning_tokens
+    rep.tokens_estimated = rec.tokens_estimated
+    if rec.tokens_estimated:
+        rep.notes.append(
+            "the server sent no usage in the stream: token counts are estimated from chunks"
+        )
+    if rep.thinking and not rec.answer_chars:
+        rep.notes.append(
+            "reasoning model: the whole short reply was thinking. Give warm-up and "
+            "real requests a generous max_tokens and timeout."
+        )

@@ -1,0 +1,329 @@
+"""`genbench run`: the benchmark, with a live display and a summary table."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from genbench.commands import common
+from genbench.console import err, ms, out
+from genbench.errors import UsageError
+from genbench.records import RequestRecord
+from genbench.run import Listener, Phase, RunConfig, default_out_dir, execute_run
+
+
+def parse_int_list(flag: str, text: str) -> list[int]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise UsageError(f"{flag} '{text}' is empty: expected numbers like 1,4,8")
+    out_: list[int] = []
+    for t in items:
+        try:
+            v = int(t)
+        except ValueError:
+            raise UsageError(f"{flag}: '{t}' is not a whole number (in '{text}')") from None
+        if v <= 0:
+            raise UsageError(f"{flag}: {v} must be positive (in '{text}')")
+        out_.append(v)
+    return out_
+
+
+class ConsoleListener(Listener):
+    """Live progress per phase, then one line per finished phase."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress: Progress | None = None
+        self.task: Any = None
+        self.tokens = 0
+        self.failed = 0
+        self.t0 = 0.0
+
+    def phase_started(self, name: str, total: int | None, duration: float | None) -> None:
+        self._stop()
+        self.tokens, self.failed, self.t0 = 0, 0, time.perf_counter()
+        self.progress = Progress(
+            TextColumn("  {task.description:<16}"),
+            BarColumn(bar_width=24),
+            TextColumn(
+                "{task.completed:>4.0f}/{task.total:<4.0f}"
+                if total
+                else "{task.completed:>4.0f} req"
+            ),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.progress.start()
+        self.task = self.progress.add_task(name, total=total or duration, rate="")
+
+    def record(self, rec: RequestRecord) -> None:
+        if rec.ok:
+            self.tokens += rec.completion_tokens or 0
+        else:
+            self.failed += 1
+        dt = time.perf_counter() - self.t0
+        rate = f"{self.tokens / dt:,.0f} tok/s" if dt > 0 else ""
+        if self.failed:
+            rate += f"  [red]{self.failed} failed[/]"
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, rate=rate)
+
+    def phase_done(self, phase: Phase) -> None:
+        self._stop()
+        s = phase.summary
+        if phase.kind == "sustained":
+            head = f"{_r(s.steady_tps)} tok/s sustained"
+            if s.steady_window_s:
+                a, b = s.steady_window_s
+                head += f" (window {b - a:.1f} s{'' if s.steady_stable else ', unstable'})"
+        elif phase.kind == "single":
+            head = f"{_r(s.decode_tps.get('mean'))} tok/s decode, TTFT {ms(s.ttft_s.get('mean'))}"
+        else:
+            head = f"{_r(s.output_tps)} tok/s"
+        fail = f", [red]{s.failed} failed[/]" if s.failed else ""
+        self.console.print(f"  [green]✓[/] {phase.name:<16} {head}, {s.ok} requests{fail}")
+        for note in phase.notes:
+            self.console.print(f"      [yellow]note:[/] {note}")
+
+    def note(self, text: str) -> None:
+        self.console.print(f"  [dim]{text}[/]")
+
+    def _stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def _r(x: float | None) -> str:
+    return "—" if x is None else (f"{x:,.1f}" if x < 1000 else f"{x:,.0f}")
+
+
+def render_summary(doc: dict[str, Any], console: Console) -> None:
+    target = doc["target"]
+    server = target.get("server") or {}
+    console.print()
+    console.print(
+        f"[bold]genbench run[/] {target['url']}  model [bold]{target['model']}[/]  "
+        f"({server.get('kind') or 'unknown server'} {server.get('version') or ''})"
+    )
+    if target.get("local_demo"):
+        console.print(
+            "[yellow]local demo target: a tiny random-weight model on llama.cpp; the "
+            "numbers show the method, not a real model's speed[/]"
+        )
+    phases = doc["phases"]
+    singles = [p for p in phases if p["kind"] == "single"]
+    if singles:
+        t = Table(title="single stream", title_justify="left")
+        for col in ("output tokens", "decode tok/s", "e2e tok/s", "TTFT", "requests", "forced"):
+            t.add_column(col, justify="right")
+        for p in singles:
+            s = p["summary"]
+            forced = {True: "yes", False: "[red]no[/]", None: "natural"}[p["length_forced"]]
+            t.add_row(
+                str(p["max_tokens"]),
+                _r(s["decode_tps"]["mean"]),
+                _r(s["output_tps"]),
+                ms(s["ttft_s"]["mean"]),
+                _fails(s),
+                forced,
+            )
+        console.print(t)
+    _sweep_table(doc, console)
+    spec = [p for p in phases if (p.get("server_metrics") or {}).get("spec_mean_acceptance_length")]
+    for p in spec:
+        m = p["server_metrics"]
+        console.print(
+            f"  speculative decoding {p['name']}: acceptance "
+            f"{m['spec_acceptance_rate']:.1%}, mean acceptance length "
+            f"{m['spec_mean_acceptance_length']:.2f}"
+        )
+    status = doc["status"]
+    colour = "green" if status == "complete" else "red"
+    console.print(
+        f"[{colour}]{status}[/]"
+        + (f": {doc['status_message']}" if doc.get("status_message") else "")
+    )
+
+
+def _fails(s: dict[str, Any]) -> str:
+    return f"{s['ok']}" + (f" [red](+{s['failed']} failed)[/]" if s["failed"] else "")
+
+
+def _sweep_table(doc: dict[str, Any], console: Console) -> None:
+    phases = [p for p in doc["phases"] if p["kind"] in ("burst", "sustained")]
+    if not phases:
+        return
+    by_c: dict[int, dict[str, Any]] = {}
+    for p in phases:
+        by_c.setdefault(p["concurrency"], {})[p["kind"]] = p
+    t = Table(
+        title=f"concurrency sweep ({phases[0]['max_tokens']} output tokens)", title_justify="left"
+    )
+    for col in (
+        "C",
+        "burst tok/s",
+        "sustained tok/s",
+        "per-req tok/s",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p50",
+        "TPOT p50",
+        "requests",
+    ):
+        t.add_column(col, justify="right")
+    for c in sorted(by_c):
+        b, su = by_c[c].get("burst"), by_c[c].get("sustained")
+        main = su or b
+        assert main is not None
+        s = main["summary"]
+        steady = _r(su["summary"]["steady_tps"]) if su else "—"
+        if su and su["summary"].get("steady_stable") is False:
+            steady += "*"
+        t.add_row(
+            str(c),
+            _r(b["summary"]["output_tps"]) if b else "—",
+            steady,
+            _r(s["decode_tps"]["p50"]),
+            ms(s["ttft_s"]["p50"]),
+            ms(s["ttft_s"]["p99"]),
+            ms(s["itl_chunk_s"]["p50"]),
+            ms(s["tpot_s"]["p50"]),
+            _fails(s),
+        )
+    console.print(t)
+    for shape, info in (doc.get("sweep") or {}).items():
+        if info.get("knee"):
+            console.print(
+                f"  {shape}: throughput stops growing after C={info['knee']} (next step adds < 10%)"
+            )
+    if any(p["kind"] == "sustained" and p["summary"].get("steady_stable") is False for p in phases):
+        console.print(
+            "  * steady window unstable (halves differ > 5%): use more --requests-per-slot "
+            "or --duration"
+        )
+
+
+def local_defaults(cfg: RunConfig, quick: bool) -> None:
+    """The local demo target is a CPU model: shorter outputs keep the default run in minutes."""
+    cfg.lengths = [128, 256] if quick else [128, 256, 512]
+    cfg.concurrency = [1, 4, 16] if quick else [1, 4, 8, 16, 32, 64]
+    cfg.sweep_tokens = 64 if quick else 128
+    cfg.prompts_per_length = 2 if quick else 3
+    cfg.requests_per_slot = 2 if quick else 3
+    cfg.warmup = 1
+
+
+def quick_defaults(cfg: RunConfig) -> None:
+    cfg.lengths = [256, 1024]
+    cfg.concurrency = [1, 8, 32]
+    cfg.sweep_tokens = 256
+    cfg.prompts_per_length = 2
+    cfg.requests_per_slot = 2
+    cfg.warmup = 1
+
+
+def run(
+    url: str | None = common.URL,
+    model: str | None = common.MODEL,
+    api_key_env: str = common.KEY_ENV,
+    api_key_file: Path | None = common.KEY_FILE,
+    lengths: str | None = typer.Option(
+        None,
+        "--lengths",
+        help="Single-stream output lengths, comma-separated [default 1024,2048,4096].",
+    ),
+    concurrency: str | None = typer.Option(
+        None, "--concurrency", help="Sweep concurrencies [default 1,4,8,16,32,64]."
+    ),
+    shape: str = typer.Option("burst,sustained", "--shape", help="Sweep load shapes."),
+    sweep_tokens: int | None = typer.Option(
+        None, "--sweep-tokens", help="Output tokens per sweep request [1024]."
+    ),
+    requests_per_slot: int | None = typer.Option(
+        None, "--requests-per-slot", help="Sustained: K·C requests per concurrency."
+    ),
+    duration: float | None = typer.Option(
+        None, "--duration", help="Sustained: seconds per concurrency instead."
+    ),
+    prompts: int | None = typer.Option(None, "--prompts", help="Prompts per single-stream length."),
+    warmup: int | None = typer.Option(None, "--warmup", help="Warm-up requests [2]."),
+    natural: bool = typer.Option(False, "--natural", help="Let the model stop on its own."),
+    temperature: float = typer.Option(0.0, "--temperature"),
+    timeout: float = typer.Option(
+        600.0, "--timeout", help="Seconds of silence before a request is abandoned."
+    ),
+    skip: str = typer.Option("", "--skip", help="Phases to skip: warmup,single,sweep."),
+    quick: bool = typer.Option(False, "--quick", help="A short run: fewer lengths and levels."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Result directory [genbench-runs/…]."),
+    json: bool = common.JSON,
+) -> None:
+    """Benchmark a server: warm-up, single stream by output length, concurrency sweep."""
+    cfg = RunConfig(natural=natural, temperature=temperature, timeout=timeout)
+    local = url is None
+    if local:
+        local_defaults(cfg, quick)
+    elif quick:
+        quick_defaults(cfg)
+    if lengths is not None:
+        cfg.lengths = parse_int_list("--lengths", lengths)
+    if concurrency is not None:
+        cfg.concurrency = parse_int_list("--concurrency", concurrency)
+    cfg.shapes = [s.strip() for s in shape.split(",") if s.strip()]
+    cfg.skip = [s.strip() for s in skip.split(",") if s.strip()]
+    for s in cfg.skip:
+        if s not in ("warmup", "single", "sweep"):
+            raise UsageError(f"--skip: '{s}' is not one of warmup, single, sweep")
+    for name, v in (
+        ("sweep_tokens", sweep_tokens),
+        ("requests_per_slot", requests_per_slot),
+        ("duration", duration),
+        ("prompts_per_length", prompts),
+        ("warmup", warmup),
+    ):
+        if v is not None:
+            setattr(cfg, name, v)
+    cfg.validate()
+    console = err if json else out
+    ctx: AbstractContextManager[Any] = nullcontext()
+    extra: dict[str, Any] = {}
+    if local:
+        from genbench.engine.llamacpp import LocalLlamaServer
+
+        console.print(
+            "[yellow]no --url: starting the local demo target (llama.cpp, tiny "
+            "random-weight model built by genbench)[/]"
+        )
+        ctx = LocalLlamaServer(n_parallel=max(cfg.concurrency))
+        extra["local_demo"] = True
+    with ctx as server:
+        if local:
+            url = server.base_url
+        assert url is not None
+        ep = common.endpoint(url, api_key_env, api_key_file)
+        out_path = out_dir or default_out_dir(model or ("local" if local else None))
+        listener = ConsoleListener(console)
+        console.print(f"[bold]genbench run[/] {ep.base_url} → {out_path}")
+        try:
+            state = common.run_async(execute_run(ep, model, cfg, out_path, listener, extra))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            listener._stop()
+            err.print(f"[red]interrupted[/]: partial results saved in {out_path}")
+            raise typer.Exit(130) from None
+        finally:
+            listener._stop()
+    render_summary(state.doc, console)
+    console.print(f"results: {out_path / 'result.json'}, {out_path / 'requests.jsonl'}")
+    if json:
+        typer.echo(orjson.dumps(state.doc, option=orjson.OPT_INDENT_2).decode())

@@ -1,0 +1,122 @@
+"""Load shapes: keep C requests in flight, over a request source, until told to stop.
+
+A phase is C workers pulling from one iterator of requests. Burst = C requests
+for C workers; sustained = C workers that refill as soon as a request ends,
+until a request count or a duration is reached. Every request sent becomes a
+record handed to `on_record`, even when it fails or is cancelled, so the
+records file always has one line per request sent.
+
+A refused connection means the server is gone (killed, out of memory): the
+phase stops at once, in-flight requests are cancelled and recorded, and
+`ServerDown` says when the server stopped answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from genbench.client import ChatRequest, Client
+from genbench.records import ErrorKind, RequestRecord
+
+
+class ServerDown(Exception):
+    """The server refused connections during a phase."""
+
+    def __init__(self, at_wall: float, message: str) -> None:
+        super().__init__(message)
+        self.at_wall = at_wall
+
+
+@dataclass
+class PhaseRun:
+    records: list[RequestRecord] = field(default_factory=list)
+    started: float = 0.0
+    stop_sending_at: float | None = None
+    ended: float = 0.0
+
+
+async def run_phase(
+    client: Client,
+    requests: Iterator[ChatRequest],
+    *,
+    concurrency: int,
+    phase: str,
+    max_requests: int | None = None,
+    duration: float | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+) -> PhaseRun:
+    """Run one phase; raises ServerDown (after recording everything) if the server dies."""
+    run = PhaseRun(started=time.perf_counter())
+    deadline = run.started + duration if duration else None
+    sent = 0
+    stop = asyncio.Event()
+    down: list[RequestRecord] = []
+
+    def take() -> ChatRequest | None:
+        nonlocal sent
+        if stop.is_set():
+            return None
+        now = time.perf_counter()
+        if (max_requests is not None and sent >= max_requests) or (deadline and now >= deadline):
+            if run.stop_sending_at is None:
+                run.stop_sending_at = now
+            return None
+        try:
+            req = next(requests)
+        except StopIteration:
+            if run.stop_sending_at is None:
+                run.stop_sending_at = now
+            return None
+        sent += 1
+        return req
+
+    def finish(rec: RequestRecord) -> None:
+        run.records.append(rec)
+        if on_record is not None:
+            on_record(rec)
+        if rec.error_kind == ErrorKind.CONNECT_REFUSED.value and not stop.is_set():
+            down.append(rec)
+            stop.set()
+
+    async def worker() -> None:
+        while (req := take()) is not None:
+            rec = client.new_record(req, phase)
+            try:
+                await client.chat(req, record=rec)
+            finally:
+                finish(rec)
+
+    tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        pending = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(
+                pending | {stopper}, return_when=asyncio.FIRST_COMPLETED
+            )
+            pending.discard(stopper)
+            for t in done:
+                if t is not stopper and t.exception() is not None:
+                    raise t.exception()  # a bug, not a request failure
+            if stop.is_set():
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                break
+    finally:
+        stopper.cancel()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        run.ended = time.perf_counter()
+    if down:
+        rec = down[0]
+        raise ServerDown(
+            rec.sent_at,
+            f"the server stopped answering (connection refused at "
+            f"{client.endpoint.root}) during phase '{phase}'",
+        )
+    return run

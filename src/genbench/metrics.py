@@ -1,0 +1,236 @@
+"""Server-side truth: the server's own Prometheus counters, scraped around each phase.
+
+A benchmark that disagrees with the engine's counters will not be trusted, so
+`run` scrapes `/metrics` before and after every phase and keeps the deltas:
+generated and prompt tokens, requests by finish reason, preemptions, and the
+speculative-decoding counters (drafts, draft tokens, accepted tokens, per
+position). Gauges (KV-cache usage, running and waiting requests) are sampled
+during the phase and their peaks kept. Metric names differ per engine; the
+table below maps each engine's names onto one vocabulary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from genbench.endpoint import Endpoint
+
+# canonical name -> metric names, first found wins (vLLM, SGLang, llama.cpp, genbench sim)
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "generation_tokens": (
+        "vllm:generation_tokens_total",
+        "sglang:generation_tokens_total",
+        "llamacpp:tokens_predicted_total",
+        "sim:generation_tokens_total",
+    ),
+    "prompt_tokens": (
+        "vllm:prompt_tokens_total",
+        "sglang:prompt_tokens_total",
+        "llamacpp:prompt_tokens_total",
+        "sim:prompt_tokens_total",
+    ),
+    "preemptions": ("vllm:num_preemptions_total",),
+    "spec_drafts": ("vllm:spec_decode_num_drafts_total", "sim:spec_decode_num_drafts_total"),
+    "spec_draft_tokens": (
+        "vllm:spec_decode_num_draft_tokens_total",
+        "sim:spec_decode_num_draft_tokens_total",
+    ),
+    "spec_accepted_tokens": (
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "sim:spec_decode_num_accepted_tokens_total",
+    ),
+}
+LABELLED: dict[str, tuple[tuple[str, str], ...]] = {
+    # canonical -> (metric, label whose values split it)
+    "requests_by_finish": (
+        ("vllm:request_success_total", "finished_reason"),
+        ("sim:request_success_total", "finish_reason"),
+    ),
+    "spec_accepted_per_pos": (("vllm:spec_decode_num_accepted_tokens_per_pos_total", "position"),),
+}
+GAUGES: dict[str, tuple[str, ...]] = {
+    "kv_cache_usage": (
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "sglang:token_usage",
+        "llamacpp:kv_cache_usage_ratio",
+    ),
+    "running": (
+        "vllm:num_requests_running",
+        "sglang:num_running_reqs",
+        "llamacpp:requests_processing",
+        "sim:num_requests_running",
+    ),
+    "waiting": (
+        "vllm:num_requests_waiting",
+        "sglang:num_queue_reqs",
+        "llamacpp:requests_deferred",
+        "sim:num_requests_waiting",
+    ),
+}
+
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """name -> [(labels, value)] for every sample in Prometheus text exposition format."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        labels = dict(_LABEL.findall(m.group(2) or ""))
+        out[m.group(1)].append((labels, value))
+    return out
+
+
+@dataclass
+class Snapshot:
+    samples: dict[str, list[tuple[dict[str, str], float]]]
+    dialect: str | None = None
+
+    def total(self, name: str) -> float | None:
+        rows = self.samples.get(name)
+        return None if not rows else sum(v for _, v in rows)
+
+    def first(self, names: tuple[str, ...]) -> tuple[str | None, float | None]:
+        for n in names:
+            v = self.total(n)
+            if v is not None:
+                return n, v
+        return None, None
+
+    def by_label(self, name: str, label: str) -> dict[str, float]:
+        acc: dict[str, float] = defaultdict(float)
+        for labels, v in self.samples.get(name, []):
+            acc[labels.get(label, "")] += v
+        return dict(acc)
+
+
+def _dialect(samples: dict[str, Any]) -> str | None:
+    for prefix, name in (
+        ("vllm:", "vLLM"),
+        ("sglang:", "SGLang"),
+        ("llamacpp:", "llama.cpp"),
+        ("sim:", "genbench-sim"),
+    ):
+        if any(k.startswith(prefix) for k in samples):
+            return name
+    return None
+
+
+@dataclass
+class MetricsScraper:
+    """Scrapes `root/metrics`; silent (returns None) when the server has none."""
+
+    ep: Endpoint
+    interval: float = 1.0
+    available: bool | None = None
+    _session: aiohttp.ClientSession | None = None
+    _task: asyncio.Task[None] | None = None
+    _peaks: dict[str, float] = field(default_factory=dict)
+
+    async def scrape(self) -> Snapshot | None:
+        if self.available is False:
+            return None
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        try:
+            async with self._session.get(self.ep.root + "/metrics", headers=self.ep.headers()) as r:
+                if r.status != 200:
+                    self.available = False
+                    return None
+                text = await r.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+        samples = parse_prometheus(text)
+        self.available = bool(samples)
+        return Snapshot(samples, _dialect(samples)) if samples else None
+
+    def start_sampling(self) -> None:
+        self._peaks = {}
+        if self.available is False:
+            return
+        self._task = asyncio.create_task(self._sample())
+
+    async def _sample(self) -> None:
+        while True:
+            snap = await self.scrape()
+            if snap is not None:
+                for key, names in GAUGES.items():
+                    _, v = snap.first(names)
+                    if v is not None:
+                        self._peaks[key] = max(self._peaks.get(key, v), v)
+            await asyncio.sleep(self.interval)
+
+    async def stop_sampling(self) -> dict[str, float]:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        return dict(self._peaks)
+
+    async def close(self) -> None:
+        await self.stop_sampling()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def server_metrics_summary(
+    before: Snapshot, after: Snapshot, peaks: dict[str, float]
+) -> dict[str, Any]:
+    """Counter deltas, derived speculative-decoding figures, and gauge peaks."""
+    out: dict[str, Any] = {"dialect": after.dialect}
+    for key, names in COUNTERS.items():
+        name, a = after.first(names)
+        if name is None or a is None:
+            continue
+        b = before.total(name) or 0.0
+        out[key] = a - b
+    for key, specs in LABELLED.items():
+        for name, label in specs:
+            if name in after.samples:
+                a_by, b_by = after.by_label(name, label), before.by_label(name, label)
+                out[key] = {k: v - b_by.get(k, 0.0) for k, v in sorted(a_by.items())}
+                break
+    drafts, draft_tok = out.get("spec_drafts"), out.get("spec_draft_tokens")
+    accepted = out.get("spec_accepted_tokens")
+    if drafts and draft_tok and accepted is not None:
+        out["spec_acceptance_rate"] = accepted / draft_tok
+        out["spec_mean_acceptance_length"] = 1.0 + accepted / drafts
+        per_pos = out.get("spec_accepted_per_pos")
+        if per_pos:
+            out["spec_acceptance_by_position"] = {k: v / drafts for k, v in per_pos.items()}
+    for key, v in peaks.items():
+        out[f"{key}_peak"] = v
+    return out
+
+
+def compare_tokens(summary: Any, server: dict[str, Any] | None) -> list[str]:
+    """A note when the client's token total and the server's counter disagree."""
+    if not server or server.get("generation_tokens") is None:
+        return []
+    theirs = server["generation_tokens"]
+    ours = summary.output_tokens + getattr(summary, "failed_tokens", 0)
+    if summary.failed or abs(theirs - ours) < 0.5:
+        return []
+    return [
+        f"token count differs from the server's counter: client {ours:,}, server "
+        f"{theirs:,.0f} (other traffic on the server, or usage not reported?)"
+    ]

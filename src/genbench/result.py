@@ -1,0 +1,62 @@
+"""The result of a run: a versioned JSON document, rewritten atomically after every phase.
+
+Readers (plan, compare, report) call `load_result`, which refuses files that
+are not genbench results or are of a newer schema, with a one-line error.
+The schema is documented in docs/results.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from genbench.errors import UsageError
+
+SCHEMA = "genbench.result"
+SCHEMA_VERSION = 1
+RESULT_FILE = "result.json"
+REQUESTS_FILE = "requests.jsonl"
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write to a temporary file, fsync, rename: a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def result_path(path: str | Path) -> Path:
+    """Accept a run directory or its result.json."""
+    p = Path(path)
+    return p / RESULT_FILE if p.is_dir() else p
+
+
+def load_result(path: str | Path) -> dict[str, Any]:
+    p = result_path(path)
+    if not p.exists():
+        raise UsageError(f"{path}: no such file or run directory")
+    try:
+        obj = orjson.loads(p.read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise UsageError(f"{p}: not a genbench result (not JSON: {e})") from None
+    except OSError as e:
+        raise UsageError(f"{p}: cannot read it ({e.strerror or e})") from None
+    if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
+        raise UsageError(f'{p}: not a genbench result (no "schema": "{SCHEMA}" field)')
+    version = obj.get("schema_version")
+    if not isinstance(version, int):
+        raise UsageError(f"{p}: field 'schema_version' is missing or not an integer")
+    if version > SCHEMA_VERSION:
+        raise UsageError(
+            f"{p}: result schema version {version} is newer than this genbench reads "
+            f"({SCHEMA_VERSION}): upgrade genbench"
+        )
+    obj["_path"] = str(p)
+    return obj

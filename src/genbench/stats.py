@@ -1,0 +1,235 @@
+"""Statistics over request records: percentiles, throughput, and the steady window.
+
+Two throughput definitions, both kept:
+
+* burst: output tokens of successful requests / wall time from the first send
+  to the last end. This is the field's definition; a burst under-fills the
+  batch as stragglers finish, so it understates what a long job sustains.
+* sustained: tokens *arriving* inside a steady window in which every worker
+  had a request in flight: after the last of the first C requests produced
+  its first token (ramp-up) and before the first completion after sending
+  stopped (tail). Token arrival times come from chunk timestamps; each
+  chunk's share of the server's `usage` count is spread evenly over the
+  chunks of its kind, so speculative chunks carrying several tokens count
+  as several tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from genbench.records import THINKING, RequestRecord
+
+PCTS = (50, 90, 99)
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default method); None for no values."""
+    if not values:
+        return None
+    xs = sorted(values)
+    k = (len(xs) - 1) * p / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def dist(values: Iterable[float | None]) -> dict[str, float | None]:
+    """mean, p50/p90/p99, min, max of the values that are not None."""
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return {"n": 0, "mean": None, **{f"p{p}": None for p in PCTS}, "min": None, "max": None}
+    return {
+        "n": len(xs),
+        "mean": sum(xs) / len(xs),
+        **{f"p{p}": percentile(xs, p) for p in PCTS},
+        "min": min(xs),
+        "max": max(xs),
+    }
+
+
+def token_events(rec: RequestRecord) -> list[tuple[float, float, bool]]:
+    """(absolute time, tokens, is_thinking) per text chunk, tokens from usage spread per kind."""
+    n_think = rec.chunk_kinds.count(THINKING)
+    n_ans = len(rec.chunk_kinds) - n_think
+    total = rec.completion_tokens if rec.completion_tokens is not None else len(rec.chunk_kinds)
+    think_tok = rec.reasoning_tokens if rec.reasoning_tokens is not None else n_think
+    think_tok = min(think_tok, total)
+    ans_tok = total - think_tok
+    per_think = think_tok / n_think if n_think else 0.0
+    per_ans = ans_tok / n_ans if n_ans else 0.0
+    if not n_think and think_tok:  # thinking counted by the server but not streamed apart
+        per_ans = total / n_ans if n_ans else 0.0
+    t0 = rec.t_send
+    return [
+        (t0 + off, per_think if k == THINKING else per_ans, k == THINKING)
+        for off, k in zip(rec.chunk_offsets, rec.chunk_kinds, strict=False)
+    ]
+
+
+@dataclass
+class Window:
+    start: float
+    end: float
+    tokens: float
+    thinking_tokens: float
+    halves: tuple[float, float]  # tok/s in the first and second half
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def stable(self) -> bool:
+        a, b = self.halves
+        return a > 0 and b > 0 and abs(a - b) / max(a, b) <= 0.05
+
+
+def window_throughput(records: Sequence[RequestRecord], start: float, end: float) -> Window | None:
+    """Tokens of successful requests arriving in [start, end)."""
+    if end <= start:
+        return None
+    mid = (start + end) / 2
+    tok = think = first = second = 0.0
+    for r in records:
+        if not r.ok:
+            continue
+        for t, n, is_think in token_events(r):
+            if start <= t < end:
+                tok += n
+                if is_think:
+                    think += n
+                if t < mid:
+                    first += n
+                else:
+                    second += n
+    half = (end - start) / 2
+    return Window(start, end, tok, think, (first / half, second / half))
+
+
+def steady_window(
+    records: Sequence[RequestRecord], concurrency: int, stop_sending_at: float | None
+) -> tuple[float, float] | None:
+    """[ramp end, tail start] for a sustained phase.
+
+    Ramp ends when each of the first `concurrency` requests has produced its first token.
+    The tail starts at the first completion after sending stopped (from then on fewer than
+    C requests are in flight)."""
+    ok = [r for r in records if r.t_send]
+    if not ok:
+        return None
+    by_send = sorted(ok, key=lambda r: r.t_send)
+    first_c = by_send[:concurrency]
+    firsts = [r.t_send + r.ttft for r in first_c if r.ttft is not None]
+    if len(firsts) < len(first_c):
+        return None
+    start = max(firsts)
+    ends = sorted(r.t_end for r in ok if r.t_end is not None)
+    if stop_sending_at is None:
+        stop_sending_at = by_send[-1].t_send
+    after = [t for t in ends if t >= stop_sending_at]
+    end = after[0] if after else (ends[-1] if ends else start)
+    return (start, end) if end > start else None
+
+
+@dataclass
+class PhaseSummary:
+    """What a phase measured. Rates are tokens/s; times are seconds."""
+
+    requests: int = 0
+    ok: int = 0
+    failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    finish_reasons: dict[str, int] = field(default_factory=dict)
+    output_tokens: int = 0
+    thinking_tokens: int = 0
+    answer_tokens: int = 0
+    prompt_tokens: int = 0
+    tokens_estimated: bool = False
+    wall_s: float = 0.0
+    # burst definition: tokens / wall
+    output_tps: float | None = None
+    request_rate: float | None = None
+    # sustained: steady-window figures (None for phases that are not sustained)
+    steady_tps: float | None = None
+    steady_thinking_tps: float | None = None
+    steady_answer_tps: float | None = None
+    steady_window_s: tuple[float, float] | None = None  # offsets from phase start
+    steady_halves_tps: tuple[float, float] | None = None
+    steady_stable: bool | None = None
+    decode_tps: dict[str, Any] = field(default_factory=dict)  # per-request
+    ttft_s: dict[str, Any] = field(default_factory=dict)
+    ttft_answer_s: dict[str, Any] = field(default_factory=dict)
+    itl_chunk_s: dict[str, Any] = field(default_factory=dict)
+    tpot_s: dict[str, Any] = field(default_factory=dict)
+    e2e_s: dict[str, Any] = field(default_factory=dict)
+    output_len: dict[str, Any] = field(default_factory=dict)
+    tokens_per_chunk: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    *,
+    concurrency: int | None = None,
+    sustained: bool = False,
+    stop_sending_at: float | None = None,
+) -> PhaseSummary:
+    s = PhaseSummary(requests=len(records))
+    if not records:
+        return s
+    ok = [r for r in records if r.ok]
+    s.ok, s.failed = len(ok), len(records) - len(ok)
+    s.errors = dict(Counter(r.error_kind for r in records if not r.ok))
+    s.finish_reasons = dict(Counter(r.finish_reason or "none" for r in ok))
+    s.output_tokens = sum(r.completion_tokens or 0 for r in ok)
+    s.thinking_tokens = sum(r.reasoning_tokens or 0 for r in ok)
+    s.answer_tokens = s.output_tokens - s.thinking_tokens
+    s.prompt_tokens = sum(r.prompt_tokens or 0 for r in ok)
+    s.tokens_estimated = any(r.tokens_estimated for r in ok)
+    t_start = min(r.t_send for r in records)
+    t_end = max((r.t_end for r in records if r.t_end is not None), default=t_start)
+    s.wall_s = t_end - t_start
+    if s.wall_s > 0:
+        s.output_tps = s.output_tokens / s.wall_s
+        s.request_rate = s.ok / s.wall_s
+    s.decode_tps = dist(r.decode_rate for r in ok)
+    s.ttft_s = dist(r.ttft for r in ok)
+    s.ttft_answer_s = dist(r.ttft_answer for r in ok)
+    s.itl_chunk_s = dist(g for r in ok for g in r.itls())
+    s.tpot_s = dist(r.tpot for r in ok)
+    s.e2e_s = dist(r.e2e for r in ok)
+    s.output_len = dist(float(r.completion_tokens) for r in ok if r.completion_tokens is not None)
+    chunks = sum(len(r.chunk_offsets) for r in ok)
+    if chunks:
+        s.tokens_per_chunk = s.output_tokens / chunks
+    if sustained and concurrency:
+        win = steady_window(records, concurrency, stop_sending_at)
+        w = window_throughput(records, *win) if win else None
+        if w is not None:
+            s.steady_tps = w.rate
+            s.steady_thinking_tps = w.thinking_tokens / w.seconds
+            s.steady_answer_tps = (w.tokens - w.thinking_tokens) / w.seconds
+            s.steady_window_s = (w.start - t_start, w.end - t_start)
+            s.steady_halves_tps = w.halves
+            s.steady_stable = w.stable
+    return s
+
+
+def knee(points: Sequence[tuple[int, float | None]], min_gain: float = 0.10) -> int | None:
+    """The concurrency after which throughput grows by less than `min_gain` per step."""
+    pts = [(c, r) for c, r in sorted(points) if r]
+    for (c, r), (_, r_next) in zip(pts, pts[1:], strict=False):
+        if r_next < r * (1 + min_gain):
+            return c
+    return None

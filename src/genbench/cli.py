@@ -62,10 +62,11 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         typer.echo("genbench: interrupted", err=True)
         sys.exit(130)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
+    except Exception as e:  # click usage errors (typer may vendor its own click)
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            hint = ""
+            if getattr(e, "ctx", None) is not None and e.exit_code == 2:
+                hint = f" (see '{e.ctx.command_path} --help')"
+            typer.echo(f"genbench: error: {e.format_message()}{hint}", err=True)
             sys.exit(e.exit_code)
         raise

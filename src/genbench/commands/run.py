@@ -51,6 +51,8 @@ class ConsoleListener(Listener):
     def phase_started(self, name: str, total: int | None, duration: float | None) -> None:
         self._stop()
         self.tokens, self.failed, self.t0 = 0, 0, time.perf_counter()
+        if not self.console.is_terminal:
+            return  # logs get one line per finished phase, not a redrawn bar
         self.progress = Progress(
             TextColumn("  {task.description:<16}"),
             BarColumn(bar_width=24),

@@ -1,0 +1,212 @@
+"""`genbench run` against the sim, whose true rates are known (docs/sim.md):
+
+a decode step takes a + b·n seconds for n decoding streams, so C streams always
+in flight produce C / (a + b·C) tokens per second.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import genbench
+
+from genbench.records import read_records
+
+TPS, PER_SEQ_MS = 400.0, 0.2
+SIM_ARGS = ("--tps", str(TPS), "--per-seq-ms", str(PER_SEQ_MS), "--ttft-ms", "1")
+
+
+def true_rate(c: int) -> float:
+    b = PER_SEQ_MS / 1000
+    a = 1 / TPS - b
+    return c / (a + b * c)
+
+
+def load(out: Path) -> dict:
+    return json.loads((out / "result.json").read_text())
+
+
+def phase(doc: dict, name: str) -> dict:
+    return next(p for p in doc["phases"] if p["name"] == name)
+
+
+def test_sustained_rate_matches_the_sims_true_rate(sim_factory, tmp_path):
+    sim = sim_factory(*SIM_ARGS)
+    out = tmp_path / "run"
+    p = genbench(
+        "run",
+        "--url",
+        sim.url,
+        "--skip",
+        "warmup,single",
+        "--concurrency",
+        "1,4,16",
+        "--sweep-tokens",
+        "300",
+        "--requests-per-slot",
+        "3",
+        "--shape",
+        "sustained",
+        "--out",
+        str(out),
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr + p.stdout
+    doc = load(out)
+    assert doc["status"] == "complete"
+    for c in (1, 4, 16):
+        s = phase(doc, f"sustained-c{c}")["summary"]
+        assert s["failed"] == 0
+        assert s["steady_tps"] == pytest.approx(true_rate(c), rel=0.02), c
+        assert s["output_tokens"] == 300 * 3 * c  # usage counts, forced length
+
+
+def test_burst_understates_a_job_with_mixed_lengths(sim_factory, tmp_path):
+    # natural lengths spread 50..400 tokens: a burst waits for its longest request,
+    # while sustained load keeps C streams decoding
+    sim = sim_factory(*SIM_ARGS, "--output-len", "uniform:50:400")
+    out = tmp_path / "run"
+    p = genbench(
+        "run",
+        "--url",
+        sim.url,
+        "--skip",
+        "warmup,single",
+        "--concurrency",
+        "8",
+        "--sweep-tokens",
+        "1000",
+        "--requests-per-slot",
+        "8",
+        "--natural",
+        "--out",
+        str(out),
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr + p.stdout
+    doc = load(out)
+    burst = phase(doc, "burst-c8")["summary"]["output_tps"]
+    sustained = phase(doc, "sustained-c8")["summary"]["steady_tps"]
+    assert sustained == pytest.approx(true_rate(8), rel=0.03)
+    assert burst < 0.9 * sustained
+    lens = phase(doc, "sustained-c8")["summary"]["output_len"]
+    assert lens["min"] < lens["max"]  # natural: a distribution, not one length
+
+
+def test_records_file_has_one_line_per_request_sent_failures_included(sim_factory, tmp_path):
+    sim = sim_factory(*SIM_ARGS, "--fault", "http:status=500,rate=0.3")
+    out = tmp_path / "run"
+    p = genbench(
+        "run",
+        "--url",
+        sim.url,
+        "--warmup",
+        "0",
+        "--lengths",
+        "20",
+        "--prompts",
+        "4",
+        "--concurrency",
+        "2,4",
+        "--sweep-tokens",
+        "20",
+        "--requests-per-slot",
+        "3",
+        "--out",
+        str(out),
+        timeout=120,
+    )
+    doc = load(out)
+    recs = read_records(out / "requests.jsonl")
+    sent = sum(ph["summary"]["requests"] for ph in doc["phases"])
+    assert len(recs) == sent == 4 + (2 + 6) + (4 + 12)
+    failed = [r for r in recs if not r.ok]
+    assert failed and all(r.error_kind == "http_status" for r in failed)
+    assert sum(ph["summary"]["failed"] for ph in doc["phases"]) == len(failed)
+    assert p.returncode == 0, p.stderr
+
+
+def test_server_killed_mid_run_ends_fast_with_partial_results(sim_factory, tmp_path):
+    sim = sim_factory("--tps", "100", "--ttft-ms", "5")
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "genbench",
+        "run",
+        "--url",
+        sim.url,
+        "--warmup",
+        "0",
+        "--lengths",
+        "50",
+        "--concurrency",
+        "4",
+        "--sweep-tokens",
+        "400",
+        "--requests-per-slot",
+        "50",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # wait until the sweep is running: the single-stream phase is in result.json
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if (out / "result.json").exists() and "burst-c4" in (out / "result.json").read_text():
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("run never reached the sweep")
+        sim.proc.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=30)
+        assert time.monotonic() - killed < 15
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+    assert "stopped answering" in stderr and "Traceback" not in stderr
+    doc = load(out)
+    assert doc["status"] == "server_down"
+    assert phase(doc, "single-50")["summary"]["ok"] == 3
+    recs = read_records(out / "requests.jsonl")
+    assert len(recs) == sum(ph["summary"]["requests"] for ph in doc["phases"])
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--lengths", "10,abc"], "--lengths"),
+        (["--concurrency", "0,4"], "--concurrency"),
+        (["--concurrency", ""], "--concurrency"),
+        (["--duration", "0.1"], "--duration"),
+        (["--shape", "spiky"], "--shape"),
+        (["--skip", "everything"], "--skip"),
+    ],
+)
+def test_bad_input_fails_before_any_load(fast_sim, args, needle):
+    p = genbench("run", "--url", fast_sim.url, *args)
+    assert p.returncode == 2, p.stderr
+    assert needle in p.stderr and "Traceback" not in p.stderr
+
+
+def test_out_dir_with_another_run_is_refused(fast_sim, tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "result.json").write_text("{}")
+    p = genbench("run", "--url", fast_sim.url, "--out", str(out))
+    assert p.returncode == 2 and "already holds a run" in p.stderr
+
+
+def test_context_window_smaller_than_longest_length(sim_factory, tmp_path):
+    sim = sim_factory("--max-model-len", "1024")
+    p = genbench("run", "--url", sim.url, "--lengths", "512,2048", "--out", str(tmp_path / "r"))
+    assert p.returncode == 2 and "context window is 1024" in p.stderr
+    assert not (tmp_path / "r" / "requests.jsonl").exists()

@@ -11,11 +11,11 @@ import asyncio
 import socket
 
 import pytest
+from tests_helpers import closed_port_url
 
 from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.records import ErrorKind
-from tests_helpers import closed_port_url
 
 pytestmark = pytest.mark.asyncio
 

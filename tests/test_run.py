@@ -100,7 +100,7 @@ def test_burst_understates_a_job_with_mixed_lengths(sim_factory, tmp_path):
 
 
 def test_records_file_has_one_line_per_request_sent_failures_included(sim_factory, tmp_path):
-    sim = sim_factory(*SIM_ARGS, "--fault", "http:status=500,rate=0.3")
+    sim = sim_factory(*SIM_ARGS, "--fault", "http:status=500,rate=0.3,after=1")
     out = tmp_path / "run"
     p = genbench(
         "run",
@@ -210,3 +210,55 @@ def test_context_window_smaller_than_longest_length(sim_factory, tmp_path):
     p = genbench("run", "--url", sim.url, "--lengths", "512,2048", "--out", str(tmp_path / "r"))
     assert p.returncode == 2 and "context window is 1024" in p.stderr
     assert not (tmp_path / "r" / "requests.jsonl").exists()
+
+
+def test_every_phase_carries_the_client_self_check(fast_sim, tmp_path):
+    out = tmp_path / "r"
+    p = genbench(
+        "run",
+        "--url",
+        fast_sim.url,
+        "--warmup",
+        "0",
+        "--lengths",
+        "30",
+        "--prompts",
+        "2",
+        "--concurrency",
+        "4",
+        "--sweep-tokens",
+        "30",
+        "--out",
+        str(out),
+    )
+    assert p.returncode == 0, p.stderr
+    for ph in load(out)["phases"]:
+        c = ph["client"]
+        assert c["cpu_fraction"] is not None and c["loop_lag_p99_s"] is not None
+        assert c["chunks_per_s"] > 0
+
+
+def test_a_client_bound_phase_is_flagged(fast_sim, tmp_path):
+    # block the client's event loop 30 ms of every 50: a saturated client, whatever the server
+    out = tmp_path / "r"
+    p = genbench(
+        "run",
+        "--url",
+        fast_sim.url,
+        "--warmup",
+        "0",
+        "--lengths",
+        "60",
+        "--prompts",
+        "2",
+        "--skip",
+        "sweep",
+        "--out",
+        str(out),
+        env={"GENBENCH_DEBUG_BLOCK_LOOP_MS": "30"},
+    )
+    assert p.returncode == 0, p.stderr
+    ph = phase(load(out), "single-60")
+    assert ph["client"]["client_bound"] is True
+    assert any("client-bound" in n for n in ph["notes"])
+    assert "client-bound" in p.stdout

@@ -25,6 +25,7 @@ from genbench.load import PhaseRun, ServerDown, run_phase
 from genbench.metrics import MetricsScraper, compare_tokens, server_metrics_summary
 from genbench.records import RecordWriter, RequestRecord
 from genbench.result import REQUESTS_FILE, RESULT_FILE, SCHEMA, SCHEMA_VERSION, write_json_atomic
+from genbench.selfcheck import LoopMonitor
 from genbench.stats import PhaseSummary, knee, summarize
 from genbench.workload import (
     BUILTIN_PROMPTS,
@@ -90,6 +91,7 @@ class Phase:
     started_at: float = 0.0
     notes: list[str] = field(default_factory=list)
     server_metrics: dict[str, Any] | None = None
+    client: dict[str, Any] | None = None  # the client's self-check (selfcheck.SelfCheck)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -254,6 +256,8 @@ class Runner:
         before = await self.metrics.scrape() if self.metrics else None
         if self.metrics:
             self.metrics.start_sampling()
+        monitor = LoopMonitor()
+        monitor.start()
         started = time.time()
         try:
             run = await run_phase(
@@ -267,6 +271,7 @@ class Runner:
             )
         except (ServerDown, asyncio.CancelledError) as e:
             # keep what the interrupted phase measured
+            await monitor.stop(0)
             if self.metrics:
                 await self.metrics.stop_sampling()
             phase = Phase(
@@ -281,6 +286,14 @@ class Runner:
             self.state.add(phase)
             raise e
         phase = self._summarize(run, name, kind, concurrency, max_tokens, force, started)
+        chunks = sum(len(r.chunk_offsets) for r in run.records)
+        phase.client = (await monitor.stop(chunks)).to_dict()
+        if phase.client["client_bound"]:
+            phase.notes.append(
+                "figures may be client-bound: "
+                + ", ".join(phase.client["reasons"])
+                + " (see docs/results.md, client self-check)"
+            )
         if self.metrics:
             peaks = await self.metrics.stop_sampling()
             after = await self.metrics.scrape()

@@ -76,6 +76,8 @@ class RunConfig:
                 raise UsageError(f"{name} must be positive, got {v}")
         if self.duration is not None and self.duration < 1:
             raise UsageError(f"--duration {self.duration}: a steady window needs at least 1 s")
+        if self.warmup_tokens <= 0:
+            raise UsageError(f"--warmup-tokens must be positive, got {self.warmup_tokens}")
         if self.warmup < 0:
             raise UsageError(f"--warmup must be 0 or more, got {self.warmup}")
 

@@ -1,0 +1,259 @@
+"""What the reference server simulates: timing, output lengths and injected faults.
+
+Everything here is plain data validated up front, so a bad flag fails before a
+port is bound, with one line that names the value and what was expected.
+`SimConfig.to_dict` is served at `GET /sim/config` so that tests compute the
+true rates from the running server instead of repeating its flags.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from genbench.errors import UsageError
+
+REASONING_DIALECTS = ("reasoning_content", "reasoning")
+
+# Fault kinds and the keys each accepts besides `rate` and `after`, with defaults.
+FAULT_KEYS: dict[str, dict[str, Any]] = {
+    "refuse": {},
+    "die": {},
+    "http": {"status": 500, "message": ""},
+    "stall-first": {"seconds": 1.0},
+    "stall-mid": {"seconds": 1.0, "at": 10},
+    "inband-error": {"at": 10, "message": "injected in-band error"},
+    "malformed": {"at": 10},
+    "truncate": {"at": 10},
+    "no-usage": {},
+    "not-openai": {},
+    "unhealthy": {},
+    "split": {"min": 1, "max": 64, "pause_ms": 0.0},
+}
+
+
+@dataclass(slots=True)
+class Fault:
+    """One `--fault` spec. `rate` is per request; `after` skips the first N requests."""
+
+    kind: str
+    rate: float = 1.0
+    after: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.params[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "rate": self.rate, "after": self.after, **self.params}
+
+
+def _num(spec: str, key: str, raw: str, kind: type, lo: float, hi: float = math.inf) -> Any:
+    try:
+        value = kind(raw)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise UsageError(f"--fault {spec!r}: {key}={raw!r} is not {what}") from None
+    if not (lo <= value <= hi) or (kind is float and not math.isfinite(value)):
+        rng = f">= {lo:g}" if hi == math.inf else f"in [{lo:g}, {hi:g}]"
+        raise UsageError(f"--fault {spec!r}: {key}={raw} must be {rng}")
+    return value
+
+
+# key -> (type, lowest, highest)
+_FAULT_KEY_TYPES: dict[str, tuple[type, float, float]] = {
+    "rate": (float, 0.0, 1.0),
+    "after": (int, 0, math.inf),
+    "status": (int, 400, 599),
+    "seconds": (float, 0.0, math.inf),
+    "at": (int, 0, math.inf),
+    "min": (int, 1, math.inf),
+    "max": (int, 1, math.inf),
+    "pause_ms": (float, 0.0, math.inf),
+}
+
+
+def parse_fault(spec: str) -> Fault:
+    """Parse `KIND[:key=value,...]`, e.g. `http:status=503,rate=0.5`."""
+    kind, _, rest = spec.strip().partition(":")
+    kind = kind.strip()
+    if kind not in FAULT_KEYS:
+        raise UsageError(
+            f"--fault {spec!r}: unknown kind {kind!r}; expected one of {', '.join(FAULT_KEYS)}"
+        )
+    allowed = FAULT_KEYS[kind]
+    fault = Fault(kind=kind, params=dict(allowed))
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, raw = item.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not eq:
+            raise UsageError(f"--fault {spec!r}: expected key=value, got {item!r}")
+        if key not in allowed and key not in ("rate", "after"):
+            keys = ", ".join([*allowed, "rate", "after"])
+            raise UsageError(f"--fault {spec!r}: unknown key {key!r} for {kind}; expected {keys}")
+        if key == "message":
+            fault.params[key] = raw
+            continue
+        value = _num(spec, key, raw, *_FAULT_KEY_TYPES[key])
+        if key == "rate":
+            fault.rate = value
+        elif key == "after":
+            fault.after = value
+        else:
+            fault.params[key] = value
+    if kind == "stall-mid" and fault["at"] < 1:
+        raise UsageError(f"--fault {spec!r}: at must be >= 1 (use stall-first before token 1)")
+    if kind == "split" and fault["min"] > fault["max"]:
+        raise UsageError(f"--fault {spec!r}: min={fault['min']} must be <= max={fault['max']}")
+    return fault
+
+
+@dataclass(frozen=True, slots=True)
+class OutputLen:
+    """The natural (end-of-sequence) output length distribution of `--output-len`."""
+
+    kind: str
+    a: float
+    b: float = 0.0
+
+    def sample(self, rng: random.Random) -> int:
+        if self.kind == "fixed":
+            return int(self.a)
+        if self.kind == "uniform":
+            return rng.randint(int(self.a), int(self.b))
+        return max(1, round(rng.lognormvariate(math.log(self.a), self.b)))
+
+
+def parse_output_len(spec: str) -> OutputLen:
+    """Parse `fixed:N`, `uniform:LO:HI` or `lognormal:MEDIAN:SIGMA`."""
+    parts = spec.strip().split(":")
+    expected = "expected fixed:N, uniform:LO:HI or lognormal:MEDIAN:SIGMA"
+    arity = {"fixed": 2, "uniform": 3, "lognormal": 3}
+    if parts[0] not in arity or len(parts) != arity[parts[0]]:
+        raise UsageError(f"--output-len {spec!r}: {expected}")
+    try:
+        if parts[0] == "fixed":
+            n = int(parts[1])
+            if n < 1:
+                raise UsageError(f"--output-len {spec!r}: N must be >= 1")
+            return OutputLen("fixed", n)
+        if parts[0] == "uniform":
+            lo, hi = int(parts[1]), int(parts[2])
+            if not 1 <= lo <= hi:
+                raise UsageError(f"--output-len {spec!r}: need 1 <= LO <= HI")
+            return OutputLen("uniform", lo, hi)
+        median, sigma = float(parts[1]), float(parts[2])
+    except ValueError:
+        raise UsageError(f"--output-len {spec!r}: {expected}, with numbers") from None
+    if not (median > 0 and sigma >= 0 and math.isfinite(median) and math.isfinite(sigma)):
+        raise UsageError(f"--output-len {spec!r}: need MEDIAN > 0 and SIGMA >= 0")
+    return OutputLen("lognormal", median, sigma)
+
+
+@dataclass(slots=True)
+class SimConfig:
+    """Flags of `genbench sim`; see docs/sim.md for the timing model they drive."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = "genbench-sim"
+    tps: float = 50.0
+    per_seq_ms: float = 0.5
+    ttft_ms: float = 100.0
+    prefill_tps: float | None = None
+    max_batch: int = 256
+    max_model_len: int = 32768
+    thinking_tokens: int = 0
+    reasoning_dialect: str = "reasoning_content"
+    spec_k: int = 1
+    spec_accept: float = 1.0
+    output_len: str = "fixed:256"
+    seed: int = 0
+    api_key_env: str | None = None
+    faults: list[Fault] = field(default_factory=list)
+
+    @property
+    def step_b(self) -> float:
+        """Seconds each decoding sequence adds to a decode step."""
+        return self.per_seq_ms / 1000.0
+
+    @property
+    def step_a(self) -> float:
+        """Fixed seconds of a decode step, chosen so one stream decodes at exactly `tps`."""
+        return 1.0 / self.tps - self.step_b
+
+    def step_seconds(self, n: int) -> float:
+        """Duration of a decode step with `n` sequences decoding."""
+        return self.step_a + self.step_b * n
+
+    def aggregate_chunk_rate(self, n: int) -> float:
+        """Chunks/s over all `n` decoding streams (tokens/s when spec_k is 1)."""
+        return n / self.step_seconds(n)
+
+    def prefill_seconds(self, prompt_tokens: int) -> float:
+        extra = prompt_tokens / self.prefill_tps if self.prefill_tps else 0.0
+        return self.ttft_ms / 1000.0 + extra
+
+    def output_len_dist(self) -> OutputLen:
+        return parse_output_len(self.output_len)
+
+    def fault(self, kind: str) -> list[Fault]:
+        return [f for f in self.faults if f.kind == kind]
+
+    def validate(self) -> SimConfig:
+        """Raise UsageError naming the first bad value; return self when all are good."""
+
+        def need(ok: bool, flag: str, value: object, what: str) -> None:
+            if not ok:
+                raise UsageError(f"{flag} {value}: expected {what}")
+
+        finite = math.isfinite
+        need(bool(self.host), "--host", repr(self.host), "a host name or address")
+        need(0 <= self.port <= 65535, "--port", self.port, "0..65535 (0 picks a free port)")
+        need(bool(self.model.strip()), "--model", repr(self.model), "a non-empty name")
+        need(self.tps > 0 and finite(self.tps), "--tps", self.tps, "a number > 0")
+        need(
+            self.per_seq_ms >= 0 and finite(self.per_seq_ms),
+            "--per-seq-ms",
+            self.per_seq_ms,
+            "a number >= 0",
+        )
+        need(self.ttft_ms >= 0 and finite(self.ttft_ms), "--ttft-ms", self.ttft_ms, "a number >= 0")
+        if self.prefill_tps is not None:
+            need(
+                self.prefill_tps > 0 and finite(self.prefill_tps),
+                "--prefill-tps",
+                self.prefill_tps,
+                "a number > 0",
+            )
+        need(self.max_batch >= 1, "--max-batch", self.max_batch, "an integer >= 1")
+        need(self.max_model_len >= 1, "--max-model-len", self.max_model_len, "an integer >= 1")
+        need(
+            self.thinking_tokens >= 0, "--thinking-tokens", self.thinking_tokens, "an integer >= 0"
+        )
+        need(
+            self.reasoning_dialect in REASONING_DIALECTS,
+            "--reasoning-dialect",
+            repr(self.reasoning_dialect),
+            " or ".join(REASONING_DIALECTS),
+        )
+        need(1 <= self.spec_k <= 64, "--spec-k", self.spec_k, "an integer in 1..64")
+        need(
+            0 <= self.spec_accept <= 1, "--spec-accept", self.spec_accept, "a probability in [0, 1]"
+        )
+        self.output_len_dist()
+        if self.step_a <= 0:
+            raise UsageError(
+                f"--per-seq-ms {self.per_seq_ms}: expected less than 1000/tps = "
+                f"{1000.0 / self.tps:g} ms, so a decode step has a positive fixed part"
+            )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["faults"] = [f.to_dict() for f in self.faults]
+        d["step_a_s"] = self.step_a
+        d["step_b_s"] = self.step_b
+        return d

@@ -104,10 +104,10 @@ def test_stall_beyond_timeout(sim_factory):
     assert_one_line_diagnosis(p, Exit.TIMEOUT, "timed out", "--timeout")
 
 
-def test_missing_and_wrong_api_key(sim_factory):
+def test_missing_and_wrong_api_key(sim_factory, monkeypatch):
+    monkeypatch.setenv("SIM_KEY_FOR_TEST", "sk-right-key-xyz")  # the sim inherits it
     sim = sim_factory("--api-key-env", "SIM_KEY_FOR_TEST")
     env = {"SIM_KEY_FOR_TEST": "sk-right-key-xyz", "OPENAI_API_KEY": ""}
-    # the sim reads its key from its own environment: it was started from ours
     p = genbench("check", "--url", sim.url, env={"OPENAI_API_KEY": ""})
     assert_one_line_diagnosis(p, Exit.AUTH, "401", "no API key")
     p = genbench("check", "--url", sim.url, env={"OPENAI_API_KEY": "sk-wrong-secret-123"})

@@ -33,21 +33,38 @@ def _root(
     """genbench: check, run, plan, generate, compare, report."""
 
 
-def _register() -> None:
-    from genbench.commands.check import check
-    from genbench.commands.run import run
-    from genbench.sim.command import sim
+# name -> (module, function, help). Commands are imported only when needed: a `genbench sim`
+# started by a test should not pay for importing numpy and the report code.
+COMMANDS: dict[str, tuple[str, str, str | None]] = {
+    "check": ("genbench.commands.check", "check", None),
+    "run": ("genbench.commands.run", "run", None),
+    "plan": ("genbench.commands.plan", "plan", None),
+    "generate": ("genbench.commands.generate", "generate", None),
+    "compare": ("genbench.commands.compare", "compare_cmd", None),
+    "report": ("genbench.commands.report", "report_cmd", None),
+    "sim": (
+        "genbench.sim.command",
+        "sim",
+        "Run the reference OpenAI-compatible server with known timing and faults.",
+    ),
+}
 
-    app.command("check")(check)
-    app.command("run")(run)
-    app.command(
-        "sim", help="Run the reference OpenAI-compatible server with known timing and faults."
-    )(sim)
+
+def _register(argv: list[str]) -> None:
+    """Register the command named on the command line, or all of them (for --help)."""
+    import importlib
+
+    first = next((a for a in argv if not a.startswith("-")), None)
+    names = [first] if first in COMMANDS else list(COMMANDS)
+    for name in names:
+        module, func, help_text = COMMANDS[name]
+        fn = getattr(importlib.import_module(module), func)
+        app.command(name, help=help_text)(fn)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every GenbenchError becomes one line on stderr and its exit code."""
-    _register()
+    _register(sys.argv[1:] if argv is None else argv)
     try:
         rc = app(args=argv, standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)

@@ -42,27 +42,34 @@ async def one(
 
 
 async def test_ttft_and_decode_rate_match_the_sims_timing(sim_factory):
+    # A shared box can only delay what the client sees, never advance it: every attempt
+    # must respect the lower bounds, and the best of three must be within 2%.
     sim = sim_factory("--tps", "200", "--ttft-ms", "300")
     async with Client(Endpoint.parse(sim.url), "genbench-sim") as c:
         await c.chat(req(2))  # warm the connection and both processes' code paths
-        rec = await c.chat(req(300))
-    assert rec.ok, rec.error_message
-    assert rec.ttft == pytest.approx(0.300, rel=0.02)
-    assert rec.decode_rate == pytest.approx(200, rel=0.02)
-    assert rec.completion_tokens == 300 and not rec.tokens_estimated
-    assert len(rec.chunk_offsets) == 300
-    assert rec.finish_reason == "length"
+        recs = [await c.chat(req(300)) for _ in range(3)]
+    for rec in recs:
+        assert rec.ok, rec.error_message
+        assert rec.completion_tokens == 300 and not rec.tokens_estimated
+        assert len(rec.chunk_offsets) == 300
+        assert rec.finish_reason == "length"
+        assert rec.ttft >= 0.300 * 0.998
+        assert rec.decode_rate <= 200 * 1.02
+    assert min(r.ttft for r in recs) == pytest.approx(0.300, rel=0.02)
+    assert max(r.decode_rate for r in recs) == pytest.approx(200, rel=0.02)
 
 
 async def test_speculative_chunks_count_tokens_from_usage(sim_factory):
     sim = sim_factory("--tps", "400", "--ttft-ms", "10", "--spec-k", "4")
-    rec = await one(sim.url, req(200))
-    assert rec.ok
-    assert rec.completion_tokens == 200
-    # the first token comes alone from prefill, then 4 tokens per decode step
-    assert len(rec.chunk_offsets) == 1 + 50
-    # a chunk every step: 4 tokens per 1/400 s step -> 1600 tok/s per request
-    assert rec.decode_rate == pytest.approx(1600, rel=0.03)
+    async with Client(Endpoint.parse(sim.url), "genbench-sim") as c:
+        recs = [await c.chat(req(200)) for _ in range(3)]
+    for rec in recs:
+        assert rec.ok
+        assert rec.completion_tokens == 200
+        # the first token comes alone from prefill, then 4 tokens per decode step
+        assert len(rec.chunk_offsets) == 1 + 50
+    # a chunk every step: 4 tokens per 1/400 s step -> 1600 tok/s per request (best of 3)
+    assert max(r.decode_rate for r in recs) == pytest.approx(1600, rel=0.03)
 
 
 @pytest.mark.parametrize("dialect", ["reasoning_content", "reasoning"])

@@ -262,3 +262,29 @@ def test_a_client_bound_phase_is_flagged(fast_sim, tmp_path):
     assert ph["client"]["client_bound"] is True
     assert any("client-bound" in n for n in ph["notes"])
     assert "client-bound" in p.stdout
+
+
+def test_failures_among_the_first_requests_keep_the_steady_window(sim_factory, tmp_path):
+    sim = sim_factory(*SIM_ARGS, "--fault", "http:status=500,rate=0.2,after=1")
+    out = tmp_path / "run"
+    p = genbench(
+        "run",
+        "--url",
+        sim.url,
+        "--skip",
+        "warmup,single",
+        "--concurrency",
+        "8",
+        "--sweep-tokens",
+        "100",
+        "--requests-per-slot",
+        "4",
+        "--shape",
+        "sustained",
+        "--out",
+        str(out),
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    s = phase(load(out), "sustained-c8")["summary"]
+    assert s["failed"] > 0 and s["steady_tps"] is not None

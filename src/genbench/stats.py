@@ -128,8 +128,14 @@ def steady_window(
         return None
     by_send = sorted(ok, key=lambda r: r.t_send)
     first_c = by_send[:concurrency]
-    firsts = [r.t_send + r.ttft for r in first_c if r.ttft is not None]
-    if len(firsts) < len(first_c):
+    # a slot is ramped up when its first request streams its first token; a request that
+    # failed before streaming frees its slot at its end, when the worker sends the next
+    firsts = [
+        r.t_send + r.ttft if r.ttft is not None else r.t_end
+        for r in first_c
+        if r.ttft is not None or r.t_end is not None
+    ]
+    if not firsts:
         return None
     start = max(firsts)
     ends = sorted(r.t_end for r in ok if r.t_end is not None)

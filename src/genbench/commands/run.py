@@ -261,6 +261,9 @@ def run(
     ),
     prompts: int | None = typer.Option(None, "--prompts", help="Prompts per single-stream length."),
     warmup: int | None = typer.Option(None, "--warmup", help="Warm-up requests [2]."),
+    warmup_tokens: int | None = typer.Option(
+        None, "--warmup-tokens", help="max_tokens of a warm-up request [64]."
+    ),
     natural: bool = typer.Option(False, "--natural", help="Let the model stop on its own."),
     temperature: float = typer.Option(0.0, "--temperature"),
     timeout: float = typer.Option(
@@ -270,6 +273,9 @@ def run(
     quick: bool = typer.Option(False, "--quick", help="A short run: fewer lengths and levels."),
     out_dir: Path | None = typer.Option(None, "--out", help="Result directory [genbench-runs/…]."),
     json: bool = common.JSON,
+    report: bool = typer.Option(
+        False, "--report", help="Also write report.html beside result.json."
+    ),
 ) -> None:
     """Benchmark a server: warm-up, single stream by output length, concurrency sweep."""
     cfg = RunConfig(natural=natural, temperature=temperature, timeout=timeout)
@@ -293,6 +299,7 @@ def run(
         ("duration", duration),
         ("prompts_per_length", prompts),
         ("warmup", warmup),
+        ("warmup_tokens", warmup_tokens),
     ):
         if v is not None:
             setattr(cfg, name, v)
@@ -327,5 +334,9 @@ def run(
             listener._stop()
     render_summary(state.doc, console)
     console.print(f"results: {out_path / 'result.json'}, {out_path / 'requests.jsonl'}")
+    if report:
+        from genbench.report import write_report
+
+        console.print(f"report: {write_report([out_path], out_path / 'report.html')}")
     if json:
         typer.echo(orjson.dumps(state.doc, option=orjson.OPT_INDENT_2).decode())

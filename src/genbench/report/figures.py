@@ -1,0 +1,583 @@
+"""The report's plots as data: what to draw, independent of how it is drawn.
+
+Each builder turns runs into a `Figure` (series, bands, bars, axis labels with
+units); `svg.py` draws it into the HTML page and `png.py` draws the same figure
+with matplotlib for `--png`. Keeping the plot a value means the two outputs
+can never disagree about what the data was, and tests can inspect it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from genbench.records import RequestRecord
+from genbench.report.runs import Run, concurrencies
+from genbench.stats import token_events
+
+MAX_BARS = 400  # Gantt rows drawn at most; more requests are sampled evenly
+MAX_POINTS = 300  # points per CDF series
+FAIL_COLOR = "#d62728"
+SWEEP = ("burst", "sustained")
+
+
+@dataclass
+class Series:
+    """A line (or step line, for CDFs) through points, drawn in one run's colour."""
+
+    label: str
+    color: str
+    xs: list[float]
+    ys: list[float]
+    dash: str = ""  # "" solid, "dash", "dot"
+    marker: str = "circle"  # circle | square | none
+    step: bool = False
+    # vertical whiskers per point (lo, hi), e.g. p10..p90 of per-request rates
+    whiskers: list[tuple[float, float]] | None = None
+    tips: list[str] | None = None  # hover text per point
+
+
+@dataclass
+class Band:
+    """A shaded x range: the steady window, the ramp, the tail."""
+
+    x0: float
+    x1: float
+    label: str
+    color: str
+    opacity: float = 0.12
+
+
+@dataclass
+class HBar:
+    """A horizontal bar at row `y` from x0 to x1 (Gantt rows, stacked token bars)."""
+
+    y: float
+    x0: float
+    x1: float
+    color: str
+    opacity: float = 1.0
+    tip: str = ""
+    text: str = ""  # written inside the bar when it fits
+
+
+@dataclass
+class Figure:
+    id: str
+    title: str
+    subtitle: str = ""
+    x_label: str = ""
+    y_label: str = ""
+    x_log: bool = False
+    x_ticks: list[float] | None = None  # explicit ticks (concurrency levels)
+    x_min: float | None = None  # lower end of a log x axis
+    x_max: float | None = None  # clip the x axis (CDF tails)
+    y_max: float | None = None
+    series: list[Series] = field(default_factory=list)
+    bands: list[Band] = field(default_factory=list)
+    bars: list[HBar] = field(default_factory=list)
+    bar_height: float = 0.8
+    y_categories: list[str] | None = None  # labels of bar rows, top to bottom
+    legend: list[tuple[str, str, str]] = field(default_factory=list)  # (label, colour, style)
+    empty: str = ""  # why there is nothing to draw
+    height: int = 340
+    wide: bool = False  # spans the page
+
+    @property
+    def has_data(self) -> bool:
+        return bool(self.series or self.bars) and not self.empty
+
+
+def ok(records: list[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in records if r.ok]
+
+
+def dodge(i: int, n: int, log: bool) -> float:
+    """A factor (log axis) or offset that sets run i's marks beside, not on, the others'."""
+    shift = (i - (n - 1) / 2) * 0.035
+    return 2**shift if log else shift
+
+
+def quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo = math.floor(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+# --- throughput and per-request rate vs concurrency ---------------------------------------
+
+
+def throughput(runs: list[Run]) -> Figure:
+    levels = sorted(set(concurrencies(runs, "burst")) | set(concurrencies(runs, "sustained")))
+    fig = Figure(
+        "throughput",
+        "Throughput vs concurrency",
+        "sustained: tokens arriving in the steady window (solid); burst: tokens / wall (dashed)",
+        "concurrent requests (C)",
+        "output tokens/s",
+        x_log=len(levels) > 1 and levels[-1] / levels[0] >= 8,
+        x_ticks=[float(c) for c in levels],
+    )
+    for run in runs:
+        for kind, key, dash, marker in (
+            ("sustained", "steady_tps", "", "circle"),
+            ("burst", "output_tps", "dash", "square"),
+        ):
+            pts = [
+                (float(p["concurrency"]), float(p["summary"][key]))
+                for p in run.kind(kind)
+                if (p.get("summary") or {}).get(key) is not None
+            ]
+            if pts:
+                fig.series.append(
+                    Series(
+                        f"{run.label} {kind}",
+                        run.color,
+                        [x for x, _ in pts],
+                        [y for _, y in pts],
+                        dash=dash,
+                        marker=marker,
+                        tips=[f"{run.label} {kind} C={x:g}: {y:,.0f} tok/s" for x, y in pts],
+                    )
+                )
+    if not fig.series:
+        fig.empty = "no concurrency sweep in these runs"
+    return fig
+
+
+def per_request_rate(runs: list[Run]) -> Figure:
+    levels = sorted(set(concurrencies(runs, "burst")) | set(concurrencies(runs, "sustained")))
+    fig = Figure(
+        "per_request",
+        "Per-request decode speed vs concurrency",
+        "median of each request's decode tok/s; whiskers p10–p90 (what one user sees)",
+        "concurrent requests (C)",
+        "decode tokens/s per request",
+        x_log=len(levels) > 1 and levels[-1] / levels[0] >= 8,
+        x_ticks=[float(c) for c in levels],
+    )
+    for i, run in enumerate(runs):
+        k = dodge(i, len(runs), fig.x_log)
+        xs, ys, whisk, tips = [], [], [], []
+        for c in levels:
+            p = run.sweep_phase("sustained", c) or run.sweep_phase("burst", c)
+            if p is None:
+                continue
+            rates = [r.decode_rate for r in ok(run.records(p["name"])) if r.decode_rate]
+            d = (p.get("summary") or {}).get("decode_tps") or {}
+            if rates:
+                med, lo, hi = (quantile(rates, q) for q in (0.5, 0.1, 0.9))
+            elif d.get("p50") is not None:
+                med, lo, hi = d["p50"], d.get("min") or d["p50"], d.get("p90") or d["p50"]
+            else:
+                continue
+            xs.append(c * (k if fig.x_log else 1 + k))
+            ys.append(med)
+            whisk.append((lo, hi))
+            tips.append(
+                f"{run.label} C={c}: median {med:,.0f} tok/s (p10 {lo:,.0f}, p90 {hi:,.0f})"
+            )
+        if xs:
+            fig.series.append(Series(run.label, run.color, xs, ys, whiskers=whisk, tips=tips))
+    if not fig.series:
+        fig.empty = "no concurrency sweep in these runs"
+    return fig
+
+
+# --- latency CDFs ------------------------------------------------------------------------
+
+
+def focus_phase(runs: list[Run], name: str | None = None) -> str | None:
+    """The phase the timeline plots show: given, else the highest concurrency all runs share
+    (sustained with a steady window, then any sustained, then burst), else the first run's
+    highest-concurrency sweep phase."""
+    if name:
+        return name
+
+    def windowed(c: int) -> bool:
+        return all(
+            ((r.sweep_phase("sustained", c) or {}).get("summary") or {}).get("steady_window_s")
+            for r in runs
+        )
+
+    for kind in ("sustained", "burst"):
+        shared = set.intersection(*(set(concurrencies([r], kind)) for r in runs))
+        if kind == "sustained" and any(windowed(c) for c in shared):
+            # the timeline is there to show the steady window: pick a phase that has one
+            shared = {c for c in shared if windowed(c)}
+        if shared:
+            return f"{kind}-c{max(shared)}"
+    for kind in ("sustained", "burst"):
+        levels = concurrencies(runs[:1], kind)
+        if levels:
+            return f"{kind}-c{levels[-1]}"
+    return None
+
+
+def low_phase(runs: list[Run], focus: str | None) -> str | None:
+    """The lowest-concurrency phase of the same kind, to show what load does to latency."""
+    if not focus or "-c" not in focus:
+        return None
+    kind = focus.split("-c")[0]
+    shared = [set(concurrencies([r], kind)) for r in runs]
+    common = sorted(set.intersection(*shared)) if shared else []
+    name = f"{kind}-c{common[0]}" if common else None
+    return name if name != focus else None
+
+
+def _cdf(values: np.ndarray) -> tuple[list[float], list[float]]:
+    """Sorted values and their cumulative fractions, at most MAX_POINTS of them."""
+    xs = np.sort(values)
+    n = len(xs)
+    idx = np.unique(np.linspace(0, n - 1, min(n, MAX_POINTS)).round().astype(int))
+    return xs[idx].tolist(), ((idx + 1) / n).tolist()
+
+
+def gaps_ms(records: list[RequestRecord]) -> np.ndarray:
+    """Every gap between chunks of these requests, in ms (numpy: a long run has millions)."""
+    parts = [np.diff(r.chunk_offsets) for r in records if len(r.chunk_offsets) > 1]
+    return np.concatenate(parts) * 1000 if parts else np.empty(0)
+
+
+def latency_cdf(runs: list[Run], metric: str, focus: str | None) -> Figure:
+    """TTFT (per request) or ITL (per chunk gap) CDF at the focus phase and at low load."""
+    low = low_phase(runs, focus)
+    what = "TTFT" if metric == "ttft" else "inter-chunk latency (ITL)"
+    fig = Figure(
+        f"{metric}_cdf",
+        f"{what} distribution",
+        f"solid: {focus or '—'}" + (f"; dotted: {low}" if low else "") + "; x axis cut at p99.5",
+        "TTFT (ms)" if metric == "ttft" else "gap between chunks (ms)",
+        "fraction of " + ("requests" if metric == "ttft" else "gaps") + " ≤ x",
+        y_max=1.0,
+    )
+    tails, heads = [], []
+    for run in runs:
+        for name, dash in ((focus, ""), (low, "dot")):
+            if not name:
+                continue
+            recs = ok(run.records(name))
+            if metric == "ttft":
+                vals = np.array([r.ttft * 1000 for r in recs if r.ttft is not None])
+            else:
+                vals = gaps_ms(recs)
+            if not len(vals):
+                continue
+            xs, ys = _cdf(vals)
+            tails.append(float(np.quantile(vals, 0.995)))
+            pos = vals[vals > 0]
+            if len(pos):
+                heads.append(float(np.quantile(pos, 0.005)))
+            fig.series.append(
+                Series(
+                    f"{run.label} {name}", run.color, xs, ys, dash=dash, marker="none", step=True
+                )
+            )
+    if tails:
+        fig.x_max = max(tails) * 1.05 or None
+    if heads and fig.x_max and fig.x_max / min(heads) > 20:
+        # a tail far from the body: a log axis shows both
+        fig.x_log, fig.x_min = True, min(heads) / 1.3
+        fig.x_max = max(tails) * 1.3
+        fig.subtitle = fig.subtitle.replace("x axis cut at p99.5", "log x axis")
+    if not fig.series:
+        fig.empty = (
+            "no requests.jsonl next to result.json"
+            if not any(r.has_records for r in runs)
+            else "no sweep phase with successful requests"
+        )
+    return fig
+
+
+# --- the timeline of one phase ----------------------------------------------------------
+
+
+def phase_origin(run: Run, name: str) -> float | None:
+    recs = run.records(name)
+    return min(r.t_send for r in recs) if recs else None
+
+
+def window_bands(run: Run, name: str, end: float) -> list[Band]:
+    """Ramp, steady window and tail of a sustained phase, in seconds from its first send."""
+    p = run.phase(name) or {}
+    w = (p.get("summary") or {}).get("steady_window_s")
+    if not w:
+        return []
+    return [
+        Band(0.0, w[0], "ramp", "#888888", 0.10),
+        Band(w[0], w[1], "steady window", run.color, 0.16),
+        Band(w[1], end, "tail", "#888888", 0.10),
+    ]
+
+
+def gantt(run: Run, name: str | None, max_bars: int = MAX_BARS, wide: bool = False) -> Figure:
+    fig = Figure(
+        f"gantt_{_slug(run.label)}",
+        f"Requests over time — {run.label}",
+        "",
+        "seconds since the phase's first request",
+        "request (in send order)",
+        wide=wide,
+    )
+    recs = sorted(run.records(name), key=lambda r: r.t_send) if name else []
+    if not recs:
+        fig.empty = f"no requests for phase {name}" if name else "no sweep phase"
+        return fig
+    t0 = recs[0].t_send
+    shown = recs
+    if len(recs) > max_bars:
+        step = len(recs) / max_bars
+        shown = [recs[int(i * step)] for i in range(max_bars)]
+    end = max((r.t_end or r.t_send) for r in recs) - t0
+    fig.subtitle = (
+        f"{name}: light = waiting for the first token, solid = decoding, red = failed; "
+        "shaded: ramp, steady window, tail"
+        + (f"; {len(shown)} of {len(recs)} requests drawn" if len(shown) < len(recs) else "")
+    )
+    for i, r in enumerate(shown):
+        s = r.t_send - t0
+        e = (r.t_end if r.t_end is not None else r.t_send) - t0
+        tip = f"{r.id}: sent {s:.2f} s, " + (
+            f"first token +{r.ttft * 1000:.0f} ms, " if r.ttft is not None else ""
+        )
+        tip += f"done {e:.2f} s" + (
+            f", {r.completion_tokens} tokens" if r.ok else f", {r.error_kind}"
+        )
+        if not r.ok:
+            fig.bars.append(HBar(i, s, max(e, s), FAIL_COLOR, 1.0, tip))
+            continue
+        first = s + (r.ttft or 0.0)
+        fig.bars.append(HBar(i, s, first, run.color, 0.35, tip))
+        fig.bars.append(HBar(i, first, max(e, first), run.color, 1.0, tip))
+    fig.bands = window_bands(run, name or "", end)
+    fig.height = int(min(700, max(260, 60 + 3 * len(shown))))
+    fig.bar_height = 0.9
+    fig.legend = [
+        ("waiting for first token", run.color, "light"),
+        ("decoding", run.color, "block"),
+        ("failed", FAIL_COLOR, "block"),
+    ]
+    return fig
+
+
+def tokens_over_time(runs: list[Run], name: str | None, max_bins: int = 80) -> Figure:
+    fig = Figure(
+        "tokens_over_time",
+        "Tokens/s over time",
+        f"{name or '—'}: output tokens arriving per time bin; shaded: steady window; "
+        "dashed: the rate measured in it",
+        "seconds since the phase's first request",
+        "output tokens/s",
+        wide=True,
+    )
+    for run in runs:
+        recs = ok(run.records(name)) if name else []
+        if not recs:
+            continue
+        t0 = min(r.t_send for r in run.records(name or ""))
+        # (time, tokens, is_thinking) per chunk, as arrays: a long run has millions
+        events = [np.array(ev, dtype=float) for r in recs if (ev := token_events(r))]
+        if not events:
+            continue
+        ev = np.concatenate(events)
+        times, tokens = ev[:, 0] - t0, ev[:, 1]
+        end = float(times.max())
+        # a bin must hold many decode steps, or it shows the step pattern, not the rate
+        gaps = gaps_ms(recs) / 1000
+        step = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 0.0
+        bins = int(max(8, min(max_bins, end / (10 * step) if step > 0 else max_bins)))
+        width = end / bins if end > 0 else 1.0
+        counts, _ = np.histogram(times, bins=bins, range=(0.0, bins * width), weights=tokens)
+        xs = [(i + 0.5) * width for i in range(bins)]
+        fig.series.append(
+            Series(run.label, run.color, xs, (counts / width).tolist(), marker="none")
+        )
+        s = (run.phase(name or "") or {}).get("summary") or {}
+        w, rate = s.get("steady_window_s"), s.get("steady_tps")
+        if w and rate:
+            label = "steady window" if len(runs) == 1 else f"{run.label} steady window"
+            fig.bands.append(Band(w[0], w[1], label, run.color, 0.10))
+            fig.series.append(
+                Series(
+                    f"{run.label} steady {rate:,.0f} tok/s",
+                    run.color,
+                    [w[0], w[1]],
+                    [rate, rate],
+                    dash="dash",
+                    marker="none",
+                )
+            )
+    if not fig.series:
+        fig.empty = "no requests.jsonl, or no phase to plot"
+    return fig
+
+
+# --- tokens split, server metrics -------------------------------------------------------
+
+
+def token_split(runs: list[Run]) -> Figure:
+    fig = Figure(
+        "token_split",
+        "Thinking vs answer tokens",
+        "output tokens of successful requests over all measured phases; light = thinking",
+        "output tokens",
+        "",
+        y_categories=[r.label for r in runs],
+        bar_height=0.55,
+        height=max(160, 90 + 46 * len(runs)),
+        wide=True,
+    )
+    any_tokens = False
+    for i, run in enumerate(runs):
+        think = answer = 0
+        for p in run.phases:
+            if p.get("kind") == "warmup":
+                continue
+            s = p.get("summary") or {}
+            think += int(s.get("thinking_tokens") or 0)
+            answer += int(s.get("answer_tokens") or 0)
+        total = think + answer
+        if not total:
+            continue
+        any_tokens = True
+        share = think / total
+        t_text = f"{think:,} thinking ({share:.0%})"
+        a_text = f"{answer:,} answer ({1 - share:.0%})"
+        if think:
+            fig.bars.append(HBar(i, 0, think, run.color, 0.35, f"{run.label}: {t_text}", t_text))
+        fig.bars.append(HBar(i, think, total, run.color, 1.0, f"{run.label}: {a_text}", a_text))
+    fig.legend = [("thinking", "#777777", "light"), ("answer", "#777777", "block")]
+    if not any_tokens:
+        fig.empty = "no successful requests"
+    return fig
+
+
+def server_metric(
+    runs: list[Run], key: str, title: str, y_label: str, scale: float = 1.0
+) -> Figure:
+    """A server-side figure (peak gauge or acceptance) vs concurrency, sustained and burst."""
+    levels = sorted(set(concurrencies(runs, "burst")) | set(concurrencies(runs, "sustained")))
+    fig = Figure(
+        f"server_{key}",
+        title,
+        "from the server's /metrics, sampled during each phase; solid sustained, dashed burst",
+        "concurrent requests (C)",
+        y_label,
+        x_log=len(levels) > 1 and levels[-1] / levels[0] >= 8,
+        x_ticks=[float(c) for c in levels],
+    )
+    for i, run in enumerate(runs):
+        k = dodge(i, len(runs), fig.x_log)
+        for kind, dash, marker in (("sustained", "", "circle"), ("burst", "dash", "square")):
+            pts = [
+                (p["concurrency"] * (k if fig.x_log else 1 + k), float(m[key]) * scale)
+                for p in run.kind(kind)
+                if (m := p.get("server_metrics") or {}).get(key) is not None
+            ]
+            if pts:
+                fig.series.append(
+                    Series(
+                        f"{run.label} {kind}",
+                        run.color,
+                        [x for x, _ in pts],
+                        [y for _, y in pts],
+                        dash=dash,
+                        marker=marker,
+                    )
+                )
+    return fig
+
+
+SERVER_FIGURES: tuple[tuple[str, str, str, float], ...] = (
+    ("spec_mean_acceptance_length", "Speculative decoding: mean acceptance length", "tokens", 1.0),
+    ("kv_cache_usage_peak", "KV cache usage (peak)", "KV cache used (%)", 100.0),
+    ("running_peak", "Requests running (peak)", "requests", 1.0),
+    ("waiting_peak", "Requests waiting (peak)", "requests", 1.0),
+)
+
+
+def server_figures(runs: list[Run]) -> list[Figure]:
+    """Only the server metrics some run has, and only when one of them is not all zeros."""
+    out = []
+    for key, title, unit, scale in SERVER_FIGURES:
+        fig = server_metric(runs, key, title, unit, scale)
+        if fig.series and any(y for s in fig.series for y in s.ys):
+            out.append(fig)
+    return out
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in text)
+
+
+def all_figures(
+    runs: list[Run], phase: str | None = None, max_bars: int = MAX_BARS
+) -> list[Figure]:
+    focus = focus_phase(runs, phase)
+    figs = [
+        throughput(runs),
+        per_request_rate(runs),
+        latency_cdf(runs, "ttft", focus),
+        latency_cdf(runs, "itl", focus),
+        tokens_over_time(runs, focus),
+        *[gantt(r, focus, max_bars, wide=len(runs) == 1) for r in runs],
+        token_split(runs),
+        *server_figures(runs),
+    ]
+    return figs
+
+
+def summary_cards(run: Run) -> list[tuple[str, str, str]]:
+    """(label, value, detail) headline numbers of one run."""
+    d = run.doc
+    cards: list[tuple[str, str, str]] = []
+    single = (d.get("single_stream") or {}).get("mean_decode_tps")
+    if single:
+        cards.append(("single-stream decode", f"{single:,.0f} tok/s", "mean over lengths"))
+    best: tuple[float, int, str] | None = None
+    for kind, key in (("sustained", "steady_tps"), ("burst", "output_tps")):
+        for p in run.kind(kind):
+            v = (p.get("summary") or {}).get(key)
+            if v and (best is None or v > best[0]):
+                best = (v, p["concurrency"], kind)
+        if best:
+            break
+    if best:
+        cards.append(("peak throughput", f"{best[0]:,.0f} tok/s", f"{best[2]} at C={best[1]}"))
+    knee = ((d.get("sweep") or {}).get("sustained") or {}).get("knee")
+    if knee:
+        cards.append(("knee", f"C={knee}", "next step adds < 10%"))
+    lows = [p for p in run.kind("single")] or run.kind("sustained")[:1]
+    if lows:
+        t = ((lows[0].get("summary") or {}).get("ttft_s") or {}).get("p50")
+        if t is not None:
+            cards.append(("TTFT p50", f"{t * 1000:,.0f} ms", lows[0]["name"]))
+    accept = [
+        m["spec_mean_acceptance_length"]
+        for p in run.phases
+        if (m := p.get("server_metrics") or {}).get("spec_mean_acceptance_length")
+    ]
+    if accept:
+        cards.append(("acceptance length", f"{sum(accept) / len(accept):.2f}", "mean over phases"))
+    req = fail = 0
+    for p in run.phases:
+        s = p.get("summary") or {}
+        req += int(s.get("requests") or 0)
+        fail += int(s.get("failed") or 0)
+    cards.append(("failed requests", f"{fail:,}", f"of {req:,}"))
+    return cards
+
+
+def flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested dicts as dotted keys, for a generic key/value table."""
+    if isinstance(obj, dict):
+        out: list[tuple[str, Any]] = []
+        for k, v in obj.items():
+            out.extend(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return [(prefix, obj)]

@@ -1,0 +1,390 @@
+"""The report page: one HTML file with its CSS and plots inline, readable offline.
+
+Nothing is fetched: no scripts, no fonts, no images by URL. Colours follow the
+run (run 1 is always blue in every plot and card), so a reader matches a line
+to a run without reading the legend twice.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from html import escape
+from typing import Any
+
+from genbench import __version__
+from genbench.report import figures as F
+from genbench.report.runs import Run, workload_differences
+from genbench.report.svg import WIDE, WIDTH, render, swatch
+
+CSS = """
+:root { --fg:#1d2330; --muted:#5b6475; --line:#e3e6ec; --bg:#f5f6f8; }
+* { box-sizing: border-box; }
+body { margin:0; background:var(--bg); color:var(--fg);
+  font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Liberation Sans", sans-serif; }
+main { max-width: 1480px; margin: 0 auto; padding: 28px 32px 60px; }
+header h1 { font-size: 26px; margin: 0 0 4px; letter-spacing: -0.01em; }
+header p { margin: 0; color: var(--muted); }
+h2 { font-size: 19px; margin: 36px 0 6px; padding-bottom: 6px;
+  border-bottom: 1px solid var(--line); }
+h2 + p.lead { margin: 0 0 14px; color: var(--muted); max-width: 980px; }
+.warn { background:#fff6e0; border:1px solid #f0d48a; border-radius:8px; padding:10px 14px;
+  margin: 16px 0; }
+.cards { display:grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap:16px;
+  margin-top: 18px; }
+.card { background:white; border-radius:10px; border:1px solid var(--line);
+  border-top: 6px solid var(--run); padding: 14px 18px 16px; }
+.card h3 { margin:0; font-size:18px; }
+.card .meta { color: var(--muted); font-size: 13px; margin: 2px 0 12px;
+  overflow-wrap: anywhere; }
+.tiles { display:grid; grid-template-columns: repeat(3, 1fr); gap: 10px; }
+.tile { background: var(--bg); border-radius: 8px; padding: 8px 10px; }
+.tile .k { font-size: 12px; color: var(--muted); }
+.tile .v { font-size: 21px; font-weight: 650; font-variant-numeric: tabular-nums; }
+.tile .d { font-size: 12px; color: var(--muted); }
+.status { display:inline-block; padding: 0 8px; border-radius: 10px; font-size: 12px;
+  background:#e5f4e8; color:#1e6b31; margin-left: 6px; vertical-align: middle; }
+.status.bad { background:#fde8e8; color:#9b1c1c; }
+.grid { display:grid; grid-template-columns: repeat(auto-fill, minmax(600px, 1fr)); gap:16px; }
+figure.fig { margin:0; background:white; border-radius:10px; border:1px solid var(--line);
+  padding: 14px 16px 8px; }
+figure.fig.wide { grid-column: 1 / -1; }
+figure.fig h3 { margin:0; font-size:16px; }
+figure.fig .sub { margin: 2px 0 6px; color: var(--muted); font-size: 13px; }
+.legend { display:flex; flex-wrap:wrap; gap: 4px 16px; font-size: 13px; margin: 4px 0 4px; }
+.legend span { display:inline-flex; align-items:center; gap:6px; }
+svg.plot { width:100%; height:auto; display:block; }
+table { border-collapse: collapse; background:white; font-size: 13.5px;
+  font-variant-numeric: tabular-nums; margin: 8px 0 18px; }
+th, td { padding: 5px 10px; border-bottom: 1px solid var(--line); text-align: right; }
+th { background: #f0f2f5; font-weight: 600; }
+td.t, th.t { text-align: left; }
+p.note { color: var(--muted); font-size: 13px; margin-top: -8px; }
+.tablewrap { overflow-x: auto; margin-top: 14px; }
+.runtag { display:inline-block; width: 10px; height: 10px; border-radius: 2px;
+  background: var(--run); margin-right: 6px; }
+footer { margin-top: 40px; color: var(--muted); font-size: 13px; }
+footer dt { font-weight: 600; color: var(--fg); }
+footer dd { margin: 0 0 8px 0; }
+"""
+
+
+def _legend(fig: F.Figure) -> str:
+    items: list[str] = []
+    if fig.legend:
+        for label, color, style in fig.legend:
+            items.append(f"<span>{swatch(color, style)}{escape(label)}</span>")
+    else:
+        seen = set()
+        for s in fig.series:
+            if s.label in seen:
+                continue
+            seen.add(s.label)
+            items.append(f"<span>{swatch(s.color, s.dash, s.marker)}{escape(s.label)}</span>")
+    return f'<div class="legend">{"".join(items)}</div>' if items else ""
+
+
+def figure_html(fig: F.Figure) -> str:
+    cls = "fig wide" if fig.wide else "fig"
+    sub = f'<p class="sub">{escape(fig.subtitle)}</p>' if fig.subtitle else ""
+    legend = _legend(fig) if fig.has_data else ""
+    return (
+        f'<figure class="{cls}" id="fig-{escape(fig.id)}"><h3>{escape(fig.title)}</h3>{sub}'
+        f"{legend}{render(fig, WIDE if fig.wide else WIDTH)}</figure>"
+    )
+
+
+def _num(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int | float):
+        if isinstance(v, float) and abs(v) < 1000:
+            return f"{v:,.{digits}f}"
+        return f"{v:,.0f}"
+    return escape(str(v))
+
+
+def _ms(v: Any) -> str:
+    return "—" if v is None else f"{v * 1000:,.1f}"
+
+
+def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> str:
+    """A table whose first `text_cols` columns are text (left), the rest numbers (right)."""
+
+    def cell(tag: str, i: int, c: str) -> str:
+        return f"<{tag} class='t'>{c}</{tag}>" if i < text_cols else f"<{tag}>{c}</{tag}>"
+
+    th = "".join(cell("th", i, h) for i, h in enumerate(head))
+    body = "".join(
+        "<tr>" + "".join(cell("td", i, c) for i, c in enumerate(r)) + "</tr>" for r in rows
+    )
+    return f'<div class="tablewrap"><table><tr>{th}</tr>{body}</table></div>'
+
+
+def _tag(run: Run) -> str:
+    return f'<span class="runtag" style="--run:{run.color}"></span>{escape(run.label)}'
+
+
+def when(iso: Any) -> str:
+    """'2026-01-31T09:15:02+00:00' as '2026-01-31 09:15 UTC'."""
+    try:
+        t = datetime.fromisoformat(str(iso)).astimezone(UTC)
+    except ValueError:
+        return str(iso or "")
+    return t.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def card(run: Run) -> str:
+    d = run.doc
+    status = str(d.get("status") or "?")
+    bad = "" if status == "complete" else " bad"
+    msg = f" — {escape(str(d['status_message']))}" if d.get("status_message") else ""
+    tiles = "".join(
+        f'<div class="tile"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
+        f'<div class="d">{escape(det)}</div></div>'
+        for k, v, det in F.summary_cards(run)
+    )
+    url = (d.get("target") or {}).get("url") or ""
+    return (
+        f'<div class="card" style="--run:{run.color}"><h3>{escape(run.label)}'
+        f'<span class="status{bad}">{escape(status)}</span></h3>'
+        f'<div class="meta">{escape(run.model)} · {escape(run.server)} · {escape(url)} · '
+        f"{escape(when(d.get('created')))}{msg}<br>{escape(str(run.path))}</div>"
+        f'<div class="tiles">{tiles}</div></div>'
+    )
+
+
+def numbers(runs: list[Run]) -> str:
+    """The measured numbers as tables, for readers who want them exact."""
+    rows = []
+    for run in runs:
+        for p in run.kind("single"):
+            s = p.get("summary") or {}
+            rows.append(
+                [
+                    _tag(run),
+                    str(p.get("max_tokens")),
+                    _num((s.get("decode_tps") or {}).get("mean")),
+                    _num(s.get("output_tps")),
+                    _ms((s.get("ttft_s") or {}).get("p50")),
+                    f"{s.get('ok', 0)}" + (f" (+{s['failed']} failed)" if s.get("failed") else ""),
+                ]
+            )
+    out = ""
+    if rows:
+        out += "<h3>Single stream</h3>" + _table(
+            ["run", "output tokens", "decode tok/s", "e2e tok/s", "TTFT p50 (ms)", "requests"],
+            rows,
+        )
+    rows = []
+    for run in runs:
+        levels = sorted({p["concurrency"] for p in run.phases if p.get("kind") in F.SWEEP})
+        for c in levels:
+            b, su = run.sweep_phase("burst", c), run.sweep_phase("sustained", c)
+            main = su or b or {}
+            s = main.get("summary") or {}
+            steady = (su or {}).get("summary", {}).get("steady_tps") if su else None
+            unstable = su is not None and su.get("summary", {}).get("steady_stable") is False
+            rows.append(
+                [
+                    _tag(run),
+                    str(c),
+                    _num((b or {}).get("summary", {}).get("output_tps") if b else None),
+                    _num(steady) + ("*" if unstable else ""),
+                    _num((s.get("decode_tps") or {}).get("p50")),
+                    _ms((s.get("ttft_s") or {}).get("p50")),
+                    _ms((s.get("ttft_s") or {}).get("p99")),
+                    _ms((s.get("itl_chunk_s") or {}).get("p50")),
+                    _ms((s.get("itl_chunk_s") or {}).get("p99")),
+                    _ms((s.get("tpot_s") or {}).get("p50")),
+                    f"{s.get('ok', 0)}" + (f" (+{s['failed']} failed)" if s.get("failed") else ""),
+                ]
+            )
+    if rows:
+        out += "<h3>Concurrency sweep</h3>" + _table(
+            [
+                "run",
+                "C",
+                "burst tok/s",
+                "sustained tok/s",
+                "per-request tok/s p50",
+                "TTFT p50 (ms)",
+                "TTFT p99 (ms)",
+                "ITL p50 (ms)",
+                "ITL p99 (ms)",
+                "TPOT p50 (ms)",
+                "requests",
+            ],
+            rows,
+        )
+        out += "<p class='note'>* steady window unstable: its halves differ by more than 5%</p>"
+    return out
+
+
+SERVER_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("generation_tokens", "generated tokens (server)", "int"),
+    ("prompt_tokens", "prompt tokens (server)", "int"),
+    ("kv_cache_usage_peak", "KV cache peak (%)", "pct"),
+    ("running_peak", "running peak", "int"),
+    ("waiting_peak", "waiting peak", "int"),
+    ("preemptions", "preemptions", "int"),
+    ("spec_acceptance_rate", "draft acceptance", "pct"),
+    ("spec_mean_acceptance_length", "acceptance length", "f2"),
+)
+
+
+def server_table(runs: list[Run]) -> str:
+    phases = [(r, p) for r in runs for p in r.phases if p.get("server_metrics")]
+    if not phases:
+        return ""
+    cols = [
+        c for c in SERVER_COLUMNS if any(c[0] in (p.get("server_metrics") or {}) for _, p in phases)
+    ]
+    rows = []
+    for run, p in phases:
+        m = p["server_metrics"]
+        cells = [_tag(run), escape(p["name"])]
+        for key, _, kind in cols:
+            v = m.get(key)
+            if v is None:
+                cells.append("—")
+            elif kind == "pct":
+                cells.append(f"{v:.1%}")
+            elif kind == "f2":
+                cells.append(f"{v:.2f}")
+            else:
+                cells.append(f"{v:,.0f}")
+        rows.append(cells)
+    return _table(["run", "phase", *[c[1] for c in cols]], rows, text_cols=2)
+
+
+def plan_html(run: Run) -> str:
+    plan = run.plan
+    if plan is None:
+        return ""
+    return f"<h3>{_tag(run)} plan.json</h3>" + generic(plan)
+
+
+def generic(obj: Any) -> str:
+    """Any JSON as tables: lists of objects as columns (nested keys dotted), the rest as
+    key/value rows. A list of few, wide objects is turned on its side to stay readable."""
+    if _is_table(obj):
+        flat = [dict(F.flatten(x)) for x in obj]
+        keys: list[str] = []
+        for x in flat:
+            keys.extend(k for k in x if k not in keys)
+        if len(keys) > 8 and len(flat) <= 8:
+            return _table(
+                ["", *[f"#{i + 1}" for i in range(len(flat))]],
+                [[escape(k), *[_cell(x.get(k)) for x in flat]] for k in keys],
+            )
+        return _table([escape(k) for k in keys], [[_cell(x.get(k)) for k in keys] for x in flat], 0)
+    if isinstance(obj, dict):
+        simple = {k: v for k, v in obj.items() if not _is_table(v)}
+        rows = [[escape(k), _cell(v)] for k, v in F.flatten(simple)]
+        out = _table(["key", "value"], rows, text_cols=2)
+        for k, v in obj.items():
+            if _is_table(v):
+                out += f"<h4>{escape(str(k))}</h4>" + generic(v)
+        return out
+    return _table(["value"], [[_cell(obj)]], 0)
+
+
+def _is_table(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, list) and all(not isinstance(x, list | dict) for x in v):
+        return escape(", ".join(_plain(x) for x in v))
+    if isinstance(v, list | dict):
+        text = str(v)
+        return escape(text if len(text) < 200 else text[:200] + "…")
+    return _num(v, 3) if isinstance(v, float) else escape(_plain(v))
+
+
+def _plain(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 1000 else f"{v:,.0f}"
+    return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+
+
+def page(runs: list[Run], figs: list[F.Figure], focus: str | None) -> str:
+    by_id = {f.id: f for f in figs}
+    gantts = [f for f in figs if f.id.startswith("gantt_")]
+    servers = [f for f in figs if f.id.startswith("server_")]
+    diffs = workload_differences(runs) if len(runs) > 1 else []
+    title = "genbench report — " + ", ".join(r.label for r in runs)
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body><main>",
+        f"<header><h1>{escape(title)}</h1><p>generated {now} by genbench {__version__}; "
+        f"{len(runs)} run{'s' if len(runs) != 1 else ''}; hover a mark for its value</p></header>",
+    ]
+    if diffs:
+        parts.append(
+            "<div class='warn'><b>These runs measured different workloads</b>, so their "
+            "numbers answer different questions: " + escape("; ".join(diffs)) + "</div>"
+        )
+    parts.append(f"<section class='cards'>{''.join(card(r) for r in runs)}</section>")
+    parts.append(
+        "<h2>Throughput</h2><p class='lead'>What the server delivers as load grows. "
+        "Sustained throughput is what a long job gets; a burst under-fills the batch as its "
+        "last requests finish. Per-request speed is what each user sees.</p><div class='grid'>"
+        + figure_html(by_id["throughput"])
+        + figure_html(by_id["per_request"])
+        + "</div>"
+    )
+    parts.append(
+        "<h2>Latency</h2><p class='lead'>How long until the first token (TTFT), and the gaps "
+        "between streamed chunks (ITL), as cumulative distributions: the further left and "
+        "the steeper, the better; the top of each curve is the tail.</p><div class='grid'>"
+        + figure_html(by_id["ttft_cdf"])
+        + figure_html(by_id["itl_cdf"])
+        + "</div>"
+    )
+    parts.append(
+        f"<h2>Timeline of {escape(focus or 'a sweep phase')}</h2><p class='lead'>The sustained "
+        "rate is measured only in the steady window: after every worker has its first token "
+        "(ramp) and before the first request finishes once sending stopped (tail).</p>"
+        "<div class='grid'>"
+        + figure_html(by_id["tokens_over_time"])
+        + "".join(figure_html(g) for g in gantts)
+        + "</div>"
+    )
+    parts.append(
+        "<h2>Output tokens</h2><p class='lead'>Reasoning models spend part of every answer "
+        "thinking; these tokens cost the same time but are not the answer.</p>"
+        "<div class='grid'>" + figure_html(by_id["token_split"]) + "</div>"
+    )
+    table = server_table(runs)
+    parts.append("<h2>Server metrics</h2>")
+    if servers or table:
+        parts.append(
+            "<p class='lead'>The server's own counters (/metrics), scraped around each phase: "
+            "gauges are peaks sampled during the phase.</p>"
+        )
+        if servers:
+            parts.append("<div class='grid'>" + "".join(figure_html(f) for f in servers) + "</div>")
+        parts.append(table)
+    else:
+        parts.append("<p class='lead'>The servers exposed no /metrics genbench reads.</p>")
+    plans = "".join(plan_html(r) for r in runs)
+    if plans:
+        parts.append("<h2>Forecast</h2>" + plans)
+    parts.append("<h2>Numbers</h2>" + numbers(runs))
+    parts.append(
+        "<footer><dl><dt>sustained tok/s</dt><dd>tokens arriving inside the steady window, "
+        "in which every worker had a request in flight</dd><dt>burst tok/s</dt><dd>output "
+        "tokens / wall time from the first send to the last end</dd><dt>TTFT, ITL, TPOT</dt>"
+        "<dd>time to first token; gap between streamed chunks; decode time per output token "
+        "after the first</dd></dl>Files: "
+        + escape(", ".join(str(r.path) for r in runs))
+        + "</footer></main></body></html>"
+    )
+    return "".join(parts)

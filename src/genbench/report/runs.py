@@ -1,0 +1,174 @@
+"""Runs as compare and report read them: result.json, its requests.jsonl, labels, colours.
+
+Both commands take run directories or result.json paths given by a person, so
+loading goes through `load_result` (one-line errors for a missing file, a file
+that is not a genbench result, a newer schema) and a damaged requests.jsonl is
+reported the same way instead of as a traceback. Records are optional: a
+result copied without its requests.jsonl still compares and reports, with less.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from genbench.errors import UsageError
+from genbench.records import RequestRecord, read_records
+from genbench.result import REQUESTS_FILE, load_result
+
+# Tableau 10: distinct, colour-blind tolerant, readable on white. Run i always gets colour i.
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#e15759",
+    "#b07aa1",
+    "#76b7b2",
+    "#edc948",
+    "#9c755f",
+    "#ff9da7",
+    "#bab0ac",
+)
+
+# What makes two runs measure the same thing. Concurrency levels and request counts may
+# differ (compare shows what both have); these may not, or the numbers answer different
+# questions.
+WORKLOAD_FIELDS: tuple[tuple[str, str], ...] = (
+    ("config", "lengths"),
+    ("config", "sweep_tokens"),
+    ("config", "natural"),
+    ("workload", "prompts"),
+    ("workload", "prompt_names"),
+    ("workload", "natural_length"),
+)
+
+
+@dataclass
+class Run:
+    """One loaded run: its result document, a short label and a colour."""
+
+    doc: dict[str, Any]
+    path: Path  # the result.json
+    label: str = ""
+    color: str = PALETTE[0]
+    _records: list[RequestRecord] | None = field(default=None, repr=False)
+
+    @property
+    def dir(self) -> Path:
+        return self.path.parent
+
+    @property
+    def phases(self) -> list[dict[str, Any]]:
+        return [p for p in self.doc.get("phases") or [] if isinstance(p, dict)]
+
+    def phase(self, name: str) -> dict[str, Any] | None:
+        return next((p for p in self.phases if p.get("name") == name), None)
+
+    def kind(self, kind: str) -> list[dict[str, Any]]:
+        """Phases of one kind (single, burst, sustained), in the order they ran."""
+        return [p for p in self.phases if p.get("kind") == kind]
+
+    def sweep_phase(self, kind: str, concurrency: int) -> dict[str, Any] | None:
+        return next((p for p in self.kind(kind) if p.get("concurrency") == concurrency), None)
+
+    def single_phase(self, length: int) -> dict[str, Any] | None:
+        return next((p for p in self.kind("single") if p.get("max_tokens") == length), None)
+
+    @property
+    def has_records(self) -> bool:
+        return (self.dir / REQUESTS_FILE).exists()
+
+    @cached_property
+    def records_by_phase(self) -> dict[str, list[RequestRecord]]:
+        """Records of requests.jsonl grouped by phase name; empty when the file is absent."""
+        p = self.dir / REQUESTS_FILE
+        if not p.exists():
+            return {}
+        try:
+            recs = read_records(p)
+        except (orjson.JSONDecodeError, TypeError) as e:
+            raise UsageError(f"{p}: not a genbench requests file ({e})") from None
+        except OSError as e:
+            raise UsageError(f"{p}: cannot read it ({e.strerror or e})") from None
+        out: dict[str, list[RequestRecord]] = defaultdict(list)
+        for r in recs:
+            out[r.phase].append(r)
+        return dict(out)
+
+    def records(self, phase_name: str) -> list[RequestRecord]:
+        return self.records_by_phase.get(phase_name, [])
+
+    @property
+    def model(self) -> str:
+        return str((self.doc.get("target") or {}).get("model") or "?")
+
+    @property
+    def server(self) -> str:
+        s = (self.doc.get("target") or {}).get("server") or {}
+        return " ".join(str(x) for x in (s.get("kind"), s.get("version")) if x) or "unknown server"
+
+    @property
+    def plan(self) -> Any | None:
+        """The forecast written next to the result (plan.json), when there is one."""
+        p = self.dir / "plan.json"
+        if not p.exists():
+            return None
+        try:
+            return orjson.loads(p.read_bytes())
+        except (orjson.JSONDecodeError, OSError):
+            return None
+
+
+def load_runs(paths: list[str] | list[Path]) -> list[Run]:
+    """Load every run, label each by its directory name (made unique), colour by position."""
+    runs = []
+    for i, p in enumerate(paths):
+        doc = load_result(p)
+        path = Path(doc.pop("_path"))
+        runs.append(Run(doc, path, color=PALETTE[i % len(PALETTE)]))
+    seen: dict[str, int] = {}
+    for run in runs:
+        base = run.dir.name or str(run.dir)
+        seen[base] = seen.get(base, 0) + 1
+        run.label = base if seen[base] == 1 else f"{base}#{seen[base]}"
+    return runs
+
+
+def _get(doc: dict[str, Any], section: str, key: str) -> Any:
+    return (doc.get(section) or {}).get(key)
+
+
+def workload_differences(runs: list[Run]) -> list[str]:
+    """What differs between each run and the first, as short phrases ('' when nothing)."""
+    base = runs[0]
+    diffs = []
+    for run in runs[1:]:
+        for section, key in WORKLOAD_FIELDS:
+            a, b = _get(base.doc, section, key), _get(run.doc, section, key)
+            if a != b:
+                diffs.append(
+                    f"{section}.{key} {_show(a)} in {base.label} vs {_show(b)} in {run.label}"
+                )
+    return diffs
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, list):
+        return "[" + ",".join(str(x) for x in v) + "]"
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def concurrencies(runs: list[Run], kind: str) -> list[int]:
+    """Concurrency levels of `kind` phases found in any run, ascending."""
+    return sorted(
+        {int(p["concurrency"]) for r in runs for p in r.kind(kind) if p.get("concurrency")}
+    )
+
+
+def lengths(runs: list[Run]) -> list[int]:
+    return sorted({int(p["max_tokens"]) for r in runs for p in r.kind("single")})

@@ -33,6 +33,7 @@ _DATA = b"data:"
 _DONE = b"[DONE]"
 _A, _R = ord(ANSWER), ord(THINKING)
 _MAX_ERROR_BODY = 64 * 1024
+_STALE_RETRIES = 2
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,19 @@ class Client:
         CancelledError propagates."""
         rec = record if record is not None else self.new_record(req, phase)
         data = orjson.dumps(self.payload(req))
+        for attempt in range(_STALE_RETRIES + 1):
+            stale = await self._attempt(rec, data, last=attempt == _STALE_RETRIES)
+            if not stale:
+                break
+            rec.extra["stale_connection_retries"] = attempt + 1
+        if rec.t_end is None:
+            rec.t_end = time.perf_counter()
+        return rec
+
+    async def _attempt(self, rec: RequestRecord, data: bytes, last: bool) -> bool:
+        """One try. True when the pooled connection was already closed by the server and the
+        request never left: some servers (llama.cpp) close a keep-alive connection after a
+        streamed reply, racing a client that reuses it at once. Such a request is resent."""
         got_response = False
         rec.sent_at = time.time()
         rec.t_send = t0 = time.perf_counter()
@@ -221,11 +235,11 @@ class Client:
             self._fail(rec, ErrorKind.CANCELLED, "cancelled")
             raise
         except Exception as e:  # every transport failure becomes a record
+            if not got_response and not last and _is_stale_connection(e):
+                return True
             kind = classify_exception(e, got_response)
             self._fail(rec, kind, _describe(e, kind))
-        if rec.t_end is None:
-            rec.t_end = time.perf_counter()
-        return rec
+        return False
 
     def _fail(self, rec: RequestRecord, kind: ErrorKind, message: str) -> None:
         if rec.error_kind is None:
@@ -380,6 +394,17 @@ class Client:
             rec.tokens_estimated = True
         if not rec.finish_reason:
             self._fail(rec, ErrorKind.INCOMPLETE_STREAM, "response without a finish_reason")
+
+
+def _is_stale_connection(e: BaseException) -> bool:
+    """A reused keep-alive connection that the server had closed: nothing was processed."""
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return False  # a new connection that failed: the server is really unreachable
+    return isinstance(e, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError) and (
+        isinstance(e, aiohttp.ServerDisconnectedError)
+        or "write request body" in str(e)
+        or isinstance(e.__cause__ or e.__context__, ConnectionResetError | BrokenPipeError)
+    )
 
 
 def _is_event_stream(headers: Mapping[str, str]) -> bool:

@@ -1,0 +1,63 @@
+"""genbench against the real local llama.cpp engine (the default target of `genbench run`).
+
+This is the path a new user takes first: `genbench run --quick` with no --url builds the
+tiny model, starts llama.cpp on a free loopback port and benchmarks it. The token totals
+must equal llama.cpp's own /metrics counter deltas in every phase.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import genbench
+
+from genbench.records import read_records
+
+pytestmark = pytest.mark.llamacpp
+
+
+@pytest.fixture(scope="module")
+def llama():
+    from genbench.engine.llamacpp import LocalLlamaServer
+
+    with LocalLlamaServer(n_parallel=8) as srv:
+        yield srv
+
+
+def test_check_against_real_llamacpp(llama):
+    p = genbench("check", "--url", llama.base_url, "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["ok"] and doc["server"]["kind"] == "llama.cpp"
+    assert doc["completion_tokens"] and doc["ttft_s"] > 0
+
+
+def test_check_reports_a_dead_llamacpp():
+    from genbench.engine.llamacpp import LocalLlamaServer
+
+    srv = LocalLlamaServer(n_parallel=2).start()
+    url = srv.base_url
+    srv.stop()
+    p = genbench("check", "--url", url)
+    assert p.returncode == 3 and "nothing is listening" in p.stderr
+
+
+def test_default_run_quick_matches_the_servers_counters(tmp_path):
+    out = tmp_path / "r"
+    p = genbench("run", "--quick", "--out", str(out), timeout=600)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "local demo target" in p.stdout
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["status"] == "complete" and doc["target"]["local_demo"] is True
+    assert doc["target"]["server"]["kind"] == "llama.cpp"
+    for ph in doc["phases"]:
+        s, m = ph["summary"], ph["server_metrics"]
+        assert s["failed"] == 0, (ph["name"], s["errors"])
+        assert m and m["dialect"] == "llama.cpp"
+        assert s["output_tokens"] == m["generation_tokens"], ph["name"]
+        if ph["kind"] != "warmup":
+            assert ph["length_forced"] is True, ph["name"]
+    recs = read_records(out / "requests.jsonl")
+    assert len(recs) == sum(ph["summary"]["requests"] for ph in doc["phases"])
+    assert "single stream" in p.stdout and "concurrency sweep" in p.stdout

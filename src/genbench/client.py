@@ -33,7 +33,7 @@ _DATA = b"data:"
 _DONE = b"[DONE]"
 _A, _R = ord(ANSWER), ord(THINKING)
 _MAX_ERROR_BODY = 64 * 1024
-_STALE_RETRIES = 2
+_STALE_RETRIES = 8
 
 
 @dataclass(frozen=True)
@@ -153,6 +153,7 @@ class Client:
         self._own_session = session is None
         self._url = endpoint.base_url + "/chat/completions"
         self._headers = endpoint.headers()
+        self.fresh_connections = False  # set once the server is seen closing kept-alive ones
 
     async def __aenter__(self) -> Client:
         return self
@@ -204,6 +205,11 @@ class Client:
             if not stale:
                 break
             rec.extra["stale_connection_retries"] = attempt + 1
+            if not self.fresh_connections:
+                # this server closes connections it advertised as kept alive: stop reusing
+                # them, or every pooled connection races the server's close
+                self.fresh_connections = True
+                self._headers = {**self._headers, "Connection": "close"}
         if rec.t_end is None:
             rec.t_end = time.perf_counter()
         return rec

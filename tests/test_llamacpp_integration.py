@@ -56,6 +56,7 @@ def test_default_run_quick_matches_the_servers_counters(tmp_path):
         assert s["failed"] == 0, (ph["name"], s["errors"])
         assert m and m["dialect"] == "llama.cpp"
         assert s["output_tokens"] == m["generation_tokens"], ph["name"]
+        assert s["prompt_tokens"] == m["prompt_tokens"], ph["name"]  # cached ones included
         if ph["kind"] != "warmup":
             assert ph["length_forced"] is True, ph["name"]
     recs = read_records(out / "requests.jsonl")

@@ -33,6 +33,8 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "prompt_tokens": (
         "vllm:prompt_tokens_total",
         "sglang:prompt_tokens_total",
+        # llama.cpp counts prompt tokens served from its prompt cache apart
+        "llamacpp:prompt_tokens_total+llamacpp:prompt_tokens_cached_total",
         "llamacpp:prompt_tokens_total",
         "sim:prompt_tokens_total",
     ),
@@ -104,6 +106,10 @@ class Snapshot:
     dialect: str | None = None
 
     def total(self, name: str) -> float | None:
+        """Sum of a metric's samples; `a+b` names the sum of two metrics (None if one lacks)."""
+        if "+" in name:
+            parts = [self.total(n) for n in name.split("+")]
+            return None if any(p is None for p in parts) else sum(p or 0.0 for p in parts)
         rows = self.samples.get(name)
         return None if not rows else sum(v for _, v in rows)
 

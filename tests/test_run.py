@@ -288,3 +288,30 @@ def test_failures_among_the_first_requests_keep_the_steady_window(sim_factory, t
     assert p.returncode == 0, p.stderr
     s = phase(load(out), "sustained-c8")["summary"]
     assert s["failed"] > 0 and s["steady_tps"] is not None
+
+
+def test_extra_body_reaches_the_server(sim_factory, tmp_path):
+    # the sim honours chat_template_kwargs.enable_thinking=false: no thinking tokens
+    sim = sim_factory(*SIM_ARGS, "--thinking-tokens", "10")
+    out = tmp_path / "r"
+    p = genbench(
+        "run",
+        "--url",
+        sim.url,
+        "--warmup",
+        "0",
+        "--lengths",
+        "30",
+        "--prompts",
+        "2",
+        "--skip",
+        "sweep",
+        "--out",
+        str(out),
+        "--extra-body",
+        '{"chat_template_kwargs": {"enable_thinking": false}}',
+    )
+    assert p.returncode == 0, p.stderr
+    assert phase(load(out), "single-30")["summary"]["thinking_tokens"] == 0
+    p = genbench("run", "--url", sim.url, "--extra-body", "[1]", "--out", str(tmp_path / "x"))
+    assert p.returncode == 2 and "--extra-body" in p.stderr

@@ -53,6 +53,7 @@ class RunConfig:
     temperature: float = 0.0
     timeout: float = 600.0
     skip: list[str] = field(default_factory=list)  # phases to skip: warmup, single, sweep
+    extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request
 
     def validate(self) -> None:
         if not self.lengths and "single" not in self.skip:
@@ -228,7 +229,7 @@ class Runner:
         self.metrics = metrics
 
     def _params(self, max_tokens: int, force: bool) -> dict[str, Any]:
-        params: dict[str, Any] = {"temperature": self.cfg.temperature}
+        params: dict[str, Any] = {"temperature": self.cfg.temperature, **self.cfg.extra_body}
         if force:
             params.update(forced_length_params(self.kind, max_tokens))
         return params
@@ -357,7 +358,7 @@ class Runner:
                             f"warmup-{i}",
                             messages(WARMUP_PROMPT),
                             cfg.warmup_tokens,
-                            {"temperature": cfg.temperature},
+                            self._params(cfg.warmup_tokens, force=False),
                         )
                         for i in range(cfg.warmup)
                     ]

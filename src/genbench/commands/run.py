@@ -37,6 +37,19 @@ def parse_int_list(flag: str, text: str) -> list[int]:
     return out_
 
 
+def parse_extra_body(text: str) -> dict[str, Any]:
+    try:
+        body = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise UsageError(f"--extra-body is not valid JSON ({e}): {text!r}") from None
+    if not isinstance(body, dict):
+        raise UsageError(f"--extra-body must be a JSON object, got {text!r}")
+    reserved = {"model", "messages", "stream", "stream_options"} & body.keys()
+    if reserved:
+        raise UsageError(f"--extra-body may not set {', '.join(sorted(reserved))}")
+    return body
+
+
 class ConsoleListener(Listener):
     """Live progress per phase, then one line per finished phase."""
 
@@ -269,6 +282,13 @@ def run(
     timeout: float = typer.Option(
         600.0, "--timeout", help="Seconds of silence before a request is abandoned."
     ),
+    extra_body: str | None = typer.Option(
+        None,
+        "--extra-body",
+        metavar="JSON",
+        help='Fields merged into every request, e.g. \'{"chat_template_kwargs": '
+        '{"enable_thinking": false}}\'.',
+    ),
     skip: str = typer.Option("", "--skip", help="Phases to skip: warmup,single,sweep."),
     quick: bool = typer.Option(False, "--quick", help="A short run: fewer lengths and levels."),
     out_dir: Path | None = typer.Option(None, "--out", help="Result directory [genbench-runs/…]."),
@@ -303,6 +323,8 @@ def run(
     ):
         if v is not None:
             setattr(cfg, name, v)
+    if extra_body is not None:
+        cfg.extra_body = parse_extra_body(extra_body)
     cfg.validate()
     console = err if json else out
     ctx: AbstractContextManager[Any] = nullcontext()

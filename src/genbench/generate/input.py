@@ -1,0 +1,509 @@
+"""Read the prompt file: JSON Lines (optionally gzipped) or Parquet rows -> validated `Row`s.
+
+Two passes, on purpose. `scan` reads the whole file before any request is sent: a
+malformed line 900,000 must fail in seconds, not after a night of generation. It also
+counts the rows (the ETA needs the total) and finds duplicate ids. It keeps only ids,
+never rows, so memory does not grow with prompt length. `iter_rows` then streams the
+rows still to do, parsing each line again.
+
+A row is an object with
+  * `id` (text or integer); without one, genbench derives a stable id from the row's
+    content (blake2b of its messages and params), so reordering or reformatting the
+    file keeps ids;
+  * the prompt: `conversations` or `messages` (a list of {role, content}, or ShareGPT's
+    {from, value}), or `prompt` (text) with an optional `system` (text);
+  * optional `params`: sampling fields for this row only (temperature, max_tokens, ...).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from genbench.errors import InputFileError, UsageError
+from genbench.generate.params import check_row_params
+
+ROLES = ("system", "developer", "user", "assistant")
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "chatgpt": "assistant", "bot": "assistant"}
+PROMPT_KEYS = ("conversations", "messages")
+BOM = b"\xef\xbb\xbf"
+RAW_LIMIT = 2000  # characters of a bad line kept in the errors file
+
+
+class RowError(InputFileError):
+    """A bad row: 'FILE, line N: ...' for JSONL, 'FILE, row N: ...' for Parquet."""
+
+    def __init__(self, path: object, where: str, problem: str, field: str | None = None):
+        what = f"field '{field}': {problem}" if field else problem
+        UsageError.__init__(self, f"{path}, {where}: {what}")
+        self.path, self.line, self.field = path, None, field
+
+
+@dataclass(slots=True)
+class Row:
+    """One prompt to (re)generate. `messages` are normalised to {role, content[, reasoning]}.
+    `id` is the key (text); `out_id` is the id as the input gave it (an integer stays one)."""
+
+    id: str
+    messages: list[dict[str, Any]]
+    params: dict[str, Any]
+    line: int
+    out_id: str | int | None = None
+
+    @property
+    def output_id(self) -> str | int:
+        return self.id if self.out_id is None else self.out_id
+
+
+@dataclass(slots=True)
+class BadRow:
+    """A row that cannot be sent; with --skip-invalid it goes to the errors file."""
+
+    line: int
+    id: str | None
+    problem: str
+    field: str | None = None
+    raw: str | None = None
+
+    def describe(self) -> str:
+        return f"field '{self.field}': {self.problem}" if self.field else self.problem
+
+
+class _Bad(Exception):
+    def __init__(self, problem: str, field: str | None = None, id: str | None = None) -> None:
+        super().__init__(problem)
+        self.problem, self.field, self.id = problem, field, id
+
+
+@dataclass
+class InputScan:
+    """What the first pass found. `todo` holds the ids still to generate in this shard."""
+
+    path: Path
+    kind: str  # jsonl | parquet
+    rows: int = 0  # valid rows that belong to this shard (done or not)
+    done: int = 0  # of which already done in the output directory
+    failed: int = 0  # of which failed in an earlier run (in the errors file)
+    derived: int = 0  # rows whose id genbench derived from the content
+    todo: set[str] = field(default_factory=set)
+    bad: list[BadRow] = field(default_factory=list)
+    bad_lines: set[int] = field(default_factory=set)
+    last_line: int | None = None  # --limit: pass 2 stops here
+
+    @property
+    def where(self) -> str:
+        return "row" if self.kind == "parquet" else "line"
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """`--shard i/N`: this client takes the ids whose stable hash is i-1 modulo N."""
+
+    index: int  # 1-based
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> ShardSpec:
+        a, sep, b = text.partition("/")
+        try:
+            i, n = int(a), int(b)
+        except ValueError:
+            i = n = 0
+        if not sep or n < 1 or not 1 <= i <= n:
+            raise UsageError(f"--shard '{text}': expected i/N with 1 <= i <= N, e.g. 1/4")
+        return cls(i, n)
+
+    def owns(self, row_id: str) -> bool:
+        return self.count == 1 or stable_hash(row_id) % self.count == self.index - 1
+
+    @property
+    def tag(self) -> str:
+        return f"{self.index}of{self.count}"
+
+
+def stable_hash(text: str) -> int:
+    """64-bit hash that is the same on every host and Python version (unlike `hash`)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+def derive_id(messages: list[dict[str, Any]], params: dict[str, Any]) -> str:
+    blob = orjson.dumps([messages, params], option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(blob, digest_size=8).hexdigest()
+
+
+def input_kind(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith(".parquet") or name.endswith(".pq"):
+        return "parquet"
+    return "jsonl"
+
+
+# -- parsing one row ------------------------------------------------------------------------
+
+
+def _id_of(obj: dict[str, Any]) -> str | None:
+    raw = obj.get("id")
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, str | int):
+        raise _Bad(f"expected text or an integer, got {type(raw).__name__}", "id")
+    text = str(raw)
+    if not text:
+        raise _Bad("is empty", "id")
+    return text
+
+
+def _content(value: Any, where: str, role: str) -> Any:
+    if value is None:
+        if role == "assistant":
+            return ""
+        raise _Bad("missing content", where)
+    if isinstance(value, str | list):
+        return value
+    raise _Bad(f"expected text or a list of parts, got {type(value).__name__}", where)
+
+
+def _turns(value: Any, key: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise _Bad("expected a non-empty list of {role, content}", key)
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise _Bad(f"expected an object, got {type(item).__name__}", f"{key}[{i}]")
+        role = item.get("role")
+        if role is None and item.get("from") is not None:
+            role = SHAREGPT_ROLES.get(str(item["from"]).lower(), str(item["from"]).lower())
+        if role not in ROLES:
+            got = "no role" if role is None else f"role {role!r}"
+            raise _Bad(f"{got}: expected one of {', '.join(ROLES)}", f"{key}[{i}].role")
+        raw = item.get("content")
+        if raw is None:
+            raw = item.get("value")
+        turn = {"role": role, "content": _content(raw, f"{key}[{i}].content", role)}
+        if role == "assistant" and isinstance(item.get("reasoning_content"), str):
+            turn["reasoning_content"] = item["reasoning_content"]
+        out.append(turn)
+    if not any(t["role"] == "user" for t in out):
+        raise _Bad("no user turn to answer", key)
+    return out
+
+
+def _messages(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    for key in PROMPT_KEYS:
+        if obj.get(key) is not None:
+            return _turns(obj[key], key)
+    prompt = obj.get("prompt")
+    if prompt is None:
+        raise _Bad(
+            "no prompt: expected 'conversations' or 'messages' (a list of {role, content}) "
+            "or 'prompt' (text)"
+        )
+    if not isinstance(prompt, str):
+        raise _Bad(f"expected text, got {type(prompt).__name__}", "prompt")
+    msgs: list[dict[str, Any]] = []
+    system = obj.get("system")
+    if system is not None:
+        if not isinstance(system, str):
+            raise _Bad(f"expected text, got {type(system).__name__}", "system")
+        msgs.append({"role": "system", "content": system})
+    msgs.append({"role": "user", "content": prompt})
+    return msgs
+
+
+def _params(obj: dict[str, Any]) -> dict[str, Any]:
+    raw = obj.get("params")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise _Bad(f"expected an object of sampling fields, got {type(raw).__name__}", "params")
+    params = {k: v for k, v in raw.items() if v is not None}  # Parquet structs pad with nulls
+    problem = check_row_params(params)
+    if problem:
+        raise _Bad(problem[1], f"params.{problem[0]}" if problem[0] else "params")
+    return params
+
+
+def parse_row(obj: Any, line: int, row_id: str | None = None) -> Row:
+    """Validate one decoded row; raises _Bad naming the field."""
+    if not isinstance(obj, dict):
+        kind = "an array" if isinstance(obj, list) else type(obj).__name__
+        raise _Bad(f"expected a JSON object per line (JSON Lines), got {kind}")
+    if row_id is None:
+        row_id = _id_of(obj)
+    try:
+        messages = _messages(obj)
+        params = _params(obj)
+    except _Bad as b:
+        b.id = row_id
+        raise
+    raw = obj.get("id") if row_id is not None else None
+    out_id = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+    return Row(row_id or derive_id(messages, params), messages, params, line, out_id)
+
+
+def fast_id(s: bytes) -> str | None:
+    """The id of a line that starts with a plain string id (genbench's own output and most
+    generated files do), without parsing the rest: resume skips 1M done rows by this.
+    None when it cannot be sure (escapes, an integer id, another key first)."""
+    if s[:7] == b'{"id":"':
+        start = 7
+    elif s[:8] == b'{"id": "':
+        start = 8
+    else:
+        return None
+    end = s.find(b'"', start)
+    if end <= start:
+        return None
+    raw = s[start:end]
+    if b"\\" in raw:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _decode(s: bytes) -> Any:
+    """JSON from one line, with the problem said plainly (encoding first: it explains most)."""
+    try:
+        return orjson.loads(s)
+    except orjson.JSONDecodeError as e:
+        try:
+            s.decode("utf-8")
+        except UnicodeDecodeError as u:
+            raise _Bad(
+                f"not UTF-8 text (byte 0x{s[u.start]:02x} at column {u.start + 1}); "
+                "re-encode the file as UTF-8"
+            ) from None
+        hint = (
+            "; a JSON array? genbench reads JSON Lines, one object per line"
+            if s[:1] == b"["
+            else ""
+        )
+        raise _Bad(f"not valid JSON ({e.msg} at column {e.colno}){hint}") from None
+
+
+# -- reading files --------------------------------------------------------------------------
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, stripped bytes) of non-blank lines."""
+    opener: Any = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            for n, line in enumerate(f, 1):
+                s = line.strip()
+                if n == 1 and s.startswith(BOM):
+                    s = s[3:].strip()
+                if s:
+                    yield n, s
+    except OSError as e:  # e.g. a truncated gzip stream
+        raise InputFileError(path, None, f"cannot read it ({e.strerror or e})") from None
+
+
+def _parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError(
+            f"{path}: reading Parquet needs pyarrow: pip install 'genbench[parquet]'"
+        ) from None
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises its own error types for bad files
+        raise InputFileError(path, None, f"not a readable Parquet file ({e})") from None
+    names = set(pf.schema_arrow.names)
+    cols = [c for c in ("id", *PROMPT_KEYS, "prompt", "system", "params") if c in names]
+    if not cols:
+        raise InputFileError(path, None, f"no usable columns (has: {', '.join(sorted(names))})")
+    n = 0
+    for batch in pf.iter_batches(batch_size=2048, columns=cols):
+        for obj in batch.to_pylist():
+            n += 1
+            yield n, obj
+
+
+def _check_exists(path: Path) -> None:
+    if not path.exists():
+        raise UsageError(f"--input {path}: no such file")
+    if path.is_dir():
+        raise UsageError(f"--input {path}: is a directory, expected a .jsonl or .parquet file")
+
+
+def scan(
+    path: Path,
+    done: set[str] | frozenset[str] = frozenset(),
+    failed: set[str] | frozenset[str] = frozenset(),
+    *,
+    shard: ShardSpec | None = None,
+    skip_invalid: bool = False,
+    limit: int | None = None,
+    known_bad: set[str] | frozenset[str] = frozenset(),
+) -> InputScan:
+    """First pass: validate every row, count, find duplicates; raise on the first problem
+    unless `skip_invalid`. Rows whose id is in `done` or `failed` (this shard's output of
+    earlier runs) are counted, not validated: resume must be fast. `known_bad`: keys ('id'
+    or 'line:N') of the errors file, so invalid rows are not reported twice."""
+    _check_exists(path)
+    res = InputScan(path=path, kind=input_kind(path))
+    shard = shard or ShardSpec(1, 1)
+    where = res.where
+    # Ids of earlier runs are used up as they are met, so meeting one again is a duplicate;
+    # new ids live in res.todo and invalid ones in bad_ids: no separate set of all ids.
+    left_done, left_failed = set(done), set(failed)
+    todo = res.todo
+    bad_ids: set[str] = set()
+
+    def bad(n: int, b: _Bad, raw: Any) -> None:
+        if not skip_invalid:
+            raise RowError(path, f"{where} {n}", b.problem, b.field)
+        res.bad_lines.add(n)
+        if b.id is not None:
+            bad_ids.add(b.id)
+        elif shard.index != 1:
+            return  # id-less bad rows are reported by shard 1 only
+        key = b.id if b.id is not None else f"line:{n}"
+        if key not in known_bad:
+            res.bad.append(BadRow(n, b.id, b.problem, b.field, _raw(raw)))
+
+    def earlier(row_id: str) -> bool:
+        if row_id in left_done:
+            left_done.remove(row_id)
+            res.done += 1
+            return True
+        if row_id in left_failed:
+            left_failed.remove(row_id)
+            res.failed += 1
+            return True
+        return False
+
+    def seen(row_id: str) -> bool:  # after earlier() said no
+        return row_id in todo or row_id in bad_ids or row_id in done or row_id in failed
+
+    def full(n: int) -> bool:
+        res.rows += 1
+        if limit is not None and res.rows >= limit:
+            res.last_line = n
+            return True
+        return False
+
+    rows: Iterator[tuple[int, Any]] = _parquet(path) if res.kind == "parquet" else _jsonl(path)
+    for n, item in rows:
+        if type(item) is bytes:
+            fid = fast_id(item)
+            if fid is not None and fid in left_done:  # the hot path of a resume
+                left_done.remove(fid)
+                res.done += 1
+                if full(n):
+                    break
+                continue
+        try:
+            obj = _decode(item) if type(item) is bytes else item
+            row_id = _id_of(obj) if isinstance(obj, dict) else None
+        except _Bad as b:
+            bad(n, b, item)
+            continue
+        if row_id is not None:
+            if not shard.owns(row_id):
+                continue
+            if earlier(row_id):
+                if full(n):
+                    break
+                continue
+            if seen(row_id):
+                bad(n, _dup(path, row_id, n, res.kind, shard, skip_invalid), item)
+                continue
+        try:
+            row = parse_row(obj, n, row_id)
+        except _Bad as b:
+            bad(n, b, item)
+            continue
+        if row_id is None:
+            if not shard.owns(row.id):
+                continue
+            res.derived += 1
+            if earlier(row.id):
+                if full(n):
+                    break
+                continue
+            if seen(row.id):
+                bad(n, _dup(path, row.id, n, res.kind, shard, skip_invalid, True), item)
+                continue
+        todo.add(row.id)
+        if full(n):
+            break
+    return res
+
+
+def _dup(
+    path: Path,
+    row_id: str,
+    n: int,
+    kind: str,
+    shard: ShardSpec,
+    skip_invalid: bool,
+    derived: bool = False,
+) -> _Bad:
+    what = "duplicate row: the same content" if derived else f"duplicate id {row_id!r}"
+    if skip_invalid:
+        return _Bad(f"{what} as an earlier {'row' if kind == 'parquet' else 'line'}", "id", row_id)
+    first = _first_line(path, row_id, n, shard)
+    unit = "row" if kind == "parquet" else "line"
+    at = f" as {unit} {first}" if first else f" as an earlier {unit}"
+    hint = " (ids are derived from the content when a row has none)" if derived else ""
+    return _Bad(f"{what}{at}{hint}; ids must be unique", "id", row_id)
+
+
+def _first_line(path: Path, row_id: str, before: int, shard: ShardSpec) -> int | None:
+    """Where an id first appeared: only on the error path, so a rescan is cheap enough."""
+    for row in iter_rows(path, {row_id}, set(), shard=shard, last_line=before - 1):
+        if isinstance(row, Row):
+            return row.line
+    return None
+
+
+def _raw(item: Any) -> str:
+    if isinstance(item, bytes):
+        text = item.decode("utf-8", "replace")
+    else:
+        text = orjson.dumps(item, default=str).decode()
+    return text if len(text) <= RAW_LIMIT else text[:RAW_LIMIT] + "…"
+
+
+def iter_rows(
+    path: Path,
+    todo: set[str],
+    bad_lines: set[int],
+    *,
+    shard: ShardSpec | None = None,
+    last_line: int | None = None,
+) -> Iterator[Row | BadRow]:
+    """Second pass: the rows whose id is in `todo`, in file order. A row that no longer
+    parses (the file changed since `scan`) comes back as a BadRow."""
+    kind = input_kind(path)
+    shard = shard or ShardSpec(1, 1)
+    rows: Iterator[tuple[int, Any]] = _parquet(path) if kind == "parquet" else _jsonl(path)
+    for n, item in rows:
+        if last_line is not None and n > last_line:
+            return
+        if n in bad_lines:
+            continue
+        if isinstance(item, bytes) and (fid := fast_id(item)) is not None and fid not in todo:
+            continue
+        try:
+            obj = _decode(item) if isinstance(item, bytes) else item
+            row_id = _id_of(obj) if isinstance(obj, dict) else None
+            if row_id is not None and row_id not in todo:
+                continue
+            row = parse_row(obj, n, row_id)
+        except _Bad as b:
+            yield BadRow(n, b.id, "changed since it was checked: " + b.problem, b.field, _raw(item))
+            continue
+        if row.id in todo and shard.owns(row.id):
+            yield row

@@ -1,0 +1,131 @@
+"""The servers a job sends to: which are up, and how a dead one comes back.
+
+A server is taken out the moment it refuses a connection (nothing listens: killed, out
+of memory, restarting) or, after a stream broke off or went silent, when its /health
+does not answer either. Its workers then wait; the rows it had in flight go back to the
+queue and flow to servers that have room. A task polls /health with backoff and puts
+the server back in when it answers 200, so a restarted server rejoins by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from genbench.client import Client
+from genbench.endpoint import Endpoint
+
+UP, DOWN = "up", "down"
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    url: str
+    concurrency: int
+
+
+class Server:
+    """One server of the pool, its client, its state and its counters."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        client: Client,
+        concurrency: int,
+        *,
+        poll_first: float = 0.25,
+        poll_max: float = 5.0,
+        probe_timeout: float = 3.0,
+        on_change: Callable[[Server, str], None] | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.client = client
+        self.name = endpoint.base_url
+        self.concurrency = concurrency
+        self.state = UP
+        self.up_event = asyncio.Event()
+        self.up_event.set()
+        self.down_since: float | None = None
+        self.downs = 0
+        self.in_flight = 0
+        self.poll_first, self.poll_max, self.probe_timeout = poll_first, poll_max, probe_timeout
+        self.on_change = on_change
+        self._poller: asyncio.Task[None] | None = None
+        self._probe: asyncio.Task[bool] | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.state == UP
+
+    def mark_down(self, reason: str) -> None:
+        """Take the server out and start polling it; a no-op if it is already out."""
+        if self.state == DOWN:
+            return
+        self.state = DOWN
+        self.up_event.clear()
+        self.down_since = time.monotonic()
+        self.downs += 1
+        if self.on_change is not None:
+            self.on_change(self, reason)
+        self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    def _mark_up(self) -> None:
+        gone = time.monotonic() - (self.down_since or time.monotonic())
+        self.state = UP
+        self.down_since = None
+        self.up_event.set()
+        if self.on_change is not None:
+            self.on_change(self, f"back after {gone:.0f} s")
+
+    async def _poll(self) -> None:
+        delay = self.poll_first
+        while True:
+            await asyncio.sleep(delay)
+            if await self.probe():
+                self._mark_up()
+                return
+            delay = min(delay * 2, self.poll_max)
+
+    def probe(self) -> asyncio.Task[bool]:
+        """Is /health answering 200? Concurrent callers share one probe."""
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.get_running_loop().create_task(self._health())
+        return self._probe
+
+    async def _health(self) -> bool:
+        # its own small session: independent of the client's transport and its dead pool
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        session = self._session
+        timeout = aiohttp.ClientTimeout(total=self.probe_timeout)
+        headers = self.endpoint.headers()
+        try:
+            async with session.get(
+                self.endpoint.root + "/health", headers=headers, timeout=timeout
+            ) as r:
+                await r.read()
+                if r.status == 200:
+                    return True
+                if r.status not in (401, 403, 404, 405):
+                    return False
+            # no /health (or behind auth): the model list tells whether it serves
+            async with session.get(
+                self.endpoint.base_url + "/models", headers=headers, timeout=timeout
+            ) as r:
+                await r.read()
+                return r.status == 200
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return False
+
+    async def close(self) -> None:
+        for t in (self._poller, self._probe):
+            if t is not None and not t.done():
+                t.cancel()
+        if self._session is not None:
+            await self._session.close()
+        await self.client.close()

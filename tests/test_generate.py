@@ -1,0 +1,560 @@
+"""`genbench generate` against real servers on 127.0.0.1: the sim, and vLLM when available.
+
+What must hold, whatever happens to the client or the servers: every input id ends up
+exactly once in the data files (or in the errors file, with its kind), and no data file
+has a line a JSON reader would choke on.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from conftest import genbench
+from tests_helpers import closed_port_url
+
+from genbench.generate.input import ShardSpec, derive_id, scan
+from genbench.generate.params import job_params, merge
+from genbench.generate.progress import Progress
+from genbench.generate.store import scan_jsonl_shard
+from genbench.sim.process import SimProcess
+
+SIM = ("--tps", "1000", "--per-seq-ms", "0.2", "--ttft-ms", "5", "--output-len", "uniform:20:60")
+FAST = ("--retry-backoff", "0.05", "--progress-every", "1")
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim() -> Any:
+    """A healthy sim shared by the tests that do not kill it or inject faults."""
+    with SimProcess(*SIM, "--thinking-tokens", "5") as p:
+        yield p
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The CLI in this process: for failures that happen before any request."""
+    from genbench.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(list(args))
+    cap = capsys.readouterr()
+    return int(e.value.code or 0), cap.out, cap.err
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def prompts(n: int, start: int = 0) -> list[dict[str, Any]]:
+    return [
+        {"id": f"r{i}", "messages": [{"role": "user", "content": f"question number {i}"}]}
+        for i in range(start, start + n)
+    ]
+
+
+def data_rows(out: Path) -> list[dict[str, Any]]:
+    """Every row of every data file; fails on any line that is not complete JSON."""
+    rows: list[dict[str, Any]] = []
+    for p in sorted(out.glob("data*.jsonl")):
+        raw = p.read_bytes()
+        assert not raw or raw.endswith(b"\n"), f"{p.name} ends with a torn line"
+        rows += [orjson.loads(line) for line in raw.splitlines()]
+    for p in sorted(out.glob("data*.parquet")):
+        import pyarrow.parquet as pq
+
+        rows += pq.read_table(p).to_pylist()
+    return rows
+
+
+def error_rows(out: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for p in out.iterdir():
+        if "error" in p.name and p.is_file():
+            rows += [orjson.loads(line) for line in p.read_bytes().splitlines()]
+    return rows
+
+
+def assert_exactly_once(out: Path, ids: list[str]) -> list[dict[str, Any]]:
+    rows = data_rows(out)
+    counts = Counter(r["id"] for r in rows)
+    dups = {k: v for k, v in counts.items() if v > 1}
+    assert not dups, f"duplicate ids: {dups}"
+    assert sorted(counts) == sorted(ids)
+    return rows
+
+
+def line_count(out: Path) -> int:
+    return sum(p.read_bytes().count(b"\n") for p in out.glob("data*.jsonl")) if out.exists() else 0
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def popen(tmp: Path, *args: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "genbench", "generate", *args],
+        stdout=open(tmp / "stdout.txt", "wb"),  # noqa: SIM115 - the child owns it
+        stderr=open(tmp / "stderr.txt", "wb"),  # noqa: SIM115
+        env=env,
+    )
+
+
+def gen(inp: Path, out: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return genbench("generate", "-i", str(inp), "-o", str(out), *FAST, *args, timeout=timeout)
+
+
+# -- the happy path and the output format ---------------------------------------------------
+
+
+def test_formats_turns_and_metadata(sim, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    rows = [
+        {  # SpecForge conversations: the old answer is dropped and regenerated
+            "id": "conv",
+            "conversations": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "hello"},
+                {"role": "assistant", "content": "OLD ANSWER"},
+            ],
+        },
+        {  # ShareGPT, two user turns: both answers regenerated, in order
+            "id": 7,
+            "conversations": [
+                {"from": "human", "value": "first question"},
+                {"from": "gpt", "value": "OLD 1"},
+                {"from": "human", "value": "second question"},
+                {"from": "gpt", "value": "OLD 2"},
+            ],
+        },
+        {"prompt": "no id here", "system": "sys"},  # id derived from the content
+        {"id": "p", "prompt": "per-row params", "params": {"max_tokens": 3}},
+    ]
+    write_rows(inp, rows)
+    out = tmp_path / "out"
+    p = gen(inp, out, "--url", sim.url, "-c", "4")
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "derived a stable one" in p.stdout
+    derived = derive_id(
+        [{"role": "system", "content": "sys"}, {"role": "user", "content": "no id here"}], {}
+    )
+    rows_out = data_rows(out)
+    assert sorted(map(str, (r["id"] for r in rows_out))) == sorted(["conv", "7", derived, "p"])
+    got = {r["id"]: r for r in rows_out}
+    assert 7 in got  # an integer id stays an integer
+
+    conv = got["conv"]["conversations"]
+    assert [t["role"] for t in conv] == ["system", "user", "assistant"]
+    assert conv[0]["content"] == "be brief" and "OLD" not in conv[2]["content"]
+    assert conv[2]["content"] and conv[2]["reasoning_content"]
+
+    multi = got[7]["conversations"]
+    assert [t["role"] for t in multi] == ["user", "assistant", "user", "assistant"]
+    assert all("OLD" not in t["content"] for t in multi)
+    assert got[7]["meta"]["turns"] == 2
+
+    meta = got["p"]["meta"]
+    assert meta["finish_reason"] == "length" and meta["truncated"] is True
+    assert meta["completion_tokens"] == 3
+    for key in ("server", "model", "prompt_tokens", "reasoning_tokens", "latency_s", "attempts"):
+        assert key in meta
+    assert meta["server"] == sim.url and meta["model"] == "genbench-sim"
+
+    # the same command again: nothing to do, nothing written, quickly
+    p2 = gen(inp, out, "--url", sim.url)
+    assert p2.returncode == 0 and "nothing to do" in p2.stdout
+    assert len(data_rows(out)) == 4
+
+
+def test_truncated_rows_can_go_to_the_errors_file(sim, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    write_rows(inp, prompts(6))
+    out = tmp_path / "out"
+    p = gen(inp, out, "--url", sim.url, "--max-tokens", "2", "--truncated", "error")
+    assert p.returncode == 0, p.stderr
+    assert data_rows(out) == []
+    errs = error_rows(out)
+    assert sorted(e["id"] for e in errs) == [f"r{i}" for i in range(6)]
+    assert {e["error_kind"] for e in errs} == {"truncated"}
+    assert all(e["conversations"][-1]["role"] == "assistant" for e in errs)
+
+
+def test_parquet_output_sharded_by_size(sim, tmp_path):
+    pytest.importorskip("pyarrow")
+    inp = tmp_path / "in.parquet"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = prompts(40)
+    pq.write_table(pa.Table.from_pylist(rows), inp)
+    out = tmp_path / "out"
+    p = gen(inp, out, "--url", sim.url, "--format", "parquet", "--shard-size", "4KB", "-c", "8")
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert list(out.glob("data*.jsonl")) == []
+    files = sorted(out.glob("data-*.parquet"))
+    assert len(files) > 1
+    got = assert_exactly_once(out, [r["id"] for r in rows])
+    assert got[0]["conversations"][-1]["role"] == "assistant"
+    assert got[0]["meta"]["completion_tokens"] > 0
+
+
+def test_shards_split_the_ids_between_client_hosts(sim, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    write_rows(inp, prompts(30))
+    out = tmp_path / "out"  # a shared directory: file names carry the shard
+    for s in ("1/2", "2/2"):
+        p = gen(inp, out, "--url", sim.url, "--shard", s)
+        assert p.returncode == 0, p.stderr
+    assert {p.name for p in out.glob("data*")} == {
+        "data-1of2-00000.jsonl",
+        "data-2of2-00000.jsonl",
+    }
+    assert_exactly_once(out, [f"r{i}" for i in range(30)])
+
+
+def test_settings_change_is_refused_and_api_key_never_written(tmp_path):
+    key = "sk-test-SECRET-4242"
+    sim = SimProcess(*SIM, "--api-key-env", "GB_SIM_KEY", env={**os.environ, "GB_SIM_KEY": key})
+    with sim:
+        inp = tmp_path / "in.jsonl"
+        write_rows(inp, prompts(5))
+        out = tmp_path / "out"
+        env = {"OPENAI_API_KEY": key}
+        args = ("generate", "-i", str(inp), "-o", str(out), "--url", sim.url, *FAST)
+        p = genbench(*args, "--temperature", "0.5", env=env)
+        assert p.returncode == 0, p.stderr
+        write_rows(inp, prompts(8))
+        p2 = genbench(*args, "--temperature", "0.7", env=env)
+        assert p2.returncode == 2
+        assert "different settings" in p2.stderr and "temperature" in p2.stderr
+        p3 = genbench(*args, "--temperature", "0.7", "--force", env=env)
+        assert p3.returncode == 0, p3.stderr
+        assert_exactly_once(out, [f"r{i}" for i in range(8)])
+        for f in [*out.rglob("*")]:
+            if f.is_file():
+                assert key.encode() not in f.read_bytes(), f
+        for proc in (p, p2, p3):
+            assert key not in proc.stdout + proc.stderr
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+BAD_LINES = [
+    (b'{"id": "x", "messages": [{"role": "user", "content": "hi"}]\n', "not valid JSON"),
+    (b'{"id": "x", "text": "no prompt field"}\n', "no prompt"),
+    (b'{"id": "r0", "prompt": "again"}\n', "duplicate id 'r0' as line 1"),
+    (b'{"id": "x", "prompt": "caf\xe9"}\n', "not UTF-8"),
+    (b'{"id": "x", "messages": [{"role": "robot", "content": "hi"}]}\n', "messages[0].role"),
+]
+
+
+@pytest.mark.parametrize(("bad", "expect"), BAD_LINES)
+def test_bad_input_names_file_and_line(capsys, tmp_path, bad, expect):
+    inp = tmp_path / "in.jsonl"
+    write_rows(inp, prompts(2))
+    with open(inp, "ab") as f:
+        f.write(b"\n" + bad)  # a blank line 3 is fine; the bad one is line 4
+    out = tmp_path / "out"
+    args = ("generate", "-i", str(inp), "-o", str(out), "--url", closed_port_url())
+    code, _, err = cli(capsys, *args)
+    assert code == 2, err
+    assert f"{inp}, line 4" in err and expect in err, err
+    assert not out.exists()
+
+
+def test_bad_input_after_a_finished_job_loses_nothing_and_skip_invalid(sim, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    write_rows(inp, prompts(5))
+    out = tmp_path / "out"
+    assert gen(inp, out, "--url", sim.url).returncode == 0
+    before = data_rows(out)
+    with open(inp, "ab") as f:
+        for bad, _ in BAD_LINES:
+            f.write(bad)
+        f.write(b'{"id": "new", "prompt": "a good row after the bad ones"}\n')
+    p = gen(inp, out, "--url", sim.url)
+    assert p.returncode == 2 and "line 6" in p.stderr
+    assert data_rows(out) == before
+
+    p = gen(inp, out, "--url", sim.url, "--skip-invalid")
+    assert p.returncode == 0, p.stderr
+    assert_exactly_once(out, [f"r{i}" for i in range(5)] + ["new"])
+    errs = error_rows(out)
+    assert sorted(e["line"] for e in errs) == [6, 7, 8, 9, 10]
+    assert {e["error_kind"] for e in errs} == {"invalid_input"}
+    # rerunning does not report them twice
+    assert gen(inp, out, "--url", sim.url, "--skip-invalid").returncode == 0
+    assert len(error_rows(out)) == 5
+
+
+# -- failures: retries, non-retryable errors -------------------------------------------------
+
+
+def test_retries_on_503_and_context_too_long_goes_straight_to_errors(sim_factory, tmp_path):
+    sim = sim_factory(*SIM, "--max-model-len", "60", "--fault", "http:status=503,rate=0.3,after=1")
+    inp = tmp_path / "in.jsonl"
+    rows = prompts(30) + [{"id": "long", "prompt": "word " * 100}]
+    write_rows(inp, rows)
+    out = tmp_path / "out"
+    p = gen(inp, out, "--url", sim.url, "--retries", "8", "--max-tokens", "20")
+    assert p.returncode == 0, p.stderr
+    got = assert_exactly_once(out, [f"r{i}" for i in range(30)])
+    assert max(r["meta"]["attempts"] for r in got) > 1
+    (err,) = error_rows(out)
+    assert err["id"] == "long" and err["http_status"] == 400 and err["attempts"] == 1
+    assert "context length" in err["error"]
+
+
+# -- crashes: client, server, one of two servers --------------------------------------------
+
+
+def test_client_sigkill_then_rerun_finishes_exactly_once(sim, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    n = 300
+    write_rows(inp, prompts(n))
+    out = tmp_path / "out"
+    args = ("-i", str(inp), "-o", str(out), "--url", sim.url, "-c", "8", *FAST)
+    proc = popen(tmp_path, *args)
+    try:
+        wait_for(lambda: line_count(out) >= 40, 60, "40 rows written")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert line_count(out) < n, "the job finished before it could be killed"
+    p = gen(inp, out, "--url", sim.url, "-c", "8")
+    assert p.returncode == 0, p.stderr
+    assert "resuming" in p.stdout
+    assert_exactly_once(out, [f"r{i}" for i in range(n)])
+
+
+def test_ctrl_c_stops_cleanly_and_says_how_to_resume(sim, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    write_rows(inp, prompts(300))
+    out = tmp_path / "out"
+    proc = popen(tmp_path, "-i", str(inp), "-o", str(out), "--url", sim.url, "-c", "4", *FAST)
+    wait_for(lambda: line_count(out) >= 30, 60, "30 rows written")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 130
+    stdout = (tmp_path / "stdout.txt").read_text()
+    assert "rerun the same command to resume" in stdout
+    done = len(data_rows(out))
+    assert 30 <= done < 300
+    p = gen(inp, out, "--url", sim.url, "-c", "8")
+    assert p.returncode == 0, p.stderr
+    assert_exactly_once(out, [f"r{i}" for i in range(300)])
+
+
+def test_server_sigkill_and_restart_on_the_same_port(sim_factory, tmp_path):
+    sim = sim_factory(*SIM)
+    inp = tmp_path / "in.jsonl"
+    n = 300
+    write_rows(inp, prompts(n))
+    out = tmp_path / "out"
+    proc = popen(tmp_path, "-i", str(inp), "-o", str(out), "--url", sim.url, "-c", "8", *FAST)
+    try:
+        wait_for(lambda: line_count(out) >= 40, 60, "40 rows written")
+        sim.kill()
+        time.sleep(1.0)
+        assert proc.poll() is None, "the job must wait for the server, not exit"
+        sim_factory(*SIM, "--port", str(sim.port))
+        assert proc.wait(90) == 0, (tmp_path / "stderr.txt").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stdout = (tmp_path / "stdout.txt").read_text()
+    assert "is down" in stdout and "is back" in stdout
+    assert_exactly_once(out, [f"r{i}" for i in range(n)])
+    assert error_rows(out) == []
+
+
+def test_two_servers_one_dies_the_other_finishes(sim_factory, tmp_path):
+    dying = sim_factory(*SIM, "--fault", "die:after=40")
+    healthy = sim_factory(*SIM)
+    inp = tmp_path / "in.jsonl"
+    n = 200
+    write_rows(inp, prompts(n))
+    out = tmp_path / "out"
+    p = gen(inp, out, "--url", dying.url, "--url", healthy.url, "-c", "6", timeout=90)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert f"{dying.url} is down" in p.stdout
+    rows = assert_exactly_once(out, [f"r{i}" for i in range(n)])
+    servers = Counter(r["meta"]["server"] for r in rows)
+    assert servers[dying.url] > 0 and servers[healthy.url] > servers[dying.url]
+    assert error_rows(out) == []
+
+
+def test_all_servers_down_at_start_is_a_clear_error(capsys, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    write_rows(inp, prompts(2))
+    args = ("generate", "-i", str(inp), "-o", str(tmp_path / "out"), "--url", closed_port_url())
+    code, _, err = cli(capsys, *args)
+    assert code == 3 and "connection refused" in err, err
+
+
+@pytest.mark.vllm
+def test_vllm_regenerates_a_small_file(request, tmp_path):
+    try:
+        server = request.getfixturevalue("vllm_server")
+    except pytest.FixtureLookupError:
+        pytest.skip("no vLLM fixture (tests/fixtures_vllm.py)")
+    inp = tmp_path / "in.jsonl"
+    write_rows(inp, prompts(6))
+    out = tmp_path / "out"
+    p = gen(inp, out, "--url", server.url, "--max-tokens", "16", "-c", "3", timeout=300)
+    assert p.returncode == 0, p.stderr + p.stdout
+    rows = assert_exactly_once(out, [f"r{i}" for i in range(6)])
+    assert all(r["meta"]["completion_tokens"] > 0 for r in rows)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_sigkill_and_restart_mid_job(tmp_path):
+    """The real server killed like an OOM kill (SIGKILL to its process group) and started
+    again on the same port: the job waits, then finishes with every id exactly once."""
+    fx = pytest.importorskip("fixtures_vllm")
+    if fx._skip_requested() or os.environ.get("GENBENCH_VLLM_URL"):
+        pytest.skip("needs a vLLM server this test starts itself")
+    fx._setup_once()
+    name, port = f"gen-restart-{os.getpid()}", fx._free_port()
+    script = ["bash", str(fx.SCRIPT)]
+
+    def start() -> str:
+        p = subprocess.run([*script, "start", name, str(port)], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return p.stdout.strip().splitlines()[-1]
+
+    root = start()
+    try:
+        inp = tmp_path / "in.jsonl"
+        n = 40
+        write_rows(inp, prompts(n))
+        out = tmp_path / "out"
+        args = ("-i", str(inp), "-o", str(out), "--url", root + "/v1", "-c", "4")
+        proc = popen(tmp_path, *args, "--max-tokens", "48", *FAST)
+        try:
+            wait_for(lambda: line_count(out) >= 4, 240, "4 rows written")
+            pid = int((fx.RUN_DIR / f"vllm-{name}.pid").read_text())
+            os.killpg(pid, signal.SIGKILL)
+            time.sleep(2)
+            assert proc.poll() is None, "the job must wait for the server, not exit"
+            start()
+            assert proc.wait(600) == 0, (tmp_path / "stderr.txt").read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        stdout = (tmp_path / "stdout.txt").read_text()
+        assert "is down" in stdout and "is back" in stdout
+        assert_exactly_once(out, [f"r{i}" for i in range(n)])
+    finally:
+        subprocess.run([*script, "stop", name], capture_output=True)
+
+
+# -- units: input, store repair, params, progress -------------------------------------------
+
+
+def test_scan_reads_gzip_and_shards_partition_the_ids(tmp_path):
+    inp = tmp_path / "in.jsonl.gz"
+    with gzip.open(inp, "wb") as f:
+        f.write(b"".join(orjson.dumps(r) + b"\n" for r in prompts(100)))
+    whole = scan(inp)
+    assert whole.rows == 100 and len(whole.todo) == 100
+    parts = [scan(inp, shard=ShardSpec(i, 3)).todo for i in (1, 2, 3)]
+    assert set().union(*parts) == whole.todo and sum(map(len, parts)) == 100
+    assert scan(inp, {"r1", "r2"}, {"r3"}).done == 2
+    with pytest.raises(Exception, match="i/N"):
+        ShardSpec.parse("0/2")
+
+
+def test_scan_finds_duplicates_among_done_rows_and_derived_ids(tmp_path):
+    inp = tmp_path / "in.jsonl"
+    rows = [*prompts(3), prompts(2)[1], {"prompt": "same"}, {"prompt": "same"}]
+    rows.append({"id": 'we"ird', "prompt": "an id with a quote"})
+    write_rows(inp, rows)
+    with pytest.raises(Exception, match=r"line 4: field 'id': duplicate id 'r1' as line 2"):
+        scan(inp, {"r1"})  # r1 is done: the fast path must still see its second line
+    res = scan(inp, {"r1", 'we"ird'}, skip_invalid=True)
+    same = derive_id([{"role": "user", "content": "same"}], {})
+    assert res.rows == 5 and res.done == 2 and res.todo == {"r0", "r2", same}
+    assert [(b.line, b.field) for b in res.bad] == [(4, "id"), (6, "id")]
+    assert "same content" in res.bad[1].problem
+
+
+def test_torn_tail_and_stale_index_are_repaired(tmp_path):
+    data, idx = tmp_path / "data-00000.jsonl", tmp_path / "data-00000.idx"
+    lines = [orjson.dumps({"id": f"a{i}", "conversations": []}) + b"\n" for i in range(5)]
+    data.write_bytes(b"".join(lines) + b'{"id": "a5", "conv')
+    end2 = len(lines[0]) + len(lines[1])
+    # the index covers two rows, then claims bytes the file does not have (power loss)
+    idx.write_bytes(
+        orjson.dumps({"end": end2, "ids": ["a0", "a1"]})
+        + b"\n"
+        + orjson.dumps({"end": 10**9, "ids": ["ghost"]})
+        + b"\n"
+    )
+    s = scan_jsonl_shard(data, idx)
+    assert s.ids == [f"a{i}" for i in range(5)]
+    assert data.read_bytes() == b"".join(lines)  # the torn line was cut
+    assert s.notes and "incomplete last line" in s.notes[0]
+    again = scan_jsonl_shard(data, idx)  # the rewritten index is now complete
+    assert again.ids == s.ids and not again.notes
+
+
+def test_params_precedence_and_checks(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text("temperature = 0.2\nmax_tokens = 100\n[chat_template_kwargs]\nfoo = 1\n")
+    p = job_params(config=cfg, temperature=0.6, thinking=False, extra=["top_k=20"])
+    assert p == {
+        "temperature": 0.6,
+        "max_tokens": 100,
+        "top_k": 20,
+        "chat_template_kwargs": {"foo": 1, "enable_thinking": False},
+    }
+    row = merge(p, {"chat_template_kwargs": {"enable_thinking": True}})
+    assert row["chat_template_kwargs"] == {"foo": 1, "enable_thinking": True}
+    with pytest.raises(Exception, match="top-p"):
+        job_params(top_p=2.0)
+
+
+def test_url_file_and_sizes(tmp_path):
+    from genbench.commands.generate import parse_size, read_url_file
+
+    f = tmp_path / "servers.txt"
+    f.write_text("# cluster a\nhttp://a:8000/v1 128\n\nhttp://b:8000/v1  # default C\n")
+    specs = read_url_file(f, 64)
+    assert [(s.url, s.concurrency) for s in specs] == [
+        ("http://a:8000/v1", 128),
+        ("http://b:8000/v1", 64),
+    ]
+    assert parse_size("256MB") == 256 << 20 and parse_size("1g") == 1 << 30
+    with pytest.raises(Exception, match="shard-size"):
+        parse_size("lots")
+
+
+def test_eta_and_error_bar_from_recent_windows():
+    now = [0.0]
+    prog = Progress(1000, 0, 0, ["s"], clock=lambda: now[0])
+    for t in range(1, 61):  # 5 rows/s, steady
+        now[0] = float(t)
+        prog.on_durable("row", [(f"x{t}{k}", None) for k in range(5)])
+        prog.sample()
+    eta, err = prog.eta()
+    assert eta == pytest.approx((1000 - 300) / 5.0, rel=0.02)
+    assert err is not None and err < 0.05 * eta

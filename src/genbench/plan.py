@@ -1,0 +1,1100 @@
+"""`genbench plan`: hours, tokens and bytes of a generation job, with an error bar.
+
+Three ways in, from least to most faithful:
+
+* arithmetic (`--rate`, `--tokens-per-sample`): samples × tokens / rate. It is
+  the field's method and is kept exact so that its numbers can be reproduced.
+* a `run` result (`--from`): the same arithmetic at the *sustained* rate of the
+  best measured concurrency, beside the field's burst-rate extrapolation.
+* a pilot on the user's own prompts (`--prompts`): K prompts at the job's
+  concurrency, then a simulation of the whole job built from what the pilot saw.
+
+Why simulate instead of multiply: the field's forecasts were 35–45% short
+because (1) the tokens per sample were a point guess where the real lengths
+are skewed (mean ≈ 1.3 × median), (2) a short burst of equal-length requests
+runs faster than a long job with mixed lengths and longer contexts in flight,
+and (3) a job has a start-up and a tail where fewer than C requests run. The
+simulation carries each of these: it draws output lengths from the pilot's
+empirical distribution, runs C workers per server as the load engine does,
+and advances decoding with a step time fitted to the pilot as a function of
+how many requests decode and how many context tokens they hold. The error bar
+is a bootstrap over the pilot's requests (lengths, TTFT, failures) and over
+its time windows (the step-time fit). docs/plan.md says what is and is not
+modelled.
+"""
+
+from __future__ import annotations
+
+import heapq
+import io
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from genbench import __version__
+from genbench.client import ChatRequest, Client, Timeouts, make_session
+from genbench.endpoint import Endpoint
+from genbench.errors import UsageError
+from genbench.load import run_phase
+from genbench.prompts import Prompt
+from genbench.records import RecordWriter, RequestRecord, read_records
+from genbench.result import REQUESTS_FILE, write_json_atomic
+from genbench.stats import dist, summarize
+
+PLAN_SCHEMA = "genbench.plan"
+PLAN_SCHEMA_VERSION = 1
+PLAN_FILE = "plan.json"
+DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
+FIELD_CONCURRENCY = 32  # the field's burst was measured at C=32
+CONFIDENCE = 0.95
+TARGET_REL_ERROR = 0.05  # the pilot size that gives a ±5% bar is reported
+ASSUMED_BYTES_PER_TOKEN = 4.0  # English text with a Llama-style tokenizer, when nothing measured
+JSONL_OVERHEAD_BYTES = 200  # id, usage, finish_reason and JSON punctuation per output line
+
+
+# ------------------------------------------------------------------------------ inputs
+
+
+def parse_counts(flag: str, text: str) -> list[int]:
+    """`100K,200k,1.5M` → [100000, 200000, 1500000]; every value must be a positive count."""
+    mult = {"k": 1_000, "m": 1_000_000, "b": 1_000_000_000}
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise UsageError(f"{flag} '{text}' is empty: expected counts like 100K,200K")
+    out: list[int] = []
+    for item in items:
+        num, factor = item, 1
+        if item[-1].lower() in mult:
+            num, factor = item[:-1], mult[item[-1].lower()]
+        try:
+            value = float(num.replace("_", "")) * factor
+        except ValueError:
+            raise UsageError(f"{flag}: '{item}' is not a count (e.g. 100000 or 100K)") from None
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(f"{flag}: {item} must be positive")
+        if value != int(value):
+            raise UsageError(f"{flag}: {item} is not a whole number of samples")
+        out.append(int(value))
+    return out
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "—"
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def human_tokens(n: float) -> str:
+    if n >= 1e8:
+        return f"{n / 1e9:,.4g}B"
+    if n >= 1e6:
+        return f"{n / 1e6:,.4g}M"
+    if n >= 1e3:
+        return f"{n / 1e3:,.4g}K"
+    return f"{n:,.0f}"
+
+
+def duration(seconds: float) -> dict[str, float]:
+    return {"seconds": seconds, "hours": seconds / 3600, "days": seconds / 86400}
+
+
+# ------------------------------------------------------------------------------ arithmetic
+
+
+def arithmetic(samples: int, tokens_per_sample: float, rate: float, servers: int = 1) -> dict:
+    """The field's method, exactly: samples × tokens per sample / (rate × servers)."""
+    if samples <= 0:
+        raise UsageError(f"--samples: {samples} must be positive")
+    if tokens_per_sample <= 0:
+        raise UsageError(f"--tokens-per-sample must be positive, got {tokens_per_sample}")
+    if rate <= 0:
+        raise UsageError(f"--rate must be positive, got {rate}")
+    if servers <= 0:
+        raise UsageError(f"--servers must be positive, got {servers}")
+    tokens = samples * tokens_per_sample
+    return {
+        "samples": samples,
+        "tokens_per_sample": tokens_per_sample,
+        "tokens": tokens,
+        "tok_per_s": rate,
+        "servers": servers,
+        **duration(tokens / (rate * servers)),
+    }
+
+
+# ------------------------------------------------------------------------------ storage
+
+
+@dataclass(frozen=True)
+class HiddenStates:
+    """Target-model hidden states kept for offline drafter training (EAGLE-3, DFlash)."""
+
+    hidden_size: int
+    layers: int
+    dtype_bytes: int = 2
+
+    def bytes_for(self, tokens: float) -> float:
+        return tokens * self.hidden_size * self.layers * self.dtype_bytes
+
+
+@dataclass(frozen=True)
+class StorageModel:
+    """Bytes per sample of the job's output, and how that figure was obtained."""
+
+    jsonl_bytes_per_sample: float
+    parquet_bytes_per_sample: float | None
+    basis: str
+    hidden: HiddenStates | None = None
+
+    def row(self, samples: int, hidden_tokens: float) -> dict[str, Any]:
+        return {
+            "jsonl_bytes_per_sample": self.jsonl_bytes_per_sample,
+            "jsonl_bytes": samples * self.jsonl_bytes_per_sample,
+            "parquet_bytes_per_sample": self.parquet_bytes_per_sample,
+            "parquet_bytes": (
+                samples * self.parquet_bytes_per_sample if self.parquet_bytes_per_sample else None
+            ),
+            "hidden_state_tokens": hidden_tokens if self.hidden else None,
+            "hidden_state_bytes": self.hidden.bytes_for(hidden_tokens) if self.hidden else None,
+        }
+
+
+def storage_from_tokens(
+    tokens_per_sample: float,
+    bytes_per_token: float | None,
+    hidden: HiddenStates | None,
+    basis: str | None = None,
+) -> StorageModel:
+    """Without outputs to measure: text bytes from a bytes-per-token figure, plus a fixed
+    per-line overhead; the prompt is not counted (it was not seen)."""
+    bpt = bytes_per_token or ASSUMED_BYTES_PER_TOKEN
+    why = basis or (
+        f"{bpt:g} bytes per output token ("
+        + ("given" if bytes_per_token else "assumed")
+        + f") + {JSONL_OVERHEAD_BYTES} bytes per line; prompts not counted"
+    )
+    return StorageModel(tokens_per_sample * bpt + JSONL_OVERHEAD_BYTES, None, why, hidden)
+
+
+def output_row(prompt: Prompt | None, rec: RequestRecord) -> dict[str, Any]:
+    """What one sample of the job's output holds: its prompt, the reply, reasoning, usage.
+    The pilot measures the bytes of this row; `generate` may write a different one."""
+    reply: dict[str, Any] = {"role": "assistant", "content": rec.text or ""}
+    if rec.reasoning:
+        reply["reasoning_content"] = rec.reasoning
+    return {
+        "id": prompt.id if prompt and prompt.id else rec.id,
+        "messages": [*(prompt.messages if prompt else []), reply],
+        "finish_reason": rec.finish_reason,
+        "usage": {
+            "prompt_tokens": rec.prompt_tokens,
+            "completion_tokens": rec.completion_tokens,
+            "reasoning_tokens": rec.reasoning_tokens,
+        },
+    }
+
+
+def parquet_bytes_per_row(rows: list[dict[str, Any]]) -> float | None:
+    """Write the rows as one zstd Parquet file in memory; None without pyarrow."""
+    if not rows:
+        return None
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    flat = [
+        {
+            "id": str(r["id"]),
+            "messages": orjson.dumps(r["messages"]).decode(),
+            "finish_reason": r["finish_reason"],
+            "prompt_tokens": r["usage"]["prompt_tokens"],
+            "completion_tokens": r["usage"]["completion_tokens"],
+            "reasoning_tokens": r["usage"]["reasoning_tokens"],
+        }
+        for r in rows
+    ]
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(flat), buf, compression="zstd")
+    return buf.tell() / len(rows)
+
+
+# ------------------------------------------------------------------------------ the model
+
+
+@dataclass
+class Pool:
+    """What the pilot's requests say about the job's requests; bootstrap resamples it."""
+
+    prompt: np.ndarray  # prompt tokens per successful request
+    output: np.ndarray  # completion tokens (thinking + answer)
+    thinking: np.ndarray
+    ttft: np.ndarray  # TTFT of requests sent under full load
+    first_ttft: np.ndarray  # TTFT of the first C requests, all sent at once
+    attempts: int
+    fail_rate: float
+    fail_s: np.ndarray  # how long a failed attempt held its worker
+    gap_s: float = 0.0  # client time from one request's end to the worker's next send
+
+    def resample(self, rng: np.random.Generator) -> Pool:
+        i = rng.integers(0, len(self.output), len(self.output))
+        fails = rng.binomial(self.attempts, self.fail_rate) if self.attempts else 0
+        return Pool(
+            prompt=self.prompt[i],
+            output=self.output[i],
+            thinking=self.thinking[i],
+            ttft=self.ttft[rng.integers(0, len(self.ttft), len(self.ttft))],
+            first_ttft=self.first_ttft[rng.integers(0, len(self.first_ttft), len(self.first_ttft))],
+            attempts=self.attempts,
+            fail_rate=min(fails / self.attempts, 0.95) if self.attempts else 0.0,
+            fail_s=(
+                self.fail_s[rng.integers(0, len(self.fail_s), len(self.fail_s))]
+                if len(self.fail_s)
+                else self.fail_s
+            ),
+            gap_s=self.gap_s,
+        )
+
+    @classmethod
+    def from_records(cls, records: Sequence[RequestRecord], concurrency: int) -> Pool:
+        ok = [r for r in records if r.ok and r.completion_tokens and r.ttft is not None]
+        if not ok:
+            raise UsageError("the pilot has no successful request to learn from")
+        by_send = sorted((r for r in records if r.t_send), key=lambda r: r.t_send)
+        first_ids = {id(r) for r in by_send[:concurrency]}
+        first = [r.ttft for r in ok if id(r) in first_ids]
+        later = [r.ttft for r in ok if id(r) not in first_ids]
+        failed = [r for r in records if not r.ok and r.error_kind != "cancelled"]
+        attempts = len(ok) + len(failed)
+        return cls(
+            prompt=np.array([float(r.prompt_tokens or 0) for r in ok]),
+            output=np.array([float(r.completion_tokens or 0) for r in ok]),
+            thinking=np.array([float(r.reasoning_tokens or 0) for r in ok]),
+            ttft=np.array(later or first, dtype=float),
+            first_ttft=np.array(first or later, dtype=float),
+            attempts=attempts,
+            fail_rate=len(failed) / attempts if attempts else 0.0,
+            fail_s=np.array([r.e2e or 0.0 for r in failed], dtype=float),
+            gap_s=worker_gap(by_send, concurrency),
+        )
+
+
+def worker_gap(by_send: Sequence[RequestRecord], concurrency: int) -> float:
+    """Median time from a request's end to the next send. After the first C, every send
+    is a worker refilling its slot, so the i-th later send answers the i-th end."""
+    ends = sorted(r.t_end for r in by_send if r.t_end is not None)
+    later = [r.t_send for r in by_send[concurrency:]]
+    gaps = [s - e for s, e in zip(later, ends, strict=False) if s >= e]
+    return float(np.median(gaps)) if gaps else 0.0
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """How the server spends its time, fitted to the pilot.
+
+    A decode step with n requests decoding, holding k context tokens in all, lasts
+    a + b·n + c·k seconds and gives every decoding request one token. Steps are counted
+    in tokens, not chunks: an API server that coalesces tokens into one chunk under
+    load does not change the engine's steps; with speculative decoding a "step" is
+    then the time per token. Each request that arrives after the start also stops
+    decoding for `p` seconds while it is prefilled (vLLM and SGLang interleave prefill
+    with decode; the sim does not, and fits p ≈ 0)."""
+
+    a: float
+    b: float
+    c: float
+    p: float = 0.0
+
+    def rate(self, n: float, k: float) -> float:
+        """Decode tokens/s with n decoding and no arrivals."""
+        return n / (self.a + self.b * n + self.c * k)
+
+
+@dataclass
+class DecodeRows:
+    """One row per successful pilot request: how long its decoding took and what it
+    shared the server with meanwhile. Every regressor is counted exactly (chunks, and
+    time averages from the client's timestamps), so the fit has no errors-in-variables
+    bias; a request's decode time includes every prefill that stopped decoding."""
+
+    x: np.ndarray  # [tokens - 1, Σ over them of n, Σ of k, prefills during its decode]
+    y: np.ndarray  # seconds from its first to its last chunk
+    start: np.ndarray  # when its decoding began (to bootstrap blocks of time)
+
+    def blocks(self, count: int) -> list[np.ndarray]:
+        """Rows in `count` stretches of consecutive decode start times."""
+        order = np.argsort(self.start)
+        return [b for b in np.array_split(order, max(1, min(count, len(order)))) if len(b)]
+
+
+def decode_rows(records: Sequence[RequestRecord]) -> DecodeRows:
+    """Build `DecodeRows`. Between two chunks of a request, the number of requests
+    decoding and their context (prompt + tokens so far, growing linearly over each one's
+    decode time) are read at the interval's midpoint and summed once per token the
+    interval carried, so a request whose tail ran nearly alone is charged for short
+    steps."""
+    ok = [
+        r
+        for r in records
+        if r.ok and len(r.chunk_offsets) >= 2 and r.completion_tokens and r.ttft is not None
+    ]
+    if len(ok) < 3:
+        raise UsageError("the pilot streamed too few replies to time the server: use more")
+    d = np.array([r.t_send + r.chunk_offsets[0] for r in ok])
+    e = np.array([r.t_send + r.chunk_offsets[-1] for r in ok])
+    steps = np.array([len(r.chunk_offsets) - 1 for r in ok], dtype=float)
+    total = np.array([float(r.completion_tokens or 0) for r in ok])
+    prompt = np.array([float(r.prompt_tokens or 0) for r in ok])
+    span = e - d
+    slope = np.divide(total - 1, span, out=np.zeros_like(span), where=span > 0)
+    # step midpoints of every request, and whose they are
+    mids = np.concatenate(
+        [
+            r.t_send + (np.asarray(r.chunk_offsets[1:]) + np.asarray(r.chunk_offsets[:-1])) / 2
+            for r in ok
+        ]
+    )
+    owner = np.repeat(np.arange(len(ok)), steps.astype(int))
+    # requests decoding at t: started (d <= t) minus ended (e < t); context by prefix sums
+    base = prompt + 1 - slope * d  # context of j at t is base_j + slope_j·t while decoding
+    by_d, by_e = np.argsort(d), np.argsort(e)
+    started = np.searchsorted(d[by_d], mids, side="right")
+    ended = np.searchsorted(e[by_e], mids, side="left")
+    cum = lambda v, order: np.concatenate([[0.0], np.cumsum(v[order])])  # noqa: E731
+    n_t = started - ended
+    base_t = cum(base, by_d)[started] - cum(base, by_e)[ended]
+    slope_t = cum(slope, by_d)[started] - cum(slope, by_e)[ended]
+    k_t = base_t + slope_t * mids
+    # each chunk interval carries the request's mean tokens per chunk
+    per_chunk = np.divide(total - 1, steps, out=np.ones_like(steps), where=steps > 0)
+    weight = per_chunk[owner]
+    sum_n = np.bincount(owner, weights=n_t * weight, minlength=len(ok))
+    sum_k = np.bincount(owner, weights=k_t * weight, minlength=len(ok))
+    # prefills that ended while this request decoded: other requests' first tokens
+    first = np.sort(d)
+    m = np.searchsorted(first, e, side="left") - np.searchsorted(first, d, side="right")
+    x = np.column_stack([total - 1, sum_n, sum_k, m.astype(float)])
+    keep = (steps > 0) & (span > 0) & (total > 1)
+    return DecodeRows(x[keep], span[keep], d[keep])
+
+
+_TERMS = ("a", "b", "c", "p")
+
+
+def fit_step(rows: DecodeRows, idx: np.ndarray | None = None) -> StepModel:
+    """Least squares of each request's decode seconds on steps·(a + b·n̄ + c·k̄) +
+    prefills·p, every coefficient ≥ 0 (the best feasible subset of terms)."""
+    x_all, y = (rows.x, rows.y) if idx is None else (rows.x[idx], rows.y[idx])
+    if len(y) < 3:
+        raise UsageError("the pilot is too short to time the server: use a larger --pilot")
+    best: tuple[float, StepModel] | None = None
+    for size in range(4, 0, -1):
+        for names in _subsets(size):
+            cols = [_TERMS.index(c) for c in names]
+            x = x_all[:, cols]
+            coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+            if np.any(coef < 0) or not np.all(np.isfinite(coef)):
+                continue
+            vals = dict.fromkeys(_TERMS, 0.0) | dict(zip(names, map(float, coef), strict=True))
+            if vals["a"] + vals["b"] <= 0:
+                continue
+            resid = float(np.sum((x @ coef - y) ** 2))
+            if best is None or resid < best[0] * (1 - 1e-9):
+                best = (resid, StepModel(vals["a"], vals["b"], vals["c"], vals["p"]))
+    if best is None:
+        raise UsageError("could not fit the server's step time to the pilot")
+    return best[1]
+
+
+def _subsets(size: int) -> list[tuple[str, ...]]:
+    from itertools import combinations
+
+    return [c for c in combinations(_TERMS, size) if "a" in c or "b" in c]
+
+
+@dataclass
+class JobSim:
+    wall_s: float
+    steady_s_per_token: float | None  # in the middle of the job, all workers busy
+
+
+def simulate_job(
+    samples: int,
+    concurrency: int,
+    pool: Pool,
+    step: StepModel,
+    rng: np.random.Generator,
+) -> JobSim:
+    """Discrete-event simulation of one server running `samples` requests with C workers.
+
+    A worker sends, waits a TTFT drawn from the pilot (the first C from the first C of
+    the pilot; later ones after the measured client gap), then decodes with every other
+    decoding request until its drawn length is reached, then sends the next sample. A
+    request that arrives after the start stops all decoding for p seconds before its
+    first token (its prefill). A failed attempt holds its worker for a drawn time and is
+    retried. Between events the number decoding is constant and the context grows by
+    n tokens per step, so the time to advance g steps is α·g + β·g²/2."""
+    a, b, c, p = step.a, step.b, step.c, step.p
+    m = len(pool.output)
+    pick = rng.integers(0, m, samples + 8 * concurrency).tolist()
+    out_l = pool.output.tolist()
+    prm_l = pool.prompt.tolist()
+    ttft_l, first_l = pool.ttft.tolist(), pool.first_ttft.tolist()
+    fail_l = pool.fail_s.tolist() or [0.0]
+    f = pool.fail_rate
+    gap = pool.gap_s
+    rand = random.Random(int(rng.integers(0, 2**63))).random
+
+    t = 0.0
+    g = 0.0  # steps every decoding request has advanced since t = 0
+    s_ctx = 0.0  # context held = s_ctx + n·g
+    n = 0
+    paused_until = 0.0  # no decoding before this (prefills)
+    dec: list[tuple[float, int, float]] = []  # (finish step, seq, context offset)
+    # (at, seq, kind, draw): kind 0 = first token, 1 = failed attempt ends, 2 = prefill starts
+    wait: list[tuple[float, int, int, int]] = []
+    seq = 0
+    sent = 0
+    done = 0
+    draw = 0
+    tokens = 0.0  # produced so far, for the steady rate
+    q1, q3 = samples // 4, (3 * samples) // 4
+    mark: tuple[float, float] | None = None
+    steady: float | None = None
+
+    def send(now: float, retry: int | None) -> None:
+        nonlocal seq, sent, draw
+        seq += 1
+        if retry is None:
+            sent += 1
+            j = pick[draw % len(pick)]
+            draw += 1
+        else:
+            j = retry
+        if f and rand() < f:
+            heapq.heappush(wait, (now + fail_l[int(rand() * len(fail_l))], seq, 1, j))
+            return
+        if sent <= concurrency and retry is None:  # start-up: prefill is inside this TTFT
+            heapq.heappush(wait, (now + first_l[int(rand() * len(first_l))], seq, 0, j))
+            return
+        ready = now + gap + ttft_l[int(rand() * len(ttft_l))]
+        heapq.heappush(wait, (ready, seq, 0, j))
+        if p:
+            heapq.heappush(wait, (max(now, ready - p), seq, 2, j))
+
+    for _ in range(min(concurrency, samples)):
+        send(0.0, None)
+    while done < samples:
+        next_ev = wait[0][0] if wait else math.inf
+        if n and t < paused_until:
+            if next_ev >= paused_until:
+                t = paused_until
+                continue
+        elif n:
+            alpha = a + b * n + c * (s_ctx + n * g)
+            beta = c * n
+            dg = dec[0][0] - g
+            dt = alpha * dg + beta * dg * dg / 2 if dg > 0 else 0.0
+            if t + dt <= next_ev:
+                t += dt
+                g = dec[0][0]
+                tokens += n * max(dg, 0.0)
+                while dec and dec[0][0] <= g + 1e-9:
+                    _, _, off = heapq.heappop(dec)
+                    n -= 1
+                    s_ctx -= off
+                    done += 1
+                    if done == q1:
+                        mark = (t, tokens)
+                    elif done == q3 and mark is not None and tokens > mark[1]:
+                        steady = (t - mark[0]) / (tokens - mark[1])
+                    if sent < samples:
+                        send(t, None)
+                continue
+            span = next_ev - t
+            dg = 2 * span / (alpha + math.sqrt(alpha * alpha + 2 * beta * span))
+            g += dg
+            tokens += n * dg
+        if not wait:  # pragma: no cover - nothing decoding and nothing waiting
+            break
+        t, _, kind, j = heapq.heappop(wait)
+        if kind == 2:
+            paused_until = max(paused_until, t) + p
+            continue
+        if kind == 1:
+            send(t, j)
+            continue
+        tokens += 1  # the first token comes with prefill
+        steps = out_l[j] - 1
+        if steps <= 0:
+            done += 1
+            if sent < samples:
+                send(t, None)
+            continue
+        off = prm_l[j] + 1 - g  # context = prompt + 1 + (g - g_start)
+        seq += 1
+        heapq.heappush(dec, (g + steps, seq, off))
+        n += 1
+        s_ctx += off
+    return JobSim(t, steady)
+
+
+def sim_cap(concurrency: int) -> int:
+    """Requests simulated one by one; longer jobs continue at the simulated steady rate."""
+    return max(5000, 100 * concurrency)
+
+
+def job_walls(
+    per_server: Sequence[int],
+    concurrency: int,
+    pool: Pool,
+    step: StepModel,
+    rng: np.random.Generator,
+    repeats: int = 1,
+) -> list[float]:
+    """Wall time of one server's share for each job size: simulated up to `sim_cap`, then
+    the simulated steady seconds per token times the remaining samples' mean tokens."""
+    cap = sim_cap(concurrency)
+    mean_out = float(pool.output.mean())
+    walls: dict[int, float] = {}
+    big = [s for s in per_server if s > cap]
+    if big:
+        runs = [simulate_job(cap, concurrency, pool, step, rng) for _ in range(repeats)]
+        w_cap = sum(r.wall_s for r in runs) / repeats
+        spt = [r.steady_s_per_token for r in runs if r.steady_s_per_token]
+        s_per_tok = sum(spt) / len(spt) if spt else w_cap / (cap * mean_out)
+        for s in big:
+            walls[s] = w_cap + (s - cap) * mean_out * s_per_tok
+    for s in per_server:
+        if s not in walls:
+            runs = [simulate_job(s, concurrency, pool, step, rng) for _ in range(repeats)]
+            walls[s] = sum(r.wall_s for r in runs) / repeats
+    return [walls[s] for s in per_server]
+
+
+@dataclass
+class PilotModel:
+    """Everything the forecast needs, learned from one pilot at concurrency C."""
+
+    concurrency: int
+    pool: Pool
+    rows: DecodeRows
+    step: StepModel
+    pilot_requests: int
+    pilot_wall_s: float
+    pilot_steady_tps: float | None
+
+    @classmethod
+    def from_records(cls, records: Sequence[RequestRecord], concurrency: int) -> PilotModel:
+        sent = [r for r in records if r.t_send]
+        if not sent:
+            raise UsageError("the pilot sent no request")
+        pool = Pool.from_records(records, concurrency)
+        rows = decode_rows(records)
+        s = summarize(records, concurrency=concurrency, sustained=True)
+        return cls(concurrency, pool, rows, fit_step(rows), len(sent), s.wall_s, s.steady_tps)
+
+    def describe(self) -> dict[str, Any]:
+        p = self.pool
+        return {
+            "concurrency": self.concurrency,
+            "pilot_requests": self.pilot_requests,
+            "pilot_ok": len(p.output),
+            "pilot_wall_s": self.pilot_wall_s,
+            "pilot_steady_tps": self.pilot_steady_tps,
+            "output_tokens": dist(p.output.tolist()),
+            "thinking_tokens": dist(p.thinking.tolist()),
+            "prompt_tokens": dist(p.prompt.tolist()),
+            "ttft_s": dist(p.ttft.tolist()),
+            "first_ttft_s": dist(p.first_ttft.tolist()),
+            "fail_rate": p.fail_rate,
+            "step_model": {
+                **asdict(self.step),
+                "formula": "step seconds = a + b·n_decoding + c·context_tokens; "
+                "p seconds of no decoding per prefill",
+                "decode_tps_at_c": self.step.rate(
+                    self.concurrency,
+                    self.concurrency * float(np.mean(p.prompt) + np.mean(p.output) / 2),
+                ),
+            },
+        }
+
+
+@dataclass
+class WallForecast:
+    samples: int
+    servers: int
+    per_server: int
+    seconds: float
+    lo_s: float
+    hi_s: float
+    output_tokens: float
+    output_lo: float
+    output_hi: float
+    thinking_tokens: float
+    prompt_tokens: float
+
+    @property
+    def rel_halfwidth(self) -> float:
+        return max(self.hi_s / self.seconds - 1, 1 - self.lo_s / self.seconds)
+
+
+def forecast(
+    model: PilotModel,
+    jobs: Sequence[tuple[int, int]],
+    boot: int = 100,
+    seed: int = 0,
+    time_budget_s: float = 20.0,
+) -> list[WallForecast]:
+    """For each job (samples, servers): a point forecast (the full pilot, averaged over a
+    few simulations) and a bootstrap interval. Each replicate resamples the pilot's
+    requests (lengths, TTFTs, failures) and, for the step-time fit, blocks of requests
+    consecutive in time, refits, and simulates every job again. The servers share the
+    samples evenly and run alike."""
+    rng = np.random.default_rng(seed)
+    c = model.concurrency
+    shares = [math.ceil(s / m) for s, m in jobs]
+    point = job_walls(shares, c, model.pool, model.step, rng, repeats=3)
+    blocks = model.rows.blocks(20)
+    reps: list[list[float]] = []
+    means: list[float] = []
+    t_end = time.perf_counter() + time_budget_s
+    for rep in range(boot):
+        if rep >= 20 and time.perf_counter() > t_end:
+            break  # enough replicates for a 95% interval; keep the command quick
+        pool = model.pool.resample(rng)
+        idx = np.concatenate([blocks[b] for b in rng.integers(0, len(blocks), len(blocks))])
+        try:
+            step = fit_step(model.rows, idx)
+        except UsageError:
+            step = model.step
+        reps.append(job_walls(shares, c, pool, step, rng))
+        means.append(float(pool.output.mean()))
+    arr = np.array(reps)
+    lo_q, hi_q = (1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100
+    out_mean = float(model.pool.output.mean())
+    out_lo, out_hi = np.percentile(means, [lo_q, hi_q]) if means else (out_mean, out_mean)
+    result = []
+    for j, (s, servers) in enumerate(jobs):
+        lo, hi = np.percentile(arr[:, j], [lo_q, hi_q]) if len(arr) else (point[j], point[j])
+        result.append(
+            WallForecast(
+                samples=s,
+                servers=servers,
+                per_server=shares[j],
+                seconds=point[j],
+                lo_s=min(float(lo), point[j]),
+                hi_s=max(float(hi), point[j]),
+                output_tokens=s * out_mean,
+                output_lo=s * float(out_lo),
+                output_hi=s * float(out_hi),
+                thinking_tokens=s * float(model.pool.thinking.mean()),
+                prompt_tokens=s * float(model.pool.prompt.mean()),
+            )
+        )
+    return result
+
+
+def pilot_size_for(rel_halfwidth: float, pilot: int, target: float = TARGET_REL_ERROR) -> int:
+    """An interval narrows as 1/√K: the pilot size whose bar would be ±target."""
+    return max(1, math.ceil(pilot * (rel_halfwidth / target) ** 2))
+
+
+# ------------------------------------------------------------------------------ documents
+
+
+def new_plan_doc(mode: str, source: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema": PLAN_SCHEMA,
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "genbench_version": __version__,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "mode": mode,
+        "source": source,
+        "inputs": inputs,
+        "model": {},
+        "rows": [],
+        "notes": [],
+    }
+
+
+def plan_arithmetic(
+    samples: Sequence[int],
+    rate: float,
+    tokens_per_sample: float,
+    servers: int,
+    storage: StorageModel,
+) -> dict[str, Any]:
+    doc = new_plan_doc(
+        "arithmetic",
+        {"kind": "arithmetic"},
+        {
+            "samples": list(samples),
+            "tok_per_s": rate,
+            "tokens_per_sample": tokens_per_sample,
+            "servers": servers,
+        },
+    )
+    doc["model"] = {"storage_basis": storage.basis}
+    for s in samples:
+        one = arithmetic(s, tokens_per_sample, rate, 1)
+        row: dict[str, Any] = {
+            "samples": s,
+            "tokens": {"output": one["tokens"]},
+            "one_server": {k: one[k] for k in ("tok_per_s", "seconds", "hours", "days")},
+            "storage": storage.row(s, one["tokens"]),
+        }
+        if servers > 1:
+            many = arithmetic(s, tokens_per_sample, rate, servers)
+            row["at_servers"] = {"servers": servers, **duration(many["seconds"])}
+        doc["rows"].append(row)
+    return doc
+
+
+def _phase_sums(doc: dict[str, Any]) -> tuple[int, int, int, int]:
+    ok = out = think = prompt = 0
+    for p in doc.get("phases") or []:
+        if p.get("kind") == "warmup":
+            continue
+        s = p.get("summary") or {}
+        ok += int(s.get("ok") or 0)
+        out += int(s.get("output_tokens") or 0)
+        think += int(s.get("thinking_tokens") or 0)
+        prompt += int(s.get("prompt_tokens") or 0)
+    return ok, out, think, prompt
+
+
+def _by_c(doc: dict[str, Any], shape: str) -> dict[int, float]:
+    table = ((doc.get("sweep") or {}).get(shape) or {}).get("by_concurrency") or {}
+    out: dict[int, float] = {}
+    for k, v in table.items():
+        try:
+            c = int(k)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(v, int | float) and v > 0:
+            out[c] = float(v)
+    return out
+
+
+def _bytes_per_token_from_records(result_path: Path) -> float | None:
+    req = result_path.parent / REQUESTS_FILE
+    if not req.exists():
+        return None
+    chars = tokens = 0
+    try:
+        for r in read_records(req):
+            if r.ok and r.completion_tokens:
+                chars += r.answer_chars + r.thinking_chars
+                tokens += r.completion_tokens
+    except (OSError, ValueError):
+        return None
+    return chars / tokens if tokens and chars else None
+
+
+def plan_from_result(
+    doc: dict[str, Any],
+    samples: Sequence[int],
+    servers: int,
+    concurrency: int | None,
+    tokens_per_sample: float | None,
+    hidden: HiddenStates | None,
+    bytes_per_token: float | None,
+) -> dict[str, Any]:
+    """Sustained-rate arithmetic from a `run` result, with the field's burst method beside."""
+    path = doc.get("_path", "result")
+    sustained = _by_c(doc, "sustained")
+    if not sustained:
+        raise UsageError(
+            f"{path}: field 'sweep.sustained' has no steady rate: plan needs a sustained "
+            "phase (genbench run --shape sustained, or the default burst,sustained)"
+        )
+    best_c = max(sustained, key=lambda c: sustained[c])
+    if concurrency is not None and concurrency not in sustained:
+        have = ", ".join(str(c) for c in sorted(sustained))
+        raise UsageError(
+            f"--concurrency {concurrency}: {path} measured sustained load only at C = {have}"
+        )
+    ok, out, think, prompt = _phase_sums(doc)
+    natural = bool((doc.get("config") or {}).get("natural"))
+    notes: list[str] = []
+    if tokens_per_sample is not None:
+        tps_ours, tps_basis = tokens_per_sample, "given (--tokens-per-sample)"
+    elif natural and ok:
+        tps_ours = out / ok
+        tps_basis = f"mean output length of the run's {ok} natural-length requests"
+        notes.append(
+            "tokens per sample measured on the run's built-in prompts, not yours: "
+            "pass --tokens-per-sample, or forecast from a pilot (--prompts)"
+        )
+    else:
+        raise UsageError(
+            f"{path}: the run forced every output to a fixed length (field 'config.natural' "
+            "is false), so it did not measure tokens per sample: pass --tokens-per-sample"
+        )
+    think_share = think / out if out else 0.0
+    burst = _by_c(doc, "burst")
+    field_c = None
+    if burst:
+        field_c = (
+            FIELD_CONCURRENCY
+            if FIELD_CONCURRENCY in burst
+            else min(burst, key=lambda c: (abs(c - FIELD_CONCURRENCY), -c))
+        )
+        if field_c != FIELD_CONCURRENCY:
+            notes.append(
+                f"no burst at C={FIELD_CONCURRENCY} in the run: field column uses C={field_c}"
+            )
+    else:
+        notes.append("the run has no burst phase: no field column")
+    bpt = bytes_per_token or _bytes_per_token_from_records(Path(path))
+    storage = storage_from_tokens(
+        tps_ours,
+        bpt,
+        hidden,
+        basis=(
+            None
+            if bytes_per_token or not bpt
+            else f"{bpt:.2f} bytes per output token (measured in the run's requests.jsonl) "
+            f"+ {JSONL_OVERHEAD_BYTES} bytes per line; prompts not counted"
+        ),
+    )
+    target = doc.get("target") or {}
+    plan = new_plan_doc(
+        "result",
+        {
+            "kind": "result",
+            "path": str(path),
+            "url": target.get("url"),
+            "model": target.get("model"),
+            "server": (target.get("server") or {}).get("kind"),
+        },
+        {
+            "samples": list(samples),
+            "servers": servers,
+            "concurrency": concurrency,
+            "tokens_per_sample": tokens_per_sample,
+        },
+    )
+    plan["model"] = {
+        "tokens_per_sample": tps_ours,
+        "tokens_per_sample_basis": tps_basis,
+        "thinking_share": think_share,
+        "sustained_tps_by_concurrency": {str(c): r for c, r in sorted(sustained.items())},
+        "best_concurrency": best_c,
+        "field": {
+            "method": "burst tok/s at C=32 × tokens per sample from the prompts used",
+            "concurrency": field_c,
+            "tok_per_s": burst.get(field_c) if field_c else None,
+            "tokens_per_sample": tps_ours,
+        },
+        "storage_basis": storage.basis,
+    }
+    for s in samples:
+        tokens = s * tps_ours
+        row: dict[str, Any] = {
+            "samples": s,
+            "tokens": {
+                "output": tokens,
+                "thinking": tokens * think_share,
+                "answer": tokens * (1 - think_share),
+            },
+            "ours_best": {
+                "concurrency": best_c,
+                "tok_per_s": sustained[best_c],
+                **duration(tokens / sustained[best_c]),
+            },
+            "storage": storage.row(s, tokens),
+        }
+        if concurrency is not None:
+            row["ours_chosen"] = {
+                "concurrency": concurrency,
+                "tok_per_s": sustained[concurrency],
+                **duration(tokens / sustained[concurrency]),
+            }
+        if servers > 1:
+            c_used = concurrency if concurrency is not None else best_c
+            row["at_servers"] = {
+                "servers": servers,
+                "concurrency": c_used,
+                **duration(tokens / (sustained[c_used] * servers)),
+            }
+        if field_c is not None:
+            f = arithmetic(s, tps_ours, burst[field_c], 1)
+            row["field"] = {
+                "concurrency": field_c,
+                "tok_per_s": burst[field_c],
+                "tokens": f["tokens"],
+                **duration(f["seconds"]),
+            }
+        plan["rows"].append(row)
+    plan["notes"] = notes
+    return plan
+
+
+# ------------------------------------------------------------------------------ the pilot
+
+
+@dataclass
+class PilotRun:
+    records: list[RequestRecord]
+    wall_s: float
+    jsonl_bytes: list[int] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def pilot_requests(
+    prompts: Sequence[Prompt],
+    k: int,
+    seed: int,
+    max_tokens: int | None,
+    params: dict[str, Any],
+) -> list[tuple[Prompt, ChatRequest]]:
+    """K prompts drawn at random (without replacement while the file has enough)."""
+    rnd = random.Random(seed)
+    chosen = rnd.sample(list(prompts), k) if k <= len(prompts) else rnd.choices(list(prompts), k=k)
+    return [
+        (p, ChatRequest(f"pilot-{i}-line{p.line}", p.messages, max_tokens, dict(params)))
+        for i, p in enumerate(chosen)
+    ]
+
+
+async def run_pilot(
+    ep: Endpoint,
+    model: str,
+    items: Sequence[tuple[Prompt, ChatRequest]],
+    concurrency: int,
+    out: Path | None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    timeout: float = 600.0,
+) -> PilotRun:
+    """Run the pilot as the job will run: C workers, sustained, natural lengths. Records
+    go to out/requests.jsonl without their text; the text is measured, then dropped."""
+    timeouts = Timeouts(connect=10.0, read=timeout, total=None)
+    session = make_session(timeouts)
+    client = Client(ep, model, timeouts=timeouts, session=session, keep_text=True)
+    by_id = {req.id: p for p, req in items}
+    writer = RecordWriter(out / REQUESTS_FILE) if out else None
+    run = PilotRun(records=[], wall_s=0.0)
+
+    def record(rec: RequestRecord) -> None:
+        if rec.ok:
+            row = output_row(by_id.get(rec.id), rec)
+            size = len(orjson.dumps(row)) + 1
+            rec.extra["jsonl_bytes"] = size
+            run.jsonl_bytes.append(size)
+            run.rows.append(row)
+        rec.text = rec.reasoning = None
+        if writer:
+            writer.write(rec)
+        if on_record:
+            on_record(rec)
+
+    try:
+        phase = await run_phase(
+            client,
+            iter([req for _, req in items]),
+            concurrency=concurrency,
+            phase="pilot",
+            max_requests=len(items),
+            on_record=record,
+        )
+    finally:
+        await session.close()
+        if writer:
+            writer.close()
+    run.records = phase.records
+    sent = [r for r in phase.records if r.t_send]
+    if sent:
+        run.wall_s = max(r.t_end or r.t_send for r in sent) - min(r.t_send for r in sent)
+    return run
+
+
+def plan_from_pilot(
+    run: PilotRun,
+    concurrency: int,
+    samples: Sequence[int],
+    servers: int,
+    hidden: HiddenStates | None,
+    source: dict[str, Any],
+    inputs: dict[str, Any],
+    boot: int = 100,
+    seed: int = 0,
+) -> dict[str, Any]:
+    model = PilotModel.from_records(run.records, concurrency)
+    jobs = [(s, 1) for s in samples] + ([(s, servers) for s in samples] if servers > 1 else [])
+    every = forecast(model, jobs, boot=boot, seed=seed)
+    fc, fc_m = every[: len(samples)], (every[len(samples) :] if servers > 1 else None)
+    jsonl = float(np.mean(run.jsonl_bytes)) if run.jsonl_bytes else JSONL_OVERHEAD_BYTES
+    storage = StorageModel(
+        jsonl,
+        parquet_bytes_per_row(run.rows),
+        f"measured on the pilot's {len(run.rows)} outputs (prompt, reply, reasoning, usage "
+        "per line; Parquet with zstd)",
+        hidden,
+    )
+    plan = new_plan_doc("pilot", source, inputs)
+    plan["model"] = {**model.describe(), "storage_basis": storage.basis}
+    k = model.pilot_requests
+    worst = max(fc, key=lambda f: f.samples)
+    plan["model"]["job_tps"] = worst.output_tokens / worst.seconds
+    plan["pilot_size_for_5pct"] = pilot_size_for(worst.rel_halfwidth, k)
+    for i, f in enumerate(fc):
+        row: dict[str, Any] = {
+            "samples": f.samples,
+            "tokens": {
+                "output": f.output_tokens,
+                "output_lo": f.output_lo,
+                "output_hi": f.output_hi,
+                "thinking": f.thinking_tokens,
+                "answer": f.output_tokens - f.thinking_tokens,
+                "prompt": f.prompt_tokens,
+            },
+            "ours": _wall(f),
+            "naive_pilot": {
+                "method": "pilot wall time × samples / pilot requests",
+                **duration(run.wall_s * f.samples / k),
+            },
+            "storage": storage.row(f.samples, f.output_tokens + f.prompt_tokens),
+        }
+        if fc_m is not None:
+            row["at_servers"] = {"servers": servers, **_wall(fc_m[i])}
+        plan["rows"].append(row)
+    if model.pool.fail_rate:
+        plan["notes"].append(
+            f"{model.pool.fail_rate:.1%} of pilot requests failed; the forecast retries them"
+        )
+    if k < 2 * concurrency:
+        plan["notes"].append(
+            f"the pilot ({k} requests) is short for C={concurrency}: at least "
+            f"{4 * concurrency} gives a steady stretch to measure"
+        )
+    return plan
+
+
+def _wall(f: WallForecast) -> dict[str, Any]:
+    return {
+        **duration(f.seconds),
+        "lo_s": f.lo_s,
+        "hi_s": f.hi_s,
+        "confidence": CONFIDENCE,
+        "rel_halfwidth": f.rel_halfwidth,
+    }
+
+
+def save_plan(plan: dict[str, Any], directory: Path) -> Path:
+    path = directory / PLAN_FILE
+    write_json_atomic(path, plan)
+    return path

@@ -19,6 +19,12 @@ if Path(__file__).with_name("fixtures_vllm.py").exists():
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that need vLLM run last: its session-scoped servers stay up (~3 GB, busy on a
+    core) once started, and would slow the timing tests against the sim that follow them."""
+    items.sort(key=lambda item: item.get_closest_marker("vllm") is not None)
+
+
 @pytest.fixture
 def sim_factory() -> Iterator[Callable[..., SimProcess]]:
     """Start sims with the given flags; all are stopped at the end of the test."""

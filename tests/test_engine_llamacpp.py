@@ -16,12 +16,12 @@ import threading
 import time
 from pathlib import Path
 
+# part of the test extras: a missing one must fail the suite, not skip it
+import gguf  # noqa: E402
+import httpx  # noqa: E402
 import pytest
-
-pytest.importorskip("xllamacpp")
-pytest.importorskip("gguf")
-pytest.importorskip("tokenizers")
-httpx = pytest.importorskip("httpx")
+import tokenizers  # noqa: F401, E402
+import xllamacpp  # noqa: F401, E402
 
 from genbench.engine import tinymodel  # noqa: E402
 from genbench.engine.llamacpp import MODEL_NAME, LocalLlamaServer  # noqa: E402
@@ -119,7 +119,6 @@ def test_model_is_built_once_and_cached(cache_dir: Path, model: Path) -> None:
 
 
 def test_model_metadata(model: Path) -> None:
-    import gguf
 
     r = gguf.GGUFReader(model)
 

@@ -198,7 +198,8 @@ def test_truncated_rows_can_go_to_the_errors_file(sim, tmp_path):
 
 
 def test_parquet_output_sharded_by_size(sim, tmp_path):
-    pytest.importorskip("pyarrow")
+    import pyarrow  # noqa: F401 - part of the test extras: fail, don't skip, when missing
+
     inp = tmp_path / "in.parquet"
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -410,11 +411,8 @@ def test_all_servers_down_at_start_is_a_clear_error(capsys, tmp_path):
 
 
 @pytest.mark.vllm
-def test_vllm_regenerates_a_small_file(request, tmp_path):
-    try:
-        server = request.getfixturevalue("vllm_server")
-    except pytest.FixtureLookupError:
-        pytest.skip("no vLLM fixture (tests/fixtures_vllm.py)")
+def test_vllm_regenerates_a_small_file(vllm_server, tmp_path):
+    server = vllm_server
     inp = tmp_path / "in.jsonl"
     write_rows(inp, prompts(6))
     out = tmp_path / "out"
@@ -429,9 +427,10 @@ def test_vllm_regenerates_a_small_file(request, tmp_path):
 def test_vllm_sigkill_and_restart_mid_job(tmp_path):
     """The real server killed like an OOM kill (SIGKILL to its process group) and started
     again on the same port: the job waits, then finishes with every id exactly once."""
-    fx = pytest.importorskip("fixtures_vllm")
-    if fx._skip_requested() or os.environ.get("GENBENCH_VLLM_URL"):
-        pytest.skip("needs a vLLM server this test starts itself")
+    import fixtures_vllm as fx
+
+    if fx._skip_requested():
+        pytest.skip("GENBENCH_SKIP_VLLM=1: vLLM test server disabled")
     fx._setup_once()
     name, port = f"gen-restart-{os.getpid()}", fx._free_port()
     script = ["bash", str(fx.SCRIPT)]

@@ -192,7 +192,8 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def test_png_export(runs, tmp_path):
-    pytest.importorskip("matplotlib")
+    import matplotlib  # noqa: F401 - the report extra is installed by the test command
+
     out = tmp_path / "pngs"
     p = genbench("report", str(runs["fast"]), str(runs["slow"]), "-o", str(tmp_path / "r.html"),
                  "--png", str(out))  # fmt: skip

@@ -10,7 +10,8 @@ Per run, on one server:
 2. the field's method: three prompts single-stream for the tokens per sample, a burst of
    32 equal-length requests at that length for the rate, N × tokens / rate;
 3. the naive pilot: K prompts at C, pilot wall × N / K;
-4. ours: the same pilot fed to `genbench.plan` (simulated job, bootstrap 95% interval);
+4. ours: the same pilot, after plan's warm-up (`--warmup`, 20 s of load, discarded), fed
+   to `genbench.plan` (simulated job, bootstrap 95% interval);
 5. the job: all N prompts at C on the load engine `generate` uses (`run_phase`).
 
 Errors are forecast / actual − 1. The columns that take ours apart:
@@ -126,7 +127,15 @@ def sim_behind(root: str) -> float:
 
 
 async def one_run(
-    t: Target, root: str, k: int, ratio: int, c: int, seed: int, sim: bool, keep: Path | None
+    t: Target,
+    root: str,
+    k: int,
+    ratio: int,
+    c: int,
+    seed: int,
+    sim: bool,
+    keep: Path | None,
+    warmup_s: float,
 ) -> dict[str, Any]:
     n = k * ratio
     prompts = prompt_set(n, seed)
@@ -145,7 +154,10 @@ async def one_run(
     picks = rng.choice(n, size=k, replace=False)
     items = [(prompts[i], t.request(f"pilot-{j}", prompts[i])) for j, i in enumerate(picks)]
     behind0 = sim_behind(root) if sim else 0.0
-    pilot = await run_pilot(Endpoint.parse(t.url), t.model, items, c, None)
+    warm = [t.request(f"warm-{j}", prompts[i]) for j, i in enumerate(rng.choice(n, 4 * c))]
+    pilot = await run_pilot(
+        Endpoint.parse(t.url), t.model, items, c, None, warmup=warm, warmup_s=warmup_s
+    )
     behind_pilot = (sim_behind(root) - behind0) if sim else 0.0
     model = PilotModel.from_records(pilot.records, c)
     t0 = time.perf_counter()
@@ -258,6 +270,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="write results JSON here")
     ap.add_argument("--keep", type=Path, default=None, help="keep pilot and job records here")
+    ap.add_argument("--warmup", type=float, default=20.0, help="pilot warm-up seconds (plan's)")
     args = ap.parse_args()
     seeds = [args.seed + i for i in range(args.runs)]
     if args.keep:
@@ -302,7 +315,15 @@ def main() -> None:
         for seed in seeds:
             r = asyncio.run(
                 one_run(
-                    target, root, args.pilot, args.ratio, args.concurrency, seed, sim, args.keep
+                    target,
+                    root,
+                    args.pilot,
+                    args.ratio,
+                    args.concurrency,
+                    seed,
+                    sim,
+                    args.keep,
+                    args.warmup,
                 )
             )
             results.append(r)

@@ -134,9 +134,9 @@ def test_from_a_run_result_ours_beside_the_fields(sim_factory, tmp_path):
 
 
 def test_simulated_job_matches_the_closed_form():
-    """Equal lengths, C workers: rounds of TTFT + (L-1) steps of a + b·C, plus one prefill
-    pause p per later arrival; beyond the simulated cap, the steady rate carries on."""
-    a, b, p, c, length, ttft = 0.002, 0.0002, 0.01, 8, 50, 0.005
+    """Equal lengths, C workers: rounds of TTFT + (L-1) steps of a + b·C; beyond the
+    simulated cap, the simulated steady rate carries on."""
+    a, b, c, length, ttft = 0.002, 0.0002, 8, 50, 0.005
     pool = Pool(
         prompt=np.zeros(4), output=np.full(4, float(length)), thinking=np.zeros(4),
         ttft=np.full(4, ttft), first_ttft=np.full(4, ttft), attempts=4, fail_rate=0.0,
@@ -146,9 +146,6 @@ def test_simulated_job_matches_the_closed_form():
     rounds = 10
     sim = simulate_job(rounds * c, c, pool, StepModel(a, b, 0.0), rng)
     assert sim.wall_s == pytest.approx(rounds * (ttft + (length - 1) * (a + b * c)))
-    # prefill pauses: the first C start together; each later arrival stops decoding for p
-    paused = simulate_job(rounds * c, c, pool, StepModel(a, b, 0.0, p), rng).wall_s
-    assert paused == pytest.approx(sim.wall_s + (rounds - 1) * c * p, rel=0.05)
     per_token = (a + b * c) / c
     assert sim.steady_s_per_token == pytest.approx(per_token, rel=0.02)
     big, small = job_walls([10**6, rounds * c], c, pool, StepModel(a, b, 0.0), rng)
@@ -190,7 +187,7 @@ def test_pilot_forecasts_the_job_it_is_then_checked_against(sim_factory, tmp_pat
     p = genbench(
         "plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
         "--concurrency", str(c), "--pilot", str(k), "--samples", str(n), "--out", str(out),
-        "--bootstrap", "100", "--json", timeout=120,
+        "--bootstrap", "100", "--warmup", "1", "--json", timeout=120,
     )  # fmt: skip
     behind_pilot = sim_behind_s(sim.root)
     doc = plan_json(p)

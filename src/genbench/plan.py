@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import io
+import itertools
 import math
 import random
 import time
@@ -57,7 +58,7 @@ FIELD_CONCURRENCY = 32  # the field's burst was measured at C=32
 CONFIDENCE = 0.95
 TARGET_REL_ERROR = 0.05  # the pilot size that gives a ±5% bar is reported
 ASSUMED_BYTES_PER_TOKEN = 4.0  # English text with a Llama-style tokenizer, when nothing measured
-JSONL_OVERHEAD_BYTES = 200  # id, usage, finish_reason and JSON punctuation per output line
+JSONL_OVERHEAD_BYTES = 400  # id, generate's metadata and JSON punctuation per output line
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -189,25 +190,43 @@ def storage_from_tokens(
 
 
 def output_row(prompt: Prompt | None, rec: RequestRecord) -> dict[str, Any]:
-    """What one sample of the job's output holds: its prompt, the reply, reasoning, usage.
-    The pilot measures the bytes of this row; `generate` may write a different one."""
-    reply: dict[str, Any] = {"role": "assistant", "content": rec.text or ""}
-    if rec.reasoning:
-        reply["reasoning_content"] = rec.reasoning
+    """One sample as `genbench generate` writes it (SpecForge conversations and genbench's
+    metadata, see genbench.generate.store), so the pilot measures the job's real bytes."""
+    conversations = [
+        {"role": m["role"], "content": m["content"]} for m in (prompt.messages if prompt else [])
+    ]
+    conversations.append(
+        {"role": "assistant", "content": rec.text or "", "reasoning_content": rec.reasoning or ""}
+    )
+    completion, thinking = rec.completion_tokens or 0, rec.reasoning_tokens or 0
+    e2e = rec.e2e or 0.0
+    meta = {
+        "server": rec.server,
+        "model": rec.model,
+        "prompt_tokens": rec.prompt_tokens or 0,
+        "completion_tokens": completion,
+        "reasoning_tokens": thinking,
+        "answer_tokens": completion - thinking,
+        "tokens_estimated": rec.tokens_estimated,
+        "finish_reason": rec.finish_reason,
+        "truncated": rec.finish_reason == "length",
+        "turns": 1,
+        "attempts": 1,
+        "ttft_s": None if rec.ttft is None else round(rec.ttft, 4),
+        "latency_s": round(e2e, 4),
+        "sent_at": rec.sent_at,
+        "finished_at": round(rec.sent_at + e2e, 3),
+    }
     return {
         "id": prompt.id if prompt and prompt.id else rec.id,
-        "messages": [*(prompt.messages if prompt else []), reply],
-        "finish_reason": rec.finish_reason,
-        "usage": {
-            "prompt_tokens": rec.prompt_tokens,
-            "completion_tokens": rec.completion_tokens,
-            "reasoning_tokens": rec.reasoning_tokens,
-        },
+        "conversations": conversations,
+        "meta": meta,
     }
 
 
 def parquet_bytes_per_row(rows: list[dict[str, Any]]) -> float | None:
-    """Write the rows as one zstd Parquet file in memory; None without pyarrow."""
+    """Write the rows as one zstd Parquet file in memory, in generate's schema when it is
+    there; None without pyarrow."""
     if not rows:
         return None
     try:
@@ -215,19 +234,26 @@ def parquet_bytes_per_row(rows: list[dict[str, Any]]) -> float | None:
         import pyarrow.parquet as pq
     except ImportError:
         return None
+    try:
+        from genbench.generate.store import parquet_schema
+
+        schema = parquet_schema()
+    except Exception:  # generate absent or changed: let pyarrow infer the schema
+        schema = None
+
+    def text(v: Any) -> str:
+        return v if isinstance(v, str) else orjson.dumps(v).decode()
+
     flat = [
         {
+            **r,
             "id": str(r["id"]),
-            "messages": orjson.dumps(r["messages"]).decode(),
-            "finish_reason": r["finish_reason"],
-            "prompt_tokens": r["usage"]["prompt_tokens"],
-            "completion_tokens": r["usage"]["completion_tokens"],
-            "reasoning_tokens": r["usage"]["reasoning_tokens"],
+            "conversations": [{**t, "content": text(t["content"])} for t in r["conversations"]],
         }
         for r in rows
     ]
     buf = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(flat), buf, compression="zstd")
+    pq.write_table(pa.Table.from_pylist(flat, schema=schema), buf, compression="zstd")
     return buf.tell() / len(rows)
 
 
@@ -308,14 +334,12 @@ class StepModel:
     a + b·n + c·k seconds and gives every decoding request one token. Steps are counted
     in tokens, not chunks: an API server that coalesces tokens into one chunk under
     load does not change the engine's steps; with speculative decoding a "step" is
-    then the time per token. Each request that arrives after the start also stops
-    decoding for `p` seconds while it is prefilled (vLLM and SGLang interleave prefill
-    with decode; the sim does not, and fits p ≈ 0)."""
+    then the time per token. Prefills that stop decoding (vLLM, SGLang) are in the
+    step time, at the rate the pilot's arrivals had (see `fit_step`)."""
 
     a: float
     b: float
     c: float
-    p: float = 0.0
 
     def rate(self, n: float, k: float) -> float:
         """Decode tokens/s with n decoding and no arrivals."""
@@ -327,10 +351,10 @@ class DecodeRows:
     """One row per successful pilot request: how long its decoding took and what it
     shared the server with meanwhile. Every regressor is counted exactly (chunks, and
     time averages from the client's timestamps), so the fit has no errors-in-variables
-    bias; a request's decode time includes every prefill that stopped decoding."""
+    bias; a request's decode time includes every prefill that stopped its decoding."""
 
-    x: np.ndarray  # [tokens - 1, Σ over them of n, Σ of k, prefills during its decode]
-    y: np.ndarray  # seconds from its first to its last chunk
+    x: np.ndarray  # [tokens decoded, Σ over them of n, Σ of k]
+    y: np.ndarray  # seconds those tokens took
     start: np.ndarray  # when its decoding began (to bootstrap blocks of time)
 
     def blocks(self, count: int) -> list[np.ndarray]:
@@ -339,12 +363,14 @@ class DecodeRows:
         return [b for b in np.array_split(order, max(1, min(count, len(order)))) if len(b)]
 
 
-def decode_rows(records: Sequence[RequestRecord]) -> DecodeRows:
+def decode_rows(records: Sequence[RequestRecord], concurrency: int) -> DecodeRows:
     """Build `DecodeRows`. Between two chunks of a request, the number of requests
     decoding and their context (prompt + tokens so far, growing linearly over each one's
     decode time) are read at the interval's midpoint and summed once per token the
     interval carried, so a request whose tail ran nearly alone is charged for short
-    steps."""
+    steps. Only intervals after the start-up count: until the first C requests have
+    all been prefilled, the early ones decode between those prefills, and the
+    simulation takes the start-up from the first C's TTFTs instead."""
     ok = [
         r
         for r in records
@@ -352,21 +378,22 @@ def decode_rows(records: Sequence[RequestRecord]) -> DecodeRows:
     ]
     if len(ok) < 3:
         raise UsageError("the pilot streamed too few replies to time the server: use more")
+    by_send = sorted((r for r in records if r.t_send), key=lambda r: r.t_send)
+    first_c = {id(r) for r in by_send[:concurrency]}
+    startup = [r.t_send + r.ttft for r in ok if id(r) in first_c]
+    t0 = max(startup) if startup else -math.inf
     d = np.array([r.t_send + r.chunk_offsets[0] for r in ok])
     e = np.array([r.t_send + r.chunk_offsets[-1] for r in ok])
-    steps = np.array([len(r.chunk_offsets) - 1 for r in ok], dtype=float)
+    chunks = np.array([len(r.chunk_offsets) - 1 for r in ok], dtype=int)
     total = np.array([float(r.completion_tokens or 0) for r in ok])
     prompt = np.array([float(r.prompt_tokens or 0) for r in ok])
     span = e - d
     slope = np.divide(total - 1, span, out=np.zeros_like(span), where=span > 0)
-    # step midpoints of every request, and whose they are
-    mids = np.concatenate(
-        [
-            r.t_send + (np.asarray(r.chunk_offsets[1:]) + np.asarray(r.chunk_offsets[:-1])) / 2
-            for r in ok
-        ]
-    )
-    owner = np.repeat(np.arange(len(ok)), steps.astype(int))
+    # every interval between two chunks of a request: its start, end and owner
+    starts = np.concatenate([r.t_send + np.asarray(r.chunk_offsets[:-1]) for r in ok])
+    ends = np.concatenate([r.t_send + np.asarray(r.chunk_offsets[1:]) for r in ok])
+    owner = np.repeat(np.arange(len(ok)), chunks)
+    mids = (starts + ends) / 2
     # requests decoding at t: started (d <= t) minus ended (e < t); context by prefix sums
     base = prompt + 1 - slope * d  # context of j at t is base_j + slope_j·t while decoding
     by_d, by_e = np.argsort(d), np.argsort(e)
@@ -377,33 +404,37 @@ def decode_rows(records: Sequence[RequestRecord]) -> DecodeRows:
     base_t = cum(base, by_d)[started] - cum(base, by_e)[ended]
     slope_t = cum(slope, by_d)[started] - cum(slope, by_e)[ended]
     k_t = base_t + slope_t * mids
-    # each chunk interval carries the request's mean tokens per chunk
-    per_chunk = np.divide(total - 1, steps, out=np.ones_like(steps), where=steps > 0)
-    weight = per_chunk[owner]
-    sum_n = np.bincount(owner, weights=n_t * weight, minlength=len(ok))
-    sum_k = np.bincount(owner, weights=k_t * weight, minlength=len(ok))
-    # prefills that ended while this request decoded: other requests' first tokens
-    first = np.sort(d)
-    m = np.searchsorted(first, e, side="left") - np.searchsorted(first, d, side="right")
-    x = np.column_stack([total - 1, sum_n, sum_k, m.astype(float)])
-    keep = (steps > 0) & (span > 0) & (total > 1)
-    return DecodeRows(x[keep], span[keep], d[keep])
+    # each interval carries the request's mean tokens per chunk; start-up ones do not count
+    per_chunk = np.divide(total - 1, chunks, out=np.ones_like(total), where=chunks > 0)
+    w = per_chunk[owner] * (starts >= t0)
+    tokens = np.bincount(owner, weights=w, minlength=len(ok))
+    sum_n = np.bincount(owner, weights=n_t * w, minlength=len(ok))
+    sum_k = np.bincount(owner, weights=k_t * w, minlength=len(ok))
+    seconds = np.bincount(owner, weights=(ends - starts) * (starts >= t0), minlength=len(ok))
+    x = np.column_stack([tokens, sum_n, sum_k])
+    keep = (tokens > 0) & (seconds > 0)
+    return DecodeRows(x[keep], seconds[keep], np.maximum(d, t0)[keep])
 
 
-_TERMS = ("a", "b", "c", "p")
+_TERMS = ("a", "b", "c")
 
 
 def fit_step(rows: DecodeRows, idx: np.ndarray | None = None) -> StepModel:
-    """Least squares of each request's decode seconds on steps·(a + b·n̄ + c·k̄) +
-    prefills·p, every coefficient ≥ 0 (the best feasible subset of terms)."""
+    """Least squares of each request's decode seconds on Σ over its tokens of
+    (a + b·n + c·k), every coefficient ≥ 0 (the best feasible subset of terms).
+
+    Prefill time is not a term of its own: with arrivals in step with completions (C
+    workers, same lengths as the job), the decoding it stops is spread into a and b at
+    the job's own rate. A separate per-prefill term was tried and fitted badly from a
+    pilot: arrivals during a request grow with its decode time, so the term soaked up
+    whatever else made steps slow and overstated the job by up to 20% on vLLM."""
     x_all, y = (rows.x, rows.y) if idx is None else (rows.x[idx], rows.y[idx])
     if len(y) < 3:
         raise UsageError("the pilot is too short to time the server: use a larger --pilot")
     best: tuple[float, StepModel] | None = None
-    for size in range(4, 0, -1):
+    for size in range(len(_TERMS), 0, -1):
         for names in _subsets(size):
-            cols = [_TERMS.index(c) for c in names]
-            x = x_all[:, cols]
+            x = x_all[:, [_TERMS.index(c) for c in names]]
             coef, *_ = np.linalg.lstsq(x, y, rcond=None)
             if np.any(coef < 0) or not np.all(np.isfinite(coef)):
                 continue
@@ -412,7 +443,7 @@ def fit_step(rows: DecodeRows, idx: np.ndarray | None = None) -> StepModel:
                 continue
             resid = float(np.sum((x @ coef - y) ** 2))
             if best is None or resid < best[0] * (1 - 1e-9):
-                best = (resid, StepModel(vals["a"], vals["b"], vals["c"], vals["p"]))
+                best = (resid, StepModel(vals["a"], vals["b"], vals["c"]))
     if best is None:
         raise UsageError("could not fit the server's step time to the pilot")
     return best[1]
@@ -442,11 +473,10 @@ def simulate_job(
     A worker sends, waits a TTFT drawn from the pilot (the first C from the first C of
     the pilot; later ones after the measured client gap), then decodes with every other
     decoding request until its drawn length is reached, then sends the next sample. A
-    request that arrives after the start stops all decoding for p seconds before its
-    first token (its prefill). A failed attempt holds its worker for a drawn time and is
-    retried. Between events the number decoding is constant and the context grows by
-    n tokens per step, so the time to advance g steps is α·g + β·g²/2."""
-    a, b, c, p = step.a, step.b, step.c, step.p
+    failed attempt holds its worker for a drawn time and is retried. Between events the
+    number decoding is constant and the context grows by n tokens per step, so the time
+    to advance g steps is α·g + β·g²/2."""
+    a, b, c = step.a, step.b, step.c
     m = len(pool.output)
     pick = rng.integers(0, m, samples + 8 * concurrency).tolist()
     out_l = pool.output.tolist()
@@ -461,9 +491,8 @@ def simulate_job(
     g = 0.0  # steps every decoding request has advanced since t = 0
     s_ctx = 0.0  # context held = s_ctx + n·g
     n = 0
-    paused_until = 0.0  # no decoding before this (prefills)
     dec: list[tuple[float, int, float]] = []  # (finish step, seq, context offset)
-    # (at, seq, kind, draw): kind 0 = first token, 1 = failed attempt ends, 2 = prefill starts
+    # (at, seq, kind, draw): kind 0 = first token, 1 = failed attempt ends
     wait: list[tuple[float, int, int, int]] = []
     seq = 0
     sent = 0
@@ -486,23 +515,17 @@ def simulate_job(
         if f and rand() < f:
             heapq.heappush(wait, (now + fail_l[int(rand() * len(fail_l))], seq, 1, j))
             return
-        if sent <= concurrency and retry is None:  # start-up: prefill is inside this TTFT
-            heapq.heappush(wait, (now + first_l[int(rand() * len(first_l))], seq, 0, j))
-            return
-        ready = now + gap + ttft_l[int(rand() * len(ttft_l))]
+        if sent <= concurrency and retry is None:  # start-up: all C prefill at once
+            ready = now + first_l[int(rand() * len(first_l))]
+        else:
+            ready = now + gap + ttft_l[int(rand() * len(ttft_l))]
         heapq.heappush(wait, (ready, seq, 0, j))
-        if p:
-            heapq.heappush(wait, (max(now, ready - p), seq, 2, j))
 
     for _ in range(min(concurrency, samples)):
         send(0.0, None)
     while done < samples:
         next_ev = wait[0][0] if wait else math.inf
-        if n and t < paused_until:
-            if next_ev >= paused_until:
-                t = paused_until
-                continue
-        elif n:
+        if n:
             alpha = a + b * n + c * (s_ctx + n * g)
             beta = c * n
             dg = dec[0][0] - g
@@ -530,9 +553,6 @@ def simulate_job(
         if not wait:  # pragma: no cover - nothing decoding and nothing waiting
             break
         t, _, kind, j = heapq.heappop(wait)
-        if kind == 2:
-            paused_until = max(paused_until, t) + p
-            continue
         if kind == 1:
             send(t, j)
             continue
@@ -602,7 +622,7 @@ class PilotModel:
         if not sent:
             raise UsageError("the pilot sent no request")
         pool = Pool.from_records(records, concurrency)
-        rows = decode_rows(records)
+        rows = decode_rows(records, concurrency)
         s = summarize(records, concurrency=concurrency, sustained=True)
         return cls(concurrency, pool, rows, fit_step(rows), len(sent), s.wall_s, s.steady_tps)
 
@@ -622,8 +642,7 @@ class PilotModel:
             "fail_rate": p.fail_rate,
             "step_model": {
                 **asdict(self.step),
-                "formula": "step seconds = a + b·n_decoding + c·context_tokens; "
-                "p seconds of no decoding per prefill",
+                "formula": "seconds per decode step = a + b·n_decoding + c·context_tokens",
                 "decode_tps_at_c": self.step.rate(
                     self.concurrency,
                     self.concurrency * float(np.mean(p.prompt) + np.mean(p.output) / 2),
@@ -979,15 +998,36 @@ async def run_pilot(
     out: Path | None,
     on_record: Callable[[RequestRecord], None] | None = None,
     timeout: float = 600.0,
+    warmup: Sequence[ChatRequest] = (),
+    warmup_s: float = 0.0,
 ) -> PilotRun:
     """Run the pilot as the job will run: C workers, sustained, natural lengths. Records
-    go to out/requests.jsonl without their text; the text is measured, then dropped."""
+    go to out/requests.jsonl without their text; the text is measured, then dropped.
+
+    With `warmup_s`, the `warmup` requests (cycled) first load the server at C for that
+    long and are discarded: a server that sat idle runs slower for its first seconds
+    of load (12-20% for ~20 s on the vLLM CPU test server), and a pilot is short enough
+    for that to bias the forecast of a job that runs warm for hours."""
     timeouts = Timeouts(connect=10.0, read=timeout, total=None)
     session = make_session(timeouts)
     client = Client(ep, model, timeouts=timeouts, session=session, keep_text=True)
     by_id = {req.id: p for p, req in items}
     writer = RecordWriter(out / REQUESTS_FILE) if out else None
     run = PilotRun(records=[], wall_s=0.0)
+    if warmup_s > 0 and warmup:
+        try:
+            await run_phase(
+                client,
+                itertools.cycle(warmup),
+                concurrency=concurrency,
+                phase="warmup",
+                duration=warmup_s,
+            )
+        except BaseException:
+            await session.close()
+            if writer:
+                writer.close()
+            raise
 
     def record(rec: RequestRecord) -> None:
         if rec.ok:
@@ -1041,8 +1081,8 @@ def plan_from_pilot(
     storage = StorageModel(
         jsonl,
         parquet_bytes_per_row(run.rows),
-        f"measured on the pilot's {len(run.rows)} outputs (prompt, reply, reasoning, usage "
-        "per line; Parquet with zstd)",
+        f"measured on the pilot's {len(run.rows)} outputs, as genbench generate writes them "
+        "(JSONL; Parquet with zstd)",
         hidden,
     )
     plan = new_plan_doc("pilot", source, inputs)

@@ -66,6 +66,11 @@ def plan(
     param: list[str] | None = typer.Option(
         None, "--param", help="Another request field of the job, KEY=JSON; repeatable."
     ),
+    warmup: float = typer.Option(
+        20.0,
+        "--warmup",
+        help="Pilot: seconds of load at C before it, discarded (an idle server starts slow).",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed for the pilot's prompts and the bootstrap."),
     bootstrap: int = typer.Option(200, "--bootstrap", help="Bootstrap replicates for the bar."),
     hidden_size: int | None = typer.Option(
@@ -112,6 +117,8 @@ def plan(
         ("--timeout", timeout),
     ):
         common.positive(name, v)
+    if warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more seconds, got {warmup}")
     hidden = _hidden(hidden_size, layers_captured, dtype_bytes)
     console = err if json else out
     if rate is not None:
@@ -150,6 +157,7 @@ def plan(
             hidden,
             timeout,
             out_dir,
+            warmup,
         )
     render(doc, console)
     if saved is not None:
@@ -202,6 +210,7 @@ def _pilot(
     hidden: P.HiddenStates | None,
     timeout: float,
     out_dir: Path | None,
+    warmup_s: float,
 ) -> tuple[dict[str, Any], Path]:
     ep = common.endpoint(url, api_key_env, api_key_file)
     prompts = read_prompts(prompts_path)  # bad input fails before the server is touched
@@ -212,15 +221,27 @@ def _pilot(
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out_path)
     items = P.pilot_requests(prompts, k, seed, max_tokens, params)
+    warm = [
+        req for _, req in P.pilot_requests(prompts, 4 * concurrency, seed + 1, max_tokens, params)
+    ]
     console.print(
         f"[bold]genbench plan[/] pilot: {k} of {len(prompts):,} prompts from {prompts_path} "
         f"at C={concurrency} on {ep.base_url} → {out_path}"
+        + (f" (after {warmup_s:g} s of warm-up)" if warmup_s else "")
     )
     bar = _PilotProgress(console, k)
     try:
         run = common.run_async(
             P.run_pilot(
-                ep, check.model or "", items, concurrency, out_path, bar.record, timeout=timeout
+                ep,
+                check.model or "",
+                items,
+                concurrency,
+                out_path,
+                bar.record,
+                timeout=timeout,
+                warmup=warm,
+                warmup_s=warmup_s,
             )
         )
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -251,6 +272,7 @@ def _pilot(
         "params": params,
         "seed": seed,
         "bootstrap": boot,
+        "warmup_s": warmup_s,
     }
     doc = P.plan_from_pilot(run, concurrency, counts, servers, hidden, source, inputs, boot, seed)
     return doc, P.save_plan(doc, out_path)

@@ -312,7 +312,7 @@ def test_reader_takes_messages_sharegpt_prompt_and_parquet(tmp_path):
     assert [m["role"] for m in ps[1].messages] == ["system", "user"]
     assert ps[2].id == "7" and ps[2].line == 3
 
-    pa = pytest.importorskip("pyarrow")
+    import pyarrow as pa  # part of the test extras: fail, don't skip, when missing
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"prompt": ["a", "b", None]}), tmp_path / "p.parquet")

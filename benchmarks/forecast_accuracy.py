@@ -18,11 +18,11 @@ Errors are forecast / actual − 1. The columns that take ours apart:
 
 * length err: the pilot's mean output length over the job's, the part no model can
   remove (it shrinks as 1/√K); model err: ours with it divided out;
-* speed err: the pilot's fitted server model simulating the job with the job's own
-  lengths and TTFTs: what the pilot's speed estimate alone gets wrong (drift of the
-  server between pilot and job shows here);
-* oracle err: the model fitted on the job's own records, simulating the job: the
-  simulation's own error when it knows the lengths and the speed.
+* speed err: the pilot's fitted server model (calibrated to the pilot) simulating the
+  job with the job's own lengths and TTFTs: what the pilot's speed estimate alone gets
+  wrong (drift of the server between pilot and job shows here);
+* oracle err: the model fitted on the job's own records, simulating the job, without
+  calibration: the simulation's own error when it knows the lengths and the speed.
 
 On the sim, the seconds the sim fell behind its own schedule (a starved host) are
 taken out of the job's wall time and reported. `--keep DIR` keeps the pilot's and the
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import re
@@ -50,10 +51,11 @@ from typing import Any
 
 import numpy as np
 
-from genbench.client import ChatRequest, Client, Timeouts, make_session
+from genbench.client import ChatRequest, Timeouts
 from genbench.endpoint import Endpoint
+from genbench.fastclient import FastClient
 from genbench.load import run_phase
-from genbench.plan import PilotModel, forecast, run_pilot, simulate_job
+from genbench.plan import PilotModel, PilotStop, forecast, run_pilot, simulate_job
 from genbench.prompts import Prompt
 from genbench.records import RequestRecord
 from genbench.sim.process import SimProcess
@@ -102,14 +104,17 @@ class Target:
         return ChatRequest(rid, p.messages, n, params)
 
 
-async def phase(t: Target, reqs: list[ChatRequest], c: int, name: str) -> list[RequestRecord]:
-    timeouts = Timeouts(connect=10, read=600)
-    session = make_session(timeouts)
-    client = Client(Endpoint.parse(t.url), t.model, timeouts=timeouts, session=session)
+async def phase(
+    t: Target, reqs: list[ChatRequest], c: int, name: str, duration: float | None = None
+) -> list[RequestRecord]:
+    """One phase on the transport `run`, `generate` and plan's pilot use; with `duration`,
+    the requests are cycled for that long (a warm-up)."""
+    client = FastClient(Endpoint.parse(t.url), t.model, timeouts=Timeouts(connect=10, read=600))
+    source = itertools.cycle(reqs) if duration else iter(reqs)
     try:
-        run = await run_phase(client, iter(reqs), concurrency=c, phase=name)
+        run = await run_phase(client, source, concurrency=c, phase=name, duration=duration)
     finally:
-        await session.close()
+        await client.close()
     return run.records
 
 
@@ -136,9 +141,15 @@ async def one_run(
     sim: bool,
     keep: Path | None,
     warmup_s: float,
+    stop: PilotStop | None,
+    pool_n: int,
 ) -> dict[str, Any]:
+    """With `stop`, the pilot is plan's open-ended one (until the bar reaches its target);
+    it draws from a prompt set of `pool_n`, and the job is N = ratio × K of them, drawn at
+    random after the pilot (K is known only then)."""
+    prompts_all = prompt_set(pool_n, seed)
     n = k * ratio
-    prompts = prompt_set(n, seed)
+    prompts = prompts_all[:n]
     rng = np.random.default_rng(seed)
 
     # the field: three hand-written prompts for the length, a burst at C=32 for the rate
@@ -151,21 +162,29 @@ async def one_run(
     field_s = n * t_field / burst_rate
 
     # ours and the naive pilot: K prompts drawn at random from the job's
-    picks = rng.choice(n, size=k, replace=False)
-    items = [(prompts[i], t.request(f"pilot-{j}", prompts[i])) for j, i in enumerate(picks)]
+    src = prompts_all if stop is not None else prompts
+    picks = rng.permutation(len(src)) if stop is not None else rng.choice(n, k, replace=False)
+    items = [(src[i], t.request(f"pilot-{j}", src[i])) for j, i in enumerate(picks)]
     behind0 = sim_behind(root) if sim else 0.0
-    warm = [t.request(f"warm-{j}", prompts[i]) for j, i in enumerate(rng.choice(n, 4 * c))]
+    warm = [t.request(f"warm-{j}", src[i]) for j, i in enumerate(rng.choice(len(src), 4 * c))]
     pilot = await run_pilot(
-        Endpoint.parse(t.url), t.model, items, c, None, warmup=warm, warmup_s=warmup_s
+        Endpoint.parse(t.url), t.model, items, c, None, warmup=warm, warmup_s=warmup_s, stop=stop
     )
     behind_pilot = (sim_behind(root) - behind0) if sim else 0.0
+    if stop is not None:  # the job: ratio × K prompts of the same set, at random
+        k = len(pilot.records)
+        n = k * ratio
+        prompts = [prompts_all[i] for i in np.sort(rng.choice(len(prompts_all), n, replace=False))]
     model = PilotModel.from_records(pilot.records, c)
     t0 = time.perf_counter()
     fc = forecast(model, [(n, 1)], boot=200, seed=seed)[0]
     forecast_s = time.perf_counter() - t0
     naive_s = pilot.wall_s * n / k
 
-    # the job
+    # the job, warmed up as plan's pilot was: a job of hours runs warm, and this one
+    # starts after the forecast's pause (the server idles meanwhile)
+    if warmup_s > 0:
+        await phase(t, warm, c, "job-warmup", duration=warmup_s)
     behind1 = sim_behind(root) if sim else 0.0
     job = await phase(t, [t.request(f"job-{i}", p) for i, p in enumerate(prompts)], c, "job")
     behind_job = (sim_behind(root) - behind1) if sim else 0.0
@@ -179,7 +198,7 @@ async def one_run(
         np.mean([simulate_job(n, c, oracle.pool, oracle.step, rng_o).wall_s for _ in range(5)])
     )
     # the pilot's model with the job's lengths: what the speed estimate alone gets wrong
-    speed_s = float(
+    speed_s = model.calibration * float(
         np.mean([simulate_job(n, c, oracle.pool, model.step, rng_o).wall_s for _ in range(5)])
     )
     if keep is not None:
@@ -220,6 +239,11 @@ async def one_run(
         "field_err": field_s / actual - 1,
         "step_model": model.describe()["step_model"],
         "pilot_wall_s": pilot.wall_s,
+        "pilot_stopped": pilot.stopped,
+        "replay_err": model.replay_err,
+        "calibration": model.calibration,
+        "uncalibrated_err": fc.seconds / model.calibration / actual - 1,
+        "length_halfwidth": fc.length_halfwidth,
         "forecast_compute_s": forecast_s,
         "sim_behind_pilot_s": behind_pilot,
         "sim_behind_job_s": behind_job,
@@ -259,7 +283,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--target", default="sim", help="sim, vllm, or a base URL")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--pilot", type=int, default=100, help="pilot requests K")
+    ap.add_argument("--pilot", default="100", help="pilot requests K, or auto (plan's default)")
+    ap.add_argument("--target-error", type=float, default=5.0, help="--pilot auto: percent")
+    ap.add_argument("--pilot-max", type=int, default=5000, help="--pilot auto: most requests")
+    ap.add_argument("--pilot-max-time", type=float, default=600.0, help="--pilot auto: seconds")
     ap.add_argument("--ratio", type=int, default=20, help="job size N = ratio × K (≥ 20)")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--median", type=float, default=250.0, help="median output tokens")
@@ -275,7 +302,9 @@ def main() -> None:
     seeds = [args.seed + i for i in range(args.runs)]
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-    n = args.pilot * args.ratio
+    auto = args.pilot == "auto"
+    k0 = args.pilot_max if auto else int(args.pilot)
+    n = k0 * args.ratio  # the prompt set (with auto, the job is ratio × the K the pilot took)
     stop: list[Any] = []
     sim = args.target == "sim"
     if sim:
@@ -310,20 +339,38 @@ def main() -> None:
     target = Target(url, model, forced=not sim, lengths=lengths)
     results = []
     try:
-        print(f"target: {desc}; N = {n}, pilot K = {args.pilot}, C = {args.concurrency}")
+        print(
+            f"target: {desc}; "
+            + (
+                f"pilot until ±{args.target_error:g}% (≤ {args.pilot_max}, "
+                f"≤ {args.pilot_max_time:g} s), N = {args.ratio} × K"
+                if auto
+                else f"N = {n}, pilot K = {k0}"
+            )
+            + f", C = {args.concurrency}"
+        )
         print(HEADER)
         for seed in seeds:
             r = asyncio.run(
                 one_run(
                     target,
                     root,
-                    args.pilot,
+                    k0,
                     args.ratio,
                     args.concurrency,
                     seed,
                     sim,
                     args.keep,
                     args.warmup,
+                    PilotStop(
+                        target=args.target_error / 100,
+                        min_requests=max(200, 8 * args.concurrency),
+                        max_s=args.pilot_max_time,
+                        max_requests=args.pilot_max,
+                    )
+                    if auto
+                    else None,
+                    n,
                 )
             )
             results.append(r)

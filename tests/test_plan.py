@@ -121,6 +121,13 @@ def test_from_a_run_result_ours_beside_the_fields(sim_factory, tmp_path):
     best = max(sustained, key=sustained.get)
     assert row["ours_best"]["concurrency"] == best
     assert row["ours_best"]["seconds"] == pytest.approx(296_500_000 / sustained[best])
+    # the sustained rate's own bar, from its steady window cut into stretches
+    bars = doc["model"]["rate_halfwidth_by_concurrency"]
+    assert set(bars) == {"8", "32"} and all(0 < h < 0.25 for h in bars.values()), bars
+    ob = row["ours_best"]
+    assert ob["lo_s"] < ob["seconds"] < ob["hi_s"]
+    assert ob["lo_s"] == pytest.approx(ob["seconds"] / (1 + bars[str(best)]))
+    assert "95% range" in p.stdout and "steady window cut into" in p.stdout
 
     # without --tokens-per-sample: the natural lengths the run measured, thinking apart
     doc = plan_json(genbench("plan", "--from", str(out), "--concurrency", "8", "--json"))
@@ -221,6 +228,67 @@ def test_pilot_forecasts_the_job_it_is_then_checked_against(sim_factory, tmp_pat
     assert ours["lo_s"] <= actual <= ours["hi_s"], msg
     assert abs(err) < 0.06, msg
     assert abs(model_err) < 0.06, msg
+
+
+def test_open_ended_pilot_stops_when_the_mean_length_reaches_its_target(sim_factory, tmp_path):
+    """Without --pilot, the pilot runs until the mean output length is known to ±0.8 ×
+    --target-error: more requests than the minimum when lengths spread, and no more than
+    C past the point the rule was met (the ones in flight then)."""
+    sim = sim_factory(*SIM_ARGS, "--output-len", "lognormal:20:0.8")
+    write_prompts(tmp_path / "prompts.jsonl", 3000)
+    out, c, target = tmp_path / "pilot", 16, 0.12
+    p = genbench(
+        "plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
+        "--concurrency", str(c), "--target-error", str(target * 100), "--samples", "20K",
+        "--out", str(out), "--bootstrap", "40", "--warmup", "0", "--json", timeout=180,
+    )  # fmt: skip
+    doc = plan_json(p)
+    assert doc["inputs"]["pilot_stopped"] == "target", doc["inputs"]
+    recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(recs) == doc["inputs"]["pilot"] == doc["model"]["pilot_requests"]
+    ok = [r for r in recs if r["error_kind"] is None]
+    lengths = np.array([r["completion_tokens"] for r in ok], dtype=float)
+    assert len(recs) > 200  # lognormal sigma 0.8 needs ~370 for ±9.6%: more than the minimum
+
+    def halfwidth(x: np.ndarray) -> float:
+        return 1.96 * x.std(ddof=1) / np.sqrt(len(x)) / x.mean()
+
+    goal = 0.8 * target
+    # when it stopped, the answered requests (in the order they finished) met the rule
+    at = doc["inputs"]["pilot_stopped_at"]
+    by_end = np.array(
+        [r["completion_tokens"] for r in sorted(
+            (r for r in recs if r["error_kind"] is None), key=lambda r: r["t_end"])],
+        dtype=float,
+    )  # fmt: skip
+    assert at["answered"] >= 200 and at["length_halfwidth"] <= goal
+    assert halfwidth(by_end[: at["answered"]]) == pytest.approx(at["length_halfwidth"], rel=0.02)
+    # after it, only the requests in flight were answered
+    assert len(recs) <= at["answered"] + c + 1
+    assert halfwidth(lengths) < goal * 1.15
+    # the document carries the bar's parts and the model's own check
+    ours = doc["rows"][0]["ours"]
+    assert ours["length_halfwidth"] > 0 and ours["lo_s"] < ours["seconds"] < ours["hi_s"]
+    replay = doc["model"]["replay"]  # the sim's truth is the model's form: nothing to calibrate
+    assert abs(replay["error"]) < 0.05 and abs(replay["calibration"] - 1) < 0.05, replay
+
+
+def test_open_ended_pilot_stops_at_its_time_limit_and_says_so(sim_factory, tmp_path):
+    sim = sim_factory(*SIM_ARGS, *SKEWED)
+    write_prompts(tmp_path / "prompts.jsonl", 5000)
+    p = genbench(
+        "plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
+        "--concurrency", "8", "--target-error", "0.5", "--pilot-max-time", "3",
+        "--samples", "10K", "--out", str(tmp_path / "pilot"), "--bootstrap", "30",
+        "--warmup", "0", "--json", timeout=120,
+    )  # fmt: skip
+    doc = plan_json(p)
+    assert doc["inputs"]["pilot_stopped"] == "time"
+    assert 3.0 <= doc["model"]["pilot_wall_s"] < 3.0 + 5.0  # stopped sending at 3 s, then drained
+    assert any("--pilot-max-time" in n for n in doc["notes"]), doc["notes"]
+    assert "--pilot-max-time 3 s reached" in p.stderr
+    need = doc["pilot_size_for_target"]
+    assert need["target"] == pytest.approx(0.005) and need["requests"] > doc["inputs"]["pilot"]
 
 
 # ------------------------------------------------------------------------------ bad input

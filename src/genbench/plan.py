@@ -31,7 +31,7 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,14 +41,15 @@ import numpy as np
 import orjson
 
 from genbench import __version__
-from genbench.client import ChatRequest, Client, Timeouts, make_session
+from genbench.client import ChatRequest, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import UsageError
+from genbench.fastclient import FastClient
 from genbench.load import run_phase
 from genbench.prompts import Prompt
 from genbench.records import RecordWriter, RequestRecord, read_records
 from genbench.result import REQUESTS_FILE, write_json_atomic
-from genbench.stats import dist, summarize
+from genbench.stats import dist, steady_window, summarize, token_events
 
 PLAN_SCHEMA = "genbench.plan"
 PLAN_SCHEMA_VERSION = 1
@@ -59,6 +60,9 @@ CONFIDENCE = 0.95
 TARGET_REL_ERROR = 0.05  # the pilot size that gives a ±5% bar is reported
 ASSUMED_BYTES_PER_TOKEN = 4.0  # English text with a Llama-style tokenizer, when nothing measured
 JSONL_OVERHEAD_BYTES = 400  # id, generate's metadata and JSON punctuation per output line
+T_975 = {  # Student t, 97.5% quantile, by degrees of freedom (batch means with ≤ 10 batches)
+    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262
+}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -273,6 +277,7 @@ class Pool:
     fail_rate: float
     fail_s: np.ndarray  # how long a failed attempt held its worker
     gap_s: float = 0.0  # client time from one request's end to the worker's next send
+    order: np.ndarray | None = None  # indices of the requests in the order they were sent
 
     def resample(self, rng: np.random.Generator) -> Pool:
         i = rng.integers(0, len(self.output), len(self.output))
@@ -314,6 +319,7 @@ class Pool:
             fail_rate=len(failed) / attempts if attempts else 0.0,
             fail_s=np.array([r.e2e or 0.0 for r in failed], dtype=float),
             gap_s=worker_gap(by_send, concurrency),
+            order=np.argsort([r.t_send for r in ok], kind="stable"),
         )
 
 
@@ -459,6 +465,7 @@ def _subsets(size: int) -> list[tuple[str, ...]]:
 class JobSim:
     wall_s: float
     steady_s_per_token: float | None  # in the middle of the job, all workers busy
+    last_send_s: float = 0.0  # when the last sample was sent: start-up plus the steady part
 
 
 def simulate_job(
@@ -467,6 +474,7 @@ def simulate_job(
     pool: Pool,
     step: StepModel,
     rng: np.random.Generator,
+    order: Sequence[int] | None = None,
 ) -> JobSim:
     """Discrete-event simulation of one server running `samples` requests with C workers.
 
@@ -475,10 +483,15 @@ def simulate_job(
     decoding request until its drawn length is reached, then sends the next sample. A
     failed attempt holds its worker for a drawn time and is retried. Between events the
     number decoding is constant and the context grows by n tokens per step, so the time
-    to advance g steps is α·g + β·g²/2."""
+    to advance g steps is α·g + β·g²/2. With `order`, the samples are the pool's requests
+    in that order (a replay of the pilot) instead of random draws."""
     a, b, c = step.a, step.b, step.c
     m = len(pool.output)
-    pick = rng.integers(0, m, samples + 8 * concurrency).tolist()
+    if order is not None:
+        pick = [int(i) for i in order]
+        samples = len(pick)
+    else:
+        pick = rng.integers(0, m, samples + 8 * concurrency).tolist()
     out_l = pool.output.tolist()
     prm_l = pool.prompt.tolist()
     ttft_l, first_l = pool.ttft.tolist(), pool.first_ttft.tolist()
@@ -502,12 +515,14 @@ def simulate_job(
     q1, q3 = samples // 4, (3 * samples) // 4
     mark: tuple[float, float] | None = None
     steady: float | None = None
+    last_send = 0.0
 
     def send(now: float, retry: int | None) -> None:
-        nonlocal seq, sent, draw
+        nonlocal seq, sent, draw, last_send
         seq += 1
         if retry is None:
             sent += 1
+            last_send = now
             j = pick[draw % len(pick)]
             draw += 1
         else:
@@ -568,7 +583,7 @@ def simulate_job(
         heapq.heappush(dec, (g + steps, seq, off))
         n += 1
         s_ctx += off
-    return JobSim(t, steady)
+    return JobSim(t, steady, last_send)
 
 
 def sim_cap(concurrency: int) -> int:
@@ -604,6 +619,37 @@ def job_walls(
     return [walls[s] for s in per_server]
 
 
+REPLAYS = 5  # simulations of the pilot itself, averaged, for the model's own error
+SPEED_BATCHES = 10  # stretches of the pilot for the speed's batch means
+
+
+def series_halfwidth(values: Sequence[float]) -> float:
+    """Relative 95% half-width of the mean of a series of stretches in time (batch means):
+    Student t × the standard error, inflated by (1 + ρ) / (1 − ρ) for the lag-1
+    autocorrelation ρ of the stretches (clipped to [0, 0.9]). A server whose speed wanders
+    for longer than one stretch makes neighbouring stretches alike; without the inflation
+    their spread would understate how little a short stretch of time says about the mean.
+    0 with fewer than 3 values."""
+    v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
+    if len(v) < 3 or v.mean() <= 0:
+        return 0.0
+    d = v - v.mean()
+    denom = float(np.sum(d * d))
+    rho = float(np.sum(d[:-1] * d[1:]) / denom) if denom > 0 else 0.0
+    rho = min(max(rho, 0.0), 0.9)
+    se = float(v.std(ddof=1) / v.mean() / math.sqrt(len(v)))
+    return T_975[min(len(v) - 1, max(T_975))] * se * math.sqrt((1 + rho) / (1 - rho))
+
+
+def speed_halfwidth(rows: DecodeRows, step: StepModel) -> float:
+    """See `PilotModel.speed_halfwidth`. 0 when the pilot is too short to cut."""
+    m = min(SPEED_BATCHES, len(rows.y) // 5)
+    if m < 3:
+        return 0.0
+    pred = rows.x @ np.array([step.a, step.b, step.c])
+    return series_halfwidth([rows.y[b].sum() / pred[b].sum() for b in rows.blocks(m)])
+
+
 @dataclass
 class PilotModel:
     """Everything the forecast needs, learned from one pilot at concurrency C."""
@@ -615,6 +661,38 @@ class PilotModel:
     pilot_requests: int
     pilot_wall_s: float
     pilot_steady_tps: float | None
+    replay_s: float = 0.0  # the fitted model simulating the pilot itself: its wall time
+    replay_send_s: float = 0.0  # and when it sent the last request
+    pilot_send_s: float = 0.0  # when the pilot really sent its last request
+
+    @property
+    def calibration(self) -> float:
+        """Measured over simulated time until the last send (start-up and the steady
+        part, where all C workers are busy): the factor that makes the simulation run
+        the pilot as fast as the server did. The step fit is exact on the sim; what it
+        leaves on a real server (and on steps that emit several tokens at once) is
+        systematic, and the job at the same C and lengths has it too."""
+        if self.replay_send_s <= 0 or self.pilot_send_s <= 0:
+            return 1.0
+        return self.pilot_send_s / self.replay_send_s
+
+    @property
+    def speed_halfwidth(self) -> float:
+        """Relative 95% half-width of the server's mean speed: the pilot's decoding cut
+        into SPEED_BATCHES stretches of consecutive requests, each stretch's decode
+        seconds over the fitted model's, and `series_halfwidth` across them (batch
+        means with an allowance for speed that wanders over several stretches)."""
+        return speed_halfwidth(self.rows, self.step)
+
+    @property
+    def replay_err(self) -> float:
+        """The simulation's error on the one job whose truth is known, once calibrated:
+        the pilot replayed with its own requests in the order they were sent. What is
+        left is the tail's (and a short pilot's start-up), which the calibration does
+        not fix; the bar includes it."""
+        if self.pilot_wall_s <= 0:
+            return 0.0
+        return self.replay_s * self.calibration / self.pilot_wall_s - 1
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord], concurrency: int) -> PilotModel:
@@ -624,7 +702,25 @@ class PilotModel:
         pool = Pool.from_records(records, concurrency)
         rows = decode_rows(records, concurrency)
         s = summarize(records, concurrency=concurrency, sustained=True)
-        return cls(concurrency, pool, rows, fit_step(rows), len(sent), s.wall_s, s.steady_tps)
+        step = fit_step(rows)
+        t0 = min(r.t_send for r in sent)
+        wall = max(r.t_end or r.t_send for r in sent) - t0
+        rng = np.random.default_rng(0)
+        sims = [
+            simulate_job(0, concurrency, pool, step, rng, order=pool.order) for _ in range(REPLAYS)
+        ]
+        return cls(
+            concurrency,
+            pool,
+            rows,
+            step,
+            len(sent),
+            wall,
+            s.steady_tps,
+            float(np.mean([j.wall_s for j in sims])),
+            float(np.mean([j.last_send_s for j in sims])),
+            max(r.t_send for r in sent) - t0,
+        )
 
     def describe(self) -> dict[str, Any]:
         p = self.pool
@@ -648,6 +744,16 @@ class PilotModel:
                     self.concurrency * float(np.mean(p.prompt) + np.mean(p.output) / 2),
                 ),
             },
+            "speed_halfwidth": self.speed_halfwidth,
+            "replay": {
+                "what": "the fitted model simulating the pilot itself, its requests in order",
+                "simulated_s": self.replay_s,
+                "actual_s": self.pilot_wall_s,
+                "simulated_last_send_s": self.replay_send_s,
+                "actual_last_send_s": self.pilot_send_s,
+                "calibration": self.calibration,
+                "error": self.replay_err,
+            },
         }
 
 
@@ -664,10 +770,21 @@ class WallForecast:
     output_hi: float
     thinking_tokens: float
     prompt_tokens: float
+    length_halfwidth: float = 0.0  # the mean output length's share of the bar
 
     @property
     def rel_halfwidth(self) -> float:
         return max(self.hi_s / self.seconds - 1, 1 - self.lo_s / self.seconds)
+
+
+def length_halfwidth(count: int, total: float, squares: float) -> float:
+    """Relative 95% half-width of a mean output length from its running sums (normal
+    approximation; the final bar uses the bootstrap-t). inf until there are 2 values."""
+    if count < 2 or total <= 0:
+        return math.inf
+    mean = total / count
+    var = max(squares / count - mean * mean, 0.0) * count / (count - 1)
+    return 1.96 * math.sqrt(var / count) / mean
 
 
 def forecast(
@@ -678,15 +795,38 @@ def forecast(
     time_budget_s: float = 20.0,
 ) -> list[WallForecast]:
     """For each job (samples, servers): a point forecast (the full pilot, averaged over a
-    few simulations) and a bootstrap interval. Each replicate resamples the pilot's
-    requests (lengths, TTFTs, failures) and, for the step-time fit, blocks of requests
-    consecutive in time, refits, and simulates every job again. The servers share the
-    samples evenly and run alike."""
+    few simulations) and a 95% interval. The servers share the samples evenly and run
+    alike.
+
+    The interval has three parts, added in quadrature on each side:
+
+    * a bootstrap over the pilot's requests (lengths, TTFTs, failures), each replicate
+      simulating every job again;
+    * the server's speed (`speed_halfwidth`): batch means of the fitted step time's
+      error over stretches of the pilot, so a server whose speed wanders over seconds
+      (autocorrelated, which a bootstrap over requests or short blocks misses) gets a
+      wider bar;
+    * the simulation's own error on the pilot (below).
+
+    Two corrections make it honest where a plain percentile bootstrap is not:
+
+    * the mean output length, which dominates the bar when lengths are skewed, is
+      studentized (bootstrap-t): a percentile bootstrap of a right-skewed mean covers
+      the truth less often than it says (93.5% for a nominal 95% at K = 100, lognormal
+      sigma 0.75), because a pilot that missed the long tail also looks less variable;
+    * the simulation is calibrated to the pilot (`calibration`: the pilot replayed runs
+      as fast as the server ran it), and what is left of its error on the pilot
+      (`replay_err`, the tail's) is added in quadrature to each side."""
     rng = np.random.default_rng(seed)
     c = model.concurrency
     shares = [math.ceil(s / m) for s, m in jobs]
-    point = job_walls(shares, c, model.pool, model.step, rng, repeats=3)
-    blocks = model.rows.blocks(20)
+    cal = model.calibration
+    point = [w * cal for w in job_walls(shares, c, model.pool, model.step, rng, repeats=3)]
+    speed_hw = model.speed_halfwidth
+    out = model.pool.output
+    k = len(out)
+    mean = float(out.mean())
+    se = float(out.std(ddof=1) / math.sqrt(k)) if k > 1 else 0.0
     reps: list[list[float]] = []
     means: list[float] = []
     t_end = time.perf_counter() + time_budget_s
@@ -694,33 +834,40 @@ def forecast(
         if rep >= 20 and time.perf_counter() > t_end:
             break  # enough replicates for a 95% interval; keep the command quick
         pool = model.pool.resample(rng)
-        idx = np.concatenate([blocks[b] for b in rng.integers(0, len(blocks), len(blocks))])
-        try:
-            step = fit_step(model.rows, idx)
-        except UsageError:
-            step = model.step
-        reps.append(job_walls(shares, c, pool, step, rng))
-        means.append(float(pool.output.mean()))
+        walls = job_walls(shares, c, pool, model.step, rng)
+        m_r = float(pool.output.mean())
+        se_r = float(pool.output.std(ddof=1) / math.sqrt(k)) if k > 1 else 0.0
+        # bootstrap-t: the replicate's length factor m_r/mean is replaced by the
+        # studentized one, mean − t·se with t = (m_r − mean)/se_r, reflected
+        ok_t = se > 0 and se_r > 0
+        m_t = max(mean - (m_r - mean) / se_r * se, 0.05 * mean) if ok_t else m_r
+        reps.append([w * cal * m_t / m_r for w in walls])
+        means.append(m_t)
     arr = np.array(reps)
     lo_q, hi_q = (1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100
-    out_mean = float(model.pool.output.mean())
-    out_lo, out_hi = np.percentile(means, [lo_q, hi_q]) if means else (out_mean, out_mean)
+    out_lo, out_hi = np.percentile(means, [lo_q, hi_q]) if means else (mean, mean)
+    sim_err = abs(model.replay_err)
     result = []
     for j, (s, servers) in enumerate(jobs):
         lo, hi = np.percentile(arr[:, j], [lo_q, hi_q]) if len(arr) else (point[j], point[j])
+        p = point[j]
+        below, above = max(p - float(lo), 0.0), max(float(hi) - p, 0.0)
+        below = math.hypot(below, sim_err * p, p - p / (1 + speed_hw))
+        above = math.hypot(above, sim_err * p, p / max(1 - speed_hw, 0.05) - p)
         result.append(
             WallForecast(
                 samples=s,
                 servers=servers,
                 per_server=shares[j],
-                seconds=point[j],
-                lo_s=min(float(lo), point[j]),
-                hi_s=max(float(hi), point[j]),
-                output_tokens=s * out_mean,
+                seconds=p,
+                lo_s=max(p - below, 0.0),
+                hi_s=p + above,
+                output_tokens=s * mean,
                 output_lo=s * float(out_lo),
                 output_hi=s * float(out_hi),
                 thinking_tokens=s * float(model.pool.thinking.mean()),
                 prompt_tokens=s * float(model.pool.prompt.mean()),
+                length_halfwidth=float(max(out_hi / mean - 1, 1 - out_lo / mean)) if mean else 0.0,
             )
         )
     return result
@@ -823,6 +970,65 @@ def _bytes_per_token_from_records(result_path: Path) -> float | None:
     return chars / tokens if tokens and chars else None
 
 
+RATE_WINDOWS = 10  # the steady window is cut into this many stretches for the rate's bar
+
+
+def rate_halfwidth(records: Sequence[RequestRecord], concurrency: int) -> float | None:
+    """Relative 95% half-width of a sustained phase's steady rate: its steady window is cut
+    into stretches of equal time and the rate's standard error taken across them
+    (`series_halfwidth`). A server that drifts within the window widens it. None when the
+    window is missing or too short to cut."""
+    win = steady_window(records, concurrency, None)
+    if win is None:
+        return None
+    start, end = win
+    edges = np.linspace(start, end, RATE_WINDOWS + 1)
+    tokens = np.zeros(RATE_WINDOWS)
+    for r in records:
+        if r.ok:
+            for t, n, _ in token_events(r):
+                if start <= t < end:
+                    tokens[
+                        min(int(np.searchsorted(edges, t, side="right")) - 1, RATE_WINDOWS - 1)
+                    ] += n
+    if tokens.sum() <= 0 or np.count_nonzero(tokens) < RATE_WINDOWS // 2:
+        return None
+    return series_halfwidth(tokens.tolist())
+
+
+def _rate_bars(result_path: Path, phases: dict[int, str]) -> dict[int, float]:
+    """The steady-rate half-width of each sustained phase, from the run's requests.jsonl."""
+    req = result_path.parent / REQUESTS_FILE
+    if not req.exists():
+        return {}
+    by_phase: dict[str, list[RequestRecord]] = {name: [] for name in phases.values()}
+    try:
+        for r in read_records(req):
+            if r.phase in by_phase:
+                by_phase[r.phase].append(r)
+    except (OSError, ValueError):
+        return {}
+    out: dict[int, float] = {}
+    for c, name in phases.items():
+        hw = rate_halfwidth(by_phase[name], c) if by_phase[name] else None
+        if hw is not None:
+            out[c] = hw
+    return out
+
+
+def _with_bar(seconds: float, rate_hw: float | None) -> dict[str, Any]:
+    """Time at a rate known to ±rate_hw: the rate's bar, inverted."""
+    if rate_hw is None:
+        return {}
+    hw = min(rate_hw, 0.95)
+    return {
+        "lo_s": seconds / (1 + hw),
+        "hi_s": seconds / (1 - hw),
+        "confidence": CONFIDENCE,
+        "rel_halfwidth": 1 / (1 - hw) - 1,
+    }
+
+
 def plan_from_result(
     doc: dict[str, Any],
     samples: Sequence[int],
@@ -841,6 +1047,12 @@ def plan_from_result(
             "phase (genbench run --shape sustained, or the default burst,sustained)"
         )
     best_c = max(sustained, key=lambda c: sustained[c])
+    phase_names = {
+        int(p["concurrency"]): p["name"]
+        for p in doc.get("phases") or []
+        if p.get("kind") == "sustained" and p.get("concurrency") and p.get("name")
+    }
+    bars = _rate_bars(Path(path), phase_names)
     if concurrency is not None and concurrency not in sustained:
         have = ", ".join(str(c) for c in sorted(sustained))
         raise UsageError(
@@ -913,6 +1125,11 @@ def plan_from_result(
         "thinking_share": think_share,
         "sustained_tps_by_concurrency": {str(c): r for c, r in sorted(sustained.items())},
         "best_concurrency": best_c,
+        "rate_halfwidth_by_concurrency": {str(c): h for c, h in sorted(bars.items())},
+        "bar_basis": (
+            f"the sustained rate's 95% bar only: its steady window cut into {RATE_WINDOWS} "
+            "stretches (Student t); tokens per sample taken as exact, no start-up or tail"
+        ),
         "field": {
             "method": "burst tok/s at C=32 × tokens per sample from the prompts used",
             "concurrency": field_c,
@@ -934,6 +1151,7 @@ def plan_from_result(
                 "concurrency": best_c,
                 "tok_per_s": sustained[best_c],
                 **duration(tokens / sustained[best_c]),
+                **_with_bar(tokens / sustained[best_c], bars.get(best_c)),
             },
             "storage": storage.row(s, tokens),
         }
@@ -942,6 +1160,7 @@ def plan_from_result(
                 "concurrency": concurrency,
                 "tok_per_s": sustained[concurrency],
                 **duration(tokens / sustained[concurrency]),
+                **_with_bar(tokens / sustained[concurrency], bars.get(concurrency)),
             }
         if servers > 1:
             c_used = concurrency if concurrency is not None else best_c
@@ -949,6 +1168,7 @@ def plan_from_result(
                 "servers": servers,
                 "concurrency": c_used,
                 **duration(tokens / (sustained[c_used] * servers)),
+                **_with_bar(tokens / (sustained[c_used] * servers), bars.get(c_used)),
             }
         if field_c is not None:
             f = arithmetic(s, tps_ours, burst[field_c], 1)
@@ -972,6 +1192,8 @@ class PilotRun:
     wall_s: float
     jsonl_bytes: list[int] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
+    stopped: str = "size"  # why it ended: size, target, time, prompts
+    stopped_at: dict[str, Any] = field(default_factory=dict)  # answered, length bar then
 
 
 def pilot_requests(
@@ -982,36 +1204,93 @@ def pilot_requests(
     params: dict[str, Any],
 ) -> list[tuple[Prompt, ChatRequest]]:
     """K prompts drawn at random (without replacement while the file has enough)."""
+    return list(itertools.islice(pilot_stream(prompts, seed, max_tokens, params), k))
+
+
+def pilot_stream(
+    prompts: Sequence[Prompt],
+    seed: int,
+    max_tokens: int | None,
+    params: dict[str, Any],
+) -> Iterator[tuple[Prompt, ChatRequest]]:
+    """Prompts in a random order without replacement; once the file is used up, drawn
+    with replacement (a job of more samples than prompts sends some twice)."""
     rnd = random.Random(seed)
-    chosen = rnd.sample(list(prompts), k) if k <= len(prompts) else rnd.choices(list(prompts), k=k)
-    return [
-        (p, ChatRequest(f"pilot-{i}-line{p.line}", p.messages, max_tokens, dict(params)))
-        for i, p in enumerate(chosen)
-    ]
+    items = list(prompts)
+    order = rnd.sample(range(len(items)), len(items))
+    for i in itertools.count():
+        p = items[order[i]] if i < len(order) else items[rnd.randrange(len(items))]
+        yield p, ChatRequest(f"pilot-{i}-line{p.line}", p.messages, max_tokens, dict(params))
+
+
+@dataclass
+class PilotStop:
+    """When an open-ended pilot has seen enough: at least `min_requests` answered and the
+    mean output length known to ±`target` × `length_share` (95%), the rest of the bar
+    being left to the server's speed; or `max_s` seconds; or `max_requests` sent."""
+
+    target: float = TARGET_REL_ERROR
+    min_requests: int = 200
+    max_s: float = 600.0
+    max_requests: int | None = None
+    length_share: float = 0.8
+    count: int = 0
+    total: float = 0.0
+    squares: float = 0.0
+    started: float | None = None
+    reason: str = ""
+    at_count: int = 0  # answered requests when it stopped, and the length bar then
+    at_halfwidth: float = math.inf
+
+    def add(self, rec: RequestRecord) -> None:
+        if rec.ok and rec.completion_tokens:
+            self.count += 1
+            self.total += rec.completion_tokens
+            self.squares += float(rec.completion_tokens) ** 2
+
+    @property
+    def halfwidth(self) -> float:
+        return length_halfwidth(self.count, self.total, self.squares)
+
+    def done(self, sent: int) -> bool:
+        now = time.perf_counter()
+        if self.started is None:
+            self.started = now
+        if self.count >= self.min_requests and self.halfwidth <= self.target * self.length_share:
+            self.reason = "target"
+        elif now - self.started >= self.max_s:
+            self.reason = "time"
+        elif self.max_requests is not None and sent >= self.max_requests:
+            self.reason = "size"
+        if self.reason:
+            self.at_count, self.at_halfwidth = self.count, self.halfwidth
+        return bool(self.reason)
 
 
 async def run_pilot(
     ep: Endpoint,
     model: str,
-    items: Sequence[tuple[Prompt, ChatRequest]],
+    items: Iterable[tuple[Prompt, ChatRequest]],
     concurrency: int,
     out: Path | None,
     on_record: Callable[[RequestRecord], None] | None = None,
     timeout: float = 600.0,
     warmup: Sequence[ChatRequest] = (),
     warmup_s: float = 0.0,
+    stop: PilotStop | None = None,
 ) -> PilotRun:
     """Run the pilot as the job will run: C workers, sustained, natural lengths. Records
     go to out/requests.jsonl without their text; the text is measured, then dropped.
+    `items` is sent to its end, or, with `stop`, until `stop.done` says enough.
 
     With `warmup_s`, the `warmup` requests (cycled) first load the server at C for that
     long and are discarded: a server that sat idle runs slower for its first seconds
     of load (12-20% for ~20 s on the vLLM CPU test server), and a pilot is short enough
     for that to bias the forecast of a job that runs warm for hours."""
     timeouts = Timeouts(connect=10.0, read=timeout, total=None)
-    session = make_session(timeouts)
-    client = Client(ep, model, timeouts=timeouts, session=session, keep_text=True)
-    by_id = {req.id: p for p, req in items}
+    # the protocol-level transport `run` uses: the client's own CPU stays out of the pilot
+    client = FastClient(ep, model, timeouts=timeouts, keep_text=True)
+    by_id: dict[str, Prompt] = {}
     writer = RecordWriter(out / REQUESTS_FILE) if out else None
     run = PilotRun(records=[], wall_s=0.0)
     if warmup_s > 0 and warmup:
@@ -1024,12 +1303,22 @@ async def run_pilot(
                 duration=warmup_s,
             )
         except BaseException:
-            await session.close()
+            await client.close()
             if writer:
                 writer.close()
             raise
 
+    def requests() -> Iterator[ChatRequest]:
+        for sent, (p, req) in enumerate(items):
+            if stop is not None and stop.done(sent):
+                return
+            by_id[req.id] = p
+            yield req
+        run.stopped = "prompts" if stop is not None else "size"
+
     def record(rec: RequestRecord) -> None:
+        if stop is not None:
+            stop.add(rec)
         if rec.ok:
             row = output_row(by_id.get(rec.id), rec)
             size = len(orjson.dumps(row)) + 1
@@ -1045,16 +1334,18 @@ async def run_pilot(
     try:
         phase = await run_phase(
             client,
-            iter([req for _, req in items]),
+            requests(),
             concurrency=concurrency,
             phase="pilot",
-            max_requests=len(items),
             on_record=record,
         )
     finally:
-        await session.close()
+        await client.close()
         if writer:
             writer.close()
+    if stop is not None and stop.reason:
+        run.stopped = stop.reason
+        run.stopped_at = {"answered": stop.at_count, "length_halfwidth": stop.at_halfwidth}
     run.records = phase.records
     sent = [r for r in phase.records if r.t_send]
     if sent:
@@ -1091,6 +1382,11 @@ def plan_from_pilot(
     worst = max(fc, key=lambda f: f.samples)
     plan["model"]["job_tps"] = worst.output_tokens / worst.seconds
     plan["pilot_size_for_5pct"] = pilot_size_for(worst.rel_halfwidth, k)
+    target = inputs.get("target_error") or TARGET_REL_ERROR
+    plan["pilot_size_for_target"] = {
+        "target": target,
+        "requests": pilot_size_for(worst.rel_halfwidth, k, target),
+    }
     for i, f in enumerate(fc):
         row: dict[str, Any] = {
             "samples": f.samples,
@@ -1112,6 +1408,16 @@ def plan_from_pilot(
         if fc_m is not None:
             row["at_servers"] = {"servers": servers, **_wall(fc_m[i])}
         plan["rows"].append(row)
+    if abs(model.replay_err) > 0.05:
+        plan["notes"].append(
+            f"the fitted model replays the pilot {model.replay_err:+.1%} off its actual wall "
+            "time: the server does something the model does not capture (the bar includes it)"
+        )
+    if inputs.get("pilot_stopped") == "time":
+        plan["notes"].append(
+            "the pilot stopped at --pilot-max-time before the mean output length reached its "
+            "target: the bar is wider than asked"
+        )
     if model.pool.fail_rate:
         plan["notes"].append(
             f"{model.pool.fail_rate:.1%} of pilot requests failed; the forecast retries them"
@@ -1131,6 +1437,7 @@ def _wall(f: WallForecast) -> dict[str, Any]:
         "hi_s": f.hi_s,
         "confidence": CONFIDENCE,
         "rel_halfwidth": f.rel_halfwidth,
+        "length_halfwidth": f.length_halfwidth,
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from datetime import datetime
 from pathlib import Path
@@ -56,7 +57,19 @@ def plan(
     api_key_env: str = common.KEY_ENV,
     api_key_file: Path | None = common.KEY_FILE,
     pilot: int | None = typer.Option(
-        None, "--pilot", help="Pilot requests drawn from --prompts (default: max(200, 8·C))."
+        None,
+        "--pilot",
+        help="Pilot requests drawn from --prompts. Default: until the bar reaches "
+        "--target-error (at least max(200, 8·C) requests, at most --pilot-max-time).",
+    ),
+    target_error: float = typer.Option(
+        5.0,
+        "--target-error",
+        help="Pilot without --pilot: stop once the mean output length is known to ±0.8 × "
+        "this percent (95%), leaving the rest of the bar to the server's speed.",
+    ),
+    pilot_max_time: float = typer.Option(
+        600.0, "--pilot-max-time", help="Pilot without --pilot: stop after this many seconds."
     ),
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", help="The job's max_tokens (default: none, natural length)."
@@ -115,6 +128,8 @@ def plan(
         ("--dtype-bytes", dtype_bytes),
         ("--bytes-per-token", bytes_per_token),
         ("--timeout", timeout),
+        ("--target-error", target_error),
+        ("--pilot-max-time", pilot_max_time),
     ):
         common.positive(name, v)
     if warmup < 0:
@@ -158,6 +173,7 @@ def plan(
             timeout,
             out_dir,
             warmup,
+            None if pilot else P.PilotStop(target=target_error / 100, max_s=pilot_max_time),
         )
     render(doc, console)
     if saved is not None:
@@ -211,25 +227,35 @@ def _pilot(
     timeout: float,
     out_dir: Path | None,
     warmup_s: float,
+    stop: P.PilotStop | None,
 ) -> tuple[dict[str, Any], Path]:
     ep = common.endpoint(url, api_key_env, api_key_file)
     prompts = read_prompts(prompts_path)  # bad input fails before the server is touched
     k = pilot or max(200, 8 * concurrency)
+    if stop is not None:
+        stop.min_requests = min(k, len(prompts))
     out_path = out_dir or Path("genbench-runs") / f"{datetime.now():%Y%m%d-%H%M%S}-plan"
     check = common.run_async(preflight(ep, model, timeout=timeout))
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out_path)
-    items = P.pilot_requests(prompts, k, seed, max_tokens, params)
+    stream = P.pilot_stream(prompts, seed, max_tokens, params)
+    # open-ended: until the bar is reached, at most every prompt once; fixed: K draws
+    items = itertools.islice(stream, len(prompts) if stop is not None else k)
     warm = [
         req for _, req in P.pilot_requests(prompts, 4 * concurrency, seed + 1, max_tokens, params)
     ]
+    size = (
+        f"until ±{stop.target:.0%} (≥ {stop.min_requests}, ≤ {stop.max_s:g} s)"
+        if stop is not None
+        else str(k)
+    )
     console.print(
-        f"[bold]genbench plan[/] pilot: {k} of {len(prompts):,} prompts from {prompts_path} "
+        f"[bold]genbench plan[/] pilot: {size} of {len(prompts):,} prompts from {prompts_path} "
         f"at C={concurrency} on {ep.base_url} → {out_path}"
         + (f" (after {warmup_s:g} s of warm-up)" if warmup_s else "")
     )
-    bar = _PilotProgress(console, k)
+    bar = _PilotProgress(console, k if stop is None else None, stop)
     try:
         run = common.run_async(
             P.run_pilot(
@@ -242,6 +268,7 @@ def _pilot(
                 timeout=timeout,
                 warmup=warm,
                 warmup_s=warmup_s,
+                stop=stop,
             )
         )
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -253,7 +280,17 @@ def _pilot(
     if not any(r.ok for r in run.records):
         kinds = sorted({r.error_kind or "?" for r in run.records})
         raise GenbenchError(f"every pilot request failed ({', '.join(kinds)}); see {out_path}")
-    console.print(f"  pilot done in {run.wall_s:.1f} s; simulating the job …")
+    why = {
+        "target": "the mean length reached its target",
+        "time": f"--pilot-max-time {stop.max_s:g} s reached" if stop else "",
+        "prompts": "every prompt in the file was sent",
+        "size": "",
+    }[run.stopped]
+    console.print(
+        f"  pilot done: {len(run.records)} requests in {run.wall_s:.1f} s"
+        + (f" ({why})" if why else "")
+        + "; simulating the job …"
+    )
     source = {
         "kind": "pilot",
         "prompts": str(prompts_path),
@@ -267,7 +304,12 @@ def _pilot(
         "samples": counts,
         "servers": servers,
         "concurrency": concurrency,
-        "pilot": k,
+        "pilot": len(run.records),
+        "pilot_fixed": pilot,
+        "target_error": stop.target if stop is not None else None,
+        "pilot_max_time_s": stop.max_s if stop is not None else None,
+        "pilot_stopped": run.stopped,
+        "pilot_stopped_at": run.stopped_at,
         "max_tokens": max_tokens,
         "params": params,
         "seed": seed,
@@ -279,15 +321,22 @@ def _pilot(
 
 
 class _PilotProgress:
-    def __init__(self, console: Console, total: int) -> None:
+    """K of total for a fixed pilot; for an open-ended one, the mean length's bar so far."""
+
+    def __init__(self, console: Console, total: int | None, stop: P.PilotStop | None) -> None:
         self.tokens = self.failed = 0
+        self.stop_rule = stop
         self.t0 = time.perf_counter()
         self.progress: Progress | None = None
         if console.is_terminal:
             self.progress = Progress(
                 TextColumn("  pilot"),
                 BarColumn(bar_width=24),
-                TextColumn("{task.completed:>5.0f}/{task.total:<5.0f}"),
+                TextColumn(
+                    "{task.completed:>5.0f}/{task.total:<5.0f}"
+                    if total is not None
+                    else "{task.completed:>6.0f} requests"
+                ),
                 TextColumn("{task.fields[rate]}"),
                 TimeElapsedColumn(),
                 console=console,
@@ -304,6 +353,10 @@ class _PilotProgress:
         if self.progress is not None:
             dt = time.perf_counter() - self.t0
             rate = f"{self.tokens / dt:,.0f} tok/s" if dt > 0 else ""
+            if self.stop_rule is not None and self.stop_rule.count >= 2:
+                hw = self.stop_rule.halfwidth
+                goal = self.stop_rule.target * self.stop_rule.length_share
+                rate += f"  mean length ±{hw:.1%} (→ ±{goal:.1%})"
             if self.failed:
                 rate += f"  [red]{self.failed} failed[/]"
             self.progress.update(self.task, advance=1, rate=rate)
@@ -451,7 +504,8 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
             f"{f['tokens_per_sample']:,.1f} tokens/sample"
         )
     t = Table(title="time: sustained rate (ours) beside the field's burst", title_justify="left")
-    for col in ("samples", f"ours C={best}", "days"):
+    has_bar = any("lo_s" in row["ours_best"] for row in doc["rows"])
+    for col in ("samples", f"ours C={best}") + (("95% range",) if has_bar else ()) + ("days",):
         t.add_column(col, justify="right")
     chosen = i.get("concurrency")
     if chosen is not None:
@@ -464,8 +518,12 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
         t.add_column("days", justify="right")
         t.add_column("field vs ours", justify="right")
     for row in doc["rows"]:
-        ours = row["ours_best"]["seconds"]
-        cells = [f"{row['samples']:,}", fmt_time(ours), _days(ours)]
+        ob = row["ours_best"]
+        ours = ob["seconds"]
+        cells = [f"{row['samples']:,}", fmt_time(ours)]
+        if has_bar:
+            cells.append(fmt_range(ob["lo_s"], ob["hi_s"]) if "lo_s" in ob else "—")
+        cells.append(_days(ours))
         if chosen is not None:
             cells.append(fmt_time(row["ours_chosen"]["seconds"]))
         if servers > 1:
@@ -475,6 +533,8 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
             cells += [fmt_time(fs), _days(fs), f"{fs / ours - 1:+.0%}"]
         t.add_row(*cells)
     console.print(t)
+    if has_bar:
+        console.print(f"  range: {m['bar_basis']}")
     _tokens_table(doc, console)
 
 
@@ -496,6 +556,12 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
         f"  server: {m['job_tps']:,.0f} tok/s over the simulated job at C={m['concurrency']}"
         + (f" (the pilot's steady window: {steady:,.0f} tok/s)" if steady else "")
     )
+    rep = m.get("replay")
+    if rep:
+        console.print(
+            f"  model check: replaying the pilot gives {rep['simulated_s']:.1f} s against "
+            f"{rep['actual_s']:.1f} s measured ({rep['error']:+.1%}; in the bar)"
+        )
     servers = i["servers"]
     conf = doc["rows"][0]["ours"]["confidence"]
     t = Table(title="time: the job simulated from the pilot", title_justify="left")
@@ -521,6 +587,12 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
         t.add_row(*cells)
     console.print(t)
     _tokens_table(doc, console, parquet=True)
-    need = doc.get("pilot_size_for_5pct")
+    tgt = doc.get("pilot_size_for_target") or {}
+    need, goal = tgt.get("requests", doc.get("pilot_size_for_5pct")), tgt.get("target", 0.05)
     if need:
-        console.print(f"  a ±5% bar needs a pilot of about {need:,} requests (--pilot {need})")
+        worst = max(r["ours"]["rel_halfwidth"] for r in doc["rows"])
+        length = max(r["ours"].get("length_halfwidth", 0.0) for r in doc["rows"])
+        console.print(
+            f"  the bar is ±{worst:.1%}, ±{length:.1%} of it from the mean output length; "
+            f"±{goal:.0%} needs a pilot of about {need:,} requests (--pilot {need})"
+        )

@@ -26,8 +26,10 @@ from genbench.plan import (
     Pool,
     StepModel,
     job_walls,
+    lag1,
     parse_counts,
     plan_from_result,
+    series_halfwidth,
     simulate_job,
 )
 from genbench.prompts import read_prompts
@@ -291,6 +293,19 @@ def test_open_ended_pilot_stops_at_its_time_limit_and_says_so(sim_factory, tmp_p
     assert need["target"] == pytest.approx(0.005) and need["requests"] > doc["inputs"]["pilot"]
 
 
+def test_speed_that_wanders_gets_a_wider_bar_than_the_same_values_shuffled():
+    """Batch means: stretches alike from one to the next (a server whose speed wanders
+    for longer than a stretch) say less about the mean than the same values in a random
+    order, and the half-width says so; independent stretches keep Student t alone."""
+    wander = [0.90, 0.92, 0.95, 0.99, 1.02, 1.05, 1.07, 1.06, 1.03, 1.01]
+    shuffled = [0.99, 1.06, 0.90, 1.03, 0.95, 1.07, 0.92, 1.01, 1.05, 1.02]
+    assert lag1(wander) > 0.5 > lag1(shuffled)
+    se = np.std(wander, ddof=1) / np.mean(wander) / np.sqrt(10)
+    assert series_halfwidth(shuffled) == pytest.approx(2.262 * se)  # the same spread, t(9)
+    assert series_halfwidth(wander) > 2.5 * series_halfwidth(shuffled)
+    assert series_halfwidth([1.0, 1.0]) == 0.0  # too few stretches to say anything
+
+
 # ------------------------------------------------------------------------------ bad input
 
 
@@ -317,6 +332,7 @@ def test_bad_prompt_files_fail_before_the_server_is_touched(tmp_path, content, n
         (["--rate", "100", "--tokens-per-sample", "10", "--samples", "100K,0"], "--samples: 0"),
         (["--rate", "100"], "--tokens-per-sample"),
         ([], "nothing to plan from"),
+        (["--rate", "1", "--tokens-per-sample", "1", "--pilot-min-time", "700"], "--pilot-min"),
     ],
 )
 def test_bad_flags_are_one_line_errors(args, needle):

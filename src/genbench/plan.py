@@ -621,6 +621,17 @@ def job_walls(
 
 REPLAYS = 5  # simulations of the pilot itself, averaged, for the model's own error
 SPEED_BATCHES = 10  # stretches of the pilot for the speed's batch means
+WANDER_LAG1 = 0.5  # stretches this alike: the speed wanders on the pilot's own time scale
+
+
+def lag1(values: Sequence[float]) -> float:
+    """Lag-1 autocorrelation of a series (0 with fewer than 3 values)."""
+    v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
+    if len(v) < 3:
+        return 0.0
+    d = v - v.mean()
+    denom = float(np.sum(d * d))
+    return float(np.sum(d[:-1] * d[1:]) / denom) if denom > 0 else 0.0
 
 
 def series_halfwidth(values: Sequence[float]) -> float:
@@ -633,21 +644,24 @@ def series_halfwidth(values: Sequence[float]) -> float:
     v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
     if len(v) < 3 or v.mean() <= 0:
         return 0.0
-    d = v - v.mean()
-    denom = float(np.sum(d * d))
-    rho = float(np.sum(d[:-1] * d[1:]) / denom) if denom > 0 else 0.0
-    rho = min(max(rho, 0.0), 0.9)
+    rho = min(max(lag1(v.tolist()), 0.0), 0.9)
     se = float(v.std(ddof=1) / v.mean() / math.sqrt(len(v)))
     return T_975[min(len(v) - 1, max(T_975))] * se * math.sqrt((1 + rho) / (1 - rho))
 
 
-def speed_halfwidth(rows: DecodeRows, step: StepModel) -> float:
-    """See `PilotModel.speed_halfwidth`. 0 when the pilot is too short to cut."""
+def speed_stretches(rows: DecodeRows, step: StepModel) -> list[float]:
+    """Measured over fitted decode seconds in each of SPEED_BATCHES stretches of
+    consecutive requests (empty when the pilot is too short to cut)."""
     m = min(SPEED_BATCHES, len(rows.y) // 5)
     if m < 3:
-        return 0.0
+        return []
     pred = rows.x @ np.array([step.a, step.b, step.c])
-    return series_halfwidth([rows.y[b].sum() / pred[b].sum() for b in rows.blocks(m)])
+    return [float(rows.y[b].sum() / pred[b].sum()) for b in rows.blocks(m)]
+
+
+def speed_halfwidth(rows: DecodeRows, step: StepModel) -> float:
+    """See `PilotModel.speed_halfwidth`. 0 when the pilot is too short to cut."""
+    return series_halfwidth(speed_stretches(rows, step))
 
 
 @dataclass
@@ -745,6 +759,8 @@ class PilotModel:
                 ),
             },
             "speed_halfwidth": self.speed_halfwidth,
+            "speed_stretches": speed_stretches(self.rows, self.step),
+            "speed_lag1": lag1(speed_stretches(self.rows, self.step)),
             "replay": {
                 "what": "the fitted model simulating the pilot itself, its requests in order",
                 "simulated_s": self.replay_s,
@@ -1225,12 +1241,14 @@ def pilot_stream(
 
 @dataclass
 class PilotStop:
-    """When an open-ended pilot has seen enough: at least `min_requests` answered and the
-    mean output length known to ±`target` × `length_share` (95%), the rest of the bar
-    being left to the server's speed; or `max_s` seconds; or `max_requests` sent."""
+    """When an open-ended pilot has seen enough: at least `min_requests` answered, at
+    least `min_s` seconds, and the mean output length known to ±`target` ×
+    `length_share` (95%), the rest of the bar being left to the server's speed; or
+    `max_s` seconds; or `max_requests` sent."""
 
     target: float = TARGET_REL_ERROR
     min_requests: int = 200
+    min_s: float = 0.0
     max_s: float = 600.0
     max_requests: int | None = None
     length_share: float = 0.8
@@ -1256,7 +1274,8 @@ class PilotStop:
         now = time.perf_counter()
         if self.started is None:
             self.started = now
-        if self.count >= self.min_requests and self.halfwidth <= self.target * self.length_share:
+        enough = self.count >= self.min_requests and now - self.started >= self.min_s
+        if enough and self.halfwidth <= self.target * self.length_share:
             self.reason = "target"
         elif now - self.started >= self.max_s:
             self.reason = "time"
@@ -1412,6 +1431,13 @@ def plan_from_pilot(
         plan["notes"].append(
             f"the fitted model replays the pilot {model.replay_err:+.1%} off its actual wall "
             "time: the server does something the model does not capture (the bar includes it)"
+        )
+    rho = lag1(speed_stretches(model.rows, model.step))
+    if rho >= WANDER_LAG1:
+        plan["notes"].append(
+            f"the server's speed wandered during the pilot (its stretches alike from one to "
+            f"the next: lag-1 autocorrelation {rho:.2f}): speed that wanders over longer than "
+            "the pilot is not in the bar; a longer pilot (--pilot-min-time) sees more of it"
         )
     if inputs.get("pilot_stopped") == "time":
         plan["notes"].append(

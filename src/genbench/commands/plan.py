@@ -68,6 +68,12 @@ def plan(
         help="Pilot without --pilot: stop once the mean output length is known to ±0.8 × "
         "this percent (95%), leaving the rest of the bar to the server's speed.",
     ),
+    pilot_min_time: float = typer.Option(
+        0.0,
+        "--pilot-min-time",
+        help="Pilot without --pilot: run at least this many seconds (a server whose speed "
+        "wanders needs minutes).",
+    ),
     pilot_max_time: float = typer.Option(
         600.0, "--pilot-max-time", help="Pilot without --pilot: stop after this many seconds."
     ),
@@ -134,6 +140,11 @@ def plan(
         common.positive(name, v)
     if warmup < 0:
         raise UsageError(f"--warmup must be 0 or more seconds, got {warmup}")
+    if pilot_min_time < 0 or pilot_min_time > pilot_max_time:
+        raise UsageError(
+            f"--pilot-min-time {pilot_min_time:g} must be between 0 and --pilot-max-time "
+            f"{pilot_max_time:g}"
+        )
     hidden = _hidden(hidden_size, layers_captured, dtype_bytes)
     console = err if json else out
     if rate is not None:
@@ -173,7 +184,9 @@ def plan(
             timeout,
             out_dir,
             warmup,
-            None if pilot else P.PilotStop(target=target_error / 100, max_s=pilot_max_time),
+            None
+            if pilot
+            else P.PilotStop(target=target_error / 100, min_s=pilot_min_time, max_s=pilot_max_time),
         )
     render(doc, console)
     if saved is not None:
@@ -246,7 +259,9 @@ def _pilot(
         req for _, req in P.pilot_requests(prompts, 4 * concurrency, seed + 1, max_tokens, params)
     ]
     size = (
-        f"until ±{stop.target:.0%} (≥ {stop.min_requests}, ≤ {stop.max_s:g} s)"
+        f"until ±{stop.target:.0%} (≥ {stop.min_requests}"
+        + (f", ≥ {stop.min_s:g} s" if stop.min_s else "")
+        + f", ≤ {stop.max_s:g} s)"
         if stop is not None
         else str(k)
     )
@@ -307,6 +322,7 @@ def _pilot(
         "pilot": len(run.records),
         "pilot_fixed": pilot,
         "target_error": stop.target if stop is not None else None,
+        "pilot_min_time_s": stop.min_s if stop is not None else None,
         "pilot_max_time_s": stop.max_s if stop is not None else None,
         "pilot_stopped": run.stopped,
         "pilot_stopped_at": run.stopped_at,

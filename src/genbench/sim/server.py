@@ -228,6 +228,7 @@ class Scheduler:
         self.resync_s = 0.0
         self.lag_sum = 0.0
         self.lag_max = 0.0
+        self.first_lag_sum = 0.0  # how late first tokens were written, summed
         self.m_gen = 0
         self.m_prompt = 0
         self.m_reason = 0
@@ -558,6 +559,9 @@ class SimServer:
              "each step's tokens were written.", [("", s.lag_sum)]),
             ("decode_step_lag_seconds_max", "gauge", "The latest a decode step was written.",
              [("", s.lag_max)]),
+            ("first_token_lag_seconds_total", "counter", "Sum over requests of how late the "
+             "first token was written after its scheduled time (slow host timers).",
+             [("", s.first_lag_sum)]),
         ]  # fmt: skip
         lines: list[str] = []
         for name, kind, help_, samples in table:
@@ -719,6 +723,7 @@ class SimServer:
                 return
             t_first = t0 + self.cfg.prefill_seconds(r.prompt_tokens) + r.stall
             await sleep_until(t_first)
+            s.first_lag_sum += clock() - t_first  # the host's timers, not the schedule
             if r.stream and r.sink is not None and r.sink.transport.is_closing():
                 s.drop(r, t_first)
             else:

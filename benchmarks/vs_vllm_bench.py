@@ -65,8 +65,13 @@ def vllm_bench(url: str, model: str, a: argparse.Namespace, work: Path, i: int) 
         "serve.main(p.parse_args(sys.argv[1:]))\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    p = subprocess.run([str(VENV / "bin/python"), "-c", runner, *argv], env=env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.run(
+        [str(VENV / "bin/python"), "-c", runner, *argv],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     if p.returncode != 0:
         raise SystemExit(f"vllm bench serve failed:\n{p.stderr[-3000:]}")
     res = json.loads((work / f"vllm-{i}.json").read_text())
@@ -111,11 +116,21 @@ def main() -> None:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         started = "vsbench"
-        root = subprocess.run(["bash", str(SCRIPT), "start", started, str(port)], check=True,
-                              capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        root = (
+            subprocess.run(
+                ["bash", str(SCRIPT), "start", started, str(port)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         url = root + "/v1"
-    print(f"server {url}, C={a.concurrency}, {a.requests} requests × {a.tokens} tokens, "
-          f"{len(BUILTIN_PROMPTS)} built-in prompts, thinking off")
+    print(
+        f"server {url}, C={a.concurrency}, {a.requests} requests × {a.tokens} tokens, "
+        f"{len(BUILTIN_PROMPTS)} built-in prompts, thinking off"
+    )
     print(f"{'repeat':>6} {'vllm bench':>11} {'genbench':>9} {'ratio':>6} {'gb steady':>10}")
     ratios = []
     try:
@@ -138,8 +153,10 @@ def main() -> None:
         if started:
             subprocess.run(["bash", str(SCRIPT), "stop", started], check=False)
     mean = sum(ratios) / len(ratios)
-    print(f"genbench / vllm bench serve output tok/s: mean {mean:.3f} "
-          f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
+    print(
+        f"genbench / vllm bench serve output tok/s: mean {mean:.3f} "
+        f"(min {min(ratios):.3f}, max {max(ratios):.3f})"
+    )
 
 
 if __name__ == "__main__":

@@ -17,10 +17,10 @@ and (3) a job has a start-up and a tail where fewer than C requests run. The
 simulation carries each of these: it draws output lengths from the pilot's
 empirical distribution, runs C workers per server as the load engine does,
 and advances decoding with a step time fitted to the pilot as a function of
-how many requests decode and how many context tokens they hold. The error bar
-is a bootstrap over the pilot's requests (lengths, TTFT, failures) and over
-its time windows (the step-time fit). docs/plan.md says what is and is not
-modelled.
+how many requests decode and how many context tokens they hold, calibrated by
+replaying the pilot. The error bar adds a bootstrap over the pilot's requests
+(lengths, TTFT, failures), the server's speed over stretches of the pilot, and
+the replay's own error. docs/plan.md says what is and is not modelled.
 """
 
 from __future__ import annotations
@@ -425,7 +425,7 @@ def decode_rows(records: Sequence[RequestRecord], concurrency: int) -> DecodeRow
 _TERMS = ("a", "b", "c")
 
 
-def fit_step(rows: DecodeRows, idx: np.ndarray | None = None) -> StepModel:
+def fit_step(rows: DecodeRows) -> StepModel:
     """Least squares of each request's decode seconds on Σ over its tokens of
     (a + b·n + c·k), every coefficient ≥ 0 (the best feasible subset of terms).
 
@@ -434,7 +434,7 @@ def fit_step(rows: DecodeRows, idx: np.ndarray | None = None) -> StepModel:
     the job's own rate. A separate per-prefill term was tried and fitted badly from a
     pilot: arrivals during a request grow with its decode time, so the term soaked up
     whatever else made steps slow and overstated the job by up to 20% on vLLM."""
-    x_all, y = (rows.x, rows.y) if idx is None else (rows.x[idx], rows.y[idx])
+    x_all, y = rows.x, rows.y
     if len(y) < 3:
         raise UsageError("the pilot is too short to time the server: use a larger --pilot")
     best: tuple[float, StepModel] | None = None

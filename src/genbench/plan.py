@@ -644,7 +644,7 @@ def series_halfwidth(values: Sequence[float]) -> float:
     v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
     if len(v) < 3 or v.mean() <= 0:
         return 0.0
-    rho = min(max(lag1(v.tolist()), 0.0), 0.9)
+    rho = min(max(lag1(v), 0.0), 0.9)
     se = float(v.std(ddof=1) / v.mean() / math.sqrt(len(v)))
     return T_975[min(len(v) - 1, max(T_975))] * se * math.sqrt((1 + rho) / (1 - rho))
 
@@ -657,11 +657,6 @@ def speed_stretches(rows: DecodeRows, step: StepModel) -> list[float]:
         return []
     pred = rows.x @ np.array([step.a, step.b, step.c])
     return [float(rows.y[b].sum() / pred[b].sum()) for b in rows.blocks(m)]
-
-
-def speed_halfwidth(rows: DecodeRows, step: StepModel) -> float:
-    """See `PilotModel.speed_halfwidth`. 0 when the pilot is too short to cut."""
-    return series_halfwidth(speed_stretches(rows, step))
 
 
 @dataclass
@@ -678,6 +673,7 @@ class PilotModel:
     replay_s: float = 0.0  # the fitted model simulating the pilot itself: its wall time
     replay_send_s: float = 0.0  # and when it sent the last request
     pilot_send_s: float = 0.0  # when the pilot really sent its last request
+    stretches: list[float] = field(default_factory=list)  # speed_stretches of the fit
 
     @property
     def calibration(self) -> float:
@@ -696,7 +692,7 @@ class PilotModel:
         into SPEED_BATCHES stretches of consecutive requests, each stretch's decode
         seconds over the fitted model's, and `series_halfwidth` across them (batch
         means with an allowance for speed that wanders over several stretches)."""
-        return speed_halfwidth(self.rows, self.step)
+        return series_halfwidth(self.stretches)
 
     @property
     def replay_err(self) -> float:
@@ -734,6 +730,7 @@ class PilotModel:
             float(np.mean([j.wall_s for j in sims])),
             float(np.mean([j.last_send_s for j in sims])),
             max(r.t_send for r in sent) - t0,
+            speed_stretches(rows, step),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -759,8 +756,8 @@ class PilotModel:
                 ),
             },
             "speed_halfwidth": self.speed_halfwidth,
-            "speed_stretches": speed_stretches(self.rows, self.step),
-            "speed_lag1": lag1(speed_stretches(self.rows, self.step)),
+            "speed_stretches": self.stretches,
+            "speed_lag1": lag1(self.stretches),
             "replay": {
                 "what": "the fitted model simulating the pilot itself, its requests in order",
                 "simulated_s": self.replay_s,
@@ -1432,7 +1429,7 @@ def plan_from_pilot(
             f"the fitted model replays the pilot {model.replay_err:+.1%} off its actual wall "
             "time: the server does something the model does not capture (the bar includes it)"
         )
-    rho = lag1(speed_stretches(model.rows, model.step))
+    rho = lag1(model.stretches)
     if rho >= WANDER_LAG1:
         plan["notes"].append(
             f"the server's speed wandered during the pilot (its stretches alike from one to "

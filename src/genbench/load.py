@@ -47,8 +47,13 @@ async def run_phase(
     max_requests: int | None = None,
     duration: float | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
+    then: Callable[[ChatRequest, RequestRecord], ChatRequest | None] | None = None,
 ) -> PhaseRun:
-    """Run one phase; raises ServerDown (after recording everything) if the server dies."""
+    """Run one phase; raises ServerDown (after recording everything) if the server dies.
+
+    With `then`, a worker whose request ended asks it for a follow-up (the next turn of a
+    conversation) and sends that before taking a new request; follow-ups are sent even
+    after the phase stops taking new ones, so a conversation in flight completes."""
     run = PhaseRun(started=time.perf_counter())
     deadline = run.started + duration if duration else None
     sent = 0
@@ -83,11 +88,13 @@ async def run_phase(
 
     async def worker() -> None:
         while (req := take()) is not None:
-            rec = client.new_record(req, phase)
-            try:
-                await client.chat(req, record=rec)
-            finally:
-                finish(rec)
+            while req is not None:
+                rec = client.new_record(req, phase)
+                try:
+                    await client.chat(req, record=rec)
+                finally:
+                    finish(rec)
+                req = then(req, rec) if then is not None and not stop.is_set() else None
 
     tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
     stopper = asyncio.create_task(stop.wait())

@@ -43,10 +43,12 @@ import orjson
 from genbench import __version__
 from genbench.client import ChatRequest, Timeouts
 from genbench.endpoint import Endpoint
-from genbench.errors import UsageError
+from genbench.errors import InputFileError, UsageError
 from genbench.fastclient import FastClient
+from genbench.generate.engine import WorkItem
+from genbench.generate.input import Row, iter_rows, scan
+from genbench.generate.params import merge, split_max_tokens
 from genbench.load import run_phase
-from genbench.prompts import Prompt
 from genbench.records import RecordWriter, RequestRecord, read_records
 from genbench.result import REQUESTS_FILE, write_json_atomic
 from genbench.stats import dist, steady_window, summarize, token_events
@@ -60,6 +62,7 @@ CONFIDENCE = 0.95
 TARGET_REL_ERROR = 0.05  # the pilot size that gives a ±5% bar is reported
 ASSUMED_BYTES_PER_TOKEN = 4.0  # English text with a Llama-style tokenizer, when nothing measured
 JSONL_OVERHEAD_BYTES = 400  # id, generate's metadata and JSON punctuation per output line
+PARQUET_ROWS = 2000  # pilot outputs kept in memory to measure Parquet's bytes per row
 T_975 = {  # Student t, 97.5% quantile, by degrees of freedom (batch means with ≤ 10 batches)
     1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262
 }  # fmt: skip
@@ -193,41 +196,6 @@ def storage_from_tokens(
     return StorageModel(tokens_per_sample * bpt + JSONL_OVERHEAD_BYTES, None, why, hidden)
 
 
-def output_row(prompt: Prompt | None, rec: RequestRecord) -> dict[str, Any]:
-    """One sample as `genbench generate` writes it (SpecForge conversations and genbench's
-    metadata, see genbench.generate.store), so the pilot measures the job's real bytes."""
-    conversations = [
-        {"role": m["role"], "content": m["content"]} for m in (prompt.messages if prompt else [])
-    ]
-    conversations.append(
-        {"role": "assistant", "content": rec.text or "", "reasoning_content": rec.reasoning or ""}
-    )
-    completion, thinking = rec.completion_tokens or 0, rec.reasoning_tokens or 0
-    e2e = rec.e2e or 0.0
-    meta = {
-        "server": rec.server,
-        "model": rec.model,
-        "prompt_tokens": rec.prompt_tokens or 0,
-        "completion_tokens": completion,
-        "reasoning_tokens": thinking,
-        "answer_tokens": completion - thinking,
-        "tokens_estimated": rec.tokens_estimated,
-        "finish_reason": rec.finish_reason,
-        "truncated": rec.finish_reason == "length",
-        "turns": 1,
-        "attempts": 1,
-        "ttft_s": None if rec.ttft is None else round(rec.ttft, 4),
-        "latency_s": round(e2e, 4),
-        "sent_at": rec.sent_at,
-        "finished_at": round(rec.sent_at + e2e, 3),
-    }
-    return {
-        "id": prompt.id if prompt and prompt.id else rec.id,
-        "conversations": conversations,
-        "meta": meta,
-    }
-
-
 def parquet_bytes_per_row(rows: list[dict[str, Any]]) -> float | None:
     """Write the rows as one zstd Parquet file in memory, in generate's schema when it is
     there; None without pyarrow."""
@@ -266,7 +234,12 @@ def parquet_bytes_per_row(rows: list[dict[str, Any]]) -> float | None:
 
 @dataclass
 class Pool:
-    """What the pilot's requests say about the job's requests; bootstrap resamples it."""
+    """What the pilot's requests say about the job's requests; bootstrap resamples it.
+
+    One entry per successful request. A sample of several requests (a multi-turn row)
+    has its requests next to each other, in turn order: `row_of` numbers the sample of
+    each request and `next_of` gives the index of the sample's next request (-1 for its
+    last); both None when every sample is one request."""
 
     prompt: np.ndarray  # prompt tokens per successful request
     output: np.ndarray  # completion tokens (thinking + answer)
@@ -277,10 +250,40 @@ class Pool:
     fail_rate: float
     fail_s: np.ndarray  # how long a failed attempt held its worker
     gap_s: float = 0.0  # client time from one request's end to the worker's next send
-    order: np.ndarray | None = None  # indices of the requests in the order they were sent
+    order: np.ndarray | None = None  # samples' first requests in the order they were sent
+    row_of: np.ndarray | None = None
+    next_of: np.ndarray | None = None
+
+    def per_sample(self, values: np.ndarray) -> np.ndarray:
+        """A per-request quantity summed over each sample's requests."""
+        if self.row_of is None:
+            return values
+        return np.bincount(self.row_of, weights=values)
+
+    @property
+    def sample_output(self) -> np.ndarray:
+        return self.per_sample(self.output)
+
+    @property
+    def heads(self) -> np.ndarray:
+        """Index of each sample's first request."""
+        if self.row_of is None:
+            return np.arange(len(self.output))
+        return np.flatnonzero(np.r_[True, self.row_of[1:] != self.row_of[:-1]])
 
     def resample(self, rng: np.random.Generator) -> Pool:
-        i = rng.integers(0, len(self.output), len(self.output))
+        if self.row_of is None:
+            i = rng.integers(0, len(self.output), len(self.output))
+            row_of = next_of = None
+        else:  # whole samples, their requests together
+            heads = self.heads
+            lens = np.diff(np.r_[heads, len(self.output)])
+            pick = rng.integers(0, len(heads), len(heads))
+            n = lens[pick]
+            starts = np.cumsum(n) - n
+            i = np.repeat(heads[pick] - starts, n) + np.arange(int(n.sum()))
+            row_of = np.repeat(np.arange(len(pick)), n)
+            next_of = chain_next(row_of)
         fails = rng.binomial(self.attempts, self.fail_rate) if self.attempts else 0
         return Pool(
             prompt=self.prompt[i],
@@ -296,6 +299,8 @@ class Pool:
                 else self.fail_s
             ),
             gap_s=self.gap_s,
+            row_of=row_of,
+            next_of=next_of,
         )
 
     @classmethod
@@ -309,18 +314,53 @@ class Pool:
         later = [r.ttft for r in ok if id(r) not in first_ids]
         failed = [r for r in records if not r.ok and r.error_kind != "cancelled"]
         attempts = len(ok) + len(failed)
+        samples = complete_samples(ok)
+        if not samples:
+            raise UsageError("the pilot finished no sample (every conversation had a failed turn)")
+        reqs = [r for g in samples for r in g]
+        chained = any(len(g) > 1 for g in samples)
+        row_of = np.repeat(np.arange(len(samples)), [len(g) for g in samples])
+        heads_send = [g[0].t_send for g in samples]
+        head_idx = np.cumsum([0] + [len(g) for g in samples[:-1]])
         return cls(
-            prompt=np.array([float(r.prompt_tokens or 0) for r in ok]),
-            output=np.array([float(r.completion_tokens or 0) for r in ok]),
-            thinking=np.array([float(r.reasoning_tokens or 0) for r in ok]),
+            prompt=np.array([float(r.prompt_tokens or 0) for r in reqs]),
+            output=np.array([float(r.completion_tokens or 0) for r in reqs]),
+            thinking=np.array([float(r.reasoning_tokens or 0) for r in reqs]),
             ttft=np.array(later or first, dtype=float),
             first_ttft=np.array(first or later, dtype=float),
             attempts=attempts,
             fail_rate=len(failed) / attempts if attempts else 0.0,
             fail_s=np.array([r.e2e or 0.0 for r in failed], dtype=float),
             gap_s=worker_gap(by_send, concurrency),
-            order=np.argsort([r.t_send for r in ok], kind="stable"),
+            order=head_idx[np.argsort(heads_send, kind="stable")],
+            row_of=row_of if chained else None,
+            next_of=chain_next(row_of) if chained else None,
         )
+
+
+def chain_next(row_of: np.ndarray) -> np.ndarray:
+    """For requests grouped by sample: the index of the next request of the same sample,
+    -1 for a sample's last."""
+    nxt = np.arange(1, len(row_of) + 1)
+    nxt[np.r_[row_of[1:] != row_of[:-1], True]] = -1
+    return nxt
+
+
+def complete_samples(ok: Sequence[RequestRecord]) -> list[list[RequestRecord]]:
+    """Successful requests grouped by the pilot row they belong to (`extra["row"]`), in
+    turn order, keeping only rows whose every turn succeeded. Records without a row tag
+    (older pilots, `run` results) are samples of one request each."""
+    groups: dict[Any, list[RequestRecord]] = {}
+    for r in ok:
+        key = r.extra.get("row") if r.extra else None
+        groups.setdefault(("row", key) if key is not None else ("req", id(r)), []).append(r)
+    out = []
+    for g in groups.values():
+        g.sort(key=lambda r: (r.extra or {}).get("turn", 0))
+        want = (g[0].extra or {}).get("turns", 1)
+        if [(r.extra or {}).get("turn", 0) for r in g] == list(range(want)):
+            out.append(g)
+    return out
 
 
 def worker_gap(by_send: Sequence[RequestRecord], concurrency: int) -> float:
@@ -484,14 +524,17 @@ def simulate_job(
     failed attempt holds its worker for a drawn time and is retried. Between events the
     number decoding is constant and the context grows by n tokens per step, so the time
     to advance g steps is α·g + β·g²/2. With `order`, the samples are the pool's requests
-    in that order (a replay of the pilot) instead of random draws."""
+    in that order (a replay of the pilot) instead of random draws. A sample of several
+    requests (`pool.next_of`) sends its next request when one ends, on the same worker,
+    like a retry (the measured gap and a later TTFT); it is done after its last."""
     a, b, c = step.a, step.b, step.c
-    m = len(pool.output)
+    heads = pool.heads
     if order is not None:
         pick = [int(i) for i in order]
         samples = len(pick)
     else:
-        pick = rng.integers(0, m, samples + 8 * concurrency).tolist()
+        pick = heads[rng.integers(0, len(heads), samples + 8 * concurrency)].tolist()
+    next_l = pool.next_of.tolist() if pool.next_of is not None else None
     out_l = pool.output.tolist()
     prm_l = pool.prompt.tolist()
     ttft_l, first_l = pool.ttft.tolist(), pool.first_ttft.tolist()
@@ -504,7 +547,7 @@ def simulate_job(
     g = 0.0  # steps every decoding request has advanced since t = 0
     s_ctx = 0.0  # context held = s_ctx + n·g
     n = 0
-    dec: list[tuple[float, int, float]] = []  # (finish step, seq, context offset)
+    dec: list[tuple[float, int, float, int]] = []  # (finish step, seq, context offset, j)
     # (at, seq, kind, draw): kind 0 = first token, 1 = failed attempt ends
     wait: list[tuple[float, int, int, int]] = []
     seq = 0
@@ -550,9 +593,12 @@ def simulate_job(
                 g = dec[0][0]
                 tokens += n * max(dg, 0.0)
                 while dec and dec[0][0] <= g + 1e-9:
-                    _, _, off = heapq.heappop(dec)
+                    _, _, off, jd = heapq.heappop(dec)
                     n -= 1
                     s_ctx -= off
+                    if next_l is not None and next_l[jd] >= 0:
+                        send(t, next_l[jd])  # the sample's next turn, on the same worker
+                        continue
                     done += 1
                     if done == q1:
                         mark = (t, tokens)
@@ -574,13 +620,16 @@ def simulate_job(
         tokens += 1  # the first token comes with prefill
         steps = out_l[j] - 1
         if steps <= 0:
+            if next_l is not None and next_l[j] >= 0:
+                send(t, next_l[j])
+                continue
             done += 1
             if sent < samples:
                 send(t, None)
             continue
         off = prm_l[j] + 1 - g  # context = prompt + 1 + (g - g_start)
         seq += 1
-        heapq.heappush(dec, (g + steps, seq, off))
+        heapq.heappush(dec, (g + steps, seq, off, j))
         n += 1
         s_ctx += off
     return JobSim(t, steady, last_send)
@@ -602,7 +651,7 @@ def job_walls(
     """Wall time of one server's share for each job size: simulated up to `sim_cap`, then
     the simulated steady seconds per token times the remaining samples' mean tokens."""
     cap = sim_cap(concurrency)
-    mean_out = float(pool.output.mean())
+    mean_out = float(pool.sample_output.mean())
     walls: dict[int, float] = {}
     big = [s for s in per_server if s > cap]
     if big:
@@ -674,6 +723,7 @@ class PilotModel:
     replay_send_s: float = 0.0  # and when it sent the last request
     pilot_send_s: float = 0.0  # when the pilot really sent its last request
     stretches: list[float] = field(default_factory=list)  # speed_stretches of the fit
+    pilot_samples: int = 0  # rows sent (requests, when the records do not name rows)
 
     @property
     def calibration(self) -> float:
@@ -731,6 +781,7 @@ class PilotModel:
             float(np.mean([j.last_send_s for j in sims])),
             max(r.t_send for r in sent) - t0,
             speed_stretches(rows, step),
+            len({r.extra["row"] for r in sent if r.extra and "row" in r.extra}) or len(sent),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -739,11 +790,13 @@ class PilotModel:
             "concurrency": self.concurrency,
             "pilot_requests": self.pilot_requests,
             "pilot_ok": len(p.output),
+            "pilot_samples": self.pilot_samples,
+            "requests_per_sample": len(p.output) / len(p.heads),
             "pilot_wall_s": self.pilot_wall_s,
             "pilot_steady_tps": self.pilot_steady_tps,
-            "output_tokens": dist(p.output.tolist()),
-            "thinking_tokens": dist(p.thinking.tolist()),
-            "prompt_tokens": dist(p.prompt.tolist()),
+            "output_tokens": dist(p.sample_output.tolist()),
+            "thinking_tokens": dist(p.per_sample(p.thinking).tolist()),
+            "prompt_tokens": dist(p.per_sample(p.prompt).tolist()),
             "ttft_s": dist(p.ttft.tolist()),
             "first_ttft_s": dist(p.first_ttft.tolist()),
             "fail_rate": p.fail_rate,
@@ -836,7 +889,7 @@ def forecast(
     cal = model.calibration
     point = [w * cal for w in job_walls(shares, c, model.pool, model.step, rng, repeats=3)]
     speed_hw = model.speed_halfwidth
-    out = model.pool.output
+    out = model.pool.sample_output
     k = len(out)
     mean = float(out.mean())
     se = float(out.std(ddof=1) / math.sqrt(k)) if k > 1 else 0.0
@@ -848,8 +901,9 @@ def forecast(
             break  # enough replicates for a 95% interval; keep the command quick
         pool = model.pool.resample(rng)
         walls = job_walls(shares, c, pool, model.step, rng)
-        m_r = float(pool.output.mean())
-        se_r = float(pool.output.std(ddof=1) / math.sqrt(k)) if k > 1 else 0.0
+        out_r = pool.sample_output
+        m_r = float(out_r.mean())
+        se_r = float(out_r.std(ddof=1) / math.sqrt(k)) if k > 1 else 0.0
         # bootstrap-t: the replicate's length factor m_r/mean is replaced by the
         # studentized one, mean − t·se with t = (m_r − mean)/se_r, reflected
         ok_t = se > 0 and se_r > 0
@@ -878,8 +932,8 @@ def forecast(
                 output_tokens=s * mean,
                 output_lo=s * float(out_lo),
                 output_hi=s * float(out_hi),
-                thinking_tokens=s * float(model.pool.thinking.mean()),
-                prompt_tokens=s * float(model.pool.prompt.mean()),
+                thinking_tokens=s * float(model.pool.per_sample(model.pool.thinking).mean()),
+                prompt_tokens=s * float(model.pool.per_sample(model.pool.prompt).mean()),
                 length_halfwidth=float(max(out_hi / mean - 1, 1 - out_lo / mean)) if mean else 0.0,
             )
         )
@@ -1207,33 +1261,74 @@ class PilotRun:
     rows: list[dict[str, Any]] = field(default_factory=list)
     stopped: str = "size"  # why it ended: size, target, time, prompts
     stopped_at: dict[str, Any] = field(default_factory=dict)  # answered, length bar then
+    samples: int = 0  # rows sent (a multi-turn row is one sample of several requests)
 
 
-def pilot_requests(
-    prompts: Sequence[Prompt],
-    k: int,
-    seed: int,
-    max_tokens: int | None,
-    params: dict[str, Any],
-) -> list[tuple[Prompt, ChatRequest]]:
-    """K prompts drawn at random (without replacement while the file has enough)."""
-    return list(itertools.islice(pilot_stream(prompts, seed, max_tokens, params), k))
+PILOT_ROWS = 100_000  # rows of the file held for the pilot (a random sample of a bigger file)
 
 
-def pilot_stream(
-    prompts: Sequence[Prompt],
-    seed: int,
-    max_tokens: int | None,
-    params: dict[str, Any],
-) -> Iterator[tuple[Prompt, ChatRequest]]:
-    """Prompts in a random order without replacement; once the file is used up, drawn
-    with replacement (a job of more samples than prompts sends some twice)."""
+@dataclass
+class PilotInput:
+    """The job's input as `genbench generate` reads it: `rows` is a random sample of the
+    file's valid rows (all of them when there are at most PILOT_ROWS), in random order."""
+
+    path: Path
+    total: int
+    rows: list[Row]
+
+
+def read_pilot_input(path: Path, seed: int, limit: int = PILOT_ROWS) -> PilotInput:
+    """Check the whole file with generate's own reader (a bad row raises the error
+    generate would give, naming file, line and field), then load a random sample of its
+    rows. Two passes over the file, neither holding more than `limit` rows."""
+    res = scan(path)
+    total = len(res.todo)
+    if total == 0:
+        raise InputFileError(path, None, "empty: no rows with a prompt")
     rnd = random.Random(seed)
-    items = list(prompts)
-    order = rnd.sample(range(len(items)), len(items))
-    for i in itertools.count():
-        p = items[order[i]] if i < len(order) else items[rnd.randrange(len(items))]
-        yield p, ChatRequest(f"pilot-{i}-line{p.line}", p.messages, max_tokens, dict(params))
+    chosen = rnd.sample(sorted(res.todo), min(total, limit))  # ids, in a random order
+    by_id = {
+        r.id: r for r in iter_rows(path, set(chosen), res.bad_lines) if isinstance(r, Row)
+    }  # the second pass skips unchosen rows that carry an id without parsing them
+    return PilotInput(path, total, [by_id[i] for i in chosen if i in by_id])
+
+
+def turn_count(row: Row, all_turns: bool) -> int:
+    """Requests one row makes: every user turn's answer with --turns all, else one."""
+    item, n = WorkItem(row), 0
+    while item.advance(all_turns):
+        n += 1
+        item.waiting = False
+    return n
+
+
+def pilot_stream(rows: Sequence[Row], seed: int) -> Iterator[Row]:
+    """The rows in the order given (already random), then drawn at random with
+    replacement: a pilot longer than the file sends some rows twice."""
+    yield from rows
+    rnd = random.Random(seed)
+    while rows:
+        yield rows[rnd.randrange(len(rows))]
+
+
+def first_turn_requests(
+    rows: Sequence[Row], params: dict[str, Any], all_turns: bool, prefix: str
+) -> list[ChatRequest]:
+    """Each row's first request, as generate sends it (for the warm-up)."""
+    out = []
+    for i, row in enumerate(rows):
+        item = WorkItem(row)
+        if item.advance(all_turns):
+            out.append(turn_request(item, params, f"{prefix}-{i}"))
+    return out
+
+
+def turn_request(item: WorkItem, params: dict[str, Any], rid: str) -> ChatRequest:
+    """The request generate sends for the item's next turn: the job's sampling fields,
+    the row's own `params` over them."""
+    merged = merge(params, item.row.params) if item.row.params else params
+    max_tokens, rest = split_max_tokens(merged)
+    return ChatRequest(rid, item.prompt(), max_tokens, dict(rest))
 
 
 @dataclass
@@ -1258,10 +1353,16 @@ class PilotStop:
     at_halfwidth: float = math.inf
 
     def add(self, rec: RequestRecord) -> None:
+        """A finished single-request sample."""
         if rec.ok and rec.completion_tokens:
+            self.add_sample(rec.completion_tokens)
+
+    def add_sample(self, tokens: int) -> None:
+        """A finished sample's output tokens (all its turns)."""
+        if tokens:
             self.count += 1
-            self.total += rec.completion_tokens
-            self.squares += float(rec.completion_tokens) ** 2
+            self.total += tokens
+            self.squares += float(tokens) ** 2
 
     @property
     def halfwidth(self) -> float:
@@ -1286,7 +1387,7 @@ class PilotStop:
 async def run_pilot(
     ep: Endpoint,
     model: str,
-    items: Iterable[tuple[Prompt, ChatRequest]],
+    rows: Iterable[Row],
     concurrency: int,
     out: Path | None,
     on_record: Callable[[RequestRecord], None] | None = None,
@@ -1294,10 +1395,17 @@ async def run_pilot(
     warmup: Sequence[ChatRequest] = (),
     warmup_s: float = 0.0,
     stop: PilotStop | None = None,
+    params: dict[str, Any] | None = None,
+    turns: str = "all",
 ) -> PilotRun:
-    """Run the pilot as the job will run: C workers, sustained, natural lengths. Records
-    go to out/requests.jsonl without their text; the text is measured, then dropped.
-    `items` is sent to its end, or, with `stop`, until `stop.done` says enough.
+    """Run the pilot as the job will run: C workers, sustained, natural lengths, each row
+    sent as `genbench generate` sends it (the job's `params` with the row's own over them;
+    with `turns` "all" every user turn of a conversation answered in order, each request
+    carrying the new answers before it, on the same worker). Records go to
+    out/requests.jsonl without their text, tagged in `extra` with the row (`row`), the
+    turn (`turn`) and the row's number of requests (`turns`); each finished row is
+    measured as generate would write it, then dropped. `rows` is sent to its end, or,
+    with `stop`, until `stop.done` says enough; conversations in flight then finish.
 
     With `warmup_s`, the `warmup` requests (cycled) first load the server at C for that
     long and are discarded: a server that sat idle runs slower for its first seconds
@@ -1306,7 +1414,11 @@ async def run_pilot(
     timeouts = Timeouts(connect=10.0, read=timeout, total=None)
     # the protocol-level transport `run` uses: the client's own CPU stays out of the pilot
     client = FastClient(ep, model, timeouts=timeouts, keep_text=True)
-    by_id: dict[str, Prompt] = {}
+    job_params = params or {}
+    all_turns = turns == "all"
+    # request id -> (row in progress, its number in the pilot, turn, requests in the row)
+    live: dict[str, tuple[WorkItem, int, int, int]] = {}
+    follow: dict[str, ChatRequest] = {}
     writer = RecordWriter(out / REQUESTS_FILE) if out else None
     run = PilotRun(records=[], wall_s=0.0)
     if warmup_s > 0 and warmup:
@@ -1325,27 +1437,52 @@ async def run_pilot(
             raise
 
     def requests() -> Iterator[ChatRequest]:
-        for sent, (p, req) in enumerate(items):
-            if stop is not None and stop.done(sent):
+        for sent, row in enumerate(rows):
+            if stop is not None and stop.done(run.samples):
                 return
-            by_id[req.id] = p
+            item = WorkItem(row)
+            if not item.advance(all_turns):
+                continue
+            req = turn_request(item, job_params, f"pilot-{sent}-line{row.line}")
+            live[req.id] = (item, sent, 0, turn_count(row, all_turns))
+            run.samples += 1
             yield req
         run.stopped = "prompts" if stop is not None else "size"
 
     def record(rec: RequestRecord) -> None:
-        if stop is not None:
-            stop.add(rec)
-        if rec.ok:
-            row = output_row(by_id.get(rec.id), rec)
-            size = len(orjson.dumps(row)) + 1
-            rec.extra["jsonl_bytes"] = size
-            run.jsonl_bytes.append(size)
-            run.rows.append(row)
+        entry = live.pop(rec.id, None)
+        if entry is not None:
+            item, i, turn, n = entry
+            rec.extra.update(row=i, turn=turn, turns=n)
+            if rec.ok:
+                item.add_turn(rec)
+                if item.advance(all_turns):
+                    nxt = turn_request(
+                        item, job_params, f"pilot-{i}-line{item.row.line}-t{turn + 1}"
+                    )
+                    live[nxt.id] = (item, i, turn + 1, n)
+                    follow[rec.id] = nxt
+                else:  # the row is done: measure it as generate writes it
+                    line = {
+                        "id": item.row.output_id,
+                        "conversations": item.out,
+                        "meta": item.meta(model),
+                    }
+                    size = len(orjson.dumps(line)) + 1
+                    rec.extra["jsonl_bytes"] = size
+                    run.jsonl_bytes.append(size)
+                    if len(run.rows) < PARQUET_ROWS:
+                        run.rows.append(line)
+                    if stop is not None:
+                        stop.add_sample(item.tokens)
         rec.text = rec.reasoning = None
         if writer:
             writer.write(rec)
         if on_record:
             on_record(rec)
+
+    def then(req: ChatRequest, rec: RequestRecord) -> ChatRequest | None:
+        return follow.pop(rec.id, None)
 
     try:
         phase = await run_phase(
@@ -1354,6 +1491,7 @@ async def run_pilot(
             concurrency=concurrency,
             phase="pilot",
             on_record=record,
+            then=then,
         )
     finally:
         await client.close()
@@ -1394,15 +1532,22 @@ def plan_from_pilot(
     )
     plan = new_plan_doc("pilot", source, inputs)
     plan["model"] = {**model.describe(), "storage_basis": storage.basis}
-    k = model.pilot_requests
+    k = model.pilot_samples
     worst = max(fc, key=lambda f: f.samples)
     plan["model"]["job_tps"] = worst.output_tokens / worst.seconds
     plan["pilot_size_for_5pct"] = pilot_size_for(worst.rel_halfwidth, k)
     target = inputs.get("target_error") or TARGET_REL_ERROR
     plan["pilot_size_for_target"] = {
         "target": target,
-        "requests": pilot_size_for(worst.rel_halfwidth, k, target),
+        "requests": pilot_size_for(worst.rel_halfwidth, k, target),  # samples, in fact
+        "samples": pilot_size_for(worst.rel_halfwidth, k, target),
     }
+    per = len(model.pool.output) / len(model.pool.heads)
+    if per > 1:
+        plan["notes"].append(
+            f"a sample is {per:.2f} requests on average (multi-turn rows, every user turn "
+            "answered in order as generate's --turns all does; --turns last: one each)"
+        )
     for i, f in enumerate(fc):
         row: dict[str, Any] = {
             "samples": f.samples,
@@ -1416,7 +1561,7 @@ def plan_from_pilot(
             },
             "ours": _wall(f),
             "naive_pilot": {
-                "method": "pilot wall time × samples / pilot requests",
+                "method": "pilot wall time × samples / pilot samples",
                 **duration(run.wall_s * f.samples / k),
             },
             "storage": storage.row(f.samples, f.output_tokens + f.prompt_tokens),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import time
 from datetime import datetime
 from pathlib import Path
@@ -20,7 +21,7 @@ from genbench.check import preflight
 from genbench.commands import common
 from genbench.console import err, out
 from genbench.errors import GenbenchError, UsageError
-from genbench.prompts import read_prompts
+from genbench.generate.params import job_params
 from genbench.records import RequestRecord
 from genbench.result import load_result
 from genbench.run import prepare_out_dir
@@ -82,8 +83,23 @@ def plan(
     ),
     temperature: float | None = typer.Option(None, "--temperature", help="The job's temperature."),
     top_p: float | None = typer.Option(None, "--top-p", help="The job's top_p."),
+    top_k: int | None = typer.Option(None, "--top-k", help="The job's top_k."),
+    thinking: bool | None = typer.Option(
+        None,
+        "--thinking/--no-thinking",
+        help="The job's chat_template_kwargs.enable_thinking (default: the server's choice).",
+    ),
     param: list[str] | None = typer.Option(
         None, "--param", help="Another request field of the job, KEY=JSON; repeatable."
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", help="The job's JSON or TOML file of request fields, as generate's."
+    ),
+    turns: str = typer.Option(
+        "all",
+        "--turns",
+        help="As the job's generate --turns: all (every user turn of a conversation "
+        "answered in order) or last.",
     ),
     warmup: float = typer.Option(
         20.0,
@@ -138,6 +154,8 @@ def plan(
         ("--pilot-max-time", pilot_max_time),
     ):
         common.positive(name, v)
+    if turns not in ("all", "last"):
+        raise UsageError(f"--turns must be all or last, got {turns!r}")
     if warmup < 0:
         raise UsageError(f"--warmup must be 0 or more seconds, got {warmup}")
     if pilot_min_time < 0 or pilot_min_time > pilot_max_time:
@@ -176,8 +194,16 @@ def plan(
             model,
             api_key_env,
             api_key_file,
-            _params(temperature, top_p, param or []),
-            max_tokens,
+            job_params(
+                config=config,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                max_tokens=max_tokens,
+                thinking=thinking,
+                extra=param or [],
+            ),
+            turns,
             seed,
             bootstrap,
             hidden,
@@ -203,24 +229,6 @@ def _hidden(size: int | None, layers: int | None, dtype_bytes: int) -> P.HiddenS
     return P.HiddenStates(size, layers, dtype_bytes)
 
 
-def _params(temperature: float | None, top_p: float | None, extra: list[str]) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    if temperature is not None:
-        params["temperature"] = temperature
-    if top_p is not None:
-        params["top_p"] = top_p
-    for item in extra:
-        key, eq, raw = item.partition("=")
-        if not eq or not key.strip():
-            raise UsageError(f"--param '{item}': expected KEY=VALUE, e.g. top_k=20")
-        try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            value = raw  # a bare string
-        params[key.strip()] = value
-    return params
-
-
 def _pilot(
     console: Console,
     prompts_path: Path,
@@ -233,7 +241,7 @@ def _pilot(
     api_key_env: str,
     api_key_file: Path | None,
     params: dict[str, Any],
-    max_tokens: int | None,
+    turns: str,
     seed: int,
     boot: int,
     hidden: P.HiddenStates | None,
@@ -243,21 +251,26 @@ def _pilot(
     stop: P.PilotStop | None,
 ) -> tuple[dict[str, Any], Path]:
     ep = common.endpoint(url, api_key_env, api_key_file)
-    prompts = read_prompts(prompts_path)  # bad input fails before the server is touched
+    # generate's reader: a file generate refuses fails here, with the same message, before
+    # the server is touched
+    source_rows = P.read_pilot_input(prompts_path, seed)
+    rows = source_rows.rows
+    all_turns = turns == "all"
     k = pilot or max(200, 8 * concurrency)
     if stop is not None:
-        stop.min_requests = min(k, len(prompts))
+        stop.min_requests = min(k, source_rows.total)
     out_path = out_dir or Path("genbench-runs") / f"{datetime.now():%Y%m%d-%H%M%S}-plan"
     check = common.run_async(preflight(ep, model, timeout=timeout))
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out_path)
-    stream = P.pilot_stream(prompts, seed, max_tokens, params)
-    # open-ended: until the bar is reached, at most every prompt once; fixed: K draws
-    items = itertools.islice(stream, len(prompts) if stop is not None else k)
-    warm = [
-        req for _, req in P.pilot_requests(prompts, 4 * concurrency, seed + 1, max_tokens, params)
-    ]
+    stream = P.pilot_stream(rows, seed)
+    # open-ended: until the bar is reached, at most every row once; fixed: K draws
+    items = itertools.islice(stream, len(rows) if stop is not None else k)
+    rnd = random.Random(seed + 1)
+    warm = P.first_turn_requests(
+        [rows[rnd.randrange(len(rows))] for _ in range(4 * concurrency)], params, all_turns, "warm"
+    )
     size = (
         f"until ±{stop.target:.0%} (≥ {stop.min_requests}"
         + (f", ≥ {stop.min_s:g} s" if stop.min_s else "")
@@ -266,7 +279,7 @@ def _pilot(
         else str(k)
     )
     console.print(
-        f"[bold]genbench plan[/] pilot: {size} of {len(prompts):,} prompts from {prompts_path} "
+        f"[bold]genbench plan[/] pilot: {size} of {source_rows.total:,} rows from {prompts_path} "
         f"at C={concurrency} on {ep.base_url} → {out_path}"
         + (f" (after {warmup_s:g} s of warm-up)" if warmup_s else "")
     )
@@ -284,6 +297,8 @@ def _pilot(
                 warmup=warm,
                 warmup_s=warmup_s,
                 stop=stop,
+                params=params,
+                turns=turns,
             )
         )
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -309,7 +324,7 @@ def _pilot(
     source = {
         "kind": "pilot",
         "prompts": str(prompts_path),
-        "prompts_in_file": len(prompts),
+        "prompts_in_file": source_rows.total,
         "url": ep.base_url,
         "model": check.model,
         "server": check.server.kind,
@@ -319,14 +334,16 @@ def _pilot(
         "samples": counts,
         "servers": servers,
         "concurrency": concurrency,
-        "pilot": len(run.records),
+        "pilot": run.samples,
+        "pilot_requests": len(run.records),
+        "turns": turns,
         "pilot_fixed": pilot,
         "target_error": stop.target if stop is not None else None,
         "pilot_min_time_s": stop.min_s if stop is not None else None,
         "pilot_max_time_s": stop.max_s if stop is not None else None,
         "pilot_stopped": run.stopped,
         "pilot_stopped_at": run.stopped_at,
-        "max_tokens": max_tokens,
+        "max_tokens": params.get("max_tokens"),
         "params": params,
         "seed": seed,
         "bootstrap": boot,

@@ -272,6 +272,8 @@ def test_open_ended_pilot_stops_when_the_mean_length_reaches_its_target(sim_fact
     # the document carries the bar's parts and the model's own check
     ours = doc["rows"][0]["ours"]
     assert ours["length_halfwidth"] > 0 and ours["lo_s"] < ours["seconds"] < ours["hi_s"]
+    # a pilot of seconds says its speed bar covers those seconds only
+    assert any("--pilot-min-time" in note for note in doc["notes"]), doc["notes"]
     replay = doc["model"]["replay"]  # the sim's truth is the model's form: nothing to calibrate
     assert abs(replay["error"]) < 0.05 and abs(replay["calibration"] - 1) < 0.05, replay
 

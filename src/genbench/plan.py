@@ -670,6 +670,7 @@ def job_walls(
 
 REPLAYS = 5  # simulations of the pilot itself, averaged, for the model's own error
 SPEED_BATCHES = 10  # stretches of the pilot for the speed's batch means
+SHORT_PILOT_S = 120.0  # a pilot shorter than this says so: it cannot see slow drift
 WANDER_LAG1 = 0.5  # stretches this alike: the speed wanders on the pilot's own time scale
 
 
@@ -1580,6 +1581,13 @@ def plan_from_pilot(
             f"the server's speed wandered during the pilot (its stretches alike from one to "
             f"the next: lag-1 autocorrelation {rho:.2f}): speed that wanders over longer than "
             "the pilot is not in the bar; a longer pilot (--pilot-min-time) sees more of it"
+        )
+    elif model.pilot_wall_s < SHORT_PILOT_S:
+        plan["notes"].append(
+            f"the pilot ran {model.pilot_wall_s:.0f} s: the bar's speed part is what the "
+            "server did in that time; a server whose speed drifts over tens of minutes (a "
+            "shared host) can run the job faster or slower (--pilot-min-time 300 sees more "
+            "of it)"
         )
     if inputs.get("pilot_stopped") == "time":
         plan["notes"].append(

@@ -1353,11 +1353,6 @@ class PilotStop:
     at_count: int = 0  # answered requests when it stopped, and the length bar then
     at_halfwidth: float = math.inf
 
-    def add(self, rec: RequestRecord) -> None:
-        """A finished single-request sample."""
-        if rec.ok and rec.completion_tokens:
-            self.add_sample(rec.completion_tokens)
-
     def add_sample(self, tokens: int) -> None:
         """A finished sample's output tokens (all its turns)."""
         if tokens:

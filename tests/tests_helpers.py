@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -41,3 +43,52 @@ def skip_if_host_wakes_late(budget_s: float) -> None:
             f"this host wakes an idle process {late * 1000:.1f} ms late: a check to within "
             f"{budget_s * 1000:.0f} ms measures the host, not genbench"
         )
+
+
+def sim_rate_in_window(
+    records: list, start: float, end: float, tps: float, per_seq_ms: float
+) -> tuple[float, float]:
+    """The tok/s the sim's step model gives over [start, end) for the streams the client saw
+    decoding, and their mean number there.
+
+    A decode step takes a + b·n seconds for n streams (docs/sim.md), so n streams decoding
+    for dt seconds give n·dt / (a + b·n) tokens; a stream decodes from its first chunk to its
+    last. First tokens (prefill) falling in the window count one each. This is the rate a
+    sustained phase must report when the host delays the gap between a slot's requests
+    (client turnaround, the server's request handling): C streams are not quite always in
+    flight, and `C / (a + b·C)` alone would blame genbench for the host."""
+    b = per_seq_ms / 1000
+    a = 1 / tps - b
+    edges: list[tuple[float, int]] = []
+    firsts = 0
+    for r in records:
+        if not r.ok or not r.chunk_offsets:
+            continue
+        first, last = r.t_send + r.chunk_offsets[0], r.t_send + r.chunk_offsets[-1]
+        firsts += start <= first < end
+        lo, hi = max(first, start), min(last, end)
+        if hi > lo:
+            edges += [(lo, 1), (hi, -1)]
+    edges.sort()
+    tokens = busy = 0.0
+    n, t = 0, start
+    for at, step in edges:
+        if n:
+            tokens += n * (at - t) / (a + b * n)
+            busy += n * (at - t)
+        n, t = n + step, at
+    span = end - start
+    return (tokens + firsts) / span, busy / span
+
+
+def sim_rate_of_phase(out: Path, name: str, tps: float, per_seq_ms: float) -> tuple[float, float]:
+    """`sim_rate_in_window` over the steady window a `genbench run` result in `out` reports
+    for its phase `name`: what its `steady_tps` must be, and the mean streams decoding."""
+    from genbench.records import read_records
+
+    doc = json.loads((out / "result.json").read_text())
+    summary = next(p for p in doc["phases"] if p["name"] == name)["summary"]
+    recs = [r for r in read_records(out / "requests.jsonl") if r.phase == name]
+    t0 = min(r.t_send for r in recs)  # the summary's offsets are from the phase's first send
+    w0, w1 = summary["steady_window_s"]
+    return sim_rate_in_window(recs, t0 + w0, t0 + w1, tps, per_seq_ms)

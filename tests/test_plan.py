@@ -31,6 +31,7 @@ from genbench.plan import (
     simulate_job,
     turn_count,
 )
+from genbench.planfile import job_forecast, read_plan
 
 SIM_ARGS = ("--tps", "150", "--per-seq-ms", "0.4", "--ttft-ms", "5")
 SKEWED = ("--output-len", "lognormal:40:0.6", "--thinking-tokens", "10")
@@ -163,14 +164,18 @@ def test_simulated_job_matches_the_closed_form():
 # ------------------------------------------------------------------------------ a pilot
 
 
-def generate_job(url: str, prompts: Path, concurrency: int, out: Path) -> tuple[float, float]:
+def generate_job(
+    url: str, prompts: Path, concurrency: int, out: Path, *extra: str
+) -> tuple[float, float]:
     """The job itself, run by `genbench generate` as a user would: (wall seconds from its
     first send to its last row, mean output tokens per row)."""
     p = genbench(
         "generate", "--input", str(prompts), "--output", str(out), "--url", url,
-        "--concurrency", str(concurrency), timeout=300,
+        "--concurrency", str(concurrency), *extra, timeout=300,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
+    if "--json" in extra:
+        (out / "result.json").write_text(p.stdout)  # for the caller to read
     assert not (out / "errors.jsonl").exists() or not (out / "errors.jsonl").read_text()
     metas = [
         json.loads(line)["meta"] for f in sorted(out.glob("data-*.jsonl"))
@@ -210,8 +215,18 @@ def test_pilot_forecasts_the_job_it_is_then_checked_against(sim_factory, tmp_pat
     assert row["storage"]["jsonl_bytes_per_sample"] > 100
     assert doc["pilot_size_for_5pct"] > 0
 
-    actual, job_mean = generate_job(sim.url, tmp_path / "prompts.jsonl", c, tmp_path / "job")
+    job = tmp_path / "job"
+    actual, job_mean = generate_job(sim.url, tmp_path / "prompts.jsonl", c, job, "--plan",
+                                    str(out), "--json")  # fmt: skip
     behind_job = sim_behind_s(sim.root) - behind_pilot
+    # generate --plan: the plan's forecast for its 400 rows, then what the job took
+    said = json.loads((job / "result.json").read_text())["plan"]
+    assert (said["rows"], said["servers"], said["mode"]) == (n, 1, "pilot")
+    assert said["seconds"] == pytest.approx(ours["seconds"])
+    assert (said["lo_s"], said["hi_s"]) == pytest.approx((ours["lo_s"], ours["hi_s"]))
+    assert said["actual_s"] == pytest.approx(actual, rel=0.01)  # first send to last row
+    assert said["error"] == pytest.approx(ours["seconds"] / said["actual_s"] - 1)
+    assert said["inside_bar"] == (ours["lo_s"] <= said["actual_s"] <= ours["hi_s"])
     # A starved host (other heavy processes) makes the sim fall behind its own schedule:
     # that time is the host's, not the server's, and the sim counts it. A little is taken
     # out; a lot means the premise of known timing is gone.
@@ -518,3 +533,59 @@ def test_pilot_runs_conversations_and_row_params_as_generate_does(sim_factory, t
     print(msg)
     assert job_mean == pytest.approx(per_sample, rel=0.15), msg
     assert ours["lo_s"] <= actual <= ours["hi_s"], msg
+
+
+# ------------------------------------------------------------------------------ generate --plan
+
+
+def saved_plan(tmp_path: Path, *args: str) -> Path:
+    """An arithmetic plan saved by `genbench plan --json`, as a user would keep it."""
+    p = genbench("plan", *args, "--json")
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_json(p)))
+    return path
+
+
+def test_a_plan_gives_the_forecast_of_the_job_generate_runs(tmp_path):
+    path = saved_plan(tmp_path, "--rate", "100", "--tokens-per-sample", "50",
+                      "--samples", "1000,100000", "--servers", "4")  # fmt: skip
+    doc = read_plan(tmp_path)  # the directory names its plan.json
+    # 2,000 rows on one server: 1,000 samples' forecast (500 s), twice
+    f = job_forecast(doc, 2000, 1)
+    assert (f.seconds, f.servers, f.lo_s, f.mode) == (pytest.approx(1000.0), 1, None, "arithmetic")
+    assert "scaled to 2,000 rows" in f.basis and f.path == str(path)
+    # on the plan's 4 servers: its own at_servers figure, from the nearest count
+    f4 = job_forecast(doc, 90_000, 4)
+    assert f4.seconds == pytest.approx(100_000 * 50 / 100 / 4 * 0.9)
+    assert "on 4 servers" in f4.basis
+    # 2 servers, which the plan did not forecast: one server's time shared alike
+    f2 = job_forecast(doc, 1000, 2)
+    assert f2.seconds == pytest.approx(250.0) and "÷ 2 servers" in f2.basis
+    assert job_forecast(doc, 0, 1) is None  # nothing to do: nothing to forecast
+    o = job_forecast(doc, 1000, 1).outcome(400.0)
+    assert o["error"] == pytest.approx(500 / 400 - 1) and o["inside_bar"] is None
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("not json", "not JSON"),
+        ('{"schema": "genbench.result", "schema_version": 1}',
+         "field 'schema' is 'genbench.result'"),
+        ('{"schema": "genbench.plan", "schema_version": 99, "mode": "pilot"}',
+         "field 'schema_version' is 99"),
+        ('{"schema": "genbench.plan", "schema_version": 1, "mode": "pilot", "rows": []}',
+         "field 'rows' holds no forecast"),
+        ('{"schema": "genbench.plan", "schema_version": 1, "mode": "pilot", "rows": [{}]}',
+         "field 'rows[0].samples'"),
+    ],
+)  # fmt: skip
+def test_generate_refuses_a_bad_plan_before_sending_anything(tmp_path, content, needle):
+    (tmp_path / "in.jsonl").write_text('{"id": "a", "prompt": "hi"}\n')
+    bad = tmp_path / "plan.json"
+    bad.write_text(content)
+    p = genbench("generate", "--input", str(tmp_path / "in.jsonl"), "--output",
+                 str(tmp_path / "out"), "--url", closed_port_url(), "--plan", str(bad))  # fmt: skip
+    assert p.returncode == 2, p.stderr
+    assert needle in p.stderr and str(bad) in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "out").exists()

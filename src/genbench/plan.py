@@ -49,13 +49,11 @@ from genbench.generate.engine import WorkItem
 from genbench.generate.input import Row, iter_rows, scan
 from genbench.generate.params import merge, split_max_tokens
 from genbench.load import run_phase
+from genbench.planfile import PLAN_FILE, PLAN_SCHEMA, PLAN_SCHEMA_VERSION
 from genbench.records import RecordWriter, RequestRecord, read_records
 from genbench.result import REQUESTS_FILE, write_json_atomic
 from genbench.stats import dist, steady_window, summarize, token_events
 
-PLAN_SCHEMA = "genbench.plan"
-PLAN_SCHEMA_VERSION = 1
-PLAN_FILE = "plan.json"
 DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
 FIELD_CONCURRENCY = 32  # the field's burst was measured at C=32
 CONFIDENCE = 0.95

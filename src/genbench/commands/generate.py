@@ -31,6 +31,7 @@ from genbench.generate.input import ShardSpec
 from genbench.generate.params import job_params
 from genbench.generate.progress import duration
 from genbench.generate.servers import ServerSpec
+from genbench.planfile import JobForecast, job_forecast, read_plan
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -77,15 +78,28 @@ def read_url_file(path: Path, default_c: int) -> list[ServerSpec]:
 class ConsoleListener(Listener):
     """Live panel on a terminal; JSON progress lines on stderr otherwise."""
 
-    def __init__(self, console: Console, progress_every: float, quiet_json: bool) -> None:
+    def __init__(
+        self,
+        console: Console,
+        progress_every: float,
+        quiet_json: bool,
+        plan: dict[str, Any] | None = None,
+        servers: int = 1,
+        concurrency: int | None = None,
+    ) -> None:
         self.console = console
         self.every = progress_every
         self.live: Live | None = None
         self.last_line = 0.0
         self.quiet_json = quiet_json
+        self.plan, self.servers, self.concurrency = plan, servers, concurrency
+        self.forecast: JobForecast | None = None
+        self.plan_outcome: dict[str, Any] | None = None
 
     def planned(self, info: dict[str, Any]) -> None:
         c = self.console
+        if self.plan is not None:
+            self.forecast = job_forecast(self.plan, info["todo"], self.servers)
         c.print(f"  input: {info['rows']:,} rows" + _derived(info["derived_ids"]))
         if info["done_before"] or info["failed_before"]:
             failed = (
@@ -99,12 +113,23 @@ class ConsoleListener(Listener):
             )
         if info["invalid"]:
             c.print(f"  [yellow]{info['invalid']:,} invalid rows go to the errors file[/]")
+        f = self.forecast
+        if f is not None:
+            c.print(f"  plan: {_forecast_text(f)} ({f.basis}; {f.path})")
+            if None not in (f.concurrency, self.concurrency) and f.concurrency != self.concurrency:
+                c.print(
+                    f"  [yellow]the plan forecast C={f.concurrency} and this job runs "
+                    f"C={self.concurrency} per server: it is a forecast for another load[/]"
+                )
 
     def note(self, text: str, style: str = "") -> None:
         line = f"  [{style}]{text}[/]" if style else f"  {text}"
         self.console.print(line)
 
     def tick(self, snap: dict[str, Any]) -> None:
+        f = self.forecast
+        if f is not None:
+            snap["plan"] = {"seconds": f.seconds, "lo_s": f.lo_s, "hi_s": f.hi_s}
         if self.console.is_terminal:
             if self.live is None:
                 self.live = Live(
@@ -130,6 +155,23 @@ class ConsoleListener(Listener):
             line = orjson.dumps({"event": "progress", **result.snapshot}).decode()
             print(line, file=sys.stderr, flush=True)
         render_result(result, self.console)
+        f = self.forecast
+        if f is not None and result.status == "complete" and result.sending_s > 0:
+            self.plan_outcome = o = f.outcome(result.sending_s)
+            inside = {True: ", inside its bar", False: ", [red]outside its bar[/]", None: ""}
+            self.console.print(
+                f"  plan: {_forecast_text(f)}; the job took {duration(result.sending_s)}: "
+                f"the forecast was {o['error']:+.1%} off{inside[o['inside_bar']]}"
+            )
+
+
+def _forecast_text(f: JobForecast) -> str:
+    bar = (
+        f" [{duration(f.lo_s)}, {duration(f.hi_s)}]"
+        if f.lo_s is not None and f.hi_s is not None
+        else " (no bar)"
+    )
+    return f"{duration(f.seconds)}{bar} for {f.rows:,} rows"
 
 
 def _derived(n: int) -> str:
@@ -165,6 +207,14 @@ def render(snap: dict[str, Any]) -> Group:
         f"(thinking {rate(snap['thinking_tokens_per_s'])}, answer "
         f"{rate(snap['answer_tokens_per_s'])})"
     )
+    plan = snap.get("plan")
+    if plan:
+        bar = (
+            f" [{duration(plan['lo_s'])}, {duration(plan['hi_s'])}]"
+            if plan.get("lo_s") is not None
+            else ""
+        )
+        eta_text += f"   plan {duration(plan['seconds'])}{bar}"
     eta_line = Text(f"{eta_text}   elapsed {duration(snap['elapsed_s'])}")
     t = Table(box=None, padding=(0, 2), show_edge=False)
     for col in ("server", "state", "in flight", "rows/s", "tok/s"):
@@ -282,6 +332,12 @@ def generate(
     progress_every: float = typer.Option(
         30.0, "--progress-every", help="Seconds between JSON progress lines off a terminal."
     ),
+    plan: Path | None = typer.Option(
+        None,
+        "--plan",
+        help="A plan.json (or its directory) from genbench plan: its forecast beside the "
+        "live ETA, and at the end how far off it was.",
+    ),
     json: bool = common.JSON,
 ) -> None:
     """Regenerate a prompt file with the target model: resumable, exactly once, many servers."""
@@ -306,11 +362,14 @@ def generate(
             raise UsageError(
                 "--format parquet needs pyarrow: pip install 'genbench[parquet]'"
             ) from None
+    plan_doc = read_plan(plan) if plan is not None else None
     servers = [ServerSpec(u, concurrency) for u in url or []]
     if url_file is not None:
         servers += read_url_file(url_file, concurrency)
     if not servers:
         raise UsageError("no server: give --url URL (repeatable) or --url-file FILE")
+    if plan_doc is not None:
+        job_forecast(plan_doc, 1, len(servers))  # a plan without a usable forecast fails now
     from genbench.endpoint import Endpoint
 
     for s in servers:
@@ -349,13 +408,18 @@ def generate(
     console = err if json else out
     where = f" (shard {cfg.shard.index}/{cfg.shard.count})" if cfg.shard else ""
     console.print(f"[bold]genbench generate[/] {input} → {output}{where}")
-    listener = ConsoleListener(console, progress_every, json)
+    cs = {s.concurrency for s in servers}
+    listener = ConsoleListener(
+        console, progress_every, json, plan_doc, len(servers), cs.pop() if len(cs) == 1 else None
+    )
     try:
         result = common.run_async(run_job(cfg, listener))
     finally:
         listener.stop()
     if json:
         doc = {**asdict(result), "exit_code": result.exit_code}
+        if listener.forecast is not None:
+            doc["plan"] = listener.plan_outcome or asdict(listener.forecast)
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     if result.exit_code:
         raise typer.Exit(result.exit_code)

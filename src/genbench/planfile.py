@@ -1,0 +1,141 @@
+"""A saved plan read back: the forecast it makes for the job `generate` is about to run.
+
+`genbench generate --plan PLAN` shows the plan's forecast beside its own live ETA and,
+at the end, how the job's wall time compared with it: the check that tells a user
+whether the next plan on this server can be trusted.
+
+The plan holds forecasts for a few sample counts, on one server and on M. The job's
+forecast is the plan's for the same number of servers (one server's, divided by the
+number of servers, when the plan has none), at the sample count nearest the job's, scaled
+in proportion to the rows the job has to do. Scaling ignores the difference in start-up
+and tail between the two sizes: a few seconds against a job of hours.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from genbench.errors import UsageError
+
+PLAN_SCHEMA = "genbench.plan"
+PLAN_SCHEMA_VERSION = 1
+PLAN_FILE = "plan.json"
+
+# per mode, the row entry with the forecast for one server
+_ONE_SERVER = {
+    "pilot": ("ours",),
+    "result": ("ours_chosen", "ours_best"),
+    "arithmetic": ("one_server",),
+}
+
+
+@dataclass
+class JobForecast:
+    """The plan's wall time for this job: first request sent to last row written."""
+
+    path: str
+    mode: str  # pilot | result | arithmetic
+    rows: int  # the rows this run of the job has to do
+    servers: int
+    seconds: float
+    lo_s: float | None  # the plan's 95% bar, scaled alike (None: the plan has no bar)
+    hi_s: float | None
+    basis: str  # which of the plan's forecasts, scaled how
+    concurrency: int | None  # the concurrency the plan forecast (None: not known)
+
+    def outcome(self, actual_s: float) -> dict[str, Any]:
+        """The forecast against what the job took (its first send to its last row)."""
+        d = asdict(self)
+        d["actual_s"] = actual_s
+        d["error"] = self.seconds / actual_s - 1 if actual_s > 0 else None
+        d["inside_bar"] = (
+            self.lo_s <= actual_s <= self.hi_s
+            if self.lo_s is not None and self.hi_s is not None
+            else None
+        )
+        return d
+
+
+def read_plan(path: Path) -> dict[str, Any]:
+    """plan.json (or a directory holding one), checked to be a plan this genbench reads."""
+    file = path / PLAN_FILE if path.is_dir() else path
+    try:
+        doc = orjson.loads(file.read_bytes())
+    except FileNotFoundError:
+        raise UsageError(f"--plan {file}: no such file") from None
+    except OSError as e:
+        raise UsageError(f"--plan {file}: cannot read it ({e.strerror or e})") from None
+    except orjson.JSONDecodeError as e:
+        raise UsageError(f"--plan {file}: not JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != PLAN_SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise UsageError(
+            f"--plan {file}: field 'schema' is {got!r}, not {PLAN_SCHEMA!r}: "
+            "not a plan written by genbench plan"
+        )
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or version > PLAN_SCHEMA_VERSION:
+        raise UsageError(
+            f"--plan {file}: field 'schema_version' is {version!r}; this genbench reads "
+            f"plans up to version {PLAN_SCHEMA_VERSION} (upgrade genbench)"
+        )
+    doc["_path"] = str(file)
+    return doc
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+def job_forecast(doc: dict[str, Any], rows: int, servers: int) -> JobForecast | None:
+    """The plan's forecast for `rows` rows on `servers` servers (None when rows is 0).
+    Raises UsageError naming the file and field when the plan has no usable forecast."""
+    path = doc.get("_path", PLAN_FILE)
+    mode = doc.get("mode")
+    if mode not in _ONE_SERVER:
+        raise UsageError(f"--plan {path}: field 'mode' is {mode!r}: expected one of "
+                         f"{', '.join(_ONE_SERVER)}")  # fmt: skip
+    if rows <= 0:
+        return None
+    one: list[tuple[int, dict[str, Any]]] = []
+    many: list[tuple[int, dict[str, Any]]] = []
+    for i, row in enumerate(doc.get("rows") or []):
+        samples = row.get("samples") if isinstance(row, dict) else None
+        if not isinstance(samples, int) or samples <= 0:
+            raise UsageError(f"--plan {path}: field 'rows[{i}].samples' is not a count")
+        entry = next((row[k] for k in _ONE_SERVER[mode] if isinstance(row.get(k), dict)), None)
+        if entry is not None and _num(entry.get("seconds")):
+            one.append((samples, entry))
+        at = row.get("at_servers")
+        if isinstance(at, dict) and at.get("servers") == servers and _num(at.get("seconds")):
+            many.append((samples, at))
+    if servers > 1 and many:
+        pool, divide, how = many, 1, f"on {servers} servers"
+    elif one:
+        pool, divide = one, servers
+        how = "on 1 server" if servers == 1 else f"on 1 server, ÷ {servers} servers alike"
+    else:
+        raise UsageError(f"--plan {path}: field 'rows' holds no forecast in seconds")
+    samples, entry = min(pool, key=lambda p: abs(math.log(p[0] / rows)))
+    scale = rows / samples / divide
+    lo, hi = _num(entry.get("lo_s")), _num(entry.get("hi_s"))
+    c = entry.get("concurrency", (doc.get("inputs") or {}).get("concurrency"))
+    basis = f"the {mode} forecast for {samples:,} samples {how}"
+    if samples != rows:
+        basis += f", scaled to {rows:,} rows"
+    return JobForecast(
+        path=str(path),
+        mode=str(mode),
+        rows=rows,
+        servers=servers,
+        seconds=float(entry["seconds"]) * scale,
+        lo_s=lo * scale if lo is not None else None,
+        hi_s=hi * scale if hi is not None else None,
+        basis=basis,
+        concurrency=c if isinstance(c, int) else None,
+    )

@@ -165,13 +165,14 @@ class ConsoleListener(Listener):
             )
 
 
+def _with_bar(seconds: float, lo: float | None, hi: float | None, none: str = "") -> str:
+    """'5h 10m [4h 55m, 5h 27m]', or the time and `none` when there is no bar."""
+    bar = f" [{duration(lo)}, {duration(hi)}]" if lo is not None and hi is not None else none
+    return duration(seconds) + bar
+
+
 def _forecast_text(f: JobForecast) -> str:
-    bar = (
-        f" [{duration(f.lo_s)}, {duration(f.hi_s)}]"
-        if f.lo_s is not None and f.hi_s is not None
-        else " (no bar)"
-    )
-    return f"{duration(f.seconds)}{bar} for {f.rows:,} rows"
+    return f"{_with_bar(f.seconds, f.lo_s, f.hi_s, ' (no bar)')} for {f.rows:,} rows"
 
 
 def _derived(n: int) -> str:
@@ -209,12 +210,7 @@ def render(snap: dict[str, Any]) -> Group:
     )
     plan = snap.get("plan")
     if plan:
-        bar = (
-            f" [{duration(plan['lo_s'])}, {duration(plan['hi_s'])}]"
-            if plan.get("lo_s") is not None
-            else ""
-        )
-        eta_text += f"   plan {duration(plan['seconds'])}{bar}"
+        eta_text += "   plan " + _with_bar(plan["seconds"], plan["lo_s"], plan["hi_s"])
     eta_line = Text(f"{eta_text}   elapsed {duration(snap['elapsed_s'])}")
     t = Table(box=None, padding=(0, 2), show_edge=False)
     for col in ("server", "state", "in flight", "rows/s", "tok/s"):

@@ -8,13 +8,11 @@ and every error kind produced by the fault that causes it.
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 import time
-import urllib.request
 
 import pytest
-from tests_helpers import closed_port_url, skip_if_host_wakes_late
+from tests_helpers import closed_port_url, sim_metric, skip_if_host_wakes_late
 
 from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
@@ -25,11 +23,7 @@ pytestmark = pytest.mark.asyncio
 
 def first_token_lag(root: str) -> float:
     """The sim's count of seconds its first tokens were written late (slow host timers)."""
-    with urllib.request.urlopen(root + "/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    m = re.search(r"^sim:first_token_lag_seconds_total (\S+)", text, re.M)
-    assert m, "the sim exports first_token_lag_seconds_total"
-    return float(m[1])
+    return sim_metric(root, "first_token_lag_seconds_total")
 
 
 def req(n: int = 100, **params: object) -> ChatRequest:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import genbench
-from tests_helpers import closed_port_url
+from tests_helpers import closed_port_url, sim_metric
 
 from genbench.errors import InputFileError, UsageError
 from genbench.plan import (
@@ -187,10 +186,7 @@ def generate_job(
 
 def sim_behind_s(root: str) -> float:
     """Seconds the sim has shifted its decode schedule because the host starved it."""
-    text = urllib.request.urlopen(root + "/metrics", timeout=10).read().decode()
-    m = re.search(r"^sim:decode_resync_seconds_total (\S+)", text, re.M)
-    assert m, "the sim exports decode_resync_seconds_total"
-    return float(m[1])
+    return sim_metric(root, "decode_resync_seconds_total")
 
 
 def test_pilot_forecasts_the_job_it_is_then_checked_against(sim_factory, tmp_path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import socket
 import statistics
 import subprocess
@@ -308,10 +307,7 @@ async def test_ttft_is_exact(sims: dict[str, SimProcess]) -> None:
 
     async def lag(s: aiohttp.ClientSession) -> float:
         """Seconds the sim wrote first tokens late, by its own count (slow host timers)."""
-        async with s.get(sim.root + "/metrics") as r:
-            m = re.search(r"^sim:first_token_lag_seconds_total (\S+)", await r.text(), re.M)
-        assert m, "the sim exports first_token_lag_seconds_total"
-        return float(m[1])
+        return (await metrics(s, sim))["sim:first_token_lag_seconds_total"]
 
     async with aiohttp.ClientSession() as s:
         ttfts: list[float] = []

@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from pathlib import Path
+
+
+def sim_metric(root: str, name: str) -> float:
+    """One of the sim's own counters from its /metrics (`name` without the `sim:` prefix)."""
+    import urllib.request
+
+    with urllib.request.urlopen(root + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    m = re.search(rf"^sim:{name} (\S+)", text, re.M)
+    assert m, f"the sim exports {name}"
+    return float(m[1])
 
 
 def free_port() -> int:

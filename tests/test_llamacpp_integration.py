@@ -19,7 +19,7 @@ pytestmark = pytest.mark.llamacpp
 
 @pytest.fixture(scope="module")
 def llama():
-    from genbench.engine.llamacpp import LocalLlamaServer
+    from genbench.local.llamacpp import LocalLlamaServer
 
     with LocalLlamaServer(n_parallel=8) as srv:
         yield srv
@@ -34,7 +34,7 @@ def test_check_against_real_llamacpp(llama):
 
 
 def test_check_reports_a_dead_llamacpp():
-    from genbench.engine.llamacpp import LocalLlamaServer
+    from genbench.local.llamacpp import LocalLlamaServer
 
     srv = LocalLlamaServer(n_parallel=2).start()
     url = srv.base_url

@@ -23,23 +23,10 @@ from genbench.client import (
     make_session,
 )
 from genbench.endpoint import Endpoint
+from genbench.errors import ExitCode, GenbenchError
 from genbench.records import ErrorKind, RequestRecord
 
-
-class Exit:
-    """Exit codes of `genbench check` (and of preflight failures in other commands)."""
-
-    OK = 0
-    USAGE = 2
-    REFUSED = 3
-    DNS = 4
-    TIMEOUT = 5
-    AUTH = 6
-    NOT_FOUND = 7
-    MODEL = 8
-    SERVER_ERROR = 9
-    BAD_RESPONSE = 10
-    REQUEST_FAILED = 11
+Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
 
 @dataclass
@@ -48,9 +35,11 @@ class Diagnosis:
     message: str
 
 
-class PreflightFailed(Exception):
+class PreflightFailed(GenbenchError):
+    """A check failed; `diagnosis` is the line a person reads and the exit code."""
+
     def __init__(self, diagnosis: Diagnosis) -> None:
-        super().__init__(diagnosis.message)
+        super().__init__(diagnosis.message, diagnosis.exit_code)
         self.diagnosis = diagnosis
 
 
@@ -307,7 +296,7 @@ def _request_diagnosis(ep: Endpoint, rec: RequestRecord) -> Diagnosis:
     kind = rec.error_kind
     msg = rec.error_message or ""
     host = _where(ep)
-    if kind == ErrorKind.HTTP_STATUS.value and rec.http_status:
+    if kind == ErrorKind.HTTP_STATUS and rec.http_status:
         body_msg = msg.split(": ", 1)[1] if ": " in msg else msg
         return _status_diagnosis(
             ep,
@@ -315,16 +304,16 @@ def _request_diagnosis(ep: Endpoint, rec: RequestRecord) -> Diagnosis:
             rec.http_status,
             orjson.dumps({"error": {"message": body_msg}}),
         )
-    if kind == ErrorKind.CONNECT_REFUSED.value:
+    if kind == ErrorKind.CONNECT_REFUSED:
         return Diagnosis(
             Exit.REFUSED,
             f"connection refused at {host} during the test request: "
             "the server stopped (killed, e.g. out of memory?)",
         )
     if kind in (
-        ErrorKind.READ_TIMEOUT.value,
-        ErrorKind.TOTAL_TIMEOUT.value,
-        ErrorKind.CONNECT_TIMEOUT.value,
+        ErrorKind.READ_TIMEOUT,
+        ErrorKind.TOTAL_TIMEOUT,
+        ErrorKind.CONNECT_TIMEOUT,
     ):
         return Diagnosis(
             Exit.TIMEOUT,
@@ -332,11 +321,11 @@ def _request_diagnosis(ep: Endpoint, rec: RequestRecord) -> Diagnosis:
             "accepts connections but does not generate. Raise --timeout for a "
             "reasoning model that thinks long, or check the server's log.",
         )
-    if kind == ErrorKind.INBAND_ERROR.value:
+    if kind == ErrorKind.INBAND_ERROR:
         return Diagnosis(Exit.SERVER_ERROR, f"the server sent an error inside the stream: {msg}")
-    if kind == ErrorKind.MALFORMED_CHUNK.value:
+    if kind == ErrorKind.MALFORMED_CHUNK:
         return Diagnosis(Exit.BAD_RESPONSE, f"the server's stream is not OpenAI-shaped: {msg}")
-    if kind in (ErrorKind.INCOMPLETE_STREAM.value, ErrorKind.DISCONNECTED.value):
+    if kind in (ErrorKind.INCOMPLETE_STREAM, ErrorKind.DISCONNECTED):
         return Diagnosis(
             Exit.REQUEST_FAILED,
             f"the test request's stream broke off ({msg}): the "

@@ -7,7 +7,7 @@ import sys
 import typer
 
 from genbench import __version__
-from genbench.errors import GenbenchError
+from genbench.errors import ExitCode, GenbenchError
 
 app = typer.Typer(
     name="genbench",
@@ -75,10 +75,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except typer.Abort:
         typer.echo("genbench: aborted", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     except KeyboardInterrupt:
         typer.echo("genbench: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     except Exception as e:  # click usage errors (typer may vendor its own click)
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             hint = ""

@@ -249,7 +249,7 @@ class Client:
 
     def _fail(self, rec: RequestRecord, kind: ErrorKind, message: str) -> None:
         if rec.error_kind is None:
-            rec.error_kind = kind.value
+            rec.error_kind = kind
             rec.error_message = self.endpoint.redact(message)
 
     async def _read_stream(

@@ -1,12 +1,139 @@
-"""Exceptions with meaning: each carries the one-line message a person sees and an exit code."""
+"""The one failure vocabulary: why a request failed, what that says, and how genbench exits.
+
+Every command asks the same three questions of a failed request: is the server gone,
+can a retry help, and which exit code does it mean? `ErrorKind` answers them from one
+table (`KIND_TRAITS`), so `load`, `generate`, `check` and `plan` cannot disagree.
+Exceptions carry the one-line message a person sees and an `ExitCode`.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+
+
+class ExitCode(IntEnum):
+    """Every exit code genbench uses (README.md, "Exit codes")."""
+
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    REFUSED = 3
+    DNS = 4
+    TIMEOUT = 5
+    AUTH = 6
+    NOT_FOUND = 7
+    MODEL = 8
+    SERVER_ERROR = 9
+    BAD_RESPONSE = 10
+    REQUEST_FAILED = 11
+    OUTPUT = 12
+    INTERRUPTED = 130
+
+
+class Retry(StrEnum):
+    """What a retry of the same request can do."""
+
+    YES = "yes"  # a passing fault: retry with backoff
+    NO = "no"  # the request itself is the problem: retrying cannot help
+    PROBE = "probe"  # the server may have died: ask its /health before retrying
+
+
+class ErrorKind(StrEnum):
+    """Why a request (or a row) failed. Stable strings: they are written to results."""
+
+    CONNECT_REFUSED = "connect_refused"
+    DNS = "dns"
+    CONNECT_TIMEOUT = "connect_timeout"
+    READ_TIMEOUT = "read_timeout"
+    TOTAL_TIMEOUT = "total_timeout"
+    HTTP_STATUS = "http_status"
+    INBAND_ERROR = "inband_error"
+    MALFORMED_CHUNK = "malformed_chunk"
+    INCOMPLETE_STREAM = "incomplete_stream"
+    DISCONNECTED = "disconnected"
+    CANCELLED = "cancelled"
+    # this machine ran out of file descriptors (or ports): the client's limit, not the server
+    LOCAL_LIMIT = "local_limit"
+    # a row cut by max_tokens, refused by `generate --on-truncated error`
+    TRUNCATED = "truncated"
+    # a row of the input file that cannot be sent (no prompt, bad field)
+    INVALID_INPUT = "invalid_input"
+    OTHER = "other"
+
+    @property
+    def traits(self) -> KindTraits:
+        return KIND_TRAITS[self]
+
+    @property
+    def server_gone(self) -> bool:
+        """Nothing answers at the server's address: stop sending to it."""
+        return self.traits.gone
+
+    @property
+    def retry(self) -> Retry:
+        return self.traits.retry
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.traits.exit
+
+    @classmethod
+    def parse(cls, value: str | None) -> ErrorKind | None:
+        """A kind read back from a file; an unknown string (a newer genbench) is OTHER."""
+        if value is None:
+            return None
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.OTHER
+
+
+@dataclass(frozen=True)
+class KindTraits:
+    gone: bool
+    retry: Retry
+    exit: ExitCode
+
+
+KIND_TRAITS: dict[ErrorKind, KindTraits] = {
+    ErrorKind.CONNECT_REFUSED: KindTraits(True, Retry.YES, ExitCode.REFUSED),
+    ErrorKind.DNS: KindTraits(True, Retry.YES, ExitCode.DNS),
+    ErrorKind.CONNECT_TIMEOUT: KindTraits(True, Retry.YES, ExitCode.TIMEOUT),
+    ErrorKind.READ_TIMEOUT: KindTraits(False, Retry.PROBE, ExitCode.TIMEOUT),
+    ErrorKind.TOTAL_TIMEOUT: KindTraits(False, Retry.PROBE, ExitCode.TIMEOUT),
+    ErrorKind.HTTP_STATUS: KindTraits(False, Retry.YES, ExitCode.SERVER_ERROR),
+    ErrorKind.INBAND_ERROR: KindTraits(False, Retry.YES, ExitCode.SERVER_ERROR),
+    ErrorKind.MALFORMED_CHUNK: KindTraits(False, Retry.YES, ExitCode.BAD_RESPONSE),
+    ErrorKind.INCOMPLETE_STREAM: KindTraits(False, Retry.PROBE, ExitCode.REQUEST_FAILED),
+    ErrorKind.DISCONNECTED: KindTraits(False, Retry.PROBE, ExitCode.REQUEST_FAILED),
+    ErrorKind.CANCELLED: KindTraits(False, Retry.YES, ExitCode.INTERRUPTED),
+    ErrorKind.LOCAL_LIMIT: KindTraits(False, Retry.YES, ExitCode.REQUEST_FAILED),
+    ErrorKind.TRUNCATED: KindTraits(False, Retry.NO, ExitCode.REQUEST_FAILED),
+    ErrorKind.INVALID_INPUT: KindTraits(False, Retry.NO, ExitCode.USAGE),
+    ErrorKind.OTHER: KindTraits(False, Retry.YES, ExitCode.REQUEST_FAILED),
+}
+
+# HTTP statuses worth retrying although they are 4xx: timeout, conflict, rate limit
+RETRYABLE_4XX = frozenset({408, 409, 429})
+
+
+def retry_for(kind: ErrorKind, http_status: int | None = None) -> Retry:
+    """The retry advice for a failure, with the HTTP status where there is one: a 4xx other
+    than 408/409/429 is the request's fault (context too long, bad field), a 5xx may be a
+    dying server."""
+    if kind is ErrorKind.HTTP_STATUS and http_status is not None:
+        if 400 <= http_status < 500:
+            return Retry.YES if http_status in RETRYABLE_4XX else Retry.NO
+        if http_status >= 500:
+            return Retry.PROBE
+    return kind.retry
 
 
 class GenbenchError(Exception):
     """An error genbench explains in one line and exits with `exit_code`."""
 
-    exit_code = 1
+    exit_code: int = ExitCode.FAILED
 
     def __init__(self, message: str, exit_code: int | None = None) -> None:
         super().__init__(message)
@@ -17,7 +144,7 @@ class GenbenchError(Exception):
 class UsageError(GenbenchError):
     """Bad input from the user: a flag value, a file, a line of a file."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class InputFileError(UsageError):
@@ -28,3 +155,19 @@ class InputFileError(UsageError):
         what = f"field '{field}': {problem}" if field else problem
         super().__init__(f"{where}: {what}")
         self.path, self.line, self.field = path, line, field
+
+
+class OutputError(GenbenchError):
+    """Output could not be written (disk full, permissions); what was written is kept."""
+
+    exit_code = ExitCode.OUTPUT
+
+
+class ServerDown(GenbenchError):
+    """The server stopped answering during load; everything sent was recorded first."""
+
+    exit_code = ExitCode.REFUSED
+
+    def __init__(self, at_wall: float, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message, exit_code)
+        self.at_wall = at_wall

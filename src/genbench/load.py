@@ -6,9 +6,10 @@ until a request count or a duration is reached. Every request sent becomes a
 record handed to `on_record`, even when it fails or is cancelled, so the
 records file always has one line per request sent.
 
-A refused connection means the server is gone (killed, out of memory): the
-phase stops at once, in-flight requests are cancelled and recorded, and
-`ServerDown` says when the server stopped answering.
+A failure whose kind says the server is gone (`ErrorKind.server_gone`: refused, unknown
+host, connect timeout; killed, out of memory) stops the phase at once: in-flight
+requests are cancelled and recorded, and `ServerDown` says when the server stopped
+answering.
 """
 
 from __future__ import annotations
@@ -19,15 +20,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from genbench.client import ChatRequest, Client
-from genbench.records import ErrorKind, RequestRecord
+from genbench.errors import ServerDown
+from genbench.records import RequestRecord
 
-
-class ServerDown(Exception):
-    """The server refused connections during a phase."""
-
-    def __init__(self, at_wall: float, message: str) -> None:
-        super().__init__(message)
-        self.at_wall = at_wall
+__all__ = ["PhaseRun", "ServerDown", "run_phase"]
 
 
 @dataclass
@@ -82,7 +78,7 @@ async def run_phase(
         run.records.append(rec)
         if on_record is not None:
             on_record(rec)
-        if rec.error_kind == ErrorKind.CONNECT_REFUSED.value and not stop.is_set():
+        if rec.error_kind is not None and rec.error_kind.server_gone and not stop.is_set():
             down.append(rec)
             stop.set()
 
@@ -123,7 +119,8 @@ async def run_phase(
         rec = down[0]
         raise ServerDown(
             rec.sent_at,
-            f"the server stopped answering (connection refused at "
-            f"{client.endpoint.root}) during phase '{phase}'",
+            f"the server at {client.endpoint.root} stopped answering during phase "
+            f"'{phase}' ({rec.error_message})",
+            rec.error_kind.exit_code if rec.error_kind else None,
         )
     return run

@@ -50,7 +50,7 @@ from genbench.generate.input import Row, iter_rows, scan
 from genbench.generate.params import merge, split_max_tokens
 from genbench.load import run_phase
 from genbench.planfile import PLAN_FILE, PLAN_SCHEMA, PLAN_SCHEMA_VERSION
-from genbench.records import RecordWriter, RequestRecord, read_records
+from genbench.records import ErrorKind, RecordWriter, RequestRecord, read_records
 from genbench.result import REQUESTS_FILE, write_json_atomic
 from genbench.stats import dist, steady_window, summarize, token_events
 
@@ -310,7 +310,7 @@ class Pool:
         first_ids = {id(r) for r in by_send[:concurrency]}
         first = [r.ttft for r in ok if id(r) in first_ids]
         later = [r.ttft for r in ok if id(r) not in first_ids]
-        failed = [r for r in records if not r.ok and r.error_kind != "cancelled"]
+        failed = [r for r in records if not r.ok and r.error_kind is not ErrorKind.CANCELLED]
         attempts = len(ok) + len(failed)
         samples = complete_samples(ok)
         if not samples:

@@ -13,28 +13,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field, fields
-from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
+from genbench.errors import ErrorKind
 
-class ErrorKind(StrEnum):
-    """Why a request failed. Stable strings: they are written to results."""
-
-    CONNECT_REFUSED = "connect_refused"
-    DNS = "dns"
-    CONNECT_TIMEOUT = "connect_timeout"
-    READ_TIMEOUT = "read_timeout"
-    TOTAL_TIMEOUT = "total_timeout"
-    HTTP_STATUS = "http_status"
-    INBAND_ERROR = "inband_error"
-    MALFORMED_CHUNK = "malformed_chunk"
-    INCOMPLETE_STREAM = "incomplete_stream"
-    DISCONNECTED = "disconnected"
-    CANCELLED = "cancelled"
-    OTHER = "other"
+__all__ = ["ANSWER", "THINKING", "ErrorKind", "RecordWriter", "RequestRecord", "read_records"]
 
 
 THINKING = "r"
@@ -69,7 +55,7 @@ class RequestRecord:
     # True when token counts did not come from the server's usage
     tokens_estimated: bool = False
     finish_reason: str | None = None
-    error_kind: str | None = None
+    error_kind: ErrorKind | None = None
     error_message: str | None = None
     http_status: int | None = None
     answer_chars: int = 0
@@ -137,7 +123,9 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        rec = cls(**{k: v for k, v in d.items() if k in known})
+        rec.error_kind = ErrorKind.parse(rec.error_kind)
+        return rec
 
 
 class RecordWriter:

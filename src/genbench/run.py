@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from genbench import __version__
-from genbench.check import CheckReport, Exit, preflight
+from genbench.check import CheckReport, preflight
 from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import GenbenchError, UsageError
@@ -445,7 +445,7 @@ async def execute_run(
     except ServerDown as e:
         when = datetime.fromtimestamp(e.at_wall, UTC).isoformat(timespec="seconds")
         state.finish("server_down", f"{e} at {when}")
-        raise GenbenchError(f"{e} at {when}; partial results in {out}", Exit.REFUSED) from None
+        raise GenbenchError(f"{e} at {when}; partial results in {out}", e.exit_code) from None
     except asyncio.CancelledError:
         state.finish("interrupted", "interrupted by the user")
         raise

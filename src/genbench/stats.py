@@ -196,7 +196,7 @@ def summarize(
         return s
     ok = [r for r in records if r.ok]
     s.ok, s.failed = len(ok), len(records) - len(ok)
-    s.errors = dict(Counter(r.error_kind for r in records if not r.ok))
+    s.errors = dict(Counter(str(r.error_kind) for r in records if not r.ok))
     s.finish_reasons = dict(Counter(r.finish_reason or "none" for r in ok))
     s.output_tokens = sum(r.completion_tokens or 0 for r in ok)
     s.thinking_tokens = sum(r.reasoning_tokens or 0 for r in ok)

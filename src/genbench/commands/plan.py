@@ -20,7 +20,7 @@ from genbench import plan as P
 from genbench.check import preflight
 from genbench.commands import common
 from genbench.console import err, out
-from genbench.errors import GenbenchError, UsageError
+from genbench.errors import ExitCode, GenbenchError, UsageError
 from genbench.generate.params import job_params
 from genbench.records import RequestRecord
 from genbench.result import load_result
@@ -304,7 +304,7 @@ def _pilot(
     except (KeyboardInterrupt, asyncio.CancelledError):
         bar.stop()
         err.print(f"[red]interrupted[/]: pilot records so far in {out_path}")
-        raise typer.Exit(130) from None
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
     finally:
         bar.stop()
     if not any(r.ok for r in run.records):

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from genbench.commands import common
 from genbench.console import err, ms, out
-from genbench.errors import UsageError
+from genbench.errors import ExitCode, UsageError
 from genbench.records import RequestRecord
 from genbench.run import Listener, Phase, RunConfig, default_out_dir, execute_run
 
@@ -330,7 +330,7 @@ def run(
     ctx: AbstractContextManager[Any] = nullcontext()
     extra: dict[str, Any] = {}
     if local:
-        from genbench.engine.llamacpp import LocalLlamaServer
+        from genbench.local.llamacpp import LocalLlamaServer
 
         console.print(
             "[yellow]no --url: starting the local demo target (llama.cpp, tiny "
@@ -351,7 +351,7 @@ def run(
         except (KeyboardInterrupt, asyncio.CancelledError):
             listener._stop()
             err.print(f"[red]interrupted[/]: partial results saved in {out_path}")
-            raise typer.Exit(130) from None
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
         finally:
             listener._stop()
     render_summary(state.doc, console)

@@ -39,28 +39,20 @@ from pathlib import Path
 from typing import Any
 
 from genbench import __version__
-from genbench.check import CheckReport, Exit, preflight
+from genbench.check import CheckReport, preflight
 from genbench.client import ChatRequest, Timeouts
 from genbench.endpoint import Endpoint
-from genbench.errors import GenbenchError, UsageError
+from genbench.errors import ErrorKind, ExitCode, GenbenchError, Retry, UsageError, retry_for
 from genbench.fastclient import FastClient
 from genbench.generate.input import BadRow, InputScan, Row, ShardSpec, iter_rows, scan
 from genbench.generate.params import merge, split_max_tokens
 from genbench.generate.progress import Progress, RowInfo
 from genbench.generate.servers import Server, ServerSpec
 from genbench.generate.store import Existing, Store, row_line
-from genbench.records import ErrorKind, RequestRecord
+from genbench.records import RequestRecord
 
-GONE = {ErrorKind.CONNECT_REFUSED.value, ErrorKind.CONNECT_TIMEOUT.value, ErrorKind.DNS.value}
-SUSPECT = {
-    ErrorKind.DISCONNECTED.value,
-    ErrorKind.INCOMPLETE_STREAM.value,
-    ErrorKind.READ_TIMEOUT.value,
-    ErrorKind.TOTAL_TIMEOUT.value,
-}
-RETRYABLE_4XX = {408, 409, 429}
 # preflight failures that mean "not up yet" rather than "misconfigured"
-DOWN_EXITS = {Exit.REFUSED, Exit.TIMEOUT, Exit.SERVER_ERROR}
+DOWN_EXITS = {ExitCode.REFUSED, ExitCode.TIMEOUT, ExitCode.SERVER_ERROR}
 
 
 @dataclass
@@ -125,7 +117,8 @@ class JobResult:
 
     @property
     def exit_code(self) -> int:
-        return {"interrupted": 130, "servers_down": Exit.REFUSED}.get(self.status, 0)
+        codes = {"interrupted": ExitCode.INTERRUPTED, "servers_down": ExitCode.REFUSED}
+        return codes.get(self.status, ExitCode.OK)
 
 
 class WorkItem:
@@ -575,7 +568,9 @@ class Job:
         info = RowInfo(item.server, item.tokens, item.thinking, item.truncated)
         meta = item.meta(self.model)
         if item.truncated and self.cfg.on_truncated == "error":
-            entry = self._error_entry(item, "truncated", "cut by max_tokens (finish_reason length)")
+            entry = self._error_entry(
+                item, ErrorKind.TRUNCATED, "cut by max_tokens (finish_reason length)"
+            )
             entry["conversations"] = item.out
             entry["meta"] = meta
             self.store.write_error(item.row.id, entry, info)
@@ -587,9 +582,9 @@ class Job:
     async def _failed(self, server: Server, item: WorkItem, rec: RequestRecord) -> None:
         d = self.dispatcher
         assert d is not None
-        kind, status = rec.error_kind, rec.http_status
-        suspect = kind in SUSPECT or (status is not None and status >= 500)
-        if kind in GONE or (suspect and not await server.probe()):
+        kind = rec.error_kind or ErrorKind.OTHER
+        advice = retry_for(kind, rec.http_status)
+        if kind.server_gone or (advice is Retry.PROBE and not await server.probe()):
             server.mark_down(f"{kind}: {rec.error_message}")
             item.losses += 1
             if item.losses > self.cfg.max_server_losses:
@@ -597,9 +592,8 @@ class Job:
                 return
             d.retry(item, 0.0)
             return
-        client_error = kind == ErrorKind.HTTP_STATUS.value and status and 400 <= status < 500
-        if client_error and status not in RETRYABLE_4XX:  # retrying cannot help
-            self._give_up(item, rec.error_message or f"HTTP {status}")
+        if advice is Retry.NO:  # the request itself is the problem (a 4xx): retrying cannot help
+            self._give_up(item, rec.error_message or f"HTTP {rec.http_status}")
             return
         item.attempts += 1
         if item.attempts > self.cfg.retries:
@@ -611,13 +605,13 @@ class Job:
     def _give_up(self, item: WorkItem, why: str) -> None:
         assert self.dispatcher is not None
         rec = item.last
-        kind = (rec.error_kind if rec else None) or ErrorKind.OTHER.value
+        kind = (rec.error_kind if rec else None) or ErrorKind.OTHER
         entry = self._error_entry(item, kind, why)
         info = RowInfo(item.server, 0, 0)
         self.store.write_error(item.row.id, entry, info)
         self.dispatcher.done(item)
 
-    def _error_entry(self, item: WorkItem, kind: str, why: str) -> dict[str, Any]:
+    def _error_entry(self, item: WorkItem, kind: ErrorKind, why: str) -> dict[str, Any]:
         rec = item.last
         return {
             "id": item.row.output_id,
@@ -635,7 +629,7 @@ class Job:
         entry = {
             "id": b.id,
             "line": b.line,
-            "error_kind": "invalid_input",
+            "error_kind": ErrorKind.INVALID_INPUT,
             "error": b.describe(),
             "field": b.field,
             "raw": b.raw,

@@ -51,7 +51,7 @@ from typing import Any
 
 import orjson
 
-from genbench.errors import GenbenchError, UsageError
+from genbench.errors import GenbenchError, OutputError, UsageError
 
 STATE_DIR = ".genbench"
 SCHEMA = "genbench.generate"
@@ -61,7 +61,6 @@ SHARD_DIGITS = 5
 FINGERPRINT_KEYS = ("model", "params", "turns", "format")
 
 Pending = tuple[str, Any]  # (id, what the caller wants back once it is durable)
-WRITE_FAILED_EXIT = 12  # after the preflight exit codes of check.py (3-11)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -647,10 +646,9 @@ class Store:
 
 
 def _write_failed(out: Path, e: OSError) -> GenbenchError:
-    return GenbenchError(
+    return OutputError(
         f"cannot write to {out}: {e.strerror or e}. Rows written before are kept; "
-        "fix the cause (e.g. free disk space) and rerun the same command to resume",
-        WRITE_FAILED_EXIT,
+        "fix the cause (e.g. free disk space) and rerun the same command to resume"
     )
 
 

@@ -18,7 +18,7 @@ The weights are random, but three things are rigged on purpose:
 * The end of a reply (`<|im_end|>`) and the end of a thought (`</think>`) get
   the same trick with a smaller weight (`_OFF_LOGIT`): never chosen on their
   own, so a reply always runs to `max_tokens`, yet a request can turn them
-  back on with `logit_bias` (see docs/local-engine.md).
+  back on with `logit_bias` (see docs/local-target.md).
 * Ordinary tokens have small random output rows, so sampling wanders over
   the vocabulary and the text looks like shuffled English words.
 

@@ -23,9 +23,9 @@ import pytest
 import tokenizers  # noqa: F401, E402
 import xllamacpp  # noqa: F401, E402
 
-from genbench.engine import tinymodel  # noqa: E402
-from genbench.engine.llamacpp import MODEL_NAME, LocalLlamaServer  # noqa: E402
 from genbench.errors import GenbenchError  # noqa: E402
+from genbench.local import tinymodel  # noqa: E402
+from genbench.local.llamacpp import MODEL_NAME, LocalLlamaServer  # noqa: E402
 
 pytestmark = pytest.mark.llamacpp
 
@@ -286,7 +286,7 @@ def _alive(pid: int) -> bool:
 
 def test_child_exits_when_parent_dies(model: Path) -> None:
     code = (
-        "import sys; from genbench.engine.llamacpp import LocalLlamaServer as S;"
+        "import sys; from genbench.local.llamacpp import LocalLlamaServer as S;"
         f"s = S({str(model)!r}, n_parallel=1, ctx_per_slot=512).start();"
         "print(s.pid, flush=True); sys.stdin.read()"
     )

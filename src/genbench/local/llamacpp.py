@@ -3,9 +3,9 @@
 `genbench run` without `--url` needs something to measure that every machine
 has. This starts llama.cpp's own C++ server (continuous batching, OpenAI
 endpoints, Prometheus `/metrics`) through the `xllamacpp` binding, serving the
-random-weight model from `genbench.engine.tinymodel`.
+random-weight model from `genbench.local.tinymodel`.
 
-The server runs in a child process (`python -m genbench.engine.llamacpp`), not
+The server runs in a child process (`python -m genbench.local.llamacpp`), not
 in genbench's own process, because:
 
 * the benchmark client and the server share the machine's cores; in one
@@ -18,7 +18,7 @@ in genbench's own process, because:
   whose threads spin at each barrier; when anything else wants the same
   cores (the benchmark client, for one) a spinning barrier waits for a
   descheduled thread, and throughput fell tenfold or more in measurement
-  (see docs/local-engine.md).
+  (see docs/local-target.md).
 
 The child prints one line, `READY <url>`, once the model is loaded and the
 port is bound; the parent then also waits for `/health` to answer 200.
@@ -63,7 +63,7 @@ def cpu_count() -> int:
 def default_threads() -> int:
     """Half the cores, at least one: the other half is the benchmark client's.
 
-    Measured on 2 cores (docs/local-engine.md): one thread decodes a single
+    Measured on 2 cores (docs/local-target.md): one thread decodes a single
     stream twice as fast as two (no OpenMP barrier per operation) and 64
     streams as fast, on half the CPU; two spinning threads collapse as soon as
     anything else runs.
@@ -156,13 +156,13 @@ class LocalLlamaServer:
                 " (or pass --url to measure a server you run)"
             ) from None
         if self.model is None:
-            from genbench.engine.tinymodel import ensure_model
+            from genbench.local.tinymodel import ensure_model
 
             self.model = ensure_model(self.kind, self.cache_dir)
         cmd = [
             sys.executable,
             "-m",
-            "genbench.engine.llamacpp",
+            "genbench.local.llamacpp",
             "--model",
             str(self.model),
             "--host",
@@ -347,7 +347,7 @@ def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
-        prog="python -m genbench.engine.llamacpp",
+        prog="python -m genbench.local.llamacpp",
         description="Serve a GGUF model with llama.cpp (the genbench local target).",
     )
     ap.add_argument("--model", required=True)

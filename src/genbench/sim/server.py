@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 import time
+from array import array
 from collections import deque
 from http import HTTPStatus
 from typing import Any
@@ -49,8 +50,10 @@ _WORDS = (
 VOCAB = _WORDS.split()  # 66 ASCII words: nothing to JSON-escape
 # The text every answer is a window of: words drawn at random (fixed seed) from VOCAB, so no
 # answer repeats itself within TEXT_LEN tokens. A plain rotation of VOCAB would repeat every
-# 66 words, and a repetition-loop detector would rightly call every answer a loop.
-TEXT_LEN = 8192
+# 66 words, and a repetition-loop detector would rightly call every answer a loop. Long, so
+# that two prompts rarely start at the same place (a duplicate-answer detector would be right
+# about those too).
+TEXT_LEN = 65536
 TEXT = [VOCAB[i] for i in random.Random("genbench-sim-text").choices(range(len(VOCAB)), k=TEXT_LEN)]
 
 ERROR_TYPES = {
@@ -93,7 +96,7 @@ class Vocab:
         reps = 2 + (window + self.v - 1) // self.v
         self.window = (reps - 1) * self.v
         self.big = b"".join(words * reps)
-        self.offs = [0]
+        self.offs = array("Q", [0])
         for w in words * reps:
             self.offs.append(self.offs[-1] + len(w))
 

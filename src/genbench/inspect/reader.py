@@ -158,12 +158,18 @@ def parse_row(obj: Any, nbytes: int) -> Row:
     )
 
 
-def _json_problem(line: bytes, e: orjson.JSONDecodeError) -> str:
+def _json_problem(line: bytes) -> str:
+    """What is wrong with a line orjson refused, said plainly (encoding first)."""
+    line = line.rstrip(b"\r\n")
     try:
         line.decode("utf-8")
     except UnicodeDecodeError as u:
         return f"not UTF-8 text (byte 0x{line[u.start]:02x} at column {u.start + 1})"
-    return f"not valid JSON ({e.msg} at column {e.colno})"
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        return f"not valid JSON ({e.msg} at column {e.colno})"
+    return "not valid JSON"
 
 
 def raw_lines(path: Path, stats: FileStats) -> Iterator[tuple[int, bytes]]:
@@ -195,8 +201,8 @@ def _jsonl_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, Row, Any]]:
     for n, line in raw_lines(path, stats):
         try:
             obj = loads(line)
-        except orjson.JSONDecodeError as e:
-            raise InputFileError(path, n, _json_problem(line.rstrip(b"\r\n"), e)) from None
+        except orjson.JSONDecodeError:
+            raise InputFileError(path, n, _json_problem(line)) from None
         try:
             row = parse_row(obj, len(line) + (0 if line.endswith(b"\n") else 1))
         except _Bad as b:

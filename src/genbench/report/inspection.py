@@ -261,8 +261,11 @@ def section(doc: dict[str, Any], figs: list[Figure], figure_html: Any) -> str:
             _server_rows(doc),
             {0},
         )  # fmt: skip
-        + f"<p class='note'>{escape(str(servers.get('test', '')))}; named when p &lt; "
-        f"{servers.get('alpha', 0):g} and |r| ≥ {servers.get('min_effect', 0):g}</p>",
+        + f"<p class='note'>{escape(str(servers.get('test', '')))}. A server is named when "
+        f"p &lt; {servers.get('alpha', 0):g} and |r| ≥ {servers.get('min_effect', 0):g}, in "
+        "rounds: an odd server makes the others look different from 'the rest' too (the "
+        "rest holds it), so the one with the largest effect is named, left out, and the "
+        "others compared again. The columns show the first round.</p>",
     ]
     clean = doc.get("clean")
     if clean:

@@ -28,6 +28,7 @@ from genbench.errors import InputFileError, UsageError
 SHARD_RE = re.compile(r"^data(?:-[A-Za-z0-9]+)*-(\d{5})\.(jsonl|parquet)$")
 PARQUET_BATCH = 1024
 COLUMNS = ("id", "conversations", "meta")
+MAX_COUNT = 1 << 31  # token counts are kept as int32
 
 
 def kind_of(path: Path) -> str:
@@ -110,7 +111,7 @@ def _count(meta: dict[str, Any], key: str, required: bool) -> int | None:
         if required:
             raise _Bad("missing: generate writes it for every row", f"meta.{key}")
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < MAX_COUNT:
         raise _Bad(f"expected a count (an integer >= 0), got {v!r}", f"meta.{key}")
     return v
 

@@ -1,9 +1,10 @@
 """The one streaming pass: every row is read once, examined, and reduced to a few numbers.
 
 What is kept per row, whatever its length: output, thinking and prompt tokens, server,
-finish reason, defect bits, line bytes, two 8-byte answer hashes and the id (about 45
-bytes plus the id's). Texts are dropped as soon as the row is examined. The examples
-shown for each defect are the first ones met, with their file and line.
+finish reason, defect bits, line bytes, two 8-byte answer hashes, where it is, and the id
+(about 60 bytes plus the id's JSON text). Texts are dropped as soon as the row is
+examined. The examples shown for each defect are the first ones met, with their file and
+line.
 """
 
 from __future__ import annotations
@@ -48,12 +49,12 @@ class Ids:
 class Columns:
     """Per-row numbers, appended in reading order; `arrays()` views them as numpy."""
 
-    completion: array = field(default_factory=lambda: array("q"))
-    reasoning: array = field(default_factory=lambda: array("q"))  # -1: not reported
-    prompt: array = field(default_factory=lambda: array("q"))  # -1: not reported
+    completion: array = field(default_factory=lambda: array("i"))
+    reasoning: array = field(default_factory=lambda: array("i"))  # -1: not reported
+    prompt: array = field(default_factory=lambda: array("i"))  # -1: not reported
     server: array = field(default_factory=lambda: array("I"))
     finish: array = field(default_factory=lambda: array("I"))
-    nbytes: array = field(default_factory=lambda: array("Q"))
+    nbytes: array = field(default_factory=lambda: array("I"))
     flags: bytearray = field(default_factory=bytearray)
     exact: array = field(default_factory=lambda: array("q"))
     near: array = field(default_factory=lambda: array("q"))
@@ -64,12 +65,12 @@ class Columns:
             return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype)
 
         return {
-            "completion": view(self.completion, np.int64),
-            "reasoning": view(self.reasoning, np.int64),
-            "prompt": view(self.prompt, np.int64),
+            "completion": view(self.completion, np.int32).astype(np.int64),
+            "reasoning": view(self.reasoning, np.int32).astype(np.int64),
+            "prompt": view(self.prompt, np.int32).astype(np.int64),
             "server": view(self.server, np.uint32),
             "finish": view(self.finish, np.uint32),
-            "nbytes": view(self.nbytes, np.uint64),
+            "nbytes": view(self.nbytes, np.uint32).astype(np.uint64),
             "flags": view(self.flags, np.uint8).copy(),  # dup bits are added later
             "exact": view(self.exact, np.int64),
             "near": view(self.near, np.int64),

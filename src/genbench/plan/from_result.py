@@ -63,11 +63,10 @@ def plan_from_result(
     """Sustained-rate arithmetic from a `run` result, with the field's burst method beside."""
     path = doc.get("_path", "result")
     notes: list[str] = []
-    rates = _run_rates(doc, path, concurrency, tokens_per_sample, notes)
-    bpt = bytes_per_token or _bytes_per_token_from_records(Path(path))
+    rates, bpt = _run_rates(doc, path, concurrency, tokens_per_sample, notes)
     storage = storage_from_tokens(
         rates.tokens_per_sample,
-        bpt,
+        bytes_per_token or bpt,
         hidden,
         basis=(
             None
@@ -105,9 +104,9 @@ def _run_rates(
     concurrency: int | None,
     tokens_per_sample: float | None,
     notes: list[str],
-) -> _RunRates:
-    """The run's rates, and their bars from its requests.jsonl; a UsageError naming the
-    field when the run cannot give a forecast."""
+) -> tuple[_RunRates, float | None]:
+    """The run's rates and the bytes per token its requests.jsonl measured; a UsageError
+    naming the field when the run cannot give a forecast."""
     sustained = _by_c(doc, "sustained")
     if not sustained:
         raise UsageError(
@@ -119,7 +118,7 @@ def _run_rates(
         raise UsageError(
             f"--concurrency {concurrency}: {path} measured sustained load only at C = {have}"
         )
-    ok, out, think, _ = _phase_sums(doc)
+    ok, out, think = _phase_sums(doc)
     if tokens_per_sample is not None:
         tps, basis = tokens_per_sample, "given (--tokens-per-sample)"
     elif bool((doc.get("config") or {}).get("natural")) and ok:
@@ -135,9 +134,11 @@ def _run_rates(
             "is false), so it did not measure tokens per sample: pass --tokens-per-sample"
         )
     burst = _by_c(doc, "burst")
-    bars = _rate_bars(Path(path), _sustained_phases(doc))
-    share = think / out if out else 0.0
-    return _RunRates(sustained, burst, bars, tps, basis, share, _field_c(burst, notes))
+    bpt, bars = _read_requests(Path(path), _sustained_phases(doc))
+    rates = _RunRates(
+        sustained, burst, bars, tps, basis, think / out if out else 0.0, _field_c(burst, notes)
+    )
+    return rates, bpt
 
 
 def _field_c(burst: dict[int, float], notes: list[str]) -> int | None:
@@ -217,8 +218,9 @@ def _row(
     return row
 
 
-def _phase_sums(doc: dict[str, Any]) -> tuple[int, int, int, int]:
-    ok = out = think = prompt = 0
+def _phase_sums(doc: dict[str, Any]) -> tuple[int, int, int]:
+    """Requests answered, output and thinking tokens over the run's measured phases."""
+    ok = out = think = 0
     for p in doc.get("phases") or []:
         if p.get("kind") == "warmup":
             continue
@@ -226,8 +228,7 @@ def _phase_sums(doc: dict[str, Any]) -> tuple[int, int, int, int]:
         ok += int(s.get("ok") or 0)
         out += int(s.get("output_tokens") or 0)
         think += int(s.get("thinking_tokens") or 0)
-        prompt += int(s.get("prompt_tokens") or 0)
-    return ok, out, think, prompt
+    return ok, out, think
 
 
 def _by_c(doc: dict[str, Any], shape: str) -> dict[int, float]:
@@ -251,19 +252,32 @@ def _sustained_phases(doc: dict[str, Any]) -> dict[int, str]:
     }
 
 
-def _bytes_per_token_from_records(result_path: Path) -> float | None:
+def _read_requests(
+    result_path: Path, phases: dict[int, str]
+) -> tuple[float | None, dict[int, float]]:
+    """From the run's requests.jsonl, in one pass: output bytes per token (None when it
+    has none) and the steady-rate half-width of each sustained phase (`rate_halfwidth`).
+    Nothing when the file is missing or unreadable."""
     req = result_path.parent / REQUESTS_FILE
     if not req.exists():
-        return None
+        return None, {}
     chars = tokens = 0
+    by_phase: dict[str, list[RequestRecord]] = {name: [] for name in phases.values()}
     try:
         for r in read_records(req):
             if r.ok and r.completion_tokens:
                 chars += r.answer_chars + r.thinking_chars
                 tokens += r.completion_tokens
+            if r.phase in by_phase:
+                by_phase[r.phase].append(r)
     except (OSError, ValueError):
-        return None
-    return chars / tokens if tokens and chars else None
+        return None, {}
+    bars: dict[int, float] = {}
+    for c, name in phases.items():
+        hw = rate_halfwidth(by_phase[name], c) if by_phase[name] else None
+        if hw is not None:
+            bars[c] = hw
+    return (chars / tokens if tokens and chars else None), bars
 
 
 RATE_WINDOWS = 10  # the steady window is cut into this many stretches for the rate's bar
@@ -290,26 +304,6 @@ def rate_halfwidth(records: Sequence[RequestRecord], concurrency: int) -> float 
     if tokens.sum() <= 0 or np.count_nonzero(tokens) < RATE_WINDOWS // 2:
         return None
     return series_halfwidth(tokens.tolist())
-
-
-def _rate_bars(result_path: Path, phases: dict[int, str]) -> dict[int, float]:
-    """The steady-rate half-width of each sustained phase, from the run's requests.jsonl."""
-    req = result_path.parent / REQUESTS_FILE
-    if not req.exists():
-        return {}
-    by_phase: dict[str, list[RequestRecord]] = {name: [] for name in phases.values()}
-    try:
-        for r in read_records(req):
-            if r.phase in by_phase:
-                by_phase[r.phase].append(r)
-    except (OSError, ValueError):
-        return {}
-    out: dict[int, float] = {}
-    for c, name in phases.items():
-        hw = rate_halfwidth(by_phase[name], c) if by_phase[name] else None
-        if hw is not None:
-            out[c] = hw
-    return out
 
 
 def _with_bar(seconds: float, rate_hw: float | None) -> dict[str, Any]:

@@ -112,13 +112,12 @@ class PilotStop:
     """When an open-ended pilot has seen enough: at least `min_requests` answered, at
     least `min_s` seconds, and the mean output length known to ±`target` ×
     `length_share` (95%), the rest of the bar being left to the server's speed; or
-    `max_s` seconds; or `max_requests` sent."""
+    `max_s` seconds."""
 
     target: float = TARGET_REL_ERROR
     min_requests: int = 200
     min_s: float = 0.0
     max_s: float = 600.0
-    max_requests: int | None = None
     length_share: float = 0.8
     count: int = 0
     total: float = 0.0
@@ -139,7 +138,7 @@ class PilotStop:
     def halfwidth(self) -> float:
         return length_halfwidth(self.count, self.total, self.squares)
 
-    def done(self, sent: int) -> bool:
+    def done(self) -> bool:
         now = time.perf_counter()
         if self.started is None:
             self.started = now
@@ -148,8 +147,6 @@ class PilotStop:
             self.reason = "target"
         elif now - self.started >= self.max_s:
             self.reason = "time"
-        elif self.max_requests is not None and sent >= self.max_requests:
-            self.reason = "size"
         if self.reason:
             self.at_count, self.at_halfwidth = self.count, self.halfwidth
         return bool(self.reason)
@@ -235,7 +232,7 @@ class _PilotRows:
         """Each row's first request, until the rows end or the stop rule says enough."""
         run, stop = self.run, self.stop
         for sent, row in enumerate(rows):
-            if stop is not None and stop.done(run.samples):
+            if stop is not None and stop.done():
                 return
             item = WorkItem(row)
             if not item.advance(self.all_turns):

@@ -14,11 +14,11 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from genbench.aio import run_async
 from genbench.check import CheckReport, preflight
-from genbench.commands.common import endpoint, positive, run_async
 from genbench.console import err
-from genbench.endpoint import Endpoint
-from genbench.errors import ExitCode, GenbenchError, UsageError
+from genbench.endpoint import Endpoint, endpoint
+from genbench.errors import ExitCode, GenbenchError, UsageError, positive
 from genbench.generate.params import job_params
 from genbench.plan.document import save_plan
 from genbench.plan.from_pilot import plan_from_pilot

@@ -1,0 +1,555 @@
+"""The plan's arithmetic: the field's formula, the step-time fit and the job simulation,
+on cases small enough to work out by hand (the working is in the comments)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+from synthetic import rec
+
+from genbench.errors import UsageError
+from genbench.plan import (
+    T_975,
+    DecodeRows,
+    HiddenStates,
+    PilotModel,
+    Pool,
+    StepModel,
+    StorageModel,
+    arithmetic,
+    chain_next,
+    complete_samples,
+    decode_rows,
+    fit_step,
+    forecast,
+    job_walls,
+    lag1,
+    length_halfwidth,
+    parse_counts,
+    pilot_size_for,
+    rate_halfwidth,
+    series_halfwidth,
+    sim_cap,
+    simulate_job,
+    speed_stretches,
+    storage_from_tokens,
+    worker_gap,
+)
+
+pytestmark = pytest.mark.core
+
+
+# ------------------------------------------------------------------------- the field's way
+
+
+def test_the_worked_example_of_the_design_notes():
+    # 100K samples × 2,965 tokens = 296.5M tokens; at 577.8 tok/s (C=32 burst)
+    # 296.5e6 / 577.8 = 513,153 s = 142.54 h
+    a = arithmetic(100_000, 2965, 577.8)
+    assert a["tokens"] == 296_500_000
+    assert a["seconds"] == 296_500_000 / 577.8
+    assert a["hours"] == 296_500_000 / 577.8 / 3600
+    assert a["days"] == 296_500_000 / 577.8 / 86400
+    assert a["hours"] == pytest.approx(142.54, abs=0.005)
+    assert (a["samples"], a["tokens_per_sample"], a["tok_per_s"], a["servers"]) == (
+        100_000, 2965, 577.8, 1
+    )  # fmt: skip
+    # four servers share it: a quarter of the time
+    assert arithmetic(100_000, 2965, 577.8, servers=4)["seconds"] == 296_500_000 / (577.8 * 4)
+
+
+@pytest.mark.parametrize(
+    "args", [(0, 1.0, 1.0, 1), (1, 0.0, 1.0, 1), (1, 1.0, 0.0, 1), (1, 1.0, 1.0, 0)]
+)
+def test_the_arithmetic_refuses_what_is_not_positive(args):
+    with pytest.raises(UsageError):
+        arithmetic(*args)
+
+
+def test_counts_read_as_a_person_writes_them():
+    assert parse_counts("--samples", "100K, 200k,1.5M,7") == [100_000, 200_000, 1_500_000, 7]
+    assert parse_counts("--samples", "2b,1_000") == [2_000_000_000, 1000]
+    for bad in ("", " , ", "x", "0", "-5", "1.5", "2.5k5", "inf", "nan", "1e400"):
+        with pytest.raises(UsageError):
+            parse_counts("--samples", bad)
+
+
+def test_storage_without_outputs_to_measure():
+    # 1,000 tokens × 4 bytes (assumed) + 400 bytes of JSON per line = 4,400
+    s = storage_from_tokens(1000, None, None)
+    assert s.jsonl_bytes_per_sample == 4400
+    assert "assumed" in s.basis and s.parquet_bytes_per_sample is None
+    # 1,000 × 3.5 (given) + 400 = 3,900
+    assert storage_from_tokens(1000, 3.5, None).jsonl_bytes_per_sample == 3900
+    assert "given" in storage_from_tokens(1000, 3.5, None).basis
+    assert storage_from_tokens(1000, 3.5, None, basis="why").basis == "why"
+
+
+def test_storage_rows_with_hidden_states():
+    hidden = HiddenStates(hidden_size=4096, layers=3)  # bf16: 2 bytes
+    # 10 tokens × 4096 × 3 layers × 2 bytes = 245,760
+    assert hidden.bytes_for(10) == 245_760
+    row = StorageModel(4400.0, 50.0, "b", hidden).row(samples=10, hidden_tokens=100)
+    assert row["jsonl_bytes"] == 44_000  # 10 × 4,400
+    assert row["parquet_bytes"] == 500  # 10 × 50
+    assert row["hidden_state_tokens"] == 100
+    assert row["hidden_state_bytes"] == 2_457_600  # 100 × 4096 × 3 × 2
+    plain = StorageModel(4400.0, None, "b").row(samples=10, hidden_tokens=100)
+    assert plain["parquet_bytes"] is None
+    assert plain["hidden_state_tokens"] is None and plain["hidden_state_bytes"] is None
+
+
+# ------------------------------------------------------------------------- the step fit
+
+
+def test_step_rate():
+    # 2 decoding, 8 context tokens: a step of 0.5 + 0.25·2 + 0.125·8 = 2 s gives 2 tokens
+    assert StepModel(0.5, 0.25, 0.125).rate(2, 8) == 1.0
+
+
+def test_the_fit_recovers_a_step_model_that_explains_the_rows_exactly():
+    a, b, c = 0.02, 0.003, 1e-5
+    # [tokens, Σn, Σk] per request; seconds = a·tokens + b·Σn + c·Σk
+    x = np.array(
+        [[10, 40, 5000], [20, 60, 12000], [5, 40, 1000], [8, 8, 900], [30, 240, 30000]], float
+    )
+    # first row: 0.02·10 + 0.003·40 + 1e-5·5000 = 0.2 + 0.12 + 0.05 = 0.37 s
+    y = x @ np.array([a, b, c])
+    assert y[0] == pytest.approx(0.37, rel=1e-12)
+    step = fit_step(DecodeRows(x, y, np.arange(5.0)))
+    assert step.a == pytest.approx(a, rel=1e-9)
+    assert step.b == pytest.approx(b, rel=1e-9)
+    assert step.c == pytest.approx(c, rel=1e-9)
+
+
+def test_a_fit_that_needs_a_negative_term_falls_back_to_the_best_feasible_one():
+    # seconds = 2·tokens - 1·Σn fits exactly, but b < 0 is not a step time. Of the fits
+    # with every term >= 0: a alone: a = Σ t·y / Σ t² = (2 + 1 + 4) / (1 + 1 + 4) = 7/6,
+    # residual (5/6)² + (1/6)² + (2/6)² = 30/36; b alone: b = Σ n·y / Σ n² = 5/5 = 1,
+    # residual 2² = 4. So a = 7/6, b = c = 0.
+    x = np.array([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [2.0, 2.0, 0.0]])
+    y = np.array([2.0, 1.0, 2.0])
+    step = fit_step(DecodeRows(x, y, np.zeros(3)))
+    assert step.a == pytest.approx(7 / 6, rel=1e-12)
+    assert step.b == 0.0
+    assert step.c == pytest.approx(0.0, abs=1e-15)
+
+
+def test_a_fit_that_is_never_feasible_or_too_short_is_refused():
+    x = np.array([[1.0, 2.0, 3.0], [2.0, 1.0, 5.0], [1.0, 1.0, 1.0]])
+    with pytest.raises(UsageError, match="could not fit"):
+        fit_step(DecodeRows(x, -x.sum(axis=1), np.zeros(3)))  # every step time negative
+    with pytest.raises(UsageError, match="too short"):
+        fit_step(DecodeRows(x[:2], np.ones(2), np.zeros(2)))
+
+
+def test_decode_rows_of_three_requests_decoding_together():
+    # C = 3, all sent at 10, first tokens at 11 (start-up ends at 11), last chunks at 13.
+    # tokens 5, 3, 3 over chunks 3, 3, 2; prompts 10, 0, 4
+    recs = [
+        rec(10.0, [1.0, 2.0, 3.0], tokens=5, prompt=10),
+        rec(10.0, [1.0, 2.0, 3.0], tokens=3, prompt=0),
+        rec(10.0, [1.0, 3.0], tokens=3, prompt=4),
+    ]
+    rows = decode_rows(recs, 3)
+    # decode rates (tokens - 1)/2 s = 2, 1, 1 tok/s; context at t: prompt + 1 + rate·(t - 11)
+    # at 11.5: 12 + 1.5 + 5.5 = 19; at 12: 13 + 2 + 6 = 21; at 12.5: 14 + 2.5 + 6.5 = 23
+    # tokens per interval: (5 - 1)/2 = 2, (3 - 1)/2 = 1, (3 - 1)/1 = 2; n = 3 throughout
+    # request 1: intervals (11, 12) and (12, 13), 2 tokens each: Σn = 3·2 + 3·2 = 12,
+    #   Σk = 19·2 + 23·2 = 84; request 2: 1 token each: Σn 6, Σk 19 + 23 = 42;
+    # request 3: one interval (11, 13), mid 12, 2 tokens: Σn 6, Σk 21·2 = 42
+    assert rows.x.tolist() == [[4.0, 12.0, 84.0], [2.0, 6.0, 42.0], [2.0, 6.0, 42.0]]
+    assert rows.y.tolist() == [2.0, 2.0, 2.0]
+    assert rows.start.tolist() == [11.0, 11.0, 11.0]
+
+
+def test_decode_rows_leave_out_the_start_up_and_count_who_decodes_when():
+    recs = [
+        # R1: chunks at 11 12 13 14, 4 tokens (1 per interval), prompt 0
+        rec(10.0, [1.0, 2.0, 3.0, 4.0], tokens=4, prompt=0),
+        # R2: chunks at 13 14 15, 3 tokens (1 per interval), prompt 0
+        rec(10.0, [3.0, 4.0, 5.0], tokens=3, prompt=0),
+        # R3 (R1's slot): chunks at 15 16 17, 5 tokens (2 per interval), prompt 2
+        rec(14.0, [1.0, 2.0, 3.0], tokens=5, prompt=2),
+        # R0: sent after the first two, decoded 10.75-12.75, all before the start-up
+        # ended: no row of its own, and never counted as decoding in a counted interval
+        rec(10.25, [0.5, 1.5, 2.5], tokens=3, prompt=0),
+        # a failure and a one-chunk reply are not timed
+        rec(10.5, [0.5, 1.0], tokens=2, error="read_timeout"),
+        rec(10.5, [4.5], tokens=1),
+    ]
+    rows = decode_rows(recs, 2)
+    # start-up: first tokens of the first two sent, max(11, 13) = 13; intervals before
+    # 13 do not count (R1's 11-12 and 12-13; all of R0's)
+    # context at t: R1 1 + 1·(t - 11), R2 1 + 1·(t - 13), R3 3 + 2·(t - 15)
+    # R1 (13, 14): mid 13.5, R1 and R2 decoding: n 2, k 3.5 + 1.5 = 5; 1 token
+    # R2 (13, 14): the same, 1 token; (14, 15): mid 14.5, R1 ended at 14: n 1, k 2.5
+    # R3 (15, 16): mid 15.5, R2 ended at 15: n 1, k 4; (16, 17): n 1, k 6; 2 tokens each
+    assert rows.x.tolist() == [[1.0, 2.0, 5.0], [2.0, 3.0, 7.5], [4.0, 4.0, 20.0]]
+    assert rows.y.tolist() == [1.0, 2.0, 2.0]  # seconds of the counted intervals
+    assert rows.start.tolist() == [13.0, 13.0, 15.0]  # decode start, not before 13
+
+
+def test_decode_rows_need_three_streamed_replies():
+    with pytest.raises(UsageError, match="too few"):
+        decode_rows([rec(1.0, [1.0, 2.0], tokens=2), rec(1.0, [1.0, 2.0], tokens=2)], 2)
+
+
+# ------------------------------------------------------------------------- the pool
+
+
+def pool(output, *, prompt=None, ttft=0.5, first=0.5, gap=0.0, fail_rate=0.0, fail_s=(), **kw):
+    n = len(output)
+    return Pool(
+        prompt=np.array(prompt if prompt is not None else [0.0] * n, float),
+        output=np.array(output, float),
+        thinking=np.zeros(n),
+        ttft=np.full(n, ttft),
+        first_ttft=np.full(n, first),
+        attempts=n,
+        fail_rate=fail_rate,
+        fail_s=np.array(fail_s, float),
+        gap_s=gap,
+        **kw,
+    )
+
+
+def pilot_records():
+    """C = 2. Ends at 13, 14, 15, 16 are followed by sends 0.25, 0.5, 0.125, 0.25 later."""
+    return [
+        rec(10.0, [1.0, 3.0], "ra", tokens=4, reasoning=1, prompt=7, rid="A"),  # ends 13
+        rec(10.0, [2.0, 4.0], tokens=6, prompt=5, rid="B"),  # ends 14
+        rec(13.25, [0.5, 1.75], tokens=2, prompt=3, rid="C"),  # ends 15
+        rec(14.5, [], end=20.0, error="read_timeout", rid="D"),  # held its worker 5.5 s
+        rec(15.125, [0.75, 0.875], tokens=8, prompt=9, rid="E"),  # ends 16
+        rec(16.25, [], end=16.5, error="cancelled", rid="F"),  # the user stopped: not a failure
+    ]
+
+
+def test_the_pool_learns_lengths_ttfts_failures_and_the_client_gap():
+    p = Pool.from_records(pilot_records(), 2)
+    assert p.output.tolist() == [4.0, 6.0, 2.0, 8.0]  # A B C E
+    assert p.prompt.tolist() == [7.0, 5.0, 3.0, 9.0]
+    assert p.thinking.tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert p.first_ttft.tolist() == [1.0, 2.0]  # A and B, sent at once
+    assert p.ttft.tolist() == [0.5, 0.75]  # C and E, sent under load
+    # D failed (F was cancelled, neither a success nor a failure): 1 of 5 attempts
+    assert (p.attempts, p.fail_rate) == (5, 0.2)
+    assert p.fail_s.tolist() == [5.5]
+    # sends after the first C answer ends in order: 13.25-13, 14.5-14, 15.125-15,
+    # 16.25-16 = 0.25 0.5 0.125 0.25, median 0.25
+    assert p.gap_s == 0.25
+    assert p.order.tolist() == [0, 1, 2, 3]
+    assert p.row_of is None and p.next_of is None
+    assert p.heads.tolist() == [0, 1, 2, 3]
+    assert p.sample_output.tolist() == [4.0, 6.0, 2.0, 8.0]
+
+
+def test_worker_gap():
+    assert worker_gap(sorted(pilot_records(), key=lambda r: r.t_send), 2) == 0.25
+    # a send before the end it is paired with is not a refill: no gap from it
+    recs = [rec(1.0, [1.0]), rec(1.5, [0.25])]  # ends 2.0 and 1.75; second send 1.5
+    assert worker_gap(recs, 1) == 0.0
+    assert worker_gap(recs[:1], 1) == 0.0  # nothing sent after the first C
+
+
+def test_samples_of_several_turns_are_kept_whole_or_not_at_all():
+    def turn(row, t, turns, tokens, send):
+        return rec(send, [0.5, 1.0], tokens=tokens, extra={"row": row, "turn": t, "turns": turns})
+
+    recs = [
+        turn(0, 1, 2, 20, 3.0),  # row 0's turns, the second listed first
+        turn(0, 0, 2, 10, 1.0),
+        turn(1, 0, 2, 30, 1.5),  # row 1's second turn failed: the row is not a sample
+        turn(2, 0, 1, 40, 2.0),
+        rec(2.5, [0.5, 1.0], tokens=50),  # no row tag: a sample of its own
+    ]
+    failed = turn(1, 1, 2, 0, 4.0)
+    failed.error_kind = "read_timeout"
+    groups = complete_samples([r for r in recs if r.ok])
+    assert [[r.completion_tokens for r in g] for g in groups] == [[10, 20], [40], [50]]
+    p = Pool.from_records([*recs, failed], 2)
+    assert p.output.tolist() == [10.0, 20.0, 40.0, 50.0]
+    assert p.row_of.tolist() == [0, 0, 1, 2]
+    assert p.next_of.tolist() == [1, -1, -1, -1]
+    assert p.heads.tolist() == [0, 2, 3]
+    assert p.sample_output.tolist() == [30.0, 40.0, 50.0]
+    # samples in the order their first requests were sent: row 0 (1.0), row 2 (2.0),
+    # the untagged one (2.5)
+    assert p.order.tolist() == [0, 2, 3]
+    assert chain_next(np.array([0, 0, 0, 1, 2, 2])).tolist() == [1, 2, -1, -1, 5, -1]
+
+
+def test_a_pilot_without_a_success_or_a_whole_sample_is_refused():
+    with pytest.raises(UsageError, match="no successful request"):
+        Pool.from_records([rec(1.0, [], end=2.0, error="read_timeout")], 1)
+    half = rec(1.0, [0.5, 1.0], tokens=3, extra={"row": 0, "turn": 0, "turns": 2})
+    with pytest.raises(UsageError, match="finished no sample"):
+        Pool.from_records([half], 1)
+
+
+def test_a_resampled_pool_keeps_its_shape():
+    p = Pool.from_records(pilot_records(), 2)
+    b = p.resample(np.random.default_rng(3))
+    assert len(b.output) == 4 and set(b.output.tolist()) <= {4.0, 6.0, 2.0, 8.0}
+    assert (b.gap_s, b.attempts) == (0.25, 5)
+    assert 0.0 <= b.fail_rate <= 0.95
+    assert set(b.fail_s.tolist()) <= {5.5}
+
+
+# ------------------------------------------------------------------------- the simulation
+
+
+def test_one_worker_two_samples():
+    # first: TTFT of the start-up 0.25, then 2 steps of 0.5 -> ends 1.25;
+    # second: sent at 1.25, gap 0.125 + TTFT 0.5 -> first token 1.875, 2 steps -> 2.875
+    p = pool([3.0], ttft=0.5, first=0.25, gap=0.125)
+    sim = simulate_job(2, 1, p, StepModel(0.5, 0.0, 0.0), np.random.default_rng(0))
+    assert sim.wall_s == 2.875
+    assert sim.last_send_s == 1.25
+    assert sim.steady_s_per_token is None  # 2 samples: no quarter to measure from
+
+
+def test_a_step_grows_with_the_context():
+    # one request, prompt 4, 3 tokens: after the first, context 5 + x over 2 steps of
+    # 0.25 s per context token: ∫0..2 0.25·(5 + x) dx = 0.25·12 = 3; plus TTFT 0.5
+    p = pool([3.0], prompt=[4.0], first=0.5)
+    sim = simulate_job(1, 1, p, StepModel(0.0, 0.0, 0.25), np.random.default_rng(0))
+    assert sim.wall_s == 3.5
+
+
+def test_two_workers_share_the_steps_until_one_finishes():
+    # both first tokens at 0.5; 2 decoding: step 0.25 + 0.25·2 = 0.75; the 3-token one
+    # ends after 2 steps at 2.0; then alone, step 0.5, the 5-token one has 2 steps left
+    # -> 3.0
+    p = pool([3.0, 5.0], first=0.5)
+    sim = simulate_job(0, 2, p, StepModel(0.25, 0.25, 0.0), np.random.default_rng(0), [0, 1])
+    assert sim.wall_s == 3.0
+    assert sim.last_send_s == 0.0
+
+
+def test_an_arrival_in_the_middle_of_decoding():
+    """C = 2, step = 0.125 s per context token held, requests in order j0 j1 j2:
+    j0 (prompt 0, 2 tokens) and j1 (prompt 3, 9 tokens) get first tokens at 0.5.
+    One step with contexts 1 + 4 -> 0.125·5 + 0.25/2 (growth) = 0.75: j0 ends at 1.25 and
+    j2 is sent (no gap, TTFT 0.6875: first token at 1.9375). j1 alone, context 5 + x:
+    ∫0..g 0.125·(5 + x) dx = 0.6875 -> g = 1 step. j2 joins at context 1, j1 at 6:
+    one step 0.125·7 + 0.25/2 = 1.0 -> j2 ends at 2.9375. j1 alone has 5 steps left from
+    context 7: 0.125·(7·5 + 25/2) = 5.9375 -> 8.875."""
+    p = pool([2.0, 9.0, 2.0], prompt=[0.0, 3.0, 0.0], ttft=0.6875, first=0.5)
+    sim = simulate_job(0, 2, p, StepModel(0.0, 0.0, 0.125), np.random.default_rng(0), [0, 1, 2])
+    assert sim.wall_s == 8.875
+    assert sim.last_send_s == 1.25
+
+
+def test_the_steady_seconds_per_token_between_the_quartiles():
+    # C = 1, 4 samples of 4 tokens: the first ends at 1.0 + 3·0.25 = 1.75 (a quarter
+    # done, 4 tokens); each later one takes gap 0.25 + TTFT 0.5 + 0.75 = 1.5 s; the
+    # third ends at 4.75 (three quarters, 12 tokens): (4.75 - 1.75)/(12 - 4) = 0.375
+    p = pool([4.0], ttft=0.5, first=1.0, gap=0.25)
+    sim = simulate_job(4, 1, p, StepModel(0.25, 0.0, 0.0), np.random.default_rng(0))
+    assert sim.steady_s_per_token == 0.375
+    assert sim.wall_s == 6.25  # 4.75 + 1.5
+    assert sim.last_send_s == 4.75
+
+
+def test_a_failed_attempt_holds_its_worker_then_is_retried():
+    seed = 8
+    # the simulation's draws for this seed: attempt 1 fails (0.434 < 0.5), attempt 2
+    # does not (0.901 >= 0.5)
+    draws = random.Random(int(np.random.default_rng(seed).integers(0, 2**63)))
+    d = [draws.random() for _ in range(4)]
+    assert d[0] < 0.5 <= d[2]
+    # fails at once and holds the worker 2 s; the retry is sent at 2.0 like a later
+    # request: gap 0.25 + TTFT 0.5 -> 2.75, then 1 step of 0.25 -> 3.0
+    p = pool([2.0], ttft=0.5, first=1.0, gap=0.25, fail_rate=0.5, fail_s=[2.0])
+    sim = simulate_job(0, 1, p, StepModel(0.25, 0.0, 0.0), np.random.default_rng(seed), [0])
+    assert sim.wall_s == 3.0
+    assert sim.last_send_s == 0.0  # a retry is not a new sample
+
+
+def test_a_one_token_reply_ends_at_its_first_token():
+    # 0.5 (start-up TTFT), then sent at 0.5: 0.125 gap + 0.25 TTFT -> 0.875
+    p = pool([1.0], ttft=0.25, first=0.5, gap=0.125)
+    sim = simulate_job(2, 1, p, StepModel(1.0, 0.0, 0.0), np.random.default_rng(0))
+    assert sim.wall_s == 0.875
+
+
+def test_the_turns_of_a_sample_run_one_after_the_other_on_its_worker():
+    # turn 1: first token 0.5, one step of 0.5 -> 1.0; turn 2 sent then: gap 0.125 +
+    # TTFT 0.25 -> 1.375, one step -> 1.875
+    p = pool([2.0, 2.0], ttft=0.25, first=0.5, gap=0.125)
+    p.row_of, p.next_of = np.array([0, 0]), np.array([1, -1])
+    sim = simulate_job(1, 1, p, StepModel(0.5, 0.0, 0.0), np.random.default_rng(0))
+    assert sim.wall_s == 1.875
+    # a one-token first turn hands over at its first token: 0.5 -> 0.875, +0.5 -> 1.375
+    p.output = np.array([1.0, 2.0])
+    sim = simulate_job(1, 1, p, StepModel(0.5, 0.0, 0.0), np.random.default_rng(0))
+    assert sim.wall_s == 1.375
+
+
+def test_long_jobs_continue_at_the_simulated_steady_rate():
+    assert sim_cap(1) == 5000 and sim_cap(32) == 5000 and sim_cap(64) == 6400
+    # every request: TTFT 0.5 + one step of 0.5 = 1 s for 2 tokens, one worker
+    p = pool([2.0], ttft=0.5, first=0.5)
+    step = StepModel(0.5, 0.0, 0.0)
+    small, big = job_walls([10, 6000], 1, p, step, np.random.default_rng(0), repeats=2)
+    assert small == 10.0
+    # 5,000 simulated (5,000 s), then 1,000 × 2 tokens × 0.5 s per token
+    assert big == pytest.approx(5000 + 1000 * 2 * 0.5, rel=1e-12)
+
+
+# ------------------------------------------------------------------------- the error bar
+
+
+def test_lag1_autocorrelation():
+    # 1 2 3 4: deviations -1.5 -0.5 0.5 1.5; Σ d_i·d_i+1 = 0.75 - 0.25 + 0.75 = 1.25,
+    # Σ d² = 5 -> 0.25
+    assert lag1([1.0, 2.0, 3.0, 4.0]) == 0.25
+    # 1 3 2 4: deviations -1.5 0.5 -0.5 1.5: -0.75 - 0.25 - 0.75 = -1.75 -> -0.35
+    assert lag1([1.0, 3.0, 2.0, 4.0]) == pytest.approx(-0.35, rel=1e-12)
+    assert lag1([1.0, math.nan, 2.0, 3.0, 4.0, math.inf]) == 0.25  # not finite: dropped
+    assert lag1([5.0, 5.0, 5.0]) == 0.0  # no spread
+    assert lag1([1.0, 2.0]) == 0.0  # too short
+
+
+def test_batch_means_halfwidth():
+    # 1 3 2 4: mean 2.5, sd sqrt(5/3), se relative sqrt(5/3)/2.5/sqrt(4) = sqrt(5/3)/5;
+    # 3 degrees of freedom: t = 3.182; lag-1 -0.35 is clipped to 0: no inflation
+    assert T_975[3] == 3.182
+    assert series_halfwidth([1.0, 3.0, 2.0, 4.0]) == pytest.approx(
+        3.182 * math.sqrt(5 / 3) / 5, rel=1e-12
+    )
+    # 1 2 3 4: lag-1 0.25 inflates by sqrt(1.25/0.75) = sqrt(5/3): 3.182·(5/3)/5 = 3.182/3
+    assert series_halfwidth([1.0, 2.0, 3.0, 4.0]) == pytest.approx(3.182 / 3, rel=1e-12)
+    # 1..100: lag-1 0.97 is clipped to 0.9 -> sqrt(1.9/0.1); t of 9+ degrees = 2.262;
+    # sd of 1..100 = sqrt(100·101/12), mean 50.5
+    v = np.arange(1.0, 101.0)
+    assert lag1(v.tolist()) == pytest.approx(0.97, rel=1e-12)
+    se = math.sqrt(100 * 101 / 12) / 50.5 / 10
+    assert series_halfwidth(v.tolist()) == pytest.approx(2.262 * se * math.sqrt(19), rel=1e-12)
+    assert series_halfwidth([1.0, 2.0]) == 0.0  # too few
+    assert series_halfwidth([-1.0, 0.0, 1.0]) == 0.0  # no positive mean to be relative to
+
+
+def test_speed_stretches_are_measured_over_fitted_seconds():
+    # 15 rows -> min(10, 15 // 5) = 3 stretches of 5 rows, in order of decode start;
+    # step 1 s per token, so fitted = tokens; measured is 1×, 2×, 1.5× that
+    tokens = np.arange(1.0, 16.0)
+    factor = np.repeat([1.0, 2.0, 1.5], 5)
+    x = np.column_stack([tokens, np.zeros(15), np.zeros(15)])
+    # rows listed latest first: the stretches follow the start times, not the list
+    rows = DecodeRows(x[::-1], (tokens * factor)[::-1], np.arange(15.0)[::-1])
+    assert speed_stretches(rows, StepModel(1.0, 0.0, 0.0)) == [1.0, 2.0, 1.5]
+    assert (
+        speed_stretches(
+            DecodeRows(rows.x[:14], rows.y[:14], rows.start[:14]), StepModel(1.0, 0.0, 0.0)
+        )
+        == []
+    )  # 14 // 5 = 2 stretches: too few to say anything
+
+
+def test_length_halfwidth_from_running_sums():
+    # 2 4 6 8: count 4, Σ 20, Σ² 120; mean 5, variance (120/4 - 25)·4/3 = 20/3;
+    # 1.96 · sqrt(20/3 / 4) / 5 = 1.96·sqrt(5/3)/5
+    assert length_halfwidth(4, 20.0, 120.0) == pytest.approx(1.96 * math.sqrt(5 / 3) / 5, 1e-12)
+    assert length_halfwidth(1, 5.0, 25.0) == math.inf
+    assert length_halfwidth(4, 0.0, 0.0) == math.inf
+    assert length_halfwidth(3, 6.0, 12.0) == 0.0  # 2 2 2: no spread
+
+
+def test_pilot_size_for_a_target_bar():
+    # a bar narrows as 1/sqrt(K): ±10% at 100 -> ±5% needs 100·(0.10/0.05)² = 400
+    assert pilot_size_for(0.10, 100) == 400
+    assert pilot_size_for(0.05, 100) == 100
+    assert pilot_size_for(0.06, 100) == 144  # 100·1.44
+    assert pilot_size_for(0.10, 100, target=0.10) == 100
+    assert pilot_size_for(0.0, 100) == 1  # never fewer than one
+
+
+def steady_single(offsets, tokens):
+    return [rec(0.5, offsets, tokens=tokens)]
+
+
+def test_the_sustained_rates_bar_from_ten_stretches_of_its_window():
+    # C = 1: the window runs from the first token (1.0) to the end (11.0); ten 1 s
+    # stretches; one token in each of the first five (1 2 3 4 5), none after:
+    # 1 1 1 1 1 0 0 0 0 0: mean 0.5, sd sqrt(10·0.25/9); lag-1: deviations ±0.5,
+    # Σ d_i·d_i+1 = 8·0.25 - 0.25 = 1.75 over Σ d² = 2.5 -> 0.7; t(9) = 2.262
+    recs = steady_single([0.5, 1.5, 2.5, 3.5, 4.5, 10.5], 6)
+    se = math.sqrt(2.5 / 9) / 0.5 / math.sqrt(10)
+    expected = 2.262 * se * math.sqrt(1.7 / 0.3)
+    assert rate_halfwidth(recs, 1) == pytest.approx(expected, rel=1e-12)
+    # one token per stretch: no spread at all
+    even = steady_single([0.5 + i for i in range(11)], 11)
+    assert rate_halfwidth(even, 1) == 0.0
+    # tokens in only four of ten stretches: too few to cut
+    assert rate_halfwidth(steady_single([0.5, 1.5, 2.5, 3.5, 10.5], 5), 1) is None
+    assert rate_halfwidth([], 1) is None
+
+
+def model(stretches=()):
+    """A pilot of 2-token requests at C = 2 (TTFT 0.5, one step of 0.5: 1 s each).
+    The replay ran the pilot in 4 s to its last send where the server took 5: calibration
+    5/4 = 1.25; the replay's whole wall 8 s × 1.25 against the pilot's 12.5 s is 20% short."""
+    p = pool([3.0, 3.0], prompt=[10.0, 10.0])
+    p.thinking = np.array([1.0, 1.0])
+    rows = DecodeRows(np.zeros((3, 3)), np.zeros(3), np.zeros(3))
+    return PilotModel(
+        concurrency=2,
+        pool=p,
+        rows=rows,
+        step=StepModel(0.25, 0.0, 0.0),
+        pilot_requests=2,
+        pilot_wall_s=12.5,
+        pilot_steady_tps=None,
+        replay_s=8.0,
+        replay_send_s=4.0,
+        pilot_send_s=5.0,
+        stretches=list(stretches),
+        pilot_samples=2,
+    )
+
+
+def test_calibration_and_replay_error():
+    m = model()
+    assert m.calibration == 1.25
+    assert m.replay_err == pytest.approx(-0.2, rel=1e-12)  # 8 × 1.25 / 12.5 - 1
+    m.replay_send_s = 0.0
+    assert m.calibration == 1.0  # nothing to calibrate against
+    m.pilot_wall_s = 0.0
+    assert m.replay_err == 0.0
+    assert model([1.0, 3.0, 2.0, 4.0]).speed_halfwidth == series_halfwidth([1.0, 3.0, 2.0, 4.0])
+
+
+def test_the_forecast_adds_its_parts_in_quadrature():
+    # every request: TTFT 0.5 + 2 steps of 0.25 = 1 s; C = 2; 8 samples on one server
+    # are 4 rounds = 4 s, × calibration 1.25 = 5 s; on two servers 4 each: 2 s -> 2.5 s.
+    # All requests alike, so every bootstrap replicate is the point itself; the bar is
+    # the replay's 20% error alone: 5 ± 1 s
+    one, two = forecast(model(), [(8, 1), (8, 2)], boot=3)
+    assert one.seconds == 5.0
+    assert (one.lo_s, one.hi_s) == (pytest.approx(4.0, rel=1e-12), pytest.approx(6.0, rel=1e-12))
+    assert one.rel_halfwidth == pytest.approx(0.2, rel=1e-12)
+    assert (two.per_server, two.seconds) == (4, 2.5)
+    assert (two.lo_s, two.hi_s) == (pytest.approx(2.0, rel=1e-12), pytest.approx(3.0, rel=1e-12))
+    # tokens: 8 samples × 3 (no spread in lengths), thinking 8 × 1, prompt 8 × 10
+    assert (one.output_tokens, one.output_lo, one.output_hi) == (24.0, 24.0, 24.0)
+    assert (one.thinking_tokens, one.prompt_tokens) == (8.0, 80.0)
+    assert one.length_halfwidth == 0.0
+
+
+def test_the_servers_speed_widens_the_bar():
+    # stretches 1 3 2 4: speed half-width h = 3.182·sqrt(5/3)/5 = 0.8216; below the point
+    # p - p/(1 + h), above p/(1 - h) - p, each with the replay's 20% in quadrature
+    h = 3.182 * math.sqrt(5 / 3) / 5
+    (f,) = forecast(model([1.0, 3.0, 2.0, 4.0]), [(8, 1)], boot=2)
+    p = 5.0
+    assert f.lo_s == pytest.approx(p - math.hypot(0.2 * p, p - p / (1 + h)), rel=1e-12)
+    assert f.hi_s == pytest.approx(p + math.hypot(0.2 * p, p / (1 - h) - p), rel=1e-12)
+    # a half-width past 95% is held at 95%: p/0.05
+    (g,) = forecast(model([1.0, 30.0, 1.0, 30.0]), [(8, 1)], boot=2)
+    assert g.hi_s == pytest.approx(p + math.hypot(0.2 * p, p / 0.05 - p), rel=1e-12)

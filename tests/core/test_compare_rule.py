@@ -187,3 +187,35 @@ def test_the_bootstrap_draws_fewer_resamples_of_very_many_requests(monkeypatch):
     bootstrap_rel([1.0, 2.0] * 10_000, compare._mean, 1.5)  # 4e6 // 20000 = 200
     bootstrap_rel([1.0, 2.0] * 2_500, compare._mean, 1.5)  # 4e6 // 5000 = 800
     assert sizes == [(1000, 8), (200, 20_000), (800, 5000)]
+
+
+def test_small_and_odd_halves():
+    # rates under 1 tok/s are rates: |0.25 - 0.5| / 0.75 = 1/3
+    assert halves_rel({"steady_halves_tps": [0.25, 0.5]}) == pytest.approx(1 / 3, rel=1e-12)
+    # halves that are not rates at all (negative, or summing to zero) give no estimate
+    assert halves_rel({"steady_halves_tps": [-3.0, 1.0]}) is None
+    assert halves_rel({"steady_halves_tps": [1.0, -1.0]}) is None
+
+
+def test_a_base_under_one_still_gives_a_ratio():
+    assert row("higher", Estimate(0.5, 0.01), Estimate(1.0, 0.01)).ratios == [None, 2.0]
+
+
+def test_the_bootstrap_draws_every_request():
+    # two different values: resamples of 2 draw either, so the mean moves
+    assert bootstrap_rel([5.0, 1.0], compare._mean, 3.0) > 0
+    two = [rec(100.0, [0.25, 0.5], tokens=10, rid="a"), rec(100.0, [0.25, 0.5], tokens=30)]
+    assert burst_rel(two, 80.0) > 0  # 40 tokens in 0.5 s: resamples of 20, 40 or 60
+
+
+def test_the_burst_bootstrap_is_tokens_over_last_end_minus_first_send():
+    recs = [rec(100.0 + i / 4, [0.25, 0.25 + d], tokens=10 * d, rid=str(d)) for i, d in
+            enumerate([0.25, 0.5, 1.0, 2.0, 0.75])]  # fmt: skip
+    point = 50.0
+    # the same resamples, computed here: for each, Σ tokens / (max end - min send)
+    idx = np.random.default_rng(compare.SEED).integers(0, 5, size=(compare.BOOTSTRAP, 5))
+    tok = np.array([r.completion_tokens for r in recs], float)
+    t0 = np.array([r.t_send for r in recs])
+    t1 = np.array([r.t_end for r in recs])
+    rates = tok[idx].sum(axis=1) / (t1[idx].max(axis=1) - t0[idx].min(axis=1))
+    assert burst_rel(recs, point) == pytest.approx(float(np.std(rates)) / point, rel=1e-12)

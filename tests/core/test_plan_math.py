@@ -553,3 +553,353 @@ def test_the_servers_speed_widens_the_bar():
     # a half-width past 95% is held at 95%: p/0.05
     (g,) = forecast(model([1.0, 30.0, 1.0, 30.0]), [(8, 1)], boot=2)
     assert g.hi_s == pytest.approx(p + math.hypot(0.2 * p, p / 0.05 - p), rel=1e-12)
+
+
+# ------------------------------------------------------------------------- edges of the above
+
+
+def test_the_arithmetics_smallest_valid_inputs_and_its_messages():
+    a = arithmetic(1, 0.5, 0.5)  # one sample of half a token at half a token per second
+    assert (a["tokens"], a["seconds"]) == (0.5, 1.0)
+    for args, msg in [
+        ((0, 1.0, 1.0, 1), "--samples: 0 must be positive"),
+        ((1, 0.0, 1.0, 1), "--tokens-per-sample must be positive, got 0.0"),
+        ((1, 1.0, 0.0, 1), "--rate must be positive, got 0.0"),
+        ((1, 1.0, 1.0, 0), "--servers must be positive, got 0"),
+    ]:
+        with pytest.raises(UsageError) as e:
+            arithmetic(*args)
+        assert str(e.value) == msg
+
+
+def test_the_counts_messages():
+    for text, msg in [
+        ("", "--samples '' is empty: expected counts like 100K,200K"),
+        ("x", "--samples: 'x' is not a count (e.g. 100000 or 100K)"),
+        ("0.5", "--samples: 0.5 is not a whole number of samples"),  # positive, not whole
+        ("1.5", "--samples: 1.5 is not a whole number of samples"),
+        ("-5", "--samples: -5 must be positive"),
+    ]:
+        with pytest.raises(UsageError) as e:
+            parse_counts("--samples", text)
+        assert str(e.value) == msg
+
+
+def test_storage_basis_texts_and_hidden_states_carried():
+    hidden = HiddenStates(4096, 3)
+    s = storage_from_tokens(10, None, hidden)
+    assert s.basis == "4 bytes per output token (assumed) + 400 bytes per line; prompts not counted"
+    assert s.hidden is hidden
+    assert storage_from_tokens(10, 3.5, None).basis.startswith("3.5 bytes per output token (given)")
+    assert StorageModel(4400.0, 50.0, "b").row(10, 0) == {
+        "jsonl_bytes_per_sample": 4400.0,
+        "jsonl_bytes": 44000.0,
+        "parquet_bytes_per_sample": 50.0,
+        "parquet_bytes": 500.0,
+        "hidden_state_tokens": None,
+        "hidden_state_bytes": None,
+    }
+
+
+def test_the_step_fits_messages():
+    x = np.array([[1.0, 2.0, 3.0], [2.0, 1.0, 5.0], [1.0, 1.0, 1.0]])
+    with pytest.raises(UsageError) as e:
+        fit_step(DecodeRows(x, -x.sum(axis=1), np.zeros(3)))
+    assert str(e.value) == "could not fit the server's step time to the pilot"
+    with pytest.raises(UsageError) as e:
+        fit_step(DecodeRows(x[:2], np.ones(2), np.zeros(2)))
+    assert str(e.value) == "the pilot is too short to time the server: use a larger --pilot"
+    with pytest.raises(UsageError) as e:
+        decode_rows([rec(1.0, [1.0, 2.0], tokens=2)], 1)
+    assert str(e.value) == "the pilot streamed too few replies to time the server: use more"
+
+
+def test_the_best_feasible_fit_among_terms_of_any_number():
+    # seconds [3, 3, 4] = 1·Σn + 1·Σk exactly (a = 0); a + b·n + c·k with all three gives
+    # a negative term; of the pairs, (a, c) fits first with residual 0.5 but (b, c) is exact
+    x = np.array([[1.0, 2.0, 1.0], [0.0, 1.0, 2.0], [1.0, 3.0, 1.0]])
+    step = fit_step(DecodeRows(x, np.array([3.0, 3.0, 4.0]), np.zeros(3)))
+    assert (step.a, step.b, step.c) == pytest.approx((0.0, 1.0, 1.0), abs=1e-12)
+    # here every pair and the triple need a negative term: the best single term is b = 1
+    # (Σ n·y / Σ n² = 2/2; residual 3, against a = 1/6 with residual 4.5)
+    x = np.array([[3.0, 1.0, 1.0], [3.0, 0.0, 1.0], [0.0, 1.0, 3.0]])
+    step = fit_step(DecodeRows(x, np.array([0.0, 1.0, 2.0]), np.zeros(3)))
+    assert (step.a, step.b, step.c) == (0.0, pytest.approx(1.0, rel=1e-12), 0.0)
+    # (a, b) needs b < 0; (a, c) fits with a = 2/3, c = 1, residual 1/3; (b, c) with 2/3
+    x = np.array([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0], [2.0, 2.0, 1.0]])
+    step = fit_step(DecodeRows(x, np.array([2.0, 1.0, 2.0]), np.zeros(3)))
+    assert (step.a, step.b, step.c) == pytest.approx((2 / 3, 0.0, 1.0), rel=1e-12)
+
+
+def test_a_feasible_least_squares_fit_is_the_fit():
+    # noisy seconds: the three-term least squares has every term > 0, so it is the answer
+    # even where a smaller model comes close
+    rng = np.random.default_rng(5)
+    x = np.column_stack([np.full(40, 10.0), rng.uniform(10, 80, 40), rng.uniform(1e3, 9e3, 40)])
+    y = x @ np.array([0.002, 0.003, 1e-6]) * rng.uniform(0.9, 1.1, 40)
+    want = np.linalg.lstsq(x, y, rcond=None)[0]
+    assert np.all(want > 0)
+    step = fit_step(DecodeRows(x, y, np.zeros(40)))
+    assert (step.a, step.b, step.c) == pytest.approx(tuple(want), rel=1e-9)
+
+
+def test_decode_rows_of_requests_that_are_not_timed():
+    base = [
+        rec(10.0, [1.0, 2.0, 3.0], tokens=5, prompt=10),
+        rec(10.0, [1.0, 2.0, 3.0], tokens=3, prompt=0),
+        rec(10.0, [1.0, 3.0], tokens=3, prompt=4),
+    ]
+    extra = [
+        # sent later than the first three; none of these may change their rows
+        rec(10.25, [0.75, 2.75], tokens=3, error="read_timeout"),  # failed while they ran
+        rec(10.25, [0.75, 2.75], tokens=None),  # no usage: not timed, not decoding
+        rec(10.25, [0.25, 0.25], tokens=3),  # two chunks at once, before the start-up
+        rec(19.75, [0.25, 0.25], tokens=3),  # two chunks at once, later: no seconds
+        rec(20.5, [0.5, 1.5], tokens=1),  # one token: nothing decoded after the first
+    ]
+    rows = decode_rows(base + extra, 3)
+    assert rows.x.tolist() == [[4.0, 12.0, 84.0], [2.0, 6.0, 42.0], [2.0, 6.0, 42.0]]
+    assert rows.y.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_decode_rows_when_the_first_requests_all_failed():
+    # C = 1 and the first request sent failed: no start-up to leave out, every interval
+    # counts; the rows are those of the three requests decoding together
+    recs = [
+        rec(9.5, [], end=10.0, error="connect_refused"),
+        rec(10.0, [1.0, 2.0, 3.0], tokens=5, prompt=10),
+        rec(10.0, [1.0, 2.0, 3.0], tokens=3, prompt=0),
+        rec(10.0, [1.0, 3.0], tokens=3, prompt=4),
+    ]
+    rows = decode_rows(recs, 1)
+    assert rows.x.tolist() == [[4.0, 12.0, 84.0], [2.0, 6.0, 42.0], [2.0, 6.0, 42.0]]
+    assert rows.start.tolist() == [11.0, 11.0, 11.0]
+
+
+def test_decode_rows_context_grows_within_a_second():
+    # C = 3, each: chunks at 11 11.5 12, 3 tokens: 2 tok/s, context 1 + 2·(t - 11);
+    # mids 11.25 (contexts 1.5 each, k 4.5) and 11.75 (2.5 each, k 7.5), 1 token each
+    recs = [rec(10.0, [1.0, 1.5, 2.0], tokens=3, prompt=0) for _ in range(3)]
+    rows = decode_rows(recs, 3)
+    assert rows.x.tolist() == [[2.0, 6.0, 12.0]] * 3
+    assert rows.y.tolist() == [1.0] * 3
+
+
+def test_the_pool_without_prompt_counts_or_end_times():
+    recs = [
+        rec(10.0, [1.0, 2.0], tokens=4, prompt=None),  # prompt not reported: 0
+        rec(10.0, [1.0, 2.0], tokens=4, prompt=3),
+        rec(11.0, [], end=None, error="disconnected"),  # failed, never ended: held 0 s
+        rec(11.0, [0.5, 1.0], tokens=3, error="read_timeout"),  # failed after tokens
+    ]
+    recs[2].t_end = None
+    p = Pool.from_records(recs, 2)
+    assert p.prompt.tolist() == [0.0, 3.0]
+    assert p.output.tolist() == [4.0, 4.0]  # the failure with tokens is not a success
+    assert (p.attempts, p.fail_rate) == (4, 0.5)
+    assert p.fail_s.tolist() == [0.0, 1.0]
+    with pytest.raises(UsageError) as e:
+        Pool.from_records([rec(1.0, [], end=2.0, error="read_timeout")], 1)
+    assert str(e.value) == "the pilot has no successful request to learn from"
+    half = rec(1.0, [0.5, 1.0], tokens=3, extra={"row": 0, "turn": 0, "turns": 2})
+    with pytest.raises(UsageError) as e:
+        Pool.from_records([half], 1)
+    assert str(e.value) == "the pilot finished no sample (every conversation had a failed turn)"
+
+
+def test_a_turn_without_a_number_is_the_first():
+    first = rec(1.0, [0.5, 1.0], tokens=3, extra={"row": 0, "turns": 2})  # no "turn": 0
+    second = rec(2.0, [0.5, 1.0], tokens=5, extra={"row": 0, "turn": 1, "turns": 2})
+    (g,) = complete_samples([second, first])
+    assert [r.completion_tokens for r in g] == [3, 5]
+
+
+def test_resampling_keeps_samples_whole_and_draws_every_one():
+    row_of = np.array([0, 0, 1, 2, 2])
+    p = pool([10.0, 20.0, 30.0, 40.0, 50.0], row_of=row_of, next_of=chain_next(row_of))
+    p.thinking = p.output / 10
+    p.ttft = np.array([0.5, 1.0, 1.5, 2.0, 2.5])
+    p.first_ttft = np.array([0.25, 0.75, 1.25, 1.75, 2.25])
+    seen, ttfts, firsts = set(), set(), set()
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        b = p.resample(rng)
+        samples = [tuple(b.output[b.row_of == k]) for k in range(3)]
+        assert all(s in {(10.0, 20.0), (30.0,), (40.0, 50.0)} for s in samples)
+        assert b.next_of.tolist() == chain_next(b.row_of).tolist()
+        assert b.thinking.tolist() == (b.output / 10).tolist()  # with their own requests
+        seen |= set(samples)
+        ttfts |= set(b.ttft.tolist())
+        firsts |= set(b.first_ttft.tolist())
+    assert len(seen) == 3 and len(ttfts) == 5 and len(firsts) == 5  # none left out
+    one = pool([10.0, 20.0])
+    assert {tuple(one.resample(np.random.default_rng(s)).output) for s in range(20)} >= {
+        (10.0, 10.0),
+        (10.0, 20.0),
+    }
+
+
+def test_resampled_failure_rates():
+    # every attempt failed: the resample's rate is held at 95% so a job can finish
+    p = pool([2.0], fail_rate=1.0, fail_s=[1.0, 3.0])
+    p.attempts = 10
+    rng = np.random.default_rng(0)
+    draws = [p.resample(rng) for _ in range(20)]
+    assert all(b.fail_rate == 0.95 for b in draws)
+    assert any(b.fail_s.tolist() in ([1.0, 1.0], [3.0, 3.0]) for b in draws)  # resampled
+    none = pool([2.0])
+    none.attempts = 0
+    assert none.resample(rng).fail_rate == 0.0
+
+
+def test_the_simulation_draws_ttfts_and_failures_from_the_pool():
+    seed = 8  # draws 0.434 0.199 0.901 0.684 (see the failure test above)
+    d = [0.43433202725253706, 0.1994420733493757, 0.9008769081494057, 0.6839238698662596]
+    # no failures: the start-up TTFT is first_ttft[int(0.434 · 4)] = first_ttft[1] = 0.5;
+    # then one step of 0.25
+    p = pool([2.0])
+    p.first_ttft = np.array([0.25, 0.5, 1.0, 2.0])
+    sim = simulate_job(0, 1, p, StepModel(0.25, 0.0, 0.0), np.random.default_rng(seed), [0])
+    assert int(d[0] * 4) == 1
+    assert sim.wall_s == 0.75
+    # a failure first (0.434 < 0.5), held fail_s[int(0.199 · 4)] = fail_s[0] = 4.0; the
+    # retry passes (0.901), TTFT ttft[int(0.684 · 4)] = ttft[2] = 1.0 after the 0.25 gap
+    p = pool([2.0], gap=0.25, fail_rate=0.5, fail_s=[4.0, 8.0, 16.0, 32.0])
+    p.ttft = np.array([0.25, 0.5, 1.0, 2.0])
+    sim = simulate_job(0, 1, p, StepModel(0.25, 0.0, 0.0), np.random.default_rng(seed), [0])
+    assert sim.wall_s == 4.0 + 0.25 + 1.0 + 0.25
+    # a pool that failed without a recorded hold: the failed attempt takes no time
+    p = pool([2.0], gap=0.25, fail_rate=0.5, fail_s=[])
+    sim = simulate_job(0, 1, p, StepModel(0.25, 0.0, 0.0), np.random.default_rng(seed), [0])
+    assert sim.wall_s == 0.0 + 0.25 + 0.5 + 0.25
+
+
+def test_a_replay_runs_the_samples_in_the_order_given():
+    # C = 1, TTFT 0.5, step 0.5: the 2-token sample takes 1 s, the 4-token one 2 s; the
+    # last send is when the first sample ends
+    p = pool([2.0, 4.0])
+    step = StepModel(0.5, 0.0, 0.0)
+    assert simulate_job(0, 1, p, step, np.random.default_rng(0), [0, 1]).last_send_s == 1.0
+    assert simulate_job(0, 1, p, step, np.random.default_rng(0), [1, 0]).last_send_s == 2.0
+
+
+def test_the_steady_rate_is_taken_between_the_quartiles_of_the_samples_done():
+    # C = 1, replayed in order: three 2-token samples (0.5 + 0.25 = 0.75 s each), then
+    # three 4-token ones (0.5 + 3·0.25 = 1.25 s). Done at 0.75 1.5 2.25 3.5 4.75 6.0 with
+    # 2 4 6 10 14 18 tokens. Quartiles of 6: 6 // 4 = 1st and 18 // 4 = 4th:
+    # (3.5 - 0.75) / (10 - 2) = 2.75 / 8
+    p = pool([2.0, 2.0, 2.0, 4.0, 4.0, 4.0])
+    sim = simulate_job(
+        0, 1, p, StepModel(0.25, 0.0, 0.0), np.random.default_rng(0), [0, 1, 2, 3, 4, 5]
+    )
+    assert sim.steady_s_per_token == 2.75 / 8
+    assert (sim.wall_s, sim.last_send_s) == (6.0, 4.75)
+
+
+def test_the_steady_rate_counts_tokens_still_being_decoded():
+    """C = 2, step 0.5 s whoever decodes, TTFT 0.5, samples of 2 and 3 tokens alternating.
+    Ends: 1.0 (2 tok), 1.5 (3), 2.0 (2), 3.0 (3 and 2), then the last two pairs are sent at
+    3.0: 2 tokens end at 4.0 while the 3-token one has 2 of its tokens. The 2nd end (1.5)
+    comes before the 3rd sample's first token at the same instant: 2 + 3 = 5 tokens; at
+    the 6th end (4.0): 2+3+2+3+2+2 done + 2 in flight = 16. (4.0 - 1.5)/(16 - 5) = 2.5/11"""
+    p = pool([2.0, 3.0] * 4)
+    sim = simulate_job(0, 2, p, StepModel(0.5, 0.0, 0.0), np.random.default_rng(0), range(8))
+    assert sim.steady_s_per_token == pytest.approx(2.5 / 11, rel=1e-12)
+    assert sim.wall_s == 5.5
+
+
+def test_a_one_token_sample_is_the_last_send():
+    # the one-token test above: sent at 0 and at 0.5, nothing after the second
+    p = pool([1.0], ttft=0.25, first=0.5, gap=0.125)
+    sim = simulate_job(2, 1, p, StepModel(1.0, 0.0, 0.0), np.random.default_rng(0))
+    assert sim.last_send_s == 0.5
+
+
+def test_long_jobs_continue_at_the_simulated_rate_from_the_same_start():
+    # lengths 2 and 4 drawn at random; every token costs 0.5 s (TTFT 0.5 = one step), so
+    # the simulated steady rate is 0.5 s per token and the first 5,000 samples' wall is
+    # the same simulation as a 5,000-sample job from the same seed; the rest is
+    # 1,000 × 3 tokens (the mean) × 0.5 s. The start-up's TTFT is longer (2.5 s)
+    p = pool([2.0, 4.0], first=2.5)
+    step = StepModel(0.5, 0.0, 0.0)
+    (w_cap,) = job_walls([5000], 1, p, step, np.random.default_rng(1))
+    (big,) = job_walls([6000], 1, p, step, np.random.default_rng(1))
+    assert big == pytest.approx(w_cap + 1000 * 3 * 0.5, rel=1e-12)
+
+
+def replicate(outputs):
+    """A bootstrap replicate as `Pool.resample` would return it, with these lengths."""
+    return pool(outputs)
+
+
+def test_the_bar_studentizes_the_mean_length(monkeypatch):
+    """Steps take no time (a = b = c = 0), so a job's wall is its TTFTs alone: C = 1,
+    8 samples × 0.5 s = 4 s, whatever the lengths. The pilot's lengths 1 2 6: mean 3,
+    se = sqrt(7)/sqrt(3). Three replicates, given:
+    [1 1 2]: mean 4/3, se 1/3: t = (4/3 - 3)/(1/3) = -5 -> 3 + 5·se;
+    [2 6 6]: mean 14/3, se 4/3: t = 1.25 -> 3 - 1.25·se;
+    [6 6 5.5]: mean 35/6, se 1/6: t = 17 -> below 5% of the mean: held at 0.15.
+    A replicate's wall is 4 s × (studentized mean / its own mean)."""
+    se = math.sqrt(7 / 3)
+    m_t = [3 + 5 * se, 3 - 1.25 * se, 0.15]
+    m_r = [4 / 3, 14 / 3, 35 / 6]
+    reps = iter([replicate([1.0, 1.0, 2.0]), replicate([2.0, 6.0, 6.0]),
+                 replicate([6.0, 6.0, 5.5])])  # fmt: skip
+    monkeypatch.setattr(Pool, "resample", lambda self, rng: next(reps))
+    m = model()
+    m.pool = pool([1.0, 2.0, 6.0])
+    m.pool.thinking = np.array([2.0, 2.0, 2.0])
+    m.step = StepModel(0.0, 0.0, 0.0)
+    m.concurrency = 1
+    m.replay_s, m.pilot_wall_s, m.replay_send_s, m.pilot_send_s = 1.0, 1.0, 1.0, 1.0
+    (f,) = forecast(m, [(8, 1)], boot=3)
+    walls = sorted(4.0 * t / r for t, r in zip(m_t, m_r, strict=True))
+    # percentiles of 3 values at 2.5% and 97.5%: ranks 0.05 and 1.95
+    lo = walls[0] + 0.05 * (walls[1] - walls[0])
+    hi = walls[1] + 0.95 * (walls[2] - walls[1])
+    assert f.seconds == 4.0
+    assert (f.lo_s, f.hi_s) == (pytest.approx(lo, rel=1e-12), pytest.approx(hi, rel=1e-12))
+    means = sorted(m_t)
+    out_lo = means[0] + 0.05 * (means[1] - means[0])
+    out_hi = means[1] + 0.95 * (means[2] - means[1])
+    assert f.output_tokens == 24.0  # 8 × 3
+    assert f.output_lo == pytest.approx(8 * out_lo, rel=1e-12)
+    assert f.output_hi == pytest.approx(8 * out_hi, rel=1e-12)
+    assert f.length_halfwidth == pytest.approx(max(out_hi / 3 - 1, 1 - out_lo / 3), rel=1e-12)
+    assert (f.samples, f.servers, f.per_server) == (8, 1, 8)
+    assert f.thinking_tokens == 16.0  # 8 × 2
+
+
+def test_the_bootstrap_stops_at_twenty_replicates_past_its_time_budget(monkeypatch):
+    calls = []
+    real = Pool.resample
+
+    def counting(self, rng):
+        calls.append(1)
+        return real(self, rng)
+
+    monkeypatch.setattr(Pool, "resample", counting)
+    forecast(model(), [(4, 1)], boot=25, time_budget_s=0.0)
+    assert len(calls) == 20
+    calls.clear()
+    forecast(model(), [(4, 1)], boot=25)
+    assert len(calls) == 25
+    calls.clear()
+    forecast(model(), [(4, 1)])
+    assert len(calls) == 100  # the default
+
+
+def test_the_forecast_is_reproducible_from_its_seed():
+    m = model()
+    m.pool = pool([2.0, 3.0, 9.0, 4.0])
+    a = forecast(m, [(40, 1)], boot=5)
+    assert forecast(m, [(40, 1)], boot=5, seed=0) == a
+    assert forecast(m, [(40, 1)], boot=5, seed=1) != a
+
+
+def test_a_short_job_may_start_its_bar_below_one_second():
+    m = model()
+    m.replay_s = 50.0  # 50 × 1.25 / 12.5 - 1: a 400% replay error on each side
+    (f,) = forecast(m, [(2, 1)], boot=2)
+    # 2 samples at C = 2: one round of 1 s × 1.25 = 1.25 s; 4 × 1.25 below it: held at 0
+    assert (f.seconds, f.lo_s) == (1.25, 0.0)

@@ -71,7 +71,7 @@ def test_from_dict_ignores_fields_it_does_not_know():
 
 
 def test_writer_appends_lines_and_reader_skips_a_torn_tail(tmp_path):
-    path = tmp_path / "sub" / "requests.jsonl"
+    path = tmp_path / "run" / "sub" / "requests.jsonl"  # directories made as needed
     a = rec(1.0, [0.5], tokens=1, rid="a")
     b = rec(2.0, [0.5, 0.75], tokens=2, rid="b", error="read_timeout")
     with RecordWriter(path, fsync=True) as w:
@@ -93,3 +93,24 @@ def test_a_second_writer_appends_after_what_is_there(tmp_path):
         with RecordWriter(path) as w:
             w.write(rec(1.0, [0.5], tokens=1, rid=rid))
     assert [r.id for r in read_records(path)] == ["a", "b"]
+
+
+def test_the_writer_fsyncs_only_when_asked(tmp_path, monkeypatch):
+    import genbench.records as records
+
+    synced = []
+    monkeypatch.setattr(records.os, "fsync", lambda fd: synced.append(fd))
+    with RecordWriter(tmp_path / "a.jsonl") as w:
+        w.write(rec(1.0, rid="a"))
+    assert synced == []
+    with RecordWriter(tmp_path / "b.jsonl", fsync=True) as w:
+        w.write(rec(1.0, rid="b"))
+        w.write(rec(1.0, rid="c"))
+    assert len(synced) == 2
+
+
+def test_a_closed_writer_writes_nothing_more(tmp_path):
+    w = RecordWriter(tmp_path / "a.jsonl")
+    w.close()
+    with pytest.raises(ValueError):
+        w.write(rec(1.0))

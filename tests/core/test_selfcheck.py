@@ -19,10 +19,10 @@ def stop(monkeypatch, *, cpu_s: float, wall_s: float, lags: list[float], chunks:
     monkeypatch.setattr(
         selfcheck,
         "time",
-        SimpleNamespace(process_time=lambda: cpu_s, perf_counter=lambda: wall_s),
+        SimpleNamespace(process_time=lambda: 64.0 + cpu_s, perf_counter=lambda: 32.0 + wall_s),
     )
-    m = LoopMonitor()  # as if started at time 0 on both clocks
-    m._cpu0, m._wall0 = 0.0, 0.0
+    m = LoopMonitor()  # as if started at 64 s of CPU, 32 s on the clock
+    m._cpu0, m._wall0 = 64.0, 32.0
     m.lags = list(lags)
     return asyncio.run(m.stop(chunks))
 
@@ -43,12 +43,12 @@ def test_a_client_with_room_to_spare_is_not_flagged(monkeypatch):
 
 
 def test_a_busy_core_flags_the_phase(monkeypatch):
-    # 6.8 s of CPU in 8 s = 85%: at the limit counts
-    sc = stop(monkeypatch, cpu_s=6.8, wall_s=8.0, lags=[0.001])
+    # 8.5 s of CPU in 10 s = 85%: at the limit counts
+    sc = stop(monkeypatch, cpu_s=8.5, wall_s=10.0, lags=[0.001])
     assert sc.cpu_fraction == 0.85
     assert sc.client_bound is True
     assert sc.reasons == ["client used 85% of a CPU core"]
-    sc = stop(monkeypatch, cpu_s=6.7, wall_s=8.0, lags=[0.001])  # 83.75%
+    sc = stop(monkeypatch, cpu_s=8.25, wall_s=10.0, lags=[0.001])  # 82.5%
     assert sc.client_bound is False
 
 
@@ -68,3 +68,21 @@ def test_no_lag_samples_and_no_time(monkeypatch):
     sc = stop(monkeypatch, cpu_s=1.0, wall_s=0.0, lags=[0.5])
     assert sc.cpu_fraction is None and sc.client_bound is False
     assert sc.to_dict()["client_bound"] is False
+
+
+def test_lag_is_reported_in_milliseconds_and_a_short_phase_is_measured(monkeypatch):
+    sc = stop(monkeypatch, cpu_s=0.125, wall_s=0.5, lags=[0.9])
+    assert sc.cpu_fraction == 0.25  # under a second is still a phase
+    assert sc.reasons == ["event-loop lag p99 900 ms"]
+
+
+def test_a_running_monitor_stops_cleanly():
+    async def main():
+        m = LoopMonitor(interval=0.01)
+        m.start()
+        await asyncio.sleep(0.05)
+        return await m.stop(10)
+
+    sc = asyncio.run(main())
+    assert sc.cpu_fraction is not None and sc.cpu_fraction >= 0
+    assert sc.loop_lag_p50_s is not None and sc.loop_lag_p50_s >= 0

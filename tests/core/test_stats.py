@@ -351,3 +351,53 @@ def test_knee_is_the_last_concurrency_that_still_paid():
     assert knee([(1, 100.0), (2, None), (4, 200.0), (8, 202.0)]) == 4
     assert knee([(1, 100.0)]) is None
     assert knee([]) is None
+
+
+# ------------------------------------------------------------------------- edge cases
+
+
+def test_counts_of_a_phase_with_missing_usage_and_finish_reasons():
+    recs = [
+        rec(10.0, [0.25, 0.5], tokens=None, prompt=None, finish=None),  # no usage, no finish
+        rec(10.0, [0.25, 0.5], tokens=3, prompt=4),
+    ]
+    s = summarize(recs)
+    assert s.finish_reasons == {"none": 1, "stop": 1}
+    assert (s.output_tokens, s.prompt_tokens) == (3, 4)  # missing counts add nothing
+    # a phase shorter than a second still has a rate: 3 tokens in 0.5 s
+    assert (s.wall_s, s.output_tps, s.request_rate) == (0.5, 6.0, 4.0)
+
+
+def test_the_steady_window_ends_where_the_caller_says_sending_stopped():
+    # the caller stopped sending at 100.5 (not at the last send, 112): the tail starts at
+    # the first end at or after it, 110
+    recs = ramp_and_tail()
+    for r in recs:
+        r.completion_tokens = 2
+    s = summarize(recs, concurrency=3, sustained=True, stop_sending_at=100.5)
+    assert s.steady_window_s == (4.0, 10.0)  # [104, 110) from the phase start 100
+
+
+def test_reasoning_counted_without_any_chunk_gives_no_events():
+    assert token_events(rec(1.0, [], tokens=5, reasoning=5)) == []
+
+
+def test_chunks_without_kinds_pair_as_far_as_they_go():
+    r = rec(1.0, [0.5, 1.0], tokens=2)
+    r.chunk_kinds = "a"  # a record cut short between its two lists
+    assert token_events(r) == [(1.5, 2.0, False)]
+
+
+def test_thinking_tokens_add_up_over_the_window_and_failures_anywhere_are_skipped():
+    recs = [
+        rec(100.0, [1.0, 2.0], "aa", tokens=2, error="read_timeout"),  # first in the list
+        rec(100.0, [1.0, 2.0, 3.0], "rra", tokens=6, reasoning=4),  # 2 thinking each
+    ]
+    w = window_throughput(recs, 100.0, 104.0)
+    # the failed request is skipped, the next one still counted: 2 + 2 + 2 = 6, 4 thinking
+    assert (w.tokens, w.thinking_tokens) == (6.0, 4.0)
+
+
+def test_a_summary_as_a_document():
+    d = summarize(sustained_phase(), concurrency=2, sustained=True).to_dict()
+    assert d["output_tokens"] == 21 and d["steady_window_s"] == (2.0, 6.5)

@@ -256,3 +256,69 @@ def test_load_existing_finishes_an_interrupted_conversion(tmp_path):
     assert not (out / "data-00000.jsonl").exists()
     assert not (out / ".genbench" / "data-00000.idx").exists()
     assert ex.next_number == 2
+
+
+def test_an_empty_batch_in_the_index_is_still_in_order(tmp_path):
+    index = batch(len(A), ["a"]) + batch(len(A), []) + batch(len(A + B), ["b"])
+    data, idx = shard(tmp_path, A + B, index)
+    assert scan_jsonl_shard(data, idx).ids == ["a", "b"]
+    assert idx.read_bytes() == index  # every batch trusted: nothing to rewrite
+
+
+def test_a_blank_first_line_is_not_a_row(tmp_path):
+    data, idx = shard(tmp_path, b"\n" + A + B)
+    s = scan_jsonl_shard(data, idx)
+    assert (s.ids, s.valid_bytes) == ([], 0)
+    assert data.read_bytes() == b""
+
+
+def resumable(tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    (out / ".genbench").mkdir(parents=True)
+    (out / "data-00000.jsonl").write_bytes(A + B + line("a"))  # a again: a duplicate
+    (out / ".genbench" / "data-00000.idx").write_bytes(batch(len(A), ["a"]))
+    (out / "data-00001.jsonl").write_bytes(C + line("b") + b'{"id": "e"')  # b again, torn
+    (out / "errors.jsonl").write_bytes(orjson.dumps({"id": "f"}) + b"\n" + b'{"id": "g"')
+    return out
+
+
+def test_load_existing_repairs_what_it_scans(tmp_path):
+    out = resumable(tmp_path)
+    ex = Store(out).load_existing()
+    assert ex.done == {"a", "b", "c"}
+    assert ex.duplicates == 2  # one in each shard
+    assert ex.failed == {"f"}
+    assert (out / "data-00001.jsonl").read_bytes() == C + line("b")
+    assert (out / "errors.jsonl").read_bytes() == orjson.dumps({"id": "f"}) + b"\n"
+    # the indexes now cover each shard
+    assert index_of(out / ".genbench" / "data-00000.idx") == [
+        {"end": len(A + B + A), "ids": ["a", "b", "a"]}
+    ]
+    assert index_of(out / ".genbench" / "data-00001.idx") == [
+        {"end": len(C + B), "ids": ["c", "b"]}
+    ]
+
+
+def test_load_existing_without_repair_changes_nothing(tmp_path):
+    out = resumable(tmp_path)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    ex = Store(out).load_existing(repair=False)
+    assert ex.done == {"a", "b", "c"} and ex.failed == {"f"}
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_a_directory_without_shards_starts_at_shard_zero(tmp_path):
+    (tmp_path / "out" / ".genbench").mkdir(parents=True)
+    ex = Store(tmp_path / "out").load_existing()
+    assert (ex.next_number, ex.shards, ex.done) == (0, [], set())
+
+
+def test_a_converted_shard_without_an_index_is_finished_too(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    out = tmp_path / "out"
+    (out / ".genbench").mkdir(parents=True)
+    pq.write_table(pa.table({"id": ["a"]}), out / "data-00000.parquet")
+    (out / "data-00000.jsonl").write_bytes(A)  # left over, and it never had an index
+    ex = Store(out, fmt="parquet").load_existing()
+    assert ex.done == {"a"} and not (out / "data-00000.jsonl").exists()

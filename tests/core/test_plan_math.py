@@ -879,7 +879,7 @@ def test_the_bootstrap_stops_at_twenty_replicates_past_its_time_budget(monkeypat
         return real(self, rng)
 
     monkeypatch.setattr(Pool, "resample", counting)
-    forecast(model(), [(4, 1)], boot=25, time_budget_s=0.0)
+    assert len(forecast(model(), [(4, 1)], boot=25, time_budget_s=0.0)) == 1
     assert len(calls) == 20
     calls.clear()
     forecast(model(), [(4, 1)], boot=25)
@@ -903,3 +903,124 @@ def test_a_short_job_may_start_its_bar_below_one_second():
     (f,) = forecast(m, [(2, 1)], boot=2)
     # 2 samples at C = 2: one round of 1 s × 1.25 = 1.25 s; 4 × 1.25 below it: held at 0
     assert (f.seconds, f.lo_s) == (1.25, 0.0)
+
+
+def test_the_smallest_series_that_say_something():
+    # three values are enough: 1 3 2, deviations -1 1 0: (-1 + 0) / 2 = -0.5
+    assert lag1([1.0, 3.0, 2.0]) == -0.5
+    # spread below 1 in absolute terms is still spread: 0.1 .. 0.4 as 1 .. 4 above
+    assert lag1([0.1, 0.2, 0.3, 0.4]) == pytest.approx(0.25, rel=1e-12)
+    # 1 2 3: lag-1 0, sd 1, mean 2: t(2) = 4.303 × 1 / 2 / sqrt(3)
+    assert series_halfwidth([1.0, 2.0, 3.0]) == pytest.approx(4.303 / 2 / math.sqrt(3), 1e-12)
+    # two lengths 2 and 4: Σ 6, Σ² 20; variance (20/2 - 9)·2 = 2: 1.96·sqrt(2/2)/3
+    assert length_halfwidth(2, 6.0, 20.0) == pytest.approx(1.96 / 3, rel=1e-12)
+    assert length_halfwidth(2, 0.5, 0.125) == 0.0  # two of 0.25: a mean under one token
+
+
+def test_the_rate_bar_reads_the_window_of_the_first_c_only():
+    # a second request, sent at 6 (the last send) with its first token at 12: C = 1, so
+    # the ramp is the first request's first token (1.0) and the tail its end (11.0)
+    recs = [*steady_single([0.5, 1.5, 2.5, 3.5, 4.5, 10.5], 6), rec(6.0, [6.0, 7.0], tokens=2)]
+    se = math.sqrt(2.5 / 9) / 0.5 / math.sqrt(10)
+    assert rate_halfwidth(recs, 1) == pytest.approx(2.262 * se * math.sqrt(1.7 / 0.3), 1e-12)
+
+
+def test_the_rate_bar_cuts_ten_equal_stretches():
+    # one token in each of [1, 2) [2, 3) ... [10, 11): at 1, 2.5, 3.5, ..., 10.5 (the
+    # chunk at 11 ends the window): no spread, whatever each carries (here 1/11 token)
+    offsets = [0.5] + [2.0 + i for i in range(9)] + [10.5]
+    assert rate_halfwidth(steady_single(offsets, 11), 1) == 0.0
+    assert rate_halfwidth(steady_single(offsets, 1), 1) == 0.0
+    # two tokens in the first stretch (1 and 1.5), one in each of the next four
+    two = steady_single([0.5, 1.0, 1.5, 2.5, 3.5, 4.5, 10.5], 7)
+    assert rate_halfwidth(two, 1) == series_halfwidth([2, 1, 1, 1, 1, 0, 0, 0, 0, 0])
+
+
+def test_a_send_at_the_instant_a_request_ended_is_a_gap_of_zero():
+    # C = 1: ends 2 and 3; the next sends at 2.0 (no gap) and 3.5: median of 0 and 0.5
+    recs = [rec(1.0, [1.0]), rec(2.0, [1.0]), rec(3.5, [0.5])]
+    assert worker_gap(recs, 1) == 0.25
+
+
+def test_blocks_of_decode_rows():
+    rows = DecodeRows(np.zeros((4, 3)), np.zeros(4), np.array([3.0, 1.0, 2.0, 0.0]))
+    assert [b.tolist() for b in rows.blocks(1)] == [[3, 1, 2, 0]]
+    assert [b.tolist() for b in rows.blocks(2)] == [[3, 1], [2, 0]]
+    assert len(rows.blocks(9)) == 4  # never more stretches than rows
+
+
+def test_samples_sent_at_the_same_instant_keep_their_order():
+    recs = [rec(1.0, [0.5, 1.0], tokens=2, rid=str(i)) for i in range(40)]
+    assert Pool.from_records(recs, 4).order.tolist() == list(range(40))
+
+
+def test_resampled_failure_rates_move_with_the_draws():
+    p = pool([2.0], fail_rate=0.5, fail_s=[1.0])
+    p.attempts = 10
+    rng = np.random.default_rng(0)
+    rates = {p.resample(rng).fail_rate for _ in range(20)}
+    assert rates <= {k / 10 for k in range(10)} and len(rates) > 1  # k failures of 10
+
+
+def test_job_walls_simulate_once_unless_asked():
+    p = pool([2.0, 5.0, 9.0])
+    step = StepModel(0.5, 0.0, 0.0)
+    one = job_walls([12], 1, p, step, np.random.default_rng(2))
+    assert one == job_walls([12], 1, p, step, np.random.default_rng(2), repeats=1)
+    assert one != job_walls([12], 1, p, step, np.random.default_rng(2), repeats=2)
+
+
+def test_a_forecast_without_replicates():
+    # no bootstrap at all: the bar is the replay's 20% alone, around 5 s (see above)
+    (f,) = forecast(model(), [(8, 1)], boot=0)
+    assert (f.seconds, f.output_lo, f.output_hi) == (5.0, 24.0, 24.0)
+    assert (f.lo_s, f.hi_s) == (pytest.approx(4.0, rel=1e-12), pytest.approx(6.0, rel=1e-12))
+
+
+def given_replicates(monkeypatch, pilot, replicates):
+    """forecast over 8 samples at C = 1 with steps of no time (each sample: 0.5 s of TTFT,
+    4 s in all), the pilot's lengths `pilot`, and these bootstrap replicates."""
+    reps = iter([pool(r) for r in replicates])
+    monkeypatch.setattr(Pool, "resample", lambda self, rng: next(reps))
+    m = model()
+    m.pool = pool(pilot)
+    m.step = StepModel(0.0, 0.0, 0.0)
+    m.concurrency = 1
+    m.replay_s, m.pilot_wall_s, m.replay_send_s, m.pilot_send_s = 1.0, 1.0, 1.0, 1.0
+    (f,) = forecast(m, [(8, 1)], boot=len(replicates))
+    return f
+
+
+def bar(walls):
+    """2.5% and 97.5% percentiles of three values: ranks 0.05 and 1.95."""
+    w = sorted(walls)
+    return w[0] + 0.05 * (w[1] - w[0]), w[1] + 0.95 * (w[2] - w[1])
+
+
+def test_the_bar_of_a_two_sample_pilot(monkeypatch):
+    # pilot 1 3: mean 2, se = sqrt(2)/sqrt(2) = 1. Replicates: [1 1] and [3 3] have no
+    # spread (se_r 0): taken as they are (4 s); [1 2]: mean 1.5, se_r 0.5, t = -1:
+    # studentized 2 + 1 = 3, so its wall is 4 × 3/1.5 = 8 s
+    f = given_replicates(monkeypatch, [1.0, 3.0], [[1.0, 1.0], [3.0, 3.0], [1.0, 2.0]])
+    lo, hi = bar([4.0, 4.0, 8.0])
+    assert (f.lo_s, f.hi_s) == (pytest.approx(lo, rel=1e-12), pytest.approx(hi, rel=1e-12))
+
+
+def test_the_bar_with_a_small_standard_error_and_without_one(monkeypatch):
+    # pilot 2 2.5 3: mean 2.5, se = 0.5/sqrt(3) = 0.2887. [2 2 2]: no spread, as is (4 s);
+    # [2.5 3 3]: mean 17/6, se_r = sqrt(1/12)/sqrt(3) = 1/6: t = 2, studentized
+    # 2.5 - 2·0.2887; [2 2 3]: mean 7/3, se_r 1/3: t = -0.5, studentized 2.5 + 0.5·0.2887
+    se = 0.5 / math.sqrt(3)
+    f = given_replicates(
+        monkeypatch, [2.0, 2.5, 3.0], [[2.0, 2.0, 2.0], [2.5, 3.0, 3.0], [2.0, 2.0, 3.0]]
+    )
+    walls = [4.0, 4.0 * (2.5 - 2 * se) / (17 / 6), 4.0 * (2.5 + 0.5 * se) / (7 / 3)]
+    lo, hi = bar(walls)
+    assert (f.lo_s, f.hi_s) == (pytest.approx(lo, rel=1e-12), pytest.approx(hi, rel=1e-12))
+    means = bar([2.0, 2.5 - 2 * se, 2.5 + 0.5 * se])
+    assert f.length_halfwidth == pytest.approx(
+        max(means[1] / 2.5 - 1, 1 - means[0] / 2.5), rel=1e-12
+    )
+    # a pilot of equal lengths has no standard error: replicates are taken as they are
+    f = given_replicates(monkeypatch, [2.0, 2.0, 2.0], [[1.0, 2.0, 6.0]] * 3)
+    assert f.lo_s == pytest.approx(4.0, rel=1e-12)  # the wall does not depend on lengths

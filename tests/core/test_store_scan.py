@@ -147,7 +147,7 @@ def test_an_index_off_a_line_boundary_is_not_about_this_file(tmp_path):
 def test_the_index_is_read_up_to_its_first_bad_entry(tmp_path):
     ok = batch(len(A), ["a"])
     for rest in (
-        b'{"end": 5',  # torn
+        b'{"end": 5',  # torn (and the entries after it with it)
         b"{oops}\n",  # garbled
         b'{"ids": ["b"]}\n',  # no end
         b'{"end": "x", "ids": ["b"]}\n',  # an end that is not a number
@@ -322,3 +322,8 @@ def test_a_converted_shard_without_an_index_is_finished_too(tmp_path):
     (out / "data-00000.jsonl").write_bytes(A)  # left over, and it never had an index
     ex = Store(out, fmt="parquet").load_existing()
     assert ex.done == {"a"} and not (out / "data-00000.jsonl").exists()
+
+
+def test_an_index_torn_at_its_end(tmp_path):
+    data, idx = shard(tmp_path, A + B, batch(len(A), ["a"]) + b'{"end": 9')
+    assert scan_jsonl_shard(data, idx).ids == ["a", "b"]

@@ -8,7 +8,7 @@ from pathlib import Path
 from genbench.errors import UsageError
 from genbench.report.figures import MAX_BARS, Figure, all_figures, focus_phase
 from genbench.report.html import page
-from genbench.report.runs import Run, load_runs
+from genbench.report.runs import Run, load_sides
 
 REPORT_FILE = "report.html"
 
@@ -33,7 +33,7 @@ def write_report(
     max_bars: int = MAX_BARS,
 ) -> Path:
     """Load the runs, write the HTML atomically, and the PNGs when asked."""
-    runs = load_runs(paths)
+    runs = load_sides(paths)
     html, figs = build(runs, phase, max_bars)
     if png_dir is not None:
         from genbench.report.png import export

@@ -123,7 +123,8 @@ def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> str:
 
 
 def _tag(run: Run) -> str:
-    return f'<span class="runtag" style="--run:{run.color}"></span>{escape(run.label)}'
+    label = run.label + (" r1" if len(run.repeats) > 1 else "")
+    return f'<span class="runtag" style="--run:{run.color}"></span>{escape(label)}'
 
 
 def when(iso: Any) -> str:
@@ -150,14 +151,15 @@ def card(run: Run) -> str:
         f'<div class="card" style="--run:{run.color}"><h3>{escape(run.label)}'
         f'<span class="status{bad}">{escape(status)}</span></h3>'
         f'<div class="meta">{escape(run.model)} · {escape(run.server)} · {escape(url)} · '
-        f"{escape(when(d.get('created')))}{msg}<br>{escape(str(run.path))}</div>"
+        f"{escape(when(d.get('created')))}{msg}<br>{escape(str(run.source or run.path))}</div>"
         f'<div class="tiles">{tiles}</div></div>'
     )
 
 
-def numbers(runs: list[Run]) -> str:
-    """The measured numbers as tables, for readers who want them exact."""
+def numbers(sides: list[Run]) -> str:
+    """The measured numbers as tables, for readers who want them exact: every repeat."""
     rows = []
+    runs = [r for side in sides for r in side.repeat_runs]
     for run in runs:
         for p in run.kind("single"):
             s = p.get("summary") or {}
@@ -316,7 +318,8 @@ def page(runs: list[Run], figs: list[F.Figure], focus: str | None) -> str:
     by_id = {f.id: f for f in figs}
     gantts = [f for f in figs if f.id.startswith("gantt_")]
     servers = [f for f in figs if f.id.startswith("server_")]
-    diffs = workload_differences(runs) if len(runs) > 1 else []
+    every = [x for r in runs for x in r.repeat_runs]
+    diffs = workload_differences(every) if len(every) > 1 else []
     title = "genbench report — " + ", ".join(r.label for r in runs)
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
@@ -351,7 +354,14 @@ def page(runs: list[Run], figs: list[F.Figure], focus: str | None) -> str:
     parts.append(
         f"<h2>Timeline of {escape(focus or 'a sweep phase')}</h2><p class='lead'>The sustained "
         "rate is measured only in the steady window: after every worker has its first token "
-        "(ramp) and before the first request finishes once sending stopped (tail).</p>"
+        "(ramp) and before the first request finishes once sending stopped (tail)."
+        + (
+            " For a side of repeats, these plots and the latency distributions show its first "
+            "repeat; the throughput plots and the numbers show them all."
+            if any(len(r.repeats) > 1 for r in runs)
+            else ""
+        )
+        + "</p>"
         "<div class='grid'>"
         + figure_html(by_id["tokens_over_time"])
         + "".join(figure_html(g) for g in gantts)
@@ -384,7 +394,7 @@ def page(runs: list[Run], figs: list[F.Figure], focus: str | None) -> str:
         "tokens / wall time from the first send to the last end</dd><dt>TTFT, ITL, TPOT</dt>"
         "<dd>time to first token; gap between streamed chunks; decode time per output token "
         "after the first</dd></dl>Files: "
-        + escape(", ".join(str(r.path) for r in runs))
+        + escape(", ".join(str(x.path) for r in runs for x in r.repeat_runs))
         + "</footer></main></body></html>"
     )
     return "".join(parts)

@@ -63,7 +63,9 @@ def _draw_axes(fig: Figure, ax: Any) -> None:
         )
     for s in fig.series:
         kw = {"color": s.color, "label": s.label, "linestyle": LINESTYLE.get(s.dash, "-")}
-        if s.step:
+        if not s.line:
+            ax.scatter(s.xs, s.ys, s=12, alpha=0.55, color=s.color, label=s.label, lw=0)
+        elif s.step:
             ax.step(s.xs, s.ys, where="post", lw=1.8, **kw)
         else:
             ax.plot(s.xs, s.ys, marker=MARKER.get(s.marker), lw=2, ms=5, **kw)

@@ -597,9 +597,15 @@ def summary_cards(run: Run) -> list[tuple[str, str, str]]:
     """(label, value, detail) headline numbers of one run."""
     d = run.doc
     cards: list[tuple[str, str, str]] = []
-    single = (d.get("single_stream") or {}).get("mean_decode_tps")
-    if single:
-        cards.append(("single-stream decode", f"{single:,.0f} tok/s", "mean over lengths"))
+    singles = [
+        v
+        for r in run.repeat_runs
+        if (v := (r.doc.get("single_stream") or {}).get("mean_decode_tps"))
+    ]
+    if singles:
+        of = f", of {len(singles)} repeats" if len(singles) > 1 else ""
+        mean = sum(singles) / len(singles)
+        cards.append(("single-stream decode", f"{mean:,.0f} tok/s", "mean over lengths" + of))
     best: tuple[float, int, str, list[float]] | None = None
     for kind, key in (("sustained", "steady_tps"), ("burst", "output_tps")):
         for c, values in sweep_values(run, kind, key).items():

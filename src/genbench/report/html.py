@@ -314,6 +314,13 @@ def _plain(v: Any) -> str:
     return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
 
 
+def _count(runs: list[Run]) -> str:
+    n = sum(len(r.repeat_runs) for r in runs)
+    if n == len(runs):
+        return f"{n} run{'s' if n != 1 else ''}"
+    return f"{len(runs)} side{'s' if len(runs) != 1 else ''}, {n} runs"
+
+
 def page(runs: list[Run], figs: list[F.Figure], focus: str | None) -> str:
     by_id = {f.id: f for f in figs}
     gantts = [f for f in figs if f.id.startswith("gantt_")]
@@ -327,7 +334,7 @@ def page(runs: list[Run], figs: list[F.Figure], focus: str | None) -> str:
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{escape(title)}</title><style>{CSS}</style></head><body><main>",
         f"<header><h1>{escape(title)}</h1><p>generated {now} by genbench {__version__}; "
-        f"{len(runs)} run{'s' if len(runs) != 1 else ''}; hover a mark for its value</p></header>",
+        f"{_count(runs)}; hover a mark for its value</p></header>",
     ]
     if diffs:
         parts.append(

@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from conftest import genbench
+from tests_helpers import sim_metric
 
 from genbench.errors import UsageError
 from genbench.noise import ALLOWANCE, FLOOR, Z, difference, side, t_quantile
@@ -147,12 +150,15 @@ def test_a_drifting_sim_decodes_at_the_formulas_rate_times_the_drift(tmp_path):
             "--prompts", "1", "--out", str(out),
         )  # fmt: skip
         assert p.returncode == 0, p.stderr
+        if sim_metric(sim.root, "decode_resync_seconds_total") > 0.1:
+            pytest.skip("host too loaded: the sim fell behind its schedule")
     rec = json.loads((out / "requests.jsonl").read_text().splitlines()[0])
     offs = rec["chunk_offsets"]
-    rates = [40 / (offs[i + 40] - offs[i]) for i in range(0, len(offs) - 40, 20)]
-    # over a fifth of a second the drift moves little: windows near the peak and trough
-    assert max(rates) == pytest.approx(280, rel=0.08)
-    assert min(rates) == pytest.approx(120, rel=0.08)
+    rates = sorted(40 / (offs[i + 40] - offs[i]) for i in range(0, len(offs) - 40, 10))
+    # over a fifth of a second the drift moves little; over 1.3 cycles a tenth of the
+    # windows are near the peak (1 + 0.4·0.95) and a tenth near the trough
+    assert rates[int(0.9 * len(rates))] == pytest.approx(200 * 1.38, rel=0.06)
+    assert rates[int(0.1 * len(rates))] == pytest.approx(200 * 0.62, rel=0.06)
 
 
 # --- run --repeat / --versus and compare against drifting sims ----------------------------
@@ -166,7 +172,19 @@ RUN = (
 KEY = "sustained.c8.steady_tps"
 
 
-def versus(tmp: Path, tps_a: float, tps_b: float, repeats: int = 5) -> Path:
+@dataclass
+class Pair:
+    dir: Path  # OUT of run --versus: OUT/a, OUT/b
+    behind_s: float  # how far the sims fell behind their schedule: a starved host
+    wall_s: float
+
+    def skip_if_starved(self) -> None:
+        """A host too loaded to keep the sims' timing tests the host, not the rule."""
+        if self.behind_s > 0.05 * self.wall_s:
+            pytest.skip(f"host too loaded: the sims fell {self.behind_s:.1f} s behind")
+
+
+def versus(tmp: Path, tps_a: float, tps_b: float, repeats: int = 5) -> Pair:
     """Both sims started together (the same drift), then A B A B ... repeats."""
     # B faster as a whole: both terms of the decode step shorter by tps_a / tps_b
     per_seq_b = str(0.05 * tps_a / tps_b)
@@ -176,15 +194,18 @@ def versus(tmp: Path, tps_a: float, tps_b: float, repeats: int = 5) -> Path:
     ]
     start_all(sims)
     try:
+        t0 = time.monotonic()
         p = genbench(
             "run", "--url", sims[0].url, "--versus", sims[1].url, "--repeat", str(repeats),
             *RUN, "--out", str(tmp / "ab"), timeout=300,
         )  # fmt: skip
+        wall = time.monotonic() - t0
         assert p.returncode == 0, p.stderr + p.stdout
+        behind = sum(sim_metric(s.root, "decode_resync_seconds_total") for s in sims)
     finally:
         for s in sims:
             s.close()
-    return tmp / "ab"
+    return Pair(tmp / "ab", behind, wall)
 
 
 def compare_json(*args: str) -> dict:
@@ -198,13 +219,23 @@ def row(doc: dict, key: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def same(tmp_path_factory) -> Path:
+def pair_same(tmp_path_factory) -> Pair:
     return versus(tmp_path_factory.mktemp("same"), 200, 200)
 
 
 @pytest.fixture(scope="module")
-def apart(tmp_path_factory) -> Path:
+def pair_apart(tmp_path_factory) -> Pair:
     return versus(tmp_path_factory.mktemp("apart"), 200, 220)
+
+
+@pytest.fixture(scope="module")
+def same(pair_same) -> Path:
+    return pair_same.dir
+
+
+@pytest.fixture(scope="module")
+def apart(pair_apart) -> Path:
+    return pair_apart.dir
 
 
 def test_versus_alternates_the_servers_repeat_by_repeat(same):
@@ -222,17 +253,22 @@ def test_versus_alternates_the_servers_repeat_by_repeat(same):
     ]
 
 
-def test_the_same_server_settings_under_drift_read_same(same):
+def test_the_same_server_settings_under_drift_read_same(pair_same):
+    same = pair_same.dir
     doc = compare_json(str(same / "a"), str(same / "b"))
     r = row(doc, KEY)
     assert doc["drift_measured"] and [x["label"] for x in doc["runs"]] == ["a", "b"]
     assert [len(v) for v in r["repeats"]] == [5, 5]
-    assert r["verdicts"][1] == "same", r
+    assert r["verdicts"][1] == "same", r  # a starved host only widens the interval
     lo, hi = r["intervals"][1]
-    assert lo < 1 < hi and hi / lo < 1.25, r  # not a vacuous interval either
+    assert lo < 1 < hi, r
+    pair_same.skip_if_starved()
+    assert hi / lo < 1.25, r  # not a vacuous interval either
 
 
-def test_servers_10_percent_apart_under_the_same_drift_name_the_faster(apart):
+def test_servers_10_percent_apart_under_the_same_drift_name_the_faster(pair_apart):
+    pair_apart.skip_if_starved()
+    apart = pair_apart.dir
     doc = compare_json(str(apart / "a"), str(apart / "b"))
     r = row(doc, KEY)
     assert r["verdicts"][1] == "better", r

@@ -11,6 +11,7 @@ import typer
 
 from genbench.endpoint import DEFAULT_KEY_ENV, Endpoint, load_api_key
 from genbench.errors import UsageError
+from genbench.limits import Descriptors, fit_descriptors
 
 T = TypeVar("T")
 
@@ -35,6 +36,12 @@ def endpoint(url: str, key_env: str | None, key_file: Path | None) -> Endpoint:
 def positive(name: str, value: float | int | None) -> None:
     if value is not None and value <= 0:
         raise UsageError(f"{name} must be a positive number, got {value}")
+
+
+def descriptors(streams: int, servers: int = 1, lower: str = "--concurrency") -> Descriptors:
+    """Before anything is sent: raise the open-file limit to fit `streams` connections over
+    `servers`, or refuse in one line (genbench.limits)."""
+    return fit_descriptors(streams, servers, lower)
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

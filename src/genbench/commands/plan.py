@@ -251,6 +251,7 @@ def _pilot(
     stop: P.PilotStop | None,
 ) -> tuple[dict[str, Any], Path]:
     ep = common.endpoint(url, api_key_env, api_key_file)
+    common.descriptors(concurrency)
     # generate's reader: a file generate refuses fails here, with the same message, before
     # the server is touched
     source_rows = P.read_pilot_input(prompts_path, seed)

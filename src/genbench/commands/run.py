@@ -326,6 +326,7 @@ def run(
     if extra_body is not None:
         cfg.extra_body = parse_extra_body(extra_body)
     cfg.validate()
+    common.descriptors(1 if "sweep" in cfg.skip else max(cfg.concurrency))
     console = err if json else out
     ctx: AbstractContextManager[Any] = nullcontext()
     extra: dict[str, Any] = {}

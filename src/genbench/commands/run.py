@@ -353,6 +353,7 @@ def run(
     if extra_body is not None:
         cfg.extra_body = parse_extra_body(extra_body)
     cfg.validate()
+    common.descriptors(1 if "sweep" in cfg.skip else max(cfg.concurrency))
     console = err if json else out
     if repeat < 1:
         raise UsageError(f"--repeat must be 1 or more, got {repeat}")

@@ -80,6 +80,8 @@ def sim(
         faults=[parse_fault(f) for f in fault or []], drift=drift,
     ).validate()  # fmt: skip
 
+    from genbench.limits import raise_soft_limit
     from genbench.sim.server import run
 
+    raise_soft_limit()  # a server cannot know how many clients will connect: all it may
     run(cfg)

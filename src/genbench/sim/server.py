@@ -622,6 +622,8 @@ class SimServer:
             ("first_token_lag_seconds_total", "counter", "Sum over requests of how late the "
              "first token was written after its scheduled time (slow host timers).",
              [("", s.first_lag_sum)]),
+            ("requests_total", "counter", "HTTP requests received, by endpoint.",
+             [(f'{{endpoint="{k}"}}', v) for k, v in self.counts.items()]),
         ]  # fmt: skip
         lines: list[str] = []
         for name, kind, help_, samples in table:

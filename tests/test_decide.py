@@ -232,11 +232,12 @@ def test_the_price_comes_from_the_settings_file_and_a_flag_overrides_it(tmp_path
             "--samples", "900K", "--json")  # fmt: skip
     p = genbench(*args, env={"GENBENCH_CONFIG": str(cfg)})
     dec = json.loads(p.stdout)["decision"]
-    assert dec["price"]["per_gpu_hour"] == 2.5 and str(cfg) in dec["price"]["from"]
-    assert str(cfg) in dec["price"]["gpus_per_server_from"]
+    assert dec["price"]["per_gpu_hour"] == 2.5
+    assert dec["price"]["from"] == f"{cfg} [plan] price_per_gpu_hour"
+    assert dec["price"]["gpus_per_server_from"] == f"{cfg} [plan] gpus_per_server"
     assert dec["configurations"][0]["rows"][0]["cost"]["forecast"] == 10_000
     assert dec["deadline"] is None and "servers_needed" not in dec["configurations"][0]["rows"][0]
-    assert "10,000" in p.stderr and f"from {cfg}" in p.stderr
+    assert "10,000" in p.stderr and "[plan] price_per_gpu_hour" in p.stderr  # not markup
 
     p = genbench(*args, "--price", "3", env={"GENBENCH_CONFIG": str(cfg)})
     dec = json.loads(p.stdout)["decision"]

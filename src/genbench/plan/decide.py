@@ -41,7 +41,7 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 
 BASIS = {
     "servers": "servers: one server's time at the range's slow end ÷ deadline, rounded up "
-    "(a deadline is a promise); the count at the forecast below it",
+    "(a deadline is a promise); the count at the forecast below it when it differs",
     "fit": "samples that fit: deadline × servers ÷ seconds per sample at the range's slow end "
     "(of the largest count planned), rounded down",
     "cost": "cost: one server's hours × GPUs per server × price per GPU-hour, the same on any "

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -38,7 +39,7 @@ def render(doc: dict[str, Any], console: Console) -> None:
         if decision:
             _print_decision(decision, console)
     for note in doc.get("notes") or []:
-        console.print(f"  [yellow]note:[/] {note}")
+        console.print(f"  [yellow]note:[/] {escape(note)}")
 
 
 Cell = Callable[[dict[str, Any]], str]
@@ -419,15 +420,16 @@ def _comparison_table(decision: dict[str, Any], i: int) -> DecisionTable:
 
 
 def _print_decision(decision: dict[str, Any], console: Console) -> None:
+    # the text is plain (a settings file's path reads "… [plan] …"), never markup
     for table in decision_tables(decision):
-        t = Table(title=table.title, title_justify="left")
+        t = Table(title=escape(table.title), title_justify="left")
         for j, head in enumerate(table.head):
-            t.add_column(head, justify="left" if j in table.left else "right")
+            t.add_column(escape(head), justify="left" if j in table.left else "right")
         for row in table.rows:
-            t.add_row(*row)
+            t.add_row(*(escape(cell) for cell in row))
         console.print(t)
         for line in table.foot:
-            console.print(f"  {line}")
+            console.print(f"  {escape(line)}")
 
 
 def _render_comparison(doc: dict[str, Any], console: Console) -> None:

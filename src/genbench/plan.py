@@ -41,10 +41,9 @@ import numpy as np
 import orjson
 
 from genbench import __version__
-from genbench.client import ChatRequest, Timeouts
+from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import InputFileError, UsageError
-from genbench.fastclient import FastClient
 from genbench.generate.engine import WorkItem
 from genbench.generate.input import Row, iter_rows, scan
 from genbench.generate.params import merge, split_max_tokens
@@ -1406,8 +1405,7 @@ async def run_pilot(
     of load (12-20% for ~20 s on the vLLM CPU test server), and a pilot is short enough
     for that to bias the forecast of a job that runs warm for hours."""
     timeouts = Timeouts(connect=10.0, read=timeout, total=None)
-    # the protocol-level transport `run` uses: the client's own CPU stays out of the pilot
-    client = FastClient(ep, model, timeouts=timeouts, keep_text=True)
+    client = Client(ep, model, timeouts=timeouts, keep_text=True)
     job_params = params or {}
     all_turns = turns == "all"
     # request id -> (row in progress, its number in the pilot, turn, requests in the row)

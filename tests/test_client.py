@@ -29,6 +29,7 @@ from genbench.client import ChatRequest, Client, ConnectionPool, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.http1 import Exchange
 from genbench.load import run_phase
+from genbench.metrics import MetricsScraper, server_metrics_summary
 from genbench.records import ErrorKind, RequestRecord
 from genbench.stream import Failure, StreamParser
 
@@ -471,6 +472,24 @@ async def test_shared_pool_between_clients_and_gets(sim_factory):
         assert len(pool._all) == 1  # one connection served every request
     finally:
         await pool.close()
+
+
+async def test_metrics_scraper_shares_the_loads_pool(sim_factory):
+    sim = sim_factory(*FAST)
+    ep = Endpoint.parse(sim.url)
+    scraper = MetricsScraper(ep)
+    try:
+        before = await scraper.scrape()
+        async with Client(ep, "genbench-sim", session=scraper.pool) as c:
+            recs = [await c.chat(req(30, i)) for i in range(3)]
+        after = await scraper.scrape()
+        assert before is not None and after is not None and after.dialect == "genbench-sim"
+        summary = server_metrics_summary(before, after, {})
+        assert summary["generation_tokens"] == sum(r.completion_tokens for r in recs) == 90
+        assert len(scraper.pool._all) == 1  # the scrapes and the requests on one connection
+    finally:
+        await scraper.close()
+    assert not scraper.pool._all
 
 
 async def test_get_failures_are_failures_with_kinds():

@@ -348,7 +348,9 @@ class Runner:
     async def execute(self) -> None:
         cfg = self.cfg
         timeouts = Timeouts(connect=10.0, read=cfg.timeout, total=None)
-        client = Client(self.ep, self.model, timeouts=timeouts)
+        # one pool for the load and the /metrics scraper
+        pool = self.metrics.pool if self.metrics is not None else None
+        client = Client(self.ep, self.model, timeouts=timeouts, session=pool)
         try:
             if cfg.warmup and "warmup" not in cfg.skip:
                 reqs = iter(

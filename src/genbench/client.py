@@ -256,6 +256,12 @@ class Client:
             body["stream_options"] = {"include_usage": True}
         return body
 
+    def _request(self, req: ChatRequest) -> bytes:
+        """The request as bytes. orjson's output holds a 4 KiB buffer whatever its length:
+        only this copy of it stays alive while the request is in flight."""
+        data = orjson.dumps(self.payload(req))
+        return self._head + b"%d\r\n\r\n" % len(data) + data
+
     def new_record(self, req: ChatRequest, phase: str = "") -> RequestRecord:
         return RequestRecord(
             id=req.id,
@@ -273,8 +279,7 @@ class Client:
         (to save them on Ctrl-C) passes its own `record`; on cancellation it is marked and the
         CancelledError propagates."""
         rec = record if record is not None else self.new_record(req, phase)
-        data = orjson.dumps(self.payload(req))
-        request = self._head + b"%d\r\n\r\n" % len(data) + data
+        request = self._request(req)
         pool, total = self.pool, self.timeouts.total
         rec.sent_at = time.time()
         rec.t_send = t0 = time.perf_counter()

@@ -243,8 +243,24 @@ def run_workers(
         lines = out.decode().strip().splitlines()
         if k.returncode != 0 or not lines:
             raise RuntimeError(f"{client} worker failed ({k.returncode}): {err.decode()[-2000:]}")
-        results.append(json.loads(lines[-1]))
+        try:
+            results.append(json.loads(lines[-1]))
+        except json.JSONDecodeError:
+            raise Unreadable(f"{client} worker's result is cut ({len(out)} bytes)") from None
     return results
+
+
+class Unreadable(RuntimeError):
+    """A worker's result line came back cut short (seen once, on a host at load 14)."""
+
+
+def measure_again(client: str, *args: Any, **kw: Any) -> dict[str, Any]:
+    """`measure`, once more if the worker's result came back unreadable."""
+    try:
+        return measure(client, *args, **kw)
+    except Unreadable as e:
+        print(f"  {e}: measuring again", file=sys.stderr, flush=True)
+        return measure(client, *args, **kw)
 
 
 def extract_baseline(rev: str, into: Path) -> str:
@@ -274,7 +290,7 @@ def bulk_sweep(a: argparse.Namespace, clients: list[str]) -> list[dict[str, Any]
             for client in clients * a.rounds:
                 if client == "urllib" and c > a.urllib_max_c:
                     continue
-                r = row(measure(client, url, c, n, a.tokens))
+                r = row(measure_again(client, url, c, n, a.tokens))
                 r["mode"] = "bulk"
                 rows.append(r)
                 log(r)
@@ -298,7 +314,7 @@ def token_sweep(a: argparse.Namespace, clients: list[str]) -> list[dict[str, Any
                     if (client == "urllib" and c > a.urllib_max_c) or client == "vllm-cli":
                         continue  # vllm-cli: its random prompts cannot be matched to stamps
                     s0, t0 = srv.cpu_s(), time.perf_counter()
-                    raw = measure(client, srv.url, c, n, m, arrivals=True)
+                    raw = measure_again(client, srv.url, c, n, m, arrivals=True)
                     raw["server_cpu_util"] = (srv.cpu_s() - s0) / (time.perf_counter() - t0)
                     te = timing_error(raw.pop("_arrivals"), srv.stamps())
                     r = row(raw)

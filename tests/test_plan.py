@@ -170,7 +170,7 @@ def generate_job(
     """The job itself, run by `genbench generate` as a user would: (wall seconds from its
     first send to its last row, mean output tokens per row)."""
     p = genbench(
-        "generate", "--input", str(prompts), "--output", str(out), "--url", url,
+        "generate", "--input", str(prompts), "--out", str(out), "--url", url,
         "--concurrency", str(concurrency), *extra, timeout=300,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
@@ -198,7 +198,7 @@ def test_pilot_forecasts_the_job_it_is_then_checked_against(sim_factory, tmp_pat
     p = genbench(
         "plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
         "--concurrency", str(c), "--pilot", str(k), "--samples", str(n), "--out", str(out),
-        "--bootstrap", "100", "--warmup", "1", "--json", timeout=120,
+        "--bootstrap", "100", "--warmup-time", "1", "--json", timeout=120,
     )  # fmt: skip
     behind_pilot = sim_behind_s(sim.root)
     doc = plan_json(p)
@@ -255,7 +255,7 @@ def test_open_ended_pilot_stops_when_the_mean_length_reaches_its_target(sim_fact
     p = genbench(
         "plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
         "--concurrency", str(c), "--target-error", str(target * 100), "--samples", "20K",
-        "--out", str(out), "--bootstrap", "40", "--warmup", "0", "--json", timeout=180,
+        "--out", str(out), "--bootstrap", "40", "--warmup-time", "0", "--json", timeout=180,
     )  # fmt: skip
     doc = plan_json(p)
     assert doc["inputs"]["pilot_stopped"] == "target", doc["inputs"]
@@ -297,7 +297,7 @@ def test_open_ended_pilot_stops_at_its_time_limit_and_says_so(sim_factory, tmp_p
         "plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
         "--concurrency", "8", "--target-error", "0.5", "--pilot-max-time", "3",
         "--samples", "10K", "--out", str(tmp_path / "pilot"), "--bootstrap", "30",
-        "--warmup", "0", "--json", timeout=120,
+        "--warmup-time", "0", "--json", timeout=120,
     )  # fmt: skip
     doc = plan_json(p)
     assert doc["inputs"]["pilot_stopped"] == "time"
@@ -499,7 +499,7 @@ def test_pilot_runs_conversations_and_row_params_as_generate_does(sim_factory, t
     p = genbench(
         "plan", "--prompts", str(f), "--url", sim.url, "--concurrency", str(c),
         "--pilot", "120", "--samples", str(n), "--out", str(out), "--bootstrap", "60",
-        "--warmup", "0", "--max-tokens", "400", "--json", timeout=180,
+        "--warmup-time", "0", "--max-tokens", "400", "--json", timeout=180,
     )  # fmt: skip
     doc = plan_json(p)
     recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
@@ -581,7 +581,7 @@ def test_generate_refuses_a_bad_plan_before_sending_anything(tmp_path, content, 
     (tmp_path / "in.jsonl").write_text('{"id": "a", "prompt": "hi"}\n')
     bad = tmp_path / "plan.json"
     bad.write_text(content)
-    p = genbench("generate", "--input", str(tmp_path / "in.jsonl"), "--output",
+    p = genbench("generate", "--input", str(tmp_path / "in.jsonl"), "--out",
                  str(tmp_path / "out"), "--url", closed_port_url(), "--plan", str(bad))  # fmt: skip
     assert p.returncode == 2, p.stderr
     assert needle in p.stderr and str(bad) in p.stderr and "Traceback" not in p.stderr

@@ -262,8 +262,10 @@ def render_result(r: JobResult, console: Console) -> None:
 
 
 def generate(
-    input: Path = typer.Option(..., "--input", "-i", help="Prompts: .jsonl[.gz] or .parquet."),
-    output: Path = typer.Option(..., "--output", "-o", help="Output directory (resumable)."),
+    input: Path = typer.Option(
+        ..., "--input", "-i", "--prompts", help="The prompt file: .jsonl[.gz] or .parquet."
+    ),
+    output: Path = typer.Option(..., "--out", "-o", help="Output directory (resumable)."),
     url: list[str] | None = typer.Option(
         None, "--url", help="Server base URL; repeat for several servers."
     ),
@@ -277,13 +279,15 @@ def generate(
         64, "--concurrency", "-c", help="Requests in flight per server."
     ),
     max_tokens: int | None = typer.Option(None, "--max-tokens", help="Output token cap per turn."),
-    temperature: float | None = typer.Option(None, "--temperature"),
-    top_p: float | None = typer.Option(None, "--top-p"),
-    top_k: int | None = typer.Option(None, "--top-k"),
+    temperature: float | None = typer.Option(
+        None, "--temperature", help="Sampling temperature. [default: the server's]"
+    ),
+    top_p: float | None = typer.Option(None, "--top-p", help="top_p. [default: the server's]"),
+    top_k: int | None = typer.Option(None, "--top-k", help="top_k. [default: the server's]"),
     thinking: bool | None = typer.Option(
         None,
         "--thinking/--no-thinking",
-        help="Send chat_template_kwargs.enable_thinking (default: the server's choice).",
+        help="Send chat_template_kwargs.enable_thinking. [default: the server's choice]",
     ),
     param: list[str] | None = typer.Option(
         None, "--param", metavar="KEY=VALUE", help="Any other request field (JSON value)."

@@ -17,14 +17,18 @@ def plan(
     samples: str | None = typer.Option(
         None,
         "--samples",
-        help="Samples to forecast, comma-separated, K/M suffixes [100K,200K,500K,900K].",
+        help="Samples to forecast, comma-separated, K/M suffixes. [default: 100K,200K,500K,900K]",
     ),
     servers: int = typer.Option(1, "--servers", help="Identical servers sharing the job."),
     from_: Path | None = typer.Option(
         None, "--from", help="A `genbench run` result: its directory or result.json."
     ),
     prompts: Path | None = typer.Option(
-        None, "--prompts", help="Your prompts (JSONL or Parquet): run a pilot on them."
+        None,
+        "--input",
+        "-i",
+        "--prompts",
+        help="The job's prompt file (JSONL or Parquet), as generate's: run a pilot on it.",
     ),
     rate: float | None = typer.Option(
         None, "--rate", help="Arithmetic only: output tokens/s of one server."
@@ -35,7 +39,9 @@ def plan(
     concurrency: int | None = typer.Option(
         None,
         "--concurrency",
-        help="--from: forecast also at this measured C. --prompts: the job's C [32].",
+        "-c",
+        help="Requests in flight per server: --prompts, the pilot's and the job's "
+        "[default: 32]; --from, also forecast at this measured C.",
     ),
     url: str | None = common.URL,
     model: str | None = common.MODEL,
@@ -44,8 +50,8 @@ def plan(
     pilot: int | None = typer.Option(
         None,
         "--pilot",
-        help="Pilot requests drawn from --prompts. Default: until the bar reaches "
-        "--target-error (at least max(200, 8·C) requests, at most --pilot-max-time).",
+        help="Pilot requests drawn from --prompts. [default: until the bar reaches "
+        "--target-error, at least max(200, 8·C) requests, at most --pilot-max-time]",
     ),
     target_error: float = typer.Option(
         5.0,
@@ -63,7 +69,7 @@ def plan(
         600.0, "--pilot-max-time", help="Pilot without --pilot: stop after this many seconds."
     ),
     max_tokens: int | None = typer.Option(
-        None, "--max-tokens", help="The job's max_tokens (default: none, natural length)."
+        None, "--max-tokens", help="The job's max_tokens. [default: none, natural length]"
     ),
     temperature: float | None = typer.Option(None, "--temperature", help="The job's temperature."),
     top_p: float | None = typer.Option(None, "--top-p", help="The job's top_p."),
@@ -71,7 +77,7 @@ def plan(
     thinking: bool | None = typer.Option(
         None,
         "--thinking/--no-thinking",
-        help="The job's chat_template_kwargs.enable_thinking (default: the server's choice).",
+        help="The job's chat_template_kwargs.enable_thinking. [default: the server's choice]",
     ),
     param: list[str] | None = typer.Option(
         None, "--param", help="Another request field of the job, KEY=JSON; repeatable."
@@ -87,7 +93,7 @@ def plan(
     ),
     warmup: float = typer.Option(
         20.0,
-        "--warmup",
+        "--warmup-time",
         help="Pilot: seconds of load at C before it, discarded (an idle server starts slow).",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed for the pilot's prompts and the bootstrap."),
@@ -100,7 +106,9 @@ def plan(
     ),
     dtype_bytes: int = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value."),
     bytes_per_token: float | None = typer.Option(
-        None, "--bytes-per-token", help="Output text bytes per token when not measured [4]."
+        None,
+        "--bytes-per-token",
+        help="Output text bytes per token when not measured. [default: 4]",
     ),
     timeout: float = typer.Option(
         600.0, "--timeout", help="Pilot: seconds of silence before a request is abandoned."
@@ -108,7 +116,8 @@ def plan(
     out_dir: Path | None = typer.Option(
         None,
         "--out",
-        help="Pilot: directory for its records and plan.json (default: genbench-runs/TIME-plan).",
+        "-o",
+        help="Pilot: directory for its records and plan.json. [default: genbench-runs/TIME-plan]",
     ),
     json: bool = common.JSON,
 ) -> None:

@@ -264,6 +264,25 @@ def quick_defaults(cfg: RunConfig) -> None:
     cfg.warmup = 1
 
 
+def _default(attr: str) -> str:
+    """'[default: 1024,2048,4096; --quick 256,1024; local demo 128,256,512]', read from the
+    configs themselves so the help cannot drift from what a run does."""
+    plain, quick, local = RunConfig(), RunConfig(), RunConfig()
+    quick_defaults(quick)
+    local_defaults(local, quick=False)
+
+    def text(cfg: RunConfig) -> str:
+        v = getattr(cfg, attr)
+        return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+
+    parts = [text(plain)]
+    if text(quick) != text(plain):
+        parts.append(f"--quick {text(quick)}")
+    if text(local) != text(plain):
+        parts.append(f"local demo {text(local)}")
+    return f"[default: {'; '.join(parts)}]"
+
+
 def run(
     url: str | None = common.URL,
     model: str | None = common.MODEL,
@@ -272,28 +291,50 @@ def run(
     lengths: str | None = typer.Option(
         None,
         "--lengths",
-        help="Single-stream output lengths, comma-separated [default 1024,2048,4096].",
+        help=f"Single-stream output lengths, comma-separated. {_default('lengths')}",
     ),
     concurrency: str | None = typer.Option(
-        None, "--concurrency", help="Sweep concurrencies [default 1,4,8,16,32,64]."
+        None,
+        "--concurrency",
+        "-c",
+        help="Requests in flight: one or a comma-separated list to sweep. "
+        + _default("concurrency"),
     ),
-    shape: str = typer.Option("burst,sustained", "--shape", help="Sweep load shapes."),
+    shape: str = typer.Option(
+        "burst,sustained", "--shape", help="Sweep load shapes, comma-separated."
+    ),
     sweep_tokens: int | None = typer.Option(
-        None, "--sweep-tokens", help="Output tokens per sweep request [1024]."
+        None,
+        "--sweep-tokens",
+        help=f"Output tokens per sweep request. {_default('sweep_tokens')}",
     ),
     requests_per_slot: int | None = typer.Option(
-        None, "--requests-per-slot", help="Sustained: K·C requests per concurrency."
+        None,
+        "--requests-per-slot",
+        help=f"Sustained: K·C requests per concurrency C. {_default('requests_per_slot')}",
     ),
     duration: float | None = typer.Option(
-        None, "--duration", help="Sustained: seconds per concurrency instead."
+        None,
+        "--duration",
+        help="Sustained: seconds per concurrency instead of --requests-per-slot.",
     ),
-    prompts: int | None = typer.Option(None, "--prompts", help="Prompts per single-stream length."),
-    warmup: int | None = typer.Option(None, "--warmup", help="Warm-up requests [2]."),
+    prompts_per_length: int | None = typer.Option(
+        None,
+        "--prompts-per-length",
+        help=f"Requests per single-stream length. {_default('prompts_per_length')}",
+    ),
+    warmup: int | None = typer.Option(
+        None, "--warmup", help=f"Warm-up requests, discarded. {_default('warmup')}"
+    ),
     warmup_tokens: int | None = typer.Option(
-        None, "--warmup-tokens", help="max_tokens of a warm-up request [64]."
+        None,
+        "--warmup-tokens",
+        help=f"max_tokens of a warm-up request. {_default('warmup_tokens')}",
     ),
-    natural: bool = typer.Option(False, "--natural", help="Let the model stop on its own."),
-    temperature: float = typer.Option(0.0, "--temperature"),
+    natural: bool = typer.Option(
+        False, "--natural", help="Let the model stop on its own instead of forcing each length."
+    ),
+    temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature."),
     timeout: float = typer.Option(
         600.0, "--timeout", help="Seconds of silence before a request is abandoned."
     ),
@@ -304,9 +345,19 @@ def run(
         help='Fields merged into every request, e.g. \'{"chat_template_kwargs": '
         '{"enable_thinking": false}}\'.',
     ),
-    skip: str = typer.Option("", "--skip", help="Phases to skip: warmup,single,sweep."),
+    skip: str = typer.Option(
+        "",
+        "--skip",
+        help="Phases to skip, comma-separated: warmup,single,sweep.",
+        show_default=False,
+    ),
     quick: bool = typer.Option(False, "--quick", help="A short run: fewer lengths and levels."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Result directory [genbench-runs/…]."),
+    out_dir: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Result directory. [default: genbench-runs/TIME-MODEL]",
+    ),
     json: bool = common.JSON,
     report: bool = typer.Option(
         False, "--report", help="Also write report.html beside result.json."
@@ -332,7 +383,7 @@ def run(
         ("sweep_tokens", sweep_tokens),
         ("requests_per_slot", requests_per_slot),
         ("duration", duration),
-        ("prompts_per_length", prompts),
+        ("prompts_per_length", prompts_per_length),
         ("warmup", warmup),
         ("warmup_tokens", warmup_tokens),
     ):

@@ -67,7 +67,7 @@ def test_the_fields_arithmetic_is_reproduced_exactly():
     assert row["tokens"]["output"] == 296_500_000
     assert row["one_server"]["hours"] == pytest.approx(296_500_000 / 577.8 / 3600, rel=1e-12)
     assert round(row["one_server"]["hours"], 1) == 142.5
-    assert "142.5 h" in p.stderr and "0.2965B" in p.stderr  # the table, beside the JSON
+    assert "142.5 h" in p.stderr and "296M" in p.stderr  # the table, beside the JSON
 
 
 def test_default_rows_servers_and_hidden_state_storage():

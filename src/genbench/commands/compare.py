@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from genbench import fmt
 from genbench.commands import common
 from genbench.compare import FLOOR, Comparison, Row, Z, compare, failures
 from genbench.console import out
@@ -24,13 +25,15 @@ SECTIONS = {
 
 
 def _value(x: float | None, unit: str) -> str:
+    """A row's value in its unit: tok/s, ms (the row holds milliseconds), or tokens (a mean
+    acceptance length, two decimals)."""
     if x is None:
-        return "—"
+        return fmt.MISSING
     if unit == "tokens":
-        return f"{x:.2f}"
+        return fmt.number(x, 2)
     if unit == "ms":
-        return f"{x:.1f} ms" if x < 100 else f"{x:,.0f} ms"
-    return f"{x:,.1f}" if x < 1000 else f"{x:,.0f}"
+        return fmt.ms(x / 1000)
+    return fmt.rate(x, "")
 
 
 def _ratio(row: Row, i: int) -> str:

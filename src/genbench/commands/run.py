@@ -15,8 +15,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from genbench.commands import common
-from genbench.console import err, ms, out
+from genbench.console import err, out
 from genbench.errors import ExitCode, UsageError
+from genbench.fmt import duration, ms, rate
 from genbench.records import RequestRecord
 from genbench.run import Listener, Phase, RunConfig, default_out_dir, execute_run
 
@@ -88,24 +89,24 @@ class ConsoleListener(Listener):
         else:
             self.failed += 1
         dt = time.perf_counter() - self.t0
-        rate = f"{self.tokens / dt:,.0f} tok/s" if dt > 0 else ""
+        text = rate(self.tokens / dt) if dt > 0 else ""
         if self.failed:
-            rate += f"  [red]{self.failed} failed[/]"
+            text += f"  [red]{self.failed} failed[/]"
         if self.progress is not None:
-            self.progress.update(self.task, advance=1, rate=rate)
+            self.progress.update(self.task, advance=1, rate=text)
 
     def phase_done(self, phase: Phase) -> None:
         self._stop()
         s = phase.summary
         if phase.kind == "sustained":
-            head = f"{_r(s.steady_tps)} tok/s sustained"
+            head = f"{rate(s.steady_tps)} sustained"
             if s.steady_window_s:
                 a, b = s.steady_window_s
-                head += f" (window {b - a:.1f} s{'' if s.steady_stable else ', unstable'})"
+                head += f" (window {duration(b - a)}{'' if s.steady_stable else ', unstable'})"
         elif phase.kind == "single":
-            head = f"{_r(s.decode_tps.get('mean'))} tok/s decode, TTFT {ms(s.ttft_s.get('mean'))}"
+            head = f"{rate(s.decode_tps.get('mean'))} decode, TTFT {ms(s.ttft_s.get('mean'))}"
         else:
-            head = f"{_r(s.output_tps)} tok/s"
+            head = rate(s.output_tps)
         fail = f", [red]{s.failed} failed[/]" if s.failed else ""
         self.console.print(f"  [green]✓[/] {phase.name:<16} {head}, {s.ok} requests{fail}")
         for note in phase.notes:
@@ -118,10 +119,6 @@ class ConsoleListener(Listener):
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
-
-
-def _r(x: float | None) -> str:
-    return "—" if x is None else (f"{x:,.1f}" if x < 1000 else f"{x:,.0f}")
 
 
 def render_summary(doc: dict[str, Any], console: Console) -> None:
@@ -148,8 +145,8 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
             forced = {True: "yes", False: "[red]no[/]", None: "natural"}[p["length_forced"]]
             t.add_row(
                 str(p["max_tokens"]),
-                _r(s["decode_tps"]["mean"]),
-                _r(s["output_tps"]),
+                rate(s["decode_tps"]["mean"], ""),
+                rate(s["output_tps"], ""),
                 ms(s["ttft_s"]["mean"]),
                 _fails(s),
                 forced,
@@ -218,14 +215,14 @@ def _sweep_table(doc: dict[str, Any], console: Console) -> None:
         main = su or b
         assert main is not None
         s = main["summary"]
-        steady = _r(su["summary"]["steady_tps"]) if su else "—"
+        steady = rate(su["summary"]["steady_tps"], "") if su else "—"
         if su and su["summary"].get("steady_stable") is False:
             steady += "*"
         t.add_row(
             str(c),
-            _r(b["summary"]["output_tps"]) if b else "—",
+            rate(b["summary"]["output_tps"], "") if b else "—",
             steady,
-            _r(s["decode_tps"]["p50"]),
+            rate(s["decode_tps"]["p50"], ""),
             ms(s["ttft_s"]["p50"]),
             ms(s["ttft_s"]["p99"]),
             ms(s["itl_chunk_s"]["p50"]),

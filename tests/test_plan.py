@@ -586,3 +586,29 @@ def test_generate_refuses_a_bad_plan_before_sending_anything(tmp_path, content, 
     assert p.returncode == 2, p.stderr
     assert needle in p.stderr and str(bad) in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _forced_run(tmp_path, natural=False):
+    """A run result by hand: sustained at C=8 on 1,024-token outputs, a third of them thinking."""
+    phase = {"ok": 40, "output_tokens": 40 * 1024, "thinking_tokens": 40 * 341}
+    return {
+        "_path": str(tmp_path / "result.json"),
+        "config": {"natural": natural, "sweep_tokens": 1024},
+        "sweep": {"sustained": {"by_concurrency": {"8": 500.0}}, "burst": {}},
+        "phases": [{"kind": "sustained", "name": "sustained-c8", "concurrency": 8,
+                    "max_tokens": 1024, "summary": phase}],
+    }  # fmt: skip
+
+
+def test_from_a_run_says_when_the_job_is_much_longer_than_the_sweep(tmp_path):
+    from genbench.plan.from_result import plan_from_result
+
+    doc = plan_from_result(_forced_run(tmp_path), [100_000], 1, None, 2965.0, None, None)
+    length = [n for n in doc["notes"] if "measured on outputs forced to 1,024 tokens" in n]
+    assert len(length) == 1 and "+189.6%" in length[0] and "--sweep-tokens 2965" in length[0]
+    basis = doc["model"]["thinking_share_basis"]
+    assert "13,640 thinking of 40,960" in basis and "forced lengths" in basis
+    assert "applied as is to 2,965 tokens per sample" in basis
+    # within 25% of the sweep's length: nothing to say about it
+    near = plan_from_result(_forced_run(tmp_path), [100_000], 1, None, 1200.0, None, None)
+    assert not [n for n in near["notes"] if "measured on" in n]

@@ -113,7 +113,8 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
     console.print(
         f"  tokens per sample: {fmt.number(m['tokens_per_sample'])} "
         f"({m['tokens_per_sample_basis']}); "
-        f"thinking share {m['thinking_share']:.1%}"
+        f"thinking share {fmt.pct(m['thinking_share'])}"
+        + (f" ({m['thinking_share_basis']})" if m.get("thinking_share_basis") else "")
     )
     rates = ", ".join(
         f"C={c}: {fmt.rate(r, '')}" for c, r in m["sustained_tps_by_concurrency"].items()

@@ -274,7 +274,9 @@ def generate(
     concurrency: int = typer.Option(
         64, "--concurrency", "-c", help="Requests in flight per server."
     ),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Output token cap per turn."),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", help="Output token cap per turn. [default: none]"
+    ),
     temperature: float | None = typer.Option(
         None, "--temperature", help="Sampling temperature. [default: the server's]"
     ),

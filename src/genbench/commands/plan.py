@@ -71,9 +71,15 @@ def plan(
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", help="The job's max_tokens. [default: none, natural length]"
     ),
-    temperature: float | None = typer.Option(None, "--temperature", help="The job's temperature."),
-    top_p: float | None = typer.Option(None, "--top-p", help="The job's top_p."),
-    top_k: int | None = typer.Option(None, "--top-k", help="The job's top_k."),
+    temperature: float | None = typer.Option(
+        None, "--temperature", help="The job's temperature. [default: the server's]"
+    ),
+    top_p: float | None = typer.Option(
+        None, "--top-p", help="The job's top_p. [default: the server's]"
+    ),
+    top_k: int | None = typer.Option(
+        None, "--top-k", help="The job's top_k. [default: the server's]"
+    ),
     thinking: bool | None = typer.Option(
         None,
         "--thinking/--no-thinking",

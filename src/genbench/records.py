@@ -65,6 +65,10 @@ class RequestRecord:
     reasoning: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.error_kind is not None and type(self.error_kind) is not ErrorKind:
+            self.error_kind = ErrorKind.parse(self.error_kind)  # a plain string given
+
     @property
     def ok(self) -> bool:
         return self.error_kind is None
@@ -123,9 +127,7 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
         known = {f.name for f in fields(cls)}
-        rec = cls(**{k: v for k, v in d.items() if k in known})
-        rec.error_kind = ErrorKind.parse(rec.error_kind)
-        return rec
+        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 class RecordWriter:

@@ -182,12 +182,13 @@ def scan_jsonl_shard(path: Path, idx: Path | None, repair: bool = True) -> Shard
     size = path.stat().st_size
     covered, ids = 0, []
     batches = _read_index(idx) if idx is not None else []
-    for end, batch_ids in batches:
-        if end < covered or end > size:
-            break  # the index claims bytes the file does not have: trust only what precedes
-        covered = end
+    # trust batches while their ends go forward within the file: one that claims bytes the
+    # file does not have, and all after it, are not (the index is then rewritten below)
+    used = 0
+    while used < len(batches) and covered <= batches[used][0] <= size:
+        covered, batch_ids = batches[used]
         ids.extend(batch_ids)
-    used = len(batches)
+        used += 1
     notes: list[str] = []
     with open(path, "rb") as f:
         if covered:

@@ -44,6 +44,7 @@ A flag name means one thing, with one kind of value, in every command that has i
 # The vocabulary: one meaning per flag, whatever command it is given to. Keyed by the
 # flag's first long name as declared; an option with several names has one entry.
 MEANINGS: dict[str, str] = {
+    "--allowance": "Percent difference shown as within noise when the drift is unmeasured.",
     "--api-key-env": "Environment variable holding the API key (sim: the key it requires).",
     "--api-key-file": "File whose first line is the API key.",
     "--bootstrap": "Bootstrap replicates for the forecast's error bar.",
@@ -53,6 +54,7 @@ MEANINGS: dict[str, str] = {
     "--connect-timeout": "Seconds to wait for a connection.",
     "--down-timeout": "Seconds with every server down before the job gives up.",
     "--drain": "On Ctrl-C, seconds to let requests in flight finish.",
+    "--drift": "Reference server: its speed wanders by PCT over PERIOD seconds.",
     "--drop": "Defects to leave out of inspect's clean copy.",
     "--dtype-bytes": "Hidden-state storage: bytes per value.",
     "--dup-min-chars": "Duplicates: answers shorter than this are not compared.",
@@ -97,6 +99,7 @@ MEANINGS: dict[str, str] = {
     "--quick": "A short run: fewer lengths and concurrencies.",
     "--rate": "Output tokens/s of one server, for arithmetic without a measurement.",
     "--reasoning-dialect": "Reference server: the field its thinking text goes to.",
+    "--repeat": "Run the whole benchmark N times, so the drift between runs is measured.",
     "--report": "Also write report.html beside the result.",
     "--requests-per-slot": "Sustained load: K·C requests per concurrency C.",
     "--retries": "Retries per row before it fails.",
@@ -132,6 +135,7 @@ MEANINGS: dict[str, str] = {
     "--url": "Server base URL (generate: repeatable, one per server).",
     "--url-file": "File of servers, one 'URL [CONCURRENCY]' per line.",
     "--version": "Print the version and exit.",
+    "--versus": "A second server run alternately with --url, for a comparison.",
     "--warmup": "Warm-up requests, discarded.",
     "--warmup-time": "Seconds of warm-up load, discarded.",
     "--warmup-tokens": "max_tokens of a warm-up request.",

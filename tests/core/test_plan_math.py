@@ -753,21 +753,23 @@ def test_resampled_failure_rates():
 
 
 def test_the_simulation_draws_ttfts_and_failures_from_the_pool():
-    seed = 8  # draws 0.434 0.199 0.901 0.684 (see the failure test above)
-    d = [0.43433202725253706, 0.1994420733493757, 0.9008769081494057, 0.6839238698662596]
-    # no failures: the start-up TTFT is first_ttft[int(0.434 · 4)] = first_ttft[1] = 0.5;
+    seed = 25
+    # the simulation's draws for this seed: 0.490 0.933 0.862 0.480
+    draws = random.Random(int(np.random.default_rng(seed).integers(0, 2**63)))
+    d = [draws.random() for _ in range(4)]
+    assert [int(x * 4) for x in d] == [1, 3, 3, 1] and d[0] < 0.5 <= d[2]
+    # no failures: the start-up TTFT is first_ttft[int(0.490 · 4)] = first_ttft[1] = 0.5;
     # then one step of 0.25
     p = pool([2.0])
     p.first_ttft = np.array([0.25, 0.5, 1.0, 2.0])
     sim = simulate_job(0, 1, p, StepModel(0.25, 0.0, 0.0), np.random.default_rng(seed), [0])
-    assert int(d[0] * 4) == 1
     assert sim.wall_s == 0.75
-    # a failure first (0.434 < 0.5), held fail_s[int(0.199 · 4)] = fail_s[0] = 4.0; the
-    # retry passes (0.901), TTFT ttft[int(0.684 · 4)] = ttft[2] = 1.0 after the 0.25 gap
+    # a failure first (0.490 < 0.5), held fail_s[int(0.933 · 4)] = fail_s[3] = 32; the
+    # retry passes (0.862), TTFT ttft[int(0.480 · 4)] = ttft[1] = 0.5 after the 0.25 gap
     p = pool([2.0], gap=0.25, fail_rate=0.5, fail_s=[4.0, 8.0, 16.0, 32.0])
     p.ttft = np.array([0.25, 0.5, 1.0, 2.0])
     sim = simulate_job(0, 1, p, StepModel(0.25, 0.0, 0.0), np.random.default_rng(seed), [0])
-    assert sim.wall_s == 4.0 + 0.25 + 1.0 + 0.25
+    assert sim.wall_s == 32.0 + 0.25 + 0.5 + 0.25
     # a pool that failed without a recorded hold: the failed attempt takes no time
     p = pool([2.0], gap=0.25, fail_rate=0.5, fail_s=[])
     sim = simulate_job(0, 1, p, StepModel(0.25, 0.0, 0.0), np.random.default_rng(seed), [0])
@@ -1024,3 +1026,17 @@ def test_the_bar_with_a_small_standard_error_and_without_one(monkeypatch):
     # a pilot of equal lengths has no standard error: replicates are taken as they are
     f = given_replicates(monkeypatch, [2.0, 2.0, 2.0], [[1.0, 2.0, 6.0]] * 3)
     assert f.lo_s == pytest.approx(4.0, rel=1e-12)  # the wall does not depend on lengths
+
+
+def test_a_request_that_starts_decoding_at_an_intervals_midpoint_is_counted():
+    # C = 1, start-up ends at 11. R1 chunks 11 12 (3 tokens: 2 in its interval, 2 tok/s),
+    # R2 11.5 12.5 (2 tokens), R3 12 13 (2 tokens); prompts 0: context 1 + rate·(t - d).
+    # R1's mid 11.5: R2 starts then and counts: n 2, k (1 + 2·0.5) + 1 = 3; 2 tokens
+    # R2's mid 12: R3 starts then, R1 ends then (not before): n 3, k 3 + 1.5 + 1 = 5.5
+    # R3's mid 12.5: R1 ended, R2 ends then: n 2, k 2 + 1.5 = 3.5
+    recs = [rec(10.0, [1.0, 2.0], tokens=3), rec(10.0, [1.5, 2.5], tokens=2),
+            rec(10.0, [2.0, 3.0], tokens=2)]  # fmt: skip
+    rows = decode_rows(recs, 1)
+    assert rows.x.tolist() == [[2.0, 4.0, 6.0], [1.0, 3.0, 5.5], [1.0, 2.0, 3.5]]
+    assert rows.y.tolist() == [1.0, 1.0, 1.0]
+    assert rows.start.tolist() == [11.0, 11.5, 12.0]

@@ -20,8 +20,11 @@ def plan(
         help="Samples to forecast, comma-separated, K/M suffixes. [default: 100K,200K,500K,900K]",
     ),
     servers: int = typer.Option(1, "--servers", help="Identical servers sharing the job."),
-    from_: Path | None = typer.Option(
-        None, "--from", help="A `genbench run` result: its directory or result.json."
+    from_: list[Path] | None = typer.Option(
+        None,
+        "--from",
+        help="A `genbench run` result: its directory or result.json. Repeat it with runs of "
+        "other configurations of the same model to compare them for the job.",
     ),
     prompts: Path | None = typer.Option(
         None,
@@ -123,11 +126,31 @@ def plan(
         None,
         "--out",
         "-o",
-        help="Pilot: directory for its records and plan.json. [default: genbench-runs/TIME-plan]",
+        help="Pilot: directory for its records and plan.json; several --from: for plan.json. "
+        "[default: genbench-runs/TIME-plan]",
+    ),
+    deadline: str | None = typer.Option(
+        None,
+        "--deadline",
+        help="The job's deadline, e.g. 5d, 36h, 90m, 2d12h: the servers it needs, and the "
+        "samples that fit on --servers.",
+    ),
+    price: float | None = typer.Option(
+        None,
+        "--price",
+        help="Price per GPU-hour, for the job's cost. "
+        "[default: price_per_gpu_hour in the settings file]",
+    ),
+    gpus_per_server: str | None = typer.Option(
+        None,
+        "--gpus-per-server",
+        help="GPUs per server, for the cost: one for all, or one per --from in order. "
+        "[default: gpus_per_server in the settings file]",
     ),
     json: bool = common.JSON,
 ) -> None:
-    """Forecast hours, tokens and bytes of a generation job, with an error bar."""
+    """Forecast hours, tokens and bytes of a generation job, with an error bar; servers for a
+    deadline, cost, and the fastest of several configurations."""
     flags = dict(locals())  # every option above, by name
     console = err if flags.pop("json") else out
     doc, saved = make_plan(PlanArgs(**flags), console)

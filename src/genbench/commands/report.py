@@ -17,7 +17,8 @@ def report_cmd(
     runs: list[Path] = typer.Argument(
         ...,
         help="Run directories or result.json files (colours follow this order); generate "
-        "output directories with an inspect.json, or inspect.json files, add a data-set section.",
+        "output directories with an inspect.json, or inspect.json files, add a data-set section; "
+        "a plan.json (or its directory), a decision section.",
     ),
     output: Path | None = typer.Option(
         None,

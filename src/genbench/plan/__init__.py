@@ -26,8 +26,9 @@ One concern per module: `units` (counts and their display), `storage`, `pool` (t
 pilot's requests as the simulation draws them), `stepfit` (the server's step time),
 `jobsim` (the job simulated), `model` (what one pilot says), `bar` (the forecast and its
 95% bar), a module per source of a plan (`from_rate`, `from_result`, `pilot` with
-`from_pilot`), `document` (plan.json written and read back), `render` (the console),
-and `make` (the command's flags to a plan).
+`from_pilot`, `compare` for several results), `decide` (servers for a deadline, cost, the
+fastest configuration), `document` (plan.json written and read back), `render` (the
+console), and `make` (the command's flags to a plan).
 
 Names are imported from their module on first use, so that `genbench generate`, which
 reads plans (`document`), does not load numpy and the pilot's client with them.
@@ -49,7 +50,10 @@ _EXPORTS = {
     "bar": "CONFIDENCE TARGET_REL_ERROR T_975 lag1 series_halfwidth length_halfwidth "
     "pilot_size_for WallForecast forecast",
     "model": "REPLAYS SPEED_BATCHES speed_stretches PilotModel",
-    "from_result": "FIELD_CONCURRENCY RATE_WINDOWS rate_halfwidth plan_from_result",
+    "from_result": "FIELD_CONCURRENCY RATE_WINDOWS rate_halfwidth plan_from_result "
+    "measured_concurrency natural_tokens_per_sample",
+    "compare": "plan_from_results same_model run_names",
+    "decide": "BASIS Deadline Pricing Candidate parse_deadline parse_gpus",
     "pilot": "PARQUET_ROWS PILOT_ROWS PilotRun PilotInput read_pilot_input turn_count "
     "pilot_stream first_turn_requests turn_request PilotStop run_pilot",
     "from_pilot": "SHORT_PILOT_S WANDER_LAG1 plan_from_pilot",

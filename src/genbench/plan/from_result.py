@@ -27,6 +27,9 @@ from genbench.result import REQUESTS_FILE
 from genbench.stats import steady_window, token_events
 
 FIELD_CONCURRENCY = 32  # the field's burst was measured at C=32
+# a sweep whose requests averaged less than this share of the job's tokens per sample did
+# not reach the job's length (the slack keeps a natural-length run's own mean from tripping)
+REACHED_LENGTH = 0.9
 
 
 @dataclass
@@ -61,11 +64,16 @@ def plan_from_result(
     tokens_per_sample: float | None,
     hidden: HiddenStates | None,
     bytes_per_token: float | None,
+    *,
+    tokens_basis: str | None = None,
 ) -> dict[str, Any]:
-    """Sustained-rate arithmetic from a `run` result, with the field's burst method beside."""
+    """Sustained-rate arithmetic from a `run` result, with the field's burst method beside.
+    `tokens_basis` says where a given `tokens_per_sample` came from (default: the flag)."""
     path = doc.get("_path", "result")
     notes: list[str] = []
     rates, bpt = _run_rates(doc, path, concurrency, tokens_per_sample, notes)
+    if tokens_basis is not None:
+        rates.tokens_per_sample_basis = tokens_basis
     storage = storage_from_tokens(
         rates.tokens_per_sample,
         bytes_per_token or bpt,
@@ -95,9 +103,80 @@ def plan_from_result(
         },
     )
     plan["model"] = _model(rates, storage.basis)
+    plan["model"]["single_stream_tps"] = (doc.get("single_stream") or {}).get("mean_decode_tps")
+    sweep_len = _sweep_lengths(doc)
+    plan["model"]["sweep_output_tokens_by_concurrency"] = {
+        str(c): n for c, n in sorted(sweep_len.items())
+    }
+    plan["model"]["reach"] = _reach(rates, concurrency, sweep_len)
     plan["rows"] = [_row(rates, s, servers, concurrency, storage) for s in samples]
-    plan["notes"] = notes
+    plan["notes"] = notes + plan["model"]["reach"]
     return plan
+
+
+def _reach(rates: _RunRates, concurrency: int | None, sweep_len: dict[int, float]) -> list[str]:
+    """Where the run's sweep fell short of the job: its requests shorter than the job's
+    samples, or its best rate at the highest concurrency it tried."""
+    c = concurrency if concurrency is not None else rates.best_c
+    out: list[str] = []
+    mean = sweep_len.get(c)
+    if mean is not None and mean < REACHED_LENGTH * rates.tokens_per_sample:
+        out.append(
+            f"the sweep's requests at C={c} averaged {fmt.count(mean)} output tokens, the "
+            f"job's {fmt.count(rates.tokens_per_sample)}: longer outputs decode over longer "
+            "contexts, usually slower, so this forecast is likely short"
+        )
+    if concurrency is None and len(rates.sustained) > 1 and c == max(rates.sustained):
+        out.append(
+            f"the sustained rate was highest at C={c}, the highest the run measured: "
+            "a higher C may be faster still"
+        )
+    return out
+
+
+def _sweep_lengths(doc: dict[str, Any]) -> dict[int, float]:
+    """Mean output tokens per answered request of each sustained phase, by concurrency."""
+    out: dict[int, float] = {}
+    for p in doc.get("phases") or []:
+        s = p.get("summary") or {}
+        if p.get("kind") == "sustained" and p.get("concurrency") and s.get("ok"):
+            out[int(p["concurrency"])] = float(s.get("output_tokens") or 0) / int(s["ok"])
+    return out
+
+
+def measured_concurrency(doc: dict[str, Any], concurrency: int) -> tuple[int, str | None]:
+    """The measured C to rate the job's `concurrency` at, and what the row must say when it
+    is not the job's: the nearest measured below it (a lower C is slower, so the job is not
+    made to look faster than measured), else the lowest measured (which may be faster)."""
+    sustained = _by_c(doc, "sustained")
+    if not sustained or concurrency in sustained:
+        return concurrency, None
+    below = [c for c in sustained if c < concurrency]
+    if below and max(below) == max(sustained):
+        c = max(below)
+        return c, f"sweep reached C={c} only, not the job's C={concurrency}: rated at C={c}"
+    if below:
+        c = max(below)
+        return c, f"C={concurrency} not measured: rated at C={c}, the nearest below"
+    c = min(sustained)
+    return c, (
+        f"sweep's lowest C is {c}, above the job's C={concurrency}: rated at C={c}, "
+        "likely faster than the job will run"
+    )
+
+
+def natural_tokens_per_sample(docs: Sequence[dict[str, Any]]) -> tuple[float, str] | None:
+    """Tokens per sample pooled over runs of natural lengths (every request of every run
+    weighs alike), with its basis; None unless every run let the model stop on its own."""
+    ok = out = 0
+    for doc in docs:
+        if not (doc.get("config") or {}).get("natural"):
+            return None
+        n, o, _ = _phase_sums(doc)
+        ok, out = ok + n, out + o
+    if not ok:
+        return None
+    return out / ok, f"mean output length of the runs' {ok} natural-length requests, pooled"
 
 
 def _run_rates(

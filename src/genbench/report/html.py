@@ -12,8 +12,8 @@ from html import escape
 from typing import Any
 
 from genbench import __version__, fmt
+from genbench.report import decision, inspection
 from genbench.report import figures as F
-from genbench.report import inspection
 from genbench.report.runs import Run, workload_differences
 from genbench.report.svg import WIDE, WIDTH, render, swatch
 
@@ -255,7 +255,8 @@ def plan_html(run: Run) -> str:
     plan = run.plan
     if plan is None:
         return ""
-    return f"<h3>{_tag(run)} plan.json</h3>" + generic(plan)
+    table = decision.tables_html(plan["decision"]) if plan.get("decision") else ""
+    return f"<h3>{_tag(run)} plan.json</h3>" + table + generic(plan)
 
 
 def generic(obj: Any) -> str:
@@ -318,13 +319,19 @@ def page(
     figs: list[F.Figure],
     focus: str | None,
     inspections: list[tuple[dict[str, Any], list[F.Figure]]] | None = None,
+    plans: list[dict[str, Any]] | None = None,
 ) -> str:
     inspections = inspections or []
+    plans = plans or []
     title = "genbench report — " + ", ".join(
-        [r.label for r in runs] + [inspection.label(doc) for doc, _ in inspections]
+        [r.label for r in runs]
+        + [decision.label(doc) for doc in plans]
+        + [inspection.label(doc) for doc, _ in inspections]
     )
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     what = [_count(runs)] if runs else []
+    if plans:
+        what.append(f"{len(plans)} plan{'s' if len(plans) != 1 else ''}")
     if inspections:
         what.append(f"{len(inspections)} data set{'s' if len(inspections) != 1 else ''}")
     parts = [
@@ -334,11 +341,14 @@ def page(
         f"<header><h1>{escape(title)}</h1><p>generated {now} by genbench {__version__}; "
         f"{'; '.join(what)}; hover a mark for its value</p></header>",
     ]
+    for doc in plans:
+        parts.append(decision.section(doc))
     if runs:
         parts += _run_sections(runs, figs, focus)
     for doc, doc_figs in inspections:
         parts.append(inspection.section(doc, doc_figs, figure_html))
     files = [str(x.path) for r in runs for x in r.repeat_runs]
+    files += [str(doc.get("_path", "")) for doc in plans]
     files += [str(doc.get("_path", "")) for doc, _ in inspections]
     terms = (
         "<dl><dt>sustained tok/s</dt><dd>tokens arriving inside the steady window, "

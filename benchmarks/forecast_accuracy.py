@@ -84,9 +84,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from genbench.client import ChatRequest, Timeouts
+from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
-from genbench.fastclient import FastClient
 from genbench.load import run_phase
 from genbench.plan import PilotModel, Pool, StepModel, decode_rows, fit_step, simulate_job
 from genbench.records import RequestRecord, read_records
@@ -168,7 +167,7 @@ async def phase(
 ) -> list[RequestRecord]:
     """One phase on the transport `run`, `generate` and plan's pilot use; with `duration`,
     the requests are cycled for that long (a warm-up)."""
-    client = FastClient(Endpoint.parse(t.url), t.model, timeouts=Timeouts(connect=10, read=600))
+    client = Client(Endpoint.parse(t.url), t.model, timeouts=Timeouts(connect=10, read=600))
     source = itertools.cycle(reqs) if duration else iter(reqs)
     try:
         run = await run_phase(client, source, concurrency=c, phase=name, duration=duration)

@@ -21,7 +21,6 @@ from genbench.check import CheckReport, preflight
 from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import GenbenchError, UsageError
-from genbench.fastclient import FastClient
 from genbench.load import PhaseRun, ServerDown, run_phase
 from genbench.metrics import MetricsScraper, compare_tokens, server_metrics_summary
 from genbench.records import RecordWriter, RequestRecord
@@ -349,9 +348,9 @@ class Runner:
     async def execute(self) -> None:
         cfg = self.cfg
         timeouts = Timeouts(connect=10.0, read=cfg.timeout, total=None)
-        # the same records as Client on a protocol-level transport: about 2x fewer CPU-seconds
-        # per chunk when chunks come one per read (benchmarks/README.md, "Client ceiling")
-        client = FastClient(self.ep, self.model, timeouts=timeouts)
+        # one pool for the load and the /metrics scraper
+        pool = self.metrics.pool if self.metrics is not None else None
+        client = Client(self.ep, self.model, timeouts=timeouts, session=pool)
         try:
             if cfg.warmup and "warmup" not in cfg.skip:
                 reqs = iter(

@@ -1,5 +1,7 @@
-"""compare's rule: a ratio to the first run, called a difference only when it is beyond
-the noise both runs carry (|ln ratio| > Z·sqrt(n1² + n2²), Z = 2, never under 1%)."""
+"""compare's rule for one run per side, drift allowance aside: a ratio to the first run,
+called a difference only when it is beyond the noise both runs carry
+(|ln ratio| > Z·sqrt(n1² + n2²), Z = 2, never under 1%). The rule with repeats has its own
+exact tests (tests/test_repeats.py)."""
 
 from __future__ import annotations
 
@@ -10,21 +12,39 @@ import pytest
 from synthetic import rec
 
 import genbench.compare as compare
+import genbench.noise as noise
 from genbench.compare import (
     Estimate,
     Row,
     bootstrap_rel,
     burst_rel,
     halves_rel,
-    noise_verdict,
     tokens_per_chunk,
 )
+from genbench.noise import difference, side
 
 pytestmark = pytest.mark.core
 
 
+def noise_verdict(ratio: float, n_base: float | None, n_run: float | None) -> bool | None:
+    """The verdict on two single runs whose values differ by `ratio`, with no allowance for
+    the drift between runs (the allowance is tested apart)."""
+    if ratio <= 0:
+        return None  # no log ratio: compare gives no verdict (Row.judge)
+    return difference(side([1.0], [n_base]), side([ratio], [n_run]), allowance=0.0).within_noise
+
+
 def test_the_rule_constants():
-    assert (compare.Z, compare.FLOOR) == (2.0, 0.01)
+    assert (noise.Z, noise.FLOOR, noise.ALLOWANCE) == (2.0, 0.01, 0.10)
+
+
+def test_one_run_per_side_differences_under_the_drift_allowance_are_not_called():
+    # ln(1.09) = 0.0862 <= 0.10: with no repeats nothing measured the drift between runs
+    one, other = side([100.0], [0.0]), side([109.0], [0.0])
+    assert difference(one, other).within_noise is True
+    assert difference(one, other).drift_measured is False
+    # ln(1.11) = 0.1044 > 0.10, and beyond the runs' own (zero) noise: a difference
+    assert difference(one, side([111.0], [0.0])).within_noise is False
 
 
 def test_a_difference_under_one_percent_is_noise_even_without_an_estimate():
@@ -54,7 +74,7 @@ def test_the_noise_bound_and_the_floor_are_inclusive(monkeypatch):
     assert noise_verdict(1.25, 0.0, d / 2) is True
     assert noise_verdict(1.25, 0.0, math.nextafter(d / 2, 0.0)) is False
     # a floor of exactly |ln ratio| calls it noise with or without an estimate
-    monkeypatch.setattr(compare, "FLOOR", d)
+    monkeypatch.setattr(noise, "FLOOR", d)
     assert noise_verdict(1.25, None, None) is True
     assert noise_verdict(1.25, 0.0, 0.0) is True
 
@@ -65,8 +85,9 @@ def test_a_ratio_that_is_not_positive_has_no_verdict():
 
 
 def row(better: str, *estimates: Estimate | None) -> Row:
-    r = Row("k", "throughput", "label", "tok/s", better, list(estimates))
-    r.judge()
+    # one run per side, judged without the drift allowance (tested apart)
+    r = Row("k", "throughput", "label", "tok/s", better, [[e] for e in estimates])
+    r.judge(allowance=0.0)
     return r
 
 
@@ -81,9 +102,9 @@ def test_row_verdicts_against_the_first_run():
         Estimate(110.0, None),  # beyond the floor, no estimate: unknown
         None,  # the run has no such value
         Estimate(-1.0, 0.01),  # not a value to divide
-        Estimate(0.0, 0.01),  # ratio 0: no verdict from the rule
+        Estimate(0.0, 0.01),  # ratio 0: no log ratio, so no verdict from the rule
     )
-    assert r.ratios == [None, 1.1, 0.9, 1.005, 1.1, None, None, 0.0]
+    assert r.ratios == [None, 1.1, 0.9, 1.005, 1.1, None, None, None]
     assert r.within_noise == [None, False, False, True, None, None, None, None]
     assert r.verdicts == [None, "better", "worse", "same", "unknown", None, None, "unknown"]
 

@@ -40,10 +40,9 @@ from typing import Any
 
 from genbench import __version__
 from genbench.check import CheckReport, preflight
-from genbench.client import ChatRequest, Timeouts
+from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import ErrorKind, ExitCode, GenbenchError, Retry, UsageError, retry_for
-from genbench.fastclient import FastClient
 from genbench.generate.input import BadRow, InputScan, Row, ShardSpec, iter_rows, scan
 from genbench.generate.params import merge, split_max_tokens
 from genbench.generate.progress import Progress, RowInfo
@@ -358,8 +357,7 @@ class Job:
         timeouts = Timeouts(connect=cfg.connect_timeout, read=cfg.timeout)
         for spec, rep in zip(cfg.servers, reports, strict=True):
             ep = Endpoint.parse(spec.url, cfg.api_key)
-            # the protocol-level transport `run` uses: fewer CPU-seconds per chunk
-            client = FastClient(ep, self.model, timeouts=timeouts, keep_text=True)
+            client = Client(ep, self.model, timeouts=timeouts, keep_text=True)
             srv = Server(ep, client, spec.concurrency, on_change=self._server_changed)
             self.servers.append(srv)
             if not rep.ok:

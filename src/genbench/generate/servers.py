@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import aiohttp
-
 from genbench.client import Client
 from genbench.endpoint import Endpoint
+from genbench.stream import Failure
 
 UP, DOWN = "up", "down"
 
@@ -56,7 +55,6 @@ class Server:
         self.on_change = on_change
         self._poller: asyncio.Task[None] | None = None
         self._probe: asyncio.Task[bool] | None = None
-        self._session: aiohttp.ClientSession | None = None
 
     @property
     def up(self) -> bool:
@@ -98,34 +96,22 @@ class Server:
         return self._probe
 
     async def _health(self) -> bool:
-        # its own small session: independent of the client's transport and its dead pool
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        session = self._session
-        timeout = aiohttp.ClientTimeout(total=self.probe_timeout)
-        headers = self.endpoint.headers()
+        # through the client's pool: a dead server's connections have left it already
+        get, ep, timeout = self.client.pool.get, self.endpoint, self.probe_timeout
         try:
-            async with session.get(
-                self.endpoint.root + "/health", headers=headers, timeout=timeout
-            ) as r:
-                await r.read()
-                if r.status == 200:
-                    return True
-                if r.status not in (401, 403, 404, 405):
-                    return False
+            status, _, _ = await get(ep.root + "/health", timeout, ep.headers())
+            if status == 200:
+                return True
+            if status not in (401, 403, 404, 405):
+                return False
             # no /health (or behind auth): the model list tells whether it serves
-            async with session.get(
-                self.endpoint.base_url + "/models", headers=headers, timeout=timeout
-            ) as r:
-                await r.read()
-                return r.status == 200
-        except (aiohttp.ClientError, TimeoutError, OSError):
+            status, _, _ = await get(ep.base_url + "/models", timeout, ep.headers())
+            return status == 200
+        except Failure:
             return False
 
     async def close(self) -> None:
         for t in (self._poller, self._probe):
             if t is not None and not t.done():
                 t.cancel()
-        if self._session is not None:
-            await self._session.close()
         await self.client.close()

@@ -14,10 +14,9 @@ from typing import Any
 
 import orjson
 
-from genbench.client import ChatRequest, Timeouts
+from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import InputFileError
-from genbench.fastclient import FastClient
 from genbench.generate.engine import WorkItem
 from genbench.generate.input import Row, iter_rows, scan
 from genbench.generate.params import merge, split_max_tokens
@@ -181,7 +180,7 @@ async def run_pilot(
     for that to bias the forecast of a job that runs warm for hours."""
     timeouts = Timeouts(connect=10.0, read=timeout, total=None)
     # the protocol-level transport `run` uses: the client's own CPU stays out of the pilot
-    client = FastClient(ep, model, timeouts=timeouts, keep_text=True)
+    client = Client(ep, model, timeouts=timeouts, keep_text=True)
     writer = RecordWriter(out / REQUESTS_FILE) if out else None
     pilot = _PilotRows(model, params or {}, turns == "all", stop, writer, on_record)
     try:

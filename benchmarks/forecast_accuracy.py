@@ -14,7 +14,7 @@ inherited), on one server:
 2. the field's method, in-process: three prompts single-stream for the tokens per
    sample, a burst of 32 equal-length requests at that length for the rate,
    N × tokens / rate;
-3. ours: `genbench plan --prompts FILE --samples N --url URL --concurrency C --warmup W
+3. ours: `genbench plan --prompts FILE --samples N --url URL --concurrency C --warmup-time W
    --seed S --out DIR --json`, with `--target-error E --pilot-max-time T` (open-ended
    pilot, `--pilot auto`) or `--pilot K`. The forecast for N, its bar and the naive pilot
    (pilot wall × N / K) are read from its JSON; the pilot's records (DIR/requests.jsonl)
@@ -22,7 +22,7 @@ inherited), on one server:
    the number of pilot requests, known only after plan ran;
 4. the job: W seconds of load at C (in-process, discarded: a job of hours runs warm,
    and this one starts after plan's pause), then `genbench generate --input FILE
-   --output JOBDIR --url URL --concurrency C`. Its wall time is max(meta.finished_at) −
+   --out JOBDIR --url URL --concurrency C`. Its wall time is max(meta.finished_at) −
    min(meta.sent_at) over the rows it wrote (rows in errors.jsonl count as failed).
    Between the warm-up and the job's first request the server idles while generate
    starts and checks it (about a second).
@@ -329,7 +329,7 @@ def one_run(
     t0 = time.perf_counter()
     out = genbench(
         ["plan", "--prompts", str(prompts_file), "--samples", str(n), *common, *pilot_args]
-        + ["--warmup", f"{warmup_s:g}", "--seed", str(seed), "--out", str(plan_dir), "--json"],
+        + ["--warmup-time", f"{warmup_s:g}", "--seed", str(seed), "--out", str(plan_dir), "--json"],
         work / "plan.log",
     )
     t_plan_end = time.perf_counter()
@@ -363,7 +363,7 @@ def one_run(
     behind1 = sim_behind(root) if sim else 0.0
     t1 = time.perf_counter()
     genbench(
-        ["generate", "--input", str(prompts_file), "--output", str(work / "job"), *common],
+        ["generate", "--input", str(prompts_file), "--out", str(work / "job"), *common],
         work / "generate.log",
     )
     job_cmd_s = time.perf_counter() - t1

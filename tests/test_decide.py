@@ -296,7 +296,7 @@ def short_run(url: str, out: Path) -> None:
     """Single-stream, then 4 s of sustained load at C=1 and C=32: long enough that a stall
     of this host during one run cannot reverse a 2.7× difference."""
     p = genbench(
-        "run", "--url", url, "--skip", "warmup", "--lengths", "32", "--prompts", "2",
+        "run", "--url", url, "--skip", "warmup", "--lengths", "32", "--prompts-per-length", "2",
         "--concurrency", "1,32", "--shape", "sustained", "--sweep-tokens", "64",
         "--duration", "4", "--out", str(out), timeout=180,
     )  # fmt: skip

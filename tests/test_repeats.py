@@ -147,7 +147,7 @@ def test_a_drifting_sim_decodes_at_the_formulas_rate_times_the_drift(tmp_path):
         out = tmp_path / "run"
         p = genbench(
             "run", "--url", sim.url, "--skip", "warmup,sweep", "--lengths", "800",
-            "--prompts", "1", "--out", str(out),
+            "--prompts-per-length", "1", "--out", str(out),
         )  # fmt: skip
         assert p.returncode == 0, p.stderr
         if sim_metric(sim.root, "decode_resync_seconds_total") > 0.1:

@@ -71,7 +71,7 @@ class RunConfig:
             ("--sweep-tokens", self.sweep_tokens),
             ("--timeout", self.timeout),
             ("--requests-per-slot", self.requests_per_slot),
-            ("--prompts", self.prompts_per_length),
+            ("--prompts-per-length", self.prompts_per_length),
         ):
             if v <= 0:
                 raise UsageError(f"{name} must be positive, got {v}")

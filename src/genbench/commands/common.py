@@ -10,7 +10,7 @@ from genbench.errors import positive
 from genbench.limits import Descriptors, fit_descriptors
 
 URL = typer.Option(None, "--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1")
-MODEL = typer.Option(None, "--model", help="Model to use (default: the only one served).")
+MODEL = typer.Option(None, "--model", help="Model to use. [default: the only one served]")
 KEY_ENV = typer.Option(
     DEFAULT_KEY_ENV,
     "--api-key-env",

@@ -7,6 +7,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from genbench import fmt
 from genbench.commands import common
 from genbench.compare import ALLOWANCE, FLOOR, Comparison, Row, Z, compare, failures
 from genbench.console import out
@@ -23,20 +24,22 @@ SECTIONS = {
 
 
 def _value(x: float | None, unit: str) -> str:
+    """A row's value in its unit: tok/s, ms (the row holds milliseconds), or tokens (a mean
+    acceptance length, two decimals)."""
     if x is None:
-        return "—"
+        return fmt.MISSING
     if unit == "tokens":
-        return f"{x:.2f}"
+        return fmt.number(x, 2)
     if unit == "ms":
-        return f"{x:.1f} ms" if x < 100 else f"{x:,.0f} ms"
-    return f"{x:,.1f}" if x < 1000 else f"{x:,.0f}"
+        return fmt.ms(x / 1000)
+    return fmt.rate(x, "")
 
 
 def _spread(row: Row, i: int) -> str:
     """' ±2.1%': the spread between a side's repeats (one standard deviation), if it has any."""
     side = row.sides[i]
     spread = side.spread if side else None
-    return "" if spread is None else f" [dim]±{spread:.1%}[/]"
+    return "" if spread is None else f" [dim]±{fmt.pct(spread)}[/]"
 
 
 def _ratio(row: Row, i: int) -> str:

@@ -23,13 +23,13 @@ from rich.table import Table
 from rich.text import Text
 
 from genbench.commands import common
-from genbench.console import err, out, rate
+from genbench.console import err, out
 from genbench.endpoint import load_api_key
 from genbench.errors import UsageError
+from genbench.fmt import duration, duration_range, number, rate
 from genbench.generate.engine import JobConfig, JobResult, Listener, run_job
 from genbench.generate.input import ShardSpec
 from genbench.generate.params import job_params
-from genbench.generate.progress import duration
 from genbench.generate.servers import ServerSpec
 from genbench.plan.document import JobForecast, job_forecast, read_plan
 
@@ -166,8 +166,8 @@ class ConsoleListener(Listener):
 
 
 def _with_bar(seconds: float, lo: float | None, hi: float | None, none: str = "") -> str:
-    """'5h 10m [4h 55m, 5h 27m]', or the time and `none` when there is no bar."""
-    bar = f" [{duration(lo)}, {duration(hi)}]" if lo is not None and hi is not None else none
+    """'5.2 h (4.9 – 5.5 h)', or the time and `none` when there is no bar."""
+    bar = f" ({duration_range(lo, hi)})" if lo is not None and hi is not None else none
     return duration(seconds) + bar
 
 
@@ -204,7 +204,7 @@ def render(snap: dict[str, Any]) -> Group:
             "  (finishes ~" + time.strftime("%a %H:%M", time.localtime(time.time() + eta)) + ")"
         )
     rates = Text(
-        f"{_num(snap['rows_per_s'], 2)} rows/s   {rate(snap['tokens_per_s'])} "
+        f"{number(snap['rows_per_s'], 2)} rows/s   {rate(snap['tokens_per_s'])} "
         f"(thinking {rate(snap['thinking_tokens_per_s'])}, answer "
         f"{rate(snap['answer_tokens_per_s'])})"
     )
@@ -225,14 +225,10 @@ def render(snap: dict[str, Any]) -> Group:
             s["url"],
             state,
             f"{s['in_flight']}/{s['concurrency']}",
-            _num(s["rows_per_s"], 2),
+            number(s["rows_per_s"], 2),
             rate(s["tokens_per_s"], ""),
         )
     return Group(bar, rates, eta_line, t)
-
-
-def _num(x: float | None, nd: int) -> str:
-    return "—" if x is None else f"{x:,.{nd}f}"
 
 
 def render_result(r: JobResult, console: Console) -> None:
@@ -262,8 +258,10 @@ def render_result(r: JobResult, console: Console) -> None:
 
 
 def generate(
-    input: Path = typer.Option(..., "--input", "-i", help="Prompts: .jsonl[.gz] or .parquet."),
-    output: Path = typer.Option(..., "--output", "-o", help="Output directory (resumable)."),
+    input: Path = typer.Option(
+        ..., "--input", "-i", "--prompts", help="The prompt file: .jsonl[.gz] or .parquet."
+    ),
+    output: Path = typer.Option(..., "--out", "-o", help="Output directory (resumable)."),
     url: list[str] | None = typer.Option(
         None, "--url", help="Server base URL; repeat for several servers."
     ),
@@ -276,14 +274,18 @@ def generate(
     concurrency: int = typer.Option(
         64, "--concurrency", "-c", help="Requests in flight per server."
     ),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Output token cap per turn."),
-    temperature: float | None = typer.Option(None, "--temperature"),
-    top_p: float | None = typer.Option(None, "--top-p"),
-    top_k: int | None = typer.Option(None, "--top-k"),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", help="Output token cap per turn. [default: none]"
+    ),
+    temperature: float | None = typer.Option(
+        None, "--temperature", help="Sampling temperature. [default: the server's]"
+    ),
+    top_p: float | None = typer.Option(None, "--top-p", help="top_p. [default: the server's]"),
+    top_k: int | None = typer.Option(None, "--top-k", help="top_k. [default: the server's]"),
     thinking: bool | None = typer.Option(
         None,
         "--thinking/--no-thinking",
-        help="Send chat_template_kwargs.enable_thinking (default: the server's choice).",
+        help="Send chat_template_kwargs.enable_thinking. [default: the server's choice]",
     ),
     param: list[str] | None = typer.Option(
         None, "--param", metavar="KEY=VALUE", help="Any other request field (JSON value)."

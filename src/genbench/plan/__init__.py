@@ -40,7 +40,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "units": "parse_counts human_bytes human_tokens duration fmt_time fmt_days fmt_range",
+    "units": "parse_counts duration",
     "from_rate": "arithmetic plan_arithmetic",
     "storage": "ASSUMED_BYTES_PER_TOKEN JSONL_OVERHEAD_BYTES HiddenStates StorageModel "
     "storage_from_tokens parquet_bytes_per_row hidden_states",

@@ -44,6 +44,7 @@ class _RunRates:
     tokens_per_sample_basis: str
     thinking_share: float
     field_c: int | None  # the burst concurrency of the field's method (None: no burst)
+    thinking_share_basis: str = ""
 
     @property
     def best_c(self) -> int:
@@ -218,7 +219,64 @@ def _run_rates(
     rates = _RunRates(
         sustained, burst, bars, tps, basis, think / out if out else 0.0, _field_c(burst, notes)
     )
+    _length_note(doc, tps, notes)
+    rates.thinking_share_basis = _thinking_basis(doc, ok, out, think, tps)
     return rates, bpt
+
+
+LENGTH_TOLERANCE = 0.25  # tokens per sample this far from the sweep's length get a note
+
+
+def sweep_length(doc: dict[str, Any]) -> float | None:
+    """Mean output tokens of the requests the sustained rates were measured on."""
+    ok = out = 0
+    for p in doc.get("phases") or []:
+        if p.get("kind") == "sustained":
+            s = p.get("summary") or {}
+            ok += int(s.get("ok") or 0)
+            out += int(s.get("output_tokens") or 0)
+    if ok and out:
+        return out / ok
+    cfg = (doc.get("config") or {}).get("sweep_tokens")
+    return float(cfg) if isinstance(cfg, int | float) and cfg > 0 else None
+
+
+def _length_note(doc: dict[str, Any], tps: float, notes: list[str]) -> None:
+    """Throughput falls as outputs grow (longer contexts decode slower): a rate measured at
+    one length forecasts a job of much longer (or shorter) samples with a bias."""
+    measured = sweep_length(doc)
+    if not measured or abs(tps / measured - 1) <= LENGTH_TOLERANCE:
+        return
+    natural = bool((doc.get("config") or {}).get("natural"))
+    how = "natural-length outputs of, on average," if natural else "outputs forced to"
+    direction = "optimistic" if tps > measured else "pessimistic"
+    notes.append(
+        f"the sustained rates were measured on {how} {fmt.count(measured)} tokens, and "
+        f"this job's samples are {fmt.count(tps)} tokens "
+        f"({fmt.pct(tps / measured - 1, signed=True)}): throughput "
+        f"changes with length, so the times are likely {direction}; measure at the job's "
+        f"length (genbench run --sweep-tokens {round(tps)}) or forecast from a pilot "
+        "(--prompts)"
+    )
+
+
+def _thinking_basis(doc: dict[str, Any], ok: int, out: int, think: int, tps: float) -> str:
+    """How the thinking share was had, in words: it is applied to the job's length as is."""
+    if not out:
+        return "no output tokens measured"
+    if not think:
+        return f"no thinking tokens in the run's {ok:,} requests"
+    natural = bool((doc.get("config") or {}).get("natural"))
+    where = (
+        f"the run's {ok:,} natural-length requests on its built-in prompts"
+        if natural
+        else f"the run's {ok:,} requests at forced lengths, cut before the model finished: "
+        "a whole answer's share may differ"
+    )
+    return (
+        f"{fmt.count(think)} thinking of {fmt.count(out)} output tokens in {where}; "
+        f"applied as is to {fmt.count(tps)} tokens per sample"
+    )
 
 
 def _field_c(burst: dict[int, float], notes: list[str]) -> int | None:
@@ -238,6 +296,7 @@ def _model(rates: _RunRates, storage_basis: str) -> dict[str, Any]:
         "tokens_per_sample": rates.tokens_per_sample,
         "tokens_per_sample_basis": rates.tokens_per_sample_basis,
         "thinking_share": rates.thinking_share,
+        "thinking_share_basis": rates.thinking_share_basis,
         "sustained_tps_by_concurrency": {str(c): r for c, r in sorted(rates.sustained.items())},
         "best_concurrency": rates.best_c,
         "rate_halfwidth_by_concurrency": {str(c): h for c, h in sorted(rates.bars.items())},

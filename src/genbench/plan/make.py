@@ -200,7 +200,7 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
     if args.turns not in ("all", "last"):
         raise UsageError(f"--turns must be all or last, got {args.turns!r}")
     if args.warmup < 0:
-        raise UsageError(f"--warmup must be 0 or more seconds, got {args.warmup}")
+        raise UsageError(f"--warmup-time must be 0 or more seconds, got {args.warmup}")
     if args.pilot_min_time < 0 or args.pilot_min_time > args.pilot_max_time:
         raise UsageError(
             f"--pilot-min-time {args.pilot_min_time:g} must be between 0 and --pilot-max-time "

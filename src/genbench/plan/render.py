@@ -13,7 +13,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from genbench import fmt
-from genbench.plan.units import fmt_days, fmt_range, fmt_time, human_bytes, human_tokens
 from genbench.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -60,27 +59,27 @@ def _samples(row: dict[str, Any]) -> str:
 
 
 def _time(key: str) -> Cell:
-    return lambda row: fmt_time(row[key]["seconds"])
+    return lambda row: fmt.duration(row[key]["seconds"])
 
 
 def _days(key: str) -> Cell:
-    return lambda row: fmt_days(row[key]["seconds"])
+    return lambda row: fmt.days(row[key]["seconds"])
 
 
 def _range(key: str) -> Cell:
-    return lambda row: fmt_range(row[key]["lo_s"], row[key]["hi_s"])
+    return lambda row: fmt.duration_range(row[key]["lo_s"], row[key]["hi_s"])
 
 
 def _tokens(key: str) -> Cell:
-    return lambda row: human_tokens(row["tokens"][key])
+    return lambda row: fmt.tokens(row["tokens"][key])
 
 
 def _storage_cols(doc: dict[str, Any], parquet: bool = False) -> list[tuple[str, Cell]]:
-    cols: list[tuple[str, Cell]] = [("JSONL", lambda r: human_bytes(r["storage"]["jsonl_bytes"]))]
+    cols: list[tuple[str, Cell]] = [("JSONL", lambda r: fmt.nbytes(r["storage"]["jsonl_bytes"]))]
     if parquet:
-        cols.append(("Parquet", lambda r: human_bytes(r["storage"].get("parquet_bytes"))))
+        cols.append(("Parquet", lambda r: fmt.nbytes(r["storage"].get("parquet_bytes"))))
     if doc["rows"] and doc["rows"][0]["storage"].get("hidden_state_bytes") is not None:
-        cols.append(("hidden states", lambda r: human_bytes(r["storage"]["hidden_state_bytes"])))
+        cols.append(("hidden states", lambda r: fmt.nbytes(r["storage"]["hidden_state_bytes"])))
     return cols
 
 
@@ -120,16 +119,20 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
         f"{src.get('server') or 'unknown server'})"
     )
     console.print(
-        f"  tokens per sample: {m['tokens_per_sample']:,.1f} ({m['tokens_per_sample_basis']}); "
-        f"thinking share {m['thinking_share']:.1%}"
+        f"  tokens per sample: {fmt.number(m['tokens_per_sample'])} "
+        f"({m['tokens_per_sample_basis']}); "
+        f"thinking share {fmt.pct(m['thinking_share'])}"
+        + (f" ({m['thinking_share_basis']})" if m.get("thinking_share_basis") else "")
     )
-    rates = ", ".join(f"C={c}: {r:,.1f}" for c, r in m["sustained_tps_by_concurrency"].items())
+    rates = ", ".join(
+        f"C={c}: {fmt.rate(r, '')}" for c, r in m["sustained_tps_by_concurrency"].items()
+    )
     console.print(f"  sustained tok/s by concurrency: {rates}")
     f = m["field"]
     if f["concurrency"]:
         console.print(
-            f"  field's method: burst {f['tok_per_s']:,.1f} tok/s at C={f['concurrency']} × "
-            f"{f['tokens_per_sample']:,.1f} tokens/sample"
+            f"  field's method: burst {fmt.rate(f['tok_per_s'])} at C={f['concurrency']} × "
+            f"{fmt.number(f['tokens_per_sample'])} tokens/sample"
         )
     cols = [("samples", _samples), (f"ours C={m['best_concurrency']}", _time("ours_best"))]
     has_bar = any("lo_s" in row["ours_best"] for row in doc["rows"])
@@ -163,7 +166,7 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     console.print(
         f"[bold]genbench plan[/] pilot of {m['pilot_requests']} requests at C={m['concurrency']} "
         f"on {src.get('model')} ({src.get('server') or 'unknown server'}): "
-        f"{m['pilot_wall_s']:.1f} s, {m['fail_rate']:.1%} failed"
+        f"{fmt.duration(m['pilot_wall_s'])}, {fmt.pct(m['fail_rate'])} failed"
     )
     think = m["thinking_tokens"]["mean"] or 0
     console.print(
@@ -172,14 +175,15 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     )
     steady = m.get("pilot_steady_tps")
     console.print(
-        f"  server: {m['job_tps']:,.0f} tok/s over the simulated job at C={m['concurrency']}"
-        + (f" (the pilot's steady window: {steady:,.0f} tok/s)" if steady else "")
+        f"  server: {fmt.rate(m['job_tps'])} over the simulated job at C={m['concurrency']}"
+        + (f" (the pilot's steady window: {fmt.rate(steady)})" if steady else "")
     )
     rep = m.get("replay")
     if rep:
         console.print(
-            f"  model check: replaying the pilot gives {rep['simulated_s']:.1f} s against "
-            f"{rep['actual_s']:.1f} s measured ({rep['error']:+.1%}; in the bar)"
+            f"  model check: replaying the pilot gives {fmt.duration(rep['simulated_s'])} against "
+            f"{fmt.duration(rep['actual_s'])} measured ({fmt.pct(rep['error'], signed=True)}; "
+            "in the bar)"
         )
     conf = f"{doc['rows'][0]['ours']['confidence']:.0%} range"
     cols = [("samples", _samples), ("ours", _time("ours")), (conf, _range("ours"))]
@@ -232,7 +236,7 @@ class PilotProgress:
             self.failed += 1
         if self.progress is not None:
             dt = time.perf_counter() - self.t0
-            rate = f"{self.tokens / dt:,.0f} tok/s" if dt > 0 else ""
+            rate = fmt.rate(self.tokens / dt) if dt > 0 else ""
             if self.stop_rule is not None and self.stop_rule.count >= 2:
                 hw = self.stop_rule.halfwidth
                 goal = self.stop_rule.target * self.stop_rule.length_share

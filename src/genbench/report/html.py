@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-from genbench import __version__
+from genbench import __version__, fmt
 from genbench.report import decision, inspection
 from genbench.report import figures as F
 from genbench.report.runs import Run, workload_differences
@@ -94,20 +94,9 @@ def figure_html(fig: F.Figure) -> str:
     )
 
 
-def _num(v: Any, digits: int = 1) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int | float):
-        if isinstance(v, float) and abs(v) < 1000:
-            return f"{v:,.{digits}f}"
-        return f"{v:,.0f}"
-    return escape(str(v))
-
-
 def _ms(v: Any) -> str:
-    return "—" if v is None else f"{v * 1000:,.1f}"
+    """Milliseconds without the unit, which the column's head gives."""
+    return fmt.ms(v).removesuffix(" ms")
 
 
 def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> str:
@@ -168,8 +157,8 @@ def numbers(sides: list[Run]) -> str:
                 [
                     _tag(run),
                     str(p.get("max_tokens")),
-                    _num((s.get("decode_tps") or {}).get("mean")),
-                    _num(s.get("output_tps")),
+                    fmt.rate((s.get("decode_tps") or {}).get("mean"), ""),
+                    fmt.rate(s.get("output_tps"), ""),
                     _ms((s.get("ttft_s") or {}).get("p50")),
                     f"{s.get('ok', 0)}" + (f" (+{s['failed']} failed)" if s.get("failed") else ""),
                 ]
@@ -193,9 +182,9 @@ def numbers(sides: list[Run]) -> str:
                 [
                     _tag(run),
                     str(c),
-                    _num((b or {}).get("summary", {}).get("output_tps") if b else None),
-                    _num(steady) + ("*" if unstable else ""),
-                    _num((s.get("decode_tps") or {}).get("p50")),
+                    fmt.rate((b or {}).get("summary", {}).get("output_tps") if b else None, ""),
+                    fmt.rate(steady, "") + ("*" if unstable else ""),
+                    fmt.rate((s.get("decode_tps") or {}).get("p50"), ""),
                     _ms((s.get("ttft_s") or {}).get("p50")),
                     _ms((s.get("ttft_s") or {}).get("p99")),
                     _ms((s.get("itl_chunk_s") or {}).get("p50")),
@@ -307,7 +296,9 @@ def _cell(v: Any) -> str:
     if isinstance(v, list | dict):
         text = str(v)
         return escape(text if len(text) < 200 else text[:200] + "…")
-    return _num(v, 3) if isinstance(v, float) else escape(_plain(v))
+    if isinstance(v, float):
+        return fmt.number(v, 3) if abs(v) < 1000 else fmt.count(v)
+    return escape(_plain(v))
 
 
 def _plain(v: Any) -> str:

@@ -28,6 +28,7 @@ from genbench.generate.input import ShardSpec, derive_id, scan
 from genbench.generate.params import job_params, merge
 from genbench.generate.progress import Progress
 from genbench.generate.store import scan_jsonl_shard
+from genbench.records import RequestRecord, read_records
 from genbench.sim.process import SimProcess
 
 SIM = ("--tps", "1000", "--per-seq-ms", "0.2", "--ttft-ms", "5", "--output-len", "uniform:20:60")
@@ -94,6 +95,23 @@ def assert_exactly_once(out: Path, ids: list[str]) -> list[dict[str, Any]]:
     assert not dups, f"duplicate ids: {dups}"
     assert sorted(counts) == sorted(ids)
     return rows
+
+
+def request_log(out: Path) -> list[RequestRecord]:
+    return read_records(out / ".genbench" / "requests.jsonl")
+
+
+def assert_log_holds_every_attempt(out: Path, ids: list[str]) -> list[RequestRecord]:
+    """The request log: every failed attempt with its kind and what became of its row,
+    and each row's final attempt, answered and written (`done`); the failed ones."""
+    recs = request_log(out)
+    failed = [r for r in recs if not r.ok]
+    assert all(r.error_kind and r.extra["outcome"] in ("retry", "requeued") for r in failed)
+    last = {r.id: r for r in recs}  # the log is in the order attempts ended
+    assert sorted(last) == sorted(ids)
+    assert all(r.ok and r.extra["outcome"] == "done" for r in last.values())
+    assert sum(r.ok for r in recs) == len(ids)  # single-turn rows: one answer each
+    return failed
 
 
 def line_count(out: Path) -> int:
@@ -322,6 +340,13 @@ def test_retries_on_503_and_context_too_long_goes_straight_to_errors(sim_factory
     (err,) = error_rows(out)
     assert err["id"] == "long" and err["http_status"] == 400 and err["attempts"] == 1
     assert "context length" in err["error"]
+    # failures are data: each retried 503 is in the request log, charged, then answered
+    recs = request_log(out)
+    retried = [r for r in recs if r.http_status == 503 and r.id != "long"]
+    assert retried and all(r.extra["outcome"] == "retry" for r in retried)
+    assert len(retried) == sum(r["meta"]["attempts"] - 1 for r in got)
+    long = [r for r in recs if r.id == "long"][-1]
+    assert long.http_status == 400 and long.extra["outcome"] == "failed"
 
 
 # -- crashes: client, server, one of two servers --------------------------------------------
@@ -384,6 +409,10 @@ def test_server_sigkill_and_restart_on_the_same_port(sim_factory, tmp_path):
     assert "is down" in stdout and "is back" in stdout
     assert_exactly_once(out, [f"r{i}" for i in range(n)])
     assert error_rows(out) == []
+    failed = assert_log_holds_every_attempt(out, [f"r{i}" for i in range(n)])
+    kinds = {r.error_kind for r in failed}
+    assert "connect_refused" in kinds or kinds & {"disconnected", "incomplete_stream"}, kinds
+    assert all(r.extra["outcome"] == "requeued" for r in failed)  # uncharged: the server died
 
 
 def test_two_servers_one_dies_the_other_finishes(sim_factory, tmp_path):
@@ -400,6 +429,8 @@ def test_two_servers_one_dies_the_other_finishes(sim_factory, tmp_path):
     servers = Counter(r["meta"]["server"] for r in rows)
     assert servers[dying.url] > 0 and servers[healthy.url] > servers[dying.url]
     assert error_rows(out) == []
+    failed = assert_log_holds_every_attempt(out, [f"r{i}" for i in range(n)])
+    assert failed and {r.server for r in failed} == {dying.url}
 
 
 def test_all_servers_down_at_start_is_a_clear_error(capsys, tmp_path):
@@ -462,6 +493,8 @@ def test_vllm_sigkill_and_restart_mid_job(tmp_path):
         stdout = (tmp_path / "stdout.txt").read_text()
         assert "is down" in stdout and "is back" in stdout
         assert_exactly_once(out, [f"r{i}" for i in range(n)])
+        failed = assert_log_holds_every_attempt(out, [f"r{i}" for i in range(n)])
+        assert failed, "the rows in flight when the server died are in the log"
     finally:
         subprocess.run([*script, "stop", name], capture_output=True)
 
@@ -548,12 +581,20 @@ def test_url_file_and_sizes(tmp_path):
 
 
 def test_eta_and_error_bar_from_recent_windows():
+    """Rates come from the request records (stats.RecentRates): rows/s counts the records
+    that ended a row; the ETA's bar is that rate's spread over sub-windows."""
     now = [0.0]
     prog = Progress(1000, 0, 0, ["s"], clock=lambda: now[0])
-    for t in range(1, 61):  # 5 rows/s, steady
+    for t in range(1, 61):  # 5 rows/s, steady, each one request of 10 tokens
         now[0] = float(t)
+        for k in range(5):
+            end = {"outcome": "done"}
+            prog.on_record(RequestRecord(f"x{t}-{k}", server="s", t_end=t - 0.1 * k,
+                                         completion_tokens=10, extra=end))  # fmt: skip
         prog.on_durable("row", [(f"x{t}{k}", None) for k in range(5)])
-        prog.sample()
     eta, err = prog.eta()
     assert eta == pytest.approx((1000 - 300) / 5.0, rel=0.02)
     assert err is not None and err < 0.05 * eta
+    snap = prog.snapshot([{"url": "s"}])
+    assert snap["tokens_per_s"] == pytest.approx(50, rel=0.05)
+    assert snap["servers"][0]["rows_per_s"] == pytest.approx(5, rel=0.05)

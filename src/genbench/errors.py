@@ -163,6 +163,22 @@ class OutputError(GenbenchError):
     exit_code = ExitCode.OUTPUT
 
 
+class OutOfDescriptors(OutputError):
+    """This process has as many files and connections open as its limit allows (EMFILE,
+    ENFILE): a limit of this machine, not a fault of the disk or the server. A job can
+    go on with fewer streams."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what}: {descriptor_advice()}")
+
+
+def descriptor_advice() -> str:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return f"out of file descriptors: raise ulimit -n (now {soft})"
+
+
 class ServerDown(GenbenchError):
     """The server stopped answering during load; everything sent was recorded first."""
 

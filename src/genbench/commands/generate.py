@@ -26,8 +26,8 @@ from genbench.commands import common
 from genbench.console import err, out, rate
 from genbench.endpoint import load_api_key
 from genbench.errors import UsageError
-from genbench.generate.engine import JobConfig, JobResult, Listener, run_job
 from genbench.generate.input import ShardSpec
+from genbench.generate.job import JobConfig, JobResult, Listener, run_job
 from genbench.generate.params import job_params
 from genbench.generate.progress import duration
 from genbench.generate.servers import ServerSpec

@@ -20,7 +20,7 @@ from genbench import plan as P
 from genbench.check import preflight
 from genbench.commands import common
 from genbench.console import err, out
-from genbench.errors import ExitCode, GenbenchError, UsageError
+from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError
 from genbench.generate.params import job_params
 from genbench.records import RequestRecord
 from genbench.result import load_result
@@ -305,6 +305,9 @@ def _pilot(
         bar.stop()
         err.print(f"[red]interrupted[/]: pilot records so far in {out_path}")
         raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except ServerDown as e:
+        bar.stop()
+        raise GenbenchError(f"{e}; pilot records so far in {out_path}", e.exit_code) from None
     finally:
         bar.stop()
     if not any(r.ok for r in run.records):

@@ -1,14 +1,37 @@
 #!/usr/bin/env bash
-# The test command: installs genbench with its test extras into .venv, prepares the
-# vLLM CPU test server's own environment (cached), then runs the whole suite.
+# The test command, and the whole set-up a fresh machine needs: a browser for the report's
+# screenshot test (Debian's chromium), genbench with its test extras in .venv, the vLLM CPU
+# test server's own environment (cached), then the whole suite.
 # Every server the tests use (the sim, llama.cpp, vLLM) is started by the tests themselves.
+# As root it installs chromium itself; a non-root user runs `sudo apt-get install chromium` once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+
+have_browser() {
+    local b
+    for b in chromium chromium-browser google-chrome google-chrome-stable; do
+        command -v "$b" >/dev/null 2>&1 && return 0
+    done
+    return 1
+}
+
+if ! have_browser && [ "${GENBENCH_SKIP_BROWSER:-0}" != "1" ]; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+        echo "[test.sh] installing chromium (the report test takes a screenshot with it)" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+        echo "[test.sh] error: no chromium on PATH: run 'sudo apt-get install chromium' once" \
+            "(or set GENBENCH_SKIP_BROWSER=1 to skip the report's browser test)" >&2
+        exit 1
+    fi
+fi
+
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[local,parquet,report,dev]'
 if [ "${GENBENCH_SKIP_VLLM:-0}" != "1" ]; then
-  bash scripts/vllm-test-server.sh setup
+    bash scripts/vllm-test-server.sh setup
 fi
 exec .venv/bin/python -m pytest "$@"

@@ -325,3 +325,18 @@ def test_extra_body_reaches_the_server(sim_factory, tmp_path):
     assert phase(load(out), "single-30")["summary"]["thinking_tokens"] == 0
     p = genbench("run", "--url", sim.url, "--extra-body", "[1]", "--out", str(tmp_path / "x"))
     assert p.returncode == 2 and "--extra-body" in p.stderr
+
+
+def test_summary_says_when_token_counts_are_estimated(sim_factory, tmp_path):
+    # like llama-cpp-python's server: no usage in streams, so every phase's tokens are
+    # counted one per chunk; result.json says so per phase and the console says it once
+    sim = sim_factory(*SIM_ARGS, "--fault", "no-usage")
+    out = tmp_path / "r"
+    p = genbench(
+        "run", "--url", sim.url, "--warmup", "0", "--lengths", "20", "--prompts", "2",
+        "--skip", "sweep", "--out", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert all(ph["summary"]["tokens_estimated"] for ph in load(out)["phases"])
+    assert "token counts estimated in 1 of 1 phases" in p.stdout
+    assert "genbench-sim" in p.stdout and "unknown server" not in p.stdout

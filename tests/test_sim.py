@@ -629,6 +629,71 @@ async def test_client_going_away_frees_its_slot(sims: dict[str, SimProcess]) -> 
     assert st.text_events()[0].t < 0.5  # admitted once the first stream's slot came back
 
 
+TEXT_FAULTS = (
+    "--tps", "2000", "--ttft-ms", "1", "--per-seq-ms", "0.1", "--thinking-tokens", "6",
+    "--output-len", "fixed:30",
+    "--fault", "loop:at=10,period=3,match=LOOPANSWER", "--fault", "loop:at=2,match=LOOPTHINK",
+    "--fault", "unclosed:match=UNCLOSED", "--fault", "empty-answer:match=EMPTY",
+    "--fault", "inline-think:match=INLINE", "--fault", "garble:at=8,match=GARBLE",
+    "--fault", "ignore-prompt:match=SAME",
+)  # fmt: skip
+
+
+async def test_text_faults_hit_the_requests_their_match_names(sim_factory) -> None:
+    sim = sim_factory(*TEXT_FAULTS)
+    usage = {"stream_options": {"include_usage": True}}
+
+    async def ask(s: aiohttp.ClientSession, text: str) -> tuple[str, str, str, int]:
+        st = await stream(s, sim.url, body_for(text, max_tokens=40, **usage))
+        _, full = await post(s, sim.url, body_for(text, max_tokens=40))
+        think, answer = st.joined("reasoning_content"), st.joined("content")
+        msg = full["choices"][0]["message"]
+        assert (msg.get("reasoning_content", ""), msg["content"]) == (think, answer)
+        finish = [e.data["choices"][0]["finish_reason"] for e in st.events[-3:-2]][0]
+        assert full["choices"][0]["finish_reason"] == finish
+        u = st.events[-2].data["usage"]
+        thought = 6 if "INLINE" in text else len(think.split())  # inline: counted, not apart
+        assert u["completion_tokens_details"]["reasoning_tokens"] == thought
+        return think, answer, finish, u["completion_tokens"]
+
+    async with aiohttp.ClientSession() as s:
+        plain = await ask(s, "an ordinary question")
+        loop_a = await ask(s, "LOOPANSWER please")
+        loop_t = await ask(s, "LOOPTHINK please")
+        unclosed = await ask(s, "UNCLOSED please")
+        empty = await ask(s, "EMPTY please")
+        inline = await ask(s, "INLINE please")
+        garble = await ask(s, "GARBLE please")
+        same1, same2 = await ask(s, "SAME one"), await ask(s, "SAME two different")
+        other = await ask(s, "another ordinary question")
+
+    think, answer, finish, n = plain
+    assert (len(think.split()), len(answer.split()), finish, n) == (6, 24, "stop", 30)
+    words = answer.split()
+    assert len(set(zip(words, words[1:], words[2:], strict=False))) > 15  # not a loop
+    # a loop in the answer: from token 10 on, three words over and over until max_tokens
+    think, answer, finish, n = loop_a
+    w = (think + answer).split()
+    assert (finish, n, len(think.split())) == ("length", 40, 6)
+    assert all(w[i] == w[i - 3] for i in range(13, 40)) and len(set(w[10:])) <= 3
+    # a loop inside the thought: it never closes
+    think, answer, finish, n = loop_t
+    assert (answer, finish, n, len(think.split())) == ("", "length", 40, 40)
+    t = think.split()
+    assert all(t[i] == t[i - 8] for i in range(10, 40))  # the default period: 8 tokens
+    think, answer, finish, n = unclosed
+    assert (answer, finish, n, len(think.split())) == ("", "length", 40, 40)
+    think, answer, finish, n = empty
+    assert (answer, finish, n, len(think.split())) == ("", "stop", 6, 6)
+    think, answer, finish, n = inline
+    assert think == "" and answer.startswith("<think>\n") and "\n</think>\n\n" in answer
+    assert len(answer.replace("<think>", "").replace("</think>", "").split()) == 30
+    think, answer, finish, n = garble
+    assert (think + answer).count("\ufffd") == 1 and (think + answer).split()[8].endswith("\ufffd")
+    assert same1 == same2 and same1 != plain and other[1] != plain[1]
+    assert "\ufffd" not in plain[1] + other[1] and "<think>" not in plain[1] + other[1]
+
+
 # -- flags ------------------------------------------------------------------------------------
 
 
@@ -648,7 +713,8 @@ def test_bad_flag_exits_2_with_one_line() -> None:
 @pytest.mark.parametrize(
     "spec",
     ["bogus", "http:status=200", "http:status=abc", "http:color=red", "split:min=9,max=2",
-     "stall-mid:at=0", "die:rate=1.5", "truncate:after=-1", "http:status"],
+     "stall-mid:at=0", "die:rate=1.5", "truncate:after=-1", "http:status", "loop:period=0",
+     "garble:match="],
 )  # fmt: skip
 def test_bad_fault_specs(spec: str) -> None:
     with pytest.raises(UsageError) as e:

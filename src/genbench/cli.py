@@ -30,7 +30,7 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    """genbench: check, run, plan, generate, compare, report."""
+    """genbench: check, run, plan, generate, inspect, compare, report."""
 
 
 # name -> (module, function, help). Commands are imported only when needed: a `genbench sim`
@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "run": ("genbench.commands.run", "run", None),
     "plan": ("genbench.commands.plan", "plan", None),
     "generate": ("genbench.commands.generate", "generate", None),
+    "inspect": ("genbench.commands.inspect", "inspect_cmd", None),
     "compare": ("genbench.commands.compare", "compare_cmd", None),
     "report": ("genbench.commands.report", "report_cmd", None),
     "sim": (

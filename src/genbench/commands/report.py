@@ -15,7 +15,9 @@ from genbench.result import result_path
 
 def report_cmd(
     runs: list[Path] = typer.Argument(
-        ..., help="Run directories or result.json files; colours follow this order."
+        ...,
+        help="Run directories or result.json files (colours follow this order); generate "
+        "output directories with an inspect.json, or inspect.json files, add a data-set section.",
     ),
     output: Path | None = typer.Option(
         None,

@@ -130,7 +130,7 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
     console.print()
     console.print(
         f"[bold]genbench run[/] {target['url']}  model [bold]{target['model']}[/]  "
-        f"({server.get('kind') or 'unknown server'} {server.get('version') or ''})"
+        f"({server_label(server)})"
     )
     if target.get("local_demo"):
         console.print(
@@ -164,12 +164,27 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
             f"{m['spec_acceptance_rate']:.1%}, mean acceptance length "
             f"{m['spec_mean_acceptance_length']:.2f}"
         )
+    estimated = [p["name"] for p in phases if p["summary"].get("tokens_estimated")]
+    if estimated:
+        console.print(
+            f"  [yellow]token counts estimated[/] in {len(estimated)} of {len(phases)} phases: "
+            "the server sent no usage in its streams, so tokens are counted as one per chunk "
+            "(exact without speculative decoding; low with it)"
+        )
     status = doc["status"]
     colour = "green" if status == "complete" else "red"
     console.print(
         f"[{colour}]{status}[/]"
         + (f": {doc['status_message']}" if doc.get("status_message") else "")
     )
+
+
+def server_label(server: dict[str, Any]) -> str:
+    """'vLLM 0.32.0', or what is known when the server did not say what it is."""
+    kind, version = server.get("kind"), server.get("version")
+    if kind:
+        return f"{kind} {version}" if version else kind
+    return "server kind not identified: no known /version, /props or /get_server_info"
 
 
 def _fails(s: dict[str, Any]) -> str:

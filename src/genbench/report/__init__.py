@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from genbench.errors import UsageError
+from genbench.inspect.document import is_inspection, load_inspect
+from genbench.report import inspection
 from genbench.report.figures import MAX_BARS, Figure, all_figures, focus_phase
 from genbench.report.html import page
 from genbench.report.runs import Run, load_runs
@@ -14,14 +17,40 @@ REPORT_FILE = "report.html"
 
 
 def build(
-    runs: list[Run], phase: str | None = None, max_bars: int = MAX_BARS
+    runs: list[Run],
+    phase: str | None = None,
+    max_bars: int = MAX_BARS,
+    inspections: list[dict[str, Any]] | None = None,
 ) -> tuple[str, list[Figure]]:
-    """The page as a string, and its figures; `phase` picks the phase of the timeline plots."""
-    if phase is not None and not any(r.phase(phase) for r in runs):
+    """The page as a string, and its figures; `phase` picks the phase of the timeline plots.
+    `inspections` (inspect.json documents) each add a data-set section."""
+    if runs and phase is not None and not any(r.phase(phase) for r in runs):
         names = sorted({p["name"] for r in runs for p in r.phases if p.get("kind") != "warmup"})
         raise UsageError(f"--phase {phase}: no such phase; the runs have {', '.join(names)}")
-    figs = all_figures(runs, phase, max_bars)
-    return page(runs, figs, focus_phase(runs, phase)), figs
+    figs = all_figures(runs, phase, max_bars) if runs else []
+    docs = inspections or []
+    ins_figs = [inspection.figures(doc, i) for i, doc in enumerate(docs)]
+    focus = focus_phase(runs, phase) if runs else None
+    html = page(runs, figs, focus, list(zip(docs, ins_figs, strict=True)))
+    return html, figs + [f for fs in ins_figs for f in fs]
+
+
+def split_inputs(paths: list[str] | list[Path]) -> tuple[list[Path], list[dict[str, Any]]]:
+    """Run results on one side, inspections (inspect.json, or a directory with one) on the
+    other, in the order given."""
+    runs: list[Path] = []
+    docs: list[dict[str, Any]] = []
+    for raw in paths:
+        p = Path(raw)
+        if is_inspection(p):
+            docs.append(load_inspect(p))
+        elif p.is_dir() and (p / ".genbench").is_dir() and not (p / "result.json").exists():
+            raise UsageError(
+                f"{p}: a generate output without inspect.json: run `genbench inspect {p}` first"
+            )
+        else:
+            runs.append(p)
+    return runs, docs
 
 
 def write_report(
@@ -32,9 +61,10 @@ def write_report(
     phase: str | None = None,
     max_bars: int = MAX_BARS,
 ) -> Path:
-    """Load the runs, write the HTML atomically, and the PNGs when asked."""
-    runs = load_runs(paths)
-    html, figs = build(runs, phase, max_bars)
+    """Load the runs and inspections, write the HTML atomically, and the PNGs when asked."""
+    run_paths, docs = split_inputs(paths)
+    runs = load_runs(run_paths)
+    html, figs = build(runs, phase, max_bars, docs)
     if png_dir is not None:
         from genbench.report.png import export
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from genbench import __version__
 from genbench.report import figures as F
+from genbench.report import inspection
 from genbench.report.runs import Run, workload_differences
 from genbench.report.svg import WIDE, WIDTH, render, swatch
 
@@ -312,20 +313,53 @@ def _plain(v: Any) -> str:
     return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
 
 
-def page(runs: list[Run], figs: list[F.Figure], focus: str | None) -> str:
-    by_id = {f.id: f for f in figs}
-    gantts = [f for f in figs if f.id.startswith("gantt_")]
-    servers = [f for f in figs if f.id.startswith("server_")]
-    diffs = workload_differences(runs) if len(runs) > 1 else []
-    title = "genbench report — " + ", ".join(r.label for r in runs)
+def page(
+    runs: list[Run],
+    figs: list[F.Figure],
+    focus: str | None,
+    inspections: list[tuple[dict[str, Any], list[F.Figure]]] | None = None,
+) -> str:
+    inspections = inspections or []
+    title = "genbench report — " + ", ".join(
+        [r.label for r in runs] + [inspection.label(doc) for doc, _ in inspections]
+    )
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    what = [f"{len(runs)} run{'s' if len(runs) != 1 else ''}"] if runs else []
+    if inspections:
+        what.append(f"{len(inspections)} data set{'s' if len(inspections) != 1 else ''}")
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{escape(title)}</title><style>{CSS}</style></head><body><main>",
         f"<header><h1>{escape(title)}</h1><p>generated {now} by genbench {__version__}; "
-        f"{len(runs)} run{'s' if len(runs) != 1 else ''}; hover a mark for its value</p></header>",
+        f"{'; '.join(what)}; hover a mark for its value</p></header>",
     ]
+    if runs:
+        parts += _run_sections(runs, figs, focus)
+    for doc, doc_figs in inspections:
+        parts.append(inspection.section(doc, doc_figs, figure_html))
+    files = [str(r.path) for r in runs] + [str(doc.get("_path", "")) for doc, _ in inspections]
+    terms = (
+        "<dl><dt>sustained tok/s</dt><dd>tokens arriving inside the steady window, "
+        "in which every worker had a request in flight</dd><dt>burst tok/s</dt><dd>output "
+        "tokens / wall time from the first send to the last end</dd><dt>TTFT, ITL, TPOT</dt>"
+        "<dd>time to first token; gap between streamed chunks; decode time per output token "
+        "after the first</dd></dl>"
+        if runs
+        else ""
+    )
+    parts.append(
+        f"<footer>{terms}Files: " + escape(", ".join(files)) + "</footer></main></body></html>"
+    )
+    return "".join(parts)
+
+
+def _run_sections(runs: list[Run], figs: list[F.Figure], focus: str | None) -> list[str]:
+    by_id = {f.id: f for f in figs}
+    gantts = [f for f in figs if f.id.startswith("gantt_")]
+    servers = [f for f in figs if f.id.startswith("server_")]
+    diffs = workload_differences(runs) if len(runs) > 1 else []
+    parts: list[str] = []
     if diffs:
         parts.append(
             "<div class='warn'><b>These runs measured different workloads</b>, so their "
@@ -378,13 +412,4 @@ def page(runs: list[Run], figs: list[F.Figure], focus: str | None) -> str:
     if plans:
         parts.append("<h2>Forecast</h2>" + plans)
     parts.append("<h2>Numbers</h2>" + numbers(runs))
-    parts.append(
-        "<footer><dl><dt>sustained tok/s</dt><dd>tokens arriving inside the steady window, "
-        "in which every worker had a request in flight</dd><dt>burst tok/s</dt><dd>output "
-        "tokens / wall time from the first send to the last end</dd><dt>TTFT, ITL, TPOT</dt>"
-        "<dd>time to first token; gap between streamed chunks; decode time per output token "
-        "after the first</dd></dl>Files: "
-        + escape(", ".join(str(r.path) for r in runs))
-        + "</footer></main></body></html>"
-    )
-    return "".join(parts)
+    return parts

@@ -61,7 +61,8 @@ def sim(
         "--fault",
         help="Inject a fault, KIND[:key=value,...]; repeatable. Kinds: refuse, die, http, "
         "stall-first, stall-mid, inband-error, malformed, truncate, no-usage, not-openai, "
-        "unhealthy, split. See docs/sim.md.",
+        "unhealthy, split, loop, unclosed, empty-answer, inline-think, garble, ignore-prompt; "
+        "match=TEXT limits one to requests containing TEXT. See docs/sim.md.",
     ),  # fmt: skip
 ) -> None:
     """Run the reference OpenAI-compatible server with known timing and injectable faults."""

@@ -31,23 +31,36 @@ FAULT_KEYS: dict[str, dict[str, Any]] = {
     "not-openai": {},
     "unhealthy": {},
     "split": {"min": 1, "max": 64, "pause_ms": 0.0},
+    # faults in what is said, not in how: the rows inspect must find (docs/inspect.md)
+    "loop": {"at": 20, "period": 8},
+    "unclosed": {},
+    "empty-answer": {},
+    "inline-think": {},
+    "garble": {"at": 10},
+    "ignore-prompt": {},
 }
+# kinds that change the text or length of an answer; a request with one takes the slow path
+TEXT_FAULTS = ("loop", "unclosed", "empty-answer", "inline-think", "garble", "ignore-prompt")
 
 
 @dataclass(slots=True)
 class Fault:
-    """One `--fault` spec. `rate` is per request; `after` skips the first N requests."""
+    """One `--fault` spec. `rate` is per request; `after` skips the first N requests;
+    `match` (when set) limits it to chat requests whose body contains that text, so a test
+    chooses the rows a fault hits by a marker in their prompts."""
 
     kind: str
     rate: float = 1.0
     after: int = 0
     params: dict[str, Any] = field(default_factory=dict)
+    match: str = ""
 
     def __getitem__(self, key: str) -> Any:
         return self.params[key]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "rate": self.rate, "after": self.after, **self.params}
+        extra = {"match": self.match} if self.match else {}
+        return {"kind": self.kind, "rate": self.rate, "after": self.after, **extra, **self.params}
 
 
 def _num(spec: str, key: str, raw: str, kind: type, lo: float, hi: float = math.inf) -> Any:
@@ -72,7 +85,9 @@ _FAULT_KEY_TYPES: dict[str, tuple[type, float, float]] = {
     "min": (int, 1, math.inf),
     "max": (int, 1, math.inf),
     "pause_ms": (float, 0.0, math.inf),
+    "period": (int, 1, math.inf),
 }
+COMMON_KEYS = ("rate", "after", "match")
 
 
 def parse_fault(spec: str) -> Fault:
@@ -90,11 +105,16 @@ def parse_fault(spec: str) -> Fault:
         key, raw = key.strip(), raw.strip()
         if not eq:
             raise UsageError(f"--fault {spec!r}: expected key=value, got {item!r}")
-        if key not in allowed and key not in ("rate", "after"):
-            keys = ", ".join([*allowed, "rate", "after"])
+        if key not in allowed and key not in COMMON_KEYS:
+            keys = ", ".join([*allowed, *COMMON_KEYS])
             raise UsageError(f"--fault {spec!r}: unknown key {key!r} for {kind}; expected {keys}")
         if key == "message":
             fault.params[key] = raw
+            continue
+        if key == "match":
+            if not raw:
+                raise UsageError(f"--fault {spec!r}: match= needs a text to look for")
+            fault.match = raw
             continue
         value = _num(spec, key, raw, *_FAULT_KEY_TYPES[key])
         if key == "rate":

@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 import time
+from array import array
 from collections import deque
 from http import HTTPStatus
 from typing import Any
@@ -33,7 +34,7 @@ from aiohttp import web
 
 from genbench import __version__
 from genbench.errors import UsageError
-from genbench.sim.config import Fault, SimConfig
+from genbench.sim.config import TEXT_FAULTS, Fault, SimConfig
 
 clock = time.monotonic  # CLOCK_MONOTONIC, the same clock as time.perf_counter on Linux
 INF = 1 << 62
@@ -47,6 +48,13 @@ _WORDS = (
     "new many such way even well back good much through long great where just each"
 )
 VOCAB = _WORDS.split()  # 66 ASCII words: nothing to JSON-escape
+# The text every answer is a window of: words drawn at random (fixed seed) from VOCAB, so no
+# answer repeats itself within TEXT_LEN tokens. A plain rotation of VOCAB would repeat every
+# 66 words, and a repetition-loop detector would rightly call every answer a loop. Long, so
+# that two prompts rarely start at the same place (a duplicate-answer detector would be right
+# about those too).
+TEXT_LEN = 65536
+TEXT = [VOCAB[i] for i in random.Random("genbench-sim-text").choices(range(len(VOCAB)), k=TEXT_LEN)]
 
 ERROR_TYPES = {
     400: "BadRequestError",
@@ -76,19 +84,19 @@ ROLE = b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
 
 
 class Vocab:
-    """Token i of a request starting at position p is VOCAB[(p + i) % V], with a leading space.
+    """Token i of a request starting at position p is words[(p + i) % V], with a leading space.
 
     The words are laid out repeatedly in one bytes object so that any run of up to
     `window` tokens is a single slice: no per-chunk joins or encodes.
     """
 
-    def __init__(self, window: int) -> None:
-        words = [(" " + w).encode() for w in VOCAB]
+    def __init__(self, window: int, words_: list[str] = VOCAB) -> None:
+        words = [(" " + w).encode() for w in words_]
         self.v = len(words)
         reps = 2 + (window + self.v - 1) // self.v
         self.window = (reps - 1) * self.v
         self.big = b"".join(words * reps)
-        self.offs = [0]
+        self.offs = array("Q", [0])
         for w in words * reps:
             self.offs.append(self.offs[-1] + len(w))
 
@@ -186,6 +194,42 @@ class SplitSink:
         await self.task
 
 
+class Script:
+    """The text of a request with a text fault (loop, inline-think, garble, ...).
+
+    The slow path: each chunk is built word by word and JSON-encoded, which the fast path
+    never does; only faulted requests pay for it. Token i is `word(i)`; the first
+    `thinking` tokens are thinking, as in the fast path.
+    """
+
+    __slots__ = ("pos", "thinking", "loop_at", "period", "inline", "garble_at")
+
+    def __init__(self, pos: int, thinking: int, faults: dict[str, Fault]) -> None:
+        self.pos, self.thinking = pos, thinking
+        loop = faults.get("loop")
+        self.loop_at, self.period = (loop["at"], loop["period"]) if loop else (INF, 1)
+        self.inline = "inline-think" in faults
+        self.garble_at = faults["garble"]["at"] if "garble" in faults else -1
+
+    def word(self, i: int) -> str:
+        """From `loop_at` on, the `period` tokens starting there repeat until the end."""
+        j = i if i < self.loop_at else self.loop_at + (i - self.loop_at) % self.period
+        w = " " + TEXT[(self.pos + j) % TEXT_LEN]
+        return w + "\ufffd" if i == self.garble_at else w
+
+    def split(self, start: int, end: int) -> tuple[str, str]:
+        """(thinking, answer) text of tokens [start, end). Inline thinking goes in the answer
+        between <think> tags, as from a server started without a reasoning parser."""
+        th = self.thinking
+        think = "".join(self.word(i) for i in range(start, min(end, th)))
+        answer = "".join(self.word(i) for i in range(max(start, th), end))
+        if not self.inline:
+            return think, answer
+        opening = "<think>\n" if start == 0 < th else ""
+        closing = "\n</think>\n\n" if start <= th < end and th > 0 else ""
+        return "", opening + think + closing + answer
+
+
 class Req:
     """One chat completion inside the scheduler."""
 
@@ -193,7 +237,7 @@ class Req:
         "n", "stream", "total", "thinking", "pos", "emitted", "reasoning_emitted",
         "sink", "head", "pre_c", "pre_r", "usage_chunk_ok", "prompt_tokens", "finish",
         "done", "events", "event_at", "stall", "outcome", "released", "dead", "malformed",
-        "error_message",
+        "error_message", "script",
         "id", "created",
     )  # fmt: skip
 
@@ -208,6 +252,7 @@ class Req:
         self.dead = False
         self.malformed = False
         self.sink: PlainSink | SplitSink | None = None
+        self.script: Script | None = None
 
 
 class Scheduler:
@@ -216,7 +261,7 @@ class Scheduler:
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
         self.loop = asyncio.get_running_loop()
-        self.vocab = Vocab(max(cfg.spec_k, 64))
+        self.vocab = Vocab(max(cfg.spec_k, 64), TEXT)
         self.running = 0
         self.waiting: deque[asyncio.Future[float]] = deque()
         self.batch: list[Req] = []
@@ -306,6 +351,12 @@ class Scheduler:
             self.m_reason += nr
         if not r.stream:
             return True
+        if r.script is not None:
+            think, answer = r.script.split(e, e + k)
+            delta = {self.cfg.reasoning_dialect: think} if think else {}
+            if answer:
+                delta["content"] = answer
+            return r.sink.write(r.head + orjson.dumps(delta) + SUF[2:])  # type: ignore[union-attr]
         span = self.vocab.span
         if e >= th:
             body = r.pre_c + span(r.pos + e, k) + SUF
@@ -469,15 +520,17 @@ class SimServer:
         self.out_len = cfg.output_len_dist()
         faults = cfg.faults
         self.chat_faults = [f for f in faults if f.kind not in ("refuse", "unhealthy")]
+        self.match_faults = any(f.match for f in self.chat_faults)
         self.rngs = {id(f): random.Random(f"{cfg.seed}/fault/{i}") for i, f in enumerate(faults)}
         self.counts = {"chat": 0, "models": 0, "health": 0}
         self.requests: set[Req] = set()
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _hits(self, f: Fault, n: int) -> bool:
-        """Does fault f apply to the n-th (1-based) request of its endpoint?"""
-        if n <= f.after:
+    def _hits(self, f: Fault, n: int, body: bytes | None = None) -> bool:
+        """Does fault f apply to the n-th (1-based) request of its endpoint (whose raw
+        body, for chat, is `body`)?"""
+        if n <= f.after or (f.match and (body is None or f.match.encode() not in body)):
             return False
         return f.rate >= 1.0 or self.rngs[id(f)].random() < f.rate
 
@@ -578,7 +631,8 @@ class SimServer:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.counts["chat"] += 1
         n = self.counts["chat"]
-        active = [f for f in self.chat_faults if self._hits(f, n)]
+        raw = await request.read() if self.match_faults else None
+        active = [f for f in self.chat_faults if self._hits(f, n, raw)]
         kinds = {f.kind for f in active}
         if "die" in kinds:
             os._exit(137)
@@ -634,10 +688,11 @@ class SimServer:
                 "messages or completion.",
             )
 
-        # the same messages (and seed) always give the same length and text
-        h = int.from_bytes(
-            hashlib.blake2b(b"%d:" % cfg.seed + orjson.dumps(messages), digest_size=8).digest()
-        )
+        # the same messages (and seed) always give the same length and text; ignore-prompt
+        # answers every request it hits as if they all had one (empty) prompt
+        text_faults = {f.kind: f for f in active if f.kind in TEXT_FAULTS}
+        key = b"" if "ignore-prompt" in text_faults else orjson.dumps(messages)
+        h = int.from_bytes(hashlib.blake2b(b"%d:" % cfg.seed + key, digest_size=8).digest())
         cap = room if max_tokens is None else max_tokens
         min_tokens = body.get("min_tokens") or 0
         if body.get("ignore_eos") or (max_tokens is not None and min_tokens >= max_tokens):
@@ -649,13 +704,26 @@ class SimServer:
         thinking = cfg.thinking_tokens
         if isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False:
             thinking = 0
+        thinking = min(thinking, total)
+        if "unclosed" in text_faults:  # thinks until max_tokens
+            total, finish = cap, "length"
+            thinking = total
+        if "loop" in text_faults:  # repeats itself until max_tokens, in the thought or after it
+            total, finish = cap, "length"
+            if text_faults["loop"]["at"] < thinking:
+                thinking = total
+        if "empty-answer" in text_faults:  # closes its thought and stops: no answer
+            thinking = total = max(1, min(cfg.thinking_tokens, cap))
+            finish = "stop"
 
         r = Req()
         r.n = n
         r.stream = bool(body.get("stream"))
         r.total = total
-        r.thinking = min(thinking, total)
-        r.pos = h % len(VOCAB)
+        r.thinking = thinking
+        r.pos = h % TEXT_LEN
+        if text_faults.keys() - {"ignore-prompt"}:
+            r.script = Script(r.pos, thinking, text_faults)
         r.prompt_tokens = prompt
         r.finish = finish
         r.id = "chatcmpl-" + os.urandom(12).hex()
@@ -666,7 +734,8 @@ class SimServer:
             and isinstance(opts, dict)
             and bool(opts.get("include_usage"))
         )
-        r.events = sorted(((f["at"], f) for f in active if "at" in f.params), key=lambda e: -e[0])
+        timed = [(f["at"], f) for f in active if "at" in f.params and f.kind not in TEXT_FAULTS]
+        r.events = sorted(timed, key=lambda e: -e[0])
         r.event_at = r.events[-1][0] if r.events else INF
         r.stall = sum(f["seconds"] for f in active if f.kind == "stall-first")
         r.done = asyncio.get_running_loop().create_future()
@@ -743,12 +812,13 @@ class SimServer:
             return web.Response(body=b'{"choices": [', content_type="application/json")
         span = self.sched.vocab.span
         th = r.reasoning_emitted
-        message: dict[str, Any] = {
-            "role": "assistant",
-            "content": span(r.pos + th, r.emitted - th).decode(),
-        }
-        if th:
-            message[self.cfg.reasoning_dialect] = span(r.pos, th).decode()
+        if r.script is not None:
+            think, answer = r.script.split(0, r.emitted)
+        else:
+            think, answer = span(r.pos, th).decode(), span(r.pos + th, r.emitted - th).decode()
+        message: dict[str, Any] = {"role": "assistant", "content": answer}
+        if think:
+            message[self.cfg.reasoning_dialect] = think
         out: dict[str, Any] = {
             "id": r.id, "object": "chat.completion", "created": r.created,
             "model": self.cfg.model,

@@ -1,0 +1,112 @@
+"""`genbench inspect`: is what generate wrote fit to train a drafter on?
+
+A regenerated set is only worth training on if it is what the target model really
+says. One streaming pass over generate's output (reader) examines every row (detect:
+loops, thinking that never closed, empty answers, leftover tags, replacement chars,
+rows too short to supervise), keeps a few numbers per row (scan), then compares rows
+(duplicates) and servers (stats: a server whose lengths or thinking differ from the
+others'), and writes `inspect.json` (document). `--drop ... --out DIR` writes a filtered
+copy and a manifest of what was dropped and why (clean); regenerating the dropped rows
+is a separate, documented `genbench generate` command, never a side effect.
+
+docs/inspect.md states every rule and threshold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from genbench.errors import GenbenchError, UsageError
+from genbench.inspect.clean import WRITE_FAILED_EXIT, check_out, write_clean
+from genbench.inspect.detect import BIT, DEFECTS, Thresholds
+from genbench.inspect.document import INSPECT_FILE, Settings, build, storage
+from genbench.inspect.reader import data_files
+from genbench.inspect.scan import scan
+
+__all__ = ["DEFECTS", "INSPECT_FILE", "Settings", "Thresholds", "default_save", "inspect_data"]
+
+
+def default_save(path: Path) -> Path:
+    """inspect.json in a generate directory; FILE.inspect.json beside a single file."""
+    return path / INSPECT_FILE if path.is_dir() else path.with_name(path.name + ".inspect.json")
+
+
+def follow_up(source: Path, out: Path) -> dict[str, str]:
+    """The commands that regenerate the dropped rows (docs/inspect.md explains both)."""
+    job = None
+    if source.is_dir():
+        import orjson
+
+        from genbench.generate.store import STATE_DIR
+
+        try:
+            job = orjson.loads((source / STATE_DIR / "job.json").read_bytes())
+        except (OSError, ValueError):
+            job = None
+    flags = "--url URL"
+    if job:
+        flags += (
+            " (and the job's sampling: model, params, --turns, --format as in .genbench/job.json)"
+        )
+    else:
+        flags += " (and the original job's sampling flags)"
+    cmds = {
+        "regenerate": f"genbench generate --input {out / 'regenerate.jsonl'} --output REGEN_DIR "
+        f"{flags}",
+    }
+    if job and job.get("input"):
+        cmds["resume_into_copy"] = (
+            f"genbench generate --input {job['input']} --output {out} {flags}"
+        )
+    return cmds
+
+
+def inspect_data(
+    path: Path,
+    settings: Settings,
+    *,
+    drop: list[str] | None = None,
+    out: Path | None = None,
+    save: Path | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Inspect a generate output (directory or file); with `drop`, write the clean copy to
+    `out`. Returns the document, saved as inspect.json (`save`, or the default place)."""
+    files = data_files(path)
+    if drop:
+        if out is None:
+            raise UsageError("--drop needs --out CLEAN_DIR: the original is never changed")
+        check_out(path, out)  # before the long pass, not after it
+    elif out is not None:
+        raise UsageError("--out needs --drop: which defects to leave out of the copy")
+    sc = scan(files, settings.thresholds, settings.examples, progress)
+    if sc.rows == 0:
+        raise UsageError(f"{path}: no rows to inspect")
+    doc, an = build(path, sc, settings)
+    if drop and out is not None:
+        manifest = write_clean(path, sc, an.flags, an.first_of, drop, out, doc["settings"])
+        kept = (an.flags & sum(BIT[d] for d in drop)) == 0
+        doc["clean"] = {
+            **{k: manifest[k] for k in ("out", "drop", "rows", "kept", "dropped")},
+            "dropped_by_reason": manifest["dropped_by_reason"],
+            "storage": storage(sc, an.arrays, kept, settings.hidden),
+            "follow_up": follow_up(path, out),
+        }
+    target = save or default_save(path)
+    doc["saved"] = str(target)
+    try:
+        from genbench.result import write_json_atomic
+
+        write_json_atomic(target, doc)
+    except OSError as e:
+        if save is not None:
+            raise GenbenchError(
+                f"--save {save}: cannot write it ({e.strerror or e})", WRITE_FAILED_EXIT
+            ) from None
+        doc["saved"] = None
+        doc.setdefault("notes", []).append(
+            f"could not write {target} ({e.strerror or e}): use --save PATH"
+        )
+    return doc

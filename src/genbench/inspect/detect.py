@@ -1,0 +1,212 @@
+"""The defects, one small function each, with the rule and threshold docs/inspect.md states.
+
+Every detector looks at one row (its assistant turns and its `meta`) and nothing else,
+except duplicates, which compare rows (stats.duplicates). A row can have several defects:
+a thought that loops until max_tokens is both a loop and thinking that never closed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from genbench.inspect.reader import Row, Turn
+
+# Defects in the order they are reported; each is a `--drop` name.
+DEFECTS = ("loops", "unclosed", "empty", "tags", "garbled", "short", "dup")
+BIT = {name: 1 << i for i, name in enumerate(DEFECTS)}
+RULES = {
+    "loops": "the end of the thinking or of the answer repeats one unit (period <= "
+    "window/repeats chars) at least `loop_repeats` times, covering at least `loop_cover` "
+    "of its last `loop_window` chars (and at least 64 chars)",
+    "unclosed": "cut by max_tokens (finish_reason length) inside the thought: thinking but "
+    "no answer, or an answer with an inline <think> never closed",
+    "empty": "no answer (blank content, or only a closed inline <think> block) and not "
+    "cut inside the thought",
+    "tags": "the answer or the thinking contains one of `tags` verbatim",
+    "garbled": "the answer or the thinking contains U+FFFD, the replacement character left "
+    "by bytes that were not valid UTF-8 (a tokenizer/detokenizer mismatch)",
+    "short": "fewer than `min_tokens` output tokens (meta.completion_tokens): less than one "
+    "block of target tokens to supervise",
+    "dup": "the answer (all assistant turns' content, at least `dup_min_chars` chars) is "
+    "the same as an earlier row's, exactly or up to case and whitespace (whitespace "
+    "removed); the first row is kept",
+}
+DEFAULT_TAGS = ("<think>", "</think>", "<|im_start|>", "<|im_end|>", "<|endoftext|>")
+MIN_LOOP_CHARS = 64  # a repetition shorter than this is not worth calling a loop
+PROBE = 32  # chars at the very end searched for earlier in the window
+WHITESPACE = b" \t\n\r\x0b\x0c"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What counts as a defect; every field is a flag of `genbench inspect`."""
+
+    min_tokens: int = 16
+    loop_window: int = 2000
+    loop_cover: float = 0.5
+    loop_repeats: int = 3
+    dup_min_chars: int = 64
+    tags: tuple[str, ...] = field(default=DEFAULT_TAGS)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "min_tokens": self.min_tokens,
+            "loop_window": self.loop_window,
+            "loop_cover": self.loop_cover,
+            "loop_repeats": self.loop_repeats,
+            "dup_min_chars": self.dup_min_chars,
+            "tags": list(self.tags),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    period: int  # chars
+    covered: int  # chars at the end of the text that repeat with that period
+    window: int  # chars examined
+
+
+def find_loop(text: str, th: Thresholds) -> Loop | None:
+    """Does `text` end in a repetition? Only its last `loop_window` chars are read.
+
+    The unit of a loop recurs `period` chars before the end, so the last PROBE chars do
+    too. They are searched backwards (C speed); each earlier occurrence at shift q is a
+    candidate period, kept if the window's tail equals itself shifted by q over enough
+    chars. Natural text rarely repeats 32 chars within the window, so most rows cost one
+    `rfind`.
+    """
+    tail = text[-th.loop_window :]
+    n = len(tail)
+    if n < MIN_LOOP_CHARS:
+        return None
+    max_period = n // th.loop_repeats
+    base = max(MIN_LOOP_CHARS, int(th.loop_cover * n + 0.999999))
+    probe = tail[-PROBE:]
+    i = tail.rfind(probe, 0, n - 1)
+    while i >= 0:
+        q = n - PROBE - i
+        if q > max_period:
+            return None
+        need = max(base, th.loop_repeats * q)
+        c = need - q  # chars that must equal the chars q before them
+        if c <= n - q and tail[n - q - c : n - q] == tail[n - c :]:
+            return Loop(q, q + _match_length(tail, q, c), n)
+        i = tail.rfind(probe, 0, i + PROBE - 1)
+    return None
+
+
+def _match_length(tail: str, q: int, known: int) -> int:
+    """The longest c with tail[-c:] == the c chars q before them (at least `known`)."""
+    n = len(tail)
+    lo, hi = known, n - q
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if tail[n - q - mid : n - q] == tail[n - mid :]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def turn_loop(turn: Turn, th: Thresholds) -> tuple[str, Loop] | None:
+    """A loop at the end of the answer, or else of the thinking."""
+    for part, text in (("answer", turn.answer), ("thinking", turn.thinking)):
+        loop = find_loop(text, th)
+        if loop is not None:
+            return part, loop
+    return None
+
+
+def _inline_open(answer: str) -> bool:
+    """The answer opens an inline <think> that it never closes."""
+    at = answer.rfind("<think>")
+    return at >= 0 and answer.find("</think>", at) < 0
+
+
+def unclosed(turn: Turn, truncated: bool) -> bool:
+    """Cut by max_tokens inside the thought: thinking but a blank answer, or an inline
+    <think> left open. Needs the row cut by max_tokens: a thought that stopped on its own
+    without an answer is an empty answer, not an unclosed one."""
+    if not truncated:
+        return False
+    if turn.thinking.strip() and not turn.answer.strip():
+        return True
+    return _inline_open(turn.answer)
+
+
+def empty(turn: Turn, truncated: bool) -> bool:
+    """No answer: blank content, or nothing after a closed inline thought."""
+    answer = turn.answer
+    if "</think>" in answer:
+        answer = answer[answer.rfind("</think>") + len("</think>") :]
+    return not answer.strip() and not unclosed(turn, truncated)
+
+
+def leftover_tag(turn: Turn, tags: tuple[str, ...]) -> str | None:
+    for text in (turn.answer, turn.thinking):
+        if "<" in text:
+            for tag in tags:
+                if tag in text:
+                    return tag
+    return None
+
+
+def garbled(turn: Turn) -> int:
+    return turn.answer.count("\ufffd") + turn.thinking.count("\ufffd")
+
+
+def short(row: Row, th: Thresholds) -> bool:
+    return row.completion_tokens < th.min_tokens
+
+
+def answer_keys(row: Row, th: Thresholds) -> tuple[int, int] | None:
+    """(exact, normalised) 64-bit hashes of the row's answer, or None when it is too short
+    to call a copy (two rows both answering "42" are not a defect).
+
+    Python's own str hash (SipHash, computed once per string in C) is enough here: keys
+    are compared within one process only, and 64 bits make a false match between 1M rows
+    a one-in-10^7 event. Normalised: case-folded, ASCII whitespace removed (bytes.translate:
+    six times cheaper than splitting into words and joining them again).
+    """
+    answer = "\n".join([t.answer for t in row.turns])  # one turn: the string itself
+    if len(answer) < th.dup_min_chars:
+        return None
+    norm = answer.casefold().encode().translate(None, WHITESPACE)
+    if len(norm) < th.dup_min_chars:
+        return None
+    return hash(answer), hash(norm)
+
+
+def examine(row: Row, th: Thresholds) -> tuple[int, list[tuple[str, str]]]:
+    """The row's defect bits (dup aside) and a one-line detail for each defect found."""
+    bits = 0
+    details: list[tuple[str, str]] = []
+    many = len(row.turns) > 1
+    for k, turn in enumerate(row.turns):
+        where = f"turn {k + 1}: " if many else ""
+        if not bits & BIT["loops"] and (found := turn_loop(turn, th)):
+            part, loop = found
+            bits |= BIT["loops"]
+            details.append(
+                (
+                    "loops",
+                    f"{where}{part} ends in a loop: a {loop.period}-char unit covers the last "
+                    f"{loop.covered:,} of {loop.window:,} chars",
+                )
+            )
+        if not bits & BIT["unclosed"] and unclosed(turn, row.truncated):
+            bits |= BIT["unclosed"]
+            details.append(("unclosed", f"{where}cut by max_tokens inside the thought"))
+        elif not bits & BIT["empty"] and empty(turn, row.truncated):
+            bits |= BIT["empty"]
+            details.append(("empty", f"{where}no answer (finish {row.finish_reason})"))
+        if not bits & BIT["tags"] and (tag := leftover_tag(turn, th.tags)):
+            bits |= BIT["tags"]
+            details.append(("tags", f"{where}contains {tag}"))
+        if not bits & BIT["garbled"] and (bad := garbled(turn)):
+            bits |= BIT["garbled"]
+            details.append(("garbled", f"{where}{bad} U+FFFD replacement char(s)"))
+    if short(row, th):
+        bits |= BIT["short"]
+        details.append(("short", f"{row.completion_tokens} output tokens < {th.min_tokens}"))
+    return bits, details

@@ -1,0 +1,159 @@
+"""The terminal summary of an inspection: what a person reads before training on the set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from genbench.inspect.detect import DEFECTS
+
+LABELS = {
+    "loops": "repetition loop",
+    "unclosed": "thinking never closed",
+    "empty": "empty answer",
+    "tags": "leftover tags",
+    "garbled": "U+FFFD (garbled text)",
+    "short": "too short to supervise",
+    "dup": "duplicate answer",
+}
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "—"
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} PB"
+
+
+def _tokens(d: dict[str, Any], key: str) -> str:
+    v = d.get(key)
+    return "—" if v is None else f"{v:,.0f}"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.0%}"
+
+
+def _dist_table(doc: dict[str, Any]) -> Table:
+    t = Table(title="output tokens and thinking share", title_justify="left")
+    for col, just in (("group", "left"), ("rows", "right"), ("p5", "right"), ("p50", "right"),
+                      ("p95", "right"), ("p99", "right"), ("max", "right"),
+                      ("thinking p50", "right"), ("thinking share p5–p95", "right")):  # fmt: skip
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    d = doc["distributions"]
+    groups = [("all rows", d["overall"])]
+    if len(d["by_server"]) > 1:
+        groups += [(f"server {k}", v) for k, v in d["by_server"].items()]
+    groups += [(f"finish {k}", v) for k, v in d["by_finish_reason"].items()]
+    for name, g in groups:
+        o, s = g["output_tokens"], g["thinking_share"]
+        t.add_row(
+            name,
+            f"{g['rows']:,}",
+            *(_tokens(o, k) for k in ("p5", "p50", "p95", "p99", "max")),
+            _pct(s.get("p50")),
+            f"{_pct(s.get('p5'))}–{_pct(s.get('p95'))}" if s.get("count") else "—",
+        )
+    return t
+
+
+def _defect_table(doc: dict[str, Any]) -> Table:
+    n = doc["rows"]
+    t = Table(title=f"defects ({doc['rows_with_defects']:,} of {n:,} rows have at least one)",
+              title_justify="left")  # fmt: skip
+    t.add_column("defect (--drop name)")
+    t.add_column("rows", justify="right")
+    t.add_column("share", justify="right")
+    t.add_column("examples")
+    for name in DEFECTS:
+        d = doc["defects"][name]
+        ex = d["examples"]
+        shown = "; ".join(f"{e['id']} ({e['detail']})" for e in ex[:2])
+        more = d["rows"] - min(len(ex), 2)
+        if more > 0 and shown:
+            shown += f"; +{more:,} more"
+        style = "red" if d["rows"] else "dim"
+        t.add_row(
+            f"{LABELS[name]} ({name})",
+            f"[{style}]{d['rows']:,}[/]",
+            f"{d['share']:.2%}",
+            shown or "—",
+        )
+    return t
+
+
+def _server_lines(doc: dict[str, Any], console: Console) -> None:
+    s = doc["servers"]
+    if s["count"] < 2:
+        return
+    if not s["odd"]:
+        console.print(
+            f"servers: none of {s['count']} differs from the others beyond noise "
+            f"(Mann-Whitney p < {s['alpha']:g} and |effect| >= {s['min_effect']:g}, on output "
+            "tokens and thinking share)"
+        )
+    for o in s["odd"]:
+        what = "output tokens" if o["metric"] == "output_tokens" else "thinking share"
+        fmt = (lambda v: f"{v:,.0f}") if o["metric"] == "output_tokens" else _pct
+        others = "—" if o["median_others"] is None else fmt(o["median_others"])
+        console.print(
+            f"[yellow]server differs:[/] {o['server']}: {what} median {fmt(o['median'])} vs "
+            f"{others} on the others (p={o['p']:.1e}, effect {o['effect']:+.2f}, "
+            f"{o['rows']:,} rows)" + (" — one of a pair" if o["pair"] else "")
+        )
+    for note in s["notes"]:
+        console.print(f"[dim]servers: {note}[/]")
+
+
+def _storage_lines(doc: dict[str, Any], console: Console) -> None:
+    st = doc["storage"]
+    tok = st["tokens"]
+    line = (
+        f"storage: {st['rows']:,} rows, {tok['output']:,} output + {tok['prompt']:,} prompt "
+        f"tokens; JSONL {_bytes(st['jsonl_bytes'])}, Parquet {_bytes(st['parquet_bytes'])}"
+    )
+    if st.get("hidden_state_bytes") is not None:
+        line += f"; hidden states {_bytes(st['hidden_state_bytes'])}"
+    else:
+        line += "; hidden states: give --hidden-size and --layers-captured"
+    console.print(line)
+    clean = doc.get("clean")
+    if clean:
+        cs = clean["storage"]
+        hidden = cs.get("hidden_state_bytes")
+        console.print(
+            f"clean copy: {clean['kept']:,} rows kept, {clean['dropped']:,} dropped "
+            f"({', '.join(f'{k} {v:,}' for k, v in clean['dropped_by_reason'].items() if v)}) "
+            f"→ {clean['out']}; JSONL {_bytes(cs.get('jsonl_bytes'))}"
+            + (f", hidden states {_bytes(hidden)}" if hidden is not None else "")
+        )
+        console.print("regenerate the dropped rows:")
+        for cmd in clean["follow_up"].values():
+            console.print(f"  {cmd}", soft_wrap=True)
+
+
+def render(doc: dict[str, Any], console: Console) -> None:
+    files = doc["source"]["files"]
+    console.print(
+        f"[bold]genbench inspect[/] {doc['source']['path']}: {doc['rows']:,} rows in "
+        f"{len(files)} file{'s' if len(files) != 1 else ''}"
+    )
+    for note in doc["source"]["notes"] + doc.get("notes", []):
+        console.print(f"[yellow]note:[/] {note}")
+    console.print(_dist_table(doc))
+    console.print(_defect_table(doc))
+    dups = doc["duplicates"]
+    console.print(
+        f"duplicates: {dups['exact']:,} exact, {dups['near_only']:,} more up to case and "
+        f"whitespace, among {dups['rows_checked']:,} answers of at least "
+        f"{doc['settings']['dup_min_chars']} chars"
+    )
+    _server_lines(doc, console)
+    _storage_lines(doc, console)
+    if doc.get("saved"):
+        console.print(f"inspect: {doc['saved']}")

@@ -1,0 +1,279 @@
+"""The report's section for a `genbench inspect` document: is the generated set fit to train on?
+
+Figures (defects per kind, output-token and thinking-share CDFs per server) are built from
+inspect.json alone, which carries each group's quantiles, so the report never rereads the
+data set.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from genbench.report.figures import Figure, HBar, Series
+from genbench.report.runs import PALETTE
+
+LABELS = {
+    "loops": "repetition loop",
+    "unclosed": "thinking never closed",
+    "empty": "empty answer",
+    "tags": "leftover tags",
+    "garbled": "U+FFFD (garbled)",
+    "short": "too short",
+    "dup": "duplicate answer",
+}
+BAD = "#e15759"
+
+
+def label(doc: dict[str, Any]) -> str:
+    src = Path(str(doc.get("source", {}).get("path") or doc.get("_path") or "inspection"))
+    return src.name or str(src)
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in text)
+
+
+def defects_figure(doc: dict[str, Any], key: str) -> Figure:
+    defects = doc.get("defects") or {}
+    names = [n for n in LABELS if n in defects]
+    n_rows = max(int(doc.get("rows") or 0), 1)
+    fig = Figure(
+        f"inspect_defects_{key}",
+        "Rows with each defect",
+        f"of {n_rows:,} rows, by --drop name; a row can have several; hover a bar for more",
+        "rows",
+        "",
+        y_categories=names,
+        bar_height=0.6,
+        height=max(200, 70 + 34 * len(names)),
+    )
+    for i, name in enumerate(names):
+        rows = int(defects[name].get("rows") or 0)
+        if rows:
+            share = rows / n_rows
+            fig.bars.append(
+                HBar(
+                    i,
+                    0,
+                    rows,
+                    BAD,
+                    0.85,
+                    f"{LABELS[name]}: {rows:,} rows ({share:.2%})",
+                    f"{rows:,}",
+                )  # fmt: skip
+            )
+    if not fig.bars:
+        fig.empty = "no defects found"
+    return fig
+
+
+def cdf_figure(doc: dict[str, Any], key: str, metric: str) -> Figure:
+    """One CDF per server (and all rows, dashed) from the stored quantiles."""
+    tokens = metric == "output_tokens"
+    fig = Figure(
+        f"inspect_{metric}_{key}",
+        "Output tokens per row" if tokens else "Thinking share per row",
+        "one line per server; dashed: all rows" + ("; log x axis" if tokens else ""),
+        "output tokens (thinking + answer)" if tokens else "thinking tokens / output tokens",
+        "fraction of rows ≤ x",
+        y_max=1.0,
+        x_log=tokens,
+        x_max=None if tokens else 1.0,
+    )
+    dist = doc.get("distributions") or {}
+    groups = list((dist.get("by_server") or {}).items())
+    odd = {o["server"] for o in (doc.get("servers") or {}).get("odd", [])}
+    for i, (server, g) in enumerate(groups):
+        cdf = (g.get(metric) or {}).get("cdf")
+        if not cdf:
+            continue
+        ys = [k / (len(cdf) - 1) for k in range(len(cdf))]
+        name = server + (" (differs)" if server in odd else "")
+        xs = [max(x, 1.0) for x in cdf] if tokens else cdf
+        fig.series.append(Series(name, PALETTE[i % len(PALETTE)], xs, ys, marker="none", step=True))
+    overall = (dist.get("overall") or {}).get(metric, {}).get("cdf")
+    if overall and len(groups) > 1:
+        ys = [k / (len(overall) - 1) for k in range(len(overall))]
+        xs = [max(x, 1.0) for x in overall] if tokens else overall
+        fig.series.append(
+            Series("all rows", "#555555", xs, ys, dash="dash", marker="none", step=True)
+        )
+    if tokens and fig.series:
+        fig.x_min = max(1.0, min(min(s.xs) for s in fig.series) / 1.3)
+    if not fig.series:
+        fig.empty = "no rows" if tokens else "the servers reported no thinking tokens"
+    return fig
+
+
+def figures(doc: dict[str, Any], index: int) -> list[Figure]:
+    key = f"{index}_{_slug(label(doc))}"
+    return [
+        defects_figure(doc, key),
+        cdf_figure(doc, key, "output_tokens"),
+        cdf_figure(doc, key, "thinking_share"),
+    ]
+
+
+def _bytes(n: Any) -> str:
+    if n is None:
+        return "—"
+    n = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} PB"
+
+
+def _pct(x: Any) -> str:
+    return "—" if x is None else f"{x:.0%}"
+
+
+def _num(x: Any) -> str:
+    return "—" if x is None else f"{x:,.0f}"
+
+
+def _tiles(doc: dict[str, Any]) -> str:
+    o = doc["distributions"]["overall"]
+    st = doc.get("storage") or {}
+    n = doc["rows"]
+    bad = doc["rows_with_defects"]
+    tiles = [
+        ("rows", f"{n:,}", f"{len(doc['source']['files'])} file(s)"),
+        ("rows with a defect", f"{bad:,}", f"{bad / max(n, 1):.1%}"),
+        ("output tokens p50", _num(o["output_tokens"].get("p50")),
+         f"p95 {_num(o['output_tokens'].get('p95'))}"),
+        ("thinking share p50", _pct(o["thinking_share"].get("p50")),
+         f"p5–p95 {_pct(o['thinking_share'].get('p5'))}–{_pct(o['thinking_share'].get('p95'))}"),
+        ("JSONL", _bytes(st.get("jsonl_bytes")), f"Parquet {_bytes(st.get('parquet_bytes'))}"),
+        ("hidden states", _bytes(st.get("hidden_state_bytes")),
+         f"{_num((st.get('tokens') or {}).get('hidden_state'))} tokens"),
+    ]  # fmt: skip
+    return "".join(
+        f'<div class="tile"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
+        f'<div class="d">{escape(d)}</div></div>'
+        for k, v, d in tiles
+    )
+
+
+def _defect_rows(doc: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, lab in LABELS.items():
+        d = (doc.get("defects") or {}).get(name)
+        if d is None:
+            continue
+        ex = ", ".join(escape(str(e["id"])) for e in d.get("examples", [])[:5])
+        rows.append(
+            [
+                escape(f"{lab} ({name})"),
+                f"{d['rows']:,}",
+                f"{d['share']:.2%}",
+                escape(d.get("rule", "")),
+                ex or "—",
+            ]
+        )
+    return rows
+
+
+def _server_rows(doc: dict[str, Any]) -> list[list[str]]:
+    dist = doc["distributions"]["by_server"]
+    servers = doc.get("servers") or {}
+    tests = {m: {t["server"]: t for t in ts} for m, ts in (servers.get("tests") or {}).items()}
+    odd = {(o["server"], o["metric"]) for o in servers.get("odd", [])}
+    by_server = {n: d.get("by_server", {}) for n, d in (doc.get("defects") or {}).items()}
+    rows = []
+    for server, g in dist.items():
+        cells = [escape(server), f"{g['rows']:,}", _num(g["output_tokens"].get("p50")),
+                 _pct(g["thinking_share"].get("p50"))]  # fmt: skip
+        for metric in ("output_tokens", "thinking_share"):
+            t = tests.get(metric, {}).get(server)
+            if t is None:
+                cells.append("—")
+                continue
+            text = f"p={t['p']:.1e}, r={t['effect']:+.2f}"
+            if (server, metric) in odd:
+                text = f"<b style='color:{BAD}'>differs: {text}</b>"
+            cells.append(text)
+        defects = sum(v.get(server, 0) for v in by_server.values())
+        cells.append(f"{defects:,}")
+        rows.append(cells)
+    return rows
+
+
+def _table(head: list[str], rows: list[list[str]], text: set[int]) -> str:
+    """A table whose columns in `text` are left-aligned text, the others numbers."""
+
+    def cell(tag: str, i: int, c: str) -> str:
+        return f"<{tag} class='t'>{c}</{tag}>" if i in text else f"<{tag}>{c}</{tag}>"
+
+    th = "".join(cell("th", i, h) for i, h in enumerate(head))
+    body = "".join(
+        "<tr>" + "".join(cell("td", i, c) for i, c in enumerate(r)) + "</tr>" for r in rows
+    )
+    return f'<div class="tablewrap"><table><tr>{th}</tr>{body}</table></div>'
+
+
+def section(doc: dict[str, Any], figs: list[Figure], figure_html: Any) -> str:
+    """The HTML of one inspection; `figure_html` draws a figure as the page does."""
+    servers = doc.get("servers") or {}
+    odd = servers.get("odd", [])
+    verdict = (
+        "; ".join(
+            f"{o['server']} differs in {o['metric'].replace('_', ' ')} (median "
+            + (f"{o['median']:,.0f} vs {o['median_others']:,.0f}" if o["metric"] == "output_tokens"
+               else f"{o['median']:.0%} vs {o['median_others']:.0%}")
+            + f", p={o['p']:.1e}, effect {o['effect']:+.2f})"
+            for o in odd
+        )
+        if odd
+        else "no server differs from the others beyond noise"
+    )  # fmt: skip
+    dups = doc.get("duplicates") or {}
+    parts = [
+        f"<h2>Data set: {escape(label(doc))}</h2><p class='lead'>genbench inspect of "
+        f"{escape(str(doc['source']['path']))}: is what was generated fit to train a drafter "
+        "on? Each defect has a rule and threshold (below, and docs/inspect.md).</p>",
+        f"<section class='cards'><div class='card' style='--run:{BAD}'><h3>"
+        f"{escape(label(doc))}</h3><div class='meta'>{escape(str(doc.get('created', '')))} · "
+        f"{escape(str(doc.get('_path', '')))}</div><div class='tiles'>{_tiles(doc)}</div>"
+        "</div></section>",
+        "<div class='grid'>" + "".join(figure_html(f) for f in figs) + "</div>",
+        "<h3>Defects</h3>"
+        + _table(
+            ["defect", "rows", "share", "rule", "examples (ids)"], _defect_rows(doc), {0, 3, 4}
+        ),
+        f"<p class='note'>duplicates: {dups.get('exact', 0):,} exact and "
+        f"{dups.get('near_only', 0):,} more up to case and whitespace, among "
+        f"{dups.get('rows_checked', 0):,} answers checked</p>",
+        f"<h3>Servers</h3><p>{escape(verdict)}</p>"
+        + _table(
+            [
+                "server",
+                "rows",
+                "output tokens p50",
+                "thinking share p50",
+                "output tokens vs others",
+                "thinking share vs others",
+                "rows with defects",
+            ],
+            _server_rows(doc),
+            {0},
+        )  # fmt: skip
+        + f"<p class='note'>{escape(str(servers.get('test', '')))}. A server is named when "
+        f"p &lt; {servers.get('alpha', 0):g} and |r| ≥ {servers.get('min_effect', 0):g}, in "
+        "rounds: an odd server makes the others look different from 'the rest' too (the "
+        "rest holds it), so the one with the largest effect is named, left out, and the "
+        "others compared again. The columns show the first round.</p>",
+    ]
+    clean = doc.get("clean")
+    if clean:
+        parts.append(
+            f"<h3>Clean copy</h3><p>{clean['kept']:,} rows kept, {clean['dropped']:,} dropped "
+            f"({escape(', '.join(clean['drop']))}) → {escape(str(clean['out']))}. Regenerate "
+            "the dropped rows with:</p><pre>"
+            + escape("\n".join(clean.get("follow_up", {}).values()))
+            + "</pre>"
+        )
+    return "".join(parts)

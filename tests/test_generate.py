@@ -7,15 +7,18 @@ has a line a JSON reader would choke on.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gzip
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +27,15 @@ import pytest
 from conftest import genbench
 from tests_helpers import closed_port_url
 
-from genbench.generate.input import ShardSpec, derive_id, scan
+from genbench.client import ChatRequest
+from genbench.endpoint import Endpoint
+from genbench.errors import ErrorKind, OutOfDescriptors
+from genbench.generate.input import Row, ShardSpec, derive_id, scan
 from genbench.generate.params import job_params, merge
+from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress
-from genbench.generate.store import scan_jsonl_shard
+from genbench.generate.store import Existing, Store, row_line, scan_jsonl_shard
+from genbench.load import Slot
 from genbench.records import RequestRecord, read_records
 from genbench.sim.process import SimProcess
 
@@ -527,6 +535,86 @@ def test_scan_finds_duplicates_among_done_rows_and_derived_ids(tmp_path):
     assert res.rows == 5 and res.done == 2 and res.todo == {"r0", "r2", same}
     assert [(b.line, b.field) for b in res.bad] == [(4, "id"), (6, "id")]
     assert "same content" in res.bad[1].problem
+
+
+@contextlib.contextmanager
+def no_descriptors_left() -> Iterator[None]:
+    """This process at its limit of open files, as a job of thousands of streams is."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 32, hard))
+    hog: list[int] = []
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                hog.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for fd in hog:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_store_out_of_descriptors_opens_its_next_shard_from_its_reserve(tmp_path):
+    """At the descriptor limit a new shard still opens (descriptors held in reserve); when
+    the reserve is spent too, the error says what it is and the row is not lost."""
+    store = Store(tmp_path / "out", shard_bytes=4096)
+    store.begin(Existing(), {"model": "m"})
+    line = row_line("x", [{"role": "user", "content": "y" * 3000}], {})
+    with no_descriptors_left():
+        assert store.write_row("a", line) and store.write_row("b", line)  # shard 0
+        assert store.reserve.used == 2
+        with pytest.raises(OutOfDescriptors, match=r"out of file descriptors: raise ulimit -n"):
+            store.write_row("c", line)  # shard 1 needs two more: one is left
+    asyncio.run(store.sync())  # the reserve is taken back
+    assert len(store.reserve.fds) == 3
+    assert store.write_row("c", line)  # not claimed by the failed write
+    asyncio.run(store.close())
+    assert [r["id"] for r in data_rows(tmp_path / "out")] == ["x", "x", "x"]
+
+
+class InstantClient:
+    """Answers at once; its first `short` connects fail as they do on a machine out of
+    file descriptors."""
+
+    def __init__(self, short: int) -> None:
+        self.short, self.endpoint = short, Endpoint.parse("http://127.0.0.1:9/v1")
+
+    def new_record(self, req: ChatRequest, phase: str = "") -> RequestRecord:
+        return RequestRecord(req.id, phase=phase, server=self.endpoint.base_url)
+
+    async def chat(self, req: ChatRequest, record: RequestRecord) -> RequestRecord:
+        await asyncio.sleep(0.002)
+        if self.short > 0:
+            self.short -= 1
+            record.error_kind, record.error_message = ErrorKind.LOCAL_LIMIT, "Too many open files"
+        else:
+            record.text, record.completion_tokens, record.finish_reason = "ok", 1, "stop"
+        return record
+
+
+def test_out_of_descriptors_at_connect_means_fewer_streams_not_a_failed_row():
+    notes: list[str] = []
+    done: list[str] = []
+
+    class Sink:
+        def finish(self, conv: Any) -> None:
+            done.append(conv.row.id)
+
+        def give_up(self, conv: Any, kind: Any, why: str) -> None:
+            raise AssertionError(why)
+
+        def note(self, text: str, style: str = "") -> None:
+            notes.append(text)
+
+    rows = [Row(f"r{i}", [{"role": "user", "content": "q"}], {}, i + 1) for i in range(40)]
+    slot, recs = Slot(InstantClient(short=3), 8), []  # type: ignore[arg-type]
+    load = row_load([slot], rows, Sink(), params={}, turns="all", retries=Retries(retries=0),
+                    on_record=recs.append)  # fmt: skip
+    asyncio.run(load.run())
+    assert sorted(done) == sorted(r.id for r in rows) and slot.streams == 8 - 3
+    short = [r for r in recs if r.error_kind == "local_limit"]
+    assert len(short) == 3 and all(r.extra["outcome"] == "requeued" for r in short)
+    assert len(notes) == 1 and "out of file descriptors: raise ulimit -n" in notes[0]  # once
 
 
 def test_torn_tail_and_stale_index_are_repaired(tmp_path):

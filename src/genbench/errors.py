@@ -8,6 +8,7 @@ Exceptions carry the one-line message a person sees and an `ExitCode`.
 
 from __future__ import annotations
 
+import resource  # here, not when needed: an import needs a descriptor
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
@@ -173,8 +174,6 @@ class OutOfDescriptors(OutputError):
 
 
 def descriptor_advice() -> str:
-    import resource
-
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return f"out of file descriptors: raise ulimit -n (now {soft})"
 

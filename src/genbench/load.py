@@ -1,25 +1,22 @@
 """Load: keep requests in flight on one or many servers until the work runs out or stops.
 
-The one scheduler of genbench. A `Slot` is a client and the requests it keeps in flight
-(one server of a `run` phase, each server of a `generate` job); each of its workers takes
-a *unit* from one `WorkQueue` and sends the unit's requests in order, each after the
-answer before it: a `run` request is a unit of one, a `generate` row a unit of one
-request per conversation turn. Work flows to whichever slot has a free worker, so a slow
-server takes fewer units.
+The one scheduler. A `Slot` is a client and the requests it keeps in flight (the server
+of a `run` phase, each server of a `generate` job). Each of its workers takes a *unit*
+from one `WorkQueue` and sends the unit's requests in order, each after the answer
+before it: a `run` request is a unit of one, a `generate` row one request per turn.
+Work flows to whichever slot has a free worker, so a slow server takes fewer units.
 
-Every request sent becomes a record handed to `on_record`, failed or cancelled ones
-included, once the `Policy` has seen it (and tagged it with what happens next). The
-policy decides what a unit does after each request: go on, come back later (a retry;
-the queue hands out units whose delay is over first), or end. The default sends each
-unit once and takes a slot out when a failure says its server is gone
-(`ErrorKind.server_gone`); `generate`'s policy retries and fails over.
+Every request sent becomes a record handed to `on_record`, failed and cancelled ones
+included, once the `Policy` has seen it. The policy decides what a unit does next: go
+on, come back after a delay (a retry; due units are handed out first) or end. The
+default sends each request once and takes a slot out when a failure says its server is
+gone (`ErrorKind.server_gone`); `generate`'s retries and fails over.
 
 Workers of a slot that is down, or beyond its `streams` (fewer than its concurrency
-once this machine ran out of file descriptors), wait. When every slot has been down for
-`down_timeout` seconds the load stops and raises `ServerDown`, after recording
-everything: at once for `run` (0 s), after half an hour for `generate`. A stop (`stop`,
-Ctrl-C) stops handing out units and gives those in flight `drain` seconds to finish
-before they are cancelled and recorded.
+once this machine ran out of file descriptors), wait. When every slot has been down
+for `down_timeout` seconds (0 for `run`) the load stops and raises `ServerDown`, after
+recording everything. A stop hands out no more units and gives those in flight `drain`
+seconds before they are cancelled.
 """
 
 from __future__ import annotations
@@ -41,17 +38,13 @@ __all__ = ["Load", "PhaseRun", "Policy", "ServerDown", "Slot", "Unit", "WorkQueu
 
 
 class Unit(Protocol):
-    """Work for one worker: its requests, in order."""
-
     def next_request(self) -> ChatRequest | None:
-        """The next request to send; None when the unit has no more."""
+        """The unit's next request; None when it has no more."""
         ...
 
 
 class Single:
     """A unit of one request (what `run` sends)."""
-
-    __slots__ = ("req",)
 
     def __init__(self, req: ChatRequest) -> None:
         self.req: ChatRequest | None = req
@@ -65,15 +58,12 @@ class Slot:
     """A client and how many requests it keeps in flight; up or down."""
 
     def __init__(self, client: Client, concurrency: int, name: str | None = None) -> None:
-        self.client = client
-        self.concurrency = concurrency
-        self.streams = concurrency  # workers allowed to send (fewer after a descriptor shortage)
+        self.client, self.concurrency, self.streams = client, concurrency, concurrency
         self.name = name or client.endpoint.base_url
-        self.in_flight = 0
+        self.in_flight = self.downs = 0
         self.up = True
         self.down_since: float | None = None
         self.down_record: RequestRecord | None = None
-        self.downs = 0
         self.watchers: list[Callable[[Slot, str], None]] = []
 
     @property
@@ -85,25 +75,21 @@ class Slot:
             w(self, what)
 
     def mark_down(self, reason: str, rec: RequestRecord | None = None) -> None:
-        """Take the slot out: its workers wait. A no-op if it is out already."""
-        if not self.up:
-            return
-        self.up, self.down_since, self.down_record = False, time.monotonic(), rec
-        self.downs += 1
-        self.changed(reason)
+        """Take the slot out (its workers wait); a no-op if it is out already."""
+        if self.up:
+            self.up, self.down_since, self.down_record = False, time.monotonic(), rec
+            self.downs += 1
+            self.changed(reason)
 
     def mark_up(self) -> None:
         gone = time.monotonic() - (self.down_since or time.monotonic())
         self.up, self.down_since = True, None
         self.changed(f"back after {gone:.0f} s")
 
-    def shed_stream(self) -> bool:
-        """One worker fewer (never below one); False when there was none to spare."""
-        if self.streams <= 1:
-            return False
-        self.streams -= 1
+    def shed_stream(self) -> None:
+        """One worker fewer, never below one."""
+        self.streams = max(1, self.streams - 1)
         self.changed("")  # not a change of state: the queue rechecks who may send
-        return True
 
     async def probe(self) -> bool:
         """Is the server alive? Without a health check: assume so."""
@@ -112,10 +98,10 @@ class Slot:
 
 class WorkQueue:
     """Hands out units: those whose retry delay is over first, then new ones from the
-    iterator, read lazily while `admit` (given how many were taken) allows. Knows when all
-    is done: no new units, no retries waiting, none in flight."""
+    iterator, read lazily while `admit(units taken so far)` allows. Complete when there
+    are no new units, no retries waiting and none in flight."""
 
-    def __init__(self, units: Iterator[Unit], admit: Callable[[int], bool] | None = None) -> None:
+    def __init__(self, units: Iterator[Unit], admit: Callable[[int], bool] | None = None):
         self.units, self.admit = units, admit
         self.retries: list[tuple[float, int, Unit]] = []
         self._seq = itertools.count()
@@ -137,32 +123,27 @@ class WorkQueue:
         return self.exhausted and not self.retries and self.in_flight == 0
 
     def _new(self) -> Unit | None:
-        if self.admit is None or self.admit(self.taken):
-            unit = next(self.units, None)
-            if unit is not None:
-                self.taken += 1
-                return unit
-        self.exhausted = True
-        self.stop_sending_at = time.perf_counter()
+        admitted = self.admit is None or self.admit(self.taken)
+        if admitted and (unit := next(self.units, None)) is not None:
+            self.taken += 1
+            return unit
+        self.exhausted, self.stop_sending_at = True, time.perf_counter()
         self.notify()
         return None
 
     async def take(self, slot: Slot, worker: int) -> Unit | None:
         """The next unit for worker number `worker` of `slot`; None when there is no more."""
         while not (self.stopping or self.complete):
-            ev = self._changed
-            if not slot.up or worker >= slot.streams:
-                await ev.wait()
-                continue
-            if self.retries and self.retries[0][0] <= time.monotonic():
-                self.in_flight += 1
-                return heapq.heappop(self.retries)[2]
-            if not self.exhausted and (unit := self._new()) is not None:
-                self.in_flight += 1
-                return unit
-            due = self.retries[0][0] - time.monotonic() if self.retries else None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ev.wait(), due)
+            due = None
+            if slot.up and worker < slot.streams:
+                if self.retries and self.retries[0][0] <= time.monotonic():
+                    self.in_flight += 1
+                    return heapq.heappop(self.retries)[2]
+                if not self.exhausted and (unit := self._new()) is not None:
+                    self.in_flight += 1
+                    return unit
+                due = self.retries[0][0] - time.monotonic() if self.retries else None
+            await self.changed(due)
         return None
 
     def done(self, unit: Unit) -> None:
@@ -176,18 +157,14 @@ class WorkQueue:
         heapq.heappush(self.retries, (time.monotonic() + delay, next(self._seq), unit))
         self.notify()
 
-    def stop(self) -> None:
-        self.stopping = True
-        self.notify()
-
 
 class Policy:
-    """What happens to a unit after each of its requests. This one (run's) sends every
-    request once and takes the slot out when the failure says its server is gone."""
+    """What happens to a unit after each request. This one (run's) sends every request
+    once and takes the slot out when a failure says its server is gone."""
 
     async def after(self, unit: Unit, rec: RequestRecord, slot: Slot, queue: WorkQueue) -> bool:
         """True: go on with the unit's next request. False: the unit leaves the worker
-        (the policy told the queue whether it is `done` or comes back by `retry`)."""
+        (the policy has told the queue it is `done`, or to `retry` it)."""
         if rec.error_kind is not None and rec.error_kind.server_gone:
             slot.mark_down(f"{rec.error_kind}: {rec.error_message}", rec)
         return True
@@ -217,101 +194,84 @@ class Load:
         phase: str,
         on_record: Callable[[RequestRecord], None] | None = None,
         keep_records: bool = True,
-        down_timeout: float | None = 0.0,
+        down_timeout: float = 0.0,
         drain: float = 0.0,
     ) -> None:
         self.slots, self.queue, self.policy = slots, queue, policy or Policy()
         self.phase, self.on_record, self.keep = phase, on_record, keep_records
         self.down_timeout, self.drain = down_timeout, drain
         self.run_ = PhaseRun()
-        self.stopped = asyncio.Event()
-        self._drain_now = asyncio.Event()
+        self.stopped, self._now = asyncio.Event(), asyncio.Event()
         self._down: Slot | None = None
         for s in slots:
             s.watchers.append(queue.notify)
 
-    def stop(self) -> None:
-        """Stop handing out units; those in flight get `drain` seconds."""
-        self.queue.stop()
+    def stop(self, now: bool = False) -> None:
+        """Hand out no more units; those in flight get `drain` seconds (`now`: none)."""
+        self.queue.stopping = True
+        self.queue.notify()
         self.stopped.set()
-
-    def stop_now(self) -> None:
-        """Cancel what is in flight (it is recorded)."""
-        self.stop()
-        self._drain_now.set()
+        if now:
+            self._now.set()
 
     async def run(self) -> PhaseRun:
-        """Until the queue is done or the load is stopped; raises ServerDown (after
+        """Until the queue is complete or the load stopped. Raises ServerDown (after
         recording everything) when every slot was down for `down_timeout` seconds."""
-        run = self.run_
+        run, loop = self.run_, asyncio.get_running_loop()
         run.started = time.perf_counter()
-        loop = asyncio.get_running_loop()
         tasks = [
-            loop.create_task(self._worker(s, i)) for s in self.slots for i in range(s.concurrency)
+            loop.create_task(self._work(s, i)) for s in self.slots for i in range(s.concurrency)
         ]
-        watch = loop.create_task(self._watch_down()) if self.down_timeout is not None else None
+        tasks.append(loop.create_task(self._watch_down()))
         try:
-            await self._until_done(tasks)
+            await self._until_done(set(tasks[:-1]))
         finally:
-            for t in (*tasks, *([watch] if watch else [])):
+            for t in tasks:
                 t.cancel()
-            await asyncio.gather(*tasks, *([watch] if watch else []), return_exceptions=True)
-            run.ended = time.perf_counter()
-            run.stop_sending_at = self.queue.stop_sending_at
+            await asyncio.gather(*tasks, return_exceptions=True)
+            run.ended, run.stop_sending_at = time.perf_counter(), self.queue.stop_sending_at
         if self._down is not None:
             raise self._server_down(self._down)
         return run
 
-    async def _until_done(self, tasks: list[asyncio.Task[None]]) -> None:
+    async def _until_done(self, pending: set[asyncio.Task[None]]) -> None:
+        """Wait for the workers; once stopped, give them `drain` seconds, then cancel."""
         stopper = asyncio.get_running_loop().create_task(self.stopped.wait())
-        pending: set[asyncio.Future[Any]] = set(tasks)
+        now = asyncio.get_running_loop().create_task(self._now.wait())
+        deadline = None
         try:
-            while pending:
-                done, pending = await asyncio.wait(
-                    pending | {stopper}, return_when=asyncio.FIRST_COMPLETED
+            while pending and not self._now.is_set():
+                if deadline is None and self.stopped.is_set():
+                    deadline = time.monotonic() + self.drain
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                wake = {now} if deadline is not None else {stopper}
+                done, _ = await asyncio.wait(
+                    pending | wake, timeout=left, return_when=asyncio.FIRST_COMPLETED
                 )
-                pending.discard(stopper)
-                for t in done:
-                    if t is not stopper and not t.cancelled() and t.exception() is not None:
+                for t in done & pending:
+                    if not t.cancelled() and t.exception() is not None:
                         raise t.exception()  # type: ignore[misc]  # a bug, not a failed request
-                if self.stopped.is_set():
-                    await self._drain_then_cancel(pending)
-                    return
+                pending -= done
         finally:
             stopper.cancel()
-
-    async def _drain_then_cancel(self, pending: set[asyncio.Future[Any]]) -> None:
-        now = asyncio.get_running_loop().create_task(self._drain_now.wait())
-        deadline = time.monotonic() + self.drain
-        while pending and not self._drain_now.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            done, _ = await asyncio.wait(
-                pending | {now}, timeout=left, return_when=asyncio.FIRST_COMPLETED
-            )
-            pending -= done
-        now.cancel()
-        for t in pending:
-            t.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+            now.cancel()
 
     async def _watch_down(self) -> None:
         """Stop when every slot has been down for `down_timeout` seconds."""
-        assert self.down_timeout is not None
         while True:
             since = [s.down_since for s in self.slots]
             left = None
-            if self.slots and all(t is not None for t in since):
+            if since and None not in since:
                 left = max(t for t in since if t is not None) + self.down_timeout
                 left -= time.monotonic()
                 if left <= 0:
                     self._down = max(self.slots, key=lambda s: s.down_since or 0.0)
-                    self.stop()
-                    return
+                    return self.stop(now=self.drain == 0)
             await self.queue.changed(left)
 
-    async def _worker(self, slot: Slot, number: int) -> None:
+    async def _work(self, slot: Slot, number: int) -> None:
         while (unit := await self.queue.take(slot, number)) is not None:
             slot.in_flight += 1
             try:
@@ -323,8 +283,8 @@ class Load:
                 slot.in_flight -= 1
 
     async def _serve(self, slot: Slot, unit: Unit) -> None:
-        """The unit's requests in order. Each record is handed on once the policy has
-        seen it and, for the last, once the unit's fate is settled."""
+        """The unit's requests in order. A record is handed on once the policy has seen
+        it (and, the unit's last, once the unit's fate is settled)."""
         rec: RequestRecord | None = None
         try:
             while (req := unit.next_request()) is not None:
@@ -379,5 +339,4 @@ async def run_phase(
         return deadline is None or time.perf_counter() < deadline
 
     queue = WorkQueue((Single(r) for r in requests), admit)
-    load = Load([Slot(client, concurrency)], queue, phase=phase, on_record=on_record)
-    return await load.run()
+    return await Load([Slot(client, concurrency)], queue, phase=phase, on_record=on_record).run()

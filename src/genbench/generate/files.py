@@ -2,12 +2,14 @@
 by a worker thread, and read back (cutting a torn tail) on resume.
 
 Every descriptor a file needs (its data and its index) is opened when the file is
-created, on the event loop, so running out of descriptors shows there, where the job
-can shed streams and try again, never half way through a flush.
+created, on the event loop, never half way through a flush. A job at its descriptor
+limit (thousands of streams under `ulimit -n`) can still open its next shard: a
+`Reserve` of descriptors is held back for it and taken back once old files close.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from dataclasses import dataclass, field
@@ -55,8 +57,34 @@ def write_failed(out: Path, e: OSError) -> OutputError:
     )
 
 
-def _open_append(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+class Reserve:
+    """Descriptors held back (on /dev/null) for files that must still be opened: when the
+    process has none left (EMFILE), one is given up for the file. `used` counts those
+    times; `refill` takes them back once other files closed."""
+
+    def __init__(self, size: int = 0) -> None:
+        self.size, self.fds, self.used = size, list[int](), 0
+        self.refill()
+
+    def refill(self) -> None:
+        with contextlib.suppress(OSError):
+            while len(self.fds) < self.size:
+                self.fds.append(os.open(os.devnull, os.O_RDONLY))
+
+    def open(self, path: Path) -> int:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        try:
+            return os.open(path, flags, 0o644)
+        except OSError as e:
+            if e.errno not in (errno.EMFILE, errno.ENFILE) or not self.fds:
+                raise
+        os.close(self.fds.pop())
+        self.used += 1
+        return os.open(path, flags, 0o644)
+
+    def close(self) -> None:
+        while self.fds:
+            os.close(self.fds.pop())
 
 
 class AppendFile:
@@ -64,12 +92,13 @@ class AppendFile:
     written, fsynced and indexed by a worker thread (`flush`), so the loop never waits on
     the disk; then the lines' `pending` items are done."""
 
-    def __init__(self, path: Path, index: Path | None = None) -> None:
+    def __init__(self, path: Path, index: Path | None = None, reserve: Reserve | None = None):
+        opener = (reserve or Reserve()).open
         self.path = path
         self.new = not path.exists()
-        self.fd = _open_append(path)
+        self.fd = opener(path)
         try:
-            self.index_fd = _open_append(index) if index is not None else None
+            self.index_fd = opener(index) if index is not None else None
         except OSError:
             os.close(self.fd)
             raise

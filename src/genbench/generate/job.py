@@ -352,12 +352,13 @@ class Job:
                 )
             self.load.stop()
         else:
-            self.load.stop_now()
+            self.load.stop(now=True)
 
     # -- where rows go (the pipeline's sink) ----------------------------------------------
 
-    def finish(self, conv: Conversation) -> None:
+    def finish(self, conv: Conversation) -> str | None:
         info = RowInfo(conv.server, conv.tokens, conv.thinking, conv.truncated)
+        used = self.store.reserve.used
         if conv.truncated and self.cfg.on_truncated == "error":
             why = "cut by max_tokens (finish_reason length)"
             entry = self._error_entry(conv, ErrorKind.TRUNCATED, why)
@@ -367,6 +368,9 @@ class Job:
         else:
             self.store.write_row(conv.row.id, conv.line(self.model), info)
         self._t_last_done = time.perf_counter()
+        if self.store.reserve.used > used:
+            return f"{self.cfg.output}: a data file took a descriptor held in reserve"
+        return None
 
     def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> None:
         entry = self._error_entry(conv, kind, why)

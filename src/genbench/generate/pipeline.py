@@ -12,9 +12,9 @@ server (`ErrorKind` and `retry_for`, the one vocabulary):
     long): the row goes straight to the errors file;
   * anything else (429, timeouts, in-band errors, malformed streams): retried with
     exponential backoff and jitter, at most `retries` times, then the errors file;
-  * this machine is out of file descriptors (`LOCAL_LIMIT`, or a file the store cannot
-    open): the server keeps one stream fewer, the row goes back uncharged, and the job
-    goes on.
+  * this machine is out of file descriptors (`LOCAL_LIMIT` at connect, or the store
+    opening a file): the server keeps one stream fewer and the job goes on; the row goes
+    back uncharged if it was not sent or not written.
 A row in flight on servers that died `max_server_losses` times goes to the errors file
 too: it may be the row that kills the server.
 
@@ -41,8 +41,9 @@ from genbench.records import RequestRecord
 class RowSink(Protocol):
     """Where finished rows go: the store (a job) or a measurement (the pilot)."""
 
-    def finish(self, conv: Conversation) -> None:
-        """Every turn answered. May raise OutOfDescriptors: the row is tried again."""
+    def finish(self, conv: Conversation) -> str | None:
+        """Every turn answered. Returns a shortage of descriptors to report, if any;
+        raises OutOfDescriptors when the row could not be written (it is tried again)."""
         ...
 
     def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> None: ...
@@ -83,11 +84,13 @@ class RowPolicy(Policy):
     def done(self, unit: Any, slot: Slot, queue: WorkQueue) -> None:
         conv: Conversation = unit
         try:
-            self.sink.finish(conv)
+            short = self.sink.finish(conv)
         except OutOfDescriptors as e:
             self._short_of_descriptors(slot, str(e))
             self._back(conv, queue, "requeued", 1.0)
             return
+        if short:
+            self._short_of_descriptors(slot, short)
         self._outcome(conv, "done")
         queue.done(conv)
 

@@ -60,6 +60,7 @@ from genbench.errors import UsageError
 from genbench.generate.files import (
     AppendFile,
     Pending,
+    Reserve,
     cut_torn_tail,
     flush,
     fsync_dir,
@@ -120,6 +121,7 @@ class Store:
         self.requests_path = self.state / f"requests{tag}.jsonl"
         self.log: RecordWriter | None = None
         self._dir_fd: int | None = None
+        self.reserve = Reserve()
         self.fmt = fmt
         self.shard_bytes = shard_bytes
         self.sync_interval = sync_interval
@@ -240,11 +242,12 @@ class Store:
         write_atomic(self.job_path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
         fsync_dir(self.out)
         self._dir_fd = os.open(self.out, os.O_RDONLY)  # held: a sync opens no descriptor
+        self.reserve = Reserve(3)  # a new shard and the errors file, at the descriptor limit
         self._next_number = existing.next_number
         if existing.jsonl_shards:
             last = existing.jsonl_shards[-1]
             if last == existing.shards[-1] and last.stat().st_size < self.shard_bytes:
-                self.current = AppendFile(last, self.index_path(last))
+                self.current = AppendFile(last, self.index_path(last), self.reserve)
                 self._next_number = max(self._next_number, self._number(last) + 1)
 
     def _number(self, p: Path) -> int:
@@ -304,7 +307,7 @@ class Store:
             self._expected.discard(key)
         try:
             if self.errors is None:
-                self.errors = AppendFile(self.errors_path)
+                self.errors = AppendFile(self.errors_path, None, self.reserve)
             line = orjson.dumps(entry, default=str) + b"\n"
             self.errors.write(line, (key, info))
         except OSError as e:
@@ -319,7 +322,7 @@ class Store:
 
     def _rotate(self) -> None:
         path = self.shard_path(self._next_number)
-        new = AppendFile(path, self.index_path(path))  # first: a failure changes nothing
+        new = AppendFile(path, self.index_path(path), self.reserve)  # a failure changes nothing
         self._next_number += 1
         if self.current is not None:
             self.current.full = True
@@ -367,6 +370,7 @@ class Store:
                 self._closing.remove(f)
                 if self.fmt == "parquet" and f.full:
                     self._convert(f.path)
+            self.reserve.refill()
 
     # -- Parquet --------------------------------------------------------------------------
 
@@ -408,6 +412,7 @@ class Store:
         if self._dir_fd is not None:
             os.close(self._dir_fd)
             self._dir_fd = None
+        self.reserve.close()
         if convert_all and self.fmt == "parquet":
             for p in self.data_files():
                 if p.suffix == ".jsonl":

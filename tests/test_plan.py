@@ -24,16 +24,17 @@ from genbench.plan import (
     Pool,
     StepModel,
     chain_next,
+    job_forecast,
     job_walls,
     lag1,
     parse_counts,
     plan_from_result,
     read_pilot_input,
+    read_plan,
     series_halfwidth,
     simulate_job,
     turn_count,
 )
-from genbench.planfile import job_forecast, read_plan
 from genbench.records import read_records
 
 SIM_ARGS = ("--tps", "150", "--per-seq-ms", "0.4", "--ttft-ms", "5")

@@ -95,3 +95,8 @@ def load_api_key(
     if env_var:
         return os.environ.get(env_var) or None
     return None
+
+
+def endpoint(url: str, key_env: str | None, key_file: Path | None) -> Endpoint:
+    """The endpoint a command's --url, --api-key-env and --api-key-file name."""
+    return Endpoint.parse(url, load_api_key(key_env, key_file))

@@ -148,6 +148,12 @@ class UsageError(GenbenchError):
     exit_code = ExitCode.USAGE
 
 
+def positive(name: str, value: float | int | None) -> None:
+    """A flag that must be above zero when given."""
+    if value is not None and value <= 0:
+        raise UsageError(f"{name} must be a positive number, got {value}")
+
+
 class InputFileError(UsageError):
     """Bad content in an input file; names the file, line and field."""
 

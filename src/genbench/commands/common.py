@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine
-from pathlib import Path
-from typing import Any, TypeVar
-
 import typer
 
-from genbench.endpoint import DEFAULT_KEY_ENV, Endpoint, load_api_key
-from genbench.errors import UsageError
-
-T = TypeVar("T")
+from genbench.aio import run_async
+from genbench.endpoint import DEFAULT_KEY_ENV, endpoint
+from genbench.errors import positive
 
 URL = typer.Option(None, "--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1")
 MODEL = typer.Option(None, "--model", help="Model to use (default: the only one served).")
@@ -28,20 +22,4 @@ KEY_FILE = typer.Option(
 JSON = typer.Option(False, "--json", help="Print one JSON object instead of the table.")
 
 
-def endpoint(url: str, key_env: str | None, key_file: Path | None) -> Endpoint:
-    return Endpoint.parse(url, load_api_key(key_env, key_file))
-
-
-def positive(name: str, value: float | int | None) -> None:
-    if value is not None and value <= 0:
-        raise UsageError(f"{name} must be a positive number, got {value}")
-
-
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run on uvloop where installed: its loop costs less per chunk than asyncio's."""
-    try:
-        import uvloop
-
-        return uvloop.run(coro)
-    except ImportError:
-        return asyncio.run(coro)
+__all__ = ["endpoint", "positive", "run_async"]

@@ -31,7 +31,7 @@ from genbench.generate.job import JobConfig, JobResult, Listener, run_job
 from genbench.generate.params import job_params
 from genbench.generate.progress import duration
 from genbench.generate.servers import ServerSpec
-from genbench.planfile import JobForecast, job_forecast, read_plan
+from genbench.plan.document import JobForecast, job_forecast, read_plan
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

@@ -1,4 +1,5 @@
-"""A saved plan read back: the forecast it makes for the job `generate` is about to run.
+"""plan.json: the document `genbench plan` writes, and read back, the forecast it makes for
+the job `genbench generate` is about to run.
 
 `genbench generate --plan PLAN` shows the plan's forecast beside its own live ETA and,
 at the end, how the job's wall time compared with it: the check that tells a user
@@ -9,18 +10,24 @@ forecast is the plan's for the same number of servers (one server's, divided by 
 number of servers, when the plan has none), at the sample count nearest the job's, scaled
 in proportion to the rows the job has to do. Scaling ignores the difference in start-up
 and tail between the two sizes: a few seconds against a job of hours.
+
+This module imports nothing heavy: `generate` reads plans without loading the forecast's
+numerical code.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from genbench import __version__
 from genbench.errors import UsageError
+from genbench.result import write_json_atomic
 
 PLAN_SCHEMA = "genbench.plan"
 PLAN_SCHEMA_VERSION = 1
@@ -32,6 +39,27 @@ _ONE_SERVER = {
     "result": ("ours_chosen", "ours_best"),
     "arithmetic": ("one_server",),
 }
+
+
+def new_plan_doc(mode: str, source: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema": PLAN_SCHEMA,
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "genbench_version": __version__,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "mode": mode,
+        "source": source,
+        "inputs": inputs,
+        "model": {},
+        "rows": [],
+        "notes": [],
+    }
+
+
+def save_plan(plan: dict[str, Any], directory: Path) -> Path:
+    path = directory / PLAN_FILE
+    write_json_atomic(path, plan)
+    return path
 
 
 @dataclass

@@ -1,0 +1,150 @@
+"""A plan from a pilot (`--prompts`): the job simulated from what the pilot saw, with its
+bar, the naive pilot × N/K beside it, storage as generate writes it, and notes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from genbench.plan.bar import (
+    CONFIDENCE,
+    TARGET_REL_ERROR,
+    WallForecast,
+    forecast,
+    lag1,
+    pilot_size_for,
+)
+from genbench.plan.document import new_plan_doc
+from genbench.plan.model import PilotModel
+from genbench.plan.pilot import PilotRun
+from genbench.plan.storage import (
+    JSONL_OVERHEAD_BYTES,
+    HiddenStates,
+    StorageModel,
+    parquet_bytes_per_row,
+)
+from genbench.plan.units import duration
+
+SHORT_PILOT_S = 120.0  # a pilot shorter than this says so: it cannot see slow drift
+WANDER_LAG1 = 0.5  # stretches this alike: the speed wanders on the pilot's own time scale
+
+
+def plan_from_pilot(
+    run: PilotRun,
+    concurrency: int,
+    samples: Sequence[int],
+    servers: int,
+    hidden: HiddenStates | None,
+    source: dict[str, Any],
+    inputs: dict[str, Any],
+    boot: int = 100,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The plan of a pilot: the model learned from its records, the job simulated at each
+    sample count (and on M servers), storage measured on its outputs, and notes."""
+    model = PilotModel.from_records(run.records, concurrency)
+    jobs = [(s, 1) for s in samples] + ([(s, servers) for s in samples] if servers > 1 else [])
+    every = forecast(model, jobs, boot=boot, seed=seed)
+    fc, fc_m = every[: len(samples)], (every[len(samples) :] if servers > 1 else None)
+    jsonl = float(np.mean(run.jsonl_bytes)) if run.jsonl_bytes else JSONL_OVERHEAD_BYTES
+    storage = StorageModel(
+        jsonl,
+        parquet_bytes_per_row(run.rows),
+        f"measured on the pilot's {len(run.rows)} outputs, as genbench generate writes them "
+        "(JSONL; Parquet with zstd)",
+        hidden,
+    )
+    plan = new_plan_doc("pilot", source, inputs)
+    plan["model"] = {**model.describe(), "storage_basis": storage.basis}
+    k = model.pilot_samples
+    worst = max(fc, key=lambda f: f.samples)
+    plan["model"]["job_tps"] = worst.output_tokens / worst.seconds
+    plan["pilot_size_for_5pct"] = pilot_size_for(worst.rel_halfwidth, k)
+    target = inputs.get("target_error") or TARGET_REL_ERROR
+    plan["pilot_size_for_target"] = {
+        "target": target,
+        "requests": pilot_size_for(worst.rel_halfwidth, k, target),  # samples, in fact
+        "samples": pilot_size_for(worst.rel_halfwidth, k, target),
+    }
+    for i, f in enumerate(fc):
+        row: dict[str, Any] = {
+            "samples": f.samples,
+            "tokens": {
+                "output": f.output_tokens,
+                "output_lo": f.output_lo,
+                "output_hi": f.output_hi,
+                "thinking": f.thinking_tokens,
+                "answer": f.output_tokens - f.thinking_tokens,
+                "prompt": f.prompt_tokens,
+            },
+            "ours": _wall(f),
+            "naive_pilot": {
+                "method": "pilot wall time × samples / pilot samples",
+                **duration(run.wall_s * f.samples / k),
+            },
+            "storage": storage.row(f.samples, f.output_tokens + f.prompt_tokens),
+        }
+        if fc_m is not None:
+            row["at_servers"] = {"servers": servers, **_wall(fc_m[i])}
+        plan["rows"].append(row)
+    plan["notes"] = _notes(model, inputs, concurrency)
+    return plan
+
+
+def _notes(model: PilotModel, inputs: dict[str, Any], concurrency: int) -> list[str]:
+    """What a reader of the plan must know about this pilot."""
+    notes = []
+    per = len(model.pool.output) / len(model.pool.heads)
+    if per > 1:
+        notes.append(
+            f"a sample is {per:.2f} requests on average (multi-turn rows, every user turn "
+            "answered in order as generate's --turns all does; --turns last: one each)"
+        )
+    if abs(model.replay_err) > 0.05:
+        notes.append(
+            f"the fitted model replays the pilot {model.replay_err:+.1%} off its actual wall "
+            "time: the server does something the model does not capture (the bar includes it)"
+        )
+    rho = lag1(model.stretches)
+    if rho >= WANDER_LAG1:
+        notes.append(
+            f"the server's speed wandered during the pilot (its stretches alike from one to "
+            f"the next: lag-1 autocorrelation {rho:.2f}): speed that wanders over longer than "
+            "the pilot is not in the bar; a longer pilot (--pilot-min-time) sees more of it"
+        )
+    elif model.pilot_wall_s < SHORT_PILOT_S:
+        notes.append(
+            f"the pilot ran {model.pilot_wall_s:.0f} s: the bar's speed part is what the "
+            "server did in that time; a server whose speed drifts over tens of minutes (a "
+            "shared host) can run the job faster or slower (--pilot-min-time 300 sees more "
+            "of it)"
+        )
+    if inputs.get("pilot_stopped") == "time":
+        notes.append(
+            "the pilot stopped at --pilot-max-time before the mean output length reached its "
+            "target: the bar is wider than asked"
+        )
+    if model.pool.fail_rate:
+        notes.append(
+            f"{model.pool.fail_rate:.1%} of pilot requests failed; the forecast retries them"
+        )
+    k = model.pilot_samples
+    if k < 2 * concurrency:
+        notes.append(
+            f"the pilot ({k} requests) is short for C={concurrency}: at least "
+            f"{4 * concurrency} gives a steady stretch to measure"
+        )
+    return notes
+
+
+def _wall(f: WallForecast) -> dict[str, Any]:
+    return {
+        **duration(f.seconds),
+        "lo_s": f.lo_s,
+        "hi_s": f.hi_s,
+        "confidence": CONFIDENCE,
+        "rel_halfwidth": f.rel_halfwidth,
+        "length_halfwidth": f.length_halfwidth,
+    }

@@ -1,0 +1,319 @@
+"""A plan from a `genbench run` result (`--from`): the sustained rate's arithmetic, with the
+field's burst method beside it and the rate's own bar."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from genbench.errors import UsageError
+from genbench.plan.bar import CONFIDENCE, series_halfwidth
+from genbench.plan.document import new_plan_doc
+from genbench.plan.from_rate import arithmetic
+from genbench.plan.storage import (
+    JSONL_OVERHEAD_BYTES,
+    HiddenStates,
+    StorageModel,
+    storage_from_tokens,
+)
+from genbench.plan.units import duration
+from genbench.records import RequestRecord, read_records
+from genbench.result import REQUESTS_FILE
+from genbench.stats import steady_window, token_events
+
+FIELD_CONCURRENCY = 32  # the field's burst was measured at C=32
+
+
+@dataclass
+class _RunRates:
+    """What a run result gives the forecast: sustained and burst rates by concurrency, the
+    sustained rates' bars, and tokens per sample with their thinking share."""
+
+    sustained: dict[int, float]
+    burst: dict[int, float]
+    bars: dict[int, float]
+    tokens_per_sample: float
+    tokens_per_sample_basis: str
+    thinking_share: float
+    field_c: int | None  # the burst concurrency of the field's method (None: no burst)
+
+    @property
+    def best_c(self) -> int:
+        return max(self.sustained, key=lambda c: self.sustained[c])
+
+    def time_at(self, tokens: float, c: int, servers: int = 1) -> dict[str, Any]:
+        """Seconds for `tokens` at the sustained rate of C on `servers`, with the rate's bar."""
+        seconds = tokens / (self.sustained[c] * servers)
+        return {**duration(seconds), **_with_bar(seconds, self.bars.get(c))}
+
+
+def plan_from_result(
+    doc: dict[str, Any],
+    samples: Sequence[int],
+    servers: int,
+    concurrency: int | None,
+    tokens_per_sample: float | None,
+    hidden: HiddenStates | None,
+    bytes_per_token: float | None,
+) -> dict[str, Any]:
+    """Sustained-rate arithmetic from a `run` result, with the field's burst method beside."""
+    path = doc.get("_path", "result")
+    notes: list[str] = []
+    rates, bpt = _run_rates(doc, path, concurrency, tokens_per_sample, notes)
+    storage = storage_from_tokens(
+        rates.tokens_per_sample,
+        bytes_per_token or bpt,
+        hidden,
+        basis=(
+            None
+            if bytes_per_token or not bpt
+            else f"{bpt:.2f} bytes per output token (measured in the run's requests.jsonl) "
+            f"+ {JSONL_OVERHEAD_BYTES} bytes per line; prompts not counted"
+        ),
+    )
+    target = doc.get("target") or {}
+    plan = new_plan_doc(
+        "result",
+        {
+            "kind": "result",
+            "path": str(path),
+            "url": target.get("url"),
+            "model": target.get("model"),
+            "server": (target.get("server") or {}).get("kind"),
+        },
+        {
+            "samples": list(samples),
+            "servers": servers,
+            "concurrency": concurrency,
+            "tokens_per_sample": tokens_per_sample,
+        },
+    )
+    plan["model"] = _model(rates, storage.basis)
+    plan["rows"] = [_row(rates, s, servers, concurrency, storage) for s in samples]
+    plan["notes"] = notes
+    return plan
+
+
+def _run_rates(
+    doc: dict[str, Any],
+    path: str,
+    concurrency: int | None,
+    tokens_per_sample: float | None,
+    notes: list[str],
+) -> tuple[_RunRates, float | None]:
+    """The run's rates and the bytes per token its requests.jsonl measured; a UsageError
+    naming the field when the run cannot give a forecast."""
+    sustained = _by_c(doc, "sustained")
+    if not sustained:
+        raise UsageError(
+            f"{path}: field 'sweep.sustained' has no steady rate: plan needs a sustained "
+            "phase (genbench run --shape sustained, or the default burst,sustained)"
+        )
+    if concurrency is not None and concurrency not in sustained:
+        have = ", ".join(str(c) for c in sorted(sustained))
+        raise UsageError(
+            f"--concurrency {concurrency}: {path} measured sustained load only at C = {have}"
+        )
+    ok, out, think = _phase_sums(doc)
+    if tokens_per_sample is not None:
+        tps, basis = tokens_per_sample, "given (--tokens-per-sample)"
+    elif bool((doc.get("config") or {}).get("natural")) and ok:
+        tps = out / ok
+        basis = f"mean output length of the run's {ok} natural-length requests"
+        notes.append(
+            "tokens per sample measured on the run's built-in prompts, not yours: "
+            "pass --tokens-per-sample, or forecast from a pilot (--prompts)"
+        )
+    else:
+        raise UsageError(
+            f"{path}: the run forced every output to a fixed length (field 'config.natural' "
+            "is false), so it did not measure tokens per sample: pass --tokens-per-sample"
+        )
+    burst = _by_c(doc, "burst")
+    bpt, bars = _read_requests(Path(path), _sustained_phases(doc))
+    rates = _RunRates(
+        sustained, burst, bars, tps, basis, think / out if out else 0.0, _field_c(burst, notes)
+    )
+    return rates, bpt
+
+
+def _field_c(burst: dict[int, float], notes: list[str]) -> int | None:
+    """The field measured its burst at C=32: that, or the nearest the run has."""
+    if not burst:
+        notes.append("the run has no burst phase: no field column")
+        return None
+    if FIELD_CONCURRENCY in burst:
+        return FIELD_CONCURRENCY
+    field_c = min(burst, key=lambda c: (abs(c - FIELD_CONCURRENCY), -c))
+    notes.append(f"no burst at C={FIELD_CONCURRENCY} in the run: field column uses C={field_c}")
+    return field_c
+
+
+def _model(rates: _RunRates, storage_basis: str) -> dict[str, Any]:
+    return {
+        "tokens_per_sample": rates.tokens_per_sample,
+        "tokens_per_sample_basis": rates.tokens_per_sample_basis,
+        "thinking_share": rates.thinking_share,
+        "sustained_tps_by_concurrency": {str(c): r for c, r in sorted(rates.sustained.items())},
+        "best_concurrency": rates.best_c,
+        "rate_halfwidth_by_concurrency": {str(c): h for c, h in sorted(rates.bars.items())},
+        "bar_basis": (
+            f"the sustained rate's 95% bar only: its steady window cut into {RATE_WINDOWS} "
+            "stretches (Student t); tokens per sample taken as exact, no start-up or tail"
+        ),
+        "field": {
+            "method": "burst tok/s at C=32 × tokens per sample from the prompts used",
+            "concurrency": rates.field_c,
+            "tok_per_s": rates.burst.get(rates.field_c) if rates.field_c else None,
+            "tokens_per_sample": rates.tokens_per_sample,
+        },
+        "storage_basis": storage_basis,
+    }
+
+
+def _row(
+    rates: _RunRates, s: int, servers: int, concurrency: int | None, storage: StorageModel
+) -> dict[str, Any]:
+    """One sample count: ours at the best C (and the chosen one, and on M servers), and the
+    field's burst arithmetic beside it."""
+    tokens = s * rates.tokens_per_sample
+    share = rates.thinking_share
+    best = rates.best_c
+    row: dict[str, Any] = {
+        "samples": s,
+        "tokens": {"output": tokens, "thinking": tokens * share, "answer": tokens * (1 - share)},
+        "ours_best": {
+            "concurrency": best,
+            "tok_per_s": rates.sustained[best],
+            **rates.time_at(tokens, best),
+        },
+        "storage": storage.row(s, tokens),
+    }
+    if concurrency is not None:
+        row["ours_chosen"] = {
+            "concurrency": concurrency,
+            "tok_per_s": rates.sustained[concurrency],
+            **rates.time_at(tokens, concurrency),
+        }
+    if servers > 1:
+        c_used = concurrency if concurrency is not None else best
+        row["at_servers"] = {
+            "servers": servers,
+            "concurrency": c_used,
+            **rates.time_at(tokens, c_used, servers),
+        }
+    if rates.field_c is not None:
+        burst = rates.burst[rates.field_c]
+        f = arithmetic(s, rates.tokens_per_sample, burst, 1)
+        row["field"] = {
+            "concurrency": rates.field_c,
+            "tok_per_s": burst,
+            "tokens": f["tokens"],
+            **duration(f["seconds"]),
+        }
+    return row
+
+
+def _phase_sums(doc: dict[str, Any]) -> tuple[int, int, int]:
+    """Requests answered, output and thinking tokens over the run's measured phases."""
+    ok = out = think = 0
+    for p in doc.get("phases") or []:
+        if p.get("kind") == "warmup":
+            continue
+        s = p.get("summary") or {}
+        ok += int(s.get("ok") or 0)
+        out += int(s.get("output_tokens") or 0)
+        think += int(s.get("thinking_tokens") or 0)
+    return ok, out, think
+
+
+def _by_c(doc: dict[str, Any], shape: str) -> dict[int, float]:
+    table = ((doc.get("sweep") or {}).get(shape) or {}).get("by_concurrency") or {}
+    out: dict[int, float] = {}
+    for k, v in table.items():
+        try:
+            c = int(k)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(v, int | float) and v > 0:
+            out[c] = float(v)
+    return out
+
+
+def _sustained_phases(doc: dict[str, Any]) -> dict[int, str]:
+    return {
+        int(p["concurrency"]): p["name"]
+        for p in doc.get("phases") or []
+        if p.get("kind") == "sustained" and p.get("concurrency") and p.get("name")
+    }
+
+
+def _read_requests(
+    result_path: Path, phases: dict[int, str]
+) -> tuple[float | None, dict[int, float]]:
+    """From the run's requests.jsonl, in one pass: output bytes per token (None when it
+    has none) and the steady-rate half-width of each sustained phase (`rate_halfwidth`).
+    Nothing when the file is missing or unreadable."""
+    req = result_path.parent / REQUESTS_FILE
+    if not req.exists():
+        return None, {}
+    chars = tokens = 0
+    by_phase: dict[str, list[RequestRecord]] = {name: [] for name in phases.values()}
+    try:
+        for r in read_records(req):
+            if r.ok and r.completion_tokens:
+                chars += r.answer_chars + r.thinking_chars
+                tokens += r.completion_tokens
+            if r.phase in by_phase:
+                by_phase[r.phase].append(r)
+    except (OSError, ValueError):
+        return None, {}
+    bars: dict[int, float] = {}
+    for c, name in phases.items():
+        hw = rate_halfwidth(by_phase[name], c) if by_phase[name] else None
+        if hw is not None:
+            bars[c] = hw
+    return (chars / tokens if tokens and chars else None), bars
+
+
+RATE_WINDOWS = 10  # the steady window is cut into this many stretches for the rate's bar
+
+
+def rate_halfwidth(records: Sequence[RequestRecord], concurrency: int) -> float | None:
+    """Relative 95% half-width of a sustained phase's steady rate: its steady window is cut
+    into stretches of equal time and the rate's standard error taken across them
+    (`series_halfwidth`). A server that drifts within the window widens it. None when the
+    window is missing or too short to cut."""
+    win = steady_window(records, concurrency, None)
+    if win is None:
+        return None
+    start, end = win
+    edges = np.linspace(start, end, RATE_WINDOWS + 1)
+    tokens = np.zeros(RATE_WINDOWS)
+    for r in records:
+        if r.ok:
+            for t, n, _ in token_events(r):
+                if start <= t < end:
+                    tokens[
+                        min(int(np.searchsorted(edges, t, side="right")) - 1, RATE_WINDOWS - 1)
+                    ] += n
+    if tokens.sum() <= 0 or np.count_nonzero(tokens) < RATE_WINDOWS // 2:
+        return None
+    return series_halfwidth(tokens.tolist())
+
+
+def _with_bar(seconds: float, rate_hw: float | None) -> dict[str, Any]:
+    """Time at a rate known to ±rate_hw: the rate's bar, inverted."""
+    if rate_hw is None:
+        return {}
+    hw = min(rate_hw, 0.95)
+    return {
+        "lo_s": seconds / (1 + hw),
+        "hi_s": seconds / (1 - hw),
+        "confidence": CONFIDENCE,
+        "rel_halfwidth": 1 / (1 - hw) - 1,
+    }

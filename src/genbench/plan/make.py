@@ -1,0 +1,304 @@
+"""`genbench plan` as a function: its flags checked, then a plan document from the field's
+arithmetic, a run result, or a pilot on the user's prompts (docs/plan.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from genbench.aio import run_async
+from genbench.check import CheckReport, preflight
+from genbench.console import err
+from genbench.endpoint import Endpoint, endpoint
+from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
+from genbench.generate.params import job_params
+from genbench.plan.document import save_plan
+from genbench.plan.from_pilot import plan_from_pilot
+from genbench.plan.from_rate import plan_arithmetic
+from genbench.plan.from_result import plan_from_result
+from genbench.plan.pilot import (
+    PilotInput,
+    PilotRun,
+    PilotStop,
+    first_turn_requests,
+    pilot_stream,
+    read_pilot_input,
+    run_pilot,
+)
+from genbench.plan.render import PilotProgress
+from genbench.plan.storage import HiddenStates, hidden_states, storage_from_tokens
+from genbench.plan.units import parse_counts
+from genbench.result import REQUESTS_FILE, load_result
+from genbench.run import prepare_out_dir
+
+DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
+DEFAULT_PILOT_C = 32
+
+
+@dataclass
+class PlanArgs:
+    """`genbench plan`'s flags, as given (`from_` is --from, `out_dir` --out)."""
+
+    samples: str | None
+    servers: int
+    from_: Path | None
+    prompts: Path | None
+    rate: float | None
+    tokens_per_sample: float | None
+    concurrency: int | None
+    url: str | None
+    model: str | None
+    api_key_env: str
+    api_key_file: Path | None
+    pilot: int | None
+    target_error: float
+    pilot_min_time: float
+    pilot_max_time: float
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    thinking: bool | None
+    param: list[str] | None
+    config: Path | None
+    turns: str
+    warmup: float
+    seed: int
+    bootstrap: int
+    hidden_size: int | None
+    layers_captured: int | None
+    dtype_bytes: int
+    bytes_per_token: float | None
+    timeout: float
+    out_dir: Path | None
+
+
+def make_plan(args: PlanArgs, console: Console) -> tuple[dict[str, Any], Path | None]:
+    """The plan document, and the plan.json it was saved to (None: the arithmetic's is not
+    saved). A bad flag or input is a UsageError before any request is sent."""
+    counts, hidden = _check(args)
+    if args.rate is not None:
+        if args.tokens_per_sample is None:
+            raise UsageError("--rate needs --tokens-per-sample: the arithmetic is N × T / rate")
+        storage = storage_from_tokens(args.tokens_per_sample, args.bytes_per_token, hidden)
+        doc = plan_arithmetic(counts, args.rate, args.tokens_per_sample, args.servers, storage)
+        return doc, None
+    if args.from_ is not None:
+        result = load_result(args.from_)
+        doc = plan_from_result(
+            result,
+            counts,
+            args.servers,
+            args.concurrency,
+            args.tokens_per_sample,
+            hidden,
+            args.bytes_per_token,
+        )
+        return doc, save_plan(doc, Path(result["_path"]).parent)
+    if not args.url:
+        raise UsageError("--prompts needs --url: the server to run the pilot on")
+    if args.tokens_per_sample is not None:
+        raise UsageError("--tokens-per-sample does not apply to a pilot: it measures them")
+    return _plan_pilot(args, counts, hidden, console)
+
+
+def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
+    """One source, positive numbers, known choices; the sample counts and hidden states."""
+    given = {"--from": args.from_, "--prompts": args.prompts, "--rate": args.rate}
+    modes = [m for m, v in given.items() if v]
+    if len(modes) != 1:
+        raise UsageError(
+            ("choose one of " if modes else "nothing to plan from: give one of ")
+            + "--from RESULT, --prompts FILE (a pilot) or --rate TOK_S --tokens-per-sample T"
+            + (f" (got {' and '.join(modes)})" if len(modes) > 1 else "")
+        )
+    counts = parse_counts("--samples", args.samples) if args.samples else list(DEFAULT_SAMPLES)
+    for name in (
+        "servers", "rate", "tokens_per_sample", "concurrency", "pilot", "max_tokens",
+        "bootstrap", "hidden_size", "layers_captured", "dtype_bytes", "bytes_per_token",
+        "timeout", "target_error", "pilot_max_time",
+    ):  # fmt: skip
+        positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.turns not in ("all", "last"):
+        raise UsageError(f"--turns must be all or last, got {args.turns!r}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more seconds, got {args.warmup}")
+    if args.pilot_min_time < 0 or args.pilot_min_time > args.pilot_max_time:
+        raise UsageError(
+            f"--pilot-min-time {args.pilot_min_time:g} must be between 0 and --pilot-max-time "
+            f"{args.pilot_max_time:g}"
+        )
+    return counts, hidden_states(args.hidden_size, args.layers_captured, args.dtype_bytes)
+
+
+@dataclass
+class _Pilot:
+    """One pilot as the flags set it up, before anything is sent."""
+
+    ep: Endpoint
+    source: PilotInput
+    concurrency: int
+    size: int  # the fixed pilot's rows, or the open-ended one's minimum
+    stop: PilotStop | None
+    params: dict[str, Any]
+    out: Path
+
+
+def _plan_pilot(
+    args: PlanArgs, counts: list[int], hidden: HiddenStates | None, console: Console
+) -> tuple[dict[str, Any], Path]:
+    """Check the prompts and the server, run the pilot, and plan from what it saw."""
+    params = job_params(
+        config=args.config,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_tokens=args.max_tokens,
+        thinking=args.thinking,
+        extra=args.param or [],
+    )
+    stop = None
+    if not args.pilot:
+        stop = PilotStop(
+            target=args.target_error / 100, min_s=args.pilot_min_time, max_s=args.pilot_max_time
+        )
+    concurrency = args.concurrency or DEFAULT_PILOT_C
+    assert args.url and args.prompts
+    ep = endpoint(args.url, args.api_key_env, args.api_key_file)
+    # generate's reader: a file generate refuses fails here, with the same message, before
+    # the server is touched
+    source = read_pilot_input(args.prompts, args.seed)
+    size = args.pilot or max(200, 8 * concurrency)
+    if stop is not None:
+        stop.min_requests = min(size, source.total)
+    out = args.out_dir or Path("genbench-runs") / f"{datetime.now():%Y%m%d-%H%M%S}-plan"
+    pilot = _Pilot(ep, source, concurrency, size, stop, params, out)
+    check = run_async(preflight(ep, args.model, timeout=args.timeout))
+    if not check.ok:
+        raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
+    prepare_out_dir(out)
+    run = _run(pilot, args, check.model or "", console)
+    doc = plan_from_pilot(
+        run,
+        concurrency,
+        counts,
+        args.servers,
+        hidden,
+        _pilot_source(pilot, check),
+        _pilot_inputs(pilot, args, run, counts),
+        args.bootstrap,
+        args.seed,
+    )
+    return doc, save_plan(doc, out)
+
+
+def _run(pilot: _Pilot, args: PlanArgs, model: str, console: Console) -> PilotRun:
+    """The warm-up and the pilot, with its progress on the console."""
+    rows, stop, c = pilot.source.rows, pilot.stop, pilot.concurrency
+    stream = pilot_stream(rows, args.seed)
+    # open-ended: until the bar is reached, at most every row once; fixed: K draws
+    items = itertools.islice(stream, len(rows) if stop is not None else pilot.size)
+    rnd = random.Random(args.seed + 1)
+    warm = first_turn_requests(
+        [rows[rnd.randrange(len(rows))] for _ in range(4 * c)], pilot.params, args.turns == "all",
+        "warm",
+    )  # fmt: skip
+    size = (
+        f"until ±{stop.target:.0%} (≥ {stop.min_requests}"
+        + (f", ≥ {stop.min_s:g} s" if stop.min_s else "")
+        + f", ≤ {stop.max_s:g} s)"
+        if stop is not None
+        else str(pilot.size)
+    )
+    console.print(
+        f"[bold]genbench plan[/] pilot: {size} of {pilot.source.total:,} rows from "
+        f"{args.prompts} at C={c} on {pilot.ep.base_url} → {pilot.out}"
+        + (f" (after {args.warmup:g} s of warm-up)" if args.warmup else "")
+    )
+    bar = PilotProgress(console, pilot.size if stop is None else None, stop)
+    try:
+        run = run_async(
+            run_pilot(
+                pilot.ep,
+                model,
+                items,
+                c,
+                pilot.out,
+                bar.record,
+                timeout=args.timeout,
+                warmup=warm,
+                warmup_s=args.warmup,
+                stop=stop,
+                params=pilot.params,
+                turns=args.turns,
+            )
+        )
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        bar.stop()
+        err.print(f"[red]interrupted[/]: pilot records so far in {pilot.out}")
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except ServerDown as e:
+        bar.stop()
+        raise GenbenchError(f"{e}; pilot records so far in {pilot.out}", e.exit_code) from None
+    finally:
+        bar.stop()
+    if not any(r.ok for r in run.records):
+        kinds = sorted({r.error_kind or "?" for r in run.records})
+        raise GenbenchError(f"every pilot request failed ({', '.join(kinds)}); see {pilot.out}")
+    why = {
+        "target": "the mean length reached its target",
+        "time": f"--pilot-max-time {stop.max_s:g} s reached" if stop else "",
+        "prompts": "every prompt in the file was sent",
+        "size": "",
+    }[run.stopped]
+    console.print(
+        f"  pilot done: {len(run.records)} requests in {run.wall_s:.1f} s"
+        + (f" ({why})" if why else "")
+        + "; simulating the job …"
+    )
+    return run
+
+
+def _pilot_source(pilot: _Pilot, check: CheckReport) -> dict[str, Any]:
+    return {
+        "kind": "pilot",
+        "prompts": str(pilot.source.path),
+        "prompts_in_file": pilot.source.total,
+        "url": pilot.ep.base_url,
+        "model": check.model,
+        "server": check.server.kind,
+        "records": str(pilot.out / REQUESTS_FILE),
+    }
+
+
+def _pilot_inputs(
+    pilot: _Pilot, args: PlanArgs, run: PilotRun, counts: list[int]
+) -> dict[str, Any]:
+    stop = pilot.stop
+    return {
+        "samples": counts,
+        "servers": args.servers,
+        "concurrency": pilot.concurrency,
+        "pilot": run.samples,
+        "pilot_requests": len(run.records),
+        "turns": args.turns,
+        "pilot_fixed": args.pilot,
+        "target_error": stop.target if stop is not None else None,
+        "pilot_min_time_s": stop.min_s if stop is not None else None,
+        "pilot_max_time_s": stop.max_s if stop is not None else None,
+        "pilot_stopped": run.stopped,
+        "pilot_stopped_at": run.stopped_at,
+        "max_tokens": pilot.params.get("max_tokens"),
+        "params": pilot.params,
+        "seed": args.seed,
+        "bootstrap": args.bootstrap,
+        "warmup_s": args.warmup,
+    }

@@ -1,0 +1,146 @@
+"""What one pilot says about the job: its requests, the server's fitted step time, how well
+that model replays the pilot, and how the server's speed moved during it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from genbench.errors import UsageError
+from genbench.plan.bar import lag1, series_halfwidth
+from genbench.plan.jobsim import simulate_job
+from genbench.plan.pool import Pool
+from genbench.plan.stepfit import DecodeRows, StepModel, decode_rows, fit_step
+from genbench.records import RequestRecord
+from genbench.stats import dist, summarize
+
+REPLAYS = 5  # simulations of the pilot itself, averaged, for the model's own error
+SPEED_BATCHES = 10  # stretches of the pilot for the speed's batch means
+
+
+def speed_stretches(rows: DecodeRows, step: StepModel) -> list[float]:
+    """Measured over fitted decode seconds in each of SPEED_BATCHES stretches of
+    consecutive requests (empty when the pilot is too short to cut)."""
+    m = min(SPEED_BATCHES, len(rows.y) // 5)
+    if m < 3:
+        return []
+    pred = rows.x @ np.array([step.a, step.b, step.c])
+    return [float(rows.y[b].sum() / pred[b].sum()) for b in rows.blocks(m)]
+
+
+@dataclass
+class PilotModel:
+    """Everything the forecast needs, learned from one pilot at concurrency C."""
+
+    concurrency: int
+    pool: Pool
+    rows: DecodeRows
+    step: StepModel
+    pilot_requests: int
+    pilot_wall_s: float
+    pilot_steady_tps: float | None
+    replay_s: float = 0.0  # the fitted model simulating the pilot itself: its wall time
+    replay_send_s: float = 0.0  # and when it sent the last request
+    pilot_send_s: float = 0.0  # when the pilot really sent its last request
+    stretches: list[float] = field(default_factory=list)  # speed_stretches of the fit
+    pilot_samples: int = 0  # rows sent (requests, when the records do not name rows)
+
+    @property
+    def calibration(self) -> float:
+        """Measured over simulated time until the last send (start-up and the steady
+        part, where all C workers are busy): the factor that makes the simulation run
+        the pilot as fast as the server did. The step fit is exact on the sim; what it
+        leaves on a real server (and on steps that emit several tokens at once) is
+        systematic, and the job at the same C and lengths has it too."""
+        if self.replay_send_s <= 0 or self.pilot_send_s <= 0:
+            return 1.0
+        return self.pilot_send_s / self.replay_send_s
+
+    @property
+    def speed_halfwidth(self) -> float:
+        """Relative 95% half-width of the server's mean speed: the pilot's decoding cut
+        into SPEED_BATCHES stretches of consecutive requests, each stretch's decode
+        seconds over the fitted model's, and `series_halfwidth` across them (batch
+        means with an allowance for speed that wanders over several stretches)."""
+        return series_halfwidth(self.stretches)
+
+    @property
+    def replay_err(self) -> float:
+        """The simulation's error on the one job whose truth is known, once calibrated:
+        the pilot replayed with its own requests in the order they were sent. What is
+        left is the tail's (and a short pilot's start-up), which the calibration does
+        not fix; the bar includes it."""
+        if self.pilot_wall_s <= 0:
+            return 0.0
+        return self.replay_s * self.calibration / self.pilot_wall_s - 1
+
+    @classmethod
+    def from_records(cls, records: Sequence[RequestRecord], concurrency: int) -> PilotModel:
+        sent = [r for r in records if r.t_send]
+        if not sent:
+            raise UsageError("the pilot sent no request")
+        pool = Pool.from_records(records, concurrency)
+        rows = decode_rows(records, concurrency)
+        s = summarize(records, concurrency=concurrency, sustained=True)
+        step = fit_step(rows)
+        t0 = min(r.t_send for r in sent)
+        wall = max(r.t_end or r.t_send for r in sent) - t0
+        rng = np.random.default_rng(0)
+        sims = [
+            simulate_job(0, concurrency, pool, step, rng, order=pool.order) for _ in range(REPLAYS)
+        ]
+        return cls(
+            concurrency,
+            pool,
+            rows,
+            step,
+            len(sent),
+            wall,
+            s.steady_tps,
+            float(np.mean([j.wall_s for j in sims])),
+            float(np.mean([j.last_send_s for j in sims])),
+            max(r.t_send for r in sent) - t0,
+            speed_stretches(rows, step),
+            len({r.extra["row"] for r in sent if r.extra and "row" in r.extra}) or len(sent),
+        )
+
+    def describe(self) -> dict[str, Any]:
+        p = self.pool
+        return {
+            "concurrency": self.concurrency,
+            "pilot_requests": self.pilot_requests,
+            "pilot_ok": len(p.output),
+            "pilot_samples": self.pilot_samples,
+            "requests_per_sample": len(p.output) / len(p.heads),
+            "pilot_wall_s": self.pilot_wall_s,
+            "pilot_steady_tps": self.pilot_steady_tps,
+            "output_tokens": dist(p.sample_output.tolist()),
+            "thinking_tokens": dist(p.per_sample(p.thinking).tolist()),
+            "prompt_tokens": dist(p.per_sample(p.prompt).tolist()),
+            "ttft_s": dist(p.ttft.tolist()),
+            "first_ttft_s": dist(p.first_ttft.tolist()),
+            "fail_rate": p.fail_rate,
+            "step_model": {
+                **asdict(self.step),
+                "formula": "seconds per decode step = a + b·n_decoding + c·context_tokens",
+                "decode_tps_at_c": self.step.rate(
+                    self.concurrency,
+                    self.concurrency * float(np.mean(p.prompt) + np.mean(p.output) / 2),
+                ),
+            },
+            "speed_halfwidth": self.speed_halfwidth,
+            "speed_stretches": self.stretches,
+            "speed_lag1": lag1(self.stretches),
+            "replay": {
+                "what": "the fitted model simulating the pilot itself, its requests in order",
+                "simulated_s": self.replay_s,
+                "actual_s": self.pilot_wall_s,
+                "simulated_last_send_s": self.replay_send_s,
+                "actual_last_send_s": self.pilot_send_s,
+                "calibration": self.calibration,
+                "error": self.replay_err,
+            },
+        }

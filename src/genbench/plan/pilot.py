@@ -1,0 +1,239 @@
+"""The pilot: generate's own path (`row_load`) on a sample of the user's rows, at the
+job's concurrency, until the mean output length is known well enough; its records are
+read back from disk for the model."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from genbench.client import ChatRequest, Timeouts
+from genbench.endpoint import Endpoint
+from genbench.errors import ErrorKind, InputFileError
+from genbench.fastclient import FastClient
+from genbench.generate.conversation import Conversation, turn_count
+from genbench.generate.input import Row, iter_rows, scan
+from genbench.generate.pipeline import Retries, row_load
+from genbench.generate.servers import Server
+from genbench.load import run_phase
+from genbench.plan.bar import TARGET_REL_ERROR, length_halfwidth
+from genbench.records import RecordWriter, RequestRecord, read_records
+from genbench.result import REQUESTS_FILE
+
+__all__ = ["turn_count"]  # generate's, for the plan
+
+PARQUET_ROWS = 2000  # pilot outputs kept in memory to measure Parquet's bytes per row
+
+
+@dataclass
+class PilotRun:
+    records: list[RequestRecord]
+    wall_s: float
+    jsonl_bytes: list[int] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    stopped: str = "size"  # why it ended: size, target, time, prompts
+    stopped_at: dict[str, Any] = field(default_factory=dict)  # answered, length bar then
+    samples: int = 0  # rows sent (a multi-turn row is one sample of several requests)
+
+
+PILOT_ROWS = 100_000  # rows of the file held for the pilot (a random sample of a bigger file)
+
+
+@dataclass
+class PilotInput:
+    """The job's input as `genbench generate` reads it: `rows` is a random sample of the
+    file's valid rows (all of them when there are at most PILOT_ROWS), in random order."""
+
+    path: Path
+    total: int
+    rows: list[Row]
+
+
+def read_pilot_input(path: Path, seed: int, limit: int = PILOT_ROWS) -> PilotInput:
+    """Check the whole file with generate's own reader (a bad row raises the error
+    generate would give, naming file, line and field), then load a random sample of its
+    rows. Two passes over the file, neither holding more than `limit` rows."""
+    res = scan(path)
+    total = len(res.todo)
+    if total == 0:
+        raise InputFileError(path, None, "empty: no rows with a prompt")
+    rnd = random.Random(seed)
+    chosen = rnd.sample(sorted(res.todo), min(total, limit))  # ids, in a random order
+    by_id = {
+        r.id: r for r in iter_rows(path, set(chosen), res.bad_lines) if isinstance(r, Row)
+    }  # the second pass skips unchosen rows that carry an id without parsing them
+    return PilotInput(path, total, [by_id[i] for i in chosen if i in by_id])
+
+
+def pilot_stream(rows: Sequence[Row], seed: int) -> Iterator[Row]:
+    """The rows in the order given (already random), then drawn at random with
+    replacement: a pilot longer than the file sends some rows twice."""
+    yield from rows
+    rnd = random.Random(seed)
+    while rows:
+        yield rows[rnd.randrange(len(rows))]
+
+
+def first_turn_requests(
+    rows: Sequence[Row], params: dict[str, Any], all_turns: bool, prefix: str
+) -> list[ChatRequest]:
+    """Each row's first request, as generate sends it (for the warm-up)."""
+    out = []
+    for i, row in enumerate(rows):
+        req = Conversation(row, params, all_turns, f"{prefix}-{i}").next_request()
+        if req is not None:
+            out.append(req)
+    return out
+
+
+@dataclass
+class PilotStop:
+    """When an open-ended pilot has seen enough: at least `min_requests` answered, at
+    least `min_s` seconds, and the mean output length known to ±`target` ×
+    `length_share` (95%), the rest of the bar being left to the server's speed; or
+    `max_s` seconds."""
+
+    target: float = TARGET_REL_ERROR
+    min_requests: int = 200
+    min_s: float = 0.0
+    max_s: float = 600.0
+    length_share: float = 0.8
+    count: int = 0
+    total: float = 0.0
+    squares: float = 0.0
+    started: float | None = None
+    reason: str = ""
+    at_count: int = 0  # answered requests when it stopped, and the length bar then
+    at_halfwidth: float = math.inf
+
+    def add_sample(self, tokens: int) -> None:
+        """A finished sample's output tokens (all its turns)."""
+        if tokens:
+            self.count += 1
+            self.total += tokens
+            self.squares += float(tokens) ** 2
+
+    @property
+    def halfwidth(self) -> float:
+        return length_halfwidth(self.count, self.total, self.squares)
+
+    def done(self) -> bool:
+        now = time.perf_counter()
+        if self.started is None:
+            self.started = now
+        enough = self.count >= self.min_requests and now - self.started >= self.min_s
+        if enough and self.halfwidth <= self.target * self.length_share:
+            self.reason = "target"
+        elif now - self.started >= self.max_s:
+            self.reason = "time"
+        if self.reason:
+            self.at_count, self.at_halfwidth = self.count, self.halfwidth
+        return bool(self.reason)
+
+
+class PilotSink:
+    """Where the pilot's finished rows go: measured as generate writes them, then dropped."""
+
+    def __init__(self, model: str, run: PilotRun, stop: PilotStop | None) -> None:
+        self.model, self.run, self.stop = model, run, stop
+
+    def finish(self, conv: Conversation) -> None:
+        line = conv.line(self.model)
+        if conv.last is not None:
+            conv.last.extra["jsonl_bytes"] = len(line)
+        self.run.jsonl_bytes.append(len(line))
+        if len(self.run.rows) < PARQUET_ROWS:
+            self.run.rows.append(orjson.loads(line))
+        if self.stop is not None:
+            self.stop.add_sample(conv.tokens)
+
+    def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> None: ...
+
+    def note(self, text: str, style: str = "") -> None: ...
+
+
+async def run_pilot(
+    ep: Endpoint,
+    model: str,
+    rows: Iterable[Row],
+    concurrency: int,
+    out: Path | None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    timeout: float = 600.0,
+    warmup: Sequence[ChatRequest] = (),
+    warmup_s: float = 0.0,
+    stop: PilotStop | None = None,
+    params: dict[str, Any] | None = None,
+    turns: str = "all",
+) -> PilotRun:
+    """Run the pilot as the job will run, on generate's own path (`row_load`): C
+    workers, sustained, natural lengths, each row a conversation sent as `genbench
+    generate` sends it, failures retried as it retries them. Records go to
+    out/requests.jsonl without their text, tagged in `extra` with the row (`row`), the
+    turn (`turn`) and the row's number of requests (`turns`), and are read back from
+    there; each finished row is measured as generate writes it (`jsonl_bytes`), then
+    dropped. `rows` is sent to its end, or, with `stop`, until `stop.done` says enough;
+    conversations in flight then finish. A server that stops answering raises
+    ServerDown, the records so far on disk.
+
+    With `warmup_s`, the `warmup` requests (cycled) first load the server at C for that
+    long and are discarded: a server that sat idle runs slower for its first seconds
+    of load (12-20% for ~20 s on the vLLM CPU test server), and a pilot is short enough
+    for that to bias the forecast of a job that runs warm for hours."""
+    timeouts = Timeouts(connect=10.0, read=timeout, total=None)
+    # the protocol-level transport `run` uses: the client's own CPU stays out of the pilot
+    client = FastClient(ep, model, timeouts=timeouts, keep_text=True)
+    server = Server(ep, client, concurrency)
+    writer = RecordWriter(out / REQUESTS_FILE) if out else None
+    run = PilotRun(records=[], wall_s=0.0)
+
+    def record(rec: RequestRecord) -> None:
+        rec.text = rec.reasoning = None
+        if writer:
+            writer.write(rec)
+        if on_record:
+            on_record(rec)
+
+    def label(n: int, row: Row) -> tuple[str, dict[str, Any]]:
+        return f"pilot-{n}-line{row.line}", {"row": n, "turns": turn_count(row, turns == "all")}
+
+    load = row_load(
+        [server],
+        rows,
+        PilotSink(model, run, stop),
+        params=params or {},
+        turns=turns,
+        retries=Retries(),
+        phase="pilot",
+        admit=(lambda n: not stop.done()) if stop is not None else None,
+        label=label,
+        on_record=record,
+    )
+    try:
+        if warmup_s > 0 and warmup:
+            await run_phase(
+                client, itertools.cycle(warmup), concurrency=concurrency, phase="warmup",
+                duration=warmup_s,
+            )  # fmt: skip
+        phase = await load.run()
+    finally:
+        await server.close()
+        if writer:
+            writer.close()
+    run.samples = load.queue.taken
+    run.stopped = stop.reason or "prompts" if stop is not None else "size"
+    if stop is not None and stop.reason:
+        run.stopped_at = {"answered": stop.at_count, "length_halfwidth": stop.at_halfwidth}
+    run.records = read_records(out / REQUESTS_FILE) if out else phase.records
+    sent = [r for r in run.records if r.t_send]
+    if sent:
+        run.wall_s = max(r.t_end or r.t_send for r in sent) - min(r.t_send for r in sent)
+    return run

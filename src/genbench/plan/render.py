@@ -1,0 +1,238 @@
+"""The plan on the console: its tables and notes, and the pilot's progress while it runs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from genbench.plan.units import fmt_days, fmt_range, fmt_time, human_bytes, human_tokens
+from genbench.records import RequestRecord
+
+if TYPE_CHECKING:
+    from genbench.plan.pilot import PilotStop
+
+
+def render(doc: dict[str, Any], console: Console) -> None:
+    {"arithmetic": _render_arithmetic, "result": _render_result, "pilot": _render_pilot}[
+        doc["mode"]
+    ](doc, console)
+    rows = doc["rows"]
+    if rows and rows[0]["storage"].get("hidden_state_bytes") is not None:
+        console.print(
+            "  hidden states = tokens × hidden size × layers captured × bytes per value "
+            f"({rows[0]['storage']['hidden_state_tokens'] / rows[0]['samples']:,.0f} tokens "
+            "per sample)"
+        )
+    console.print(f"  storage: {doc['model'].get('storage_basis', '')}")
+    for note in doc.get("notes") or []:
+        console.print(f"  [yellow]note:[/] {note}")
+
+
+Cell = Callable[[dict[str, Any]], str]
+
+
+def _table(title: str, rows: list[dict[str, Any]], cols: list[tuple[str, Cell]]) -> Table:
+    """A right-aligned table: each column's header beside how a row fills it."""
+    t = Table(title=title, title_justify="left")
+    for head, _ in cols:
+        t.add_column(head, justify="right")
+    for row in rows:
+        t.add_row(*(cell(row) for _, cell in cols))
+    return t
+
+
+def _samples(row: dict[str, Any]) -> str:
+    return f"{row['samples']:,}"
+
+
+def _time(key: str) -> Cell:
+    return lambda row: fmt_time(row[key]["seconds"])
+
+
+def _days(key: str) -> Cell:
+    return lambda row: fmt_days(row[key]["seconds"])
+
+
+def _range(key: str) -> Cell:
+    return lambda row: fmt_range(row[key]["lo_s"], row[key]["hi_s"])
+
+
+def _tokens(key: str) -> Cell:
+    return lambda row: human_tokens(row["tokens"][key])
+
+
+def _storage_cols(doc: dict[str, Any], parquet: bool = False) -> list[tuple[str, Cell]]:
+    cols: list[tuple[str, Cell]] = [("JSONL", lambda r: human_bytes(r["storage"]["jsonl_bytes"]))]
+    if parquet:
+        cols.append(("Parquet", lambda r: human_bytes(r["storage"].get("parquet_bytes"))))
+    if doc["rows"] and doc["rows"][0]["storage"].get("hidden_state_bytes") is not None:
+        cols.append(("hidden states", lambda r: human_bytes(r["storage"]["hidden_state_bytes"])))
+    return cols
+
+
+def _render_arithmetic(doc: dict[str, Any], console: Console) -> None:
+    i = doc["inputs"]
+    console.print(
+        f"[bold]genbench plan[/] arithmetic: samples × {i['tokens_per_sample']:,g} tokens / "
+        f"{i['tok_per_s']:,g} tok/s"
+    )
+    cols = [("samples", _samples), ("tokens", _tokens("output"))]
+    cols += [("time", _time("one_server")), ("days", _days("one_server"))]
+    servers = i["servers"]
+    if servers > 1:
+        cols += [(f"time ×{servers} servers", _time("at_servers")), ("days", _days("at_servers"))]
+    title = "the field's arithmetic (no error bar)"
+    console.print(_table(title, doc["rows"], cols + _storage_cols(doc)))
+
+
+def _tokens_table(doc: dict[str, Any], console: Console, parquet: bool = False) -> None:
+    rows = doc["rows"]
+    cols = [("samples", _samples), ("output tokens", _tokens("output"))]
+    if any("output_lo" in r["tokens"] for r in rows):
+        cols.append(
+            ("95% range", lambda r: f"{_tokens('output_lo')(r)} – {_tokens('output_hi')(r)}")
+        )
+    if any(r["tokens"].get("thinking") for r in rows):
+        cols += [("thinking", _tokens("thinking")), ("answer", _tokens("answer"))]
+    if any(r["tokens"].get("prompt") for r in rows):
+        cols.append(("prompt tokens", _tokens("prompt")))
+    console.print(_table("tokens and storage", rows, cols + _storage_cols(doc, parquet)))
+
+
+def _render_result(doc: dict[str, Any], console: Console) -> None:
+    m, src, i = doc["model"], doc["source"], doc["inputs"]
+    console.print(
+        f"[bold]genbench plan[/] from {src['path']} ({src.get('model')} on "
+        f"{src.get('server') or 'unknown server'})"
+    )
+    console.print(
+        f"  tokens per sample: {m['tokens_per_sample']:,.1f} ({m['tokens_per_sample_basis']}); "
+        f"thinking share {m['thinking_share']:.1%}"
+    )
+    rates = ", ".join(f"C={c}: {r:,.1f}" for c, r in m["sustained_tps_by_concurrency"].items())
+    console.print(f"  sustained tok/s by concurrency: {rates}")
+    f = m["field"]
+    if f["concurrency"]:
+        console.print(
+            f"  field's method: burst {f['tok_per_s']:,.1f} tok/s at C={f['concurrency']} × "
+            f"{f['tokens_per_sample']:,.1f} tokens/sample"
+        )
+    cols = [("samples", _samples), (f"ours C={m['best_concurrency']}", _time("ours_best"))]
+    has_bar = any("lo_s" in row["ours_best"] for row in doc["rows"])
+    if has_bar:
+        cols.append(
+            ("95% range", lambda r: _range("ours_best")(r) if "lo_s" in r["ours_best"] else "—")
+        )
+    cols.append(("days", _days("ours_best")))
+    if i.get("concurrency") is not None:
+        cols.append((f"ours C={i['concurrency']}", _time("ours_chosen")))
+    if i["servers"] > 1:
+        cols.append((f"×{i['servers']} servers", _time("at_servers")))
+    if f["concurrency"]:
+        cols += [(f"field: burst C={f['concurrency']}", _time("field")), ("days", _days("field"))]
+        cols.append(
+            (
+                "field vs ours",
+                lambda r: f"{r['field']['seconds'] / r['ours_best']['seconds'] - 1:+.0%}",
+            )
+        )
+    title = "time: sustained rate (ours) beside the field's burst"
+    console.print(_table(title, doc["rows"], cols))
+    if has_bar:
+        console.print(f"  range: {m['bar_basis']}")
+    _tokens_table(doc, console)
+
+
+def _render_pilot(doc: dict[str, Any], console: Console) -> None:
+    m, src, i = doc["model"], doc["source"], doc["inputs"]
+    out_d = m["output_tokens"]
+    console.print(
+        f"[bold]genbench plan[/] pilot of {m['pilot_requests']} requests at C={m['concurrency']} "
+        f"on {src.get('model')} ({src.get('server') or 'unknown server'}): "
+        f"{m['pilot_wall_s']:.1f} s, {m['fail_rate']:.1%} failed"
+    )
+    think = m["thinking_tokens"]["mean"] or 0
+    console.print(
+        f"  output tokens per sample: mean {out_d['mean']:,.0f}, p50 {out_d['p50']:,.0f}, "
+        f"p90 {out_d['p90']:,.0f}, max {out_d['max']:,.0f} (thinking {think:,.0f} of it)"
+    )
+    steady = m.get("pilot_steady_tps")
+    console.print(
+        f"  server: {m['job_tps']:,.0f} tok/s over the simulated job at C={m['concurrency']}"
+        + (f" (the pilot's steady window: {steady:,.0f} tok/s)" if steady else "")
+    )
+    rep = m.get("replay")
+    if rep:
+        console.print(
+            f"  model check: replaying the pilot gives {rep['simulated_s']:.1f} s against "
+            f"{rep['actual_s']:.1f} s measured ({rep['error']:+.1%}; in the bar)"
+        )
+    conf = f"{doc['rows'][0]['ours']['confidence']:.0%} range"
+    cols = [("samples", _samples), ("ours", _time("ours")), (conf, _range("ours"))]
+    cols += [("±", lambda r: f"{r['ours']['rel_halfwidth']:.1%}"), ("days", _days("ours"))]
+    if i["servers"] > 1:
+        cols += [(f"×{i['servers']} servers", _time("at_servers")), (conf, _range("at_servers"))]
+    cols.append(("naive: pilot × N/K", _time("naive_pilot")))
+    console.print(_table("time: the job simulated from the pilot", doc["rows"], cols))
+    _tokens_table(doc, console, parquet=True)
+    tgt = doc.get("pilot_size_for_target") or {}
+    need, goal = tgt.get("requests", doc.get("pilot_size_for_5pct")), tgt.get("target", 0.05)
+    if need:
+        worst = max(r["ours"]["rel_halfwidth"] for r in doc["rows"])
+        length = max(r["ours"].get("length_halfwidth", 0.0) for r in doc["rows"])
+        console.print(
+            f"  the bar is ±{worst:.1%}, ±{length:.1%} of it from the mean output length; "
+            f"±{goal:.0%} needs a pilot of about {need:,} requests (--pilot {need})"
+        )
+
+
+class PilotProgress:
+    """K of total for a fixed pilot; for an open-ended one, the mean length's bar so far."""
+
+    def __init__(self, console: Console, total: int | None, stop: PilotStop | None) -> None:
+        self.tokens = self.failed = 0
+        self.stop_rule = stop
+        self.t0 = time.perf_counter()
+        self.progress: Progress | None = None
+        if console.is_terminal:
+            self.progress = Progress(
+                TextColumn("  pilot"),
+                BarColumn(bar_width=24),
+                TextColumn(
+                    "{task.completed:>5.0f}/{task.total:<5.0f}"
+                    if total is not None
+                    else "{task.completed:>6.0f} requests"
+                ),
+                TextColumn("{task.fields[rate]}"),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("pilot", total=total, rate="")
+
+    def record(self, rec: RequestRecord) -> None:
+        if rec.ok:
+            self.tokens += rec.completion_tokens or 0
+        else:
+            self.failed += 1
+        if self.progress is not None:
+            dt = time.perf_counter() - self.t0
+            rate = f"{self.tokens / dt:,.0f} tok/s" if dt > 0 else ""
+            if self.stop_rule is not None and self.stop_rule.count >= 2:
+                hw = self.stop_rule.halfwidth
+                goal = self.stop_rule.target * self.stop_rule.length_share
+                rate += f"  mean length ±{hw:.1%} (→ ±{goal:.1%})"
+            if self.failed:
+                rate += f"  [red]{self.failed} failed[/]"
+            self.progress.update(self.task, advance=1, rate=rate)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None

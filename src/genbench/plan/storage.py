@@ -1,0 +1,108 @@
+"""What the job's output weighs: JSONL and Parquet bytes per sample, and the target
+model's hidden states when they are kept for drafter training."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from genbench.errors import UsageError
+
+ASSUMED_BYTES_PER_TOKEN = 4.0  # English text with a Llama-style tokenizer, when nothing measured
+JSONL_OVERHEAD_BYTES = 400  # id, generate's metadata and JSON punctuation per output line
+
+
+@dataclass(frozen=True)
+class HiddenStates:
+    """Target-model hidden states kept for offline drafter training (EAGLE-3, DFlash)."""
+
+    hidden_size: int
+    layers: int
+    dtype_bytes: int = 2
+
+    def bytes_for(self, tokens: float) -> float:
+        return tokens * self.hidden_size * self.layers * self.dtype_bytes
+
+
+@dataclass(frozen=True)
+class StorageModel:
+    """Bytes per sample of the job's output, and how that figure was obtained."""
+
+    jsonl_bytes_per_sample: float
+    parquet_bytes_per_sample: float | None
+    basis: str
+    hidden: HiddenStates | None = None
+
+    def row(self, samples: int, hidden_tokens: float) -> dict[str, Any]:
+        return {
+            "jsonl_bytes_per_sample": self.jsonl_bytes_per_sample,
+            "jsonl_bytes": samples * self.jsonl_bytes_per_sample,
+            "parquet_bytes_per_sample": self.parquet_bytes_per_sample,
+            "parquet_bytes": (
+                samples * self.parquet_bytes_per_sample if self.parquet_bytes_per_sample else None
+            ),
+            "hidden_state_tokens": hidden_tokens if self.hidden else None,
+            "hidden_state_bytes": self.hidden.bytes_for(hidden_tokens) if self.hidden else None,
+        }
+
+
+def storage_from_tokens(
+    tokens_per_sample: float,
+    bytes_per_token: float | None,
+    hidden: HiddenStates | None,
+    basis: str | None = None,
+) -> StorageModel:
+    """Without outputs to measure: text bytes from a bytes-per-token figure, plus a fixed
+    per-line overhead; the prompt is not counted (it was not seen)."""
+    bpt = bytes_per_token or ASSUMED_BYTES_PER_TOKEN
+    why = basis or (
+        f"{bpt:g} bytes per output token ("
+        + ("given" if bytes_per_token else "assumed")
+        + f") + {JSONL_OVERHEAD_BYTES} bytes per line; prompts not counted"
+    )
+    return StorageModel(tokens_per_sample * bpt + JSONL_OVERHEAD_BYTES, None, why, hidden)
+
+
+def parquet_bytes_per_row(rows: list[dict[str, Any]]) -> float | None:
+    """Write the rows as one zstd Parquet file in memory, in generate's schema when it is
+    there; None without pyarrow."""
+    if not rows:
+        return None
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    try:
+        from genbench.generate.store import parquet_schema
+
+        schema = parquet_schema()
+    except Exception:  # generate absent or changed: let pyarrow infer the schema
+        schema = None
+
+    def text(v: Any) -> str:
+        return v if isinstance(v, str) else orjson.dumps(v).decode()
+
+    flat = [
+        {
+            **r,
+            "id": str(r["id"]),
+            "conversations": [{**t, "content": text(t["content"])} for t in r["conversations"]],
+        }
+        for r in rows
+    ]
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(flat, schema=schema), buf, compression="zstd")
+    return buf.tell() / len(rows)
+
+
+def hidden_states(size: int | None, layers: int | None, dtype_bytes: int) -> HiddenStates | None:
+    """From --hidden-size and --layers-captured: both or neither."""
+    if size is None and layers is None:
+        return None
+    if size is None or layers is None:
+        raise UsageError("hidden-state storage needs both --hidden-size and --layers-captured")
+    return HiddenStates(size, layers, dtype_bytes)

@@ -17,7 +17,8 @@ rates wander, CPU per token does not.
 
 `--baseline-rev REV` runs an older revision's generate as well (checked out with `git
 worktree add` into a temporary directory, run from its own src/), in each repeat right
-after this one's, on the same sim: before and after, side by side under the same load.
+before or after this one's (the order alternates), on the same prompts and sim: before
+and after, side by side under the same load.
 
 Memory: a long job of short rows (many rows per second, so per-row leaks would show),
 with the generate process's resident memory sampled every 0.25 s against rows done
@@ -124,8 +125,9 @@ def throughput(a: argparse.Namespace, sim: SimProcess, work: Path) -> None:
         run_tps, cpu_r = run_sustained(a, sim, work / f"run-{i}")
         runs.append(run_tps)
         cpus["run"].append(cpu_r)
-        cells = []
-        for rev in revs:  # the same prompts for each revision, one after the other
+        cells = {}
+        # the same prompts for each revision, one after the other, in turns first
+        for rev in revs if i % 2 == 0 else revs[::-1]:
             inp, out = work / f"in-{i}.jsonl", work / f"gen-{i}-{rev}"
             write_input(inp, k * c, f"r{i}")
             _, cpu_g = run_cmd(gen_cmd(sim, inp, out, c, t), rev)
@@ -133,9 +135,10 @@ def throughput(a: argparse.Namespace, sim: SimProcess, work: Path) -> None:
             assert n == k * c, n
             gens[rev].append(gen_tps)
             cpus[rev].append(cpu_g)
-            cells.append(f"{gen_tps:,.0f} | {cpu_g:.2f}")
+            cells[rev] = f"{gen_tps:,.0f} | {cpu_g:.2f}"
         ratios = ", ".join(f"{gens[r][-1] / run_tps:.3f}" for r in revs)
-        print(f"| {i + 1} | {run_tps:,.0f} | {cpu_r:.2f} | {' | '.join(cells)} | {ratios} | "
+        row = " | ".join(cells[r] for r in revs)
+        print(f"| {i + 1} | {run_tps:,.0f} | {cpu_r:.2f} | {row} | {ratios} | "
               f"{os.getloadavg()[0]:.1f} |")  # fmt: skip
     med = statistics.median
     cells = [f"{med(gens[r]):,.0f} | {med(cpus[r]):.2f}" for r in revs]

@@ -11,11 +11,12 @@ Chunk arrival times are stored as offsets from `t_send` to keep lines short.
 A *compact* record (`RecordWriter(compact=True)`, what `generate` logs for every attempt
 of a job that may make millions) keeps the same fields but summarises the per-chunk
 arrays in `chunks` (chunk counts, decode time, the 99th percentile gap between chunks),
-rounds times to 1 ms, leaves out `ttft` when it is the first of `ttft_answer` and
-`ttft_thinking` (as it always is), and every field that holds its default: the dataclass's, or
-the writer's `defaults` (values most lines share, such as the model, the server or
-`finish_reason: stop`), written once in a `{"defaults": ...}` line that applies to the
-lines after it.
+rounds times to 1 ms, and leaves out what a reader can restore: `ttft` (the first of
+`ttft_answer` and `ttft_thinking`, as it always is), `sent_at` (`t_send` plus the
+writer's `clock`, wall minus monotonic time, when within 5 ms of it) and every field
+that holds its default: the dataclass's, or the writer's `defaults` (values most lines
+share: the model, a server, `finish_reason: stop`), written once in a `{"defaults":
+...}` line that applies to the lines after it.
 """
 
 from __future__ import annotations
@@ -153,6 +154,8 @@ class RequestRecord:
             d["extra"] = self.extra
         if d.get("ttft") is not None and d["ttft"] == _first(d):
             del d["ttft"]  # the first of ttft_answer and ttft_thinking, as always
+        if "clock" in defaults and abs(self.sent_at - self.t_send - defaults["clock"]) < 0.005:
+            d.pop("sent_at", None)  # t_send on the wall clock
         summary = self.chunks if not self.chunk_offsets else summarise_chunks(self)
         if summary:
             d["chunks"] = summary
@@ -170,6 +173,8 @@ class RequestRecord:
         rec.error_kind = ErrorKind.parse(rec.error_kind)
         if "ttft" not in d:
             rec.ttft = _first(d)
+        if "sent_at" not in d and "clock" in d:
+            rec.sent_at = round(rec.t_send + d["clock"], 3)
         if defaults and "extra" not in d:
             rec.extra = dict(rec.extra)  # not the one dict every such line shares
         return rec

@@ -266,22 +266,20 @@ class RecentRates:
         self.t0 = clock()
         self.bins: dict[int, list[float]] = {}  # bin number -> counts, in RATE_FIELDS order
 
-    def add(self, rec: RequestRecord | None, units: int = 0, at: float | None = None) -> None:
-        """One ended request (and the units it finished); `rec` None counts units alone."""
-        t = at if at is not None else (rec.t_end if rec and rec.t_end else self.clock())
-        key = math.floor(t / self.bin_s)
+    def add(self, rec: RequestRecord, units: int = 0) -> None:
+        """One ended request, and the units it finished."""
+        key = math.floor((rec.t_end or self.clock()) / self.bin_s)
         row = self.bins.get(key)
         if row is None:
             oldest = key - int(self.keep / self.bin_s) - 1
             for k in [k for k in self.bins if k < oldest]:
                 del self.bins[k]
             row = self.bins[key] = [0.0] * len(RATE_FIELDS)
+        row[0] += 1
         row[1] += units
-        if rec is not None:
-            row[0] += 1
-            if rec.ok:
-                row[2] += rec.completion_tokens or 0
-                row[3] += rec.reasoning_tokens or 0
+        if rec.ok:
+            row[2] += rec.completion_tokens or 0
+            row[3] += rec.reasoning_tokens or 0
 
     def totals(self, start: float, end: float) -> dict[str, float]:
         """Counts of the bins whose middle lies in [start, end)."""

@@ -156,26 +156,20 @@ def flush(batches: list[Batch], dir_fd: int | None) -> None:
         b.file.record_index(b.items, b.end)
 
 
-def cut_torn_tail(path: Path) -> int:
-    """Cut an incomplete last line (a crash mid-write) so appending starts on a line of
-    its own; the bytes cut."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return 0
-    with open(path, "rb") as f:
-        keep = size
+def cut_torn_tail(path: Path, block: int = 1 << 16) -> None:
+    """Cut an incomplete last line (a crash mid-write), so appending starts a line."""
+    with contextlib.suppress(FileNotFoundError), open(path, "rb+") as f:
+        end = f.seek(0, os.SEEK_END)
+        keep = end
         while keep > 0:
-            f.seek(max(0, keep - 65536))
-            block = f.read(keep - max(0, keep - 65536))
-            nl = block.rfind(b"\n")
+            start = max(0, keep - block)
+            f.seek(start)
+            nl = f.read(keep - start).rfind(b"\n")
+            keep = start + nl + 1 if nl >= 0 else start
             if nl >= 0:
-                keep = keep - len(block) + nl + 1
                 break
-            keep = max(0, keep - 65536)
-    if keep < size:
-        os.truncate(path, keep)
-    return size - keep
+        if keep < end:
+            f.truncate(keep)
 
 
 # -- reading back ---------------------------------------------------------------------------

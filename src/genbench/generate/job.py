@@ -276,6 +276,7 @@ class Job:
                 "http_status": 200,
                 "finish_reason": "stop",
                 "extra": {"outcome": "done", "turn": 0},
+                "clock": time.time() - time.perf_counter(),
             }
         )
         total = res.rows + len(res.bad)  # invalid rows found now count as failed ones

@@ -78,6 +78,10 @@ class RequestRecord:
     # decode_s (first to last chunk: its mean gap is decode_s / (n - 1)), itl_p99
     chunks: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        if self.error_kind is not None and type(self.error_kind) is not ErrorKind:
+            self.error_kind = ErrorKind.parse(self.error_kind)  # a plain string given
+
     @property
     def ok(self) -> bool:
         return self.error_kind is None
@@ -170,7 +174,6 @@ class RequestRecord:
         if defaults:
             d = {**defaults, **d}
         rec = cls(**{k: v for k, v in d.items() if k in known})
-        rec.error_kind = ErrorKind.parse(rec.error_kind)
         if "ttft" not in d:
             rec.ttft = _first(d)
         if "sent_at" not in d and "clock" in d:
@@ -241,6 +244,8 @@ class RecordWriter:
         self.bytes = 0
 
     def write(self, record: RequestRecord) -> None:
+        if self._fd is None:
+            raise ValueError(f"{self.path}: the record writer is closed")
         line = record.to_json(self.compact, self.defaults) + b"\n"
         self.count += 1
         self.bytes += len(line)

@@ -30,6 +30,7 @@ def check(
     common.positive("--timeout", timeout)
     common.positive("--connect-timeout", connect_timeout)
     ep = common.endpoint(url, api_key_env, api_key_file)
+    common.descriptors(1)
     rep = common.run_async(preflight(ep, model, timeout=timeout, connect_timeout=connect_timeout))
     if json:
         typer.echo(orjson.dumps(rep.to_dict(), option=orjson.OPT_INDENT_2).decode())

@@ -370,6 +370,7 @@ def generate(
 
     for s in servers:
         Endpoint.parse(s.url)  # a bad URL fails now, with its own message
+    common.descriptors(sum(s.concurrency for s in servers), len(servers), "-c/--concurrency")
     params = job_params(
         config=config,
         temperature=temperature,

@@ -311,6 +311,18 @@ def run(
     report: bool = typer.Option(
         False, "--report", help="Also write report.html beside result.json."
     ),
+    repeat: int = typer.Option(
+        1,
+        "--repeat",
+        metavar="N",
+        help="Run it all N times (OUT/repeat-1 …), so compare measures the drift between runs.",
+    ),
+    versus: list[str] | None = typer.Option(
+        None,
+        "--versus",
+        metavar="URL",
+        help="Also run against URL, alternating repeats with --url (OUT/a, OUT/b, …).",
+    ),
 ) -> None:
     """Benchmark a server: warm-up, single stream by output length, concurrency sweep."""
     cfg = RunConfig(natural=natural, temperature=temperature, timeout=timeout)
@@ -341,7 +353,17 @@ def run(
     if extra_body is not None:
         cfg.extra_body = parse_extra_body(extra_body)
     cfg.validate()
+    common.descriptors(1 if "sweep" in cfg.skip else max(cfg.concurrency))
     console = err if json else out
+    if repeat < 1:
+        raise UsageError(f"--repeat must be 1 or more, got {repeat}")
+    if versus and local:
+        raise UsageError("--versus needs --url: the server to alternate with")
+    if repeat > 1 or versus:
+        urls = [url, *(versus or [])] if url else []
+        keys = (api_key_env, api_key_file)
+        run_repeats(urls, model, keys, cfg, repeat, out_dir, console, json=json, report=report)
+        return
     ctx: AbstractContextManager[Any] = nullcontext()
     extra: dict[str, Any] = {}
     if local:
@@ -377,3 +399,115 @@ def run(
         console.print(f"report: {write_report([out_path], out_path / 'report.html')}")
     if json:
         typer.echo(orjson.dumps(state.doc, option=orjson.OPT_INDENT_2).decode())
+
+
+def run_repeats(
+    urls: list[str],
+    model: str | None,
+    keys: tuple[str, Path | None],
+    cfg: RunConfig,
+    repeats: int,
+    out_dir: Path | None,
+    console: Console,
+    *,
+    json: bool,
+    report: bool,
+) -> None:
+    """`--repeat N` / `--versus URL`: the whole run N times per server, alternating servers.
+
+    One server: OUT/repeat-1 … OUT/repeat-N. Several (--url A --versus B): OUT/a/repeat-i
+    and OUT/b/repeat-i, run A1 B1 A2 B2 …, so a drift of the host hits both alike; then the
+    comparison, as `genbench compare OUT/a OUT/b` prints it."""
+    from genbench.run import execute_repeats
+
+    ctx: AbstractContextManager[Any] = nullcontext()
+    extra: dict[str, Any] = {}
+    if not urls:
+        from genbench.local.llamacpp import LocalLlamaServer
+
+        console.print(
+            "[yellow]no --url: starting the local demo target (llama.cpp, tiny "
+            "random-weight model built by genbench)[/]"
+        )
+        ctx = LocalLlamaServer(n_parallel=max(cfg.concurrency))
+        extra["local_demo"] = True
+    with ctx as server:
+        eps = [common.endpoint(u, *keys) for u in (urls or [server.base_url])]
+        out_path = out_dir or default_out_dir(model or ("local" if not urls else None))
+        labels = [chr(ord("a") + i) for i in range(len(eps))] if len(eps) > 1 else [""]
+        targets = [
+            (label, ep, out_path / label if label else out_path)
+            for label, ep in zip(labels, eps, strict=True)
+        ]
+        listener = ConsoleListener(console)
+        for _, ep, d in targets:
+            console.print(f"[bold]genbench run[/] {ep.base_url} → {d}/repeat-1 … {repeats}")
+        try:
+            sides = common.run_async(execute_repeats(targets, model, cfg, repeats, listener, extra))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            listener._stop()
+            err.print(f"[red]interrupted[/]: partial results saved in {out_path}")
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
+        finally:
+            listener._stop()
+    dirs = [d for _, _, d in targets]
+    if len(dirs) > 1:
+        from genbench.commands.compare import render
+        from genbench.compare import compare
+        from genbench.report.runs import load_sides
+
+        render(compare(load_sides(dirs)), console)
+    else:
+        render_repeats([s.doc for s in sides[0]], console)
+    console.print(f"results: {', '.join(str(d) for d in dirs)} ({repeats} repeats each)")
+    if report:
+        from genbench.report import write_report
+
+        console.print(f"report: {write_report(dirs, out_path / 'report.html')}")
+    if json:
+        doc = {
+            "sides": [
+                {"label": label or None, "dir": str(d), "repeats": [s.doc for s in states]}
+                for (label, _, d), states in zip(targets, sides, strict=True)
+            ]
+        }
+        typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+
+
+def _headline(doc: dict[str, Any], key: tuple[str, ...]) -> float | None:
+    """A number from result.json by its path, e.g. ("sweep", "sustained", "by_concurrency", "8")."""
+    v: Any = doc
+    for k in key:
+        v = v.get(k) if isinstance(v, dict) else None
+    return v if isinstance(v, int | float) else None
+
+
+def render_repeats(docs: list[dict[str, Any]], console: Console) -> None:
+    """One line per repeat: the headline rates, then their mean and spread."""
+    cols: list[tuple[str, tuple[str, ...]]] = []
+    if any(p["kind"] == "single" for p in docs[0]["phases"]):
+        cols.append(("single-stream decode tok/s", ("single_stream", "mean_decode_tps")))
+    for shape, info in (docs[0].get("sweep") or {}).items():
+        for c in info["by_concurrency"]:
+            cols.append((f"{shape} tok/s C={c}", ("sweep", shape, "by_concurrency", c)))
+    t = Table(title=f"{len(docs)} repeats", title_justify="left")
+    t.add_column("repeat")
+    for name, _ in cols:
+        t.add_column(name, justify="right")
+    values = [[_headline(d, key) for _, key in cols] for d in docs]
+    for i, row in enumerate(values, start=1):
+        t.add_row(str(i), *[_r(v) for v in row])
+    t.add_section()
+    means, spreads = [], []
+    for j in range(len(cols)):
+        xs = [row[j] for row in values if row[j] is not None]
+        m = sum(xs) / len(xs) if xs else None
+        means.append(_r(m))
+        if m and len(xs) > 1:
+            sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
+            spreads.append(f"±{sd / m:.1%}")
+        else:
+            spreads.append("—")
+    t.add_row("mean", *means)
+    t.add_row("spread (sd)", *spreads)
+    console.print(t)

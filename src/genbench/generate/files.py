@@ -211,14 +211,14 @@ def _row_id(line: bytes) -> str | None:
 
 def _indexed(path: Path, idx: Path | None, size: int) -> tuple[int, list[str], int, int]:
     """What the index vouches for: (bytes covered, their ids, batches used, batches)."""
-    covered, ids = 0, []
+    covered, ids, used = 0, [], 0
     batches = _read_index(idx) if idx is not None else []
-    for end, batch_ids in batches:
-        if end < covered or end > size:
-            break  # the index claims bytes the file does not have: trust only what precedes
-        covered = end
+    # trust batches while their ends go forward within the file: one that claims bytes the
+    # file does not have, and all after it, are not (the index is then rewritten)
+    while used < len(batches) and covered <= batches[used][0] <= size:
+        covered, batch_ids = batches[used]
         ids.extend(batch_ids)
-    used = len(batches)
+        used += 1
     if covered:
         with open(path, "rb") as f:
             f.seek(covered - 1)

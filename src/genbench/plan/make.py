@@ -20,6 +20,7 @@ from genbench.console import err
 from genbench.endpoint import Endpoint, endpoint
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
 from genbench.generate.params import job_params
+from genbench.limits import fit_descriptors
 from genbench.plan.document import save_plan
 from genbench.plan.from_pilot import plan_from_pilot
 from genbench.plan.from_rate import plan_arithmetic
@@ -173,6 +174,7 @@ def _plan_pilot(
     concurrency = args.concurrency or DEFAULT_PILOT_C
     assert args.url and args.prompts
     ep = endpoint(args.url, args.api_key_env, args.api_key_file)
+    fit_descriptors(concurrency, 1, "--concurrency")
     # generate's reader: a file generate refuses fails here, with the same message, before
     # the server is touched
     source = read_pilot_input(args.prompts, args.seed)

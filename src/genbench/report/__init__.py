@@ -11,7 +11,7 @@ from genbench.inspect.document import is_inspection, load_inspect
 from genbench.report import inspection
 from genbench.report.figures import MAX_BARS, Figure, all_figures, focus_phase
 from genbench.report.html import page
-from genbench.report.runs import Run, load_runs
+from genbench.report.runs import Run, load_sides
 
 REPORT_FILE = "report.html"
 
@@ -61,9 +61,10 @@ def write_report(
     phase: str | None = None,
     max_bars: int = MAX_BARS,
 ) -> Path:
-    """Load the runs and inspections, write the HTML atomically, and the PNGs when asked."""
+    """Load the runs (or sides of repeats) and inspections, write the HTML atomically, and
+    the PNGs when asked."""
     run_paths, docs = split_inputs(paths)
-    runs = load_runs(run_paths)
+    runs = load_sides(run_paths) if run_paths else []
     html, figs = build(runs, phase, max_bars, docs)
     if png_dir is not None:
         from genbench.report.png import export

@@ -124,7 +124,8 @@ def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> str:
 
 
 def _tag(run: Run) -> str:
-    return f'<span class="runtag" style="--run:{run.color}"></span>{escape(run.label)}'
+    label = run.label + (" r1" if len(run.repeats) > 1 else "")
+    return f'<span class="runtag" style="--run:{run.color}"></span>{escape(label)}'
 
 
 def when(iso: Any) -> str:
@@ -151,14 +152,15 @@ def card(run: Run) -> str:
         f'<div class="card" style="--run:{run.color}"><h3>{escape(run.label)}'
         f'<span class="status{bad}">{escape(status)}</span></h3>'
         f'<div class="meta">{escape(run.model)} · {escape(run.server)} · {escape(url)} · '
-        f"{escape(when(d.get('created')))}{msg}<br>{escape(str(run.path))}</div>"
+        f"{escape(when(d.get('created')))}{msg}<br>{escape(str(run.source or run.path))}</div>"
         f'<div class="tiles">{tiles}</div></div>'
     )
 
 
-def numbers(runs: list[Run]) -> str:
-    """The measured numbers as tables, for readers who want them exact."""
+def numbers(sides: list[Run]) -> str:
+    """The measured numbers as tables, for readers who want them exact: every repeat."""
     rows = []
+    runs = [r for side in sides for r in side.repeat_runs]
     for run in runs:
         for p in run.kind("single"):
             s = p.get("summary") or {}
@@ -313,6 +315,13 @@ def _plain(v: Any) -> str:
     return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
 
 
+def _count(runs: list[Run]) -> str:
+    n = sum(len(r.repeat_runs) for r in runs)
+    if n == len(runs):
+        return f"{n} run{'s' if n != 1 else ''}"
+    return f"{len(runs)} side{'s' if len(runs) != 1 else ''}, {n} runs"
+
+
 def page(
     runs: list[Run],
     figs: list[F.Figure],
@@ -324,7 +333,7 @@ def page(
         [r.label for r in runs] + [inspection.label(doc) for doc, _ in inspections]
     )
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    what = [f"{len(runs)} run{'s' if len(runs) != 1 else ''}"] if runs else []
+    what = [_count(runs)] if runs else []
     if inspections:
         what.append(f"{len(inspections)} data set{'s' if len(inspections) != 1 else ''}")
     parts = [
@@ -338,7 +347,8 @@ def page(
         parts += _run_sections(runs, figs, focus)
     for doc, doc_figs in inspections:
         parts.append(inspection.section(doc, doc_figs, figure_html))
-    files = [str(r.path) for r in runs] + [str(doc.get("_path", "")) for doc, _ in inspections]
+    files = [str(x.path) for r in runs for x in r.repeat_runs]
+    files += [str(doc.get("_path", "")) for doc, _ in inspections]
     terms = (
         "<dl><dt>sustained tok/s</dt><dd>tokens arriving inside the steady window, "
         "in which every worker had a request in flight</dd><dt>burst tok/s</dt><dd>output "
@@ -358,7 +368,8 @@ def _run_sections(runs: list[Run], figs: list[F.Figure], focus: str | None) -> l
     by_id = {f.id: f for f in figs}
     gantts = [f for f in figs if f.id.startswith("gantt_")]
     servers = [f for f in figs if f.id.startswith("server_")]
-    diffs = workload_differences(runs) if len(runs) > 1 else []
+    every = [x for r in runs for x in r.repeat_runs]
+    diffs = workload_differences(every) if len(every) > 1 else []
     parts: list[str] = []
     if diffs:
         parts.append(
@@ -385,7 +396,14 @@ def _run_sections(runs: list[Run], figs: list[F.Figure], focus: str | None) -> l
     parts.append(
         f"<h2>Timeline of {escape(focus or 'a sweep phase')}</h2><p class='lead'>The sustained "
         "rate is measured only in the steady window: after every worker has its first token "
-        "(ramp) and before the first request finishes once sending stopped (tail).</p>"
+        "(ramp) and before the first request finishes once sending stopped (tail)."
+        + (
+            " For a side of repeats, these plots and the latency distributions show its first "
+            "repeat; the throughput plots and the numbers show them all."
+            if any(len(r.repeats) > 1 for r in runs)
+            else ""
+        )
+        + "</p>"
         "<div class='grid'>"
         + figure_html(by_id["tokens_over_time"])
         + "".join(figure_html(g) for g in gantts)

@@ -281,7 +281,14 @@ class Scheduler:
         self.m_drafts = 0
         self.m_draft_tokens = 0
         self.m_accepted = 0
+        self.drift = cfg.drift_model()
+        self.started = clock()
         self.task = self.loop.create_task(self._run())
+
+    def speed(self, t: float) -> float:
+        """--drift: the speed multiplier at time t (1 without drift); steps and prefill take
+        their nominal time divided by it."""
+        return 1.0 if self.drift is None else self.drift.factor(t - self.started)
 
     # -- admission ------------------------------------------------------------------------
 
@@ -467,7 +474,7 @@ class Scheduler:
                 self.batch.extend(r for r in self.joining if not r.dead)
                 self.joining.clear()
             batch = self.batch
-            dur = a + b * len(batch)
+            dur = (a + b * len(batch)) / self.speed(base)
             deadline = base + dur
             await sleep_until(deadline)
             keep: list[Req] = []
@@ -615,6 +622,8 @@ class SimServer:
             ("first_token_lag_seconds_total", "counter", "Sum over requests of how late the "
              "first token was written after its scheduled time (slow host timers).",
              [("", s.first_lag_sum)]),
+            ("requests_total", "counter", "HTTP requests received, by endpoint.",
+             [(f'{{endpoint="{k}"}}', v) for k, v in self.counts.items()]),
         ]  # fmt: skip
         lines: list[str] = []
         for name, kind, help_, samples in table:
@@ -790,7 +799,7 @@ class SimServer:
             if r.dead:  # dropped (shutdown) while queued
                 s.release(r, t0)
                 return
-            t_first = t0 + self.cfg.prefill_seconds(r.prompt_tokens) + r.stall
+            t_first = t0 + self.cfg.prefill_seconds(r.prompt_tokens) / s.speed(t0) + r.stall
             await sleep_until(t_first)
             s.first_lag_sum += clock() - t_first  # the host's timers, not the schedule
             if r.stream and r.sink is not None and r.sink.transport.is_closing():

@@ -134,7 +134,7 @@ class WorkQueue:
     async def take(self, slot: Slot, worker: int) -> Unit | None:
         """The next unit for worker number `worker` of `slot`; None when there is no more."""
         while not (self.stopping or self.complete):
-            due = None
+            ev, due = self._changed, None  # before looking: a change after it wakes us
             if slot.up and worker < slot.streams:
                 if self.retries and self.retries[0][0] <= time.monotonic():
                     self.in_flight += 1
@@ -143,7 +143,8 @@ class WorkQueue:
                     self.in_flight += 1
                     return unit
                 due = self.retries[0][0] - time.monotonic() if self.retries else None
-            await self.changed(due)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ev.wait(), due)
         return None
 
     def done(self, unit: Unit) -> None:

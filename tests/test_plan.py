@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +35,7 @@ from genbench.plan import (
     simulate_job,
     turn_count,
 )
+from genbench.records import read_records
 
 SIM_ARGS = ("--tps", "150", "--per-seq-ms", "0.4", "--ttft-ms", "5")
 SKEWED = ("--output-len", "lognormal:40:0.6", "--thinking-tokens", "10")
@@ -288,6 +292,35 @@ def test_open_ended_pilot_stops_when_the_mean_length_reaches_its_target(sim_fact
     assert any("--pilot-min-time" in note for note in doc["notes"]), doc["notes"]
     replay = doc["model"]["replay"]  # the sim's truth is the model's form: nothing to calibrate
     assert abs(replay["error"]) < 0.05 and abs(replay["calibration"] - 1) < 0.05, replay
+
+
+def test_a_server_killed_mid_pilot_is_one_line_and_exit_3_records_kept(sim_factory, tmp_path):
+    """The pilot runs generate's path, but a plan has no server to wait for: a server
+    that stops answering ends it at once, with the records so far on disk."""
+    sim = sim_factory(*SIM_ARGS, *SKEWED)
+    f = tmp_path / "prompts.jsonl"
+    write_prompts(f, 400)
+    out = tmp_path / "pilot"
+    cmd = [sys.executable, "-m", "genbench", "plan", "--prompts", str(f), "--url", sim.url,
+           "--concurrency", "4", "--pilot", "400", "--warmup", "0", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        log = out / "requests.jsonl"
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.read_bytes().count(b"\n") >= 20):
+            assert time.monotonic() < deadline and proc.poll() is None, "no pilot records"
+            time.sleep(0.05)
+        sim.kill()
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "stopped answering" in lines[0], stderr
+    assert f"pilot records so far in {out}" in lines[0]
+    recs = read_records(out / "requests.jsonl")
+    assert sum(r.ok for r in recs) >= 20 and any(not r.ok for r in recs)
+    assert not (out / "plan.json").exists()
 
 
 def test_open_ended_pilot_stops_at_its_time_limit_and_says_so(sim_factory, tmp_path):

@@ -27,8 +27,8 @@ from genbench.console import err, out
 from genbench.endpoint import load_api_key
 from genbench.errors import UsageError
 from genbench.fmt import duration, duration_range, number, rate
-from genbench.generate.engine import JobConfig, JobResult, Listener, run_job
 from genbench.generate.input import ShardSpec
+from genbench.generate.job import JobConfig, JobResult, Listener, run_job
 from genbench.generate.params import job_params
 from genbench.generate.servers import ServerSpec
 from genbench.plan.document import JobForecast, job_forecast, read_plan

@@ -10,15 +10,14 @@ the server back in when it answers 200, so a restarted server rejoins by itself.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from genbench.client import Client
 from genbench.endpoint import Endpoint
+from genbench.load import Slot
+from genbench.records import RequestRecord
 from genbench.stream import Failure
-
-UP, DOWN = "up", "down"
 
 
 @dataclass(frozen=True)
@@ -27,8 +26,8 @@ class ServerSpec:
     concurrency: int
 
 
-class Server:
-    """One server of the pool, its client, its state and its counters."""
+class Server(Slot):
+    """One server of the pool: a load slot that polls its way back up."""
 
     def __init__(
         self,
@@ -41,59 +40,38 @@ class Server:
         probe_timeout: float = 3.0,
         on_change: Callable[[Server, str], None] | None = None,
     ) -> None:
+        super().__init__(client, concurrency, endpoint.base_url)
         self.endpoint = endpoint
-        self.client = client
-        self.name = endpoint.base_url
-        self.concurrency = concurrency
-        self.state = UP
-        self.up_event = asyncio.Event()
-        self.up_event.set()
-        self.down_since: float | None = None
-        self.downs = 0
-        self.in_flight = 0
         self.poll_first, self.poll_max, self.probe_timeout = poll_first, poll_max, probe_timeout
         self.on_change = on_change
         self._poller: asyncio.Task[None] | None = None
         self._probe: asyncio.Task[bool] | None = None
 
-    @property
-    def up(self) -> bool:
-        return self.state == UP
+    def changed(self, what: str) -> None:
+        super().changed(what)
+        if self.on_change is not None and what:
+            self.on_change(self, what)
 
-    def mark_down(self, reason: str) -> None:
+    def mark_down(self, reason: str, rec: RequestRecord | None = None) -> None:
         """Take the server out and start polling it; a no-op if it is already out."""
-        if self.state == DOWN:
-            return
-        self.state = DOWN
-        self.up_event.clear()
-        self.down_since = time.monotonic()
-        self.downs += 1
-        if self.on_change is not None:
-            self.on_change(self, reason)
-        self._poller = asyncio.get_running_loop().create_task(self._poll())
-
-    def _mark_up(self) -> None:
-        gone = time.monotonic() - (self.down_since or time.monotonic())
-        self.state = UP
-        self.down_since = None
-        self.up_event.set()
-        if self.on_change is not None:
-            self.on_change(self, f"back after {gone:.0f} s")
+        if self.up:
+            super().mark_down(reason, rec)
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
 
     async def _poll(self) -> None:
         delay = self.poll_first
         while True:
             await asyncio.sleep(delay)
             if await self.probe():
-                self._mark_up()
+                self.mark_up()
                 return
             delay = min(delay * 2, self.poll_max)
 
-    def probe(self) -> asyncio.Task[bool]:
+    async def probe(self) -> bool:
         """Is /health answering 200? Concurrent callers share one probe."""
         if self._probe is None or self._probe.done():
             self._probe = asyncio.get_running_loop().create_task(self._health())
-        return self._probe
+        return await asyncio.shield(self._probe)
 
     async def _health(self) -> bool:
         # through the client's pool: a dead server's connections have left it already

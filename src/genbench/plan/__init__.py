@@ -55,7 +55,7 @@ _EXPORTS = {
     "compare": "plan_from_results same_model run_names",
     "decide": "BASIS Deadline Pricing Candidate parse_deadline parse_gpus",
     "pilot": "PARQUET_ROWS PILOT_ROWS PilotRun PilotInput read_pilot_input turn_count "
-    "pilot_stream first_turn_requests turn_request PilotStop run_pilot",
+    "pilot_stream first_turn_requests PilotSink PilotStop run_pilot",
     "from_pilot": "SHORT_PILOT_S WANDER_LAG1 plan_from_pilot",
     "document": "PLAN_SCHEMA PLAN_SCHEMA_VERSION PLAN_FILE new_plan_doc save_plan JobForecast "
     "read_plan job_forecast",

@@ -18,7 +18,7 @@ from genbench.aio import run_async
 from genbench.check import CheckReport, preflight
 from genbench.console import err
 from genbench.endpoint import Endpoint, endpoint
-from genbench.errors import ExitCode, GenbenchError, UsageError, positive
+from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
 from genbench.generate.params import job_params
 from genbench.limits import fit_descriptors
 from genbench.plan.compare import plan_from_results
@@ -317,6 +317,9 @@ def _run(pilot: _Pilot, args: PlanArgs, model: str, console: Console) -> PilotRu
         bar.stop()
         err.print(f"[red]interrupted[/]: pilot records so far in {pilot.out}")
         raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except ServerDown as e:
+        bar.stop()
+        raise GenbenchError(f"{e}; pilot records so far in {pilot.out}", e.exit_code) from None
     finally:
         bar.stop()
     if not any(r.ok for r in run.records):

@@ -415,6 +415,9 @@ def test_server_sigkill_and_restart_on_the_same_port(sim_factory, tmp_path):
             proc.kill()
     stdout = (tmp_path / "stdout.txt").read_text()
     assert "is down" in stdout and "is back" in stdout
+    # one server: no "its rows go to the other servers", but that it waits and until when
+    assert "it is the only one: waiting" in stdout and "other servers" not in stdout
+    assert "gives up after 30.0 min" in stdout
     assert_exactly_once(out, [f"r{i}" for i in range(n)])
     assert error_rows(out) == []
     failed = assert_log_holds_every_attempt(out, [f"r{i}" for i in range(n)])
@@ -686,3 +689,35 @@ def test_eta_and_error_bar_from_recent_windows():
     snap = prog.snapshot([{"url": "s"}])
     assert snap["tokens_per_s"] == pytest.approx(50, rel=0.05)
     assert snap["servers"][0]["rows_per_s"] == pytest.approx(5, rel=0.05)
+
+
+def test_with_every_server_down_the_eta_is_held_and_the_panel_says_so():
+    """Nothing can finish while no server is up: a rate over a window filling with nothing
+    would grow the ETA without end, so it is held, and the panel says why and until when."""
+    from rich.console import Console
+
+    from genbench.commands.generate import render
+
+    now = [0.0]
+    prog = Progress(1000, 0, 0, ["s"], clock=lambda: now[0])
+    for t in range(1, 61):
+        now[0] = float(t)
+        for k in range(5):
+            end = {"outcome": "done"}
+            prog.on_record(RequestRecord(f"x{t}-{k}", server="s", t_end=t - 0.1 * k,
+                                         completion_tokens=10, extra=end))  # fmt: skip
+        prog.on_durable("row", [(f"x{t}{k}", None) for k in range(5)])
+    up = {"url": "s", "state": "up", "down_s": None, "in_flight": 8, "concurrency": 8}
+    before = prog.snapshot([up])
+    assert before["all_down_s"] is None
+    for down_s in (1.0, 38.0, 250.0):
+        now[0] = 60.0 + down_s
+        snap = prog.snapshot([{**up, "state": "down", "down_s": down_s, "in_flight": 0}])
+        assert snap["eta_s"] == before["eta_s"] and snap["all_down_s"] == down_s
+    console = Console(width=150, record=True)
+    console.print(render(snap, 1800.0))
+    text = console.export_text()
+    assert "all servers down for 4.2 min; waiting, gives up after 30.0 min" in text
+    assert "held while no server is up" in text and "finishes" not in text
+    now[0] = 400.0  # back up: the ETA follows the rate again
+    assert prog.snapshot([up])["all_down_s"] is None

@@ -86,8 +86,10 @@ class ConsoleListener(Listener):
         plan: dict[str, Any] | None = None,
         servers: int = 1,
         concurrency: int | None = None,
+        down_timeout: float | None = None,
     ) -> None:
         self.console = console
+        self.down_timeout = down_timeout
         self.every = progress_every
         self.live: Live | None = None
         self.last_line = 0.0
@@ -136,7 +138,7 @@ class ConsoleListener(Listener):
                     console=self.console, refresh_per_second=4, transient=True, auto_refresh=False
                 )
                 self.live.start()
-            self.live.update(render(snap), refresh=True)
+            self.live.update(render(snap, self.down_timeout), refresh=True)
             return
         now = time.monotonic()
         if now - self.last_line >= self.every:
@@ -184,7 +186,7 @@ def _derived(n: int) -> str:
     )
 
 
-def render(snap: dict[str, Any]) -> Group:
+def render(snap: dict[str, Any], down_timeout: float | None = None) -> Group:
     total = snap["total"] or 1
     resolved = snap["done"] + snap["failed"]
     bar = Table.grid(padding=(0, 1))
@@ -199,7 +201,10 @@ def render(snap: dict[str, Any]) -> Group:
     eta = snap.get("eta_s")
     err_s = snap.get("eta_err_s")
     eta_text = "ETA " + duration(eta) + (f" ± {duration(err_s)}" if err_s is not None else "")
-    if eta is not None and snap["remaining"]:
+    all_down = snap.get("all_down_s")
+    if all_down is not None:
+        eta_text += "  (held while no server is up)"
+    elif eta is not None and snap["remaining"]:
         eta_text += (
             "  (finishes ~" + time.strftime("%a %H:%M", time.localtime(time.time() + eta)) + ")"
         )
@@ -228,7 +233,11 @@ def render(snap: dict[str, Any]) -> Group:
             number(s["rows_per_s"], 2),
             rate(s["tokens_per_s"], ""),
         )
-    return Group(bar, rates, eta_line, t)
+    if all_down is None:
+        return Group(bar, rates, eta_line, t)
+    gives_up = f", gives up after {duration(down_timeout)}" if down_timeout else ""
+    down_line = Text(f"all servers down for {duration(all_down)}; waiting{gives_up}", style="red")
+    return Group(bar, rates, eta_line, down_line, t)
 
 
 def render_result(r: JobResult, console: Console) -> None:
@@ -409,7 +418,13 @@ def generate(
     console.print(f"[bold]genbench generate[/] {input} → {output}{where}")
     cs = {s.concurrency for s in servers}
     listener = ConsoleListener(
-        console, progress_every, json, plan_doc, len(servers), cs.pop() if len(cs) == 1 else None
+        console,
+        progress_every,
+        json,
+        plan_doc,
+        len(servers),
+        cs.pop() if len(cs) == 1 else None,
+        down_timeout,
     )
     try:
         result = common.run_async(run_job(cfg, listener))

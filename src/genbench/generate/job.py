@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from genbench import __version__
+from genbench import __version__, fmt
 from genbench.check import CheckReport, preflight
 from genbench.client import Client, Timeouts
 from genbench.endpoint import Endpoint
@@ -203,11 +203,18 @@ class Job:
     def _server_changed(self, server: Server, what: str) -> None:
         if server.up:
             self.listener.note(f"{server.name} is {what}", "green")
-        else:
+        elif any(s.up for s in self.servers):
             self.listener.note(
                 f"{server.name} is down ({what}): its rows go to the other servers; "
                 "polling its /health",
                 "yellow",
+            )
+        else:
+            others = "no other server is up" if len(self.servers) > 1 else "it is the only one"
+            self.listener.note(
+                f"{server.name} is down ({what}) and {others}: waiting, polling its /health; "
+                f"gives up after {fmt.duration(self.cfg.down_timeout)} with every server down",
+                "red",
             )
 
     # -- the job --------------------------------------------------------------------------

@@ -10,6 +10,9 @@ ETA = rows remaining / rows per second over the last `eta_window` seconds. Its e
 bar is the standard error of that rate from its spread over sub-windows, carried
 through rem / rate (d ETA = rem * d rate / rate²). A job whose rate drifts (longer
 prompts later in the file, a server lost) shows a wider bar, which is the honest answer.
+While every server is down nothing can finish, and a rate over a window that is filling
+with nothing would push the ETA up without bound: the ETA is held at its last value
+instead, and the snapshot says how long every server has been down (`all_down_s`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class Progress:
         self.t0 = clock()
         self.recent = RecentRates(eta_window, clock=clock)
         self.servers = {s: RecentRates(rate_window, clock=clock) for s in servers}
+        self._held: tuple[float, float | None] | None = None  # the ETA before all went down
 
     def on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
         """Rows (or errors) now on disk."""
@@ -92,7 +96,12 @@ class Progress:
         """Everything the display and the log line show, as plain data."""
         r = self.recent.rates(self.rate_window) or {}
         tok, think = r.get("tokens"), r.get("thinking_tokens")
-        e = self.eta()
+        down = [s.get("down_s") for s in servers or []]
+        all_down = min(down) if down and None not in down else None  # type: ignore[type-var]
+        if all_down is None:
+            e = self._held = self.eta()
+        else:
+            e = self._held
         snap: dict[str, Any] = {
             "elapsed_s": round(self.clock() - self.t0, 1),
             "total": self.total,
@@ -110,6 +119,7 @@ class Progress:
             "thinking_tokens": self.thinking,
             "eta_s": _round(e[0], 0) if e else None,
             "eta_err_s": _round(e[1], 0) if e and e[1] is not None else None,
+            "all_down_s": all_down,
             "servers": [],
         }
         for s in servers or []:
@@ -127,17 +137,3 @@ class Progress:
 
 def _round(x: float | None, nd: int) -> float | None:
     return None if x is None else round(x, nd)
-
-
-def duration(seconds: float | None) -> str:
-    """'2h 05m', '4m 10s', '12s'."""
-    if seconds is None:
-        return "—"
-    s = int(round(seconds))
-    if s >= 86400:
-        return f"{s // 86400}d {s % 86400 // 3600}h"
-    if s >= 3600:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    if s >= 60:
-        return f"{s // 60}m {s % 60:02d}s"
-    return f"{s}s"

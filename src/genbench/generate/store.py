@@ -158,13 +158,13 @@ class Store:
     def check_directory(self) -> None:
         """Refuse a directory that has files but is not a genbench generate output."""
         if self.out.exists() and not self.out.is_dir():
-            raise UsageError(f"--output {self.out}: exists and is not a directory")
+            raise UsageError(f"--out {self.out}: exists and is not a directory")
         if self.out.is_dir() and not (self.out / STATE_DIR).is_dir():
             others = [p.name for p in self.out.iterdir()]
             if others:
                 shown = ", ".join(sorted(others)[:3]) + (", …" if len(others) > 3 else "")
                 raise UsageError(
-                    f"--output {self.out}: the directory has other files ({shown}) and is not "
+                    f"--out {self.out}: the directory has other files ({shown}) and is not "
                     "a genbench generate output; choose a new or empty directory"
                 )
 
@@ -228,8 +228,8 @@ class Store:
         if changed:
             k = changed[0]
             raise UsageError(
-                f"--output {self.out} holds a job made with different settings ({k} was "
-                f"{_show(old.get(k))}, now {_show(job.get(k))}): use a new --output, or "
+                f"--out {self.out} holds a job made with different settings ({k} was "
+                f"{_show(old.get(k))}, now {_show(job.get(k))}): use a new --out, or "
                 "--force to continue with the new settings"
             )
 

@@ -46,13 +46,14 @@ _EXPORTS = {
     "pool": "Pool chain_next complete_samples worker_gap",
     "stepfit": "StepModel DecodeRows decode_rows fit_step",
     "jobsim": "JobSim simulate_job sim_cap job_walls",
-    "bar": "CONFIDENCE TARGET_REL_ERROR T_975 lag1 series_halfwidth length_halfwidth "
-    "pilot_size_for WallForecast forecast",
+    "bar": "CONFIDENCE TARGET_REL_ERROR T_975 WANDER_EXPONENT WANDER_HORIZON SPEED_Z lag1 "
+    "series_halfwidth semivariogram SpeedBar SpeedWander length_halfwidth pilot_size_for "
+    "WallForecast forecast",
     "model": "REPLAYS SPEED_BATCHES speed_stretches PilotModel",
     "from_result": "FIELD_CONCURRENCY RATE_WINDOWS rate_halfwidth plan_from_result",
     "pilot": "PARQUET_ROWS PILOT_ROWS PilotRun PilotInput read_pilot_input turn_count "
     "pilot_stream first_turn_requests turn_request PilotStop run_pilot",
-    "from_pilot": "SHORT_PILOT_S WANDER_LAG1 plan_from_pilot",
+    "from_pilot": "WANDER_NOTE plan_from_pilot",
     "document": "PLAN_SCHEMA PLAN_SCHEMA_VERSION PLAN_FILE new_plan_doc save_plan JobForecast "
     "read_plan job_forecast",
     "make": "DEFAULT_SAMPLES DEFAULT_PILOT_C PlanArgs make_plan",

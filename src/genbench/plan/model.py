@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from genbench.errors import UsageError
-from genbench.plan.bar import lag1, series_halfwidth
+from genbench.plan.bar import SpeedWander
 from genbench.plan.jobsim import simulate_job
 from genbench.plan.pool import Pool
 from genbench.plan.stepfit import DecodeRows, StepModel, decode_rows, fit_step
@@ -21,14 +21,17 @@ REPLAYS = 5  # simulations of the pilot itself, averaged, for the model's own er
 SPEED_BATCHES = 10  # stretches of the pilot for the speed's batch means
 
 
-def speed_stretches(rows: DecodeRows, step: StepModel) -> list[float]:
+def speed_stretches(rows: DecodeRows, step: StepModel) -> tuple[list[float], float]:
     """Measured over fitted decode seconds in each of SPEED_BATCHES stretches of
-    consecutive requests (empty when the pilot is too short to cut)."""
+    consecutive requests (empty when the pilot is too short to cut), and the seconds of
+    decoding each stretch spans (the time between the first decode start and the last,
+    shared out)."""
     m = min(SPEED_BATCHES, len(rows.y) // 5)
     if m < 3:
-        return []
+        return [], 0.0
     pred = rows.x @ np.array([step.a, step.b, step.c])
-    return [float(rows.y[b].sum() / pred[b].sum()) for b in rows.blocks(m)]
+    span = float(rows.start.max() - rows.start.min()) if len(rows.start) else 0.0
+    return [float(rows.y[b].sum() / pred[b].sum()) for b in rows.blocks(m)], span / m
 
 
 @dataclass
@@ -46,6 +49,7 @@ class PilotModel:
     replay_send_s: float = 0.0  # and when it sent the last request
     pilot_send_s: float = 0.0  # when the pilot really sent its last request
     stretches: list[float] = field(default_factory=list)  # speed_stretches of the fit
+    stretch_s: float = 0.0  # the seconds one of them spans
     pilot_samples: int = 0  # rows sent (requests, when the records do not name rows)
 
     @property
@@ -60,12 +64,12 @@ class PilotModel:
         return self.pilot_send_s / self.replay_send_s
 
     @property
-    def speed_halfwidth(self) -> float:
-        """Relative 95% half-width of the server's mean speed: the pilot's decoding cut
-        into SPEED_BATCHES stretches of consecutive requests, each stretch's decode
-        seconds over the fitted model's, and `series_halfwidth` across them (batch
-        means with an allowance for speed that wanders over several stretches)."""
-        return series_halfwidth(self.stretches)
+    def wander(self) -> SpeedWander:
+        """How the server's speed moved during the pilot: its decoding cut into
+        SPEED_BATCHES stretches of consecutive requests, each stretch's decode seconds over
+        the fitted model's (a slow stretch is above 1), their semivariogram fitted (see
+        `SpeedWander`); the job's range carries it over the job's length."""
+        return SpeedWander.fit([1 / x for x in self.stretches if x > 0], self.stretch_s)
 
     @property
     def replay_err(self) -> float:
@@ -103,7 +107,7 @@ class PilotModel:
             float(np.mean([j.wall_s for j in sims])),
             float(np.mean([j.last_send_s for j in sims])),
             max(r.t_send for r in sent) - t0,
-            speed_stretches(rows, step),
+            *speed_stretches(rows, step),
             len({r.extra["row"] for r in sent if r.extra and "row" in r.extra}) or len(sent),
         )
 
@@ -131,9 +135,7 @@ class PilotModel:
                     self.concurrency * float(np.mean(p.prompt) + np.mean(p.output) / 2),
                 ),
             },
-            "speed_halfwidth": self.speed_halfwidth,
-            "speed_stretches": self.stretches,
-            "speed_lag1": lag1(self.stretches),
+            "speed": self.describe_speed(),
             "replay": {
                 "what": "the fitted model simulating the pilot itself, its requests in order",
                 "simulated_s": self.replay_s,
@@ -143,4 +145,21 @@ class PilotModel:
                 "calibration": self.calibration,
                 "error": self.replay_err,
             },
+        }
+
+    def describe_speed(self) -> dict[str, Any]:
+        """The pilot's speed stretches and the fit the range carries over the job."""
+        w = self.wander
+        return {
+            "what": "decode seconds over the fitted model's, in stretches of consecutive "
+            "requests (above 1: slower than fitted)",
+            "stretches": self.stretches,
+            "stretch_s": self.stretch_s,
+            "moved": w.moved,
+            "lag1": w.lag1,
+            "semivariogram": list(w.gamma),
+            "noise": w.noise,
+            "growth": w.growth,
+            "exponent": w.exponent,
+            "horizon_s": w.horizon * w.pilot_s,
         }

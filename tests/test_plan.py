@@ -34,8 +34,8 @@ from genbench.plan import (
     series_halfwidth,
     simulate_job,
     turn_count,
+    window_gap_variance,
 )
-from genbench.plan.bar import _window_gap_variance
 
 SIM_ARGS = ("--tps", "150", "--per-seq-ms", "0.4", "--ttft-ms", "5")
 SKEWED = ("--output-len", "lognormal:40:0.6", "--thinking-tokens", "10")
@@ -369,12 +369,12 @@ def test_window_variance_is_the_semivariograms_pairs_summed(m, gap, n, exponent)
     i, j = np.arange(m), m + gap + np.arange(n)
     mean = lambda a, b: float(g(np.abs(a[:, None] - b[None, :])).mean())  # noqa: E731
     want = 2 * mean(i, j) - mean(i, i) - mean(j, j)
-    assert _window_gap_variance(m, gap, n, horizon, exponent) == pytest.approx(want)
+    assert window_gap_variance(m, gap, n, horizon, exponent) == pytest.approx(want)
     # a random walk (exponent 1, no horizon; γ(d) = d: variance 2 per step): the textbook
     # 2·(m/3 + gap + n/3) for two window means, plus the discrete grid's correction
     if exponent == 1.0:
         want_rw = 2 * (m / 3 + gap + n / 3) + (1 / m + 1 / n) / 3
-        assert _window_gap_variance(m, gap, n, 1e9, 1.0) == pytest.approx(want_rw)
+        assert window_gap_variance(m, gap, n, 1e9, 1.0) == pytest.approx(want_rw)
 
 
 # ------------------------------------------------------------------------------ bad input

@@ -24,8 +24,9 @@ the replay's own error. docs/plan.md says what is and is not modelled.
 
 One concern per module: `units` (counts and their display), `storage`, `pool` (the
 pilot's requests as the simulation draws them), `stepfit` (the server's step time),
-`jobsim` (the job simulated), `model` (what one pilot says), `bar` (the forecast and its
-95% bar), a module per source of a plan (`from_rate`, `from_result`, `pilot` with
+`jobsim` (the job simulated), `model` (what one pilot says), `wander` (how the server's
+speed moved during it, carried over the job), `bar` (the forecast and its 95% bar), a
+module per source of a plan (`from_rate`, `from_result`, `pilot` with
 `from_pilot`), `document` (plan.json written and read back), `render` (the console),
 and `make` (the command's flags to a plan).
 
@@ -46,9 +47,10 @@ _EXPORTS = {
     "pool": "Pool chain_next complete_samples worker_gap",
     "stepfit": "StepModel DecodeRows decode_rows fit_step",
     "jobsim": "JobSim simulate_job sim_cap job_walls",
-    "bar": "CONFIDENCE TARGET_REL_ERROR T_975 WANDER_EXPONENT WANDER_HORIZON SPEED_Z lag1 "
-    "series_halfwidth semivariogram SpeedBar SpeedWander length_halfwidth pilot_size_for "
+    "bar": "CONFIDENCE TARGET_REL_ERROR T_975 series_halfwidth length_halfwidth pilot_size_for "
     "WallForecast forecast",
+    "wander": "WANDER_EXPONENT WANDER_HORIZON t_975 lag1 semivariogram SpeedBar SpeedWander "
+    "window_gap_variance",
     "model": "REPLAYS SPEED_BATCHES speed_stretches PilotModel",
     "from_result": "FIELD_CONCURRENCY RATE_WINDOWS rate_halfwidth plan_from_result",
     "pilot": "PARQUET_ROWS PILOT_ROWS PilotRun PilotInput read_pilot_input turn_count "

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from genbench.plan.jobsim import job_walls
+from genbench.plan.wander import SpeedBar, lag1
 
 if TYPE_CHECKING:
     from genbench.plan.model import PilotModel
@@ -22,16 +23,6 @@ TARGET_REL_ERROR = 0.05  # the pilot size that gives a ±5% bar is reported
 T_975 = {  # Student t, 97.5% quantile, by degrees of freedom (batch means with ≤ 10 batches)
     1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262
 }  # fmt: skip
-
-
-def lag1(values: Sequence[float]) -> float:
-    """Lag-1 autocorrelation of a series (0 with fewer than 3 values)."""
-    v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
-    if len(v) < 3:
-        return 0.0
-    d = v - v.mean()
-    denom = float(np.sum(d * d))
-    return float(np.sum(d[:-1] * d[1:]) / denom) if denom > 0 else 0.0
 
 
 def series_halfwidth(values: Sequence[float]) -> float:
@@ -47,139 +38,6 @@ def series_halfwidth(values: Sequence[float]) -> float:
     rho = min(max(lag1(v), 0.0), 0.9)
     se = float(v.std(ddof=1) / v.mean() / math.sqrt(len(v)))
     return T_975[min(len(v) - 1, max(T_975))] * se * math.sqrt((1 + rho) / (1 - rho))
-
-
-# The speed's wander, carried from the pilot to the job (docs/plan.md, "The server's speed")
-WANDER_EXPONENT = 0.5  # how the speed's spread grows with the time between two stretches
-WANDER_HORIZON = 10.0  # ... for up to this many pilot lengths, then no more
-SPEED_Z = 1.96  # 95%, normal
-
-
-def semivariogram(values: Sequence[float], max_lag: int) -> np.ndarray:
-    """Half the mean squared difference between values k apart, for k = 1 … max_lag (as
-    far as the series allows): how far apart the speed of two stretches k apart is."""
-    v = np.asarray(values, dtype=float)
-    lags = range(1, min(max_lag, len(v) - 1) + 1)
-    return np.array([float(np.mean((v[k:] - v[:-k]) ** 2)) / 2 for k in lags])
-
-
-@dataclass(frozen=True)
-class SpeedBar:
-    """The speed's part of one job's 95% range, relative, and its parts (each a 95%
-    half-width; they add in quadrature)."""
-
-    halfwidth: float
-    noise: float  # the stretches' independent scatter: averages out over pilot and job
-    wander: float  # speed that moves with time, extended over the job: does not
-    drift: float  # what the user adds for drift slower than the pilot (--speed-drift)
-
-
-@dataclass(frozen=True)
-class SpeedWander:
-    """How the server's speed moved during the pilot, and what that says about the job.
-
-    The pilot's decoding is cut into stretches of equal size; each stretch's speed is
-    relative to their mean. How far apart two stretches k apart are (the semivariogram
-    γ(k), half their mean squared difference) is fitted as γ(k) = noise + growth ·
-    min(k, H)^WANDER_EXPONENT, both ≥ 0: `noise` is scatter that averages out (a steady
-    server's), `growth` is speed that wanders with time, growing with the time between
-    two moments for up to H = WANDER_HORIZON pilot lengths. The job's mean speed minus
-    the pilot's then has the variance the fitted γ implies for two windows of those
-    lengths, one after the other (2·γ̄(pilot, job) − γ̄(pilot) − γ̄(job), γ̄ the mean of γ
-    over pairs of stretches): the noise averages out as 1/m + 1/n, the wander does not,
-    and it grows with the job's length. Speed that moves more slowly than the pilot
-    shows nothing of itself in it and is not in the range: `drift` adds what the user
-    knows of it."""
-
-    stretches: int  # m
-    stretch_s: float  # seconds per stretch
-    gamma: tuple[float, ...]  # the semivariogram at k = 1 … m // 2, relative speed squared
-    noise: float  # γ's constant
-    growth: float  # γ's growth per stretch^exponent
-    moved: float  # the stretches' relative standard deviation: how much the speed moved
-    lag1: float
-    exponent: float = WANDER_EXPONENT
-    horizon: float = WANDER_HORIZON  # pilot lengths
-
-    @classmethod
-    def fit(
-        cls,
-        values: Sequence[float],
-        stretch_s: float,
-        exponent: float = WANDER_EXPONENT,
-        horizon: float = WANDER_HORIZON,
-    ) -> SpeedWander:
-        """From the pilot's stretches (speeds in any unit, in time order)."""
-        v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
-        if len(v) < 3 or v.mean() <= 0:
-            return cls(len(v), stretch_s, (), 0.0, 0.0, 0.0, 0.0, exponent, horizon)
-        v = v / v.mean()
-        gamma = semivariogram(v, len(v) // 2)
-        k = np.arange(1, len(gamma) + 1, dtype=float)
-        x = np.column_stack([np.ones_like(k), k**exponent])
-        noise, growth = _fit_nonneg(x, gamma, np.sqrt(len(v) - k))
-        moved = float(v.std(ddof=1))
-        return cls(len(v), stretch_s, tuple(gamma.tolist()), noise, growth, moved, lag1(v),
-                   exponent, horizon)  # fmt: skip
-
-    @property
-    def pilot_s(self) -> float:
-        return self.stretches * self.stretch_s
-
-    def job(self, job_s: float, drift: float = 0.0, gap_s: float = 0.0) -> SpeedBar:
-        """The speed's 95% half-width for a job of `job_s` seconds starting `gap_s` after
-        the pilot, with `drift` (relative, 95%) added in quadrature."""
-        m = self.stretches
-        if m < 3 or self.stretch_s <= 0:
-            return SpeedBar(drift, 0.0, 0.0, drift)
-        n = max(1, round(job_s / self.stretch_s))
-        gap = max(0, round(gap_s / self.stretch_s))
-        noise = self.noise * (1 / m + 1 / n)
-        horizon = max(1.0, self.horizon * m)
-        wander = self.growth * _window_gap_variance(m, gap, n, horizon, self.exponent)
-        parts = (SPEED_Z * math.sqrt(noise), SPEED_Z * math.sqrt(max(wander, 0.0)), drift)
-        return SpeedBar(math.hypot(*parts), *parts)
-
-
-def _fit_nonneg(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
-    """Weighted least squares of y on the two columns of x, both coefficients ≥ 0 (the
-    best of both, either alone, or none)."""
-    best, coef = float(np.sum((y * w) ** 2)), (0.0, 0.0)
-    for cols in ([0, 1], [0], [1]):
-        c, *_ = np.linalg.lstsq(x[:, cols] * w[:, None], y * w, rcond=None)
-        if np.any(c < 0) or not np.all(np.isfinite(c)):
-            continue
-        full = np.zeros(2)
-        full[cols] = c
-        resid = float(np.sum(((x @ full - y) * w) ** 2))
-        if resid < best * (1 - 1e-12):
-            best, coef = resid, (float(full[0]), float(full[1]))
-    return coef
-
-
-def _window_gap_variance(m: int, gap: int, n: int, horizon: float, alpha: float) -> float:
-    """Var(mean of n stretches − mean of the m before them, `gap` stretches earlier) for a
-    process whose semivariogram is g(d) = min(d, horizon)^alpha (d ≥ 1, g(0) = 0):
-    2·ḡ(between) − ḡ(within the m) − ḡ(within the n). Beyond the horizon g is flat, so
-    only lags below it are summed one by one and a job of days costs no more than one of
-    minutes."""
-    top = horizon**alpha
-    cut = int(math.ceil(horizon))  # g(d) = top for every d ≥ cut
-
-    def g(d: np.ndarray) -> np.ndarray:
-        return np.minimum(d, horizon) ** alpha
-
-    def within(k: int) -> float:  # the mean of g over all k² pairs of one window
-        if k < 2:
-            return 0.0
-        d = np.arange(1, min(k, cut), dtype=float)
-        below = float(np.sum((k - d) * (g(d) - top)))
-        return 2 * (below + top * k * (k - 1) / 2) / (k * k)
-
-    d = np.arange(gap + 1, min(gap + m + n, cut), dtype=float)
-    count = np.minimum(m - 1, m + gap + n - 1 - d) - np.maximum(0, m + gap - d) + 1
-    between = top - float(np.sum(np.maximum(count, 0) * (top - g(d)))) / (m * n)
-    return 2 * between - within(m) - within(n)
 
 
 def length_halfwidth(count: int, total: float, squares: float) -> float:

@@ -332,8 +332,7 @@ SHUFFLED = [0.99, 1.06, 0.90, 1.03, 0.95, 1.07, 0.92, 1.01, 1.05, 1.02]
 def test_the_job_range_carries_the_speeds_wander_over_the_job():
     """A range is a statement about the job: speed that wandered during the pilot is not
     averaged away by a longer job, so the range is wider than for the same stretches in
-    a random order (scatter, which averages out), and it grows with the job's length up
-    to the horizon; a steady server keeps a tight one."""
+    a random order (scatter, which averages out); a steady server keeps a tight one."""
     pilot_s = 40.0
     wander = SpeedWander.fit(WANDER, pilot_s / 10)
     scatter = SpeedWander.fit(SHUFFLED, pilot_s / 10)
@@ -343,13 +342,13 @@ def test_the_job_range_carries_the_speeds_wander_over_the_job():
         w, s = wander.job(r * pilot_s), scatter.job(r * pilot_s)
         assert w.halfwidth > 1.5 * s.halfwidth, (r, w, s)  # … say less about the job
         assert w.halfwidth == pytest.approx(math.hypot(w.noise, w.wander, w.drift))
-    # scatter averages out as the job grows; wander grows with it, then holds past the
-    # horizon (no pilot says how speed moves over hours: --speed-drift adds that)
-    assert scatter.job(100 * pilot_s).halfwidth < scatter.job(pilot_s).halfwidth
-    h = WANDER_HORIZON
-    hws = [wander.job(r * pilot_s).halfwidth for r in (h / 4, h, 100 * h, 10**4 * h)]
-    assert hws[0] < hws[1] < hws[2] < 1.3 * hws[1]
-    assert hws[3] == pytest.approx(hws[2], rel=0.01)
+    # scatter averages out as the job grows, down to the pilot's own share; wander does
+    # not, and past the horizon nothing changes (no pilot says how speed moves over
+    # hours: --speed-drift adds that)
+    assert scatter.job(100 * pilot_s).halfwidth < 0.75 * scatter.job(pilot_s).halfwidth
+    h = max(WANDER_HORIZON, 1.0)
+    hws = [wander.job(r * pilot_s).halfwidth for r in (h, 100 * h, 10**4 * h)]
+    assert hws[1] > 0.7 * hws[0] and hws[2] == pytest.approx(hws[1], rel=0.01)
     # a steady server: ±0.3% scatter and no trend keep the speed part under ±1%
     steady = SpeedWander.fit(1 + 0.003 * np.random.default_rng(3).standard_normal(20), 2.0)
     assert steady.job(3600).halfwidth < 0.01

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 WANDER_EXPONENT = 0.5  # how the speed's spread grows with the time between two stretches
-WANDER_HORIZON = 10.0  # ... for up to this many pilot lengths, then no more
+WANDER_HORIZON = 1.0  # ... for up to this many pilot lengths (what it saw), then no more
 T_975 = {  # Student t, 97.5% quantile, by degrees of freedom
     1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
     10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042,

@@ -51,7 +51,7 @@ _EXPORTS = {
     "WallForecast forecast",
     "wander": "WANDER_EXPONENT WANDER_HORIZON t_975 lag1 semivariogram SpeedBar SpeedWander "
     "window_gap_variance",
-    "model": "REPLAYS SPEED_BATCHES speed_stretches PilotModel",
+    "model": "REPLAYS SPEED_BATCHES speed_stretches stretch_seconds PilotModel",
     "from_result": "FIELD_CONCURRENCY RATE_WINDOWS rate_halfwidth plan_from_result",
     "pilot": "PARQUET_ROWS PILOT_ROWS PilotRun PilotInput read_pilot_input turn_count "
     "pilot_stream first_turn_requests turn_request PilotStop run_pilot",

@@ -21,17 +21,22 @@ REPLAYS = 5  # simulations of the pilot itself, averaged, for the model's own er
 SPEED_BATCHES = 10  # stretches of the pilot for the speed's batch means
 
 
-def speed_stretches(rows: DecodeRows, step: StepModel) -> tuple[list[float], float]:
+def speed_stretches(rows: DecodeRows, step: StepModel) -> list[float]:
     """Measured over fitted decode seconds in each of SPEED_BATCHES stretches of
-    consecutive requests (empty when the pilot is too short to cut), and the seconds of
-    decoding each stretch spans (the time between the first decode start and the last,
-    shared out)."""
+    consecutive requests (empty when the pilot is too short to cut)."""
     m = min(SPEED_BATCHES, len(rows.y) // 5)
     if m < 3:
-        return [], 0.0
+        return []
     pred = rows.x @ np.array([step.a, step.b, step.c])
-    span = float(rows.start.max() - rows.start.min()) if len(rows.start) else 0.0
-    return [float(rows.y[b].sum() / pred[b].sum()) for b in rows.blocks(m)], span / m
+    return [float(rows.y[b].sum() / pred[b].sum()) for b in rows.blocks(m)]
+
+
+def stretch_seconds(rows: DecodeRows, count: int) -> float:
+    """The seconds one of `count` stretches spans: the time from the first decode start to
+    the last, shared out (0 without stretches)."""
+    if count < 1 or not len(rows.start):
+        return 0.0
+    return float(rows.start.max() - rows.start.min()) / count
 
 
 @dataclass
@@ -90,6 +95,7 @@ class PilotModel:
         rows = decode_rows(records, concurrency)
         s = summarize(records, concurrency=concurrency, sustained=True)
         step = fit_step(rows)
+        stretches = speed_stretches(rows, step)
         t0 = min(r.t_send for r in sent)
         wall = max(r.t_end or r.t_send for r in sent) - t0
         rng = np.random.default_rng(0)
@@ -107,7 +113,8 @@ class PilotModel:
             float(np.mean([j.wall_s for j in sims])),
             float(np.mean([j.last_send_s for j in sims])),
             max(r.t_send for r in sent) - t0,
-            *speed_stretches(rows, step),
+            stretches,
+            stretch_seconds(rows, len(stretches)),
             len({r.extra["row"] for r in sent if r.extra and "row" in r.extra}) or len(sent),
         )
 

@@ -305,6 +305,7 @@ def one_run(
     warmup_s: float,
     pilot_args: list[str],
     pilot_max: int | None,
+    min_ratio: int = MIN_RATIO,
 ) -> dict[str, Any]:
     prompts = prompt_set(n, seed)
     rng = np.random.default_rng(seed)
@@ -362,11 +363,13 @@ def one_run(
         asyncio.run(phase(t, warm, c, "job-warmup", duration=warmup_s))
     behind1 = sim_behind(root) if sim else 0.0
     t1 = time.perf_counter()
-    genbench(
-        ["generate", "--input", str(prompts_file), "--out", str(work / "job"), *common],
+    gen = genbench(
+        ["generate", "--input", str(prompts_file), "--out", str(work / "job"), *common]
+        + ["--plan", str(plan_dir), "--json"],
         work / "generate.log",
     )
     job_cmd_s = time.perf_counter() - t1
+    gen_plan = json.loads(gen).get("plan") or {}
     behind_job = (sim_behind(root) - behind1) if sim else 0.0
     rows, failed = read_job(work / "job")
     if not rows:
@@ -400,7 +403,8 @@ def one_run(
         "n": n,
         "pilot": k,
         "ratio": n / k,
-        "ratio_ok": n >= MIN_RATIO * k,
+        "ratio_ok": n >= min_ratio * k,
+        "min_ratio": min_ratio,
         "pilot_over_max": pilot_max is not None and k > pilot_max,
         "concurrency": c,
         "actual_s": actual,
@@ -414,6 +418,12 @@ def one_run(
         "ours_err": err,
         "ours_halfwidth": ours["rel_halfwidth"],
         "in_bar": lo_s <= actual <= hi_s,
+        "speed_halfwidth": (ours.get("speed") or {}).get("halfwidth"),
+        "speed": ours.get("speed"),
+        "speed_model": doc["model"].get("speed"),
+        # generate --plan's own verdict: its wall time (first send to last row) against the
+        # plan's range, scaled to the rows it ran
+        "generate_plan": gen_plan,
         "length_err": len_err,
         "model_err": (1 + err) / (1 + len_err) - 1,
         "oracle_s": oracle_s,
@@ -464,7 +474,7 @@ def flags(r: dict[str, Any]) -> list[str]:
     if r.get("host_starved"):
         out.append("host starved: sim fell behind")
     if not r["ratio_ok"]:
-        out.append(f"N < {MIN_RATIO} K")
+        out.append(f"N < {r.get('min_ratio', MIN_RATIO)} K")
     if r.get("pilot_over_max"):
         out.append("K over --pilot-max")
     for what in ("pilot", "job"):
@@ -476,22 +486,54 @@ def flags(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"±{x:.1%}"
+
+
+def identical_jobs(
+    t: Target, n: int, c: int, seed: int, work: Path, warmup_s: float, count: int
+) -> list[float]:
+    """The same job (N rows, the same prompt file and lengths) run `count` times back to
+    back, each after the same warm-up: how much a job's wall time moves with nothing
+    changed but when it ran. No forecast can be expected to beat it."""
+    prompts = prompt_set(n, seed)
+    prompts_file = work / "prompts.jsonl"
+    t.write_prompts(prompts_file, prompts)
+    rng = np.random.default_rng(seed)
+    walls = []
+    for i in range(count):
+        warm = [t.request(f"warm-{j}", prompts[k]) for j, k in enumerate(rng.choice(n, 4 * c))]
+        if warmup_s > 0:
+            asyncio.run(phase(t, warm, c, "job-warmup", duration=warmup_s))
+        job = work / f"job{i}"
+        genbench(
+            ["generate", "--input", str(prompts_file), "--output", str(job), "--url", t.url]
+            + ["--model", t.model, "--concurrency", str(c), "--temperature", "0"],
+            work / f"generate{i}.log",
+        )
+        metas = [m for _, m in read_job(job)[0]]
+        walls.append(max(m["finished_at"] for m in metas) - min(m["sent_at"] for m in metas))
+        print(f"identical job {i + 1}/{count}: {n} rows in {walls[-1]:.1f} s", flush=True)
+    return walls
+
+
 def row(r: dict[str, Any]) -> str:
     ratio = f"{r['ratio']:.1f}" if r["ratio_ok"] else f"**{r['ratio']:.1f}**"
     return (
         f"| {r['n']} | {r['pilot']} | {ratio} | {r['concurrency']} | {r['actual_s']:.1f} | "
         f"{r['ours_s']:.1f} [{r['ours_lo_s']:.1f}, {r['ours_hi_s']:.1f}] | "
         f"{r['ours_err']:+.1%} | {'yes' if r['in_bar'] else '**no**'} | "
-        f"{r['length_err']:+.1%} | {r['model_err']:+.1%} | {r['speed_err']:+.1%} | "
+        f"{_pct(r.get('speed_halfwidth'))} | {r['length_err']:+.1%} | {r['model_err']:+.1%} | "
+        f"{r['speed_err']:+.1%} | "
         f"{r['oracle_err']:+.1%} | {r['naive_err']:+.1%} | {r['field_err']:+.1%} |"
         + "".join(f" {f} |" for f in flags(r))
     )
 
 
 HEADER = (
-    "| N | pilot K | N/K | C | actual s | ours s [95%] | ours err | in bar | length err | "
-    "model err | speed err | oracle err | naive pilot err | field err |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| N | pilot K | N/K | C | actual s | ours s [95%] | ours err | in bar | speed ± | "
+    "length err | model err | speed err | oracle err | naive pilot err | field err |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -528,6 +570,15 @@ def main() -> None:
         "--keep", type=Path, default=None, help="keep each run's files (plan, job, logs) here"
     )
     ap.add_argument("--warmup", type=float, default=20.0, help="warm-up seconds (plan's and job's)")
+    ap.add_argument(
+        "--min-ratio", type=int, default=MIN_RATIO, help="runs with N < this × K are flagged"
+    )
+    ap.add_argument(
+        "--identical-jobs",
+        type=int,
+        default=0,
+        help="then run the same job this many times back to back: the spread between them",
+    )
     args = ap.parse_args()
     seeds = [args.seed + i for i in range(args.runs)]
     if args.keep:
@@ -535,10 +586,10 @@ def main() -> None:
     auto = args.pilot == "auto"
     k0 = args.pilot_max if auto else int(args.pilot)
     n = args.samples or k0 * args.ratio
-    if n < MIN_RATIO * k0:
+    if n < args.min_ratio * k0:
         print(
-            f"warning: N = {n} < {MIN_RATIO} × {'--pilot-max' if auto else 'K'} = "
-            f"{MIN_RATIO * k0}; runs with N < {MIN_RATIO} K are flagged",
+            f"warning: N = {n} < {args.min_ratio} × {'--pilot-max' if auto else 'K'} = "
+            f"{args.min_ratio * k0}; runs with N < {args.min_ratio} K are flagged",
             file=sys.stderr,
         )
     pilot_args = (
@@ -575,6 +626,7 @@ def main() -> None:
         url, root, model = ep.base_url, ep.root, args.model or ""
         desc = args.target
     results = []
+    identical: list[float] = []
     try:
         if not model:
             with urllib.request.urlopen(url + "/models", timeout=10) as r:
@@ -609,6 +661,7 @@ def main() -> None:
                     args.warmup,
                     pilot_args,
                     args.pilot_max if auto else None,
+                    args.min_ratio,
                 )
             except BaseException:
                 print(f"run {seed} failed; its files are in {work}", file=sys.stderr)
@@ -619,6 +672,11 @@ def main() -> None:
                 shutil.rmtree(work, ignore_errors=True)
             results.append(r)
             print(row(r), flush=True)
+        if args.identical_jobs:
+            work = Path(tempfile.mkdtemp(prefix="identical-", dir=args.keep or None)).resolve()
+            identical = identical_jobs(
+                target, n, args.concurrency, seeds[-1], work, args.warmup, args.identical_jobs
+            )
     finally:
         for f in stop:
             f()
@@ -635,8 +693,16 @@ def main() -> None:
         f"\nours: mean |error| {np.mean(np.abs(errs)):.1%}, in bar {inside}"
         f"/{len(results)}; field mean error {np.mean([r['field_err'] for r in results]):+.1%}; "
         f"naive pilot mean |error| {np.mean([abs(r['naive_err']) for r in results]):.1%}"
-        + (f"; {short} run(s) with N < {MIN_RATIO} K" if short else "")
+        + (f"; {short} run(s) with N < {args.min_ratio} K" if short else "")
     )
+    spread = None
+    if identical:
+        spread = max(identical) / min(identical) - 1
+        print(
+            f"identical jobs back to back: {', '.join(f'{w:.1f}' for w in identical)} s; "
+            f"spread (slowest / fastest − 1) {spread:.1%}; ours median |error| "
+            f"{np.median(np.abs(errs)):.1%}"
+        )
     out = args.out or Path(tempfile.gettempdir()) / f"forecast-accuracy-{int(time.time())}.json"
     out.write_text(
         json.dumps(
@@ -645,6 +711,8 @@ def main() -> None:
                 "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
                 | {"out": str(out), "samples": n},
                 "runs": results_all,
+                "identical_jobs_s": identical,
+                "identical_spread": spread,
             },
             indent=2,
         )

@@ -8,6 +8,7 @@ so a pilot sees the same kind of spread a real job has (docs/sim.md).
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -21,7 +22,9 @@ from tests_helpers import closed_port_url, sim_metric
 
 from genbench.errors import InputFileError, UsageError
 from genbench.plan import (
+    WANDER_HORIZON,
     Pool,
+    SpeedWander,
     StepModel,
     chain_next,
     job_forecast,
@@ -34,6 +37,7 @@ from genbench.plan import (
     series_halfwidth,
     simulate_job,
     turn_count,
+    window_gap_variance,
 )
 from genbench.records import read_records
 
@@ -352,6 +356,57 @@ def test_speed_that_wanders_gets_a_wider_bar_than_the_same_values_shuffled():
     assert series_halfwidth(shuffled) == pytest.approx(2.262 * se)  # the same spread, t(9)
     assert series_halfwidth(wander) > 2.5 * series_halfwidth(shuffled)
     assert series_halfwidth([1.0, 1.0]) == 0.0  # too few stretches to say anything
+
+
+WANDER = [0.90, 0.92, 0.95, 0.99, 1.02, 1.05, 1.07, 1.06, 1.03, 1.01]
+SHUFFLED = [0.99, 1.06, 0.90, 1.03, 0.95, 1.07, 0.92, 1.01, 1.05, 1.02]
+
+
+def test_the_job_range_carries_the_speeds_wander_over_the_job():
+    """A range is a statement about the job: speed that wandered during the pilot is not
+    averaged away by a longer job, so the range is wider than for the same stretches in
+    a random order (scatter, which averages out); a steady server keeps a tight one."""
+    pilot_s = 40.0
+    wander = SpeedWander.fit(WANDER, pilot_s / 10)
+    scatter = SpeedWander.fit(SHUFFLED, pilot_s / 10)
+    assert wander.moved == pytest.approx(scatter.moved)  # the same values …
+    assert wander.lag1 > 0.5 > scatter.lag1 and wander.growth > 0 and scatter.growth == 0
+    for r in (1, 10, 100):
+        w, s = wander.job(r * pilot_s), scatter.job(r * pilot_s)
+        assert w.halfwidth > 1.5 * s.halfwidth, (r, w, s)  # … say less about the job
+        assert w.halfwidth == pytest.approx(math.hypot(w.noise, w.wander, w.drift))
+    # scatter averages out as the job grows, down to the pilot's own share; wander does
+    # not, and past the horizon nothing changes (no pilot says how speed moves over
+    # hours: --speed-drift adds that)
+    assert scatter.job(100 * pilot_s).halfwidth < 0.75 * scatter.job(pilot_s).halfwidth
+    h = max(WANDER_HORIZON, 1.0)
+    hws = [wander.job(r * pilot_s).halfwidth for r in (h, 100 * h, 10**4 * h)]
+    assert hws[1] > 0.7 * hws[0] and hws[2] == pytest.approx(hws[1], rel=0.01)
+    # a steady server: ±0.3% scatter and no trend keep the speed part under ±1%
+    steady = SpeedWander.fit(1 + 0.003 * np.random.default_rng(3).standard_normal(20), 2.0)
+    assert steady.job(3600).halfwidth < 0.01
+    # what the user knows of slower drift adds in quadrature
+    d = steady.job(3600, drift=0.08)
+    assert d.drift == 0.08 and d.halfwidth == pytest.approx(math.hypot(0.08, d.noise, d.wander))
+    assert SpeedWander.fit([1.0, 1.0], 4.0).job(100, drift=0.05).halfwidth == 0.05
+
+
+@pytest.mark.parametrize(("m", "gap", "n"), [(10, 0, 1), (10, 0, 100), (20, 3, 50), (7, 1, 300)])
+@pytest.mark.parametrize("exponent", [0.5, 1.0])
+def test_window_variance_is_the_semivariograms_pairs_summed(m, gap, n, exponent):
+    """Var(job mean − pilot mean) = 2·γ̄(pilot, job) − γ̄(pilot) − γ̄(job), summed pair by pair
+    here; the closed form sums only lags below the horizon (a job of days costs nothing)."""
+    horizon = 2.5 * m
+    g = lambda d: np.where(d > 0, np.minimum(d, horizon) ** exponent, 0.0)  # noqa: E731
+    i, j = np.arange(m), m + gap + np.arange(n)
+    mean = lambda a, b: float(g(np.abs(a[:, None] - b[None, :])).mean())  # noqa: E731
+    want = 2 * mean(i, j) - mean(i, i) - mean(j, j)
+    assert window_gap_variance(m, gap, n, horizon, exponent) == pytest.approx(want)
+    # a random walk (exponent 1, no horizon; γ(d) = d: variance 2 per step): the textbook
+    # 2·(m/3 + gap + n/3) for two window means, plus the discrete grid's correction
+    if exponent == 1.0:
+        want_rw = 2 * (m / 3 + gap + n / 3) + (1 / m + 1 / n) / 3
+        assert window_gap_variance(m, gap, n, 1e9, 1.0) == pytest.approx(want_rw)
 
 
 # ------------------------------------------------------------------------------ bad input

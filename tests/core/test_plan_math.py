@@ -17,6 +17,7 @@ from genbench.plan import (
     HiddenStates,
     PilotModel,
     Pool,
+    SpeedWander,
     StepModel,
     StorageModel,
     arithmetic,
@@ -522,7 +523,8 @@ def test_calibration_and_replay_error():
     assert m.calibration == 1.0  # nothing to calibrate against
     m.pilot_wall_s = 0.0
     assert m.replay_err == 0.0
-    assert model([1.0, 3.0, 2.0, 4.0]).speed_halfwidth == series_halfwidth([1.0, 3.0, 2.0, 4.0])
+    # the speed's wander is fitted to the stretches' speeds (decode time over the model's)
+    assert model([1.0, 2.0, 4.0]).wander == SpeedWander.fit([1.0, 0.5, 0.25], 0.0)
 
 
 def test_the_forecast_adds_its_parts_in_quadrature():
@@ -543,15 +545,21 @@ def test_the_forecast_adds_its_parts_in_quadrature():
 
 
 def test_the_servers_speed_widens_the_bar():
-    # stretches 1 3 2 4: speed half-width h = 3.182·sqrt(5/3)/5 = 0.8216; below the point
-    # p - p/(1 + h), above p/(1 - h) - p, each with the replay's 20% in quadrature
-    h = 3.182 * math.sqrt(5 / 3) / 5
-    (f,) = forecast(model([1.0, 3.0, 2.0, 4.0]), [(8, 1)], boot=2)
+    # the speed's half-width h for this job (the wander model's, tested with it); below the
+    # point p - p/(1 + h), above p/(1 - h) - p, each with the replay's 20% in quadrature
     p = 5.0
+    m = model([1.0, 1.1, 0.9, 1.05])
+    m.stretch_s = 1.0  # four stretches of a second: a pilot of 4 s before a job of 5 s
+    h = m.wander.job(p).halfwidth
+    assert 0 < h < 0.95
+    (f,) = forecast(m, [(8, 1)], boot=2)
     assert f.lo_s == pytest.approx(p - math.hypot(0.2 * p, p - p / (1 + h)), rel=1e-12)
     assert f.hi_s == pytest.approx(p + math.hypot(0.2 * p, p / (1 - h) - p), rel=1e-12)
     # a half-width past 95% is held at 95%: p/0.05
-    (g,) = forecast(model([1.0, 30.0, 1.0, 30.0]), [(8, 1)], boot=2)
+    wild = model([1.0, 3.0, 2.0, 4.0])
+    wild.stretch_s = 1.0
+    assert wild.wander.job(p).halfwidth >= 0.95
+    (g,) = forecast(wild, [(8, 1)], boot=2)
     assert g.hi_s == pytest.approx(p + math.hypot(0.2 * p, p / 0.05 - p), rel=1e-12)
 
 

@@ -71,6 +71,13 @@ def plan(
     pilot_max_time: float = typer.Option(
         600.0, "--pilot-max-time", help="Pilot without --pilot: stop after this many seconds."
     ),
+    speed_drift: float = typer.Option(
+        0.0,
+        "--speed-drift",
+        help="Pilot: how far (percent, 95%) the server's speed may move over the job for "
+        "reasons slower than the pilot can see (a shared host, a thermal limit); added to "
+        "the range.",
+    ),
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", help="The job's max_tokens. [default: none, natural length]"
     ),

@@ -24,11 +24,12 @@ the replay's own error. docs/plan.md says what is and is not modelled.
 
 One concern per module: `units` (counts and their display), `storage`, `pool` (the
 pilot's requests as the simulation draws them), `stepfit` (the server's step time),
-`jobsim` (the job simulated), `model` (what one pilot says), `bar` (the forecast and its
-95% bar), a module per source of a plan (`from_rate`, `from_result`, `pilot` with
-`from_pilot`, `compare` for several results), `decide` (servers for a deadline, cost, the
-fastest configuration), `document` (plan.json written and read back), `render` (the
-console), and `make` (the command's flags to a plan).
+`jobsim` (the job simulated), `model` (what one pilot says), `wander` (how the server's
+speed moved during it, carried over the job), `bar` (the forecast and its 95% bar), a
+module per source of a plan (`from_rate`, `from_result`, `pilot` with `from_pilot`,
+`compare` for several results), `decide` (servers for a deadline, cost, the fastest
+configuration), `document` (plan.json written and read back), `render` (the console), and
+`make` (the command's flags to a plan).
 
 Names are imported from their module on first use, so that `genbench generate`, which
 reads plans (`document`), does not load numpy and the pilot's client with them.
@@ -47,16 +48,18 @@ _EXPORTS = {
     "pool": "Pool chain_next complete_samples worker_gap",
     "stepfit": "StepModel DecodeRows decode_rows fit_step",
     "jobsim": "JobSim simulate_job sim_cap job_walls",
-    "bar": "CONFIDENCE TARGET_REL_ERROR T_975 lag1 series_halfwidth length_halfwidth "
-    "pilot_size_for WallForecast forecast",
-    "model": "REPLAYS SPEED_BATCHES speed_stretches PilotModel",
+    "bar": "CONFIDENCE TARGET_REL_ERROR T_975 series_halfwidth length_halfwidth pilot_size_for "
+    "WallForecast forecast",
+    "wander": "WANDER_EXPONENT WANDER_HORIZON t_975 lag1 semivariogram SpeedBar SpeedWander "
+    "window_gap_variance",
+    "model": "REPLAYS SPEED_BATCHES speed_stretches stretch_seconds PilotModel",
     "from_result": "FIELD_CONCURRENCY RATE_WINDOWS rate_halfwidth plan_from_result "
     "measured_concurrency natural_tokens_per_sample",
     "compare": "plan_from_results same_model run_names",
     "decide": "BASIS Deadline Pricing Candidate parse_deadline parse_gpus",
     "pilot": "PARQUET_ROWS PILOT_ROWS PilotRun PilotInput read_pilot_input turn_count "
     "pilot_stream first_turn_requests PilotSink PilotStop run_pilot",
-    "from_pilot": "SHORT_PILOT_S WANDER_LAG1 plan_from_pilot",
+    "from_pilot": "WANDER_NOTE plan_from_pilot",
     "document": "PLAN_SCHEMA PLAN_SCHEMA_VERSION PLAN_FILE new_plan_doc save_plan JobForecast "
     "read_plan job_forecast",
     "make": "DEFAULT_SAMPLES DEFAULT_PILOT_C PlanArgs make_plan",

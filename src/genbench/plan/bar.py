@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from genbench.plan.jobsim import job_walls
+from genbench.plan.wander import SpeedBar, lag1
 
 if TYPE_CHECKING:
     from genbench.plan.model import PilotModel
@@ -22,16 +23,6 @@ TARGET_REL_ERROR = 0.05  # the pilot size that gives a ±5% bar is reported
 T_975 = {  # Student t, 97.5% quantile, by degrees of freedom (batch means with ≤ 10 batches)
     1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262
 }  # fmt: skip
-
-
-def lag1(values: Sequence[float]) -> float:
-    """Lag-1 autocorrelation of a series (0 with fewer than 3 values)."""
-    v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
-    if len(v) < 3:
-        return 0.0
-    d = v - v.mean()
-    denom = float(np.sum(d * d))
-    return float(np.sum(d[:-1] * d[1:]) / denom) if denom > 0 else 0.0
 
 
 def series_halfwidth(values: Sequence[float]) -> float:
@@ -78,6 +69,7 @@ class WallForecast:
     thinking_tokens: float
     prompt_tokens: float
     length_halfwidth: float = 0.0  # the mean output length's share of the bar
+    speed: SpeedBar | None = None  # the server's speed's share, with its parts
 
     @property
     def rel_halfwidth(self) -> float:
@@ -90,6 +82,7 @@ def forecast(
     boot: int = 100,
     seed: int = 0,
     time_budget_s: float = 20.0,
+    drift: float = 0.0,
 ) -> list[WallForecast]:
     """For each job (samples, servers): a point forecast (the full pilot, averaged over a
     few simulations) and a 95% interval. The servers share the samples evenly and run
@@ -99,10 +92,10 @@ def forecast(
 
     * a bootstrap over the pilot's requests (lengths, TTFTs, failures), each replicate
       simulating every job again;
-    * the server's speed (`speed_halfwidth`): batch means of the fitted step time's
-      error over stretches of the pilot, so a server whose speed wanders over seconds
-      (autocorrelated, which a bootstrap over requests or short blocks misses) gets a
-      wider bar;
+    * the server's speed: how it moved during the pilot, carried over the job's length
+      (`SpeedWander`: a server whose speed wanders, which a bootstrap over requests
+      misses, gets a wider range, and a longer job a wider one still), with `drift`
+      (relative, 95%: what the user knows of drift slower than the pilot) added;
     * the simulation's own error on the pilot (below).
 
     Two corrections make it honest where a plain percentile bootstrap is not:
@@ -119,7 +112,7 @@ def forecast(
     walls = job_walls(shares, model.concurrency, model.pool, model.step, rng, repeats=3)
     point = [w * model.calibration for w in walls]
     reps, means = _bootstrap(model, shares, rng, boot, time_budget_s)
-    return _intervals(model, jobs, shares, point, np.array(reps), means)
+    return _intervals(model, jobs, shares, point, np.array(reps), means, drift)
 
 
 def _bootstrap(
@@ -158,12 +151,14 @@ def _intervals(
     point: list[float],
     arr: np.ndarray,
     means: list[float],
+    drift: float,
 ) -> list[WallForecast]:
-    """Each job's bootstrap interval, widened in quadrature by the speed's and the replay's
-    half-widths; the output tokens with the studentized mean length's interval."""
+    """Each job's bootstrap interval, widened in quadrature by the speed's (for a job of
+    its length) and the replay's half-widths; the output tokens with the studentized mean
+    length's interval."""
     pool = model.pool
     mean = float(pool.sample_output.mean())
-    speed_hw = model.speed_halfwidth
+    wander = model.wander
     lo_q, hi_q = (1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100
     out_lo, out_hi = np.percentile(means, [lo_q, hi_q]) if means else (mean, mean)
     sim_err = abs(model.replay_err)
@@ -171,6 +166,8 @@ def _intervals(
     for j, (s, servers) in enumerate(jobs):
         lo, hi = np.percentile(arr[:, j], [lo_q, hi_q]) if len(arr) else (point[j], point[j])
         p = point[j]
+        speed = wander.job(p, drift)
+        speed_hw = speed.halfwidth
         below, above = max(p - float(lo), 0.0), max(float(hi) - p, 0.0)
         below = math.hypot(below, sim_err * p, p - p / (1 + speed_hw))
         above = math.hypot(above, sim_err * p, p / max(1 - speed_hw, 0.05) - p)
@@ -188,6 +185,7 @@ def _intervals(
                 thinking_tokens=s * float(pool.per_sample(pool.thinking).mean()),
                 prompt_tokens=s * float(pool.per_sample(pool.prompt).mean()),
                 length_halfwidth=float(max(out_hi / mean - 1, 1 - out_lo / mean)) if mean else 0.0,
+                speed=speed,
             )
         )
     return result

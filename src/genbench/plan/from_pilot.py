@@ -4,16 +4,17 @@ bar, the naive pilot × N/K beside it, storage as generate writes it, and notes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
+from genbench import fmt
 from genbench.plan.bar import (
     CONFIDENCE,
     TARGET_REL_ERROR,
     WallForecast,
     forecast,
-    lag1,
     pilot_size_for,
 )
 from genbench.plan.document import new_plan_doc
@@ -27,8 +28,7 @@ from genbench.plan.storage import (
 )
 from genbench.plan.units import duration
 
-SHORT_PILOT_S = 120.0  # a pilot shorter than this says so: it cannot see slow drift
-WANDER_LAG1 = 0.5  # stretches this alike: the speed wanders on the pilot's own time scale
+WANDER_NOTE = 0.02  # a speed part of the range this wide is explained in a note
 
 
 def plan_from_pilot(
@@ -46,7 +46,8 @@ def plan_from_pilot(
     sample count (and on M servers), storage measured on its outputs, and notes."""
     model = PilotModel.from_records(run.records, concurrency)
     jobs = [(s, 1) for s in samples] + ([(s, servers) for s in samples] if servers > 1 else [])
-    every = forecast(model, jobs, boot=boot, seed=seed)
+    drift = float(inputs.get("speed_drift") or 0.0)
+    every = forecast(model, jobs, boot=boot, seed=seed, drift=drift)
     fc, fc_m = every[: len(samples)], (every[len(samples) :] if servers > 1 else None)
     jsonl = float(np.mean(run.jsonl_bytes)) if run.jsonl_bytes else JSONL_OVERHEAD_BYTES
     storage = StorageModel(
@@ -89,11 +90,13 @@ def plan_from_pilot(
         if fc_m is not None:
             row["at_servers"] = {"servers": servers, **_wall(fc_m[i])}
         plan["rows"].append(row)
-    plan["notes"] = _notes(model, inputs, concurrency)
+    plan["notes"] = _notes(model, inputs, concurrency, worst)
     return plan
 
 
-def _notes(model: PilotModel, inputs: dict[str, Any], concurrency: int) -> list[str]:
+def _notes(
+    model: PilotModel, inputs: dict[str, Any], concurrency: int, worst: WallForecast
+) -> list[str]:
     """What a reader of the plan must know about this pilot."""
     notes = []
     per = len(model.pool.output) / len(model.pool.heads)
@@ -107,20 +110,7 @@ def _notes(model: PilotModel, inputs: dict[str, Any], concurrency: int) -> list[
             f"the fitted model replays the pilot {model.replay_err:+.1%} off its actual wall "
             "time: the server does something the model does not capture (the bar includes it)"
         )
-    rho = lag1(model.stretches)
-    if rho >= WANDER_LAG1:
-        notes.append(
-            f"the server's speed wandered during the pilot (its stretches alike from one to "
-            f"the next: lag-1 autocorrelation {rho:.2f}): speed that wanders over longer than "
-            "the pilot is not in the bar; a longer pilot (--pilot-min-time) sees more of it"
-        )
-    elif model.pilot_wall_s < SHORT_PILOT_S:
-        notes.append(
-            f"the pilot ran {model.pilot_wall_s:.0f} s: the bar's speed part is what the "
-            "server did in that time; a server whose speed drifts over tens of minutes (a "
-            "shared host) can run the job faster or slower (--pilot-min-time 300 sees more "
-            "of it)"
-        )
+    notes += _speed_notes(model, inputs, worst)
     if inputs.get("pilot_stopped") == "time":
         notes.append(
             "the pilot stopped at --pilot-max-time before the mean output length reached its "
@@ -139,6 +129,42 @@ def _notes(model: PilotModel, inputs: dict[str, Any], concurrency: int) -> list[
     return notes
 
 
+def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast) -> list[str]:
+    """How the server's speed moved during the pilot and what the range makes of it, with
+    the numbers; and what no pilot sees."""
+    w, speed = model.wander, worst.speed
+    if speed is None or w.stretches < 3:
+        return []
+    notes = []
+    scale = f"{w.stretch_s:.0f} s" if w.stretch_s >= 1.5 else f"{w.stretch_s:.1f} s"
+    moved = f"{w.moved:.1%} from one {scale} stretch to the next during the pilot"
+    if speed.noise > WANDER_NOTE or speed.wander > WANDER_NOTE:
+        why = (
+            f"it wandered (lag-1 autocorrelation {w.lag1:.2f}), which a longer job does not "
+            "average away"
+            if speed.wander >= speed.noise
+            else "it scattered without a trend, which averages out"
+        )
+        notes.append(
+            f"the server's speed moved ±{moved}: {why}; the range includes it "
+            f"(±{speed.halfwidth:.1%} from the speed for {worst.samples:,} samples)"
+        )
+    pilot = fmt.duration(w.pilot_s)
+    drift = inputs.get("speed_drift")
+    if drift:
+        notes.append(
+            f"the range includes --speed-drift {drift:.0%}: drift slower than the pilot's "
+            f"{pilot}, which it cannot see"
+        )
+    else:
+        notes.append(
+            f"speed that changes more slowly than the pilot's {pilot} (another tenant on "
+            "the host, a thermal limit, a restart) is not in the range: a longer pilot "
+            "(--pilot-min-time) sees more of it, and --speed-drift PCT adds what you know"
+        )
+    return notes
+
+
 def _wall(f: WallForecast) -> dict[str, Any]:
     return {
         **duration(f.seconds),
@@ -147,4 +173,5 @@ def _wall(f: WallForecast) -> dict[str, Any]:
         "confidence": CONFIDENCE,
         "rel_halfwidth": f.rel_halfwidth,
         "length_halfwidth": f.length_halfwidth,
+        **({"speed": asdict(f.speed)} if f.speed is not None else {}),
     }

@@ -66,6 +66,7 @@ class PlanArgs:
     target_error: float
     pilot_min_time: float
     pilot_max_time: float
+    speed_drift: float
     max_tokens: int | None
     temperature: float | None
     top_p: float | None
@@ -199,6 +200,8 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
         positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.turns not in ("all", "last"):
         raise UsageError(f"--turns must be all or last, got {args.turns!r}")
+    if args.speed_drift < 0:
+        raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")
     if args.warmup < 0:
         raise UsageError(f"--warmup-time must be 0 or more seconds, got {args.warmup}")
     if args.pilot_min_time < 0 or args.pilot_min_time > args.pilot_max_time:
@@ -368,6 +371,7 @@ def _pilot_inputs(
         "pilot_max_time_s": stop.max_s if stop is not None else None,
         "pilot_stopped": run.stopped,
         "pilot_stopped_at": run.stopped_at,
+        "speed_drift": args.speed_drift / 100,
         "max_tokens": pilot.params.get("max_tokens"),
         "params": pilot.params,
         "seed": args.seed,

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from genbench.errors import UsageError
-from genbench.plan.bar import lag1, series_halfwidth
 from genbench.plan.jobsim import simulate_job
 from genbench.plan.pool import Pool
 from genbench.plan.stepfit import DecodeRows, StepModel, decode_rows, fit_step
+from genbench.plan.wander import SpeedWander
 from genbench.records import RequestRecord
 from genbench.stats import dist, summarize
 
@@ -31,6 +31,14 @@ def speed_stretches(rows: DecodeRows, step: StepModel) -> list[float]:
     return [float(rows.y[b].sum() / pred[b].sum()) for b in rows.blocks(m)]
 
 
+def stretch_seconds(rows: DecodeRows, count: int) -> float:
+    """The seconds one of `count` stretches spans: the time from the first decode start to
+    the last, shared out (0 without stretches)."""
+    if count < 1 or not len(rows.start):
+        return 0.0
+    return float(rows.start.max() - rows.start.min()) / count
+
+
 @dataclass
 class PilotModel:
     """Everything the forecast needs, learned from one pilot at concurrency C."""
@@ -46,6 +54,7 @@ class PilotModel:
     replay_send_s: float = 0.0  # and when it sent the last request
     pilot_send_s: float = 0.0  # when the pilot really sent its last request
     stretches: list[float] = field(default_factory=list)  # speed_stretches of the fit
+    stretch_s: float = 0.0  # the seconds one of them spans
     pilot_samples: int = 0  # rows sent (requests, when the records do not name rows)
 
     @property
@@ -60,12 +69,12 @@ class PilotModel:
         return self.pilot_send_s / self.replay_send_s
 
     @property
-    def speed_halfwidth(self) -> float:
-        """Relative 95% half-width of the server's mean speed: the pilot's decoding cut
-        into SPEED_BATCHES stretches of consecutive requests, each stretch's decode
-        seconds over the fitted model's, and `series_halfwidth` across them (batch
-        means with an allowance for speed that wanders over several stretches)."""
-        return series_halfwidth(self.stretches)
+    def wander(self) -> SpeedWander:
+        """How the server's speed moved during the pilot: its decoding cut into
+        SPEED_BATCHES stretches of consecutive requests, each stretch's decode seconds over
+        the fitted model's (a slow stretch is above 1), their semivariogram fitted (see
+        `SpeedWander`); the job's range carries it over the job's length."""
+        return SpeedWander.fit([1 / x for x in self.stretches if x > 0], self.stretch_s)
 
     @property
     def replay_err(self) -> float:
@@ -86,6 +95,7 @@ class PilotModel:
         rows = decode_rows(records, concurrency)
         s = summarize(records, concurrency=concurrency, sustained=True)
         step = fit_step(rows)
+        stretches = speed_stretches(rows, step)
         t0 = min(r.t_send for r in sent)
         wall = max(r.t_end or r.t_send for r in sent) - t0
         rng = np.random.default_rng(0)
@@ -103,7 +113,8 @@ class PilotModel:
             float(np.mean([j.wall_s for j in sims])),
             float(np.mean([j.last_send_s for j in sims])),
             max(r.t_send for r in sent) - t0,
-            speed_stretches(rows, step),
+            stretches,
+            stretch_seconds(rows, len(stretches)),
             len({r.extra["row"] for r in sent if r.extra and "row" in r.extra}) or len(sent),
         )
 
@@ -131,9 +142,7 @@ class PilotModel:
                     self.concurrency * float(np.mean(p.prompt) + np.mean(p.output) / 2),
                 ),
             },
-            "speed_halfwidth": self.speed_halfwidth,
-            "speed_stretches": self.stretches,
-            "speed_lag1": lag1(self.stretches),
+            "speed": self.describe_speed(),
             "replay": {
                 "what": "the fitted model simulating the pilot itself, its requests in order",
                 "simulated_s": self.replay_s,
@@ -143,4 +152,21 @@ class PilotModel:
                 "calibration": self.calibration,
                 "error": self.replay_err,
             },
+        }
+
+    def describe_speed(self) -> dict[str, Any]:
+        """The pilot's speed stretches and the fit the range carries over the job."""
+        w = self.wander
+        return {
+            "what": "decode seconds over the fitted model's, in stretches of consecutive "
+            "requests (above 1: slower than fitted)",
+            "stretches": self.stretches,
+            "stretch_s": self.stretch_s,
+            "moved": w.moved,
+            "lag1": w.lag1,
+            "semivariogram": list(w.gamma),
+            "noise": w.noise,
+            "growth": w.growth,
+            "exponent": w.exponent,
+            "horizon_s": w.horizon * w.pilot_s,
         }

@@ -196,11 +196,14 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     tgt = doc.get("pilot_size_for_target") or {}
     need, goal = tgt.get("requests", doc.get("pilot_size_for_5pct")), tgt.get("target", 0.05)
     if need:
-        worst = max(r["ours"]["rel_halfwidth"] for r in doc["rows"])
+        row = max(doc["rows"], key=lambda r: r["ours"]["rel_halfwidth"])["ours"]
         length = max(r["ours"].get("length_halfwidth", 0.0) for r in doc["rows"])
+        speed = (row.get("speed") or {}).get("halfwidth")
         console.print(
-            f"  the bar is ±{worst:.1%}, ±{length:.1%} of it from the mean output length; "
-            f"±{goal:.0%} needs a pilot of about {need:,} requests (--pilot {need})"
+            f"  the bar is ±{row['rel_halfwidth']:.1%}, ±{length:.1%} of it from the mean "
+            "output length"
+            + (f", ±{speed:.1%} from the server's speed" if speed is not None else "")
+            + f"; ±{goal:.0%} needs a pilot of about {need:,} requests (--pilot {need})"
         )
 
 

@@ -13,18 +13,21 @@ window (every stream in flight, the ramp and the tail left out):
   memory          the client's peak resident memory, and descriptors it held
   TTFT error      the client's TTFT minus the sims' configured prefill time (the sims
                   never queue here: --max-batch covers every stream), for rows sent in
-                  the window; its mean also with the sims' own first-token lateness
-                  (`sim:first_token_lag_seconds_total`) taken out
+                  the window, beside the sims' own count of how late they wrote first
+                  tokens (`sim:first_token_lag_seconds_total`)
+  GC              the garbage collector's full collections in the window, longest
   correctness     generate: 0 failed rows, every id exactly once; run: 0 failed requests
 
 Every stream decodes at --tps chunks/s whatever the batch (--per-seq-ms 0), so the
 offered chunk rate is streams x tps; row lengths are drawn uniformly in [T/2, 3T/2] so
 that rows end, and new ones start, at all times rather than in waves.
 
-The sims run at niceness 10 (--sim-nice): they stand in for servers on other hosts, and
-on a small shared machine they should yield to the client under test and to other work.
-A thread of the benchmark measures how late the host wakes it from the same 20 ms sleep
-(host lag), so the part of the client's loop lag that is the host's can be told apart.
+The client runs in a session of its own: where the kernel shares CPU between sessions
+first (autogroup), the sims, which stand in for servers on other hosts, would otherwise
+share one slice with it. A small process, also in a session of its own, measures how late
+the host wakes it from the same 20 ms sleep (host lag); and for the intervals in which the
+client's loop was more than 50 ms late, the probe notes how much of them its thread spent
+on a CPU: near 0 means it was waiting for a core, near 1 that the client was busy.
 
     bash -c 'ulimit -Sn 1024; .venv/bin/python benchmarks/scale.py'
     .venv/bin/python benchmarks/scale.py --streams 512 --sims 4 --skip-run   # a quick look
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -71,7 +75,7 @@ def client_main(lag_file: str, argv: list[str]) -> None:
     from genbench import cli
     from genbench.commands import common
 
-    samples: list[tuple[float, float]] = []
+    samples: list[tuple[float, float, float]] = []  # when, how late, loop thread's CPU
     pauses: list[tuple[float, int, float]] = []  # end, generation, seconds
     started = [0.0]
 
@@ -90,7 +94,7 @@ def client_main(lag_file: str, argv: list[str]) -> None:
         while True:
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
             now = time.perf_counter()
-            samples.append((now, now - due))
+            samples.append((now, now - due, time.thread_time()))
             due = now + LAG_PERIOD
 
     def run_async(coro: Any) -> Any:
@@ -196,21 +200,33 @@ class Sampler(threading.Thread):
             self.done.wait(self.every)
 
 
-class HostProbe(threading.Thread):
-    """How late this host wakes a thread from a 20 ms sleep: the share of the client's loop
-    lag that is the host's (other processes on the same cores), not the client's."""
+_HOST_PROBE = f"""
+import sys, time
+out = open(sys.argv[1], "w", buffering=1)
+while True:
+    t = time.perf_counter()
+    time.sleep({LAG_PERIOD})
+    now = time.perf_counter()
+    out.write(f"{{now}} {{now - t - {LAG_PERIOD}}}\\n")
+"""
 
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.samples: list[tuple[float, float]] = []
-        self.done = threading.Event()
 
-    def run(self) -> None:
-        while not self.done.is_set():
-            t = time.perf_counter()
-            time.sleep(LAG_PERIOD)
-            now = time.perf_counter()
-            self.samples.append((now, now - t - LAG_PERIOD))
+class HostProbe:
+    """How late this host wakes a process from a 20 ms sleep (host lag): the part of the
+    client's loop lag that is the host's (other processes on the same cores), not the
+    client's. A process of its own, in a session of its own, as the client is."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _HOST_PROBE, str(path)], start_new_session=True
+        )
+
+    def stop(self) -> list[tuple[float, float]]:
+        self.proc.kill()
+        self.proc.wait()
+        rows = (line.split() for line in self.path.read_text().splitlines())
+        return [(float(r[0]), float(r[1])) for r in rows if len(r) == 2]
 
 
 def open_file_limits(text: str) -> str:
@@ -235,6 +251,7 @@ class Point:
     lag_ms: dict[str, float] = field(default_factory=dict)
     host_lag_ms: dict[str, float] = field(default_factory=dict)
     gc_full: dict[str, float] = field(default_factory=dict)  # full collections in the window
+    late_on_cpu: float | None = None  # share of loop lag > 50 ms its thread was on a CPU
     rss_peak_mb: float = 0.0
     fds_peak: int = 0
     client_nofile: str = ""  # soft/hard limit the client ran under, as /proc shows it
@@ -285,7 +302,13 @@ def window_stats(
     p.cpu_share = (s1.cpu - s0.cpu) / p.window_s
     p.sims_cpu_share = (s1.sims_cpu - s0.sims_cpu) / p.window_s
     p.in_flight = statistics.fmean(s.running for s in samples[a : b + 1])
-    p.lag_ms = lag_stats([x for t, x in probe["lag"] if s0.t <= t <= s1.t])
+    ticks = [x for x in probe["lag"] if s0.t <= x[0] <= s1.t]
+    p.lag_ms = lag_stats([x for _, x, _ in ticks])
+    # of the intervals that ended more than 50 ms late, the share the loop's thread spent
+    # on a CPU:
+    # the client's own work (near 1) or waiting for a core the host gave to others (near 0)
+    late = [(b[0] - a[0], b[2] - a[2]) for a, b in itertools.pairwise(ticks) if b[1] > 0.05]
+    p.late_on_cpu = sum(c for _, c in late) / sum(x for x, _ in late) if late else None
     full = [x for t, g, x in probe["gc"] if s0.t <= t <= s1.t and g == 2]
     p.gc_full = {"count": len(full), "max_ms": max(full, default=0.0) * 1e3}
     p.host_lag_ms = lag_stats([x for t, x in host if s0.t <= t <= s1.t])
@@ -321,25 +344,34 @@ def client_cmd(lag_file: Path, args: list[str]) -> list[str]:
 
 
 def launch(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """The client in a session of its own: where the kernel shares CPU between sessions
+    first (autogroup, the default on desktop and many server kernels), the 16 sims would
+    otherwise share one session's slice with the client they stand in for remote servers
+    to, and starve it."""
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
     with open(log, "wb") as f:
-        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(
+            cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
 
 
 def follow(
     proc: subprocess.Popen[bytes], sims: list[SimProcess], log: Path
 ) -> tuple[Sampler, list[tuple[float, float]]]:
-    sampler, host = Sampler(proc.pid, sims), HostProbe()
+    sampler, host = Sampler(proc.pid, sims), HostProbe(log.with_suffix(".host"))
     sampler.start()
-    host.start()
-    rc = proc.wait()
-    sampler.done.set()
-    host.done.set()
-    sampler.join()
-    host.join()
+    try:
+        rc = proc.wait()
+    finally:
+        if proc.poll() is None:  # interrupted: the client is in its own session
+            proc.kill()
+            proc.wait()
+        sampler.done.set()
+        sampler.join()
+        host_lag = host.stop()
     if rc != 0:
         raise SystemExit(f"client failed ({rc}):\n{log.read_text()[-3000:]}")
-    return sampler, host.samples
+    return sampler, host_lag
 
 
 def write_input(path: Path, rows: int, tokens: int, seed: int) -> list[str]:
@@ -461,11 +493,13 @@ def table(points: list[Point]) -> str:
     rows = [head, "|" + "---|" * 18]
     for p in points:
         t, lg = p.ttft_err_ms, p.lag_ms
+        on_cpu = "" if p.late_on_cpu is None else f" ({p.late_on_cpu:.0%} on CPU)"
         rows.append(
             f"| {p.command} | {p.servers} | {p.streams:,} | {p.in_flight:,.0f} | "
             f"{p.chunks_per_s:,.0f} | "
             f"{p.cpu_us_per_chunk:.1f} | {p.cpu_share:.2f}, {p.sims_cpu_share:.2f} | "
-            f"{lg['p50']:.1f} / {lg['p99']:.1f} / {lg['max']:.0f} | {p.host_lag_ms['p99']:.1f} | "
+            f"{lg['p50']:.1f} / {lg['p99']:.1f} / {lg['max']:.0f}{on_cpu} | "
+            f"{p.host_lag_ms['p99']:.1f} | "
             f"{p.gc_full['count']:.0f}, {p.gc_full['max_ms']:.0f} | "
             f"{t['p50']:.1f} / {t['p99']:.1f} / {t['mean']:.1f} | {t['sim_late_mean']:.1f} | "
             f"{p.rss_peak_mb:.0f} | {p.fds_peak:,} | {p.requests:,} | {p.failed} | "
@@ -486,10 +520,12 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64, help="mean output tokens of a row")
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--rows-per-stream", type=int, default=3)
-    ap.add_argument("--sim-nice", type=int, default=10, help="niceness of the sims")
     ap.add_argument("--skip-single", action="store_true", help="no one-sim generate points")
     ap.add_argument("--skip-run", action="store_true")
     ap.add_argument("--out", type=Path, default=None, help="JSON results file")
+    ap.add_argument(
+        "--keep", type=Path, default=None, help="keep inputs, outputs, logs and probes here"
+    )
     a = ap.parse_args()
     levels = [int(x) for x in a.streams.split(",")]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -499,12 +535,10 @@ def main() -> None:
     sim_args += ["--max-batch", str(max(levels)), "--output-len", lens]  # carry their own
     points: list[Point] = []
     with tempfile.TemporaryDirectory(prefix="genbench-scale-") as tmp:
-        work = Path(tmp)
-        sims = [SimProcess(*sim_args, timeout=60) for _ in range(a.sims)]
+        work = a.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        sims = [SimProcess(*sim_args, timeout=300) for _ in range(a.sims)]
         start_all(sims)
-        for sim in sims:  # the sims stand in for servers on other hosts: they yield first
-            assert sim.proc is not None
-            os.setpriority(os.PRIO_PROCESS, sim.proc.pid, a.sim_nice)
         try:
             for n_sims in [a.sims] if a.skip_single else [a.sims, 1]:
                 for streams in levels:

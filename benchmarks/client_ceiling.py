@@ -2,9 +2,11 @@
 
 A benchmark client that saturates reports its own limit as the server's. This measures
 the limit of genbench's load engine (`genbench.load.run_phase`, as `genbench run` uses
-it) with each transport, side by side in one run with the peers' clients
-(benchmarks/peer_clients.py: `vllm bench serve`'s and a urllib + threads script), against
-servers that are not the bottleneck:
+it), side by side in one run with the peers' clients (benchmarks/peer_clients.py:
+`vllm bench serve`'s and a urllib + threads script) and, with `--baseline-rev REV`, with
+genbench as it was at an older revision (its client `genbench@REV`, run from a copy of
+that revision by its own worker, alternately with this one: same server, same load),
+against servers that are not the bottleneck:
 
   bulk    nginx serving a pre-rendered SSE response from a file (the server is free; reads
           are large, many messages each: the per-message cost of the client is exposed)
@@ -24,6 +26,8 @@ the machine runs. Wall-clock rates do, and are reported with the load average.
     .venv/bin/python benchmarks/client_ceiling.py            # full run (~22 min on 2 cores)
     .venv/bin/python benchmarks/client_ceiling.py --quick    # fewer, shorter points
     .venv/bin/python benchmarks/client_ceiling.py --only bulk --concurrency 1,256
+    .venv/bin/python benchmarks/client_ceiling.py --only bulk,tokens --quick \
+        --clients genbench --baseline-rev c38f4aa --rounds 3
 
 Results: a Markdown report on stdout and JSON in benchmarks/results/. See
 benchmarks/README.md ("Client ceiling") for recorded runs.
@@ -33,19 +37,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import heapq
 import json
 import os
 import resource
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,39 +52,36 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from ceiling_report import (  # noqa: E402
+    loadavg,
+    log,
+    machine_state,
+    merge_records,
+    merge_results,
+    report,
+    row,
+    timing_error,
+)
+from ceiling_servers import MODEL, StampServer, nginx  # noqa: E402
 from peer_clients import Phase, wait_for_go  # noqa: E402
-from stamp_server import Render  # noqa: E402
 
 VLLM_PY = Path(os.environ.get("GENBENCH_VLLM_VENV", REPO / ".cache/vllm-venv")) / "bin/python"
 # "+asyncio": the same client on asyncio's own event loop instead of uvloop
-GENBENCH_CLIENTS = (
-    "genbench-fast",
-    "genbench-aiohttp",
-    "genbench-fast+asyncio",
-    "genbench-aiohttp+asyncio",
-)
+GENBENCH_CLIENTS = ("genbench", "genbench+asyncio")
 PEERS = ("vllm", "vllm-cli", "urllib")
-MODEL = "stamp"
+BASELINES: dict[str, tuple[Path, str]] = {}  # "genbench@REV" -> (its tree, its client's name)
 
 
 # -- the genbench worker (a child process) -------------------------------------------------
 
 
 async def run_genbench(a: argparse.Namespace) -> dict[str, Any]:
-    from genbench.client import ChatRequest, Client, Timeouts, make_session
+    from genbench.client import ChatRequest, Client, Timeouts
     from genbench.endpoint import Endpoint
-    from genbench.fastclient import FastClient
     from genbench.load import run_phase
     from genbench.selfcheck import LoopMonitor
 
-    t = Timeouts(connect=30, read=600)
-    ep = Endpoint.parse(a.url)
-    session = None
-    if a.client.startswith("genbench-fast"):
-        client: Client = FastClient(ep, MODEL, timeouts=t)
-    else:  # as genbench run builds it
-        session = make_session(t)
-        client = Client(ep, MODEL, timeouts=t, session=session)
+    client = Client(Endpoint.parse(a.url), MODEL, timeouts=Timeouts(connect=30, read=600))
 
     def mk(key: str) -> ChatRequest:
         return ChatRequest(
@@ -107,8 +103,6 @@ async def run_genbench(a: argparse.Namespace) -> dict[str, Any]:
         chunks = sum(len(r.chunk_offsets) for r in ok)
         sc = await mon.stop(chunks)
     await client.close()
-    if session is not None:
-        await session.close()
     res = ph.result()
     bad = [r for r in run.records if not r.ok]
     res.update(
@@ -154,129 +148,26 @@ def worker_main(argv: list[str]) -> None:
     print(json.dumps(res), flush=True)
 
 
-# -- servers ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port} after {timeout} s")
-
-
-@contextlib.contextmanager
-def nginx(max_tokens: int) -> Iterator[str]:
-    """nginx on 127.0.0.1 serving one pre-rendered response to POST /v1/chat/completions.
-
-    A static file goes out with Content-Length, through sendfile, as fast as the socket
-    takes it: a client reads many SSE messages per read. (One message per write would
-    need a paced server: that is the `tokens` mode.) POST to a static file is answered
-    405 by nginx; `error_page 405 =200 $uri` serves the file instead."""
-    exe = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not os.path.exists(exe):
-        raise SystemExit("nginx not found: apt-get install -y nginx-light (or --only tokens)")
-    tmp = Path(tempfile.mkdtemp(prefix="gb-nginx-"))
-    www = tmp / "www/v1/chat"
-    www.mkdir(parents=True)
-    (www / "completions").write_bytes(b"".join(Render(MODEL, 0).messages(max_tokens, True)))
-    port = free_port()
-    conf = f"""
-user root;
-worker_processes 1;
-worker_rlimit_nofile 20000;
-daemon off;
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log warn;
-events {{ worker_connections 16000; }}
-http {{
-  access_log off;
-  client_body_temp_path {tmp}/body;
-  sendfile on; tcp_nodelay on;
-  keepalive_requests 10000000; keepalive_timeout 300;
-  types {{ }} default_type text/event-stream;
-  server {{
-    listen 127.0.0.1:{port} backlog=8192;
-    root {tmp}/www;
-    location /v1/chat/completions {{ error_page 405 =200 $uri; }}
-  }}
-}}
-"""
-    (tmp / "nginx.conf").write_text(conf)
-    proc = subprocess.Popen([exe, "-c", str(tmp / "nginx.conf")], stderr=subprocess.DEVNULL)
-    try:
-        wait_port(port)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        proc.send_signal(signal.SIGQUIT)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-class StampServer:
-    """benchmarks/stamp_server.py in its own process."""
-
-    def __init__(self, *args: str) -> None:
-        cmd = [sys.executable, str(HERE / "stamp_server.py"), "--port", "0", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        if "listening on" not in line:
-            self.close()
-            raise RuntimeError(f"stamp server did not start: {line!r}")
-        self.url = line.split("listening on ")[1].strip()
-        self.cpu0 = self.cpu_s()
-
-    def cpu_s(self) -> float:
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stamps(self) -> dict[str, Any]:
-        import urllib.request
-
-        with urllib.request.urlopen(self.url.rsplit("/v1", 1)[0] + "/stamps", timeout=60) as r:
-            return json.loads(r.read())
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self) -> StampServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 # -- one measurement ---------------------------------------------------------------------------
 
 
-def worker_cmd(client: str) -> list[str]:
+def is_genbench(client: str) -> bool:
+    return client in GENBENCH_CLIENTS or client in BASELINES
+
+
+def worker_cmd(client: str) -> tuple[list[str], dict[str, str] | None]:
+    """The command that runs `client`'s worker, and its environment if not this one's."""
     if client in GENBENCH_CLIENTS:
-        return [sys.executable, str(Path(__file__).resolve()), "worker", "--client", client]
+        return [sys.executable, str(Path(__file__).resolve()), "worker", "--client", client], None
+    if client in BASELINES:  # the older revision's own worker, on its own source tree
+        tree, name = BASELINES[client]
+        cmd = [sys.executable, str(tree / "benchmarks/client_ceiling.py"), "worker"]
+        return cmd + ["--client", name], {**os.environ, "PYTHONPATH": str(tree / "src")}
     py = str(VLLM_PY) if client.startswith("vllm") else sys.executable
     cmd = [py, str(HERE / "peer_clients.py"), "--client", client]
     if client == "vllm-cli":
         cmd += ["--tokenizer", str(REPO / ".cache/vllm-model")]
-    return cmd
+    return cmd, None
 
 
 def measure(
@@ -297,53 +188,30 @@ def measure(
     tmp = Path(tempfile.mkdtemp(prefix="gb-ceiling-"))
     tag = tag or f"{client}-c{concurrency}-{time.monotonic_ns()}"
     kids: list[subprocess.Popen[bytes]] = []
-    files: list[tuple[Path, Path]] = []
+    files = [(tmp / f"arr{j}.json", tmp / f"rec{j}.jsonl") for j in range(procs)]
+    records = records and is_genbench(client)
     try:
-        for j in range(procs):
+        for j, (arr, rec) in enumerate(files):
             c = concurrency // procs + (j < concurrency % procs)
             n = requests // procs + (j < requests % procs)
-            arr, rec = tmp / f"arr{j}.json", tmp / f"rec{j}.jsonl"
-            files.append((arr, rec))
-            cmd = worker_cmd(client) + [
+            cmd, env = worker_cmd(client)
+            cmd += [
                 "--url", url, "--concurrency", str(c), "--requests", str(n),
                 "--max-tokens", str(max_tokens), "--prefix", f"{tag}-p{j}",
             ]  # fmt: skip
-            if arrivals:
-                cmd += ["--arrivals", str(arr)]
-            if records and client in GENBENCH_CLIENTS:
-                cmd += ["--records", str(rec)]
-            kids.append(
-                subprocess.Popen(
-                    cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-                )
-            )
-        for k in kids:
-            assert k.stdout is not None
-            line = k.stdout.readline()
-            if line.strip() != b"ready":
-                err = k.stderr.read().decode()[-2000:] if k.stderr else ""
-                raise RuntimeError(f"{client} worker did not start: {line!r} {err}")
-        for k in kids:
-            assert k.stdin is not None
-            k.stdin.write(b"go\n")
-            k.stdin.flush()
-        results = []
-        deadline = time.monotonic() + timeout
-        for k in kids:
-            out, err = k.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            lines = out.decode().strip().splitlines()
-            if k.returncode != 0 or not lines:
-                raise RuntimeError(
-                    f"{client} worker failed ({k.returncode}): {err.decode()[-2000:]}"
-                )
-            results.append(json.loads(lines[-1]))
-        merged = merge_results(results)
+            cmd += ["--arrivals", str(arr)] if arrivals else []
+            cmd += ["--records", str(rec)] if records else []
+            pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+            kids.append(subprocess.Popen(cmd, env=env, **pipes))
+        load = loadavg()
+        merged = merge_results(run_workers(client, kids, timeout))
+        merged.update(client=client, loadavg=load)  # a baseline's worker says its own name
         if arrivals:
             merged["_arrivals"] = {}
             for arr, _ in files:
                 if arr.exists():
                     merged["_arrivals"].update(json.loads(arr.read_text()))
-        if records and client in GENBENCH_CLIENTS and procs > 1:
+        if records and procs > 1:
             merged["merge"] = merge_records([rec for _, rec in files])
         return merged
     finally:
@@ -354,128 +222,63 @@ def measure(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def merge_results(rs: list[dict[str, Any]]) -> dict[str, Any]:
-    out = dict(rs[0])
-    for key in (
-        "cpu_s",
-        "cpu_sys_s",
-        "requests",
-        "ok",
-        "failed",
-        "chunks",
-        "output_tokens",
-        "chars",
-    ):
-        out[key] = sum(r[key] for r in rs)
-    for key in ("rss_base_bytes", "rss_peak_bytes"):
-        out[key] = sum(r[key] for r in rs)
-    out["errors"] = [e for r in rs for e in r["errors"]][:5]
-    out["chars_by_key"] = {k: v for r in rs for k, v in r.get("chars_by_key", {}).items()}
-    out["t_start"] = min(r["t_start"] for r in rs)
-    out["t_end"] = max(r["t_end"] for r in rs)
-    out["wall_s"] = out["t_end"] - out["t_start"]
-    out["concurrency"] = sum(r["concurrency"] for r in rs)
-    out["procs"] = len(rs)
-    out["cpu_s_per_proc"] = [round(r["cpu_s"], 3) for r in rs]
-    return out
+def run_workers(
+    client: str, kids: list[subprocess.Popen[bytes]], timeout: float
+) -> list[dict[str, Any]]:
+    """Wait until every worker is ready, start them together, collect their results."""
+    for k in kids:
+        assert k.stdout is not None
+        line = k.stdout.readline()
+        if line.strip() != b"ready":
+            err = k.stderr.read().decode()[-2000:] if k.stderr else ""
+            raise RuntimeError(f"{client} worker did not start: {line!r} {err}")
+    for k in kids:
+        assert k.stdin is not None
+        k.stdin.write(b"go\n")
+        k.stdin.flush()
+    results = []
+    deadline = time.monotonic() + timeout
+    for k in kids:
+        out, err = k.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        lines = out.decode().strip().splitlines()
+        if k.returncode != 0 or not lines:
+            raise RuntimeError(f"{client} worker failed ({k.returncode}): {err.decode()[-2000:]}")
+        try:
+            results.append(json.loads(lines[-1]))
+        except json.JSONDecodeError:
+            raise Unreadable(f"{client} worker's result is cut ({len(out)} bytes)") from None
+    return results
 
 
-def merge_records(paths: list[Path]) -> dict[str, Any]:
-    """The multi-process prototype's merge: every worker's records file, already in t_send
-    order, merged into one stream by t_send (CLOCK_MONOTONIC is shared by the processes)."""
-    from genbench.records import RequestRecord
-
-    def read(p: Path) -> Iterator[RequestRecord]:
-        with open(p, "rb") as f:
-            for line in f:
-                yield RequestRecord.from_dict(json.loads(line))
-
-    t0 = time.perf_counter()
-    merged = list(heapq.merge(*(read(p) for p in paths), key=lambda r: r.t_send))
-    ordered = all(a.t_send <= b.t_send for a, b in zip(merged, merged[1:], strict=False))
-    return {"records": len(merged), "ordered": ordered, "merge_s": time.perf_counter() - t0}
+class Unreadable(RuntimeError):
+    """A worker's result line came back cut short (seen once, on a host at load 14)."""
 
 
-def timing_error(
-    arrivals: dict[str, list[float]], stamps: dict[str, Any], steady: bool = False
-) -> dict[str, Any]:
-    """Arrival time minus the server's write time of the same chunk, over all chunks; and
-    the error of each inter-chunk gap (ITL) the client measured. With `steady`, only the
-    chunks written while every stream was running (after the last stream's first chunk,
-    before the first stream's last): the ramp of opening thousands of connections at
-    once is left out."""
-    import numpy as np
-
-    pairs: list[tuple[np.ndarray, np.ndarray]] = []
-    mismatched = 0
-    for key, arr in arrivals.items():
-        st = stamps.get(key)
-        if st is None or len(st["sends"]) != len(arr) or not arr:
-            mismatched += 1
-            continue
-        pairs.append((np.asarray(st["sends"]), np.asarray(arr)))
-    if not pairs:
-        return {"matched": 0, "mismatched": mismatched}
-    lo, hi = -np.inf, np.inf
-    if steady:
-        lo = max(s[0] for s, _ in pairs)
-        hi = min(s[-1] for s, _ in pairs)
-    errs, itl = [], []
-    for s, a in pairs:
-        keep = (s >= lo) & (s <= hi)
-        e = (a - s)[keep]
-        errs.append(e)
-        itl.append(np.abs(np.diff(e)))
-    e = np.concatenate(errs) * 1000
-    d = np.concatenate(itl) * 1000
-    if not len(e):
-        return {"matched": len(pairs), "mismatched": mismatched}
-    return {
-        "matched": len(pairs),
-        "mismatched": mismatched,
-        "err_chunks": int(len(e)),
-        "err_p50_ms": float(np.percentile(e, 50)),
-        "err_p99_ms": float(np.percentile(e, 99)),
-        "err_max_ms": float(e.max()),
-        "itl_err_p99_ms": float(np.percentile(d, 99)) if len(d) else None,
-    }
+def measure_again(client: str, *args: Any, **kw: Any) -> dict[str, Any]:
+    """`measure`, once more if the worker's result came back unreadable."""
+    try:
+        return measure(client, *args, **kw)
+    except Unreadable as e:
+        print(f"  {e}: measuring again", file=sys.stderr, flush=True)
+        return measure(client, *args, **kw)
 
 
-# -- the sweeps ----------------------------------------------------------------------------------
-
-
-def machine_state() -> dict[str, Any]:
-    """What else the machine was doing: load average and the busiest other processes."""
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[:3]
-    top = subprocess.run(
-        ["ps", "-eo", "pcpu,rss,args", "--sort=-pcpu"], capture_output=True, text=True
-    ).stdout.splitlines()[1:7]
-    return {"loadavg": load, "cpus": os.cpu_count(), "top": [t.strip()[:140] for t in top]}
-
-
-def row(r: dict[str, Any]) -> dict[str, Any]:
-    chunks, cpu, wall = r["chunks"], r["cpu_s"], r["wall_s"]
-    out = {
-        "client": r["client"],
-        "procs": r["procs"],
-        "C": r["concurrency"],
-        "chunks": chunks,
-        "chunks_per_s": chunks / wall if wall else 0.0,
-        "chunks_per_cpu_s": chunks / cpu if cpu else 0.0,
-        "cpu_ms_per_1k_chunks": 1000 * cpu / chunks * 1000 if chunks else None,
-        "cpu_util": cpu / wall if wall else 0.0,
-        "sys_share": r["cpu_sys_s"] / cpu if cpu else 0.0,
-        "failed": r["failed"],
-        "requests": r["requests"],
-        "errors": r["errors"],
-        "rss_per_stream_kib": (r["rss_peak_bytes"] - r["rss_base_bytes"]) / r["concurrency"] / 1024,
-        "rss_peak_mib": r["rss_peak_bytes"] / 2**20,
-    }
-    for k in ("loop_lag_p99_s", "merge", "cpu_s_per_proc", "server_cpu_util"):
-        if k in r:
-            out[k] = r[k]
-    return out
+def extract_baseline(rev: str, into: Path) -> str:
+    """A copy of genbench at revision `rev` (git archive) in `into`; its client joins the
+    run as `genbench@REV`, driven by that revision's own worker."""
+    tree = into / rev
+    tree.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "src", "benchmarks"], capture_output=True
+    )
+    if archive.returncode != 0:
+        raise SystemExit(f"--baseline-rev {rev}: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    # the fastest client that revision had: before the one transport, the protocol one
+    old = "genbench-fast" if (tree / "src/genbench/fastclient.py").exists() else "genbench"
+    name = f"genbench@{rev}"
+    BASELINES[name] = (tree, old)
+    return name
 
 
 def bulk_sweep(a: argparse.Namespace, clients: list[str]) -> list[dict[str, Any]]:
@@ -484,10 +287,10 @@ def bulk_sweep(a: argparse.Namespace, clients: list[str]) -> list[dict[str, Any]
         for c in a.concurrency:
             n = max(c, a.bulk_chunks // a.tokens)
             n = max(n, 2 * c) if c <= 64 else n
-            for client in clients:
+            for client in clients * a.rounds:
                 if client == "urllib" and c > a.urllib_max_c:
                     continue
-                r = row(measure(client, url, c, n, a.tokens))
+                r = row(measure_again(client, url, c, n, a.tokens))
                 r["mode"] = "bulk"
                 rows.append(r)
                 log(r)
@@ -507,11 +310,11 @@ def token_sweep(a: argparse.Namespace, clients: list[str]) -> list[dict[str, Any
             m = max(64, min(a.tokens, int(tps * a.stream_seconds)))
             n = max(c, int(rate * a.token_seconds / m))
             with StampServer("--mode", "tokens", "--tps", f"{tps:g}") as srv:
-                for client in clients:
+                for client in clients * a.rounds:
                     if (client == "urllib" and c > a.urllib_max_c) or client == "vllm-cli":
                         continue  # vllm-cli: its random prompts cannot be matched to stamps
                     s0, t0 = srv.cpu_s(), time.perf_counter()
-                    raw = measure(client, srv.url, c, n, m, arrivals=True)
+                    raw = measure_again(client, srv.url, c, n, m, arrivals=True)
                     raw["server_cpu_util"] = (srv.cpu_s() - s0) / (time.perf_counter() - t0)
                     te = timing_error(raw.pop("_arrivals"), srv.stamps())
                     r = row(raw)
@@ -527,7 +330,7 @@ def scaling(a: argparse.Namespace) -> list[dict[str, Any]]:
         c = a.scale_concurrency
         n = max(4 * c, a.bulk_chunks // a.tokens)
         for procs in a.procs:
-            r = row(measure("genbench-fast", url, c, n, a.tokens, procs=procs, records=True))
+            r = row(measure("genbench", url, c, n, a.tokens, procs=procs, records=True))
             r["mode"] = "scaling"
             rows.append(r)
             log(r)
@@ -597,155 +400,24 @@ def measure_keys(client: str, url: str, c: int, n: int, m: int, tag: str) -> dic
     return measure(client, url, c, n, m, tag=tag)
 
 
-def log(r: dict[str, Any]) -> None:
-    keep = ("mode", "client", "procs", "C", "offered_per_s", "chunks_per_s", "chunks_per_cpu_s")
-    keep += ("cpu_util", "failed", "err_p99_ms", "itl_err_p99_ms", "rss_per_stream_kib")
-    parts = []
-    for k in keep:
-        if k in r:
-            v = r[k]
-            parts.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
-    print("  " + " ".join(parts), file=sys.stderr, flush=True)
-
-
-# -- report ------------------------------------------------------------------------------------
-
-
-def fmt(v: Any, spec: str = ".0f") -> str:
-    if v is None:
-        return "–"
-    return format(v, spec) if isinstance(v, float | int) else str(v)
-
-
-def report(res: dict[str, Any]) -> str:
-    out = [f"## Client ceiling run {res['started']}", ""]
-    ms = res["machine"]
-    out.append(f"- machine: {ms['cpus']} CPUs, load average at start {' '.join(ms['loadavg'])}")
-    end = res.get("machine_end")
-    if end:
-        out.append(f"- load average at end {' '.join(end['loadavg'])}")
-    out.append(f"- command: `{res['command']}`")
-    out.append("- busiest processes at start: " + "; ".join(f"`{t}`" for t in ms["top"][:4]))
-    out.append("")
-    bulk = [r for r in res["rows"] if r["mode"] == "bulk"]
-    if bulk:
-        out += ["### bulk: nginx, pre-rendered " + f"{res['args']['tokens']}-token streams", ""]
-        out.append("| C | client | chunks/s | chunks/CPU-s | CPU ms/1K chunks | CPU | failed |")
-        out.append("|---|---|---:|---:|---:|---:|---:|")
-        for r in bulk:
-            out.append(
-                f"| {r['C']} | {r['client']} | {fmt(r['chunks_per_s'])} | "
-                f"{fmt(r['chunks_per_cpu_s'])} | {fmt(r['cpu_ms_per_1k_chunks'], '.2f')} | "
-                f"{r['cpu_util']:.0%} | {r['failed']}/{r['requests']} |"
-            )
-        out.append("")
-        out += ratios(bulk, ("C",))
-    tok = [r for r in res["rows"] if r["mode"] == "tokens"]
-    if tok:
-        out += ["### tokens: stamp server, one chunk per write, timing error vs its stamps", ""]
-        out.append(
-            "| C | offered/s | client | chunks/s | chunks/CPU-s | CPU | err p50 ms | "
-            "err p99 ms | ITL err p99 ms | failed |"
-        )
-        out.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-        for r in tok:
-            out.append(
-                f"| {r['C']} | {r['offered_per_s']} | {r['client']} | {fmt(r['chunks_per_s'])} | "
-                f"{fmt(r['chunks_per_cpu_s'])} | {r['cpu_util']:.0%} | "
-                f"{fmt(r.get('err_p50_ms'), '.2f')} | {fmt(r.get('err_p99_ms'), '.2f')} | "
-                f"{fmt(r.get('itl_err_p99_ms'), '.2f')} | {r['failed']}/{r['requests']} |"
-            )
-        out.append("")
-        out += ratios(tok, ("C", "offered_per_s"))
-        out.append("Highest rate ingested with timing error p99 < 1 ms:")
-        for client in dict.fromkeys(r["client"] for r in tok):
-            good = [r for r in tok if r["client"] == client and (r.get("err_p99_ms") or 1e9) < 1]
-            best = max(good, key=lambda r: r["chunks_per_s"], default=None)
-            out.append(
-                f"- {client}: "
-                + (f"{best['chunks_per_s']:.0f} chunks/s (C={best['C']})" if best else "none")
-            )
-        out.append("")
-    sc = [r for r in res["rows"] if r["mode"] == "scaling"]
-    if sc:
-        base = sc[0]["chunks_per_s"] / sc[0]["procs"]
-        out += ["### scaling: genbench-fast in N processes, bulk", ""]
-        out.append("| procs | C | chunks/s | × one process | chunks/CPU-s | CPU per process |")
-        out.append("|---:|---:|---:|---:|---:|---|")
-        for r in sc:
-            out.append(
-                f"| {r['procs']} | {r['C']} | {fmt(r['chunks_per_s'])} | "
-                f"{r['chunks_per_s'] / base:.2f} | {fmt(r['chunks_per_cpu_s'])} | "
-                f"{r.get('cpu_s_per_proc')} |"
-            )
-        out.append("")
-    hd = [r for r in res["rows"] if r["mode"] == "hold"]
-    if hd:
-        out += ["### hold: C streams in flight at once", ""]
-        out.append(
-            "| C | client | RSS peak MiB | KiB per stream | CPU | failed | err p99 ms (all) | "
-            "err p50/p99 ms (all streams running) |"
-        )
-        out.append("|---:|---|---:|---:|---:|---:|---:|---:|")
-        for r in hd:
-            st = r.get("steady") or {}
-            out.append(
-                f"| {r['C']} | {r['client']} | {r['rss_peak_mib']:.0f} | "
-                f"{r['rss_per_stream_kib']:.1f} | {r['cpu_util']:.0%} | "
-                f"{r['failed']}/{r['requests']} | {fmt(r.get('err_p99_ms'), '.1f')} | "
-                f"{fmt(st.get('err_p50_ms'), '.2f')} / {fmt(st.get('err_p99_ms'), '.2f')} |"
-            )
-        out.append("")
-    sp = [r for r in res["rows"] if r["mode"] == "split"]
-    if sp:
-        out += ["### split: the sim cutting the byte stream at random positions", ""]
-        out.append(
-            "| piece bytes | tokens | client | failed | successful requests with text changed | "
-            "characters lost (-) or added (+) in them |"
-        )
-        out.append("|---|---:|---|---:|---:|---:|")
-        for r in sp:
-            ok = r["requests"] - r["failed"]
-            out.append(
-                f"| {r['split']} | {r['tokens']} | {r['client']} | {r['failed']}/{r['requests']} "
-                f"| {r['requests_text_differs']}/{ok} "
-                f"| {r['chars'] - r['chars_expected']:+d} of {r['chars_expected']} |"
-            )
-        out.append("")
-    return "\n".join(out)
-
-
-def ratios(rows: list[dict[str, Any]], by: tuple[str, ...]) -> list[str]:
-    """genbench-fast over each other client, per CPU-second, at each point."""
-    out = []
-    points = dict.fromkeys(tuple(r[k] for k in by) for r in rows)
-    for pt in points:
-        at = {r["client"]: r for r in rows if tuple(r[k] for k in by) == pt}
-        g = at.get("genbench-fast")
-        if not g:
-            continue
-        parts = [
-            f"{g['chunks_per_cpu_s'] / r['chunks_per_cpu_s']:.2f}× {name}"
-            for name, r in at.items()
-            if name != "genbench-fast" and r["chunks_per_cpu_s"]
-        ]
-        label = ", ".join(f"{k}={v}" for k, v in zip(by, pt, strict=True))
-        out.append(f"- {label}: genbench-fast per CPU-second = " + ", ".join(parts))
-    return [*out, ""]
-
-
 def ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x]
 
 
-def main(argv: list[str]) -> None:
-    if argv[:1] == ["worker"]:
-        worker_main(argv[1:])
-        return
+def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer points, shorter runs")
     p.add_argument("--only", default="bulk,tokens,scaling,hold,split")
-    p.add_argument("--clients", default="genbench-fast,genbench-aiohttp,vllm,vllm-cli,urllib")
+    p.add_argument("--clients", default="genbench,vllm,vllm-cli,urllib")
+    p.add_argument(
+        "--baseline-rev",
+        default="",
+        help="git revisions (comma-separated) whose genbench client runs beside this one, "
+        "as genbench@REV, each from a copy of that revision",
+    )
+    p.add_argument(
+        "--rounds", type=int, default=1, help="bulk and tokens: every client N times, in turn"
+    )
     p.add_argument("--concurrency", type=ints, default=[1, 16, 256, 1024, 4096])
     p.add_argument("--token-concurrency", type=ints, default=[16, 256, 1024])
     p.add_argument("--rates", type=ints, default=[5000, 20000, 50000, 100000])
@@ -767,13 +439,23 @@ def main(argv: list[str]) -> None:
         a.bulk_chunks = 600_000
         a.token_seconds = 3.0
         a.split_requests = 100
+    return a
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["worker"]:
+        worker_main(argv[1:])
+        return
+    a = parse_args(argv)
     resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
     clients = a.clients.split(",")
     if not VLLM_PY.exists():
         print(f"no vLLM venv at {VLLM_PY.parent.parent}: skipping the vllm clients "
               "(scripts/vllm-test-server.sh setup)", file=sys.stderr)  # fmt: skip
         clients = [c for c in clients if not c.startswith("vllm")]
-    only = set(a.only.split(","))
+    trees = Path(tempfile.mkdtemp(prefix="gb-baseline-"))
+    for rev in filter(None, a.baseline_rev.split(",")):
+        clients.insert(1, extract_baseline(rev, trees))
     res: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "command": " ".join(["benchmarks/client_ceiling.py", *argv]),
@@ -788,10 +470,13 @@ def main(argv: list[str]) -> None:
         ("hold", lambda: hold(a, clients)),
         ("split", lambda: split_check(a, clients)),
     ]
-    for name, step in steps:
-        if name in only:
-            print(f"{name} …", file=sys.stderr, flush=True)
-            res["rows"] += step()
+    try:
+        for name, step in steps:
+            if name in a.only.split(","):
+                print(f"{name} …", file=sys.stderr, flush=True)
+                res["rows"] += step()
+    finally:
+        shutil.rmtree(trees, ignore_errors=True)
     res["machine_end"] = machine_state()
     out = a.out or HERE / "results" / f"client_ceiling-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

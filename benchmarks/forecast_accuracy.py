@@ -14,7 +14,7 @@ inherited), on one server:
 2. the field's method, in-process: three prompts single-stream for the tokens per
    sample, a burst of 32 equal-length requests at that length for the rate,
    N × tokens / rate;
-3. ours: `genbench plan --prompts FILE --samples N --url URL --concurrency C --warmup W
+3. ours: `genbench plan --prompts FILE --samples N --url URL --concurrency C --warmup-time W
    --seed S --out DIR --json`, with `--target-error E --pilot-max-time T` (open-ended
    pilot, `--pilot auto`) or `--pilot K`. The forecast for N, its bar and the naive pilot
    (pilot wall × N / K) are read from its JSON; the pilot's records (DIR/requests.jsonl)
@@ -22,7 +22,7 @@ inherited), on one server:
    the number of pilot requests, known only after plan ran;
 4. the job: W seconds of load at C (in-process, discarded: a job of hours runs warm,
    and this one starts after plan's pause), then `genbench generate --input FILE
-   --output JOBDIR --url URL --concurrency C`. Its wall time is max(meta.finished_at) −
+   --out JOBDIR --url URL --concurrency C`. Its wall time is max(meta.finished_at) −
    min(meta.sent_at) over the rows it wrote (rows in errors.jsonl count as failed).
    Between the warm-up and the job's first request the server idles while generate
    starts and checks it (about a second).
@@ -84,9 +84,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from genbench.client import ChatRequest, Timeouts
+from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
-from genbench.fastclient import FastClient
 from genbench.load import run_phase
 from genbench.plan import PilotModel, Pool, StepModel, decode_rows, fit_step, simulate_job
 from genbench.records import RequestRecord, read_records
@@ -168,7 +167,7 @@ async def phase(
 ) -> list[RequestRecord]:
     """One phase on the transport `run`, `generate` and plan's pilot use; with `duration`,
     the requests are cycled for that long (a warm-up)."""
-    client = FastClient(Endpoint.parse(t.url), t.model, timeouts=Timeouts(connect=10, read=600))
+    client = Client(Endpoint.parse(t.url), t.model, timeouts=Timeouts(connect=10, read=600))
     source = itertools.cycle(reqs) if duration else iter(reqs)
     try:
         run = await run_phase(client, source, concurrency=c, phase=name, duration=duration)
@@ -331,7 +330,7 @@ def one_run(
     t0 = time.perf_counter()
     out = genbench(
         ["plan", "--prompts", str(prompts_file), "--samples", str(n), *common, *pilot_args]
-        + ["--warmup", f"{warmup_s:g}", "--seed", str(seed), "--out", str(plan_dir), "--json"],
+        + ["--warmup-time", f"{warmup_s:g}", "--seed", str(seed), "--out", str(plan_dir), "--json"],
         work / "plan.log",
     )
     t_plan_end = time.perf_counter()
@@ -365,7 +364,7 @@ def one_run(
     behind1 = sim_behind(root) if sim else 0.0
     t1 = time.perf_counter()
     gen = genbench(
-        ["generate", "--input", str(prompts_file), "--output", str(work / "job"), *common]
+        ["generate", "--input", str(prompts_file), "--out", str(work / "job"), *common]
         + ["--plan", str(plan_dir), "--json"],
         work / "generate.log",
     )
@@ -508,7 +507,7 @@ def identical_jobs(
             asyncio.run(phase(t, warm, c, "job-warmup", duration=warmup_s))
         job = work / f"job{i}"
         genbench(
-            ["generate", "--input", str(prompts_file), "--output", str(job), "--url", t.url]
+            ["generate", "--input", str(prompts_file), "--out", str(job), "--url", t.url]
             + ["--model", t.model, "--concurrency", str(c), "--temperature", "0"],
             work / f"generate{i}.log",
         )

@@ -41,10 +41,9 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from genbench.client import ChatRequest, Timeouts
+from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import UsageError
-from genbench.fastclient import FastClient
 from genbench.load import run_phase
 from genbench.plan import (
     WANDER_EXPONENT,
@@ -73,7 +72,7 @@ async def load(url: str, model: str, seconds: float, c: int, median: float, out:
         )
         for i, n in enumerate(lengths)
     ]
-    client = FastClient(Endpoint.parse(url), model, timeouts=Timeouts(connect=10, read=600))
+    client = Client(Endpoint.parse(url), model, timeouts=Timeouts(connect=10, read=600))
     with out.open("wb") as f:
 
         def record(r: RequestRecord) -> None:

@@ -162,7 +162,7 @@ def test_acceptance_length_rows_when_the_server_speculates(sim_factory, tmp_path
             "warmup,sweep",
             "--lengths",
             "200",
-            "--prompts",
+            "--prompts-per-length",
             "4",
             "--out",
             str(out),

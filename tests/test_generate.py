@@ -7,15 +7,18 @@ has a line a JSON reader would choke on.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gzip
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +27,16 @@ import pytest
 from conftest import genbench
 from tests_helpers import closed_port_url
 
-from genbench.generate.input import ShardSpec, derive_id, scan
+from genbench.client import ChatRequest
+from genbench.endpoint import Endpoint
+from genbench.errors import ErrorKind, OutOfDescriptors
+from genbench.generate.input import Row, ShardSpec, derive_id, scan
 from genbench.generate.params import job_params, merge
+from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress
-from genbench.generate.store import scan_jsonl_shard
+from genbench.generate.store import Existing, Store, row_line, scan_jsonl_shard
+from genbench.load import Slot
+from genbench.records import RequestRecord, read_records
 from genbench.sim.process import SimProcess
 
 SIM = ("--tps", "1000", "--per-seq-ms", "0.2", "--ttft-ms", "5", "--output-len", "uniform:20:60")
@@ -94,6 +103,23 @@ def assert_exactly_once(out: Path, ids: list[str]) -> list[dict[str, Any]]:
     assert not dups, f"duplicate ids: {dups}"
     assert sorted(counts) == sorted(ids)
     return rows
+
+
+def request_log(out: Path) -> list[RequestRecord]:
+    return read_records(out / ".genbench" / "requests.jsonl")
+
+
+def assert_log_holds_every_attempt(out: Path, ids: list[str]) -> list[RequestRecord]:
+    """The request log: every failed attempt with its kind and what became of its row,
+    and each row's final attempt, answered and written (`done`); the failed ones."""
+    recs = request_log(out)
+    failed = [r for r in recs if not r.ok]
+    assert all(r.error_kind and r.extra["outcome"] in ("retry", "requeued") for r in failed)
+    last = {r.id: r for r in recs}  # the log is in the order attempts ended
+    assert sorted(last) == sorted(ids)
+    assert all(r.ok and r.extra["outcome"] == "done" for r in last.values())
+    assert sum(r.ok for r in recs) == len(ids)  # single-turn rows: one answer each
+    return failed
 
 
 def line_count(out: Path) -> int:
@@ -322,6 +348,13 @@ def test_retries_on_503_and_context_too_long_goes_straight_to_errors(sim_factory
     (err,) = error_rows(out)
     assert err["id"] == "long" and err["http_status"] == 400 and err["attempts"] == 1
     assert "context length" in err["error"]
+    # failures are data: each retried 503 is in the request log, charged, then answered
+    recs = request_log(out)
+    retried = [r for r in recs if r.http_status == 503 and r.id != "long"]
+    assert retried and all(r.extra["outcome"] == "retry" for r in retried)
+    assert len(retried) == sum(r["meta"]["attempts"] - 1 for r in got)
+    long = [r for r in recs if r.id == "long"][-1]
+    assert long.http_status == 400 and long.extra["outcome"] == "failed"
 
 
 # -- crashes: client, server, one of two servers --------------------------------------------
@@ -382,8 +415,15 @@ def test_server_sigkill_and_restart_on_the_same_port(sim_factory, tmp_path):
             proc.kill()
     stdout = (tmp_path / "stdout.txt").read_text()
     assert "is down" in stdout and "is back" in stdout
+    # one server: no "its rows go to the other servers", but that it waits and until when
+    assert "it is the only one: waiting" in stdout and "other servers" not in stdout
+    assert "gives up after 30.0 min" in stdout
     assert_exactly_once(out, [f"r{i}" for i in range(n)])
     assert error_rows(out) == []
+    failed = assert_log_holds_every_attempt(out, [f"r{i}" for i in range(n)])
+    kinds = {r.error_kind for r in failed}
+    assert "connect_refused" in kinds or kinds & {"disconnected", "incomplete_stream"}, kinds
+    assert all(r.extra["outcome"] == "requeued" for r in failed)  # uncharged: the server died
 
 
 def test_two_servers_one_dies_the_other_finishes(sim_factory, tmp_path):
@@ -400,6 +440,8 @@ def test_two_servers_one_dies_the_other_finishes(sim_factory, tmp_path):
     servers = Counter(r["meta"]["server"] for r in rows)
     assert servers[dying.url] > 0 and servers[healthy.url] > servers[dying.url]
     assert error_rows(out) == []
+    failed = assert_log_holds_every_attempt(out, [f"r{i}" for i in range(n)])
+    assert failed and {r.server for r in failed} == {dying.url}
 
 
 def test_all_servers_down_at_start_is_a_clear_error(capsys, tmp_path):
@@ -462,6 +504,8 @@ def test_vllm_sigkill_and_restart_mid_job(tmp_path):
         stdout = (tmp_path / "stdout.txt").read_text()
         assert "is down" in stdout and "is back" in stdout
         assert_exactly_once(out, [f"r{i}" for i in range(n)])
+        failed = assert_log_holds_every_attempt(out, [f"r{i}" for i in range(n)])
+        assert failed, "the rows in flight when the server died are in the log"
     finally:
         subprocess.run([*script, "stop", name], capture_output=True)
 
@@ -494,6 +538,86 @@ def test_scan_finds_duplicates_among_done_rows_and_derived_ids(tmp_path):
     assert res.rows == 5 and res.done == 2 and res.todo == {"r0", "r2", same}
     assert [(b.line, b.field) for b in res.bad] == [(4, "id"), (6, "id")]
     assert "same content" in res.bad[1].problem
+
+
+@contextlib.contextmanager
+def no_descriptors_left() -> Iterator[None]:
+    """This process at its limit of open files, as a job of thousands of streams is."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 32, hard))
+    hog: list[int] = []
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                hog.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for fd in hog:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_store_out_of_descriptors_opens_its_next_shard_from_its_reserve(tmp_path):
+    """At the descriptor limit a new shard still opens (descriptors held in reserve); when
+    the reserve is spent too, the error says what it is and the row is not lost."""
+    store = Store(tmp_path / "out", shard_bytes=4096)
+    store.begin(Existing(), {"model": "m"})
+    line = row_line("x", [{"role": "user", "content": "y" * 3000}], {})
+    with no_descriptors_left():
+        assert store.write_row("a", line) and store.write_row("b", line)  # shard 0
+        assert store.reserve.used == 2
+        with pytest.raises(OutOfDescriptors, match=r"out of file descriptors: raise ulimit -n"):
+            store.write_row("c", line)  # shard 1 needs two more: one is left
+    asyncio.run(store.sync())  # the reserve is taken back
+    assert len(store.reserve.fds) == 3
+    assert store.write_row("c", line)  # not claimed by the failed write
+    asyncio.run(store.close())
+    assert [r["id"] for r in data_rows(tmp_path / "out")] == ["x", "x", "x"]
+
+
+class InstantClient:
+    """Answers at once; its first `short` connects fail as they do on a machine out of
+    file descriptors."""
+
+    def __init__(self, short: int) -> None:
+        self.short, self.endpoint = short, Endpoint.parse("http://127.0.0.1:9/v1")
+
+    def new_record(self, req: ChatRequest, phase: str = "") -> RequestRecord:
+        return RequestRecord(req.id, phase=phase, server=self.endpoint.base_url)
+
+    async def chat(self, req: ChatRequest, record: RequestRecord) -> RequestRecord:
+        await asyncio.sleep(0.002)
+        if self.short > 0:
+            self.short -= 1
+            record.error_kind, record.error_message = ErrorKind.LOCAL_LIMIT, "Too many open files"
+        else:
+            record.text, record.completion_tokens, record.finish_reason = "ok", 1, "stop"
+        return record
+
+
+def test_out_of_descriptors_at_connect_means_fewer_streams_not_a_failed_row():
+    notes: list[str] = []
+    done: list[str] = []
+
+    class Sink:
+        def finish(self, conv: Any) -> None:
+            done.append(conv.row.id)
+
+        def give_up(self, conv: Any, kind: Any, why: str) -> None:
+            raise AssertionError(why)
+
+        def note(self, text: str, style: str = "") -> None:
+            notes.append(text)
+
+    rows = [Row(f"r{i}", [{"role": "user", "content": "q"}], {}, i + 1) for i in range(40)]
+    slot, recs = Slot(InstantClient(short=3), 8), []  # type: ignore[arg-type]
+    load = row_load([slot], rows, Sink(), params={}, turns="all", retries=Retries(retries=0),
+                    on_record=recs.append)  # fmt: skip
+    asyncio.run(load.run())
+    assert sorted(done) == sorted(r.id for r in rows) and slot.streams == 8 - 3
+    short = [r for r in recs if r.error_kind == "local_limit"]
+    assert len(short) == 3 and all(r.extra["outcome"] == "requeued" for r in short)
+    assert len(notes) == 1 and "out of file descriptors: raise ulimit -n" in notes[0]  # once
 
 
 def test_torn_tail_and_stale_index_are_repaired(tmp_path):
@@ -548,12 +672,52 @@ def test_url_file_and_sizes(tmp_path):
 
 
 def test_eta_and_error_bar_from_recent_windows():
+    """Rates come from the request records (stats.RecentRates): rows/s counts the records
+    that ended a row; the ETA's bar is that rate's spread over sub-windows."""
     now = [0.0]
     prog = Progress(1000, 0, 0, ["s"], clock=lambda: now[0])
-    for t in range(1, 61):  # 5 rows/s, steady
+    for t in range(1, 61):  # 5 rows/s, steady, each one request of 10 tokens
         now[0] = float(t)
+        for k in range(5):
+            end = {"outcome": "done"}
+            prog.on_record(RequestRecord(f"x{t}-{k}", server="s", t_end=t - 0.1 * k,
+                                         completion_tokens=10, extra=end))  # fmt: skip
         prog.on_durable("row", [(f"x{t}{k}", None) for k in range(5)])
-        prog.sample()
     eta, err = prog.eta()
     assert eta == pytest.approx((1000 - 300) / 5.0, rel=0.02)
     assert err is not None and err < 0.05 * eta
+    snap = prog.snapshot([{"url": "s"}])
+    assert snap["tokens_per_s"] == pytest.approx(50, rel=0.05)
+    assert snap["servers"][0]["rows_per_s"] == pytest.approx(5, rel=0.05)
+
+
+def test_with_every_server_down_the_eta_is_held_and_the_panel_says_so():
+    """Nothing can finish while no server is up: a rate over a window filling with nothing
+    would grow the ETA without end, so it is held, and the panel says why and until when."""
+    from rich.console import Console
+
+    from genbench.commands.generate import render
+
+    now = [0.0]
+    prog = Progress(1000, 0, 0, ["s"], clock=lambda: now[0])
+    for t in range(1, 61):
+        now[0] = float(t)
+        for k in range(5):
+            end = {"outcome": "done"}
+            prog.on_record(RequestRecord(f"x{t}-{k}", server="s", t_end=t - 0.1 * k,
+                                         completion_tokens=10, extra=end))  # fmt: skip
+        prog.on_durable("row", [(f"x{t}{k}", None) for k in range(5)])
+    up = {"url": "s", "state": "up", "down_s": None, "in_flight": 8, "concurrency": 8}
+    before = prog.snapshot([up])
+    assert before["all_down_s"] is None
+    for down_s in (1.0, 38.0, 250.0):
+        now[0] = 60.0 + down_s
+        snap = prog.snapshot([{**up, "state": "down", "down_s": down_s, "in_flight": 0}])
+        assert snap["eta_s"] == before["eta_s"] and snap["all_down_s"] == down_s
+    console = Console(width=150, record=True)
+    console.print(render(snap, 1800.0))
+    text = console.export_text()
+    assert "all servers down for 4.2 min; waiting, gives up after 30.0 min" in text
+    assert "held while no server is up" in text and "finishes" not in text
+    now[0] = 400.0  # back up: the ETA follows the rate again
+    assert prog.snapshot([up])["all_down_s"] is None

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +39,7 @@ from genbench.plan import (
     turn_count,
     window_gap_variance,
 )
+from genbench.records import read_records
 
 SIM_ARGS = ("--tps", "150", "--per-seq-ms", "0.4", "--ttft-ms", "5")
 SKEWED = ("--output-len", "lognormal:40:0.6", "--thinking-tokens", "10")
@@ -71,7 +75,7 @@ def test_the_fields_arithmetic_is_reproduced_exactly():
     assert row["tokens"]["output"] == 296_500_000
     assert row["one_server"]["hours"] == pytest.approx(296_500_000 / 577.8 / 3600, rel=1e-12)
     assert round(row["one_server"]["hours"], 1) == 142.5
-    assert "142.5 h" in p.stderr and "0.2965B" in p.stderr  # the table, beside the JSON
+    assert "142.5 h" in p.stderr and "296M" in p.stderr  # the table, beside the JSON
 
 
 def test_default_rows_servers_and_hidden_state_storage():
@@ -174,7 +178,7 @@ def generate_job(
     """The job itself, run by `genbench generate` as a user would: (wall seconds from its
     first send to its last row, mean output tokens per row)."""
     p = genbench(
-        "generate", "--input", str(prompts), "--output", str(out), "--url", url,
+        "generate", "--input", str(prompts), "--out", str(out), "--url", url,
         "--concurrency", str(concurrency), *extra, timeout=300,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
@@ -202,7 +206,7 @@ def test_pilot_forecasts_the_job_it_is_then_checked_against(sim_factory, tmp_pat
     p = genbench(
         "plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
         "--concurrency", str(c), "--pilot", str(k), "--samples", str(n), "--out", str(out),
-        "--bootstrap", "100", "--warmup", "1", "--json", timeout=120,
+        "--bootstrap", "100", "--warmup-time", "1", "--json", timeout=120,
     )  # fmt: skip
     behind_pilot = sim_behind_s(sim.root)
     doc = plan_json(p)
@@ -259,7 +263,7 @@ def test_open_ended_pilot_stops_when_the_mean_length_reaches_its_target(sim_fact
     p = genbench(
         "plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
         "--concurrency", str(c), "--target-error", str(target * 100), "--samples", "20K",
-        "--out", str(out), "--bootstrap", "40", "--warmup", "0", "--json", timeout=180,
+        "--out", str(out), "--bootstrap", "40", "--warmup-time", "0", "--json", timeout=180,
     )  # fmt: skip
     doc = plan_json(p)
     assert doc["inputs"]["pilot_stopped"] == "target", doc["inputs"]
@@ -294,6 +298,35 @@ def test_open_ended_pilot_stops_when_the_mean_length_reaches_its_target(sim_fact
     assert abs(replay["error"]) < 0.05 and abs(replay["calibration"] - 1) < 0.05, replay
 
 
+def test_a_server_killed_mid_pilot_is_one_line_and_exit_3_records_kept(sim_factory, tmp_path):
+    """The pilot runs generate's path, but a plan has no server to wait for: a server
+    that stops answering ends it at once, with the records so far on disk."""
+    sim = sim_factory(*SIM_ARGS, *SKEWED)
+    f = tmp_path / "prompts.jsonl"
+    write_prompts(f, 400)
+    out = tmp_path / "pilot"
+    cmd = [sys.executable, "-m", "genbench", "plan", "--prompts", str(f), "--url", sim.url,
+           "--concurrency", "4", "--pilot", "400", "--warmup", "0", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        log = out / "requests.jsonl"
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.read_bytes().count(b"\n") >= 20):
+            assert time.monotonic() < deadline and proc.poll() is None, "no pilot records"
+            time.sleep(0.05)
+        sim.kill()
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "stopped answering" in lines[0], stderr
+    assert f"pilot records so far in {out}" in lines[0]
+    recs = read_records(out / "requests.jsonl")
+    assert sum(r.ok for r in recs) >= 20 and any(not r.ok for r in recs)
+    assert not (out / "plan.json").exists()
+
+
 def test_open_ended_pilot_stops_at_its_time_limit_and_says_so(sim_factory, tmp_path):
     sim = sim_factory(*SIM_ARGS, *SKEWED)
     write_prompts(tmp_path / "prompts.jsonl", 5000)
@@ -301,7 +334,7 @@ def test_open_ended_pilot_stops_at_its_time_limit_and_says_so(sim_factory, tmp_p
         "plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
         "--concurrency", "8", "--target-error", "0.5", "--pilot-max-time", "3",
         "--samples", "10K", "--out", str(tmp_path / "pilot"), "--bootstrap", "30",
-        "--warmup", "0", "--json", timeout=120,
+        "--warmup-time", "0", "--json", timeout=120,
     )  # fmt: skip
     doc = plan_json(p)
     assert doc["inputs"]["pilot_stopped"] == "time"
@@ -587,7 +620,7 @@ def test_pilot_runs_conversations_and_row_params_as_generate_does(sim_factory, t
     p = genbench(
         "plan", "--prompts", str(f), "--url", sim.url, "--concurrency", str(c),
         "--pilot", "120", "--samples", str(n), "--out", str(out), "--bootstrap", "60",
-        "--warmup", "0", "--max-tokens", "400", "--json", timeout=180,
+        "--warmup-time", "0", "--max-tokens", "400", "--json", timeout=180,
     )  # fmt: skip
     doc = plan_json(p)
     recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
@@ -669,8 +702,34 @@ def test_generate_refuses_a_bad_plan_before_sending_anything(tmp_path, content, 
     (tmp_path / "in.jsonl").write_text('{"id": "a", "prompt": "hi"}\n')
     bad = tmp_path / "plan.json"
     bad.write_text(content)
-    p = genbench("generate", "--input", str(tmp_path / "in.jsonl"), "--output",
+    p = genbench("generate", "--input", str(tmp_path / "in.jsonl"), "--out",
                  str(tmp_path / "out"), "--url", closed_port_url(), "--plan", str(bad))  # fmt: skip
     assert p.returncode == 2, p.stderr
     assert needle in p.stderr and str(bad) in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _forced_run(tmp_path, natural=False):
+    """A run result by hand: sustained at C=8 on 1,024-token outputs, a third of them thinking."""
+    phase = {"ok": 40, "output_tokens": 40 * 1024, "thinking_tokens": 40 * 341}
+    return {
+        "_path": str(tmp_path / "result.json"),
+        "config": {"natural": natural, "sweep_tokens": 1024},
+        "sweep": {"sustained": {"by_concurrency": {"8": 500.0}}, "burst": {}},
+        "phases": [{"kind": "sustained", "name": "sustained-c8", "concurrency": 8,
+                    "max_tokens": 1024, "summary": phase}],
+    }  # fmt: skip
+
+
+def test_from_a_run_says_when_the_job_is_much_longer_than_the_sweep(tmp_path):
+    from genbench.plan.from_result import plan_from_result
+
+    doc = plan_from_result(_forced_run(tmp_path), [100_000], 1, None, 2965.0, None, None)
+    length = [n for n in doc["notes"] if "measured on outputs forced to 1,024 tokens" in n]
+    assert len(length) == 1 and "+189.6%" in length[0] and "--sweep-tokens 2965" in length[0]
+    basis = doc["model"]["thinking_share_basis"]
+    assert "13,640 thinking of 40,960" in basis and "forced lengths" in basis
+    assert "applied as is to 2,965 tokens per sample" in basis
+    # within 25% of the sweep's length: nothing to say about it
+    near = plan_from_result(_forced_run(tmp_path), [100_000], 1, None, 1200.0, None, None)
+    assert not [n for n in near["notes"] if "measured on" in n]

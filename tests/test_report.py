@@ -33,7 +33,7 @@ RUN_ARGS = (
     "warmup",
     "--lengths",
     "64,128",
-    "--prompts",
+    "--prompts-per-length",
     "2",
     "--concurrency",
     "1,4,8",

@@ -120,7 +120,7 @@ def test_records_file_has_one_line_per_request_sent_failures_included(sim_factor
         "0",
         "--lengths",
         "20",
-        "--prompts",
+        "--prompts-per-length",
         "4",
         "--concurrency",
         "2,4",
@@ -232,7 +232,7 @@ def test_every_phase_carries_the_client_self_check(fast_sim, tmp_path):
         "0",
         "--lengths",
         "30",
-        "--prompts",
+        "--prompts-per-length",
         "2",
         "--concurrency",
         "4",
@@ -259,7 +259,7 @@ def test_a_client_bound_phase_is_flagged(fast_sim, tmp_path):
         "0",
         "--lengths",
         "60",
-        "--prompts",
+        "--prompts-per-length",
         "2",
         "--skip",
         "sweep",
@@ -312,7 +312,7 @@ def test_extra_body_reaches_the_server(sim_factory, tmp_path):
         "0",
         "--lengths",
         "30",
-        "--prompts",
+        "--prompts-per-length",
         "2",
         "--skip",
         "sweep",
@@ -333,7 +333,7 @@ def test_summary_says_when_token_counts_are_estimated(sim_factory, tmp_path):
     sim = sim_factory(*SIM_ARGS, "--fault", "no-usage")
     out = tmp_path / "r"
     p = genbench(
-        "run", "--url", sim.url, "--warmup", "0", "--lengths", "20", "--prompts", "2",
+        "run", "--url", sim.url, "--warmup", "0", "--lengths", "20", "--prompts-per-length", "2",
         "--skip", "sweep", "--out", str(out),
     )  # fmt: skip
     assert p.returncode == 0, p.stderr

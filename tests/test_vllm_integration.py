@@ -18,7 +18,7 @@ pytestmark = pytest.mark.vllm
 
 def run_quick(url: str, out, *extra: str) -> dict:
     p = genbench("run", "--url", url, "--warmup", "1", "--warmup-tokens", "16", "--lengths",
-                 "48", "--prompts", "2", "--concurrency", "1,4", "--sweep-tokens", "48",
+                 "48", "--prompts-per-length", "2", "--concurrency", "1,4", "--sweep-tokens", "48",
                  "--requests-per-slot", "2", "--out", str(out), *extra, timeout=600)  # fmt: skip
     assert p.returncode == 0, p.stderr + p.stdout
     return json.loads((out / "result.json").read_text())

@@ -11,20 +11,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 
-from genbench.client import (
-    ChatRequest,
-    Client,
-    Timeouts,
-    classify_exception,
-    error_message_from_body,
-    make_session,
-)
+from genbench.client import ChatRequest, Client, ConnectionPool, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import ExitCode, GenbenchError
 from genbench.records import ErrorKind, RequestRecord
+from genbench.stream import Failure, error_message_from_body
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
@@ -90,8 +83,8 @@ def _where(ep: Endpoint) -> str:
     return ep.root.split("://", 1)[1]
 
 
-def _transport_diagnosis(ep: Endpoint, exc: BaseException, what: str) -> Diagnosis:
-    kind = classify_exception(exc, got_response=False)
+def _transport_diagnosis(ep: Endpoint, failure: Failure, what: str) -> Diagnosis:
+    kind = failure.kind
     host = _where(ep)
     if kind is ErrorKind.CONNECT_REFUSED:
         return Diagnosis(
@@ -117,7 +110,7 @@ def _transport_diagnosis(ep: Endpoint, exc: BaseException, what: str) -> Diagnos
             f"{host} closed the connection during {what}: the "
             "server crashed or is not an HTTP server.",
         )
-    return Diagnosis(Exit.REQUEST_FAILED, f"{what} at {host} failed: {ep.redact(str(exc))}")
+    return Diagnosis(Exit.REQUEST_FAILED, f"{what} at {host} failed: {ep.redact(failure.message)}")
 
 
 def _status_diagnosis(ep: Endpoint, path: str, status: int, body: bytes) -> Diagnosis:
@@ -143,24 +136,17 @@ def _status_diagnosis(ep: Endpoint, path: str, status: int, body: bytes) -> Diag
     return Diagnosis(Exit.BAD_RESPONSE, f"HTTP {status} from {url}: {msg}")
 
 
-async def _get(
-    session: aiohttp.ClientSession,
-    ep: Endpoint,
-    url: str,
-    timeout: float,
-) -> tuple[int, bytes, dict[str, str]]:
-    async with session.get(
-        url, headers=ep.headers(), timeout=aiohttp.ClientTimeout(total=timeout)
-    ) as r:
-        return r.status, await r.content.read(1 << 20), dict(r.headers)
+async def _get(pool: ConnectionPool, ep: Endpoint, url: str, timeout: float) -> tuple[int, bytes]:
+    status, _, body = await pool.get(url, timeout, ep.headers())
+    return status, body
 
 
-async def _health(session: aiohttp.ClientSession, ep: Endpoint, timeout: float) -> str:
+async def _health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str:
     """'ok', 'absent' (no /health: fall back to /v1/models), or raise PreflightFailed."""
     try:
-        status, body, _ = await _get(session, ep, ep.root + "/health", timeout)
-    except Exception as e:
-        raise PreflightFailed(_transport_diagnosis(ep, e, "GET /health")) from None
+        status, body = await _get(pool, ep, ep.root + "/health", timeout)
+    except Failure as f:
+        raise PreflightFailed(_transport_diagnosis(ep, f, "GET /health")) from None
     if status == 200:
         return "ok"
     if status in (404, 405):
@@ -181,15 +167,13 @@ async def _health(session: aiohttp.ClientSession, ep: Endpoint, timeout: float) 
 
 
 async def _models(
-    session: aiohttp.ClientSession,
-    ep: Endpoint,
-    timeout: float,
+    pool: ConnectionPool, ep: Endpoint, timeout: float
 ) -> tuple[list[str], dict[str, Any]]:
     url = ep.base_url + "/models"
     try:
-        status, body, _ = await _get(session, ep, url, timeout)
-    except Exception as e:
-        raise PreflightFailed(_transport_diagnosis(ep, e, "GET /v1/models")) from None
+        status, body = await _get(pool, ep, url, timeout)
+    except Failure as f:
+        raise PreflightFailed(_transport_diagnosis(ep, f, "GET /v1/models")) from None
     if status != 200:
         raise PreflightFailed(_status_diagnosis(ep, url, status, body))
     try:
@@ -232,7 +216,7 @@ def pick_model(ids: list[str], wanted: str | None, url: str) -> str:
 
 
 async def identify(
-    session: aiohttp.ClientSession, ep: Endpoint, first_model: dict[str, Any], timeout: float = 3.0
+    pool: ConnectionPool, ep: Endpoint, first_model: dict[str, Any], timeout: float = 3.0
 ) -> ServerInfo:
     """What the server says of itself: kind from `owned_by` or probes, version where exposed."""
     info = ServerInfo(kind=OWNED_BY_KIND.get(str(first_model.get("owned_by", "")).lower()))
@@ -250,7 +234,7 @@ async def identify(
         probes = [p for p in probes if p[0] == info.kind] or probes
     for kind, path in probes:
         try:
-            status, body, _ = await _get(session, ep, ep.root + path, timeout)
+            status, body = await _get(pool, ep, ep.root + path, timeout)
             obj = orjson.loads(body) if status == 200 else None
         except Exception:  # a probe that fails just tells us nothing
             continue
@@ -349,16 +333,16 @@ async def preflight(
     if ep.path_assumed:
         rep.notes.append(f"no path in the URL: using {ep.base_url}")
     timeouts = Timeouts(connect=connect_timeout, read=timeout, total=timeout)
-    session = make_session(timeouts)
+    pool = ConnectionPool(ep.root)  # the GETs and the test request share its connections
     try:
-        rep.health = await _health(session, ep, timeout=connect_timeout + 2)
-        rep.models, first = await _models(session, ep, timeout=connect_timeout + 7)
+        rep.health = await _health(pool, ep, timeout=connect_timeout + 2)
+        rep.models, first = await _models(pool, ep, timeout=connect_timeout + 7)
         rep.model = pick_model(rep.models, model, ep.base_url)
         if rep.model != (first.get("id") if first else None):
             first = {}
-        rep.server = await identify(session, ep, first)
+        rep.server = await identify(pool, ep, first)
         if tiny:
-            client = Client(ep, rep.model, timeouts=timeouts, session=session, keep_text=True)
+            client = Client(ep, rep.model, timeouts=timeouts, session=pool, keep_text=True)
             rec = await tiny_request(client, max_tokens)
             if not rec.ok:
                 raise PreflightFailed(_request_diagnosis(ep, rec))
@@ -367,7 +351,7 @@ async def preflight(
     except PreflightFailed as pf:
         rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
     finally:
-        await session.close()
+        await pool.close()
         rep.elapsed_s = time.perf_counter() - t0
     return rep
 

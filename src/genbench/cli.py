@@ -15,6 +15,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
@@ -51,6 +52,41 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
 }
 
 
+# Old spellings of renamed flags, per command: still accepted, with a warning on stderr, so
+# scripts written for an earlier genbench keep working while they are updated (docs/cli.md).
+ALIASES: dict[str, dict[str, str]] = {
+    "run": {"--prompts": "--prompts-per-length"},
+    "plan": {"--warmup": "--warmup-time"},
+    "generate": {"--output": "--out"},
+    "report": {"--output": "--out"},
+}
+
+
+def apply_aliases(argv: list[str], warn: bool = True) -> list[str]:
+    """argv with every old flag spelling of its command replaced by the new one."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    table = ALIASES.get(command or "", {})
+    if not table:
+        return argv
+    new: list[str] = []
+    warned: set[str] = set()
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return new + argv[i:]
+        name, eq, value = arg.partition("=")
+        if name in table:
+            if warn and name not in warned:
+                warned.add(name)
+                typer.echo(
+                    f"genbench: warning: {command} {name} is now {table[name]}; "
+                    "the old spelling will go away",
+                    err=True,
+                )
+            arg = table[name] + eq + value
+        new.append(arg)
+    return new
+
+
 def _register(argv: list[str]) -> None:
     """Register the command named on the command line, or all of them (for --help)."""
     import importlib
@@ -65,7 +101,8 @@ def _register(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every GenbenchError becomes one line on stderr and its exit code."""
-    _register(sys.argv[1:] if argv is None else argv)
+    argv = apply_aliases(sys.argv[1:] if argv is None else argv)
+    _register(argv)
     try:
         rc = app(args=argv, standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)

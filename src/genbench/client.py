@@ -1,38 +1,43 @@
-"""One streaming chat-completion call -> one `RequestRecord`.
+"""One streaming chat-completion call -> one `RequestRecord`, over a keep-alive pool.
 
-The client timestamps every chunk on the monotonic clock as it is read, tells
-thinking from answer in both reasoning dialects (`delta.reasoning_content`
-from SGLang and llama.cpp, `delta.reasoning` from vLLM), takes token counts
-from the server's `usage` (chunks are not tokens: with speculative decoding
-one chunk carries several), and turns every way a request can fail into an
-`ErrorKind` on the record. It never raises for a failed request.
+`Client.chat` never raises for a failed request: every way a request can fail becomes an
+`ErrorKind` and a message on its record (the mapping is in `genbench.stream`). The
+response is read by `genbench.http1` and parsed by `genbench.stream.StreamParser` as it
+arrives, each chunk timestamped on the monotonic clock as it is read.
 
-SSE handling: OpenAI-compatible servers send one JSON object per `data:` line.
-The parser splits on newlines over a byte buffer, so it is correct whatever
-the network read boundaries are (a read may end anywhere, even inside
-`data:`), and strips exactly one optional space after the colon, as the SSE
-specification says.
+`ConnectionPool` holds the keep-alive connections to one server. One pool serves every
+request genbench sends to that server: the chat requests of one or several clients, and
+the GETs (`ConnectionPool.get`) of `check`, the /metrics scraper and the health probe.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 
+from genbench import __version__
 from genbench.endpoint import Endpoint
-from genbench.records import ANSWER, THINKING, ErrorKind, RequestRecord
+from genbench.errors import ErrorKind
+from genbench.http1 import Connection, Exchange
+from genbench.records import RequestRecord
+from genbench.stream import (
+    Failure,
+    StreamParser,
+    connect_failure,
+    parse_whole,
+    status_failure,
+    timeout_failure,
+)
 
-_DATA = b"data:"
-_DONE = b"[DONE]"
-_A, _R = ord(ANSWER), ord(THINKING)
-_MAX_ERROR_BODY = 64 * 1024
+_DNS_TTL = 300.0
 _STALE_RETRIES = 8
 
 
@@ -55,84 +60,150 @@ class ChatRequest:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def error_message_from_body(body: bytes, limit: int = 300) -> str:
-    """The human part of an error body: OpenAI `error.message`, FastAPI `detail`, or the text."""
-    text = body[:_MAX_ERROR_BODY].decode("utf-8", "replace").strip()
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict):
-        err = obj.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            text = str(err["message"])
-        elif isinstance(err, str):
-            text = err
-        elif obj.get("message"):
-            text = str(obj["message"])
-        elif obj.get("detail"):
-            text = str(obj["detail"])
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+class ConnectionPool:
+    """Idle keep-alive connections to one server (scheme, host and port of `base_url`),
+    with no limit on their number; shared by whatever talks to that server."""
 
+    def __init__(self, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        self.scheme = parts.scheme
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if self.scheme == "https" else 80)
+        self.netloc = parts.netloc.rsplit("@", 1)[-1]
+        self._ssl: ssl.SSLContext | None = (
+            ssl.create_default_context() if self.scheme == "https" else None
+        )
+        self.fresh_only = False
+        self._idle: dict[Connection, None] = {}  # ordered: popitem() takes the latest (LIFO)
+        self._all: set[Connection] = set()
+        self._addrs: list[tuple[Any, ...]] = []
+        self._addrs_at = -_DNS_TTL
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set in acquire
 
-def classify_exception(exc: BaseException, got_response: bool) -> ErrorKind:
-    """Map a transport exception to an error kind."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        os_err = exc.os_error
-        if isinstance(os_err, socket.gaierror) or type(exc).__name__ == "ClientConnectorDNSError":
-            return ErrorKind.DNS
-        if isinstance(os_err, ConnectionRefusedError):
-            return ErrorKind.CONNECT_REFUSED
-        if isinstance(os_err, TimeoutError):
-            return ErrorKind.CONNECT_TIMEOUT
-        return ErrorKind.CONNECT_REFUSED if not got_response else ErrorKind.DISCONNECTED
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return ErrorKind.CONNECT_TIMEOUT
-    if isinstance(exc, aiohttp.SocketTimeoutError):
-        return ErrorKind.READ_TIMEOUT
-    if isinstance(exc, TimeoutError):
-        return ErrorKind.TOTAL_TIMEOUT if got_response else ErrorKind.CONNECT_TIMEOUT
-    if isinstance(
-        exc,
-        aiohttp.ServerDisconnectedError
-        | aiohttp.ClientPayloadError
-        | aiohttp.ClientOSError
-        | ConnectionError,
-    ):
-        return ErrorKind.DISCONNECTED
-    return ErrorKind.OTHER
+    async def roundtrip(
+        self,
+        request: bytes,
+        timeouts: Timeouts,
+        parser: StreamParser | None,
+        tries: list[tuple[Connection, Exchange]],
+    ) -> Exchange:
+        """Send `request` and wait for its response (or the parser's end of stream).
 
+        Some servers (llama.cpp) close a keep-alive connection after a streamed reply,
+        racing a client that reuses it at once: a request that finds its pooled connection
+        closed before any response is resent on a new one, and from then on the pool opens
+        one connection per request. Each try is appended to `tries`."""
+        for attempt in range(_STALE_RETRIES + 1):
+            conn = await self.acquire(timeouts.connect)
+            ex = Exchange(parser, self.loop.create_future())
+            tries.append((conn, ex))
+            conn.start(ex, request, timeouts.read)
+            await ex.fut
+            f = ex.failure
+            stale = conn.reused and f is not None and f.kind is ErrorKind.DISCONNECTED
+            if not stale or ex.got_head or attempt == _STALE_RETRIES:
+                break
+            self.use_fresh_connections()
+        return ex
 
-def make_session(timeouts: Timeouts, limit: int = 0) -> aiohttp.ClientSession:
-    """One session per load engine: pooled keep-alive connections, no per-host cap by default."""
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300)
-    timeout = aiohttp.ClientTimeout(
-        total=timeouts.total,
-        connect=timeouts.connect,
-        sock_connect=timeouts.connect,
-        sock_read=timeouts.read,
-    )
-    return aiohttp.ClientSession(
-        connector=connector, timeout=timeout, read_bufsize=1 << 18, auto_decompress=False
-    )
+    async def get(
+        self, url: str, timeout: float, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """GET a path (or a URL on this server): status, lower-cased headers, body (up to
+        64 KiB of it when the status is not 200). Raises `Failure` when there is no answer."""
+        parts = urlsplit(url)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        lines = [f"GET {target} HTTP/1.1", f"Host: {self.netloc}"]
+        lines += [f"User-Agent: genbench/{__version__}"]
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items() if k.lower() != "host"]
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        tries: list[tuple[Connection, Exchange]] = []
+        try:
+            async with asyncio.timeout(timeout):
+                ex = await self.roundtrip(request, Timeouts(timeout, timeout), None, tries)
+        except BaseException as e:
+            if tries:
+                tries[-1][0].detach(tries[-1][1])
+            if isinstance(e, TimeoutError):
+                raise timeout_failure(bool(tries) and tries[-1][1].got_head) from None
+            raise
+        if ex.failure is not None:
+            raise ex.failure
+        return ex.status, ex.headers, b"".join(ex.body)
 
+    async def acquire(self, connect_timeout: float) -> Connection:
+        """An idle connection (marked `reused`) or a new one; only new ones in fresh mode."""
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+        while self._idle and not self.fresh_only:
+            conn = self._idle.popitem()[0]
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+                conn.reused = True
+                return conn
+        conn = await self._connect(connect_timeout)
+        conn.reused = False
+        return conn
 
-class _StreamState:
-    """Per-request parse state; kept out of the record so the hot path touches few attributes."""
+    def put(self, conn: Connection) -> None:
+        if self.fresh_only:
+            conn.close()  # this server closes kept-alive connections: never reuse one
+        elif not conn.closed:
+            self._idle[conn] = None
 
-    __slots__ = ("done", "finished", "kinds", "answer", "thinking")
+    def use_fresh_connections(self) -> None:
+        self.fresh_only = True
+        while self._idle:
+            self._idle.popitem()[0].close()
 
-    def __init__(self, keep_text: bool) -> None:
-        self.done = False
-        self.finished = False
-        self.kinds = bytearray()  # one byte per text chunk: b"r" thinking, b"a" answer
-        self.answer: list[str] | None = [] if keep_text else None
-        self.thinking: list[str] | None = [] if keep_text else None
+    def discard(self, conn: Connection) -> None:
+        self._all.discard(conn)
+        self._idle.pop(conn, None)
+
+    async def _resolve(self) -> list[tuple[Any, ...]]:
+        now = time.monotonic()
+        if not self._addrs or now - self._addrs_at >= _DNS_TTL:
+            infos = await self.loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            self._addrs = [(fam, addr) for fam, _, _, _, addr in infos]
+            self._addrs_at = now
+        return self._addrs
+
+    async def _connect(self, timeout: float) -> Connection:
+        last: OSError | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                for family, addr in await self._resolve():
+                    conn = Connection(self)
+                    try:
+                        await self.loop.create_connection(
+                            lambda c=conn: c,
+                            host=addr[0],
+                            port=addr[1],
+                            family=family,
+                            ssl=self._ssl,
+                            server_hostname=self.host if self._ssl else None,
+                        )
+                    except OSError as e:
+                        last = e
+                        continue
+                    self._all.add(conn)
+                    return conn
+        except TimeoutError as e:
+            last = e
+        except OSError as e:  # resolving failed
+            last = e
+        raise connect_failure(last or OSError("no address"), self.host, self.port)
+
+    async def close(self) -> None:
+        for conn in [*self._all, *self._idle]:
+            conn.close()
+        self._idle.clear()
+        self._all.clear()
+        await asyncio.sleep(0)  # let the transports run their connection_lost
 
 
 class Client:
-    """Chat completions to one endpoint and model; one instance serves many concurrent calls."""
+    """Chat completions to one endpoint and model; one instance serves many concurrent calls.
+    `session`: a `ConnectionPool` to share (the caller closes it), or None for its own."""
 
     def __init__(
         self,
@@ -142,18 +213,21 @@ class Client:
         timeouts: Timeouts | None = None,
         stream: bool = True,
         keep_text: bool = False,
-        session: aiohttp.ClientSession | None = None,
+        session: ConnectionPool | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.model = model
         self.timeouts = timeouts or Timeouts()
         self.stream = stream
         self.keep_text = keep_text
-        self._session = session
-        self._own_session = session is None
-        self._url = endpoint.base_url + "/chat/completions"
-        self._headers = endpoint.headers()
-        self.fresh_connections = False  # set once the server is seen closing kept-alive ones
+        self._pool = session
+        self._own_pool = session is None
+        parts = urlsplit(endpoint.base_url + "/chat/completions")
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        host = parts.netloc.rsplit("@", 1)[-1]
+        lines = [f"POST {path} HTTP/1.1", f"Host: {host}", f"User-Agent: genbench/{__version__}"]
+        lines += [f"{k}: {v}" for k, v in endpoint.headers().items() if k.lower() != "host"]
+        self._head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
 
     async def __aenter__(self) -> Client:
         return self
@@ -162,15 +236,15 @@ class Client:
         await self.close()
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = make_session(self.timeouts)
-        return self._session
+    def pool(self) -> ConnectionPool:
+        if self._pool is None:
+            self._pool = ConnectionPool(self.endpoint.base_url)
+        return self._pool
 
     async def close(self) -> None:
-        if self._own_session and self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._own_pool and self._pool is not None:
+            await self._pool.close()
+            self._pool = None
 
     def payload(self, req: ChatRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": req.messages}
@@ -181,6 +255,12 @@ class Client:
         if self.stream:
             body["stream_options"] = {"include_usage": True}
         return body
+
+    def _request(self, req: ChatRequest) -> bytes:
+        """The request as bytes. orjson's output holds a 4 KiB buffer whatever its length:
+        only this copy of it stays alive while the request is in flight."""
+        data = orjson.dumps(self.payload(req))
+        return self._head + b"%d\r\n\r\n" % len(data) + data
 
     def new_record(self, req: ChatRequest, phase: str = "") -> RequestRecord:
         return RequestRecord(
@@ -199,248 +279,62 @@ class Client:
         (to save them on Ctrl-C) passes its own `record`; on cancellation it is marked and the
         CancelledError propagates."""
         rec = record if record is not None else self.new_record(req, phase)
-        data = orjson.dumps(self.payload(req))
-        for attempt in range(_STALE_RETRIES + 1):
-            stale = await self._attempt(rec, data, last=attempt == _STALE_RETRIES)
-            if not stale:
-                break
-            rec.extra["stale_connection_retries"] = attempt + 1
-            if not self.fresh_connections:
-                # this server closes connections it advertised as kept alive: stop reusing
-                # them, or every pooled connection races the server's close
-                self.fresh_connections = True
-                self._headers = {**self._headers, "Connection": "close"}
+        request = self._request(req)
+        pool, total = self.pool, self.timeouts.total
+        rec.sent_at = time.time()
+        rec.t_send = t0 = time.perf_counter()
+        parser = StreamParser(rec, t0, self.keep_text) if self.stream else None
+        tries: list[tuple[Connection, Exchange]] = []
+        try:
+            if total is None:
+                ex = await pool.roundtrip(request, self.timeouts, parser, tries)
+            else:
+                async with asyncio.timeout(total):
+                    ex = await pool.roundtrip(request, self.timeouts, parser, tries)
+        except asyncio.CancelledError:
+            rec.t_end = time.perf_counter()
+            self._abandon(tries, parser)
+            self._fail(rec, Failure(ErrorKind.CANCELLED, "cancelled"))
+            raise
+        except Failure as f:
+            self._fail(rec, f)
+        except TimeoutError:
+            self._abandon(tries, parser)
+            self._fail(rec, timeout_failure(tries[-1][1].got_head if tries else False))
+        else:
+            self._fail(rec, self._complete(rec, ex, parser, t0))
+        finally:
+            if tries and tries[-1][1].got_head:
+                rec.http_status = tries[-1][1].status
+        if len(tries) > 1:
+            rec.extra["stale_connection_retries"] = len(tries) - 1
         if rec.t_end is None:
             rec.t_end = time.perf_counter()
         return rec
 
-    async def _attempt(self, rec: RequestRecord, data: bytes, last: bool) -> bool:
-        """One try. True when the pooled connection was already closed by the server and the
-        request never left: some servers (llama.cpp) close a keep-alive connection after a
-        streamed reply, racing a client that reuses it at once. Such a request is resent."""
-        got_response = False
-        rec.sent_at = time.time()
-        rec.t_send = t0 = time.perf_counter()
-        try:
-            async with self.session.post(self._url, data=data, headers=self._headers) as resp:
-                got_response = True
-                rec.http_status = resp.status
-                if resp.status != 200:
-                    body = await resp.content.read(_MAX_ERROR_BODY)
-                    self._fail(
-                        rec,
-                        ErrorKind.HTTP_STATUS,
-                        f"HTTP {resp.status}: " + error_message_from_body(body),
-                    )
-                elif self.stream and _is_event_stream(resp.headers):
-                    await self._read_stream(resp, rec, t0)
-                else:
-                    await self._read_whole(resp, rec, t0)
-        except asyncio.CancelledError:
-            rec.t_end = time.perf_counter()
-            self._fail(rec, ErrorKind.CANCELLED, "cancelled")
-            raise
-        except Exception as e:  # every transport failure becomes a record
-            if not got_response and not last and _is_stale_connection(e):
-                return True
-            kind = classify_exception(e, got_response)
-            self._fail(rec, kind, _describe(e, kind))
-        return False
-
-    def _fail(self, rec: RequestRecord, kind: ErrorKind, message: str) -> None:
-        if rec.error_kind is None:
-            rec.error_kind = kind
-            rec.error_message = self.endpoint.redact(message)
-
-    async def _read_stream(
-        self, resp: aiohttp.ClientResponse, rec: RequestRecord, t0: float
-    ) -> None:
-        st = _StreamState(self.keep_text)
-        try:
-            await self._parse_stream(resp, rec, st, t0)
-        finally:
-            rec.chunk_kinds = st.kinds.decode("ascii")
-        if rec.error_kind is None:
-            self._finish(rec, st)
-
-    async def _parse_stream(
-        self, resp: aiohttp.ClientResponse, rec: RequestRecord, st: _StreamState, t0: float
-    ) -> None:
-        buf = b""
-        perf = time.perf_counter
-        async for data in resp.content.iter_any():
-            now = perf() - t0
-            buf = buf + data if buf else data
-            if b"\n" not in buf:
-                continue
-            lines = buf.split(b"\n")
-            buf = lines.pop()
-            for line in lines:
-                if not line.startswith(_DATA):
-                    continue  # blank separators, ": keep-alive" comments, "event:" fields
-                payload = line[5:].strip()
-                if payload == _DONE:
-                    st.done = True
-                    continue
-                if not payload:
-                    continue
-                if not self._on_event(payload, rec, st, now):
-                    rec.t_end = perf()
-                    return
-            if st.done:
-                break
-        rec.t_end = perf()
-        tail = buf.strip()
-        if tail.startswith(_DATA) and not st.done:
-            payload = tail[5:].strip()
-            if payload == _DONE:
-                st.done = True
-            elif payload:
-                self._on_event(payload, rec, st, rec.t_end - t0)
-
-    def _on_event(self, payload: bytes, rec: RequestRecord, st: _StreamState, now: float) -> bool:
-        """Handle one SSE data payload; False stops the stream (an error was recorded)."""
-        try:
-            obj = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            snippet = payload[:80].decode("utf-8", "replace")
-            self._fail(rec, ErrorKind.MALFORMED_CHUNK, f"chunk is not JSON: {snippet!r}")
-            return False
-        if not isinstance(obj, dict):
-            self._fail(rec, ErrorKind.MALFORMED_CHUNK, "chunk is not a JSON object")
-            return False
-        choices = obj.get("choices")
-        if choices:
-            choice = choices[0]
-            delta = choice.get("delta")
-            if delta:
-                thinking = delta.get("reasoning_content") or delta.get("reasoning")
-                content = delta.get("content")
-                if thinking or content:
-                    self._on_text(rec, st, now, thinking, content)
-            fr = choice.get("finish_reason")
-            if fr:
-                rec.finish_reason = fr
-                st.finished = True
-        elif "error" in obj:
-            err = obj["error"]
-            msg = err.get("message") if isinstance(err, dict) else str(err)
-            self._fail(rec, ErrorKind.INBAND_ERROR, f"error event in stream: {msg}")
-            return False
-        usage = obj.get("usage")
-        if usage:
-            _apply_usage(rec, usage)
-        return True
+    def _complete(
+        self, rec: RequestRecord, ex: Exchange, parser: StreamParser | None, t0: float
+    ) -> Failure | None:
+        """The response is in (or the stream over): what it says, as a failure or None."""
+        if ex.failure is not None:
+            if parser is not None:
+                parser.stop()
+            return ex.failure
+        if parser is not None and ex.streamed:
+            return parser.finish()
+        body = b"".join(ex.body)
+        if ex.status != 200:
+            return status_failure(ex.status, body)
+        return parse_whole(rec, body, t0, time.perf_counter(), self.keep_text)
 
     @staticmethod
-    def _on_text(
-        rec: RequestRecord, st: _StreamState, now: float, thinking: str | None, content: str | None
-    ) -> None:
-        if rec.ttft is None:
-            rec.ttft = now
-        rec.chunk_offsets.append(now)
-        if content:
-            st.kinds.append(_A)
-            rec.answer_chars += len(content)
-            if rec.ttft_answer is None:
-                rec.ttft_answer = now
-            if st.answer is not None:
-                st.answer.append(content)
-        else:
-            st.kinds.append(_R)
-        if thinking:
-            rec.thinking_chars += len(thinking)
-            if rec.ttft_thinking is None:
-                rec.ttft_thinking = now
-            if st.thinking is not None:
-                st.thinking.append(thinking)
+    def _abandon(tries: list[tuple[Connection, Exchange]], parser: StreamParser | None) -> None:
+        if tries:
+            tries[-1][0].detach(tries[-1][1])
+        if parser is not None:
+            parser.stop()
 
-    def _finish(self, rec: RequestRecord, st: _StreamState) -> None:
-        if st.answer is not None:
-            rec.text = "".join(st.answer)
-            rec.reasoning = "".join(st.thinking or [])
-        if not st.finished:
-            why = "[DONE] without a finish_reason" if st.done else "stream ended before finish"
-            self._fail(rec, ErrorKind.INCOMPLETE_STREAM, why)
-        if rec.completion_tokens is None:
-            _estimate_tokens(rec)
-
-    async def _read_whole(
-        self, resp: aiohttp.ClientResponse, rec: RequestRecord, t0: float
-    ) -> None:
-        body = await resp.read()
-        rec.t_end = time.perf_counter()
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            snippet = body[:80].decode("utf-8", "replace")
-            self._fail(rec, ErrorKind.MALFORMED_CHUNK, f"response is not JSON: {snippet!r}")
-            return
-        if not isinstance(obj, dict) or not obj.get("choices"):
-            msg = error_message_from_body(body) if isinstance(obj, dict) else "not an object"
-            kind = (
-                ErrorKind.INBAND_ERROR
-                if isinstance(obj, dict) and "error" in obj
-                else ErrorKind.MALFORMED_CHUNK
-            )
-            self._fail(rec, kind, f"response has no choices: {msg}")
-            return
-        choice = obj["choices"][0]
-        msg = choice.get("message") or {}
-        content = msg.get("content") or ""
-        thinking = msg.get("reasoning_content") or msg.get("reasoning") or ""
-        rec.answer_chars, rec.thinking_chars = len(content), len(thinking)
-        rec.ttft = rec.t_end - t0  # non-streaming: the whole reply arrives at once
-        if self.keep_text:
-            rec.text, rec.reasoning = content, thinking
-        rec.finish_reason = choice.get("finish_reason")
-        if obj.get("usage"):
-            _apply_usage(rec, obj["usage"])
-        else:
-            rec.tokens_estimated = True
-        if not rec.finish_reason:
-            self._fail(rec, ErrorKind.INCOMPLETE_STREAM, "response without a finish_reason")
-
-
-def _is_stale_connection(e: BaseException) -> bool:
-    """A reused keep-alive connection that the server had closed: nothing was processed."""
-    if isinstance(e, aiohttp.ClientConnectorError):
-        return False  # a new connection that failed: the server is really unreachable
-    return isinstance(e, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError) and (
-        isinstance(e, aiohttp.ServerDisconnectedError)
-        or "write request body" in str(e)
-        or isinstance(e.__cause__ or e.__context__, ConnectionResetError | BrokenPipeError)
-    )
-
-
-def _is_event_stream(headers: Mapping[str, str]) -> bool:
-    return "text/event-stream" in headers.get("Content-Type", "")
-
-
-def _apply_usage(rec: RequestRecord, usage: dict[str, Any]) -> None:
-    rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
-    rec.completion_tokens = usage.get("completion_tokens", rec.completion_tokens)
-    details = usage.get("completion_tokens_details")
-    if isinstance(details, dict) and details.get("reasoning_tokens") is not None:
-        rec.reasoning_tokens = details["reasoning_tokens"]
-    elif usage.get("reasoning_tokens") is not None:
-        rec.reasoning_tokens = usage["reasoning_tokens"]
-
-
-def _estimate_tokens(rec: RequestRecord) -> None:
-    """No usage from the server: one token per text chunk (true for servers without
-    speculative decoding), marked as estimated."""
-    rec.tokens_estimated = True
-    rec.completion_tokens = len(rec.chunk_kinds)
-    rec.reasoning_tokens = rec.chunk_kinds.count(THINKING)
-
-
-def _describe(e: BaseException, kind: ErrorKind) -> str:
-    if kind is ErrorKind.READ_TIMEOUT:
-        return "no data from the server within the read timeout"
-    if kind is ErrorKind.TOTAL_TIMEOUT:
-        return "request exceeded its total timeout"
-    if kind is ErrorKind.CONNECT_TIMEOUT:
-        return "connecting timed out"
-    text = str(e) or type(e).__name__
-    return f"{type(e).__name__}: {text}"
+    def _fail(self, rec: RequestRecord, failure: Failure | None) -> None:
+        if failure is not None and rec.error_kind is None:
+            rec.error_kind = failure.kind
+            rec.error_message = self.endpoint.redact(failure.message)

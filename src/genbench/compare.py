@@ -1,9 +1,10 @@
-"""Compare runs: the same metrics side by side, ratios to the first run, and the noise.
+"""Compare runs: the same metrics side by side, ratios to the first side, and the noise.
 
-A ratio alone invites reading 3% as "faster" when two runs of the same server
-differ by 3%. So every value comes with the run's own estimate of how much it
-would move on a rerun (a relative standard error), and a difference is called
-out only when it is larger than that noise. The rule (docs/compare-and-report.md):
+A side is one run, or several repeats of one measurement (`run --repeat`). A ratio
+alone invites reading 3% as "faster" when two runs of the same server differ by 3%. So
+every value comes with an estimate of how much it would move on a rerun, and a
+difference is called out only when it is larger than that noise (`genbench.noise`, and
+docs/compare-and-report.md). Within one run, the relative standard error of a value is:
 
 * per-request metrics (decode tok/s, TTFT, ITL, TPOT, per-request tokens per
   chunk): a bootstrap over the phase's requests from requests.jsonl
@@ -15,10 +16,7 @@ out only when it is larger than that noise. The rule (docs/compare-and-report.md
 * server counters (acceptance length): the bootstrap of per-request tokens per
   chunk, which is what the acceptance length looks like from the client.
 
-Two runs' values differ beyond noise when |ln(ratio)| > Z * sqrt(n1^2 + n2^2)
-with n1, n2 the relative standard errors, Z = 2 (about 95%), and never when the
-difference is under `FLOOR` (1%: timer and scheduler jitter). Where either run
-has no estimate (no requests.jsonl, one request) the verdict is "unknown".
+Between runs, the spread of a side's repeats; with one run per side, an allowance.
 """
 
 from __future__ import annotations
@@ -30,20 +28,29 @@ from typing import Any
 
 import numpy as np
 
+from genbench import noise
 from genbench.errors import UsageError
+from genbench.noise import ALLOWANCE, FLOOR, Z
 from genbench.records import RequestRecord
 from genbench.report.runs import Run, concurrencies, lengths, workload_differences
 
 BOOTSTRAP = 1000
-Z = 2.0
-FLOOR = 0.01
 SEED = 20240611
 
-NOISE_RULE = (
-    f"a difference is within noise when |ln(ratio)| <= max({Z:g}*sqrt(n_base^2 + n_run^2), "
-    f"{FLOOR:g}), n = relative standard error: bootstrap over requests (per-request metrics, "
-    "burst tok/s, tokens per chunk for acceptance length), steady-window halves (sustained tok/s)"
-)
+__all__ = ["ALLOWANCE", "FLOOR", "Z", "Comparison", "Estimate", "Row", "compare", "failures"]
+
+
+def noise_rule(allowance: float = ALLOWANCE) -> str:
+    return (
+        "with repeats: a difference is within noise when the 95% interval of ln(ratio) holds 0 "
+        "or |ln(ratio)| <= "
+        f"{FLOOR:g}; interval = Student t (Welch) over the sides' repeat means, each side's "
+        "standard error floored by its runs' own; one run per side: within noise when "
+        f"|ln(ratio)| <= max({Z:g}*sqrt(n_base^2 + n_run^2), {FLOOR:g}, allowance {allowance:g}) "
+        "(between-run drift unmeasured); n = relative standard error within a run: bootstrap "
+        "over requests (per-request metrics, burst tok/s, tokens per chunk for acceptance "
+        "length), steady-window halves (sustained tok/s)"
+    )
 
 
 @dataclass
@@ -61,32 +68,46 @@ class Row:
     label: str
     unit: str
     better: str  # "higher" | "lower"
-    estimates: list[Estimate | None]
+    repeats: list[list[Estimate | None]]  # per side, one per repeat
     group: str = ""  # rows of one group are shown together (one concurrency level)
-    ratios: list[float | None] = field(default_factory=list)
-    within_noise: list[bool | None] = field(default_factory=list)
+    sides: list[noise.Side | None] = field(default_factory=list)
+    diffs: list[noise.Difference | None] = field(default_factory=list)
     verdicts: list[str | None] = field(default_factory=list)
 
-    def judge(self) -> None:
-        """Ratios to the first run and a verdict for each other run."""
-        base = self.estimates[0]
-        self.ratios, self.within_noise, self.verdicts = [None], [None], [None]
-        for est in self.estimates[1:]:
-            if base is None or est is None or base.value <= 0 or est.value < 0:
-                self.ratios.append(None)
-                self.within_noise.append(None)
+    @property
+    def estimates(self) -> list[Estimate | None]:
+        """Each side's value (the mean of its repeats) and the standard error judged by."""
+        return [None if s is None else Estimate(s.mean, _side_se(s)) for s in self.sides]
+
+    @property
+    def ratios(self) -> list[float | None]:
+        return [d.ratio if d else None for d in self.diffs]
+
+    @property
+    def within_noise(self) -> list[bool | None]:
+        return [d.within_noise if d else None for d in self.diffs]
+
+    def judge(self, allowance: float = ALLOWANCE) -> None:
+        """Ratios to the first side and a verdict for each other side."""
+        self.sides = [
+            noise.side([e and e.value for e in reps], [e and e.rel_noise for e in reps])
+            for reps in self.repeats
+        ]
+        base = self.sides[0]
+        self.diffs, self.verdicts = [None], [None]
+        for s in self.sides[1:]:
+            if base is None or s is None or base.mean <= 0 or s.mean < 0:
+                self.diffs.append(None)
                 self.verdicts.append(None)
                 continue
-            ratio = est.value / base.value
-            self.ratios.append(ratio)
-            within = noise_verdict(ratio, base.rel_noise, est.rel_noise)
-            self.within_noise.append(within)
-            if within is None:
+            d = noise.difference(base, s, allowance) if s.mean > 0 else None
+            self.diffs.append(d)
+            if d is None or d.within_noise is None:
                 self.verdicts.append("unknown")
-            elif within:
+            elif d.within_noise:
                 self.verdicts.append("same")
             else:
-                up = ratio > 1
+                up = d.ratio > 1
                 self.verdicts.append("better" if up == (self.better == "higher") else "worse")
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,22 +120,24 @@ class Row:
             "better": self.better,
             "values": [e.value if e else None for e in self.estimates],
             "rel_noise": [e.rel_noise if e else None for e in self.estimates],
+            "within_rel_noise": [s.within if s else None for s in self.sides],
+            "spread": [s.spread if s else None for s in self.sides],
+            "repeats": [[e.value if e else None for e in reps] for reps in self.repeats],
             "ratios": self.ratios,
+            "intervals": [list(d.interval) if d and d.interval else None for d in self.diffs],
             "within_noise": self.within_noise,
+            "drift_measured": [d.drift_measured if d else None for d in self.diffs],
+            "repeats_needed": [d.repeats_needed if d else None for d in self.diffs],
             "verdicts": self.verdicts,
         }
 
 
-def noise_verdict(ratio: float, n_base: float | None, n_run: float | None) -> bool | None:
-    """True: inside the noise; False: a real difference; None: no estimate to tell."""
-    if ratio <= 0:
-        return None
-    d = abs(math.log(ratio))
-    if d <= FLOOR:
-        return True
-    if n_base is None or n_run is None:
-        return None
-    return d <= max(Z * math.hypot(n_base, n_run), FLOOR)
+def _side_se(s: noise.Side) -> float | None:
+    """The side's relative standard error: between repeats floored by within, or within."""
+    spread = s.spread
+    between = None if spread is None else spread / math.sqrt(s.n)
+    parts = [x for x in (between, s.within) if x is not None]
+    return max(parts) if parts else None
 
 
 # --- noise estimates ---------------------------------------------------------------------
@@ -291,24 +314,32 @@ LATENCY: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def build_rows(runs: list[Run]) -> list[Row]:
+def build_rows(sides: list[Run], allowance: float = ALLOWANCE) -> list[Row]:
+    """Every metric some side has, one estimate per repeat of each side, judged."""
     rows: list[Row] = []
+    every = [r for s in sides for r in s.repeat_runs]
 
     def add(
-        key: str, section: str, label: str, unit: str, better: str, ests: list, group: str = ""
+        key: str,
+        section: str,
+        label: str,
+        unit: str,
+        better: str,
+        fn: Callable[[Run], Estimate | None],
+        group: str = "",
     ) -> None:
-        if any(e is not None for e in ests):
-            rows.append(Row(key, section, label, unit, better, ests, group=group))
+        reps = [[fn(r) for r in s.repeat_runs] for s in sides]
+        if any(e is not None for side in reps for e in side):
+            rows.append(Row(key, section, label, unit, better, reps, group=group))
 
-    for n in lengths(runs):
-        ph = [r.single_phase(n) for r in runs]
+    for n in lengths(every):
         add(
             f"single.{n}.decode_tps",
             "single",
             f"decode tok/s, {n} tokens",
             "tok/s",
             "higher",
-            [per_request(r, p, "decode_tps", "mean") for r, p in zip(runs, ph, strict=True)],
+            lambda r, n=n: per_request(r, r.single_phase(n), "decode_tps", "mean"),
         )
         add(
             f"single.{n}.ttft_p50",
@@ -316,18 +347,19 @@ def build_rows(runs: list[Run]) -> list[Row]:
             f"TTFT p50, {n} tokens",
             "ms",
             "lower",
-            [per_request(r, p, "ttft_s", "p50", 1000) for r, p in zip(runs, ph, strict=True)],
+            lambda r, n=n: per_request(r, r.single_phase(n), "ttft_s", "p50", 1000),
         )
-    levels = sorted(set(concurrencies(runs, "sustained")) | set(concurrencies(runs, "burst")))
-    for c in levels:
+    sustained = set(concurrencies(every, "sustained"))
+    for c in sorted(sustained | set(concurrencies(every, "burst"))):
         g = f"C={c}"
+        kind = "sustained" if c in sustained else "burst"
         add(
             f"sustained.c{c}.steady_tps",
             "throughput",
             f"sustained tok/s, C={c}",
             "tok/s",
             "higher",
-            [sustained_tps(r, c) for r in runs],
+            lambda r, c=c: sustained_tps(r, c),
             g,
         )
         add(
@@ -336,18 +368,16 @@ def build_rows(runs: list[Run]) -> list[Row]:
             f"burst tok/s, C={c}",
             "tok/s",
             "higher",
-            [burst_tps(r, c) for r in runs],
+            lambda r, c=c: burst_tps(r, c),
             g,
         )
-        kind = "sustained" if c in concurrencies(runs, "sustained") else "burst"
-        ph = [r.sweep_phase(kind, c) for r in runs]
         add(
             f"sweep.c{c}.decode_tps_p50",
             "throughput",
             f"per-request decode tok/s p50, C={c}",
             "tok/s",
             "higher",
-            [per_request(r, p, "decode_tps", "p50") for r, p in zip(runs, ph, strict=True)],
+            lambda r, c=c, k=kind: per_request(r, r.sweep_phase(k, c), "decode_tps", "p50"),
             g,
         )
         for dist_name, name, stat in LATENCY:
@@ -357,11 +387,13 @@ def build_rows(runs: list[Run]) -> list[Row]:
                 f"{name} {stat}, C={c} ({kind})",
                 "ms",
                 "lower",
-                [per_request(r, p, dist_name, stat, 1000) for r, p in zip(runs, ph, strict=True)],
+                lambda r, c=c, k=kind, d=dist_name, st=stat: per_request(
+                    r, r.sweep_phase(k, c), d, st, 1000
+                ),
                 g,
             )
     names: list[str] = []
-    for r in runs:
+    for r in every:
         for p in r.phases:
             m = p.get("server_metrics") or {}
             if m.get("spec_mean_acceptance_length") is not None and p["name"] not in names:
@@ -373,71 +405,98 @@ def build_rows(runs: list[Run]) -> list[Row]:
             f"acceptance length, {name}",
             "tokens",
             "higher",
-            [acceptance(r, name) for r in runs],
+            lambda r, name=name: acceptance(r, name),
         )
     for row in rows:
-        row.judge()
+        row.judge(allowance)
     return rows
 
 
-def failures(run: Run) -> dict[str, Any]:
-    """Requests and failures over all measured phases (warm-up excluded), by error kind."""
+def failures(side: Run) -> dict[str, Any]:
+    """Requests and failures over all measured phases (warm-up excluded) of every repeat of
+    a side, by error kind."""
     total = failed = 0
     errors: dict[str, int] = {}
     phases: dict[str, int] = {}
-    for p in run.phases:
-        if p.get("kind") == "warmup":
-            continue
-        s = p.get("summary") or {}
-        total += int(s.get("requests") or 0)
-        failed += int(s.get("failed") or 0)
-        if s.get("failed"):
-            phases[p["name"]] = int(s["failed"])
-        for k, v in (s.get("errors") or {}).items():
-            errors[k] = errors.get(k, 0) + int(v)
+    for run in side.repeat_runs:
+        for p in run.phases:
+            if p.get("kind") == "warmup":
+                continue
+            s = p.get("summary") or {}
+            total += int(s.get("requests") or 0)
+            failed += int(s.get("failed") or 0)
+            if s.get("failed"):
+                name = p["name"] if run is side else f"{run.label} {p['name']}"
+                phases[name] = int(s["failed"])
+            for k, v in (s.get("errors") or {}).items():
+                errors[k] = errors.get(k, 0) + int(v)
     return {"requests": total, "failed": failed, "errors": errors, "by_phase": phases}
 
 
 @dataclass
 class Comparison:
-    runs: list[Run]
+    runs: list[Run]  # one per side; a side's repeats are run.repeat_runs
     rows: list[Row]
     differences: list[str]
     forced: bool
+    allowance: float = ALLOWANCE
+
+    @property
+    def drift_measured(self) -> bool:
+        """Some side has repeats: the interval comes from the spread between them."""
+        return any(len(r.repeat_runs) > 1 for r in self.runs)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": "genbench.compare",
-            "schema_version": 1,
+            "schema_version": 2,
             "baseline": self.runs[0].label,
             "runs": [
                 {
                     "label": r.label,
-                    "path": str(r.path),
+                    "path": str(r.source or r.path),
                     "model": r.model,
                     "server": r.server,
                     "url": (r.doc.get("target") or {}).get("url"),
                     "created": r.doc.get("created"),
                     "status": r.doc.get("status"),
-                    "has_requests": r.has_records,
+                    "has_requests": all(x.has_records for x in r.repeat_runs),
                     "failures": failures(r),
+                    "repeats": [
+                        {
+                            "path": str(x.path),
+                            "created": x.doc.get("created"),
+                            "status": x.doc.get("status"),
+                        }
+                        for x in r.repeat_runs
+                    ],  # fmt: skip
                 }
                 for r in self.runs
             ],
             "workload_differences": self.differences,
             "forced": self.forced,
-            "noise_rule": NOISE_RULE,
+            "drift_measured": self.drift_measured,
+            "allowance": self.allowance,
+            "noise_rule": noise_rule(self.allowance),
             "rows": [row.to_dict() for row in self.rows],
         }
 
 
-def compare(runs: list[Run], force: bool = False) -> Comparison:
-    """Refuse runs of different workloads unless forced; then build the rows."""
+def compare(runs: list[Run], force: bool = False, allowance: float = ALLOWANCE) -> Comparison:
+    """Refuse sides of different workloads unless forced; then build the rows.
+
+    `runs` holds one Run per side (see report.runs.load_sides); every repeat of every side
+    must have measured the same workload as the first."""
     if len(runs) < 2:
-        raise UsageError("compare needs at least two runs (run directories or result.json files)")
-    diffs = workload_differences(runs)
+        raise UsageError(
+            "compare needs at least two runs to compare (run directories, result.json files or "
+            "directories of repeats; several runs of one side joined by commas)"
+        )
+    if not 0 <= allowance < 1:
+        raise UsageError(f"--allowance {allowance:g}: expected a fraction in [0, 1), e.g. 0.1")
+    diffs = workload_differences([r for side in runs for r in side.repeat_runs])
     if diffs and not force:
         raise UsageError(
             "runs measure different workloads: " + "; ".join(diffs) + " (--force compares anyway)"
         )
-    return Comparison(runs, build_rows(runs), diffs, force)
+    return Comparison(runs, build_rows(runs, allowance), diffs, force, allowance)

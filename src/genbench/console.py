@@ -1,4 +1,4 @@
-"""Terminal output: one rich Console for stdout, one for stderr, and small formatting helpers."""
+"""Terminal output: one rich Console for stdout, one for stderr (numbers: genbench.fmt)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,3 @@ def _console(stderr: bool) -> Console:
 
 out = _console(stderr=False)
 err = _console(stderr=True)
-
-
-def ms(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{seconds * 1000:.0f} ms"
-
-
-def rate(x: float | None, unit: str = "tok/s") -> str:
-    if x is None:
-        return "—"
-    return f"{x:,.1f} {unit}" if x < 1000 else f"{x:,.0f} {unit}"

@@ -8,6 +8,7 @@ Exceptions carry the one-line message a person sees and an `ExitCode`.
 
 from __future__ import annotations
 
+import resource  # here, not when needed: an import needs a descriptor
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
@@ -167,6 +168,20 @@ class OutputError(GenbenchError):
     """Output could not be written (disk full, permissions); what was written is kept."""
 
     exit_code = ExitCode.OUTPUT
+
+
+class OutOfDescriptors(OutputError):
+    """This process has as many files and connections open as its limit allows (EMFILE,
+    ENFILE): a limit of this machine, not a fault of the disk or the server. A job can
+    go on with fewer streams."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what}: {descriptor_advice()}")
+
+
+def descriptor_advice() -> str:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return f"out of file descriptors: raise ulimit -n (now {soft})"
 
 
 class ServerDown(GenbenchError):

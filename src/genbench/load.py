@@ -1,29 +1,178 @@
-"""Load shapes: keep C requests in flight, over a request source, until told to stop.
+"""Load: keep requests in flight on one or many servers until the work runs out or stops.
 
-A phase is C workers pulling from one iterator of requests. Burst = C requests
-for C workers; sustained = C workers that refill as soon as a request ends,
-until a request count or a duration is reached. Every request sent becomes a
-record handed to `on_record`, even when it fails or is cancelled, so the
-records file always has one line per request sent.
+The one scheduler. A `Slot` is a client and the requests it keeps in flight (the server
+of a `run` phase, each server of a `generate` job). Each of its workers takes a *unit*
+from one `WorkQueue` and sends the unit's requests in order, each after the answer
+before it: a `run` request is a unit of one, a `generate` row one request per turn.
+Work flows to whichever slot has a free worker, so a slow server takes fewer units.
 
-A failure whose kind says the server is gone (`ErrorKind.server_gone`: refused, unknown
-host, connect timeout; killed, out of memory) stops the phase at once: in-flight
-requests are cancelled and recorded, and `ServerDown` says when the server stopped
-answering.
+Every request sent becomes a record handed to `on_record`, failed and cancelled ones
+included, once the `Policy` has seen it. The policy decides what a unit does next: go
+on, come back after a delay (a retry; due units are handed out first) or end. The
+default sends each request once and takes a slot out when a failure says its server is
+gone (`ErrorKind.server_gone`); `generate`'s retries and fails over.
+
+Workers of a slot that is down, or beyond its `streams` (fewer than its concurrency
+once this machine ran out of file descriptors), wait. When every slot has been down
+for `down_timeout` seconds (0 for `run`) the load stops and raises `ServerDown`, after
+recording everything. A stop hands out no more units and gives those in flight `drain`
+seconds before they are cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from genbench.client import ChatRequest, Client
 from genbench.errors import ServerDown
 from genbench.records import RequestRecord
 
-__all__ = ["PhaseRun", "ServerDown", "run_phase"]
+__all__ = ["Load", "PhaseRun", "Policy", "ServerDown", "Slot", "Unit", "WorkQueue", "run_phase"]
+
+
+class Unit(Protocol):
+    def next_request(self) -> ChatRequest | None:
+        """The unit's next request; None when it has no more."""
+        ...
+
+
+class Single:
+    """A unit of one request (what `run` sends)."""
+
+    def __init__(self, req: ChatRequest) -> None:
+        self.req: ChatRequest | None = req
+
+    def next_request(self) -> ChatRequest | None:
+        req, self.req = self.req, None
+        return req
+
+
+class Slot:
+    """A client and how many requests it keeps in flight; up or down."""
+
+    def __init__(self, client: Client, concurrency: int, name: str | None = None) -> None:
+        self.client, self.concurrency, self.streams = client, concurrency, concurrency
+        self.name = name or client.endpoint.base_url
+        self.in_flight = self.downs = 0
+        self.up = True
+        self.down_since: float | None = None
+        self.down_record: RequestRecord | None = None
+        self.watchers: list[Callable[[Slot, str], None]] = []
+
+    @property
+    def state(self) -> str:
+        return "up" if self.up else "down"
+
+    def changed(self, what: str) -> None:
+        for w in self.watchers:
+            w(self, what)
+
+    def mark_down(self, reason: str, rec: RequestRecord | None = None) -> None:
+        """Take the slot out (its workers wait); a no-op if it is out already."""
+        if self.up:
+            self.up, self.down_since, self.down_record = False, time.monotonic(), rec
+            self.downs += 1
+            self.changed(reason)
+
+    def mark_up(self) -> None:
+        gone = time.monotonic() - (self.down_since or time.monotonic())
+        self.up, self.down_since = True, None
+        self.changed(f"back after {gone:.0f} s")
+
+    def shed_stream(self) -> None:
+        """One worker fewer, never below one."""
+        self.streams = max(1, self.streams - 1)
+        self.changed("")  # not a change of state: the queue rechecks who may send
+
+    async def probe(self) -> bool:
+        """Is the server alive? Without a health check: assume so."""
+        return True
+
+
+class WorkQueue:
+    """Hands out units: those whose retry delay is over first, then new ones from the
+    iterator, read lazily while `admit(units taken so far)` allows. Complete when there
+    are no new units, no retries waiting and none in flight."""
+
+    def __init__(self, units: Iterator[Unit], admit: Callable[[int], bool] | None = None):
+        self.units, self.admit = units, admit
+        self.retries: list[tuple[float, int, Unit]] = []
+        self._seq = itertools.count()
+        self.taken = self.in_flight = 0
+        self.exhausted = self.stopping = False
+        self.stop_sending_at: float | None = None
+        self._changed = asyncio.Event()
+
+    def notify(self, *_: Any) -> None:
+        ev, self._changed = self._changed, asyncio.Event()
+        ev.set()
+
+    async def changed(self, timeout: float | None = None) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+
+    @property
+    def complete(self) -> bool:
+        return self.exhausted and not self.retries and self.in_flight == 0
+
+    def _new(self) -> Unit | None:
+        admitted = self.admit is None or self.admit(self.taken)
+        if admitted and (unit := next(self.units, None)) is not None:
+            self.taken += 1
+            return unit
+        self.exhausted, self.stop_sending_at = True, time.perf_counter()
+        self.notify()
+        return None
+
+    async def take(self, slot: Slot, worker: int) -> Unit | None:
+        """The next unit for worker number `worker` of `slot`; None when there is no more."""
+        while not (self.stopping or self.complete):
+            ev, due = self._changed, None  # before looking: a change after it wakes us
+            if slot.up and worker < slot.streams:
+                if self.retries and self.retries[0][0] <= time.monotonic():
+                    self.in_flight += 1
+                    return heapq.heappop(self.retries)[2]
+                if not self.exhausted and (unit := self._new()) is not None:
+                    self.in_flight += 1
+                    return unit
+                due = self.retries[0][0] - time.monotonic() if self.retries else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ev.wait(), due)
+        return None
+
+    def done(self, unit: Unit) -> None:
+        """The unit is over (finished, or given up)."""
+        self.in_flight -= 1
+        self.notify()
+
+    def retry(self, unit: Unit, delay: float) -> None:
+        """Hand the unit out again after `delay` seconds."""
+        self.in_flight -= 1
+        heapq.heappush(self.retries, (time.monotonic() + delay, next(self._seq), unit))
+        self.notify()
+
+
+class Policy:
+    """What happens to a unit after each request. This one (run's) sends every request
+    once and takes the slot out when a failure says its server is gone."""
+
+    async def after(self, unit: Unit, rec: RequestRecord, slot: Slot, queue: WorkQueue) -> bool:
+        """True: go on with the unit's next request. False: the unit leaves the worker
+        (the policy has told the queue it is `done`, or to `retry` it)."""
+        if rec.error_kind is not None and rec.error_kind.server_gone:
+            slot.mark_down(f"{rec.error_kind}: {rec.error_message}", rec)
+        return True
+
+    def done(self, unit: Unit, slot: Slot, queue: WorkQueue) -> None:
+        """Every request of the unit was answered."""
+        queue.done(unit)
 
 
 @dataclass
@@ -32,6 +181,141 @@ class PhaseRun:
     started: float = 0.0
     stop_sending_at: float | None = None
     ended: float = 0.0
+
+
+class Load:
+    """Slots' workers on one queue, under one policy, until the work is done or stopped."""
+
+    def __init__(
+        self,
+        slots: list[Slot],
+        queue: WorkQueue,
+        policy: Policy | None = None,
+        *,
+        phase: str,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        keep_records: bool = True,
+        down_timeout: float = 0.0,
+        drain: float = 0.0,
+    ) -> None:
+        self.slots, self.queue, self.policy = slots, queue, policy or Policy()
+        self.phase, self.on_record, self.keep = phase, on_record, keep_records
+        self.down_timeout, self.drain = down_timeout, drain
+        self.run_ = PhaseRun()
+        self.stopped, self._now = asyncio.Event(), asyncio.Event()
+        self._down: Slot | None = None
+        for s in slots:
+            s.watchers.append(queue.notify)
+
+    def stop(self, now: bool = False) -> None:
+        """Hand out no more units; those in flight get `drain` seconds (`now`: none)."""
+        self.queue.stopping = True
+        self.queue.notify()
+        self.stopped.set()
+        if now:
+            self._now.set()
+
+    async def run(self) -> PhaseRun:
+        """Until the queue is complete or the load stopped. Raises ServerDown (after
+        recording everything) when every slot was down for `down_timeout` seconds."""
+        run, loop = self.run_, asyncio.get_running_loop()
+        run.started = time.perf_counter()
+        tasks = [
+            loop.create_task(self._work(s, i)) for s in self.slots for i in range(s.concurrency)
+        ]
+        tasks.append(loop.create_task(self._watch_down()))
+        try:
+            await self._until_done(set(tasks[:-1]))
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            run.ended, run.stop_sending_at = time.perf_counter(), self.queue.stop_sending_at
+        if self._down is not None:
+            raise self._server_down(self._down)
+        return run
+
+    async def _until_done(self, pending: set[asyncio.Task[None]]) -> None:
+        """Wait for the workers; once stopped, give them `drain` seconds, then cancel."""
+        stopper = asyncio.get_running_loop().create_task(self.stopped.wait())
+        now = asyncio.get_running_loop().create_task(self._now.wait())
+        deadline = None
+        try:
+            while pending and not self._now.is_set():
+                if deadline is None and self.stopped.is_set():
+                    deadline = time.monotonic() + self.drain
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                wake = {now} if deadline is not None else {stopper}
+                done, _ = await asyncio.wait(
+                    pending | wake, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                for t in done & pending:
+                    if not t.cancelled() and t.exception() is not None:
+                        raise t.exception()  # type: ignore[misc]  # a bug, not a failed request
+                pending -= done
+        finally:
+            stopper.cancel()
+            now.cancel()
+
+    async def _watch_down(self) -> None:
+        """Stop when every slot has been down for `down_timeout` seconds."""
+        while True:
+            since = [s.down_since for s in self.slots]
+            left = None
+            if since and None not in since:
+                left = max(t for t in since if t is not None) + self.down_timeout
+                left -= time.monotonic()
+                if left <= 0:
+                    self._down = max(self.slots, key=lambda s: s.down_since or 0.0)
+                    return self.stop(now=self.drain == 0)
+            await self.queue.changed(left)
+
+    async def _work(self, slot: Slot, number: int) -> None:
+        while (unit := await self.queue.take(slot, number)) is not None:
+            slot.in_flight += 1
+            try:
+                await self._serve(slot, unit)
+            except asyncio.CancelledError:
+                self.queue.in_flight -= 1  # abandoned: neither done nor to be retried
+                raise
+            finally:
+                slot.in_flight -= 1
+
+    async def _serve(self, slot: Slot, unit: Unit) -> None:
+        """The unit's requests in order. A record is handed on once the policy has seen
+        it (and, the unit's last, once the unit's fate is settled)."""
+        rec: RequestRecord | None = None
+        try:
+            while (req := unit.next_request()) is not None:
+                if rec is not None:
+                    self._emit(rec)
+                rec = slot.client.new_record(req, self.phase)
+                await slot.client.chat(req, record=rec)
+                if not await self.policy.after(unit, rec, slot, self.queue):
+                    return
+            self.policy.done(unit, slot, self.queue)
+        finally:
+            if rec is not None:
+                self._emit(rec)
+
+    def _emit(self, rec: RequestRecord) -> None:
+        if self.keep:
+            self.run_.records.append(rec)
+        if self.on_record is not None:
+            self.on_record(rec)
+
+    def _server_down(self, slot: Slot) -> ServerDown:
+        rec = slot.down_record
+        kind = rec.error_kind if rec is not None else None
+        why = f" ({rec.error_message})" if rec is not None and rec.error_message else ""
+        return ServerDown(
+            rec.sent_at if rec is not None else time.time(),
+            f"the server at {slot.client.endpoint.root} stopped answering during phase "
+            f"'{self.phase}'{why}",
+            kind.exit_code if kind is not None and kind.server_gone else None,  # else 3
+        )
 
 
 async def run_phase(
@@ -43,84 +327,17 @@ async def run_phase(
     max_requests: int | None = None,
     duration: float | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
-    then: Callable[[ChatRequest, RequestRecord], ChatRequest | None] | None = None,
 ) -> PhaseRun:
-    """Run one phase; raises ServerDown (after recording everything) if the server dies.
+    """One phase of `run`: `concurrency` workers, each request sent once, until
+    `max_requests` were sent, `duration` seconds passed or the requests ran out. Raises
+    ServerDown (after recording everything) at the first failure that says the server
+    is gone: requests in flight are cancelled and recorded."""
+    deadline = time.perf_counter() + duration if duration else None
 
-    With `then`, a worker whose request ended asks it for a follow-up (the next turn of a
-    conversation) and sends that before taking a new request; follow-ups are sent even
-    after the phase stops taking new ones, so a conversation in flight completes."""
-    run = PhaseRun(started=time.perf_counter())
-    deadline = run.started + duration if duration else None
-    sent = 0
-    stop = asyncio.Event()
-    down: list[RequestRecord] = []
+    def admit(sent: int) -> bool:
+        if max_requests is not None and sent >= max_requests:
+            return False
+        return deadline is None or time.perf_counter() < deadline
 
-    def take() -> ChatRequest | None:
-        nonlocal sent
-        if stop.is_set():
-            return None
-        now = time.perf_counter()
-        if (max_requests is not None and sent >= max_requests) or (deadline and now >= deadline):
-            if run.stop_sending_at is None:
-                run.stop_sending_at = now
-            return None
-        try:
-            req = next(requests)
-        except StopIteration:
-            if run.stop_sending_at is None:
-                run.stop_sending_at = now
-            return None
-        sent += 1
-        return req
-
-    def finish(rec: RequestRecord) -> None:
-        run.records.append(rec)
-        if on_record is not None:
-            on_record(rec)
-        if rec.error_kind is not None and rec.error_kind.server_gone and not stop.is_set():
-            down.append(rec)
-            stop.set()
-
-    async def worker() -> None:
-        while (req := take()) is not None:
-            while req is not None:
-                rec = client.new_record(req, phase)
-                try:
-                    await client.chat(req, record=rec)
-                finally:
-                    finish(rec)
-                req = then(req, rec) if then is not None and not stop.is_set() else None
-
-    tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
-    stopper = asyncio.create_task(stop.wait())
-    try:
-        pending = set(tasks)
-        while pending:
-            done, pending = await asyncio.wait(
-                pending | {stopper}, return_when=asyncio.FIRST_COMPLETED
-            )
-            pending.discard(stopper)
-            for t in done:
-                if t is not stopper and t.exception() is not None:
-                    raise t.exception()  # a bug, not a request failure
-            if stop.is_set():
-                for t in pending:
-                    t.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
-                break
-    finally:
-        stopper.cancel()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        run.ended = time.perf_counter()
-    if down:
-        rec = down[0]
-        raise ServerDown(
-            rec.sent_at,
-            f"the server at {client.endpoint.root} stopped answering during phase "
-            f"'{phase}' ({rec.error_message})",
-            rec.error_kind.exit_code if rec.error_kind else None,
-        )
-    return run
+    queue = WorkQueue((Single(r) for r in requests), admit)
+    return await Load([Slot(client, concurrency)], queue, phase=phase, on_record=on_record).run()

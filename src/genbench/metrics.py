@@ -18,9 +18,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
+from genbench.client import ConnectionPool
 from genbench.endpoint import Endpoint
+from genbench.stream import Failure
 
 # canonical name -> metric names, first found wins (vLLM, SGLang, llama.cpp, genbench sim)
 COUNTERS: dict[str, tuple[str, ...]] = {
@@ -141,29 +141,33 @@ def _dialect(samples: dict[str, Any]) -> str | None:
 
 @dataclass
 class MetricsScraper:
-    """Scrapes `root/metrics`; silent (returns None) when the server has none."""
+    """Scrapes `root/metrics`; silent (returns None) when the server has none. Without a
+    `pool` it opens its own (and closes it); `run` gives its load's client that one."""
 
     ep: Endpoint
     interval: float = 1.0
     available: bool | None = None
-    _session: aiohttp.ClientSession | None = None
+    pool: ConnectionPool = None  # type: ignore[assignment]  # set in __post_init__
+    _own_pool: bool = False
     _task: asyncio.Task[None] | None = None
     _peaks: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.pool is None:
+            self.pool = ConnectionPool(self.ep.root)
+            self._own_pool = True
 
     async def scrape(self) -> Snapshot | None:
         if self.available is False:
             return None
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         try:
-            async with self._session.get(self.ep.root + "/metrics", headers=self.ep.headers()) as r:
-                if r.status != 200:
-                    self.available = False
-                    return None
-                text = await r.text()
-        except (aiohttp.ClientError, TimeoutError):
+            status, _, body = await self.pool.get("/metrics", 5.0, self.ep.headers())
+        except Failure:
             return None
-        samples = parse_prometheus(text)
+        if status != 200:
+            self.available = False
+            return None
+        samples = parse_prometheus(body.decode("utf-8", "replace"))
         self.available = bool(samples)
         return Snapshot(samples, _dialect(samples)) if samples else None
 
@@ -193,9 +197,8 @@ class MetricsScraper:
 
     async def close(self) -> None:
         await self.stop_sampling()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._own_pool:
+            await self.pool.close()
 
 
 def server_metrics_summary(

@@ -38,9 +38,28 @@ def result_path(path: str | Path) -> Path:
     return p / RESULT_FILE if p.is_dir() else p
 
 
+def repeat_dirs(path: str | Path) -> list[Path]:
+    """The repeats `run --repeat` wrote under `path` (repeat-1, repeat-2, ... in order), or []."""
+    p = Path(path)
+    if not p.is_dir() or (p / RESULT_FILE).exists():
+        return []
+    found = []
+    for d in p.glob("repeat-*"):
+        index = d.name.removeprefix("repeat-")
+        if index.isdigit() and (d / RESULT_FILE).exists():
+            found.append((int(index), d))
+    return [d for _, d in sorted(found)]
+
+
 def load_result(path: str | Path) -> dict[str, Any]:
     p = result_path(path)
     if not p.exists():
+        reps = repeat_dirs(path)
+        if reps:
+            raise UsageError(
+                f"{path}: holds {len(reps)} repeats ({reps[0].name} … {reps[-1].name}), not one "
+                "run: give one of them (compare and report take the whole directory)"
+            )
         raise UsageError(f"{path}: no such file or run directory")
     try:
         obj = orjson.loads(p.read_bytes())

@@ -21,7 +21,6 @@ from genbench.check import CheckReport, preflight
 from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import GenbenchError, UsageError
-from genbench.fastclient import FastClient
 from genbench.load import PhaseRun, ServerDown, run_phase
 from genbench.metrics import MetricsScraper, compare_tokens, server_metrics_summary
 from genbench.records import RecordWriter, RequestRecord
@@ -72,7 +71,7 @@ class RunConfig:
             ("--sweep-tokens", self.sweep_tokens),
             ("--timeout", self.timeout),
             ("--requests-per-slot", self.requests_per_slot),
-            ("--prompts", self.prompts_per_length),
+            ("--prompts-per-length", self.prompts_per_length),
         ):
             if v <= 0:
                 raise UsageError(f"{name} must be positive, got {v}")
@@ -349,9 +348,9 @@ class Runner:
     async def execute(self) -> None:
         cfg = self.cfg
         timeouts = Timeouts(connect=10.0, read=cfg.timeout, total=None)
-        # the same records as Client on a protocol-level transport: about 2x fewer CPU-seconds
-        # per chunk when chunks come one per read (benchmarks/README.md, "Client ceiling")
-        client = FastClient(self.ep, self.model, timeouts=timeouts)
+        # one pool for the load and the /metrics scraper
+        pool = self.metrics.pool if self.metrics is not None else None
+        client = Client(self.ep, self.model, timeouts=timeouts, session=pool)
         try:
             if cfg.warmup and "warmup" not in cfg.skip:
                 reqs = iter(
@@ -421,8 +420,11 @@ async def execute_run(
     listener: Listener,
     target_extra: dict[str, Any] | None = None,
     check_timeout: float = 300.0,
+    doc_extra: dict[str, Any] | None = None,
 ) -> RunState:
-    """Preflight, then every phase. Raises GenbenchError with the diagnosis when unfit."""
+    """Preflight, then every phase. Raises GenbenchError with the diagnosis when unfit.
+
+    `doc_extra` adds top-level fields to result.json (a repeat's index, see execute_repeats)."""
     cfg.validate()
     check = await preflight(ep, model, timeout=check_timeout)
     if not check.ok:
@@ -437,6 +439,7 @@ async def execute_run(
         **(target_extra or {}),
     }
     state = RunState(out, cfg, target)
+    state.doc.update(doc_extra or {})
     state.save()
     scraper = MetricsScraper(ep)
     runner = Runner(ep, check.model or "", cfg, state, check.server.kind, listener, metrics=scraper)
@@ -453,3 +456,57 @@ async def execute_run(
         await scraper.close()
     state.finish("complete")
     return state
+
+
+# --- repeats: the whole run N times, alternating servers -----------------------------------
+
+REPEAT_DIR = "repeat-{}"
+
+
+def check_repeat_dirs(side_dirs: list[Path], repeats: int) -> None:
+    """Refuse before anything runs when a repeat's directory already holds a run."""
+    for d in side_dirs:
+        for path in (d, *(d / REPEAT_DIR.format(i) for i in range(1, repeats + 1))):
+            if (path / RESULT_FILE).exists() or (path / REQUESTS_FILE).exists():
+                raise UsageError(f"--out {path}: already holds a run (result.json); choose another")
+        if d.exists() and not d.is_dir():
+            raise UsageError(f"--out {d}: exists and is not a directory")
+
+
+async def execute_repeats(
+    targets: list[tuple[str, Endpoint, Path]],
+    model: str | None,
+    cfg: RunConfig,
+    repeats: int,
+    listener: Listener,
+    target_extra: dict[str, Any] | None = None,
+    check_timeout: float = 300.0,
+) -> list[list[RunState]]:
+    """The whole run `repeats` times on each (label, endpoint, directory) target.
+
+    Repeat i of a target goes to DIR/repeat-i, a complete run (preflight, warm-up, every
+    phase) that any reader takes as one; `compare` and `report` take DIR as one side and
+    measure the drift between runs from the spread of its repeats. With several targets the
+    repeats alternate (A B A B ...), so a drift of the host over the session hits every
+    target alike instead of the one measured last."""
+    check_repeat_dirs([d for _, _, d in targets], repeats)
+    labels = [label for label, _, _ in targets]
+    states: list[list[RunState]] = [[] for _ in targets]
+    for i in range(1, repeats + 1):
+        for k, (label, ep, side_dir) in enumerate(targets):
+            who = f" · {label} {ep.base_url}" if len(targets) > 1 else ""
+            listener.note(f"repeat {i} of {repeats}{who}")
+            extra = {
+                "repeat": {
+                    "index": i,
+                    "count": repeats,
+                    "side": label,
+                    "alternated_with": [x for x in labels if x != label],
+                }
+            }
+            out = side_dir / REPEAT_DIR.format(i)
+            state = await execute_run(
+                ep, model, cfg, out, listener, target_extra, check_timeout, doc_extra=extra
+            )
+            states[k].append(state)
+    return states

@@ -12,13 +12,17 @@ Two throughput definitions, both kept:
   chunk's share of the server's `usage` count is spread evenly over the
   chunks of its kind, so speculative chunks carrying several tokens count
   as several tokens.
+
+A job that runs for days is followed by `RecentRates`: records binned by the second
+they ended, so its rates cover the last minutes whatever the job's length.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -216,7 +220,7 @@ def summarize(
     s.tpot_s = dist(r.tpot for r in ok)
     s.e2e_s = dist(r.e2e for r in ok)
     s.output_len = dist(float(r.completion_tokens) for r in ok if r.completion_tokens is not None)
-    chunks = sum(len(r.chunk_offsets) for r in ok)
+    chunks = sum(r.chunk_count for r in ok)
     if chunks:
         s.tokens_per_chunk = s.output_tokens / chunks
     if sustained and concurrency:
@@ -239,3 +243,77 @@ def knee(points: Sequence[tuple[int, float | None]], min_gain: float = 0.10) -> 
         if r_next < r * (1 + min_gain):
             return c
     return None
+
+
+RATE_FIELDS = ("requests", "units", "tokens", "thinking_tokens")
+
+
+class RecentRates:
+    """Rates over the last `keep` seconds of records, by the time each ended: requests,
+    units (what the caller counts as finished work: `generate`'s rows), output tokens and
+    thinking tokens of successful requests. Per-second bins, so memory is the window.
+
+    `rate_with_error` gives a rate and the standard error of its mean over sub-windows:
+    a rate that drifts (longer prompts later in a file, a server lost) gets a wider one."""
+
+    def __init__(
+        self,
+        keep: float = 300.0,
+        bin_s: float = 1.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.keep, self.bin_s, self.clock = keep, bin_s, clock
+        self.t0 = clock()
+        self.bins: dict[int, list[float]] = {}  # bin number -> counts, in RATE_FIELDS order
+
+    def add(self, rec: RequestRecord, units: int = 0) -> None:
+        """One ended request, and the units it finished."""
+        key = math.floor((rec.t_end or self.clock()) / self.bin_s)
+        row = self.bins.get(key)
+        if row is None:
+            oldest = key - int(self.keep / self.bin_s) - 1
+            for k in [k for k in self.bins if k < oldest]:
+                del self.bins[k]
+            row = self.bins[key] = [0.0] * len(RATE_FIELDS)
+        row[0] += 1
+        row[1] += units
+        if rec.ok:
+            row[2] += rec.completion_tokens or 0
+            row[3] += rec.reasoning_tokens or 0
+
+    def totals(self, start: float, end: float) -> dict[str, float]:
+        """Counts of the bins whose middle lies in [start, end)."""
+        out = [0.0] * len(RATE_FIELDS)
+        for key, row in self.bins.items():
+            if start <= (key + 0.5) * self.bin_s < end:
+                out = [a + b for a, b in zip(out, row, strict=True)]
+        return dict(zip(RATE_FIELDS, out, strict=True))
+
+    def _span(self, window: float) -> tuple[float, float]:
+        now = self.clock()
+        return max(now - window, self.t0), now
+
+    def rates(self, window: float, min_s: float = 1.0) -> dict[str, float] | None:
+        """Per second, over the last `window` seconds; None while less than `min_s` passed."""
+        start, end = self._span(window)
+        if end - start < min_s:
+            return None
+        return {k: v / (end - start) for k, v in self.totals(start, end).items()}
+
+    def rate_with_error(
+        self, what: str, window: float, parts: int = 6, min_s: float = 5.0
+    ) -> tuple[float, float | None] | None:
+        """(rate, standard error of it) over the last `window` seconds, the error from the
+        spread of the rate over `parts` sub-windows (None when there are too few bins)."""
+        start, end = self._span(window)
+        if end - start < min_s:
+            return None
+        rate = self.totals(start, end)[what] / (end - start)
+        k = min(parts, int((end - start) / self.bin_s))
+        if k < 3:
+            return rate, None
+        step = (end - start) / k
+        sub = [self.totals(start + i * step, start + (i + 1) * step)[what] / step for i in range(k)]
+        mean = sum(sub) / k
+        sd = math.sqrt(sum((x - mean) ** 2 for x in sub) / (k - 1))
+        return rate, sd / math.sqrt(k)

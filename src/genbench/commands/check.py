@@ -9,8 +9,9 @@ import typer
 
 from genbench.check import CheckReport, preflight
 from genbench.commands import common
-from genbench.console import err, ms, out
+from genbench.console import err, out
 from genbench.errors import UsageError
+from genbench.fmt import duration, ms
 
 
 def check(
@@ -30,6 +31,7 @@ def check(
     common.positive("--timeout", timeout)
     common.positive("--connect-timeout", connect_timeout)
     ep = common.endpoint(url, api_key_env, api_key_file)
+    common.descriptors(1)
     rep = common.run_async(preflight(ep, model, timeout=timeout, connect_timeout=connect_timeout))
     if json:
         typer.echo(orjson.dumps(rep.to_dict(), option=orjson.OPT_INDENT_2).decode())
@@ -60,6 +62,6 @@ def render(rep: CheckReport) -> None:
             f"finish {rep.finish_reason}, {ms(rep.e2e_s)} total"
         )
     if rep.ok:
-        out.print(f"[bold green]ready[/] ({rep.elapsed_s:.1f} s)")
+        out.print(f"[bold green]ready[/] ({duration(rep.elapsed_s)})")
     else:
         err.print(f"[bold red]✗[/] {rep.diagnosis}")

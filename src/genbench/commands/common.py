@@ -7,9 +7,10 @@ import typer
 from genbench.aio import run_async
 from genbench.endpoint import DEFAULT_KEY_ENV, endpoint
 from genbench.errors import positive
+from genbench.limits import Descriptors, fit_descriptors
 
 URL = typer.Option(None, "--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1")
-MODEL = typer.Option(None, "--model", help="Model to use (default: the only one served).")
+MODEL = typer.Option(None, "--model", help="Model to use. [default: the only one served]")
 KEY_ENV = typer.Option(
     DEFAULT_KEY_ENV,
     "--api-key-env",
@@ -22,4 +23,10 @@ KEY_FILE = typer.Option(
 JSON = typer.Option(False, "--json", help="Print one JSON object instead of the table.")
 
 
-__all__ = ["endpoint", "positive", "run_async"]
+__all__ = ["descriptors", "endpoint", "positive", "run_async"]
+
+
+def descriptors(streams: int, servers: int = 1, lower: str = "--concurrency") -> Descriptors:
+    """Before anything is sent: raise the open-file limit to fit `streams` connections over
+    `servers`, or refuse in one line (genbench.limits)."""
+    return fit_descriptors(streams, servers, lower)

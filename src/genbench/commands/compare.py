@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from genbench import fmt
 from genbench.commands import common
-from genbench.compare import FLOOR, Comparison, Row, Z, compare, failures
+from genbench.compare import ALLOWANCE, FLOOR, Comparison, Row, Z, compare, failures
 from genbench.console import out
+from genbench.errors import UsageError
 from genbench.report.html import when
-from genbench.report.runs import load_runs
+from genbench.report.runs import Run, load_sides
 
 SECTIONS = {
     "single": "single stream, by output length",
@@ -24,37 +24,69 @@ SECTIONS = {
 
 
 def _value(x: float | None, unit: str) -> str:
+    """A row's value in its unit: tok/s, ms (the row holds milliseconds), or tokens (a mean
+    acceptance length, two decimals)."""
     if x is None:
-        return "—"
+        return fmt.MISSING
     if unit == "tokens":
-        return f"{x:.2f}"
+        return fmt.number(x, 2)
     if unit == "ms":
-        return f"{x:.1f} ms" if x < 100 else f"{x:,.0f} ms"
-    return f"{x:,.1f}" if x < 1000 else f"{x:,.0f}"
+        return fmt.ms(x / 1000)
+    return fmt.rate(x, "")
+
+
+def _spread(row: Row, i: int) -> str:
+    """' ±2.1%': the spread between a side's repeats (one standard deviation), if it has any."""
+    side = row.sides[i]
+    spread = side.spread if side else None
+    return "" if spread is None else f" [dim]±{fmt.pct(spread)}[/]"
 
 
 def _ratio(row: Row, i: int) -> str:
-    r = row.ratios[i]
-    if r is None:
+    d = row.diffs[i]
+    if d is None:
         return "—"
-    text = f"{r:.2f}×"
+    text = f"{d.ratio:.2f}×"
+    mark = "" if d.drift_measured else " [yellow]†[/]"
     verdict = row.verdicts[i]
     if verdict == "same":
-        return f"[dim]≈{text}[/]"
+        return f"[dim]≈{text}[/]{mark}"
     if verdict == "better":
-        return f"[green]{text} better[/]"
+        return f"[green]{text} better[/]{mark}"
     if verdict == "worse":
-        return f"[red]{text} worse[/]"
-    return f"{text} ?"
+        return f"[red]{text} worse[/]{mark}"
+    return f"{text} ?{mark}"
+
+
+def _interval(row: Row, i: int) -> str:
+    d = row.diffs[i]
+    if d is None or d.interval is None:
+        return "—"
+    lo, hi = d.interval
+    return f"{lo:.2f}–{hi:.2f}"
+
+
+def _needed(row: Row, i: int) -> str:
+    d = row.diffs[i]
+    if d is None or not d.within_noise:
+        return ""
+    return "—" if d.repeats_needed is None else f"{d.repeats_needed:,}"
 
 
 def _table(title: str, rows: list[Row], cmp: Comparison) -> Table:
     t = Table(title=title, title_justify="left")
     t.add_column("metric")
+    measured = cmp.drift_measured
+    base = cmp.runs[0].label
     for i, run in enumerate(cmp.runs):
-        t.add_column(run.label + (" (base)" if i == 0 else ""), justify="right")
+        n = len(run.repeat_runs)
+        head = run.label + (" (base)" if i == 0 else "")
+        t.add_column(head + (f"\n{n} repeats" if n > 1 else ""), justify="right")
         if i:
-            t.add_column(f"÷ {cmp.runs[0].label}", justify="right")
+            t.add_column(f"÷ {base}", justify="right")
+            if measured:
+                t.add_column("95% interval", justify="right")
+                t.add_column("repeats\nto tell", justify="right")
     last_group = None
     for row in rows:
         if last_group is not None and row.group != last_group:
@@ -62,25 +94,44 @@ def _table(title: str, rows: list[Row], cmp: Comparison) -> Table:
         last_group = row.group
         cells = [row.label]
         for i, est in enumerate(row.estimates):
-            cells.append(_value(est.value if est else None, row.unit))
+            cells.append(_value(est.value if est else None, row.unit) + _spread(row, i))
             if i:
                 cells.append(_ratio(row, i))
+                if measured:
+                    cells += [_interval(row, i), _needed(row, i)]
         t.add_row(*cells)
     return t
+
+
+def _span(run: Run) -> str:
+    reps = run.repeat_runs
+    if len(reps) == 1:
+        return when(run.doc.get("created"))
+    first, last = when(reps[0].doc.get("created")), when(reps[-1].doc.get("created"))
+    return f"{len(reps)} repeats, {first}" + (f" to {last}" if last != first else "")
 
 
 def render(cmp: Comparison, console: Console) -> None:
     runs = cmp.runs
     console.print()
     for i, r in enumerate(runs):
-        status = r.doc.get("status")
-        flag = "" if status == "complete" else f"  [yellow]status: {status}[/]"
+        bad = [x for x in r.repeat_runs if x.doc.get("status") != "complete"]
+        flag = "".join(
+            f"  [yellow]status{' of ' + x.label if x is not r else ''}: {x.doc.get('status')}[/]"
+            for x in bad
+        )
         console.print(
             f"[bold]{r.label}[/]{' (baseline)' if i == 0 else ''}: {r.model} on {r.server}, "
-            f"{when(r.doc.get('created'))}, {r.path}{flag}"
+            f"{_span(r)}, {r.source or r.path}{flag}"
         )
     if cmp.differences:
         console.print("[yellow]workloads differ (--force):[/] " + "; ".join(cmp.differences))
+    if not cmp.drift_measured:
+        console.print(
+            "[yellow]† one run per side: how far the servers' speed moves between runs is "
+            f"unmeasured, so differences under {cmp.allowance:.0%} show ≈ (--allowance). "
+            "Measure it: genbench run --repeat 3 on each side, or --versus to alternate them.[/]"
+        )
     sections: dict[str, list[Row]] = {}
     for row in cmp.rows:
         sections.setdefault(row.section, []).append(row)
@@ -95,27 +146,64 @@ def render(cmp: Comparison, console: Console) -> None:
         failed = f"[red]{f['failed']}[/]" if f["failed"] else "0"
         t.add_row(r.label, failed, str(f["requests"]), errors)
     console.print(t)
-    console.print(
-        f"  ratios are run ÷ {runs[0].label}; [dim]≈[/] within the runs' own noise "
-        f"(|difference| under {Z:g} combined standard errors, or under {FLOOR:.0%}); "
-        "? no noise estimate (see docs/compare-and-report.md)"
-    )
-    if any(not r.has_records for r in runs):
-        missing = ", ".join(r.label for r in runs if not r.has_records)
-        console.print(f"  no requests.jsonl for {missing}: per-request noise unknown")
+    if cmp.drift_measured:
+        console.print(
+            f"  ratios are side ÷ {runs[0].label}, of the means of each side's repeats "
+            "([dim]±[/] their spread, one standard deviation); 95% interval from the spread "
+            "between repeats (Student t), the runs' own error as a floor; [dim]≈[/] cannot "
+            f"tell at this noise (or under {FLOOR:.0%}); repeats to tell: per side, to resolve "
+            "the difference seen at this spread; ? no noise estimate "
+            "(see docs/compare-and-report.md)"
+        )
+        singles = [r.label for r in runs if len(r.repeat_runs) == 1]
+        if singles:
+            console.print(
+                f"  one run only: {', '.join(singles)}; it borrows the spread of the other side"
+            )
+    else:
+        console.print(
+            f"  ratios are run ÷ {runs[0].label}; [dim]≈[/] within the runs' own noise "
+            f"(|difference| under {Z:g} combined standard errors, or under {FLOOR:.0%}) or "
+            f"under the {cmp.allowance:.0%} allowed for drift between runs [yellow]†[/]; "
+            "? no noise estimate (see docs/compare-and-report.md)"
+        )
+    missing = [x.label for r in runs for x in r.repeat_runs if not x.has_records]
+    if missing:
+        console.print(f"  no requests.jsonl for {', '.join(missing)}: per-request noise unknown")
+
+
+def parse_pct(flag: str, text: str) -> float:
+    """'10', '10%' or '0.1%' as a fraction."""
+    try:
+        v = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: expected a percentage, e.g. 10") from None
+    if not 0 <= v < 100:
+        raise UsageError(f"{flag} {text!r}: expected a percentage in [0, 100)")
+    return v / 100
 
 
 def compare_cmd(
-    runs: list[Path] = typer.Argument(
-        ..., help="Run directories or result.json files; the first is the baseline."
+    runs: list[str] = typer.Argument(
+        ...,
+        help="Sides to compare, the first the baseline: a run directory or result.json, a "
+        "directory of repeats (run --repeat), or several runs of one side joined by commas.",
     ),
     force: bool = typer.Option(
         False, "--force", help="Compare runs of different workloads (lengths, prompts, ...)."
     ),
+    allowance: str = typer.Option(
+        f"{ALLOWANCE * 100:g}",
+        "--allowance",
+        metavar="PCT",
+        help="One run per side: differences under PCT% show ≈, as the drift between runs is "
+        "unmeasured.",
+    ),
     json: bool = common.JSON,
 ) -> None:
-    """Compare runs: the same metrics side by side with ratios to the first run."""
-    cmp = compare(load_runs(runs), force=force)
+    """Compare runs: the same metrics side by side with ratios to the first, and the noise."""
+    frac = parse_pct("--allowance", allowance)
+    cmp = compare(load_sides(runs), force=force, allowance=frac)
     if json:
         typer.echo(orjson.dumps(cmp.to_dict(), option=orjson.OPT_INDENT_2).decode())
         return

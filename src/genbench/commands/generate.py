@@ -23,13 +23,13 @@ from rich.table import Table
 from rich.text import Text
 
 from genbench.commands import common
-from genbench.console import err, out, rate
+from genbench.console import err, out
 from genbench.endpoint import load_api_key
 from genbench.errors import UsageError
-from genbench.generate.engine import JobConfig, JobResult, Listener, run_job
+from genbench.fmt import duration, duration_range, number, rate
 from genbench.generate.input import ShardSpec
+from genbench.generate.job import JobConfig, JobResult, Listener, run_job
 from genbench.generate.params import job_params
-from genbench.generate.progress import duration
 from genbench.generate.servers import ServerSpec
 from genbench.plan.document import JobForecast, job_forecast, read_plan
 
@@ -86,8 +86,10 @@ class ConsoleListener(Listener):
         plan: dict[str, Any] | None = None,
         servers: int = 1,
         concurrency: int | None = None,
+        down_timeout: float | None = None,
     ) -> None:
         self.console = console
+        self.down_timeout = down_timeout
         self.every = progress_every
         self.live: Live | None = None
         self.last_line = 0.0
@@ -136,7 +138,7 @@ class ConsoleListener(Listener):
                     console=self.console, refresh_per_second=4, transient=True, auto_refresh=False
                 )
                 self.live.start()
-            self.live.update(render(snap), refresh=True)
+            self.live.update(render(snap, self.down_timeout), refresh=True)
             return
         now = time.monotonic()
         if now - self.last_line >= self.every:
@@ -166,8 +168,8 @@ class ConsoleListener(Listener):
 
 
 def _with_bar(seconds: float, lo: float | None, hi: float | None, none: str = "") -> str:
-    """'5h 10m [4h 55m, 5h 27m]', or the time and `none` when there is no bar."""
-    bar = f" [{duration(lo)}, {duration(hi)}]" if lo is not None and hi is not None else none
+    """'5.2 h (4.9 – 5.5 h)', or the time and `none` when there is no bar."""
+    bar = f" ({duration_range(lo, hi)})" if lo is not None and hi is not None else none
     return duration(seconds) + bar
 
 
@@ -184,7 +186,7 @@ def _derived(n: int) -> str:
     )
 
 
-def render(snap: dict[str, Any]) -> Group:
+def render(snap: dict[str, Any], down_timeout: float | None = None) -> Group:
     total = snap["total"] or 1
     resolved = snap["done"] + snap["failed"]
     bar = Table.grid(padding=(0, 1))
@@ -199,12 +201,15 @@ def render(snap: dict[str, Any]) -> Group:
     eta = snap.get("eta_s")
     err_s = snap.get("eta_err_s")
     eta_text = "ETA " + duration(eta) + (f" ± {duration(err_s)}" if err_s is not None else "")
-    if eta is not None and snap["remaining"]:
+    all_down = snap.get("all_down_s")
+    if all_down is not None:
+        eta_text += "  (held while no server is up)"
+    elif eta is not None and snap["remaining"]:
         eta_text += (
             "  (finishes ~" + time.strftime("%a %H:%M", time.localtime(time.time() + eta)) + ")"
         )
     rates = Text(
-        f"{_num(snap['rows_per_s'], 2)} rows/s   {rate(snap['tokens_per_s'])} "
+        f"{number(snap['rows_per_s'], 2)} rows/s   {rate(snap['tokens_per_s'])} "
         f"(thinking {rate(snap['thinking_tokens_per_s'])}, answer "
         f"{rate(snap['answer_tokens_per_s'])})"
     )
@@ -225,14 +230,14 @@ def render(snap: dict[str, Any]) -> Group:
             s["url"],
             state,
             f"{s['in_flight']}/{s['concurrency']}",
-            _num(s["rows_per_s"], 2),
+            number(s["rows_per_s"], 2),
             rate(s["tokens_per_s"], ""),
         )
-    return Group(bar, rates, eta_line, t)
-
-
-def _num(x: float | None, nd: int) -> str:
-    return "—" if x is None else f"{x:,.{nd}f}"
+    if all_down is None:
+        return Group(bar, rates, eta_line, t)
+    gives_up = f", gives up after {duration(down_timeout)}" if down_timeout else ""
+    down_line = Text(f"all servers down for {duration(all_down)}; waiting{gives_up}", style="red")
+    return Group(bar, rates, eta_line, down_line, t)
 
 
 def render_result(r: JobResult, console: Console) -> None:
@@ -262,8 +267,10 @@ def render_result(r: JobResult, console: Console) -> None:
 
 
 def generate(
-    input: Path = typer.Option(..., "--input", "-i", help="Prompts: .jsonl[.gz] or .parquet."),
-    output: Path = typer.Option(..., "--output", "-o", help="Output directory (resumable)."),
+    input: Path = typer.Option(
+        ..., "--input", "-i", "--prompts", help="The prompt file: .jsonl[.gz] or .parquet."
+    ),
+    output: Path = typer.Option(..., "--out", "-o", help="Output directory (resumable)."),
     url: list[str] | None = typer.Option(
         None, "--url", help="Server base URL; repeat for several servers."
     ),
@@ -276,14 +283,18 @@ def generate(
     concurrency: int = typer.Option(
         64, "--concurrency", "-c", help="Requests in flight per server."
     ),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Output token cap per turn."),
-    temperature: float | None = typer.Option(None, "--temperature"),
-    top_p: float | None = typer.Option(None, "--top-p"),
-    top_k: int | None = typer.Option(None, "--top-k"),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", help="Output token cap per turn. [default: none]"
+    ),
+    temperature: float | None = typer.Option(
+        None, "--temperature", help="Sampling temperature. [default: the server's]"
+    ),
+    top_p: float | None = typer.Option(None, "--top-p", help="top_p. [default: the server's]"),
+    top_k: int | None = typer.Option(None, "--top-k", help="top_k. [default: the server's]"),
     thinking: bool | None = typer.Option(
         None,
         "--thinking/--no-thinking",
-        help="Send chat_template_kwargs.enable_thinking (default: the server's choice).",
+        help="Send chat_template_kwargs.enable_thinking. [default: the server's choice]",
     ),
     param: list[str] | None = typer.Option(
         None, "--param", metavar="KEY=VALUE", help="Any other request field (JSON value)."
@@ -370,6 +381,7 @@ def generate(
 
     for s in servers:
         Endpoint.parse(s.url)  # a bad URL fails now, with its own message
+    common.descriptors(sum(s.concurrency for s in servers), len(servers), "-c/--concurrency")
     params = job_params(
         config=config,
         temperature=temperature,
@@ -406,7 +418,13 @@ def generate(
     console.print(f"[bold]genbench generate[/] {input} → {output}{where}")
     cs = {s.concurrency for s in servers}
     listener = ConsoleListener(
-        console, progress_every, json, plan_doc, len(servers), cs.pop() if len(cs) == 1 else None
+        console,
+        progress_every,
+        json,
+        plan_doc,
+        len(servers),
+        cs.pop() if len(cs) == 1 else None,
+        down_timeout,
     )
     try:
         result = common.run_async(run_job(cfg, listener))

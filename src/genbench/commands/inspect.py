@@ -31,13 +31,14 @@ def inspect_cmd(
     out_dir: Path | None = typer.Option(
         None,
         "--out",
+        "-o",
         help="Directory for the clean copy (new or empty); the original is only read.",
     ),
     save: Path | None = typer.Option(
         None,
         "--save",
-        help="Where to write inspect.json (default: DIR/inspect.json, or "
-        "FILE.inspect.json beside a file).",
+        help="Where to write inspect.json. [default: DIR/inspect.json, or "
+        "FILE.inspect.json beside a file]",
     ),  # fmt: skip
     min_tokens: int = typer.Option(
         D.min_tokens, "--min-tokens", help="Rows with fewer output tokens are too short (short)."

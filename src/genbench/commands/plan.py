@@ -17,14 +17,21 @@ def plan(
     samples: str | None = typer.Option(
         None,
         "--samples",
-        help="Samples to forecast, comma-separated, K/M suffixes [100K,200K,500K,900K].",
+        help="Samples to forecast, comma-separated, K/M suffixes. [default: 100K,200K,500K,900K]",
     ),
     servers: int = typer.Option(1, "--servers", help="Identical servers sharing the job."),
-    from_: Path | None = typer.Option(
-        None, "--from", help="A `genbench run` result: its directory or result.json."
+    from_: list[Path] | None = typer.Option(
+        None,
+        "--from",
+        help="A `genbench run` result: its directory or result.json. Repeat it with runs of "
+        "other configurations of the same model to compare them for the job.",
     ),
     prompts: Path | None = typer.Option(
-        None, "--prompts", help="Your prompts (JSONL or Parquet): run a pilot on them."
+        None,
+        "--input",
+        "-i",
+        "--prompts",
+        help="The job's prompt file (JSONL or Parquet), as generate's: run a pilot on it.",
     ),
     rate: float | None = typer.Option(
         None, "--rate", help="Arithmetic only: output tokens/s of one server."
@@ -35,7 +42,9 @@ def plan(
     concurrency: int | None = typer.Option(
         None,
         "--concurrency",
-        help="--from: forecast also at this measured C. --prompts: the job's C [32].",
+        "-c",
+        help="Requests in flight per server: --prompts, the pilot's and the job's "
+        "[default: 32]; --from, also forecast at this measured C.",
     ),
     url: str | None = common.URL,
     model: str | None = common.MODEL,
@@ -44,8 +53,8 @@ def plan(
     pilot: int | None = typer.Option(
         None,
         "--pilot",
-        help="Pilot requests drawn from --prompts. Default: until the bar reaches "
-        "--target-error (at least max(200, 8·C) requests, at most --pilot-max-time).",
+        help="Pilot requests drawn from --prompts. [default: until the bar reaches "
+        "--target-error, at least max(200, 8·C) requests, at most --pilot-max-time]",
     ),
     target_error: float = typer.Option(
         5.0,
@@ -70,15 +79,21 @@ def plan(
         "the range.",
     ),
     max_tokens: int | None = typer.Option(
-        None, "--max-tokens", help="The job's max_tokens (default: none, natural length)."
+        None, "--max-tokens", help="The job's max_tokens. [default: none, natural length]"
     ),
-    temperature: float | None = typer.Option(None, "--temperature", help="The job's temperature."),
-    top_p: float | None = typer.Option(None, "--top-p", help="The job's top_p."),
-    top_k: int | None = typer.Option(None, "--top-k", help="The job's top_k."),
+    temperature: float | None = typer.Option(
+        None, "--temperature", help="The job's temperature. [default: the server's]"
+    ),
+    top_p: float | None = typer.Option(
+        None, "--top-p", help="The job's top_p. [default: the server's]"
+    ),
+    top_k: int | None = typer.Option(
+        None, "--top-k", help="The job's top_k. [default: the server's]"
+    ),
     thinking: bool | None = typer.Option(
         None,
         "--thinking/--no-thinking",
-        help="The job's chat_template_kwargs.enable_thinking (default: the server's choice).",
+        help="The job's chat_template_kwargs.enable_thinking. [default: the server's choice]",
     ),
     param: list[str] | None = typer.Option(
         None, "--param", help="Another request field of the job, KEY=JSON; repeatable."
@@ -94,7 +109,7 @@ def plan(
     ),
     warmup: float = typer.Option(
         20.0,
-        "--warmup",
+        "--warmup-time",
         help="Pilot: seconds of load at C before it, discarded (an idle server starts slow).",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed for the pilot's prompts and the bootstrap."),
@@ -107,7 +122,9 @@ def plan(
     ),
     dtype_bytes: int = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value."),
     bytes_per_token: float | None = typer.Option(
-        None, "--bytes-per-token", help="Output text bytes per token when not measured [4]."
+        None,
+        "--bytes-per-token",
+        help="Output text bytes per token when not measured. [default: 4]",
     ),
     timeout: float = typer.Option(
         600.0, "--timeout", help="Pilot: seconds of silence before a request is abandoned."
@@ -115,11 +132,32 @@ def plan(
     out_dir: Path | None = typer.Option(
         None,
         "--out",
-        help="Pilot: directory for its records and plan.json (default: genbench-runs/TIME-plan).",
+        "-o",
+        help="Pilot: directory for its records and plan.json; several --from: for plan.json. "
+        "[default: genbench-runs/TIME-plan]",
+    ),
+    deadline: str | None = typer.Option(
+        None,
+        "--deadline",
+        help="The job's deadline, e.g. 5d, 36h, 90m, 2d12h: the servers it needs, and the "
+        "samples that fit on --servers.",
+    ),
+    price: float | None = typer.Option(
+        None,
+        "--price",
+        help="Price per GPU-hour, for the job's cost. "
+        "[default: price_per_gpu_hour in the settings file]",
+    ),
+    gpus_per_server: str | None = typer.Option(
+        None,
+        "--gpus-per-server",
+        help="GPUs per server, for the cost: one for all, or one per --from in order. "
+        "[default: gpus_per_server in the settings file]",
     ),
     json: bool = common.JSON,
 ) -> None:
-    """Forecast hours, tokens and bytes of a generation job, with an error bar."""
+    """Forecast hours, tokens and bytes of a generation job, with an error bar; servers for a
+    deadline, cost, and the fastest of several configurations."""
     flags = dict(locals())  # every option above, by name
     console = err if flags.pop("json") else out
     doc, saved = make_plan(PlanArgs(**flags), console)

@@ -17,14 +17,15 @@ def report_cmd(
     runs: list[Path] = typer.Argument(
         ...,
         help="Run directories or result.json files (colours follow this order); generate "
-        "output directories with an inspect.json, or inspect.json files, add a data-set section.",
+        "output directories with an inspect.json, or inspect.json files, add a data-set section; "
+        "a plan.json (or its directory), a decision section.",
     ),
     output: Path | None = typer.Option(
         None,
+        "--out",
         "-o",
-        "--output",
-        help="HTML file to write (default: RUN/report.html for one run, ./genbench-report.html "
-        "for more).",
+        help="HTML file to write. [default: RUN/report.html for one run, "
+        "./genbench-report.html for more]",
     ),
     png: Path | None = typer.Option(
         None, "--png", metavar="DIR", help="Also write each plot as a PNG here (needs matplotlib)."
@@ -32,8 +33,8 @@ def report_cmd(
     phase: str | None = typer.Option(
         None,
         "--phase",
-        help="Phase for the timeline plots, e.g. sustained-c16 (default: the highest "
-        "concurrency all runs share).",
+        help="Phase for the timeline plots, e.g. sustained-c16. [default: the highest "
+        "concurrency all runs share]",
     ),
     max_bars: int = typer.Option(
         MAX_BARS, "--max-bars", help="Requests drawn at most in a timeline; more are sampled."

@@ -15,8 +15,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from genbench.commands import common
-from genbench.console import err, ms, out
+from genbench.console import err, out
 from genbench.errors import ExitCode, UsageError
+from genbench.fmt import duration, ms, pct, rate
 from genbench.records import RequestRecord
 from genbench.run import Listener, Phase, RunConfig, default_out_dir, execute_run
 
@@ -88,24 +89,24 @@ class ConsoleListener(Listener):
         else:
             self.failed += 1
         dt = time.perf_counter() - self.t0
-        rate = f"{self.tokens / dt:,.0f} tok/s" if dt > 0 else ""
+        text = rate(self.tokens / dt) if dt > 0 else ""
         if self.failed:
-            rate += f"  [red]{self.failed} failed[/]"
+            text += f"  [red]{self.failed} failed[/]"
         if self.progress is not None:
-            self.progress.update(self.task, advance=1, rate=rate)
+            self.progress.update(self.task, advance=1, rate=text)
 
     def phase_done(self, phase: Phase) -> None:
         self._stop()
         s = phase.summary
         if phase.kind == "sustained":
-            head = f"{_r(s.steady_tps)} tok/s sustained"
+            head = f"{rate(s.steady_tps)} sustained"
             if s.steady_window_s:
                 a, b = s.steady_window_s
-                head += f" (window {b - a:.1f} s{'' if s.steady_stable else ', unstable'})"
+                head += f" (window {duration(b - a)}{'' if s.steady_stable else ', unstable'})"
         elif phase.kind == "single":
-            head = f"{_r(s.decode_tps.get('mean'))} tok/s decode, TTFT {ms(s.ttft_s.get('mean'))}"
+            head = f"{rate(s.decode_tps.get('mean'))} decode, TTFT {ms(s.ttft_s.get('mean'))}"
         else:
-            head = f"{_r(s.output_tps)} tok/s"
+            head = rate(s.output_tps)
         fail = f", [red]{s.failed} failed[/]" if s.failed else ""
         self.console.print(f"  [green]✓[/] {phase.name:<16} {head}, {s.ok} requests{fail}")
         for note in phase.notes:
@@ -118,10 +119,6 @@ class ConsoleListener(Listener):
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
-
-
-def _r(x: float | None) -> str:
-    return "—" if x is None else (f"{x:,.1f}" if x < 1000 else f"{x:,.0f}")
 
 
 def render_summary(doc: dict[str, Any], console: Console) -> None:
@@ -148,8 +145,8 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
             forced = {True: "yes", False: "[red]no[/]", None: "natural"}[p["length_forced"]]
             t.add_row(
                 str(p["max_tokens"]),
-                _r(s["decode_tps"]["mean"]),
-                _r(s["output_tps"]),
+                rate(s["decode_tps"]["mean"], ""),
+                rate(s["output_tps"], ""),
                 ms(s["ttft_s"]["mean"]),
                 _fails(s),
                 forced,
@@ -218,14 +215,14 @@ def _sweep_table(doc: dict[str, Any], console: Console) -> None:
         main = su or b
         assert main is not None
         s = main["summary"]
-        steady = _r(su["summary"]["steady_tps"]) if su else "—"
+        steady = rate(su["summary"]["steady_tps"], "") if su else "—"
         if su and su["summary"].get("steady_stable") is False:
             steady += "*"
         t.add_row(
             str(c),
-            _r(b["summary"]["output_tps"]) if b else "—",
+            rate(b["summary"]["output_tps"], "") if b else "—",
             steady,
-            _r(s["decode_tps"]["p50"]),
+            rate(s["decode_tps"]["p50"], ""),
             ms(s["ttft_s"]["p50"]),
             ms(s["ttft_s"]["p99"]),
             ms(s["itl_chunk_s"]["p50"]),
@@ -264,6 +261,25 @@ def quick_defaults(cfg: RunConfig) -> None:
     cfg.warmup = 1
 
 
+def _default(attr: str) -> str:
+    """'[default: 1024,2048,4096; --quick 256,1024; local demo 128,256,512]', read from the
+    configs themselves so the help cannot drift from what a run does."""
+    plain, quick, local = RunConfig(), RunConfig(), RunConfig()
+    quick_defaults(quick)
+    local_defaults(local, quick=False)
+
+    def text(cfg: RunConfig) -> str:
+        v = getattr(cfg, attr)
+        return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+
+    parts = [text(plain)]
+    if text(quick) != text(plain):
+        parts.append(f"--quick {text(quick)}")
+    if text(local) != text(plain):
+        parts.append(f"local demo {text(local)}")
+    return f"[default: {'; '.join(parts)}]"
+
+
 def run(
     url: str | None = common.URL,
     model: str | None = common.MODEL,
@@ -272,28 +288,50 @@ def run(
     lengths: str | None = typer.Option(
         None,
         "--lengths",
-        help="Single-stream output lengths, comma-separated [default 1024,2048,4096].",
+        help=f"Single-stream output lengths, comma-separated. {_default('lengths')}",
     ),
     concurrency: str | None = typer.Option(
-        None, "--concurrency", help="Sweep concurrencies [default 1,4,8,16,32,64]."
+        None,
+        "--concurrency",
+        "-c",
+        help="Requests in flight: one or a comma-separated list to sweep. "
+        + _default("concurrency"),
     ),
-    shape: str = typer.Option("burst,sustained", "--shape", help="Sweep load shapes."),
+    shape: str = typer.Option(
+        "burst,sustained", "--shape", help="Sweep load shapes, comma-separated."
+    ),
     sweep_tokens: int | None = typer.Option(
-        None, "--sweep-tokens", help="Output tokens per sweep request [1024]."
+        None,
+        "--sweep-tokens",
+        help=f"Output tokens per sweep request. {_default('sweep_tokens')}",
     ),
     requests_per_slot: int | None = typer.Option(
-        None, "--requests-per-slot", help="Sustained: K·C requests per concurrency."
+        None,
+        "--requests-per-slot",
+        help=f"Sustained: K·C requests per concurrency C. {_default('requests_per_slot')}",
     ),
     duration: float | None = typer.Option(
-        None, "--duration", help="Sustained: seconds per concurrency instead."
+        None,
+        "--duration",
+        help="Sustained: seconds per concurrency instead of --requests-per-slot.",
     ),
-    prompts: int | None = typer.Option(None, "--prompts", help="Prompts per single-stream length."),
-    warmup: int | None = typer.Option(None, "--warmup", help="Warm-up requests [2]."),
+    prompts_per_length: int | None = typer.Option(
+        None,
+        "--prompts-per-length",
+        help=f"Requests per single-stream length. {_default('prompts_per_length')}",
+    ),
+    warmup: int | None = typer.Option(
+        None, "--warmup", help=f"Warm-up requests, discarded. {_default('warmup')}"
+    ),
     warmup_tokens: int | None = typer.Option(
-        None, "--warmup-tokens", help="max_tokens of a warm-up request [64]."
+        None,
+        "--warmup-tokens",
+        help=f"max_tokens of a warm-up request. {_default('warmup_tokens')}",
     ),
-    natural: bool = typer.Option(False, "--natural", help="Let the model stop on its own."),
-    temperature: float = typer.Option(0.0, "--temperature"),
+    natural: bool = typer.Option(
+        False, "--natural", help="Let the model stop on its own instead of forcing each length."
+    ),
+    temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature."),
     timeout: float = typer.Option(
         600.0, "--timeout", help="Seconds of silence before a request is abandoned."
     ),
@@ -304,12 +342,34 @@ def run(
         help='Fields merged into every request, e.g. \'{"chat_template_kwargs": '
         '{"enable_thinking": false}}\'.',
     ),
-    skip: str = typer.Option("", "--skip", help="Phases to skip: warmup,single,sweep."),
+    skip: str = typer.Option(
+        "",
+        "--skip",
+        help="Phases to skip, comma-separated: warmup,single,sweep.",
+        show_default=False,
+    ),
     quick: bool = typer.Option(False, "--quick", help="A short run: fewer lengths and levels."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Result directory [genbench-runs/…]."),
+    out_dir: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Result directory. [default: genbench-runs/TIME-MODEL]",
+    ),
     json: bool = common.JSON,
     report: bool = typer.Option(
         False, "--report", help="Also write report.html beside result.json."
+    ),
+    repeat: int = typer.Option(
+        1,
+        "--repeat",
+        metavar="N",
+        help="Run it all N times (OUT/repeat-1 …), so compare measures the drift between runs.",
+    ),
+    versus: list[str] | None = typer.Option(
+        None,
+        "--versus",
+        metavar="URL",
+        help="Also run against URL, alternating repeats with --url (OUT/a, OUT/b, …).",
     ),
 ) -> None:
     """Benchmark a server: warm-up, single stream by output length, concurrency sweep."""
@@ -332,7 +392,7 @@ def run(
         ("sweep_tokens", sweep_tokens),
         ("requests_per_slot", requests_per_slot),
         ("duration", duration),
-        ("prompts_per_length", prompts),
+        ("prompts_per_length", prompts_per_length),
         ("warmup", warmup),
         ("warmup_tokens", warmup_tokens),
     ):
@@ -341,7 +401,17 @@ def run(
     if extra_body is not None:
         cfg.extra_body = parse_extra_body(extra_body)
     cfg.validate()
+    common.descriptors(1 if "sweep" in cfg.skip else max(cfg.concurrency))
     console = err if json else out
+    if repeat < 1:
+        raise UsageError(f"--repeat must be 1 or more, got {repeat}")
+    if versus and local:
+        raise UsageError("--versus needs --url: the server to alternate with")
+    if repeat > 1 or versus:
+        urls = [url, *(versus or [])] if url else []
+        keys = (api_key_env, api_key_file)
+        run_repeats(urls, model, keys, cfg, repeat, out_dir, console, json=json, report=report)
+        return
     ctx: AbstractContextManager[Any] = nullcontext()
     extra: dict[str, Any] = {}
     if local:
@@ -377,3 +447,115 @@ def run(
         console.print(f"report: {write_report([out_path], out_path / 'report.html')}")
     if json:
         typer.echo(orjson.dumps(state.doc, option=orjson.OPT_INDENT_2).decode())
+
+
+def run_repeats(
+    urls: list[str],
+    model: str | None,
+    keys: tuple[str, Path | None],
+    cfg: RunConfig,
+    repeats: int,
+    out_dir: Path | None,
+    console: Console,
+    *,
+    json: bool,
+    report: bool,
+) -> None:
+    """`--repeat N` / `--versus URL`: the whole run N times per server, alternating servers.
+
+    One server: OUT/repeat-1 … OUT/repeat-N. Several (--url A --versus B): OUT/a/repeat-i
+    and OUT/b/repeat-i, run A1 B1 A2 B2 …, so a drift of the host hits both alike; then the
+    comparison, as `genbench compare OUT/a OUT/b` prints it."""
+    from genbench.run import execute_repeats
+
+    ctx: AbstractContextManager[Any] = nullcontext()
+    extra: dict[str, Any] = {}
+    if not urls:
+        from genbench.local.llamacpp import LocalLlamaServer
+
+        console.print(
+            "[yellow]no --url: starting the local demo target (llama.cpp, tiny "
+            "random-weight model built by genbench)[/]"
+        )
+        ctx = LocalLlamaServer(n_parallel=max(cfg.concurrency))
+        extra["local_demo"] = True
+    with ctx as server:
+        eps = [common.endpoint(u, *keys) for u in (urls or [server.base_url])]
+        out_path = out_dir or default_out_dir(model or ("local" if not urls else None))
+        labels = [chr(ord("a") + i) for i in range(len(eps))] if len(eps) > 1 else [""]
+        targets = [
+            (label, ep, out_path / label if label else out_path)
+            for label, ep in zip(labels, eps, strict=True)
+        ]
+        listener = ConsoleListener(console)
+        for _, ep, d in targets:
+            console.print(f"[bold]genbench run[/] {ep.base_url} → {d}/repeat-1 … {repeats}")
+        try:
+            sides = common.run_async(execute_repeats(targets, model, cfg, repeats, listener, extra))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            listener._stop()
+            err.print(f"[red]interrupted[/]: partial results saved in {out_path}")
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
+        finally:
+            listener._stop()
+    dirs = [d for _, _, d in targets]
+    if len(dirs) > 1:
+        from genbench.commands.compare import render
+        from genbench.compare import compare
+        from genbench.report.runs import load_sides
+
+        render(compare(load_sides(dirs)), console)
+    else:
+        render_repeats([s.doc for s in sides[0]], console)
+    console.print(f"results: {', '.join(str(d) for d in dirs)} ({repeats} repeats each)")
+    if report:
+        from genbench.report import write_report
+
+        console.print(f"report: {write_report(dirs, out_path / 'report.html')}")
+    if json:
+        doc = {
+            "sides": [
+                {"label": label or None, "dir": str(d), "repeats": [s.doc for s in states]}
+                for (label, _, d), states in zip(targets, sides, strict=True)
+            ]
+        }
+        typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+
+
+def _headline(doc: dict[str, Any], key: tuple[str, ...]) -> float | None:
+    """A number from result.json by its path, e.g. ("sweep", "sustained", "by_concurrency", "8")."""
+    v: Any = doc
+    for k in key:
+        v = v.get(k) if isinstance(v, dict) else None
+    return v if isinstance(v, int | float) else None
+
+
+def render_repeats(docs: list[dict[str, Any]], console: Console) -> None:
+    """One line per repeat: the headline rates, then their mean and spread."""
+    cols: list[tuple[str, tuple[str, ...]]] = []
+    if any(p["kind"] == "single" for p in docs[0]["phases"]):
+        cols.append(("single-stream decode tok/s", ("single_stream", "mean_decode_tps")))
+    for shape, info in (docs[0].get("sweep") or {}).items():
+        for c in info["by_concurrency"]:
+            cols.append((f"{shape} tok/s C={c}", ("sweep", shape, "by_concurrency", c)))
+    t = Table(title=f"{len(docs)} repeats", title_justify="left")
+    t.add_column("repeat")
+    for name, _ in cols:
+        t.add_column(name, justify="right")
+    values = [[_headline(d, key) for _, key in cols] for d in docs]
+    for i, row in enumerate(values, start=1):
+        t.add_row(str(i), *[rate(v, "") for v in row])
+    t.add_section()
+    means, spreads = [], []
+    for j in range(len(cols)):
+        xs = [row[j] for row in values if row[j] is not None]
+        m = sum(xs) / len(xs) if xs else None
+        means.append(rate(m, ""))
+        if m and len(xs) > 1:
+            sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
+            spreads.append(f"±{pct(sd / m)}")
+        else:
+            spreads.append("—")
+    t.add_row("mean", *means)
+    t.add_row("spread (sd)", *spreads)
+    console.print(t)

@@ -4,11 +4,14 @@ The job is split so each part can be reasoned about (and tested) alone:
 
 * `input`    reads JSONL or Parquet rows, validates them and gives each a stable id;
 * `params`   merges sampling parameters: defaults < config file < flags < per-row;
-* `store`    owns the output directory: sharded append-only files, the done index,
-             the errors file, crash repair and resume (the durability guarantee lives here);
-* `servers`  keeps the pool of servers: which are up, which are being polled back;
-* `progress` counts durable rows and turns recent windows into an ETA with an error bar;
-* `engine`   the scheduler that moves rows from the input to servers to the store.
+* `store`    owns the output directory: sharded data files, the done index, the errors
+             file, the request log, crash repair and resume (the durability guarantee);
+  `files`    its append-only files; `rows` the output row format and Parquet;
+* `conversation` a row on its way: its turns in order, as one unit of `genbench.load`;
+* `pipeline` rows through load, and what a failed request means for its row;
+* `servers`  the pool of servers (load slots): which are up, which are polled back;
+* `progress` durable counts, and rates and the ETA from the request records (`stats`);
+* `job`      one run: input, preflight, the load, the store.
 
 docs/generate.md describes the formats and guarantees for users.
 """

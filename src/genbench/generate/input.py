@@ -351,113 +351,102 @@ def scan(
     earlier runs) are counted, not validated: resume must be fast. `known_bad`: keys ('id'
     or 'line:N') of the errors file, so invalid rows are not reported twice."""
     _check_exists(path)
-    res = InputScan(path=path, kind=input_kind(path))
-    shard = shard or ShardSpec(1, 1)
-    where = res.where
+    sc = _Scan(InputScan(path=path, kind=input_kind(path)), shard or ShardSpec(1, 1), limit)
+    sc.done, sc.failed, sc.skip_invalid, sc.known_bad = done, failed, skip_invalid, known_bad
     # Ids of earlier runs are used up as they are met, so meeting one again is a duplicate;
     # new ids live in res.todo and invalid ones in bad_ids: no separate set of all ids.
-    left_done, left_failed = set(done), set(failed)
-    todo = res.todo
-    bad_ids: set[str] = set()
-
-    def bad(n: int, b: _Bad, raw: Any) -> None:
-        if not skip_invalid:
-            raise RowError(path, f"{where} {n}", b.problem, b.field)
-        res.bad_lines.add(n)
-        if b.id is not None:
-            bad_ids.add(b.id)
-        elif shard.index != 1:
-            return  # id-less bad rows are reported by shard 1 only
-        key = b.id if b.id is not None else f"line:{n}"
-        if key not in known_bad:
-            res.bad.append(BadRow(n, b.id, b.problem, b.field, _raw(raw)))
-
-    def earlier(row_id: str) -> bool:
-        if row_id in left_done:
-            left_done.remove(row_id)
-            res.done += 1
-            return True
-        if row_id in left_failed:
-            left_failed.remove(row_id)
-            res.failed += 1
-            return True
-        return False
-
-    def seen(row_id: str) -> bool:  # after earlier() said no
-        return row_id in todo or row_id in bad_ids or row_id in done or row_id in failed
-
-    def full(n: int) -> bool:
-        res.rows += 1
-        if limit is not None and res.rows >= limit:
-            res.last_line = n
-            return True
-        return False
-
-    rows: Iterator[tuple[int, Any]] = _parquet(path) if res.kind == "parquet" else _jsonl(path)
+    sc.left_done, sc.left_failed = set(done), set(failed)
+    rows: Iterator[tuple[int, Any]] = _parquet(path) if sc.res.kind == "parquet" else _jsonl(path)
     for n, item in rows:
+        if sc.row(n, item):
+            break
+    return sc.res
+
+
+class _Scan:
+    """The first pass's state; `row` takes one row and says when --limit is reached."""
+
+    def __init__(self, res: InputScan, shard: ShardSpec, limit: int | None) -> None:
+        self.res, self.shard, self.limit = res, shard, limit
+        self.bad_ids: set[str] = set()
+        self.done = self.failed = self.known_bad = frozenset[str]()
+        self.left_done: set[str] = set()
+        self.left_failed: set[str] = set()
+        self.skip_invalid = False
+
+    def row(self, n: int, item: Any) -> bool:
+        res = self.res
         if type(item) is bytes:
             fid = fast_id(item)
-            if fid is not None and fid in left_done:  # the hot path of a resume
-                left_done.remove(fid)
+            if fid is not None and fid in self.left_done:  # the hot path of a resume
+                self.left_done.remove(fid)
                 res.done += 1
-                if full(n):
-                    break
-                continue
+                return self.full(n)
         try:
             obj = _decode(item) if type(item) is bytes else item
             row_id = _id_of(obj) if isinstance(obj, dict) else None
+            derived = None if row_id is not None else parse_row(obj, n)
         except _Bad as b:
-            bad(n, b, item)
-            continue
-        if row_id is not None:
-            if not shard.owns(row_id):
-                continue
-            if earlier(row_id):
-                if full(n):
-                    break
-                continue
-            if seen(row_id):
-                bad(n, _dup(path, row_id, n, res.kind, shard, skip_invalid), item)
-                continue
-        try:
-            row = parse_row(obj, n, row_id)
-        except _Bad as b:
-            bad(n, b, item)
-            continue
-        if row_id is None:
-            if not shard.owns(row.id):
-                continue
-            res.derived += 1
-            if earlier(row.id):
-                if full(n):
-                    break
-                continue
-            if seen(row.id):
-                bad(n, _dup(path, row.id, n, res.kind, shard, skip_invalid, True), item)
-                continue
-        todo.add(row.id)
-        if full(n):
-            break
-    return res
+            self.bad(n, b, item)
+            return False
+        rid = row_id if derived is None else derived.id
+        if not self.shard.owns(rid):
+            return False
+        res.derived += derived is not None
+        if self.earlier(rid):
+            return self.full(n)
+        if rid in res.todo or rid in self.bad_ids or rid in self.done or rid in self.failed:
+            self.bad(n, self.dup(rid, n, derived is not None), item)
+            return False
+        if derived is None:
+            try:
+                parse_row(obj, n, row_id)
+            except _Bad as b:
+                self.bad(n, b, item)
+                return False
+        res.todo.add(rid)
+        return self.full(n)
 
+    def earlier(self, row_id: str) -> bool:
+        if row_id in self.left_done:
+            self.left_done.remove(row_id)
+            self.res.done += 1
+            return True
+        if row_id in self.left_failed:
+            self.left_failed.remove(row_id)
+            self.res.failed += 1
+            return True
+        return False
 
-def _dup(
-    path: Path,
-    row_id: str,
-    n: int,
-    kind: str,
-    shard: ShardSpec,
-    skip_invalid: bool,
-    derived: bool = False,
-) -> _Bad:
-    what = "duplicate row: the same content" if derived else f"duplicate id {row_id!r}"
-    if skip_invalid:
-        return _Bad(f"{what} as an earlier {'row' if kind == 'parquet' else 'line'}", "id", row_id)
-    first = _first_line(path, row_id, n, shard)
-    unit = "row" if kind == "parquet" else "line"
-    at = f" as {unit} {first}" if first else f" as an earlier {unit}"
-    hint = " (ids are derived from the content when a row has none)" if derived else ""
-    return _Bad(f"{what}{at}{hint}; ids must be unique", "id", row_id)
+    def full(self, n: int) -> bool:
+        self.res.rows += 1
+        if self.limit is not None and self.res.rows >= self.limit:
+            self.res.last_line = n
+            return True
+        return False
+
+    def dup(self, row_id: str, n: int, derived: bool) -> _Bad:
+        what = "duplicate row: the same content" if derived else f"duplicate id {row_id!r}"
+        unit = self.res.where
+        if self.skip_invalid:
+            return _Bad(f"{what} as an earlier {unit}", "id", row_id)
+        first = _first_line(self.res.path, row_id, n, self.shard)
+        at = f" as {unit} {first}" if first else f" as an earlier {unit}"
+        hint = " (ids are derived from the content when a row has none)" if derived else ""
+        return _Bad(f"{what}{at}{hint}; ids must be unique", "id", row_id)
+
+    def bad(self, n: int, b: _Bad, raw: Any) -> None:
+        res = self.res
+        if not self.skip_invalid:
+            raise RowError(res.path, f"{res.where} {n}", b.problem, b.field)
+        res.bad_lines.add(n)
+        if b.id is not None:
+            self.bad_ids.add(b.id)
+        elif self.shard.index != 1:
+            return  # id-less bad rows are reported by shard 1 only
+        key = b.id if b.id is not None else f"line:{n}"
+        if key not in self.known_bad:
+            res.bad.append(BadRow(n, b.id, b.problem, b.field, _raw(raw)))
 
 
 def _first_line(path: Path, row_id: str, before: int, shard: ShardSpec) -> int | None:

@@ -10,16 +10,14 @@ the server back in when it answers 200, so a restarted server rejoins by itself.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import aiohttp
-
 from genbench.client import Client
 from genbench.endpoint import Endpoint
-
-UP, DOWN = "up", "down"
+from genbench.load import Slot
+from genbench.records import RequestRecord
+from genbench.stream import Failure
 
 
 @dataclass(frozen=True)
@@ -28,8 +26,8 @@ class ServerSpec:
     concurrency: int
 
 
-class Server:
-    """One server of the pool, its client, its state and its counters."""
+class Server(Slot):
+    """One server of the pool: a load slot that polls its way back up."""
 
     def __init__(
         self,
@@ -42,90 +40,56 @@ class Server:
         probe_timeout: float = 3.0,
         on_change: Callable[[Server, str], None] | None = None,
     ) -> None:
+        super().__init__(client, concurrency, endpoint.base_url)
         self.endpoint = endpoint
-        self.client = client
-        self.name = endpoint.base_url
-        self.concurrency = concurrency
-        self.state = UP
-        self.up_event = asyncio.Event()
-        self.up_event.set()
-        self.down_since: float | None = None
-        self.downs = 0
-        self.in_flight = 0
         self.poll_first, self.poll_max, self.probe_timeout = poll_first, poll_max, probe_timeout
         self.on_change = on_change
         self._poller: asyncio.Task[None] | None = None
         self._probe: asyncio.Task[bool] | None = None
-        self._session: aiohttp.ClientSession | None = None
 
-    @property
-    def up(self) -> bool:
-        return self.state == UP
+    def changed(self, what: str) -> None:
+        super().changed(what)
+        if self.on_change is not None and what:
+            self.on_change(self, what)
 
-    def mark_down(self, reason: str) -> None:
+    def mark_down(self, reason: str, rec: RequestRecord | None = None) -> None:
         """Take the server out and start polling it; a no-op if it is already out."""
-        if self.state == DOWN:
-            return
-        self.state = DOWN
-        self.up_event.clear()
-        self.down_since = time.monotonic()
-        self.downs += 1
-        if self.on_change is not None:
-            self.on_change(self, reason)
-        self._poller = asyncio.get_running_loop().create_task(self._poll())
-
-    def _mark_up(self) -> None:
-        gone = time.monotonic() - (self.down_since or time.monotonic())
-        self.state = UP
-        self.down_since = None
-        self.up_event.set()
-        if self.on_change is not None:
-            self.on_change(self, f"back after {gone:.0f} s")
+        if self.up:
+            super().mark_down(reason, rec)
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
 
     async def _poll(self) -> None:
         delay = self.poll_first
         while True:
             await asyncio.sleep(delay)
             if await self.probe():
-                self._mark_up()
+                self.mark_up()
                 return
             delay = min(delay * 2, self.poll_max)
 
-    def probe(self) -> asyncio.Task[bool]:
+    async def probe(self) -> bool:
         """Is /health answering 200? Concurrent callers share one probe."""
         if self._probe is None or self._probe.done():
             self._probe = asyncio.get_running_loop().create_task(self._health())
-        return self._probe
+        return await asyncio.shield(self._probe)
 
     async def _health(self) -> bool:
-        # its own small session: independent of the client's transport and its dead pool
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        session = self._session
-        timeout = aiohttp.ClientTimeout(total=self.probe_timeout)
-        headers = self.endpoint.headers()
+        # through the client's pool: a dead server's connections have left it already
+        get, ep, timeout = self.client.pool.get, self.endpoint, self.probe_timeout
         try:
-            async with session.get(
-                self.endpoint.root + "/health", headers=headers, timeout=timeout
-            ) as r:
-                await r.read()
-                if r.status == 200:
-                    return True
-                if r.status not in (401, 403, 404, 405):
-                    return False
+            status, _, _ = await get(ep.root + "/health", timeout, ep.headers())
+            if status == 200:
+                return True
+            if status not in (401, 403, 404, 405):
+                return False
             # no /health (or behind auth): the model list tells whether it serves
-            async with session.get(
-                self.endpoint.base_url + "/models", headers=headers, timeout=timeout
-            ) as r:
-                await r.read()
-                return r.status == 200
-        except (aiohttp.ClientError, TimeoutError, OSError):
+            status, _, _ = await get(ep.base_url + "/models", timeout, ep.headers())
+            return status == 200
+        except Failure:
             return False
 
     async def close(self) -> None:
         for t in (self._poller, self._probe):
             if t is not None and not t.done():
                 t.cancel()
-        if self._session is not None:
-            await self._session.close()
         await self.client.close()

@@ -7,6 +7,8 @@ Layout (PREFIX is `data`, or `data-2of4` under `--shard 2/4`; `errors` likewise)
     DIR/errors.jsonl                 rows that failed, one per line, with the error kind
     DIR/.genbench/job.json           the settings the job started with (model, sampling)
     DIR/.genbench/PREFIX-00000.idx   which ids that shard holds, up to which byte (advisory)
+    DIR/.genbench/requests.jsonl     every request sent, failed attempts and retries
+                                     included: compact records (records.py)
 
 Durability, in the order things happen to a finished row:
 
@@ -33,6 +35,9 @@ and `write_row` refuses a second write), and resume skips every id found in a da
 file or the errors file. Parquet: shards are written as JSONL during the job and each
 full shard is converted (to a temporary name, fsynced, renamed, then the JSONL deleted),
 in a separate process so the conversion never stalls the event loop.
+
+The request log is written with the rows, by the same worker thread, but not fsynced:
+it is the job's account of itself, not its data.
 """
 
 from __future__ import annotations
@@ -51,7 +56,24 @@ from typing import Any
 
 import orjson
 
-from genbench.errors import GenbenchError, OutputError, UsageError
+from genbench.errors import UsageError
+from genbench.generate.files import (
+    AppendFile,
+    Pending,
+    Reserve,
+    cut_torn_tail,
+    flush,
+    fsync_dir,
+    scan_errors,
+    scan_jsonl_shard,
+    write_atomic,
+    write_failed,
+)
+from genbench.generate.rows import META_FIELDS, convert_to_parquet, parquet_ids, row_line
+from genbench.generate.rows import parquet_schema as parquet_schema
+from genbench.records import RecordWriter, RequestRecord
+
+__all__ = ["META_FIELDS", "STATE_DIR", "Existing", "Store", "row_line", "scan_jsonl_shard"]
 
 STATE_DIR = ".genbench"
 SCHEMA = "genbench.generate"
@@ -59,278 +81,6 @@ SCHEMA_VERSION = 1
 SHARD_DIGITS = 5
 # Settings that change what the data set contains: a resumed job must not mix them.
 FINGERPRINT_KEYS = ("model", "params", "turns", "format")
-
-Pending = tuple[str, Any]  # (id, what the caller wants back once it is durable)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temporary file, fsync, rename, fsync the directory: never half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-class AppendFile:
-    """One append-only JSONL file. Lines are buffered in memory by the event loop and
-    written, fsynced and indexed by a worker thread (`flush`), so the loop never waits on
-    the disk; then the lines' `pending` items are done."""
-
-    def __init__(self, path: Path, index: Path | None = None) -> None:
-        self.path = path
-        self.new = not path.exists()
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self.size = os.fstat(self.fd).st_size  # including lines still buffered
-        self.index = index
-        self.buf: list[bytes] = []
-        self.pending: list[Pending] = []
-        self.closed = False
-        self.full = False  # rotated: never written again, ready for conversion
-
-    def write(self, line: bytes, item: Pending) -> None:
-        self.buf.append(line)
-        self.size += len(line)
-        self.pending.append(item)
-
-    def take(self) -> Batch:
-        batch = Batch(self, self.buf, self.pending, self.size)
-        self.buf, self.pending = [], []
-        return batch
-
-    def record_index(self, items: list[Pending], end: int) -> None:
-        """Append one batch to the index: ids now durable in the data file up to byte `end`."""
-        if self.index is None or not items:
-            return
-        line = orjson.dumps({"end": end, "ids": [i for i, _ in items]}) + b"\n"
-        with open(self.index, "ab") as f:
-            f.write(line)
-
-    def close(self) -> None:
-        if not self.closed:
-            os.close(self.fd)
-            self.closed = True
-
-
-@dataclass
-class Batch:
-    """Lines taken from a file's buffer, to be written and fsynced together."""
-
-    file: AppendFile
-    chunks: list[bytes]
-    items: list[Pending]
-    end: int  # the file's size once these lines are written
-
-
-def flush(batches: list[Batch], dir_too: bool, directory: Path) -> None:
-    """In a worker thread: write each batch with one write() per file, fsync, then index.
-    The index is appended only after the data it names is on disk."""
-    for b in batches:
-        if b.chunks:
-            _write_all(b.file.fd, b"".join(b.chunks))
-    for b in batches:
-        os.fsync(b.file.fd)
-    if dir_too:
-        fsync_dir(directory)
-    for b in batches:
-        b.file.record_index(b.items, b.end)
-
-
-@dataclass
-class ShardScan:
-    ids: list[str]
-    valid_bytes: int
-    notes: list[str] = field(default_factory=list)
-
-
-def _read_index(idx: Path) -> list[tuple[int, list[str]]]:
-    batches: list[tuple[int, list[str]]] = []
-    try:
-        with open(idx, "rb") as f:
-            for line in f:
-                if not line.endswith(b"\n"):
-                    break
-                try:
-                    obj = orjson.loads(line)
-                    batches.append((int(obj["end"]), list(obj["ids"])))
-                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                    break
-    except FileNotFoundError:
-        pass
-    return batches
-
-
-def scan_jsonl_shard(path: Path, idx: Path | None, repair: bool = True) -> ShardScan:
-    """The ids a JSONL shard holds; cut a torn or unreadable tail (when `repair`)."""
-    size = path.stat().st_size
-    covered, ids = 0, []
-    batches = _read_index(idx) if idx is not None else []
-    for end, batch_ids in batches:
-        if end < covered or end > size:
-            break  # the index claims bytes the file does not have: trust only what precedes
-        covered = end
-        ids.extend(batch_ids)
-    used = len(batches)
-    notes: list[str] = []
-    with open(path, "rb") as f:
-        if covered:
-            f.seek(covered - 1)
-            if f.read(1) != b"\n":  # not a line boundary: the index is not about this file
-                covered, ids, used = 0, [], 0
-        f.seek(covered)
-        pos = covered
-        tail = 0
-        for line in f:
-            if not line.endswith(b"\n"):
-                break
-            try:
-                obj = orjson.loads(line)
-                row_id = obj["id"]
-                if isinstance(row_id, int) and not isinstance(row_id, bool):
-                    row_id = str(row_id)  # the input's integer ids are kept as integers
-                elif not isinstance(row_id, str):
-                    raise TypeError
-            except (orjson.JSONDecodeError, KeyError, TypeError):
-                break
-            ids.append(row_id)
-            pos += len(line)
-            tail += 1
-    if pos < size:
-        notes.append(f"{path.name}: cut {size - pos} bytes of an incomplete last line")
-        if repair:
-            os.truncate(path, pos)
-    if idx is not None and repair and (tail or used < len(batches) or pos < size):
-        write_atomic(idx, orjson.dumps({"end": pos, "ids": ids}) + b"\n" if ids else b"")
-    return ShardScan(ids, pos, notes)
-
-
-def parquet_ids(path: Path) -> list[str]:
-    import pyarrow.parquet as pq
-
-    try:
-        col = pq.read_table(path, columns=["id"]).column("id")
-    except Exception as e:  # pyarrow's own error types
-        raise UsageError(f"{path}: cannot read its ids ({e})") from None
-    return [str(x) for x in col.to_pylist()]
-
-
-def scan_errors(path: Path, repair: bool = True) -> tuple[set[str], list[str]]:
-    """Keys of rows in the errors file: the id, or 'line:N' for a row without one."""
-    keys: set[str] = set()
-    notes: list[str] = []
-    if not path.exists():
-        return keys, notes
-    size = path.stat().st_size
-    pos = 0
-    with open(path, "rb") as f:
-        for line in f:
-            if not line.endswith(b"\n"):
-                break
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                break
-            pos += len(line)
-            if isinstance(obj, dict):
-                rid = obj.get("id")
-                keys.add(str(rid) if rid is not None else f"line:{obj.get('line')}")
-    if pos < size:
-        notes.append(f"{path.name}: cut {size - pos} bytes of an incomplete last line")
-        if repair:
-            os.truncate(path, pos)
-    return keys, notes
-
-
-# -- the row format -------------------------------------------------------------------------
-
-META_FIELDS: tuple[tuple[str, str], ...] = (
-    ("server", "string"),
-    ("model", "string"),
-    ("prompt_tokens", "int64"),
-    ("completion_tokens", "int64"),
-    ("reasoning_tokens", "int64"),
-    ("answer_tokens", "int64"),
-    ("tokens_estimated", "bool"),
-    ("finish_reason", "string"),
-    ("truncated", "bool"),
-    ("turns", "int64"),
-    ("attempts", "int64"),
-    ("ttft_s", "float64"),
-    ("latency_s", "float64"),
-    ("sent_at", "float64"),
-    ("finished_at", "float64"),
-)
-
-
-def row_line(row_id: str | int, conversations: list[dict[str, Any]], meta: dict[str, Any]) -> bytes:
-    """One output row: SpecForge's conversations format plus genbench's metadata."""
-    return orjson.dumps({"id": row_id, "conversations": conversations, "meta": meta}) + b"\n"
-
-
-def parquet_schema() -> Any:
-    import pyarrow as pa
-
-    turn = pa.struct(
-        [("role", pa.string()), ("content", pa.string()), ("reasoning_content", pa.string())]
-    )
-    meta = pa.struct([(name, pa.type_for_alias(t)) for name, t in META_FIELDS])
-    return pa.schema([("id", pa.string()), ("conversations", pa.list_(turn)), ("meta", meta)])
-
-
-def _text(v: Any) -> str | None:
-    return v if isinstance(v, str) or v is None else orjson.dumps(v).decode()
-
-
-def convert_to_parquet(src: str, dst: str, batch_rows: int = 1000) -> int:
-    """JSONL shard -> Parquet, streamed in row groups; atomic; returns the rows written.
-    Runs in a separate process. Content that is not text (a list of parts) is stored as
-    its JSON text, so the schema stays fixed."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    schema = parquet_schema()
-    tmp = dst + ".tmp"
-    n = 0
-    with pq.ParquetWriter(tmp, schema, compression="zstd") as w, open(src, "rb") as f:
-        batch: list[dict[str, Any]] = []
-        for line in f:
-            obj = orjson.loads(line)
-            obj["id"] = str(obj["id"])  # one column type: integer ids become text
-            for t in obj["conversations"]:
-                t["content"] = _text(t.get("content"))
-            batch.append(obj)
-            if len(batch) >= batch_rows:
-                w.write_table(pa.Table.from_pylist(batch, schema=schema))
-                n += len(batch)
-                batch = []
-        if batch:
-            w.write_table(pa.Table.from_pylist(batch, schema=schema))
-            n += len(batch)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, dst)
-    fsync_dir(Path(dst).parent)
-    return n
-
-
-# -- the directory --------------------------------------------------------------------------
 
 
 @dataclass
@@ -363,10 +113,15 @@ class Store:
         on_durable: Callable[[str, list[Pending]], None] | None = None,
     ) -> None:
         self.out = out
-        self.prefix = "data" + (f"-{shard_tag}" if shard_tag else "")
-        self.errors_path = out / ("errors" + (f"-{shard_tag}" if shard_tag else "") + ".jsonl")
-        self.job_path = out / STATE_DIR / ("job" + (f"-{shard_tag}" if shard_tag else "") + ".json")
+        tag = f"-{shard_tag}" if shard_tag else ""
+        self.prefix = "data" + tag
+        self.errors_path = out / f"errors{tag}.jsonl"
         self.state = out / STATE_DIR
+        self.job_path = self.state / f"job{tag}.json"
+        self.requests_path = self.state / f"requests{tag}.jsonl"
+        self.log: RecordWriter | None = None
+        self._dir_fd: int | None = None
+        self.reserve = Reserve()
         self.fmt = fmt
         self.shard_bytes = shard_bytes
         self.sync_interval = sync_interval
@@ -403,13 +158,13 @@ class Store:
     def check_directory(self) -> None:
         """Refuse a directory that has files but is not a genbench generate output."""
         if self.out.exists() and not self.out.is_dir():
-            raise UsageError(f"--output {self.out}: exists and is not a directory")
+            raise UsageError(f"--out {self.out}: exists and is not a directory")
         if self.out.is_dir() and not (self.out / STATE_DIR).is_dir():
             others = [p.name for p in self.out.iterdir()]
             if others:
                 shown = ", ".join(sorted(others)[:3]) + (", …" if len(others) > 3 else "")
                 raise UsageError(
-                    f"--output {self.out}: the directory has other files ({shown}) and is not "
+                    f"--out {self.out}: the directory has other files ({shown}) and is not "
                     "a genbench generate output; choose a new or empty directory"
                 )
 
@@ -473,8 +228,8 @@ class Store:
         if changed:
             k = changed[0]
             raise UsageError(
-                f"--output {self.out} holds a job made with different settings ({k} was "
-                f"{_show(old.get(k))}, now {_show(job.get(k))}): use a new --output, or "
+                f"--out {self.out} holds a job made with different settings ({k} was "
+                f"{_show(old.get(k))}, now {_show(job.get(k))}): use a new --out, or "
                 "--force to continue with the new settings"
             )
 
@@ -486,11 +241,13 @@ class Store:
             doc["created"] = existing.job["created"]
         write_atomic(self.job_path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
         fsync_dir(self.out)
+        self._dir_fd = os.open(self.out, os.O_RDONLY)  # held: a sync opens no descriptor
+        self.reserve = Reserve(3)  # a new shard and the errors file, at the descriptor limit
         self._next_number = existing.next_number
         if existing.jsonl_shards:
             last = existing.jsonl_shards[-1]
             if last == existing.shards[-1] and last.stat().st_size < self.shard_bytes:
-                self.current = AppendFile(last, self.index_path(last))
+                self.current = AppendFile(last, self.index_path(last), self.reserve)
                 self._next_number = max(self._next_number, self._number(last) + 1)
 
     def _number(self, p: Path) -> int:
@@ -516,17 +273,31 @@ class Store:
         self._written.add(row_id)
         return True
 
+    def open_log(self, defaults: dict[str, Any]) -> None:
+        """The request log, compact records after a line of this run's `defaults`."""
+        cut_torn_tail(self.requests_path)
+        self.log = RecordWriter(self.requests_path, compact=True, defaults=defaults, buffered=True)
+
+    def log_request(self, rec: RequestRecord) -> None:
+        """One request of the job, to the request log (written with the next sync)."""
+        if self.log is not None:
+            self.log.write(rec)
+
     def write_row(self, row_id: str, line: bytes, info: Any = None) -> bool:
-        """Append one finished row; False (and nothing written) if the id was written."""
+        """Append one finished row; False (and nothing written) if the id was written.
+        Raises OutOfDescriptors, the id unclaimed, when a new shard cannot be opened."""
         if not self._claim(row_id):
             return False
         try:
             if self.current is None or self.current.size >= self.shard_bytes:
                 self._rotate()
-            assert self.current is not None
-            self.current.write(line, (row_id, info))
         except OSError as e:
-            raise _write_failed(self.out, e) from None
+            if self._expected is not None:
+                self._expected.add(row_id)
+            self._written.discard(row_id)
+            raise write_failed(self.out, e) from None
+        assert self.current is not None
+        self.current.write(line, (row_id, info))
         self.rows_written += 1
         self._note_pending(len(line))
         return True
@@ -536,11 +307,11 @@ class Store:
             self._expected.discard(key)
         try:
             if self.errors is None:
-                self.errors = AppendFile(self.errors_path)
+                self.errors = AppendFile(self.errors_path, None, self.reserve)
             line = orjson.dumps(entry, default=str) + b"\n"
             self.errors.write(line, (key, info))
         except OSError as e:
-            raise _write_failed(self.out, e) from None
+            raise write_failed(self.out, e) from None
         self._note_pending(len(line))
 
     def _note_pending(self, nbytes: int) -> None:
@@ -550,13 +321,14 @@ class Store:
             self._kick.set()
 
     def _rotate(self) -> None:
+        path = self.shard_path(self._next_number)
+        new = AppendFile(path, self.index_path(path), self.reserve)  # a failure changes nothing
+        self._next_number += 1
         if self.current is not None:
             self.current.full = True
             self._closing.append(self.current)
             self._kick.set()
-        path = self.shard_path(self._next_number)
-        self._next_number += 1
-        self.current = AppendFile(path, self.index_path(path))
+        self.current = new
 
     # -- syncing --------------------------------------------------------------------------
 
@@ -573,16 +345,22 @@ class Store:
         async with self._lock:
             files = [f for f in (*self._closing, self.current, self.errors) if f is not None]
             batches = [f.take() for f in files if f.pending or f.new or f in self._closing]
-            if not batches:
+            log, data = self.log, self.log.take() if self.log is not None else b""
+            if not batches and not data:
                 return
             self._pending_rows = self._pending_bytes = 0
             closing = list(self._closing)
-            new_files = any(b.file.new for b in batches)
-            loop = asyncio.get_running_loop()
+            dir_fd = self._dir_fd if any(b.file.new for b in batches) else None
+
+            def work() -> None:
+                flush(batches, dir_fd)
+                if log is not None:
+                    log.write_out(data)
+
             try:
-                await loop.run_in_executor(None, flush, batches, new_files, self.out)
+                await asyncio.get_running_loop().run_in_executor(None, work)
             except OSError as e:
-                raise _write_failed(self.out, e) from None
+                raise write_failed(self.out, e) from None
             for b in batches:
                 b.file.new = False
                 if b.items and self.on_durable is not None:
@@ -592,20 +370,24 @@ class Store:
                 self._closing.remove(f)
                 if self.fmt == "parquet" and f.full:
                     self._convert(f.path)
+            self.reserve.refill()
 
     # -- Parquet --------------------------------------------------------------------------
 
     def _convert(self, path: Path) -> None:
         if path in self._converting:
             return
-        self._converting.add(path)
-        if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")
-            self._pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx)
         dst = path.with_suffix(".parquet")
-        fut = asyncio.get_running_loop().run_in_executor(
-            self._pool, convert_to_parquet, str(path), str(dst)
-        )
+        try:
+            if self._pool is None:
+                ctx = multiprocessing.get_context("spawn")
+                self._pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx)
+            fut = asyncio.get_running_loop().run_in_executor(
+                self._pool, convert_to_parquet, str(path), str(dst)
+            )
+        except OSError:  # no descriptors to start the converter: the job's end converts it
+            return
+        self._converting.add(path)
 
         def done(f: asyncio.Future[Any]) -> None:
             if not f.cancelled() and f.exception() is None:
@@ -624,8 +406,13 @@ class Store:
             self._closing.append(self.current)
             self.current = None
         await self.sync()
-        if self.errors is not None:
-            self.errors.close()
+        for f in (self.errors, self.log):
+            if f is not None:
+                f.close()
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
+        self.reserve.close()
         if convert_all and self.fmt == "parquet":
             for p in self.data_files():
                 if p.suffix == ".jsonl":
@@ -643,13 +430,6 @@ class Store:
 
     def data_files(self) -> list[Path]:
         return sorted(p for p in self.out.iterdir() if self._shard_re.match(p.name))
-
-
-def _write_failed(out: Path, e: OSError) -> GenbenchError:
-    return OutputError(
-        f"cannot write to {out}: {e.strerror or e}. Rows written before are kept; "
-        "fix the cause (e.g. free disk space) and rerun the same command to resume"
-    )
 
 
 def _show(v: Any) -> str:

@@ -53,13 +53,11 @@ def follow_up(source: Path, out: Path) -> dict[str, str]:
     else:
         flags += " (and the original job's sampling flags)"
     cmds = {
-        "regenerate": f"genbench generate --input {out / 'regenerate.jsonl'} --output REGEN_DIR "
+        "regenerate": f"genbench generate --input {out / 'regenerate.jsonl'} --out REGEN_DIR "
         f"{flags}",
     }
     if job and job.get("input"):
-        cmds["resume_into_copy"] = (
-            f"genbench generate --input {job['input']} --output {out} {flags}"
-        )
+        cmds["resume_into_copy"] = f"genbench generate --input {job['input']} --out {out} {flags}"
     return cmds
 
 

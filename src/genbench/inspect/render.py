@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from genbench.fmt import nbytes
 from genbench.inspect.detect import DEFECTS
 
 LABELS = {
@@ -18,16 +19,6 @@ LABELS = {
     "short": "too short to supervise",
     "dup": "duplicate answer",
 }
-
-
-def _bytes(n: float | None) -> str:
-    if n is None:
-        return "—"
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:,.1f} PB"
 
 
 def _tokens(d: dict[str, Any], key: str) -> str:
@@ -115,10 +106,10 @@ def _storage_lines(doc: dict[str, Any], console: Console) -> None:
     tok = st["tokens"]
     line = (
         f"storage: {st['rows']:,} rows, {tok['output']:,} output + {tok['prompt']:,} prompt "
-        f"tokens; JSONL {_bytes(st['jsonl_bytes'])}, Parquet {_bytes(st['parquet_bytes'])}"
+        f"tokens; JSONL {nbytes(st['jsonl_bytes'])}, Parquet {nbytes(st['parquet_bytes'])}"
     )
     if st.get("hidden_state_bytes") is not None:
-        line += f"; hidden states {_bytes(st['hidden_state_bytes'])}"
+        line += f"; hidden states {nbytes(st['hidden_state_bytes'])}"
     else:
         line += "; hidden states: give --hidden-size and --layers-captured"
     console.print(line)
@@ -129,8 +120,8 @@ def _storage_lines(doc: dict[str, Any], console: Console) -> None:
         console.print(
             f"clean copy: {clean['kept']:,} rows kept, {clean['dropped']:,} dropped "
             f"({', '.join(f'{k} {v:,}' for k, v in clean['dropped_by_reason'].items() if v)}) "
-            f"→ {clean['out']}; JSONL {_bytes(cs.get('jsonl_bytes'))}"
-            + (f", hidden states {_bytes(hidden)}" if hidden is not None else "")
+            f"→ {clean['out']}; JSONL {nbytes(cs.get('jsonl_bytes'))}"
+            + (f", hidden states {nbytes(hidden)}" if hidden is not None else "")
         )
         console.print("regenerate the dropped rows:")
         for cmd in clean["follow_up"].values():

@@ -26,8 +26,9 @@ One concern per module: `units` (counts and their display), `storage`, `pool` (t
 pilot's requests as the simulation draws them), `stepfit` (the server's step time),
 `jobsim` (the job simulated), `model` (what one pilot says), `wander` (how the server's
 speed moved during it, carried over the job), `bar` (the forecast and its 95% bar), a
-module per source of a plan (`from_rate`, `from_result`, `pilot` with
-`from_pilot`), `document` (plan.json written and read back), `render` (the console),
+module per source of a plan (`from_rate`, `from_result`, `pilot` with `from_pilot`,
+`compare` for several results), `decide` (servers for a deadline, cost, the fastest
+configuration), `document` (plan.json written and read back), `render` (the console),
 and `make` (the command's flags to a plan).
 
 Names are imported from their module on first use, so that `genbench generate`, which
@@ -40,7 +41,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "units": "parse_counts human_bytes human_tokens duration fmt_time fmt_days fmt_range",
+    "units": "parse_counts duration",
     "from_rate": "arithmetic plan_arithmetic",
     "storage": "ASSUMED_BYTES_PER_TOKEN JSONL_OVERHEAD_BYTES HiddenStates StorageModel "
     "storage_from_tokens parquet_bytes_per_row hidden_states",
@@ -52,9 +53,12 @@ _EXPORTS = {
     "wander": "WANDER_EXPONENT WANDER_HORIZON t_975 lag1 semivariogram SpeedBar SpeedWander "
     "window_gap_variance",
     "model": "REPLAYS SPEED_BATCHES speed_stretches stretch_seconds PilotModel",
-    "from_result": "FIELD_CONCURRENCY RATE_WINDOWS rate_halfwidth plan_from_result",
+    "from_result": "FIELD_CONCURRENCY RATE_WINDOWS rate_halfwidth plan_from_result "
+    "measured_concurrency natural_tokens_per_sample",
+    "compare": "plan_from_results same_model run_names",
+    "decide": "BASIS Deadline Pricing Candidate parse_deadline parse_gpus",
     "pilot": "PARQUET_ROWS PILOT_ROWS PilotRun PilotInput read_pilot_input turn_count "
-    "pilot_stream first_turn_requests turn_request PilotStop run_pilot",
+    "pilot_stream first_turn_requests PilotSink PilotStop run_pilot",
     "from_pilot": "WANDER_NOTE plan_from_pilot",
     "document": "PLAN_SCHEMA PLAN_SCHEMA_VERSION PLAN_FILE new_plan_doc save_plan JobForecast "
     "read_plan job_forecast",

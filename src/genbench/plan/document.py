@@ -34,7 +34,7 @@ PLAN_SCHEMA_VERSION = 1
 PLAN_FILE = "plan.json"
 
 # per mode, the row entry with the forecast for one server
-_ONE_SERVER = {
+ONE_SERVER = {
     "pilot": ("ours",),
     "result": ("ours_chosen", "ours_best"),
     "arithmetic": ("one_server",),
@@ -125,9 +125,9 @@ def job_forecast(doc: dict[str, Any], rows: int, servers: int) -> JobForecast | 
     Raises UsageError naming the file and field when the plan has no usable forecast."""
     path = doc.get("_path", PLAN_FILE)
     mode = doc.get("mode")
-    if mode not in _ONE_SERVER:
+    if mode not in ONE_SERVER:
         raise UsageError(f"--plan {path}: field 'mode' is {mode!r}: expected one of "
-                         f"{', '.join(_ONE_SERVER)}")  # fmt: skip
+                         f"{', '.join(ONE_SERVER)}")  # fmt: skip
     if rows <= 0:
         return None
     one: list[tuple[int, dict[str, Any]]] = []
@@ -136,7 +136,7 @@ def job_forecast(doc: dict[str, Any], rows: int, servers: int) -> JobForecast | 
         samples = row.get("samples") if isinstance(row, dict) else None
         if not isinstance(samples, int) or samples <= 0:
             raise UsageError(f"--plan {path}: field 'rows[{i}].samples' is not a count")
-        entry = next((row[k] for k in _ONE_SERVER[mode] if isinstance(row.get(k), dict)), None)
+        entry = next((row[k] for k in ONE_SERVER[mode] if isinstance(row.get(k), dict)), None)
         if entry is not None and _num(entry.get("seconds")):
             one.append((samples, entry))
         at = row.get("at_servers")

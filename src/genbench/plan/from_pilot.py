@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from genbench import fmt
 from genbench.plan.bar import (
     CONFIDENCE,
     TARGET_REL_ERROR,
@@ -25,7 +26,7 @@ from genbench.plan.storage import (
     StorageModel,
     parquet_bytes_per_row,
 )
-from genbench.plan.units import duration, fmt_time
+from genbench.plan.units import duration
 
 WANDER_NOTE = 0.02  # a speed part of the range this wide is explained in a note
 
@@ -148,7 +149,7 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
             f"the server's speed moved ±{moved}: {why}; the range includes it "
             f"(±{speed.halfwidth:.1%} from the speed for {worst.samples:,} samples)"
         )
-    pilot = fmt_time(w.pilot_s)
+    pilot = fmt.duration(w.pilot_s)
     drift = inputs.get("speed_drift")
     if drift:
         notes.append(

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from genbench import fmt
 from genbench.errors import UsageError
 from genbench.plan.bar import CONFIDENCE, series_halfwidth
 from genbench.plan.document import new_plan_doc
@@ -26,6 +27,9 @@ from genbench.result import REQUESTS_FILE
 from genbench.stats import steady_window, token_events
 
 FIELD_CONCURRENCY = 32  # the field's burst was measured at C=32
+# a sweep whose requests averaged less than this share of the job's tokens per sample did
+# not reach the job's length (the slack keeps a natural-length run's own mean from tripping)
+REACHED_LENGTH = 0.9
 
 
 @dataclass
@@ -40,6 +44,7 @@ class _RunRates:
     tokens_per_sample_basis: str
     thinking_share: float
     field_c: int | None  # the burst concurrency of the field's method (None: no burst)
+    thinking_share_basis: str = ""
 
     @property
     def best_c(self) -> int:
@@ -59,11 +64,16 @@ def plan_from_result(
     tokens_per_sample: float | None,
     hidden: HiddenStates | None,
     bytes_per_token: float | None,
+    *,
+    tokens_basis: str | None = None,
 ) -> dict[str, Any]:
-    """Sustained-rate arithmetic from a `run` result, with the field's burst method beside."""
+    """Sustained-rate arithmetic from a `run` result, with the field's burst method beside.
+    `tokens_basis` says where a given `tokens_per_sample` came from (default: the flag)."""
     path = doc.get("_path", "result")
     notes: list[str] = []
     rates, bpt = _run_rates(doc, path, concurrency, tokens_per_sample, notes)
+    if tokens_basis is not None:
+        rates.tokens_per_sample_basis = tokens_basis
     storage = storage_from_tokens(
         rates.tokens_per_sample,
         bytes_per_token or bpt,
@@ -93,9 +103,80 @@ def plan_from_result(
         },
     )
     plan["model"] = _model(rates, storage.basis)
+    plan["model"]["single_stream_tps"] = (doc.get("single_stream") or {}).get("mean_decode_tps")
+    sweep_len = _sweep_lengths(doc)
+    plan["model"]["sweep_output_tokens_by_concurrency"] = {
+        str(c): n for c, n in sorted(sweep_len.items())
+    }
+    plan["model"]["reach"] = _reach(rates, concurrency, sweep_len)
     plan["rows"] = [_row(rates, s, servers, concurrency, storage) for s in samples]
-    plan["notes"] = notes
+    plan["notes"] = notes + plan["model"]["reach"]
     return plan
+
+
+def _reach(rates: _RunRates, concurrency: int | None, sweep_len: dict[int, float]) -> list[str]:
+    """Where the run's sweep fell short of the job: its requests shorter than the job's
+    samples, or its best rate at the highest concurrency it tried."""
+    c = concurrency if concurrency is not None else rates.best_c
+    out: list[str] = []
+    mean = sweep_len.get(c)
+    if mean is not None and mean < REACHED_LENGTH * rates.tokens_per_sample:
+        out.append(
+            f"the sweep's requests at C={c} averaged {fmt.count(mean)} output tokens, the "
+            f"job's {fmt.count(rates.tokens_per_sample)}: longer outputs decode over longer "
+            "contexts, usually slower, so this forecast is likely short"
+        )
+    if concurrency is None and len(rates.sustained) > 1 and c == max(rates.sustained):
+        out.append(
+            f"the sustained rate was highest at C={c}, the highest the run measured: "
+            "a higher C may be faster still"
+        )
+    return out
+
+
+def _sweep_lengths(doc: dict[str, Any]) -> dict[int, float]:
+    """Mean output tokens per answered request of each sustained phase, by concurrency."""
+    out: dict[int, float] = {}
+    for p in doc.get("phases") or []:
+        s = p.get("summary") or {}
+        if p.get("kind") == "sustained" and p.get("concurrency") and s.get("ok"):
+            out[int(p["concurrency"])] = float(s.get("output_tokens") or 0) / int(s["ok"])
+    return out
+
+
+def measured_concurrency(doc: dict[str, Any], concurrency: int) -> tuple[int, str | None]:
+    """The measured C to rate the job's `concurrency` at, and what the row must say when it
+    is not the job's: the nearest measured below it (a lower C is slower, so the job is not
+    made to look faster than measured), else the lowest measured (which may be faster)."""
+    sustained = _by_c(doc, "sustained")
+    if not sustained or concurrency in sustained:
+        return concurrency, None
+    below = [c for c in sustained if c < concurrency]
+    if below and max(below) == max(sustained):
+        c = max(below)
+        return c, f"sweep reached C={c} only, not the job's C={concurrency}: rated at C={c}"
+    if below:
+        c = max(below)
+        return c, f"C={concurrency} not measured: rated at C={c}, the nearest below"
+    c = min(sustained)
+    return c, (
+        f"sweep's lowest C is {c}, above the job's C={concurrency}: rated at C={c}, "
+        "likely faster than the job will run"
+    )
+
+
+def natural_tokens_per_sample(docs: Sequence[dict[str, Any]]) -> tuple[float, str] | None:
+    """Tokens per sample pooled over runs of natural lengths (every request of every run
+    weighs alike), with its basis; None unless every run let the model stop on its own."""
+    ok = out = 0
+    for doc in docs:
+        if not (doc.get("config") or {}).get("natural"):
+            return None
+        n, o, _ = _phase_sums(doc)
+        ok, out = ok + n, out + o
+    if not ok:
+        return None
+    return out / ok, f"mean output length of the runs' {ok} natural-length requests, pooled"
 
 
 def _run_rates(
@@ -138,7 +219,64 @@ def _run_rates(
     rates = _RunRates(
         sustained, burst, bars, tps, basis, think / out if out else 0.0, _field_c(burst, notes)
     )
+    _length_note(doc, tps, notes)
+    rates.thinking_share_basis = _thinking_basis(doc, ok, out, think, tps)
     return rates, bpt
+
+
+LENGTH_TOLERANCE = 0.25  # tokens per sample this far from the sweep's length get a note
+
+
+def sweep_length(doc: dict[str, Any]) -> float | None:
+    """Mean output tokens of the requests the sustained rates were measured on."""
+    ok = out = 0
+    for p in doc.get("phases") or []:
+        if p.get("kind") == "sustained":
+            s = p.get("summary") or {}
+            ok += int(s.get("ok") or 0)
+            out += int(s.get("output_tokens") or 0)
+    if ok and out:
+        return out / ok
+    cfg = (doc.get("config") or {}).get("sweep_tokens")
+    return float(cfg) if isinstance(cfg, int | float) and cfg > 0 else None
+
+
+def _length_note(doc: dict[str, Any], tps: float, notes: list[str]) -> None:
+    """Throughput falls as outputs grow (longer contexts decode slower): a rate measured at
+    one length forecasts a job of much longer (or shorter) samples with a bias."""
+    measured = sweep_length(doc)
+    if not measured or abs(tps / measured - 1) <= LENGTH_TOLERANCE:
+        return
+    natural = bool((doc.get("config") or {}).get("natural"))
+    how = "natural-length outputs of, on average," if natural else "outputs forced to"
+    direction = "optimistic" if tps > measured else "pessimistic"
+    notes.append(
+        f"the sustained rates were measured on {how} {fmt.count(measured)} tokens, and "
+        f"this job's samples are {fmt.count(tps)} tokens "
+        f"({fmt.pct(tps / measured - 1, signed=True)}): throughput "
+        f"changes with length, so the times are likely {direction}; measure at the job's "
+        f"length (genbench run --sweep-tokens {round(tps)}) or forecast from a pilot "
+        "(--prompts)"
+    )
+
+
+def _thinking_basis(doc: dict[str, Any], ok: int, out: int, think: int, tps: float) -> str:
+    """How the thinking share was had, in words: it is applied to the job's length as is."""
+    if not out:
+        return "no output tokens measured"
+    if not think:
+        return f"no thinking tokens in the run's {ok:,} requests"
+    natural = bool((doc.get("config") or {}).get("natural"))
+    where = (
+        f"the run's {ok:,} natural-length requests on its built-in prompts"
+        if natural
+        else f"the run's {ok:,} requests at forced lengths, cut before the model finished: "
+        "a whole answer's share may differ"
+    )
+    return (
+        f"{fmt.count(think)} thinking of {fmt.count(out)} output tokens in {where}; "
+        f"applied as is to {fmt.count(tps)} tokens per sample"
+    )
 
 
 def _field_c(burst: dict[int, float], notes: list[str]) -> int | None:
@@ -158,6 +296,7 @@ def _model(rates: _RunRates, storage_basis: str) -> dict[str, Any]:
         "tokens_per_sample": rates.tokens_per_sample,
         "tokens_per_sample_basis": rates.tokens_per_sample_basis,
         "thinking_share": rates.thinking_share,
+        "thinking_share_basis": rates.thinking_share_basis,
         "sustained_tps_by_concurrency": {str(c): r for c, r in sorted(rates.sustained.items())},
         "best_concurrency": rates.best_c,
         "rate_halfwidth_by_concurrency": {str(c): h for c, h in sorted(rates.bars.items())},

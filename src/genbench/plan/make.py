@@ -18,8 +18,11 @@ from genbench.aio import run_async
 from genbench.check import CheckReport, preflight
 from genbench.console import err
 from genbench.endpoint import Endpoint, endpoint
-from genbench.errors import ExitCode, GenbenchError, UsageError, positive
+from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
 from genbench.generate.params import job_params
+from genbench.limits import fit_descriptors
+from genbench.plan.compare import plan_from_results
+from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
 from genbench.plan.document import save_plan
 from genbench.plan.from_pilot import plan_from_pilot
 from genbench.plan.from_rate import plan_arithmetic
@@ -38,6 +41,7 @@ from genbench.plan.storage import HiddenStates, hidden_states, storage_from_toke
 from genbench.plan.units import parse_counts
 from genbench.result import REQUESTS_FILE, load_result
 from genbench.run import prepare_out_dir
+from genbench.settings import Setting, setting
 
 DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
 DEFAULT_PILOT_C = 32
@@ -49,7 +53,7 @@ class PlanArgs:
 
     samples: str | None
     servers: int
-    from_: Path | None
+    from_: list[Path] | None
     prompts: Path | None
     rate: float | None
     tokens_per_sample: float | None
@@ -80,20 +84,46 @@ class PlanArgs:
     bytes_per_token: float | None
     timeout: float
     out_dir: Path | None
+    deadline: str | None = None
+    price: float | None = None
+    gpus_per_server: str | None = None
+
+
+@dataclass
+class _Ask:
+    """What the decision is asked: a deadline, a price; and what the plan must say of it."""
+
+    deadline: Deadline | None
+    pricing: Pricing | None
+    notes: list[str]
+
+    @property
+    def wanted(self) -> bool:
+        return self.deadline is not None or self.pricing is not None
 
 
 def make_plan(args: PlanArgs, console: Console) -> tuple[dict[str, Any], Path | None]:
     """The plan document, and the plan.json it was saved to (None: the arithmetic's is not
     saved). A bad flag or input is a UsageError before any request is sent."""
     counts, hidden = _check(args)
+    froms = args.from_ or []
+    ask = _ask(args, max(1, len(froms)))
+    where: Path | None = None
     if args.rate is not None:
         if args.tokens_per_sample is None:
             raise UsageError("--rate needs --tokens-per-sample: the arithmetic is N × T / rate")
         storage = storage_from_tokens(args.tokens_per_sample, args.bytes_per_token, hidden)
         doc = plan_arithmetic(counts, args.rate, args.tokens_per_sample, args.servers, storage)
-        return doc, None
-    if args.from_ is not None:
-        result = load_result(args.from_)
+    elif len(froms) > 1:
+        results = [load_result(p) for p in froms]
+        doc = plan_from_results(
+            results, counts, args.servers, args.concurrency, args.tokens_per_sample, hidden,
+            args.bytes_per_token, ask.deadline, ask.pricing,
+        )  # fmt: skip
+        where = args.out_dir or Path("genbench-runs") / f"{datetime.now():%Y%m%d-%H%M%S}-plan"
+        prepare_out_dir(where)
+    elif froms:
+        result = load_result(froms[0])
         doc = plan_from_result(
             result,
             counts,
@@ -103,12 +133,52 @@ def make_plan(args: PlanArgs, console: Console) -> tuple[dict[str, Any], Path | 
             hidden,
             args.bytes_per_token,
         )
-        return doc, save_plan(doc, Path(result["_path"]).parent)
-    if not args.url:
-        raise UsageError("--prompts needs --url: the server to run the pilot on")
-    if args.tokens_per_sample is not None:
-        raise UsageError("--tokens-per-sample does not apply to a pilot: it measures them")
-    return _plan_pilot(args, counts, hidden, console)
+        where = Path(result["_path"]).parent
+    else:
+        if not args.url:
+            raise UsageError("--prompts needs --url: the server to run the pilot on")
+        if args.tokens_per_sample is not None:
+            raise UsageError("--tokens-per-sample does not apply to a pilot: it measures them")
+        doc, where = _plan_pilot(args, counts, hidden, console)
+    if ask.wanted and "decision" not in doc:
+        doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
+    doc["notes"].extend(ask.notes)
+    return doc, save_plan(doc, where) if where is not None else None
+
+
+def _candidate(doc: dict[str, Any]) -> Candidate:
+    """The one configuration a plan of one source decides on, named as a person calls it."""
+    src = doc.get("source") or {}
+    if doc["mode"] == "result":
+        name = Path(src.get("path") or "result").parent.name or "result"
+    else:
+        name = str(src.get("model") or doc["mode"])
+    return Candidate(name, doc, list((doc.get("model") or {}).get("reach") or []))
+
+
+def _ask(args: PlanArgs, configurations: int) -> _Ask:
+    """--deadline, and the price per GPU-hour and GPUs per server from the flags or the
+    settings file (flags first), checked before anything is measured."""
+    deadline = Deadline(args.deadline, parse_deadline(args.deadline)) if args.deadline else None
+    price = setting("plan", "price_per_gpu_hour", "--price", args.price)
+    gpus = setting("plan", "gpus_per_server", "--gpus-per-server", args.gpus_per_server)
+    if price is None:
+        if args.gpus_per_server is not None:
+            raise UsageError(
+                "--gpus-per-server is for the cost: give --price (per GPU-hour) too, or set "
+                "price_per_gpu_hour in the settings file (docs/plan.md)"
+            )
+        return _Ask(deadline, None, [])
+    if gpus is None:
+        if price.source == "--price":
+            raise UsageError(
+                "--price is per GPU-hour: give --gpus-per-server G too, or set "
+                "gpus_per_server in the settings file (docs/plan.md)"
+            )
+        note = f"a price per GPU-hour is set ({price.source}) but no GPUs per server: "
+        return _Ask(deadline, None, [note + "pass --gpus-per-server for the cost"])
+    listed = Setting(parse_gpus(gpus.value, configurations), gpus.source)
+    return _Ask(deadline, Pricing(price, listed), [])
 
 
 def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
@@ -125,7 +195,7 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
     for name in (
         "servers", "rate", "tokens_per_sample", "concurrency", "pilot", "max_tokens",
         "bootstrap", "hidden_size", "layers_captured", "dtype_bytes", "bytes_per_token",
-        "timeout", "target_error", "pilot_max_time",
+        "timeout", "target_error", "pilot_max_time", "price",
     ):  # fmt: skip
         positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.turns not in ("all", "last"):
@@ -133,7 +203,7 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
     if args.speed_drift < 0:
         raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")
     if args.warmup < 0:
-        raise UsageError(f"--warmup must be 0 or more seconds, got {args.warmup}")
+        raise UsageError(f"--warmup-time must be 0 or more seconds, got {args.warmup}")
     if args.pilot_min_time < 0 or args.pilot_min_time > args.pilot_max_time:
         raise UsageError(
             f"--pilot-min-time {args.pilot_min_time:g} must be between 0 and --pilot-max-time "
@@ -158,7 +228,8 @@ class _Pilot:
 def _plan_pilot(
     args: PlanArgs, counts: list[int], hidden: HiddenStates | None, console: Console
 ) -> tuple[dict[str, Any], Path]:
-    """Check the prompts and the server, run the pilot, and plan from what it saw."""
+    """Check the prompts and the server, run the pilot, and plan from what it saw (the plan
+    and the directory it is to be saved in)."""
     params = job_params(
         config=args.config,
         temperature=args.temperature,
@@ -176,6 +247,7 @@ def _plan_pilot(
     concurrency = args.concurrency or DEFAULT_PILOT_C
     assert args.url and args.prompts
     ep = endpoint(args.url, args.api_key_env, args.api_key_file)
+    fit_descriptors(concurrency, 1, "--concurrency")
     # generate's reader: a file generate refuses fails here, with the same message, before
     # the server is touched
     source = read_pilot_input(args.prompts, args.seed)
@@ -200,7 +272,7 @@ def _plan_pilot(
         args.bootstrap,
         args.seed,
     )
-    return doc, save_plan(doc, out)
+    return doc, out
 
 
 def _run(pilot: _Pilot, args: PlanArgs, model: str, console: Console) -> PilotRun:
@@ -248,6 +320,9 @@ def _run(pilot: _Pilot, args: PlanArgs, model: str, console: Console) -> PilotRu
         bar.stop()
         err.print(f"[red]interrupted[/]: pilot records so far in {pilot.out}")
         raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except ServerDown as e:
+        bar.stop()
+        raise GenbenchError(f"{e}; pilot records so far in {pilot.out}", e.exit_code) from None
     finally:
         bar.stop()
     if not any(r.ok for r in run.records):

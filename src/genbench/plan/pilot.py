@@ -1,5 +1,6 @@
-"""The pilot: the user's rows read and sent as `genbench generate` reads and sends them, at
-the job's concurrency, until the mean output length is known well enough."""
+"""The pilot: generate's own path (`row_load`) on a sample of the user's rows, at the
+job's concurrency, until the mean output length is known well enough; its records are
+read back from disk for the model."""
 
 from __future__ import annotations
 
@@ -14,17 +15,19 @@ from typing import Any
 
 import orjson
 
-from genbench.client import ChatRequest, Timeouts
+from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
-from genbench.errors import InputFileError
-from genbench.fastclient import FastClient
-from genbench.generate.engine import WorkItem
+from genbench.errors import ErrorKind, InputFileError
+from genbench.generate.conversation import Conversation, turn_count
 from genbench.generate.input import Row, iter_rows, scan
-from genbench.generate.params import merge, split_max_tokens
+from genbench.generate.pipeline import Retries, row_load
+from genbench.generate.servers import Server
 from genbench.load import run_phase
 from genbench.plan.bar import TARGET_REL_ERROR, length_halfwidth
-from genbench.records import RecordWriter, RequestRecord
+from genbench.records import RecordWriter, RequestRecord, read_records
 from genbench.result import REQUESTS_FILE
+
+__all__ = ["turn_count"]  # generate's, for the plan
 
 PARQUET_ROWS = 2000  # pilot outputs kept in memory to measure Parquet's bytes per row
 
@@ -69,15 +72,6 @@ def read_pilot_input(path: Path, seed: int, limit: int = PILOT_ROWS) -> PilotInp
     return PilotInput(path, total, [by_id[i] for i in chosen if i in by_id])
 
 
-def turn_count(row: Row, all_turns: bool) -> int:
-    """Requests one row makes: every user turn's answer with --turns all, else one."""
-    item, n = WorkItem(row), 0
-    while item.advance(all_turns):
-        n += 1
-        item.waiting = False
-    return n
-
-
 def pilot_stream(rows: Sequence[Row], seed: int) -> Iterator[Row]:
     """The rows in the order given (already random), then drawn at random with
     replacement: a pilot longer than the file sends some rows twice."""
@@ -93,18 +87,10 @@ def first_turn_requests(
     """Each row's first request, as generate sends it (for the warm-up)."""
     out = []
     for i, row in enumerate(rows):
-        item = WorkItem(row)
-        if item.advance(all_turns):
-            out.append(turn_request(item, params, f"{prefix}-{i}"))
+        req = Conversation(row, params, all_turns, f"{prefix}-{i}").next_request()
+        if req is not None:
+            out.append(req)
     return out
-
-
-def turn_request(item: WorkItem, params: dict[str, Any], rid: str) -> ChatRequest:
-    """The request generate sends for the item's next turn: the job's sampling fields,
-    the row's own `params` over them."""
-    merged = merge(params, item.row.params) if item.row.params else params
-    max_tokens, rest = split_max_tokens(merged)
-    return ChatRequest(rid, item.prompt(), max_tokens, dict(rest))
 
 
 @dataclass
@@ -152,6 +138,27 @@ class PilotStop:
         return bool(self.reason)
 
 
+class PilotSink:
+    """Where the pilot's finished rows go: measured as generate writes them, then dropped."""
+
+    def __init__(self, model: str, run: PilotRun, stop: PilotStop | None) -> None:
+        self.model, self.run, self.stop = model, run, stop
+
+    def finish(self, conv: Conversation) -> None:
+        line = conv.line(self.model)
+        if conv.last is not None:
+            conv.last.extra["jsonl_bytes"] = len(line)
+        self.run.jsonl_bytes.append(len(line))
+        if len(self.run.rows) < PARQUET_ROWS:
+            self.run.rows.append(orjson.loads(line))
+        if self.stop is not None:
+            self.stop.add_sample(conv.tokens)
+
+    def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> None: ...
+
+    def note(self, text: str, style: str = "") -> None: ...
+
+
 async def run_pilot(
     ep: Endpoint,
     model: str,
@@ -166,14 +173,15 @@ async def run_pilot(
     params: dict[str, Any] | None = None,
     turns: str = "all",
 ) -> PilotRun:
-    """Run the pilot as the job will run: C workers, sustained, natural lengths, each row
-    sent as `genbench generate` sends it (the job's `params` with the row's own over them;
-    with `turns` "all" every user turn of a conversation answered in order, each request
-    carrying the new answers before it, on the same worker). Records go to
+    """Run the pilot as the job will run, on generate's own path (`row_load`): C
+    workers, sustained, natural lengths, each row a conversation sent as `genbench
+    generate` sends it, failures retried as it retries them. Records go to
     out/requests.jsonl without their text, tagged in `extra` with the row (`row`), the
-    turn (`turn`) and the row's number of requests (`turns`); each finished row is
-    measured as generate would write it, then dropped. `rows` is sent to its end, or,
-    with `stop`, until `stop.done` says enough; conversations in flight then finish.
+    turn (`turn`) and the row's number of requests (`turns`), and are read back from
+    there; each finished row is measured as generate writes it (`jsonl_bytes`), then
+    dropped. `rows` is sent to its end, or, with `stop`, until `stop.done` says enough;
+    conversations in flight then finish. A server that stops answering raises
+    ServerDown, the records so far on disk.
 
     With `warmup_s`, the `warmup` requests (cycled) first load the server at C for that
     long and are discarded: a server that sat idle runs slower for its first seconds
@@ -181,111 +189,50 @@ async def run_pilot(
     for that to bias the forecast of a job that runs warm for hours."""
     timeouts = Timeouts(connect=10.0, read=timeout, total=None)
     # the protocol-level transport `run` uses: the client's own CPU stays out of the pilot
-    client = FastClient(ep, model, timeouts=timeouts, keep_text=True)
+    client = Client(ep, model, timeouts=timeouts, keep_text=True)
+    server = Server(ep, client, concurrency)
     writer = RecordWriter(out / REQUESTS_FILE) if out else None
-    pilot = _PilotRows(model, params or {}, turns == "all", stop, writer, on_record)
+    run = PilotRun(records=[], wall_s=0.0)
+
+    def record(rec: RequestRecord) -> None:
+        rec.text = rec.reasoning = None
+        if writer:
+            writer.write(rec)
+        if on_record:
+            on_record(rec)
+
+    def label(n: int, row: Row) -> tuple[str, dict[str, Any]]:
+        return f"pilot-{n}-line{row.line}", {"row": n, "turns": turn_count(row, turns == "all")}
+
+    load = row_load(
+        [server],
+        rows,
+        PilotSink(model, run, stop),
+        params=params or {},
+        turns=turns,
+        retries=Retries(),
+        phase="pilot",
+        admit=(lambda n: not stop.done()) if stop is not None else None,
+        label=label,
+        on_record=record,
+    )
     try:
         if warmup_s > 0 and warmup:
             await run_phase(
-                client,
-                itertools.cycle(warmup),
-                concurrency=concurrency,
-                phase="warmup",
+                client, itertools.cycle(warmup), concurrency=concurrency, phase="warmup",
                 duration=warmup_s,
-            )
-        phase = await run_phase(
-            client,
-            pilot.requests(rows),
-            concurrency=concurrency,
-            phase="pilot",
-            on_record=pilot.record,
-            then=pilot.then,
-        )
+            )  # fmt: skip
+        phase = await load.run()
     finally:
-        await client.close()
+        await server.close()
         if writer:
             writer.close()
-    return pilot.finish(phase.records)
-
-
-class _PilotRows:
-    """The pilot's rows while they run: each row's first request, its next turn once an
-    answer arrives, every record tagged and written, each finished row measured."""
-
-    def __init__(
-        self,
-        model: str,
-        params: dict[str, Any],
-        all_turns: bool,
-        stop: PilotStop | None,
-        writer: RecordWriter | None,
-        on_record: Callable[[RequestRecord], None] | None,
-    ) -> None:
-        self.model, self.params, self.all_turns = model, params, all_turns
-        self.stop, self.writer, self.on_record = stop, writer, on_record
-        self.run = PilotRun(records=[], wall_s=0.0)
-        # request id -> (row in progress, its number in the pilot, turn, requests in the row)
-        self.live: dict[str, tuple[WorkItem, int, int, int]] = {}
-        self.follow: dict[str, ChatRequest] = {}
-
-    def requests(self, rows: Iterable[Row]) -> Iterator[ChatRequest]:
-        """Each row's first request, until the rows end or the stop rule says enough."""
-        run, stop = self.run, self.stop
-        for sent, row in enumerate(rows):
-            if stop is not None and stop.done():
-                return
-            item = WorkItem(row)
-            if not item.advance(self.all_turns):
-                continue
-            req = turn_request(item, self.params, f"pilot-{sent}-line{row.line}")
-            self.live[req.id] = (item, sent, 0, turn_count(row, self.all_turns))
-            run.samples += 1
-            yield req
-        run.stopped = "prompts" if stop is not None else "size"
-
-    def record(self, rec: RequestRecord) -> None:
-        """Tag the record with its row and turn, go on with the row, and write the record
-        without its text."""
-        entry = self.live.pop(rec.id, None)
-        if entry is not None:
-            item, i, turn, n = entry
-            rec.extra.update(row=i, turn=turn, turns=n)
-            if rec.ok:
-                item.add_turn(rec)
-                if item.advance(self.all_turns):
-                    rid = f"pilot-{i}-line{item.row.line}-t{turn + 1}"
-                    nxt = turn_request(item, self.params, rid)
-                    self.live[nxt.id] = (item, i, turn + 1, n)
-                    self.follow[rec.id] = nxt
-                else:
-                    self._row_done(item, rec)
-        rec.text = rec.reasoning = None
-        if self.writer:
-            self.writer.write(rec)
-        if self.on_record:
-            self.on_record(rec)
-
-    def _row_done(self, item: WorkItem, rec: RequestRecord) -> None:
-        """Measure the finished row as generate writes it; keep a few for Parquet."""
-        line = {"id": item.row.output_id, "conversations": item.out, "meta": item.meta(self.model)}
-        size = len(orjson.dumps(line)) + 1
-        rec.extra["jsonl_bytes"] = size
-        self.run.jsonl_bytes.append(size)
-        if len(self.run.rows) < PARQUET_ROWS:
-            self.run.rows.append(line)
-        if self.stop is not None:
-            self.stop.add_sample(item.tokens)
-
-    def then(self, req: ChatRequest, rec: RequestRecord) -> ChatRequest | None:
-        return self.follow.pop(rec.id, None)
-
-    def finish(self, records: list[RequestRecord]) -> PilotRun:
-        run, stop = self.run, self.stop
-        if stop is not None and stop.reason:
-            run.stopped = stop.reason
-            run.stopped_at = {"answered": stop.at_count, "length_halfwidth": stop.at_halfwidth}
-        run.records = records
-        sent = [r for r in records if r.t_send]
-        if sent:
-            run.wall_s = max(r.t_end or r.t_send for r in sent) - min(r.t_send for r in sent)
-        return run
+    run.samples = load.queue.taken
+    run.stopped = stop.reason or "prompts" if stop is not None else "size"
+    if stop is not None and stop.reason:
+        run.stopped_at = {"answered": stop.at_count, "length_halfwidth": stop.at_halfwidth}
+    run.records = read_records(out / REQUESTS_FILE) if out else phase.records
+    sent = [r for r in run.records if r.t_send]
+    if sent:
+        run.wall_s = max(r.t_end or r.t_send for r in sent) - min(r.t_send for r in sent)
+    return run

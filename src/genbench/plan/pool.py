@@ -93,7 +93,7 @@ class Pool:
         first_ids = {id(r) for r in by_send[:concurrency]}
         first = [r.ttft for r in ok if id(r) in first_ids]
         later = [r.ttft for r in ok if id(r) not in first_ids]
-        failed = [r for r in records if not r.ok and r.error_kind is not ErrorKind.CANCELLED]
+        failed = [r for r in records if not r.ok and r.error_kind != ErrorKind.CANCELLED]
         attempts = len(ok) + len(failed)
         samples = complete_samples(ok)
         if not samples:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from genbench.plan.units import fmt_days, fmt_range, fmt_time, human_bytes, human_tokens
+from genbench import fmt
 from genbench.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -18,19 +20,25 @@ if TYPE_CHECKING:
 
 
 def render(doc: dict[str, Any], console: Console) -> None:
-    {"arithmetic": _render_arithmetic, "result": _render_result, "pilot": _render_pilot}[
-        doc["mode"]
-    ](doc, console)
-    rows = doc["rows"]
-    if rows and rows[0]["storage"].get("hidden_state_bytes") is not None:
-        console.print(
-            "  hidden states = tokens × hidden size × layers captured × bytes per value "
-            f"({rows[0]['storage']['hidden_state_tokens'] / rows[0]['samples']:,.0f} tokens "
-            "per sample)"
-        )
-    console.print(f"  storage: {doc['model'].get('storage_basis', '')}")
+    decision = doc.get("decision")
+    if decision and len(decision["configurations"]) > 1:
+        _render_comparison(doc, console)
+    else:
+        {"arithmetic": _render_arithmetic, "result": _render_result, "pilot": _render_pilot}[
+            doc["mode"]
+        ](doc, console)
+        rows = doc["rows"]
+        if rows and rows[0]["storage"].get("hidden_state_bytes") is not None:
+            console.print(
+                "  hidden states = tokens × hidden size × layers captured × bytes per value "
+                f"({rows[0]['storage']['hidden_state_tokens'] / rows[0]['samples']:,.0f} "
+                "tokens per sample)"
+            )
+        console.print(f"  storage: {doc['model'].get('storage_basis', '')}")
+        if decision:
+            _print_decision(decision, console)
     for note in doc.get("notes") or []:
-        console.print(f"  [yellow]note:[/] {note}")
+        console.print(f"  [yellow]note:[/] {escape(note)}")
 
 
 Cell = Callable[[dict[str, Any]], str]
@@ -51,27 +59,27 @@ def _samples(row: dict[str, Any]) -> str:
 
 
 def _time(key: str) -> Cell:
-    return lambda row: fmt_time(row[key]["seconds"])
+    return lambda row: fmt.duration(row[key]["seconds"])
 
 
 def _days(key: str) -> Cell:
-    return lambda row: fmt_days(row[key]["seconds"])
+    return lambda row: fmt.days(row[key]["seconds"])
 
 
 def _range(key: str) -> Cell:
-    return lambda row: fmt_range(row[key]["lo_s"], row[key]["hi_s"])
+    return lambda row: fmt.duration_range(row[key]["lo_s"], row[key]["hi_s"])
 
 
 def _tokens(key: str) -> Cell:
-    return lambda row: human_tokens(row["tokens"][key])
+    return lambda row: fmt.tokens(row["tokens"][key])
 
 
 def _storage_cols(doc: dict[str, Any], parquet: bool = False) -> list[tuple[str, Cell]]:
-    cols: list[tuple[str, Cell]] = [("JSONL", lambda r: human_bytes(r["storage"]["jsonl_bytes"]))]
+    cols: list[tuple[str, Cell]] = [("JSONL", lambda r: fmt.nbytes(r["storage"]["jsonl_bytes"]))]
     if parquet:
-        cols.append(("Parquet", lambda r: human_bytes(r["storage"].get("parquet_bytes"))))
+        cols.append(("Parquet", lambda r: fmt.nbytes(r["storage"].get("parquet_bytes"))))
     if doc["rows"] and doc["rows"][0]["storage"].get("hidden_state_bytes") is not None:
-        cols.append(("hidden states", lambda r: human_bytes(r["storage"]["hidden_state_bytes"])))
+        cols.append(("hidden states", lambda r: fmt.nbytes(r["storage"]["hidden_state_bytes"])))
     return cols
 
 
@@ -111,16 +119,20 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
         f"{src.get('server') or 'unknown server'})"
     )
     console.print(
-        f"  tokens per sample: {m['tokens_per_sample']:,.1f} ({m['tokens_per_sample_basis']}); "
-        f"thinking share {m['thinking_share']:.1%}"
+        f"  tokens per sample: {fmt.number(m['tokens_per_sample'])} "
+        f"({m['tokens_per_sample_basis']}); "
+        f"thinking share {fmt.pct(m['thinking_share'])}"
+        + (f" ({m['thinking_share_basis']})" if m.get("thinking_share_basis") else "")
     )
-    rates = ", ".join(f"C={c}: {r:,.1f}" for c, r in m["sustained_tps_by_concurrency"].items())
+    rates = ", ".join(
+        f"C={c}: {fmt.rate(r, '')}" for c, r in m["sustained_tps_by_concurrency"].items()
+    )
     console.print(f"  sustained tok/s by concurrency: {rates}")
     f = m["field"]
     if f["concurrency"]:
         console.print(
-            f"  field's method: burst {f['tok_per_s']:,.1f} tok/s at C={f['concurrency']} × "
-            f"{f['tokens_per_sample']:,.1f} tokens/sample"
+            f"  field's method: burst {fmt.rate(f['tok_per_s'])} at C={f['concurrency']} × "
+            f"{fmt.number(f['tokens_per_sample'])} tokens/sample"
         )
     cols = [("samples", _samples), (f"ours C={m['best_concurrency']}", _time("ours_best"))]
     has_bar = any("lo_s" in row["ours_best"] for row in doc["rows"])
@@ -154,7 +166,7 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     console.print(
         f"[bold]genbench plan[/] pilot of {m['pilot_requests']} requests at C={m['concurrency']} "
         f"on {src.get('model')} ({src.get('server') or 'unknown server'}): "
-        f"{m['pilot_wall_s']:.1f} s, {m['fail_rate']:.1%} failed"
+        f"{fmt.duration(m['pilot_wall_s'])}, {fmt.pct(m['fail_rate'])} failed"
     )
     think = m["thinking_tokens"]["mean"] or 0
     console.print(
@@ -163,14 +175,15 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     )
     steady = m.get("pilot_steady_tps")
     console.print(
-        f"  server: {m['job_tps']:,.0f} tok/s over the simulated job at C={m['concurrency']}"
-        + (f" (the pilot's steady window: {steady:,.0f} tok/s)" if steady else "")
+        f"  server: {fmt.rate(m['job_tps'])} over the simulated job at C={m['concurrency']}"
+        + (f" (the pilot's steady window: {fmt.rate(steady)})" if steady else "")
     )
     rep = m.get("replay")
     if rep:
         console.print(
-            f"  model check: replaying the pilot gives {rep['simulated_s']:.1f} s against "
-            f"{rep['actual_s']:.1f} s measured ({rep['error']:+.1%}; in the bar)"
+            f"  model check: replaying the pilot gives {fmt.duration(rep['simulated_s'])} against "
+            f"{fmt.duration(rep['actual_s'])} measured ({fmt.pct(rep['error'], signed=True)}; "
+            "in the bar)"
         )
     conf = f"{doc['rows'][0]['ours']['confidence']:.0%} range"
     cols = [("samples", _samples), ("ours", _time("ours")), (conf, _range("ours"))]
@@ -226,7 +239,7 @@ class PilotProgress:
             self.failed += 1
         if self.progress is not None:
             dt = time.perf_counter() - self.t0
-            rate = f"{self.tokens / dt:,.0f} tok/s" if dt > 0 else ""
+            rate = fmt.rate(self.tokens / dt) if dt > 0 else ""
             if self.stop_rule is not None and self.stop_rule.count >= 2:
                 hw = self.stop_rule.halfwidth
                 goal = self.stop_rule.target * self.stop_rule.length_share
@@ -239,3 +252,201 @@ class PilotProgress:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+@dataclass
+class DecisionTable:
+    """One table of the decision, as text: the console and the HTML report both show it."""
+
+    title: str
+    head: list[str]
+    rows: list[list[str]]
+    left: tuple[int, ...]  # the columns of text (left-aligned); the rest are numbers
+    foot: list[str]
+
+
+def decision_tables(decision: dict[str, Any]) -> list[DecisionTable]:
+    """One configuration: a row per sample count. Several: a table per sample count, a row
+    per configuration, fastest first, the best marked."""
+    configs = decision["configurations"]
+    if len(configs) == 1:
+        return [_one_config_table(decision, configs[0])]
+    return [_comparison_table(decision, i) for i in range(len(decision["samples"]))]
+
+
+def _money(x: float) -> str:
+    return fmt.number(x, 2 if abs(x) < 100 else 0)
+
+
+def _asked(decision: dict[str, Any], gpus: int | None) -> str:
+    """What the decision was asked, in words: the deadline, the price."""
+    parts = []
+    d = decision.get("deadline")
+    if d:
+        parts.append(f"deadline {d['text']} ({fmt.duration(d['seconds'])})")
+    p = decision.get("price")
+    if p:
+        per = f" × {gpus} GPUs per server" if gpus else ""
+        parts.append(f"{_money(p['per_gpu_hour'])} per GPU-hour{per} (from {p['from']})")
+    return "; ".join(parts)
+
+
+def _at_forecast(hi: int, forecast: int, sep: str = " ") -> str:
+    """A count at the range's slow end, with the forecast's beside it when it differs."""
+    if hi == forecast:
+        return fmt.count(hi)
+    return f"{fmt.count(hi)}{sep}({fmt.count(forecast)} at the forecast)"
+
+
+def _cells(
+    decision: dict[str, Any], conf: dict[str, Any], row: dict[str, Any], ranged: bool
+) -> list[str]:
+    """Time on M servers, servers for the deadline, cost: the columns `_heads` names, each
+    with a second line, its range, when the table has ranges (`ranged`)."""
+    at, own = row["at_servers"], conf["has_range"]
+    time = fmt.duration(at["seconds"])
+    if ranged:
+        time += "\n" + (fmt.duration_range(at["lo_s"], at["hi_s"]) if own else "no range")
+    cells = [time]
+    if decision.get("deadline"):
+        need = row["servers_needed"]
+        cells.append(_at_forecast(need["servers"], need["at_forecast"], "\n"))
+    if "cost" in row:
+        cost = row["cost"]
+        text = _money(cost["forecast"])
+        if ranged:
+            text += "\n" + (f"{_money(cost['lo'])} – {_money(cost['hi'])}" if own else "")
+        cells.append(text)
+    return cells
+
+
+def _heads(decision: dict[str, Any], ranged: bool, priced: bool) -> list[str]:
+    m = decision["servers"]
+    bracket = "\n(95% range)" if ranged else ""
+    head = [("time" if m == 1 else f"time on {m} servers") + bracket]
+    d = decision.get("deadline")
+    if d:
+        head.append(f"servers\nfor {d['text']}")
+    if priced:
+        head.append("cost" + bracket)
+    return head
+
+
+def _one_config_table(decision: dict[str, Any], conf: dict[str, Any]) -> DecisionTable:
+    ranged, priced = conf["has_range"], "cost" in conf["rows"][0]
+    rows = [[fmt.count(r["samples"]), *_cells(decision, conf, r, ranged)] for r in conf["rows"]]
+    asked = _asked(decision, conf["gpus_per_server"])
+    return DecisionTable(
+        "the decision" + (f": {asked}" if asked else ""),
+        ["samples", *_heads(decision, ranged, priced)],
+        rows,
+        (),
+        _fit_lines(decision) + list(decision["basis"].values()),
+    )
+
+
+def _single_stream_line(configs: list[dict[str, Any]], best: dict[str, Any], i: int) -> list[str]:
+    """When single-stream speed, the field's comparison, would pick another configuration."""
+    if any(c["single_stream_tps"] is None for c in configs):
+        return []
+    single = max(configs, key=lambda c: c["single_stream_tps"])
+    fastest = next(c for c in configs if c["name"] == best["fastest"])
+    if single is fastest:
+        return []
+    ratio = single["rows"][i]["seconds"] / fastest["rows"][i]["seconds"]
+    return [
+        f"single-stream speed would pick {single['name']} ({fmt.rate(single['single_stream_tps'])}"
+        f" against {fmt.rate(fastest['single_stream_tps'])}); for this job it takes "
+        f"{fmt.number(ratio, 1)}× as long as {fastest['name']}"
+    ]
+
+
+def _fit_lines(decision: dict[str, Any]) -> list[str]:
+    """The samples each configuration fits in the deadline on M servers."""
+    d, m = decision.get("deadline"), decision["servers"]
+    if not d:
+        return []
+    on = f"in {d['text']} on {m} server{'s' if m > 1 else ''}"
+    configs = decision["configurations"]
+    if len(configs) == 1:
+        fit = configs[0]["fit"]
+        fits = fmt.count(fit["samples"]) + " samples fit"
+        if fit["at_forecast"] != fit["samples"]:
+            fits += f" ({fmt.count(fit['at_forecast'])} at the forecast)"
+        return [f"{on}: {fits}"]
+    fits = [
+        f"{c['name']} {_at_forecast(c['fit']['samples'], c['fit']['at_forecast'])}"
+        for c in sorted(configs, key=lambda c: -c["fit"]["samples"])
+    ]
+    return [f"samples that fit {on}: {', '.join(fits)}"]
+
+
+def _comparison_table(decision: dict[str, Any], i: int) -> DecisionTable:
+    configs = decision["configurations"]
+    best = decision["best"][i]
+    ranged = any(c["has_range"] for c in configs)
+    priced = "cost" in configs[0]["rows"][i]
+    rows, foot = [], []
+    for conf in sorted(configs, key=lambda c: c["rows"][i]["seconds"]):
+        marks = [k for k in ("fastest", "cheapest") if best.get(k) == conf["name"]]
+        rows.append(
+            [
+                conf["name"] + (" *" if conf["notes"] else ""),
+                fmt.rate(conf["single_stream_tps"], ""),
+                fmt.count(conf["concurrency"]),
+                fmt.rate(conf["tok_per_s"], ""),
+                *_cells(decision, conf, conf["rows"][i], ranged),
+                "\n".join(marks),
+            ]
+        )
+        foot += [f"* {conf['name']}: {note}" for note in conf["notes"]]
+    foot += _single_stream_line(configs, best, i)
+    if best["overlap"]:
+        foot.append(
+            f"{', '.join(best['overlap'])}: the range overlaps {best['fastest']}'s, so the "
+            "measurements cannot tell them apart"
+        )
+    gpus = {c["gpus_per_server"] for c in configs}
+    asked = _asked(decision, gpus.pop() if len(gpus) == 1 else None)
+    head = [
+        "configuration",
+        "1-stream\ntok/s",
+        "C",
+        "tok/s\nat C",
+        *_heads(decision, ranged, priced),
+        "best",
+    ]
+    return DecisionTable(
+        f"which configuration: {fmt.count(best['samples'])} samples"
+        + (f"; {asked}" if asked else ""),
+        head,
+        rows,
+        (0, len(head) - 1),
+        foot + _fit_lines(decision) + list(decision["basis"].values()),
+    )
+
+
+def _print_decision(decision: dict[str, Any], console: Console) -> None:
+    # the text is plain (a settings file's path reads "… [plan] …"), never markup
+    for table in decision_tables(decision):
+        t = Table(title=escape(table.title), title_justify="left")
+        for j, head in enumerate(table.head):
+            t.add_column(escape(head), justify="left" if j in table.left else "right")
+        for row in table.rows:
+            t.add_row(*(escape(cell) for cell in row))
+        console.print(t)
+        for line in table.foot:
+            console.print(f"  {escape(line)}")
+
+
+def _render_comparison(doc: dict[str, Any], console: Console) -> None:
+    m, decision = doc["model"], doc["decision"]
+    c = decision.get("concurrency")
+    console.print(
+        f"[bold]genbench plan[/] {len(decision['configurations'])} configurations of "
+        f"{doc['source'].get('model')}, each at its sustained rate at "
+        + (f"the job's C={c}" if c else "its best measured C")
+        + f"; {fmt.count(m['tokens_per_sample'])} tokens per sample: "
+        + m["tokens_per_sample_basis"]
+    )
+    _print_decision(decision, console)

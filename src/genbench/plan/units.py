@@ -1,4 +1,5 @@
-"""Counts read from flags, and numbers written for people: bytes, tokens, times."""
+"""Counts read from flags, and a duration as the plan document stores it (numbers written
+for people are genbench.fmt's)."""
 
 from __future__ import annotations
 
@@ -30,47 +31,5 @@ def parse_counts(flag: str, text: str) -> list[int]:
     return out
 
 
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "—"
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} PB"
-
-
-def human_tokens(n: float) -> str:
-    if n >= 1e8:
-        return f"{n / 1e9:,.4g}B"
-    if n >= 1e6:
-        return f"{n / 1e6:,.4g}M"
-    if n >= 1e3:
-        return f"{n / 1e3:,.4g}K"
-    return f"{n:,.0f}"
-
-
 def duration(seconds: float) -> dict[str, float]:
     return {"seconds": seconds, "hours": seconds / 3600, "days": seconds / 86400}
-
-
-def fmt_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:,.1f} h"
-
-
-def fmt_days(seconds: float) -> str:
-    return f"{seconds / 86400:,.2f}"
-
-
-def fmt_range(lo: float, hi: float) -> str:
-    """Both ends in the unit of the upper one: '61.9 – 74.7 min'."""
-    text = fmt_time(hi)
-    unit = text.split()[-1]
-    div = {"s": 1, "min": 60, "h": 3600}[unit]
-    return f"{lo / div:,.1f} – {text}"

@@ -8,10 +8,10 @@ from typing import Any
 
 from genbench.errors import UsageError
 from genbench.inspect.document import is_inspection, load_inspect
-from genbench.report import inspection
+from genbench.report import decision, inspection
 from genbench.report.figures import MAX_BARS, Figure, all_figures, focus_phase
 from genbench.report.html import page
-from genbench.report.runs import Run, load_runs
+from genbench.report.runs import Run, load_sides
 
 REPORT_FILE = "report.html"
 
@@ -21,9 +21,11 @@ def build(
     phase: str | None = None,
     max_bars: int = MAX_BARS,
     inspections: list[dict[str, Any]] | None = None,
+    plans: list[dict[str, Any]] | None = None,
 ) -> tuple[str, list[Figure]]:
     """The page as a string, and its figures; `phase` picks the phase of the timeline plots.
-    `inspections` (inspect.json documents) each add a data-set section."""
+    `inspections` (inspect.json documents) each add a data-set section, `plans` (plan.json
+    documents) a decision section."""
     if runs and phase is not None and not any(r.phase(phase) for r in runs):
         names = sorted({p["name"] for r in runs for p in r.phases if p.get("kind") != "warmup"})
         raise UsageError(f"--phase {phase}: no such phase; the runs have {', '.join(names)}")
@@ -31,8 +33,21 @@ def build(
     docs = inspections or []
     ins_figs = [inspection.figures(doc, i) for i, doc in enumerate(docs)]
     focus = focus_phase(runs, phase) if runs else None
-    html = page(runs, figs, focus, list(zip(docs, ins_figs, strict=True)))
+    html = page(runs, figs, focus, list(zip(docs, ins_figs, strict=True)), plans or [])
     return html, figs + [f for fs in ins_figs for f in fs]
+
+
+def split_plans(paths: list[str] | list[Path]) -> tuple[list[Path], list[dict[str, Any]]]:
+    """Plans (plan.json, or a directory with one and no result.json) apart from the rest,
+    in the order given."""
+    rest: list[Path] = []
+    plans: list[dict[str, Any]] = []
+    for raw in paths:
+        if decision.is_plan(raw):
+            plans.append(decision.load_plan(raw))
+        else:
+            rest.append(Path(raw))
+    return rest, plans
 
 
 def split_inputs(paths: list[str] | list[Path]) -> tuple[list[Path], list[dict[str, Any]]]:
@@ -61,10 +76,12 @@ def write_report(
     phase: str | None = None,
     max_bars: int = MAX_BARS,
 ) -> Path:
-    """Load the runs and inspections, write the HTML atomically, and the PNGs when asked."""
-    run_paths, docs = split_inputs(paths)
-    runs = load_runs(run_paths)
-    html, figs = build(runs, phase, max_bars, docs)
+    """Load the runs (or sides of repeats), plans and inspections, write the HTML atomically,
+    and the PNGs when asked."""
+    rest, plans = split_plans(paths)
+    run_paths, docs = split_inputs(rest)
+    runs = load_sides(run_paths) if run_paths else []
+    html, figs = build(runs, phase, max_bars, docs, plans)
     if png_dir is not None:
         from genbench.report.png import export
 

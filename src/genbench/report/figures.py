@@ -33,8 +33,9 @@ class Series:
     xs: list[float]
     ys: list[float]
     dash: str = ""  # "" solid, "dash", "dot"
-    marker: str = "circle"  # circle | square | none
+    marker: str = "circle"  # circle | square | dot (a small one, for repeats) | none
     step: bool = False
+    line: bool = True  # False: points only (one per repeat, around the line of their mean)
     # vertical whiskers per point (lo, hi), e.g. p10..p90 of per-request rates
     whiskers: list[tuple[float, float]] | None = None
     tips: list[str] | None = None  # hover text per point
@@ -112,6 +113,36 @@ def quantile(xs: list[float], q: float) -> float:
 # --- throughput and per-request rate vs concurrency ---------------------------------------
 
 
+def sweep_values(run: Run, kind: str, key: str) -> dict[int, list[float]]:
+    """Per concurrency, the summary value `key` of every repeat of the side `run` stands for."""
+    out: dict[int, list[float]] = {}
+    for r in run.repeat_runs:
+        for p in r.kind(kind):
+            v = (p.get("summary") or {}).get(key)
+            if v is not None and p.get("concurrency"):
+                out.setdefault(int(p["concurrency"]), []).append(float(v))
+    return dict(sorted(out.items()))
+
+
+def repeat_points(
+    run: Run, label: str, points: list[tuple[float, list[float]]], unit: str, log: bool
+) -> Series | None:
+    """The repeats of a side as small points beside their mean, so a reader sees the spread."""
+    xs, ys, tips = [], [], []
+    for x, values in points:
+        if len(values) < 2:
+            continue
+        for k, v in enumerate(values):
+            # spread the repeats a little sideways, so they do not hide one another
+            off = (k - (len(values) - 1) / 2) * 0.012
+            xs.append(x * 2**off if log else x * (1 + off))
+            ys.append(v)
+            tips.append(f"{label} C={x:g}, repeat {k + 1}: {v:,.0f} {unit}")
+    if not xs:
+        return None
+    return Series(f"{label} repeats", run.color, xs, ys, marker="dot", line=False, tips=tips)
+
+
 def throughput(runs: list[Run]) -> Figure:
     levels = sorted(set(concurrencies(runs, "burst")) | set(concurrencies(runs, "sustained")))
     fig = Figure(
@@ -123,28 +154,42 @@ def throughput(runs: list[Run]) -> Figure:
         x_log=len(levels) > 1 and levels[-1] / levels[0] >= 8,
         x_ticks=[float(c) for c in levels],
     )
+    repeats = False
     for run in runs:
         for kind, key, dash, marker in (
             ("sustained", "steady_tps", "", "circle"),
             ("burst", "output_tps", "dash", "square"),
         ):
-            pts = [
-                (float(p["concurrency"]), float(p["summary"][key]))
-                for p in run.kind(kind)
-                if (p.get("summary") or {}).get(key) is not None
-            ]
-            if pts:
-                fig.series.append(
-                    Series(
-                        f"{run.label} {kind}",
-                        run.color,
-                        [x for x, _ in pts],
-                        [y for _, y in pts],
-                        dash=dash,
-                        marker=marker,
-                        tips=[f"{run.label} {kind} C={x:g}: {y:,.0f} tok/s" for x, y in pts],
-                    )
+            by_c = sweep_values(run, kind, key)
+            pts = [(float(c), sum(v) / len(v)) for c, v in by_c.items()]
+            if not pts:
+                continue
+            n = len(run.repeat_runs)
+            what = f"mean of {n} repeats" if n > 1 else ""
+            fig.series.append(
+                Series(
+                    f"{run.label} {kind}",
+                    run.color,
+                    [x for x, _ in pts],
+                    [y for _, y in pts],
+                    dash=dash,
+                    marker=marker,
+                    tips=[
+                        f"{run.label} {kind} C={x:g}: {y:,.0f} tok/s"
+                        + (f" ({what})" if n > 1 else "")
+                        for x, y in pts
+                    ],
                 )
+            )
+            dots = repeat_points(
+                run, f"{run.label} {kind}", [(float(c), v) for c, v in by_c.items()], "tok/s",
+                fig.x_log,
+            )  # fmt: skip
+            if dots is not None:
+                fig.series.append(dots)
+                repeats = True
+    if repeats:
+        fig.subtitle += "; small points: each repeat, around the line of their mean"
     if not fig.series:
         fig.empty = "no concurrency sweep in these runs"
     return fig
@@ -164,26 +209,42 @@ def per_request_rate(runs: list[Run]) -> Figure:
     for i, run in enumerate(runs):
         k = dodge(i, len(runs), fig.x_log)
         xs, ys, whisk, tips = [], [], [], []
+        medians: list[tuple[float, list[float]]] = []
         for c in levels:
-            p = run.sweep_phase("sustained", c) or run.sweep_phase("burst", c)
-            if p is None:
+            pooled: list[float] = []
+            meds: list[float] = []
+            for rep in run.repeat_runs:
+                p = rep.sweep_phase("sustained", c) or rep.sweep_phase("burst", c)
+                if p is None:
+                    continue
+                rates = [r.decode_rate for r in ok(rep.records(p["name"])) if r.decode_rate]
+                d = (p.get("summary") or {}).get("decode_tps") or {}
+                if rates:
+                    pooled += rates
+                    meds.append(quantile(rates, 0.5))
+                elif d.get("p50") is not None:
+                    meds.append(d["p50"])
+                    pooled += [d.get("min") or d["p50"], d["p50"], d.get("p90") or d["p50"]]
+            if not meds:
                 continue
-            rates = [r.decode_rate for r in ok(run.records(p["name"])) if r.decode_rate]
-            d = (p.get("summary") or {}).get("decode_tps") or {}
-            if rates:
-                med, lo, hi = (quantile(rates, q) for q in (0.5, 0.1, 0.9))
-            elif d.get("p50") is not None:
-                med, lo, hi = d["p50"], d.get("min") or d["p50"], d.get("p90") or d["p50"]
-            else:
-                continue
-            xs.append(c * (k if fig.x_log else 1 + k))
+            lo, hi = quantile(pooled, 0.1), quantile(pooled, 0.9)
+            med = sum(meds) / len(meds) if len(meds) > 1 else quantile(pooled, 0.5)
+            x = c * (k if fig.x_log else 1 + k)
+            xs.append(x)
             ys.append(med)
             whisk.append((lo, hi))
+            what = f"mean of {len(meds)} repeats' medians" if len(meds) > 1 else "median"
             tips.append(
-                f"{run.label} C={c}: median {med:,.0f} tok/s (p10 {lo:,.0f}, p90 {hi:,.0f})"
+                f"{run.label} C={c}: {what} {med:,.0f} tok/s (p10 {lo:,.0f}, p90 {hi:,.0f})"
             )
+            medians.append((x, meds))
         if xs:
             fig.series.append(Series(run.label, run.color, xs, ys, whiskers=whisk, tips=tips))
+            dots = repeat_points(run, f"{run.label} median", medians, "tok/s", fig.x_log)
+            if dots is not None:
+                fig.series.append(dots)
+    if any(not s.line for s in fig.series):
+        fig.subtitle += "; small points: each repeat's median, around the line of their mean"
     if not fig.series:
         fig.empty = "no concurrency sweep in these runs"
     return fig
@@ -536,19 +597,30 @@ def summary_cards(run: Run) -> list[tuple[str, str, str]]:
     """(label, value, detail) headline numbers of one run."""
     d = run.doc
     cards: list[tuple[str, str, str]] = []
-    single = (d.get("single_stream") or {}).get("mean_decode_tps")
-    if single:
-        cards.append(("single-stream decode", f"{single:,.0f} tok/s", "mean over lengths"))
-    best: tuple[float, int, str] | None = None
+    singles = [
+        v
+        for r in run.repeat_runs
+        if (v := (r.doc.get("single_stream") or {}).get("mean_decode_tps"))
+    ]
+    if singles:
+        of = f", of {len(singles)} repeats" if len(singles) > 1 else ""
+        mean = sum(singles) / len(singles)
+        cards.append(("single-stream decode", f"{mean:,.0f} tok/s", "mean over lengths" + of))
+    best: tuple[float, int, str, list[float]] | None = None
     for kind, key in (("sustained", "steady_tps"), ("burst", "output_tps")):
-        for p in run.kind(kind):
-            v = (p.get("summary") or {}).get(key)
+        for c, values in sweep_values(run, kind, key).items():
+            v = sum(values) / len(values)
             if v and (best is None or v > best[0]):
-                best = (v, p["concurrency"], kind)
+                best = (v, c, kind, values)
         if best:
             break
+    n = len(run.repeat_runs)
     if best:
-        cards.append(("peak throughput", f"{best[0]:,.0f} tok/s", f"{best[2]} at C={best[1]}"))
+        what = f"{best[2]} at C={best[1]}" + (f", mean of {len(best[3])}" if n > 1 else "")
+        cards.append(("peak throughput", f"{best[0]:,.0f} tok/s", what))
+        if n > 1:
+            lo, hi = min(best[3]), max(best[3])
+            cards.append(("repeats", f"{n}", f"peak {lo:,.0f}–{hi:,.0f} tok/s"))
     knee = ((d.get("sweep") or {}).get("sustained") or {}).get("knee")
     if knee:
         cards.append(("knee", f"C={knee}", "next step adds < 10%"))
@@ -565,7 +637,7 @@ def summary_cards(run: Run) -> list[tuple[str, str, str]]:
     if accept:
         cards.append(("acceptance length", f"{sum(accept) / len(accept):.2f}", "mean over phases"))
     req = fail = 0
-    for p in run.phases:
+    for p in (p for r in run.repeat_runs for p in r.phases):
         s = p.get("summary") or {}
         req += int(s.get("requests") or 0)
         fail += int(s.get("failed") or 0)

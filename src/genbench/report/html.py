@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-from genbench import __version__
+from genbench import __version__, fmt
+from genbench.report import decision, inspection
 from genbench.report import figures as F
-from genbench.report import inspection
 from genbench.report.runs import Run, workload_differences
 from genbench.report.svg import WIDE, WIDTH, render, swatch
 
@@ -94,20 +94,9 @@ def figure_html(fig: F.Figure) -> str:
     )
 
 
-def _num(v: Any, digits: int = 1) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int | float):
-        if isinstance(v, float) and abs(v) < 1000:
-            return f"{v:,.{digits}f}"
-        return f"{v:,.0f}"
-    return escape(str(v))
-
-
 def _ms(v: Any) -> str:
-    return "—" if v is None else f"{v * 1000:,.1f}"
+    """Milliseconds without the unit, which the column's head gives."""
+    return fmt.ms(v).removesuffix(" ms")
 
 
 def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> str:
@@ -124,7 +113,8 @@ def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> str:
 
 
 def _tag(run: Run) -> str:
-    return f'<span class="runtag" style="--run:{run.color}"></span>{escape(run.label)}'
+    label = run.label + (" r1" if len(run.repeats) > 1 else "")
+    return f'<span class="runtag" style="--run:{run.color}"></span>{escape(label)}'
 
 
 def when(iso: Any) -> str:
@@ -151,14 +141,15 @@ def card(run: Run) -> str:
         f'<div class="card" style="--run:{run.color}"><h3>{escape(run.label)}'
         f'<span class="status{bad}">{escape(status)}</span></h3>'
         f'<div class="meta">{escape(run.model)} · {escape(run.server)} · {escape(url)} · '
-        f"{escape(when(d.get('created')))}{msg}<br>{escape(str(run.path))}</div>"
+        f"{escape(when(d.get('created')))}{msg}<br>{escape(str(run.source or run.path))}</div>"
         f'<div class="tiles">{tiles}</div></div>'
     )
 
 
-def numbers(runs: list[Run]) -> str:
-    """The measured numbers as tables, for readers who want them exact."""
+def numbers(sides: list[Run]) -> str:
+    """The measured numbers as tables, for readers who want them exact: every repeat."""
     rows = []
+    runs = [r for side in sides for r in side.repeat_runs]
     for run in runs:
         for p in run.kind("single"):
             s = p.get("summary") or {}
@@ -166,8 +157,8 @@ def numbers(runs: list[Run]) -> str:
                 [
                     _tag(run),
                     str(p.get("max_tokens")),
-                    _num((s.get("decode_tps") or {}).get("mean")),
-                    _num(s.get("output_tps")),
+                    fmt.rate((s.get("decode_tps") or {}).get("mean"), ""),
+                    fmt.rate(s.get("output_tps"), ""),
                     _ms((s.get("ttft_s") or {}).get("p50")),
                     f"{s.get('ok', 0)}" + (f" (+{s['failed']} failed)" if s.get("failed") else ""),
                 ]
@@ -191,9 +182,9 @@ def numbers(runs: list[Run]) -> str:
                 [
                     _tag(run),
                     str(c),
-                    _num((b or {}).get("summary", {}).get("output_tps") if b else None),
-                    _num(steady) + ("*" if unstable else ""),
-                    _num((s.get("decode_tps") or {}).get("p50")),
+                    fmt.rate((b or {}).get("summary", {}).get("output_tps") if b else None, ""),
+                    fmt.rate(steady, "") + ("*" if unstable else ""),
+                    fmt.rate((s.get("decode_tps") or {}).get("p50"), ""),
                     _ms((s.get("ttft_s") or {}).get("p50")),
                     _ms((s.get("ttft_s") or {}).get("p99")),
                     _ms((s.get("itl_chunk_s") or {}).get("p50")),
@@ -264,7 +255,8 @@ def plan_html(run: Run) -> str:
     plan = run.plan
     if plan is None:
         return ""
-    return f"<h3>{_tag(run)} plan.json</h3>" + generic(plan)
+    table = decision.tables_html(plan["decision"]) if plan.get("decision") else ""
+    return f"<h3>{_tag(run)} plan.json</h3>" + table + generic(plan)
 
 
 def generic(obj: Any) -> str:
@@ -304,7 +296,9 @@ def _cell(v: Any) -> str:
     if isinstance(v, list | dict):
         text = str(v)
         return escape(text if len(text) < 200 else text[:200] + "…")
-    return _num(v, 3) if isinstance(v, float) else escape(_plain(v))
+    if isinstance(v, float):
+        return fmt.number(v, 3) if abs(v) < 1000 else fmt.count(v)
+    return escape(_plain(v))
 
 
 def _plain(v: Any) -> str:
@@ -313,18 +307,31 @@ def _plain(v: Any) -> str:
     return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
 
 
+def _count(runs: list[Run]) -> str:
+    n = sum(len(r.repeat_runs) for r in runs)
+    if n == len(runs):
+        return f"{n} run{'s' if n != 1 else ''}"
+    return f"{len(runs)} side{'s' if len(runs) != 1 else ''}, {n} runs"
+
+
 def page(
     runs: list[Run],
     figs: list[F.Figure],
     focus: str | None,
     inspections: list[tuple[dict[str, Any], list[F.Figure]]] | None = None,
+    plans: list[dict[str, Any]] | None = None,
 ) -> str:
     inspections = inspections or []
+    plans = plans or []
     title = "genbench report — " + ", ".join(
-        [r.label for r in runs] + [inspection.label(doc) for doc, _ in inspections]
+        [r.label for r in runs]
+        + [decision.label(doc) for doc in plans]
+        + [inspection.label(doc) for doc, _ in inspections]
     )
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    what = [f"{len(runs)} run{'s' if len(runs) != 1 else ''}"] if runs else []
+    what = [_count(runs)] if runs else []
+    if plans:
+        what.append(f"{len(plans)} plan{'s' if len(plans) != 1 else ''}")
     if inspections:
         what.append(f"{len(inspections)} data set{'s' if len(inspections) != 1 else ''}")
     parts = [
@@ -334,11 +341,15 @@ def page(
         f"<header><h1>{escape(title)}</h1><p>generated {now} by genbench {__version__}; "
         f"{'; '.join(what)}; hover a mark for its value</p></header>",
     ]
+    for doc in plans:
+        parts.append(decision.section(doc))
     if runs:
         parts += _run_sections(runs, figs, focus)
     for doc, doc_figs in inspections:
         parts.append(inspection.section(doc, doc_figs, figure_html))
-    files = [str(r.path) for r in runs] + [str(doc.get("_path", "")) for doc, _ in inspections]
+    files = [str(x.path) for r in runs for x in r.repeat_runs]
+    files += [str(doc.get("_path", "")) for doc in plans]
+    files += [str(doc.get("_path", "")) for doc, _ in inspections]
     terms = (
         "<dl><dt>sustained tok/s</dt><dd>tokens arriving inside the steady window, "
         "in which every worker had a request in flight</dd><dt>burst tok/s</dt><dd>output "
@@ -358,7 +369,8 @@ def _run_sections(runs: list[Run], figs: list[F.Figure], focus: str | None) -> l
     by_id = {f.id: f for f in figs}
     gantts = [f for f in figs if f.id.startswith("gantt_")]
     servers = [f for f in figs if f.id.startswith("server_")]
-    diffs = workload_differences(runs) if len(runs) > 1 else []
+    every = [x for r in runs for x in r.repeat_runs]
+    diffs = workload_differences(every) if len(every) > 1 else []
     parts: list[str] = []
     if diffs:
         parts.append(
@@ -385,7 +397,14 @@ def _run_sections(runs: list[Run], figs: list[F.Figure], focus: str | None) -> l
     parts.append(
         f"<h2>Timeline of {escape(focus or 'a sweep phase')}</h2><p class='lead'>The sustained "
         "rate is measured only in the steady window: after every worker has its first token "
-        "(ramp) and before the first request finishes once sending stopped (tail).</p>"
+        "(ramp) and before the first request finishes once sending stopped (tail)."
+        + (
+            " For a side of repeats, these plots and the latency distributions show its first "
+            "repeat; the throughput plots and the numbers show them all."
+            if any(len(r.repeats) > 1 for r in runs)
+            else ""
+        )
+        + "</p>"
         "<div class='grid'>"
         + figure_html(by_id["tokens_over_time"])
         + "".join(figure_html(g) for g in gantts)

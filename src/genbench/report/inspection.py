@@ -11,6 +11,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from genbench.fmt import nbytes
 from genbench.report.figures import Figure, HBar, Series
 from genbench.report.runs import PALETTE
 
@@ -116,17 +117,6 @@ def figures(doc: dict[str, Any], index: int) -> list[Figure]:
     ]
 
 
-def _bytes(n: Any) -> str:
-    if n is None:
-        return "—"
-    n = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:,.1f} PB"
-
-
 def _pct(x: Any) -> str:
     return "—" if x is None else f"{x:.0%}"
 
@@ -147,8 +137,8 @@ def _tiles(doc: dict[str, Any]) -> str:
          f"p95 {_num(o['output_tokens'].get('p95'))}"),
         ("thinking share p50", _pct(o["thinking_share"].get("p50")),
          f"p5–p95 {_pct(o['thinking_share'].get('p5'))}–{_pct(o['thinking_share'].get('p95'))}"),
-        ("JSONL", _bytes(st.get("jsonl_bytes")), f"Parquet {_bytes(st.get('parquet_bytes'))}"),
-        ("hidden states", _bytes(st.get("hidden_state_bytes")),
+        ("JSONL", nbytes(st.get("jsonl_bytes")), f"Parquet {nbytes(st.get('parquet_bytes'))}"),
+        ("hidden states", nbytes(st.get("hidden_state_bytes")),
          f"{_num((st.get('tokens') or {}).get('hidden_state'))} tokens"),
     ]  # fmt: skip
     return "".join(

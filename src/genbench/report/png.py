@@ -63,7 +63,9 @@ def _draw_axes(fig: Figure, ax: Any) -> None:
         )
     for s in fig.series:
         kw = {"color": s.color, "label": s.label, "linestyle": LINESTYLE.get(s.dash, "-")}
-        if s.step:
+        if not s.line:
+            ax.scatter(s.xs, s.ys, s=12, alpha=0.55, color=s.color, label=s.label, lw=0)
+        elif s.step:
             ax.step(s.xs, s.ys, where="post", lw=1.8, **kw)
         else:
             ax.plot(s.xs, s.ys, marker=MARKER.get(s.marker), lw=2, ms=5, **kw)
@@ -78,6 +80,8 @@ def _draw_axes(fig: Figure, ax: Any) -> None:
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     if fig.x_ticks:
         ax.set_xticks(fig.x_ticks, [f"{t:g}" for t in fig.x_ticks])
+        if not fig.x_log and fig.x_max is None:  # as the SVG: from 0, not zoomed on the points
+            ax.set_xlim(left=0, right=max(fig.x_ticks) * 1.05)
     if fig.x_max is not None:
         ax.set_xlim(left=fig.x_min if fig.x_log else 0, right=fig.x_max)
     if fig.y_categories:

@@ -9,6 +9,7 @@ result copied without its requests.jsonl still compares and reports, with less.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -19,7 +20,7 @@ import orjson
 
 from genbench.errors import UsageError
 from genbench.records import RequestRecord, read_records
-from genbench.result import REQUESTS_FILE, load_result
+from genbench.result import REQUESTS_FILE, load_result, repeat_dirs
 
 # Tableau 10: distinct, colour-blind tolerant, readable on white. Run i always gets colour i.
 PALETTE = (
@@ -57,6 +58,15 @@ class Run:
     label: str = ""
     color: str = PALETTE[0]
     _records: list[RequestRecord] | None = field(default=None, repr=False)
+    # A side of a comparison may be several repeats of one measurement: the first repeat
+    # stands for the side (its label, colour, timelines) and lists them all here.
+    repeats: list[Run] = field(default_factory=list, repr=False)
+    source: Path | None = None  # the side as given, when it is not this run's directory
+
+    @property
+    def repeat_runs(self) -> list[Run]:
+        """Every repeat of the side this run stands for; just itself for a single run."""
+        return self.repeats or [self]
 
     @property
     def dir(self) -> Path:
@@ -137,6 +147,77 @@ def load_runs(paths: list[str] | list[Path]) -> list[Run]:
         seen[base] = seen.get(base, 0) + 1
         run.label = base if seen[base] == 1 else f"{base}#{seen[base]}"
     return runs
+
+
+def load_sides(specs: list[str] | list[Path]) -> list[Run]:
+    """One Run per side, standing for all of the side's repeats (`Run.repeats`).
+
+    A side is a run directory or result.json; a directory of repeats (`repeat-1`,
+    `repeat-2`, ... as `run --repeat` writes them); or several of those joined by commas.
+    Sides are labelled by their directory name (a comma list by what its names share) and
+    coloured by position, as `load_runs` does for single runs."""
+    sides: list[Run] = []
+    for i, spec in enumerate(specs):
+        paths = _side_paths(str(spec))
+        runs = load_runs(paths)
+        first = runs[0]
+        first.color = PALETTE[i % len(PALETTE)]
+        if len(runs) > 1 or len(paths) > 1 or Path(spec) != Path(paths[0]):
+            first.repeats = runs
+            first.source = Path(spec)
+        first.label = _side_label(str(spec), runs)
+        for k, r in enumerate(runs[1:], start=2):
+            r.color, r.label = first.color, f"{first.label} r{k}"
+        sides.append(first)
+    seen: dict[str, int] = {}
+    for side in sides:
+        base = side.label
+        seen[base] = seen.get(base, 0) + 1
+        if seen[base] > 1:
+            side.label = f"{base}#{seen[base]}"
+            for k, r in enumerate(side.repeats[1:], start=2):
+                r.label = f"{side.label} r{k}"
+    return sides
+
+
+def _side_paths(spec: str) -> list[Path]:
+    """The run directories (or result.json files) of one side."""
+    parts = [spec] if Path(spec).exists() or "," not in spec else spec.split(",")
+    out: list[Path] = []
+    for part in (p.strip() for p in parts):
+        if not part:
+            raise UsageError(f"{spec!r}: an empty name in a comma-separated side")
+        out.extend(repeat_dirs(part) or [Path(part)])
+    return out
+
+
+def _side_label(spec: str, runs: list[Run]) -> str:
+    """A directory of repeats: its name; a comma list: what its names share (`fast-1,fast-2`
+    is `fast`; repeats of one directory its name), else the first name with `+N`; a single
+    run: its directory name (`a r2` for a repeat, OUT/a/repeat-2)."""
+    if len(runs) > 1 and "," in spec and not Path(spec).exists():
+        parents = {r.dir.parent.resolve() for r in runs}
+        if all(_repeat_index(r.dir) for r in runs) and len(parents) == 1:
+            return parents.pop().name
+        names = [_dir_label(r.dir) for r in runs]
+        common = os.path.commonprefix(names).rstrip("-_.#0123456789 ")
+        return common or f"{names[0]}+{len(names) - 1}"
+    if repeat_dirs(spec):
+        return Path(spec).resolve().name or str(spec)
+    return _dir_label(runs[0].dir)
+
+
+def _repeat_index(d: Path) -> int | None:
+    index = d.name.removeprefix("repeat-")
+    return int(index) if d.name.startswith("repeat-") and index.isdigit() else None
+
+
+def _dir_label(d: Path) -> str:
+    """A run's directory name; a repeat's is its side's and its index: `a r2`."""
+    k = _repeat_index(d)
+    if k is not None:
+        return f"{d.resolve().parent.name} r{k}"
+    return d.name or str(d)
 
 
 def _get(doc: dict[str, Any], section: str, key: str) -> Any:

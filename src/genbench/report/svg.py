@@ -125,6 +125,12 @@ def _y_domain(fig: Figure) -> tuple[float, float, list[float]]:
 
 def _marker(s: Series, x: float, y: float, tip: str | None) -> str:
     title = f"<title>{escape(tip)}</title>" if tip else ""
+    if s.marker == "dot":
+        return (
+            f'<circle class="mark point repeat" cx="{x:.1f}" cy="{y:.1f}" r="2.8" '
+            f'fill="{s.color}" fill-opacity="0.55" stroke="{s.color}" stroke-width="0.8">'
+            f"{title}</circle>"
+        )
     if s.marker == "square":
         return (
             f'<rect class="mark point" x="{x - 3.5:.1f}" y="{y - 3.5:.1f}" width="7" height="7" '
@@ -138,7 +144,7 @@ def _marker(s: Series, x: float, y: float, tip: str | None) -> str:
 
 def _path(s: Series, sx: Callable[[float], float], sy: Callable[[float], float]) -> str:
     pts = [(sx(x), sy(y)) for x, y in zip(s.xs, s.ys, strict=False)]
-    if not pts:
+    if not pts or not s.line:
         return ""
     if s.step:
         # F = 0 left of the first value, a jump at each value, flat to the right edge
@@ -330,6 +336,12 @@ def swatch(color: str, style: str, marker: str = "none") -> str:
     dash = DASH.get(style, "")
     dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
     mark = ""
+    if marker == "dot":
+        return (
+            f'<svg class="swatch" width="28" height="12" viewBox="0 0 28 12">'
+            f'<circle cx="9" cy="6" r="2.6" fill="{color}" fill-opacity="0.55"/>'
+            f'<circle cx="17" cy="5" r="2.6" fill="{color}" fill-opacity="0.55"/></svg>'
+        )
     if marker == "circle":
         mark = f'<circle cx="14" cy="6" r="3.5" fill="{color}"/>'
     elif marker == "square":

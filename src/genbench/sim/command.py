@@ -64,6 +64,12 @@ def sim(
         "unhealthy, split, loop, unclosed, empty-answer, inline-think, garble, ignore-prompt; "
         "match=TEXT limits one to requests containing TEXT. See docs/sim.md.",
     ),  # fmt: skip
+    drift: str | None = typer.Option(
+        None,
+        "--drift",
+        metavar="PCT:PERIOD",
+        help="Make the speed wander: times 1 + PCT/100 · sin(2π·t/PERIOD + phase from --seed).",
+    ),
 ) -> None:
     """Run the reference OpenAI-compatible server with known timing and injectable faults."""
     cfg = SimConfig(
@@ -71,9 +77,11 @@ def sim(
         prefill_tps=prefill_tps, max_batch=max_batch, max_model_len=max_model_len,
         thinking_tokens=thinking_tokens, reasoning_dialect=reasoning_dialect, spec_k=spec_k,
         spec_accept=spec_accept, output_len=output_len, seed=seed, api_key_env=api_key_env,
-        faults=[parse_fault(f) for f in fault or []],
+        faults=[parse_fault(f) for f in fault or []], drift=drift,
     ).validate()  # fmt: skip
 
+    from genbench.limits import raise_soft_limit
     from genbench.sim.server import run
 
+    raise_soft_limit()  # a server cannot know how many clients will connect: all it may
     run(cfg)

@@ -172,6 +172,44 @@ def parse_output_len(spec: str) -> OutputLen:
     return OutputLen("lognormal", median, sigma)
 
 
+# --- drift: the server's speed wandering between runs (--drift) -------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """`--drift PCT:PERIOD`: the server's speed times 1 + PCT/100 · sin(2π·t/PERIOD + phase).
+
+    Real servers on shared hosts run ±10% faster or slower from one run to the next
+    (benchmarks/README.md); a sim that wanders the same way, by a known amount, is what
+    tests of `compare`'s between-run noise run against. t is seconds since the server
+    started; the phase is drawn from --seed, so two sims with the same seed started together
+    wander together (a host's drift), and different seeds wander apart."""
+
+    amplitude: float  # a fraction, < 1
+    period: float  # seconds
+    phase: float = 0.0  # radians
+
+    def factor(self, t: float) -> float:
+        """The speed multiplier t seconds after the server started."""
+        return 1.0 + self.amplitude * math.sin(2 * math.pi * t / self.period + self.phase)
+
+
+def parse_drift(spec: str, seed: int = 0) -> Drift:
+    """Parse `PCT:PERIOD`, e.g. `5:30`: ±5% over a 30 s cycle."""
+    pct, sep, period = spec.strip().partition(":")
+    try:
+        a, p = float(pct), float(period)
+    except ValueError:
+        a = p = math.nan
+    if not sep or not (0 <= a < 100 and p > 0 and math.isfinite(p)):
+        raise UsageError(
+            f"--drift {spec!r}: expected PCT:PERIOD, 0 <= PCT < 100 and PERIOD > 0 seconds, "
+            "e.g. 5:30"
+        )
+    phase = random.Random(f"{seed}/drift").uniform(0.0, 2 * math.pi)
+    return Drift(a / 100.0, p, phase)
+
+
 @dataclass(slots=True)
 class SimConfig:
     """Flags of `genbench sim`; see docs/sim.md for the timing model they drive."""
@@ -193,6 +231,7 @@ class SimConfig:
     seed: int = 0
     api_key_env: str | None = None
     faults: list[Fault] = field(default_factory=list)
+    drift: str | None = None  # PCT:PERIOD, see Drift
 
     @property
     def step_b(self) -> float:
@@ -218,6 +257,9 @@ class SimConfig:
 
     def output_len_dist(self) -> OutputLen:
         return parse_output_len(self.output_len)
+
+    def drift_model(self) -> Drift | None:
+        return parse_drift(self.drift, self.seed) if self.drift else None
 
     def fault(self, kind: str) -> list[Fault]:
         return [f for f in self.faults if f.kind == kind]
@@ -264,6 +306,7 @@ class SimConfig:
             0 <= self.spec_accept <= 1, "--spec-accept", self.spec_accept, "a probability in [0, 1]"
         )
         self.output_len_dist()
+        self.drift_model()
         if self.step_a <= 0:
             raise UsageError(
                 f"--per-seq-ms {self.per_seq_ms}: expected less than 1000/tps = "
@@ -276,4 +319,6 @@ class SimConfig:
         d["faults"] = [f.to_dict() for f in self.faults]
         d["step_a_s"] = self.step_a
         d["step_b_s"] = self.step_b
+        drift = self.drift_model()
+        d["drift_phase_rad"] = drift.phase if drift else None
         return d

@@ -33,7 +33,7 @@ class SimProcess:
         self,
         *args: str,
         env: Mapping[str, str] | None = None,
-        timeout: float = 15.0,
+        timeout: float = 60.0,
     ) -> None:
         self.args: Sequence[str] = [str(a) for a in args]
         self.env = env

@@ -8,6 +8,8 @@ import pytest
 
 from genbench import fmt
 
+pytestmark = pytest.mark.core
+
 
 @pytest.mark.parametrize(
     ("value", "text"),

@@ -1,0 +1,155 @@
+"""A row on its way: the unit `generate` hands to `load`.
+
+A row is one or more requests: with `turns="all"` every user turn of a multi-turn
+conversation gets a freshly generated answer, in order, each request carrying the
+regenerated history (as SpecForge's regenerate script does); with `turns="last"` only
+the final assistant turn is generated. Progress within a row survives a failed request,
+so a retry resumes at the turn that failed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from genbench.client import ChatRequest
+from genbench.generate.input import BadRow, Row
+from genbench.generate.params import merge, split_max_tokens
+from genbench.generate.rows import row_line
+from genbench.records import RequestRecord
+
+
+class Conversation:
+    """The conversation so far, what its attempts cost, and the next request to send."""
+
+    __slots__ = (
+        "row", "rid", "all_turns", "max_tokens", "params", "out", "pos", "waiting", "last_user",
+        "attempts", "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated",
+        "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag",
+    )  # fmt: skip
+
+    def __init__(
+        self, row: Row, params: dict[str, Any], all_turns: bool, rid: str | None = None
+    ) -> None:
+        self.row, self.rid, self.all_turns = row, rid or row.id, all_turns
+        merged = merge(params, row.params) if row.params else params
+        self.max_tokens, self.params = split_max_tokens(merged)
+        self.out: list[dict[str, Any]] = []
+        self.pos = 0
+        self.waiting = False
+        self.last_user = max(i for i, m in enumerate(row.messages) if m["role"] == "user")
+        self.attempts = self.losses = self.turns = 0
+        self.prompt_tokens = self.tokens = self.thinking = 0
+        self.estimated = self.truncated = False
+        self.ttft: float | None = None
+        self.latency = 0.0
+        self.sent_at: float | None = None
+        self.finish: str | None = None
+        self.last: RequestRecord | None = None
+        self.server = ""
+        self.tag: dict[str, Any] = {}  # what every record of this row carries in `extra`
+
+    def _advance(self) -> bool:
+        """Move through the row to the next turn to generate; False when the row is done."""
+        if self.waiting:
+            return True
+        msgs = self.row.messages
+        while self.pos < len(msgs):
+            i = self.pos
+            m = msgs[i]
+            self.pos += 1
+            if self.all_turns:
+                if m["role"] == "assistant":
+                    continue  # the answer is regenerated
+                self.out.append(m)
+                if m["role"] == "user" and (i + 1 == len(msgs) or msgs[i + 1]["role"] != "user"):
+                    self.waiting = True
+                    return True
+            elif i <= self.last_user:
+                self.out.append(m)
+                if i == self.last_user:
+                    self.waiting = True
+                    return True
+        return False
+
+    def next_request(self) -> ChatRequest | None:
+        if not self._advance():
+            return None
+        if self.sent_at is None:
+            self.sent_at = round(time.time(), 3)
+        msgs = [{"role": m["role"], "content": m["content"]} for m in self.out]
+        return ChatRequest(self.rid, msgs, self.max_tokens, self.params)
+
+    def answered(self, rec: RequestRecord) -> None:
+        """A turn's answer: it joins the conversation, its costs the row's."""
+        turn = {"role": "assistant", "content": rec.text or ""}
+        self.out.append({**turn, "reasoning_content": rec.reasoning or ""})
+        self.waiting = False
+        self.turns += 1
+        self.prompt_tokens += rec.prompt_tokens or 0
+        self.tokens += rec.completion_tokens or 0
+        self.thinking += rec.reasoning_tokens or 0
+        self.estimated = self.estimated or rec.tokens_estimated
+        self.truncated = self.truncated or rec.finish_reason == "length"
+        self.finish = rec.finish_reason
+        if self.ttft is None and rec.ttft is not None:
+            self.ttft = rec.ttft
+        self.latency += rec.e2e or 0.0
+
+    def meta(self, model: str) -> dict[str, Any]:
+        return {
+            "server": self.server,
+            "model": model,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.tokens,
+            "reasoning_tokens": self.thinking,
+            "answer_tokens": self.tokens - self.thinking,
+            "tokens_estimated": self.estimated,
+            "finish_reason": self.finish,
+            "truncated": self.truncated,
+            "turns": self.turns,
+            "attempts": self.attempts + 1,
+            "ttft_s": None if self.ttft is None else round(self.ttft, 4),
+            "latency_s": round(self.latency, 4),
+            "sent_at": self.sent_at,
+            "finished_at": round(time.time(), 3),
+        }
+
+    def line(self, model: str) -> bytes:
+        """The row as the data file holds it."""
+        return row_line(self.row.output_id, self.out, self.meta(model))
+
+
+def turn_count(row: Row, all_turns: bool) -> int:
+    """Requests one row makes: every user turn's answer with --turns all, else one."""
+    conv, n = Conversation(row, {}, all_turns), 0
+    while conv._advance():
+        n += 1
+        conv.waiting = False
+    return n
+
+
+Label = Callable[[int, Row], tuple[str, dict[str, Any]]]
+
+
+def conversations(
+    rows: Iterable[Row | BadRow],
+    params: dict[str, Any],
+    all_turns: bool,
+    *,
+    on_bad: Callable[[BadRow], None] | None = None,
+    label: Label | None = None,
+) -> Iterator[Conversation]:
+    """The rows as units for `load`, read lazily; a row that cannot be sent goes to
+    `on_bad`. `label(n, row)` gives the n-th row's request id and what its records
+    carry in `extra` (default: the row's id, nothing)."""
+    for n, row in enumerate(rows):
+        if isinstance(row, BadRow):
+            if on_bad is not None:
+                on_bad(row)
+            continue
+        rid, tag = label(n, row) if label else (row.id, {})
+        conv = Conversation(row, params, all_turns, rid)
+        conv.tag = tag
+        yield conv

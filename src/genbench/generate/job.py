@@ -1,0 +1,478 @@
+"""One run of `genbench generate`: rows from the input, through `load`, to the store.
+
+The job reads the output directory and the input (local work, before any request),
+checks the servers, then runs the rows through the same load as every other command
+(pipeline.py says what happens to a failed request). Every request it sends is logged,
+failed attempts and retries included, to `.genbench/requests.jsonl`, and the live rates
+and the ETA are computed from those records (progress.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from genbench import __version__, fmt
+from genbench.check import CheckReport, preflight
+from genbench.client import Client, Timeouts
+from genbench.endpoint import Endpoint
+from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
+from genbench.generate.conversation import Conversation
+from genbench.generate.input import BadRow, InputScan, ShardSpec, iter_rows, scan
+from genbench.generate.pipeline import Retries, row_load
+from genbench.generate.progress import Progress, RowInfo
+from genbench.generate.servers import Server, ServerSpec
+from genbench.generate.store import Existing, Store
+from genbench.load import Load
+from genbench.records import RequestRecord
+
+# preflight failures that mean "not up yet" rather than "misconfigured"
+DOWN_EXITS = {ExitCode.REFUSED, ExitCode.TIMEOUT, ExitCode.SERVER_ERROR}
+
+
+@dataclass
+class JobConfig:
+    input: Path
+    output: Path
+    servers: list[ServerSpec]
+    api_key: str | None = None
+    model: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    turns: str = "all"  # all | last
+    fmt: str = "jsonl"  # jsonl | parquet
+    shard: ShardSpec | None = None
+    shard_bytes: int = 256 << 20
+    skip_invalid: bool = False
+    retries: int = 3
+    retry_backoff: float = 1.0
+    max_backoff: float = 60.0
+    max_server_losses: int = 8
+    timeout: float = 600.0
+    connect_timeout: float = 10.0
+    down_timeout: float = 1800.0
+    drain: float = 10.0
+    on_truncated: str = "keep"  # keep | error
+    retry_errors: bool = False
+    force: bool = False
+    limit: int | None = None
+    sync_interval: float = 1.0
+    tick: float = 0.5
+
+    def fingerprint(self, model: str) -> dict[str, Any]:
+        return {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
+
+    @property
+    def shard_tag(self) -> str | None:
+        return self.shard.tag if self.shard and self.shard.count > 1 else None
+
+
+class Listener:
+    """What the console (or a test) hears. Default: nothing."""
+
+    def planned(self, info: dict[str, Any]) -> None: ...
+    def note(self, text: str, style: str = "") -> None: ...
+    def tick(self, snap: dict[str, Any]) -> None: ...
+    def finished(self, result: JobResult) -> None: ...
+
+
+@dataclass
+class JobResult:
+    status: str  # complete | nothing_to_do | interrupted | servers_down
+    message: str = ""
+    model: str | None = None
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    done_this_run: int = 0
+    failed_this_run: int = 0
+    truncated_this_run: int = 0
+    tokens: int = 0
+    thinking_tokens: int = 0
+    elapsed_s: float = 0.0
+    sending_s: float = 0.0
+    files: list[str] = field(default_factory=list)
+    errors_file: str | None = None
+    snapshot: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        codes = {"interrupted": ExitCode.INTERRUPTED, "servers_down": ExitCode.REFUSED}
+        return codes.get(self.status, ExitCode.OK)
+
+
+MESSAGES = {
+    "complete": "all rows done",
+    "interrupted": "interrupted: rerun the same command to resume",
+    "servers_down": "every server was down for {down:g} s: rerun the same command to resume "
+    "when they are back",
+}
+
+
+class Job:
+    """One run of `genbench generate`; also the sink its finished rows go to."""
+
+    def __init__(self, cfg: JobConfig, listener: Listener | None = None) -> None:
+        self.cfg = cfg
+        self.listener = listener or Listener()
+        self.store = Store(
+            cfg.output,
+            shard_tag=cfg.shard_tag,
+            fmt=cfg.fmt,
+            shard_bytes=cfg.shard_bytes,
+            sync_interval=cfg.sync_interval,
+            on_durable=self._on_durable,
+        )
+        self.servers: list[Server] = []
+        self.progress: Progress | None = None
+        self.model = cfg.model or ""
+        self.load: Load | None = None
+        self._stops = 0
+        self._t_first_send: float | None = None
+        self._t_last_done: float | None = None
+
+    # -- preparation ----------------------------------------------------------------------
+
+    def prepare(self) -> tuple[Existing, InputScan]:
+        """Local work only: the output directory, then the input. Fails before any request."""
+        cfg = self.cfg
+        self.store.check_directory()
+        if cfg.retry_errors:
+            moved = self.store.set_aside_errors()
+            if moved:
+                self.listener.note(f"--retry-errors: earlier failures moved to {moved}")
+        existing = self.store.load_existing()
+        for n in existing.notes:
+            self.listener.note(f"repaired {n}", "yellow")
+        if existing.duplicates:
+            self.listener.note(
+                f"{existing.duplicates} ids appear in more than one data file "
+                "(files merged by hand?); each counts once",
+                "yellow",
+            )
+        res = scan(
+            cfg.input,
+            existing.done,
+            existing.failed,
+            shard=cfg.shard,
+            skip_invalid=cfg.skip_invalid,
+            limit=cfg.limit,
+            known_bad=existing.failed,
+        )
+        # 1M done ids are not needed past this point: the run writes only res.todo
+        existing.done, existing.failed = set(), set()
+        return existing, res
+
+    async def _preflight(self) -> list[CheckReport]:
+        cfg = self.cfg
+        eps = [Endpoint.parse(s.url, cfg.api_key) for s in cfg.servers]
+        timeout = min(cfg.timeout, 120.0)
+        reports = await asyncio.gather(
+            *(preflight(ep, cfg.model, timeout=timeout, connect_timeout=3.0) for ep in eps)
+        )
+        ok = [r for r in reports if r.ok]
+        for r in reports:
+            if not r.ok and r.exit_code not in DOWN_EXITS:
+                raise GenbenchError(f"{r.url}: {r.diagnosis}", r.exit_code)
+        if not ok:
+            first = reports[0]
+            raise GenbenchError(f"{first.url}: {first.diagnosis}", first.exit_code)
+        models = {r.model for r in ok}
+        if len(models) > 1:
+            listing = ", ".join(f"{r.url} serves {r.model}" for r in ok)
+            raise UsageError(f"the servers serve different models ({listing}): choose --model")
+        self.model = ok[0].model or ""
+        return list(reports)
+
+    def _make_servers(self, reports: list[CheckReport]) -> None:
+        cfg = self.cfg
+        timeouts = Timeouts(connect=cfg.connect_timeout, read=cfg.timeout)
+        for spec, rep in zip(cfg.servers, reports, strict=True):
+            ep = Endpoint.parse(spec.url, cfg.api_key)
+            # the protocol-level transport `run` uses: fewer CPU-seconds per chunk
+            client = Client(ep, self.model, timeouts=timeouts, keep_text=True)
+            srv = Server(ep, client, spec.concurrency, on_change=self._server_changed)
+            self.servers.append(srv)
+            if not rep.ok:
+                self.listener.note(f"{ep.base_url} is not answering yet: {rep.diagnosis}", "yellow")
+
+    def _server_changed(self, server: Server, what: str) -> None:
+        if server.up:
+            self.listener.note(f"{server.name} is {what}", "green")
+        elif any(s.up for s in self.servers):
+            self.listener.note(
+                f"{server.name} is down ({what}): its rows go to the other servers; "
+                "polling its /health",
+                "yellow",
+            )
+        else:
+            others = "no other server is up" if len(self.servers) > 1 else "it is the only one"
+            self.listener.note(
+                f"{server.name} is down ({what}) and {others}: waiting, polling its /health; "
+                f"gives up after {fmt.duration(self.cfg.down_timeout)} with every server down",
+                "red",
+            )
+
+    # -- the job --------------------------------------------------------------------------
+
+    async def run(self, handle_signals: bool = True) -> JobResult:
+        t0 = time.monotonic()
+        cfg = self.cfg
+        existing, res = self.prepare()
+        self._announce(existing, res)
+        if not res.todo and not res.bad:
+            self.progress = Progress(res.rows + len(res.bad), res.done, res.failed, [])
+            if cfg.fmt == "parquet" and existing.jsonl_shards:
+                self.store.state.mkdir(parents=True, exist_ok=True)
+                await self.store.close(convert_all=True)
+            why = "every row is already done" if res.rows else "the input has no rows"
+            return self._result("nothing_to_do", why, t0)
+        reports = await self._preflight()
+        self._begin(existing, res, reports)
+        status = await self._send(handle_signals)
+        message = MESSAGES[status].format(down=cfg.down_timeout)
+        return self._result(status, message, t0)
+
+    def _announce(self, existing: Existing, res: InputScan) -> None:
+        cfg = self.cfg
+        self.listener.planned(
+            {
+                "input": str(cfg.input),
+                "output": str(cfg.output),
+                "rows": res.rows,
+                "done_before": res.done,
+                "failed_before": res.failed,
+                "todo": len(res.todo),
+                "invalid": len(res.bad),
+                "derived_ids": res.derived,
+                "shards_found": len(existing.shards),
+                "shard": cfg.shard_tag,
+            }
+        )
+        before = (existing.job or {}).get("input")
+        if before and before != str(cfg.input):
+            self.listener.note(
+                f"this output was started from {before}; rows are matched by id, so only "
+                "ids also in this input count as done",
+                "yellow",
+            )
+
+    def _begin(self, existing: Existing, res: InputScan, reports: list[CheckReport]) -> None:
+        """Open the store, start the servers and build the load (nothing sent yet)."""
+        cfg = self.cfg
+        job = {
+            **cfg.fingerprint(self.model),
+            "input": str(cfg.input),
+            "shard": cfg.shard.tag if cfg.shard else None,
+            "genbench_version": __version__,
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        self.store.check_job(existing, job, cfg.force)
+        self.store.begin(existing, job)
+        self._make_servers(reports)
+        self.store.open_log(
+            {  # what most records share: written once, left out of each line
+                "phase": "generate",
+                "server": self.servers[0].name,
+                "model": self.model,
+                "http_status": 200,
+                "finish_reason": "stop",
+                "extra": {"outcome": "done", "turn": 0},
+                "clock": time.time() - time.perf_counter(),
+            }
+        )
+        total = res.rows + len(res.bad)  # invalid rows found now count as failed ones
+        self.progress = Progress(total, res.done, res.failed, [s.name for s in self.servers])
+        rows = iter_rows(
+            cfg.input, res.todo, res.bad_lines, shard=cfg.shard, last_line=res.last_line
+        )
+        self.store.expect(res.todo)  # shared with the input pass: it shrinks as rows finish
+        for b in res.bad:
+            self._write_bad(b)
+        retries = Retries(cfg.retries, cfg.retry_backoff, cfg.max_backoff, cfg.max_server_losses)
+        self.load = row_load(
+            list(self.servers),
+            rows,
+            self,
+            params=cfg.params,
+            turns=cfg.turns,
+            retries=retries,
+            on_bad=self._write_bad,
+            on_record=self._on_record,
+            keep_records=False,
+            down_timeout=cfg.down_timeout,
+            drain=cfg.drain,
+        )
+        for s, rep in zip(self.servers, reports, strict=True):
+            if not rep.ok:
+                s.mark_down(rep.diagnosis or "not answering")
+
+    async def _send(self, handle_signals: bool) -> str:
+        """Run the load beside the store's syncer and the progress ticker; the status."""
+        assert self.load is not None
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self.request_stop)
+        syncer = loop.create_task(self.store.run_syncer())
+        ticker = loop.create_task(self._ticker())
+        status = "complete"
+        try:
+            await self.load.run()
+            if self.load.stopped.is_set() or not self.load.queue.complete:
+                status = "interrupted"
+        except ServerDown:
+            self.listener.note(
+                f"every server has been down for {self.cfg.down_timeout:g} s: stopping", "red"
+            )
+            status = "servers_down"
+        finally:
+            ticker.cancel()
+            try:
+                await self.store.close(convert_all=status == "complete")
+            finally:
+                syncer.cancel()
+                await asyncio.gather(syncer, ticker, return_exceptions=True)
+                for s in self.servers:
+                    await s.close()
+                if handle_signals:  # only now: a Ctrl-C during the final fsync is ignored
+                    for sig in (signal.SIGINT, signal.SIGTERM):
+                        loop.remove_signal_handler(sig)
+        return status
+
+    def request_stop(self) -> None:
+        """Ctrl-C: stop sending, let in-flight rows finish for `drain` s. Twice: stop now."""
+        self._stops += 1
+        if self.load is None:
+            return
+        if self._stops == 1:
+            n = sum(s.in_flight for s in self.servers)
+            if n:
+                self.listener.note(
+                    f"stopping: waiting up to {self.cfg.drain:g} s for {n} rows in flight "
+                    "(Ctrl-C again to stop now)",
+                    "yellow",
+                )
+            self.load.stop()
+        else:
+            self.load.stop(now=True)
+
+    # -- where rows go (the pipeline's sink) ----------------------------------------------
+
+    def finish(self, conv: Conversation) -> str | None:
+        info = RowInfo(conv.server, conv.tokens, conv.thinking, conv.truncated)
+        used = self.store.reserve.used
+        if conv.truncated and self.cfg.on_truncated == "error":
+            why = "cut by max_tokens (finish_reason length)"
+            entry = self._error_entry(conv, ErrorKind.TRUNCATED, why)
+            entry["conversations"] = conv.out
+            entry["meta"] = conv.meta(self.model)
+            self.store.write_error(conv.row.id, entry, info)
+        else:
+            self.store.write_row(conv.row.id, conv.line(self.model), info)
+        self._t_last_done = time.perf_counter()
+        if self.store.reserve.used > used:
+            return f"{self.cfg.output}: a data file took a descriptor held in reserve"
+        return None
+
+    def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> None:
+        entry = self._error_entry(conv, kind, why)
+        self.store.write_error(conv.row.id, entry, RowInfo(conv.server, 0, 0))
+
+    def note(self, text: str, style: str = "") -> None:
+        self.listener.note(text, style)
+
+    def _error_entry(self, conv: Conversation, kind: ErrorKind, why: str) -> dict[str, Any]:
+        rec = conv.last
+        return {
+            "id": conv.row.output_id,
+            "line": conv.row.line,
+            "error_kind": kind,
+            "error": why,
+            "http_status": rec.http_status if rec else None,
+            "attempts": conv.attempts + 1,
+            "server": conv.server or None,
+            "turns_done": conv.turns,
+            "failed_at": round(time.time(), 3),
+        }
+
+    def _write_bad(self, b: BadRow) -> None:
+        entry = {
+            "id": b.id,
+            "line": b.line,
+            "error_kind": ErrorKind.INVALID_INPUT,
+            "error": b.describe(),
+            "field": b.field,
+            "raw": b.raw,
+            "failed_at": round(time.time(), 3),
+        }
+        self.store.write_error(b.id if b.id is not None else f"line:{b.line}", entry)
+
+    def _on_record(self, rec: RequestRecord) -> None:
+        if self._t_first_send is None or rec.t_send < self._t_first_send:
+            self._t_first_send = rec.t_send
+        self.store.log_request(rec)
+        if self.progress is not None:
+            self.progress.on_record(rec)
+
+    def _on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
+        if self.progress is not None:
+            self.progress.on_durable(kind, items)
+
+    # -- progress -------------------------------------------------------------------------
+
+    def server_states(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        return [
+            {
+                "url": s.name,
+                "state": s.state,
+                "down_s": None if s.down_since is None else round(now - s.down_since, 1),
+                "in_flight": s.in_flight,
+                "concurrency": s.streams,
+                "downs": s.downs,
+            }
+            for s in self.servers
+        ]
+
+    async def _ticker(self) -> None:
+        assert self.progress is not None
+        while True:
+            self.listener.tick(self.progress.snapshot(self.server_states()))
+            await asyncio.sleep(self.cfg.tick)
+
+    def _result(self, status: str, message: str, t0: float) -> JobResult:
+        p = self.progress
+        snap = p.snapshot(self.server_states()) if p else {}
+        first, last = self._t_first_send, self._t_last_done
+        files = [str(f) for f in self.store.data_files()] if self.store.out.is_dir() else []
+        return JobResult(
+            status=status,
+            message=message,
+            model=self.model or None,
+            total=p.total if p else 0,
+            done=snap.get("done", 0),
+            failed=snap.get("failed", 0),
+            done_this_run=p.done if p else 0,
+            failed_this_run=p.failed if p else 0,
+            truncated_this_run=p.truncated if p else 0,
+            tokens=p.tokens if p else 0,
+            thinking_tokens=p.thinking if p else 0,
+            elapsed_s=time.monotonic() - t0,
+            sending_s=last - first if first is not None and last is not None else 0.0,
+            files=files,
+            errors_file=str(self.store.errors_path) if self.store.errors_path.exists() else None,
+            snapshot=snap,
+        )
+
+
+async def run_job(cfg: JobConfig, listener: Listener | None = None) -> JobResult:
+    job = Job(cfg, listener)
+    result = await job.run()
+    if listener is not None:
+        listener.finished(result)
+    return result

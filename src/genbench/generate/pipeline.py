@@ -1,0 +1,178 @@
+"""Rows through `load`: the path a generate job and the plan's pilot share.
+
+Each row is a `Conversation` (a load unit: its turns in order on one worker). What
+happens after a failed request is decided here, from what the failure says about the
+server (`ErrorKind` and `retry_for`, the one vocabulary):
+
+  * the server is gone (refused, connect timeout): it is taken out, the row goes back
+    to the queue at once, and no attempt is charged to the row;
+  * the server may have died (a stream that broke off or went silent, an HTTP 5xx:
+    `Retry.PROBE`): /health decides. Dead -> as above; alive -> a charged retry;
+  * retrying cannot help (`Retry.NO`: a 4xx other than 408/409/429, such as context too
+    long): the row goes straight to the errors file;
+  * anything else (429, timeouts, in-band errors, malformed streams): retried with
+    exponential backoff and jitter, at most `retries` times, then the errors file;
+  * this machine is out of file descriptors (`LOCAL_LIMIT` at connect, or the store
+    opening a file): the server keeps one stream fewer and the job goes on; the row goes
+    back uncharged if it was not sent or not written.
+A row in flight on servers that died `max_server_losses` times goes to the errors file
+too: it may be the row that kills the server.
+
+Every record is tagged in `extra` with the row's `turn` (from 0), the charged `attempt`
+(from the second) and the row's `outcome`: `next` (another turn follows), `done` (written), `retry`,
+`requeued` (back to the queue, uncharged), `failed` (to the errors file).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from genbench.errors import ErrorKind, OutOfDescriptors, Retry, descriptor_advice, retry_for
+from genbench.generate.conversation import Conversation, Label, conversations
+from genbench.generate.input import BadRow, Row
+from genbench.load import Load, Policy, Slot, WorkQueue
+from genbench.records import RequestRecord
+
+
+class RowSink(Protocol):
+    """Where finished rows go: the store (a job) or a measurement (the pilot)."""
+
+    def finish(self, conv: Conversation) -> str | None:
+        """Every turn answered. Returns a shortage of descriptors to report, if any;
+        raises OutOfDescriptors when the row could not be written (it is tried again)."""
+        ...
+
+    def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> None: ...
+
+    def note(self, text: str, style: str = "") -> None: ...
+
+
+@dataclass
+class Retries:
+    retries: int = 3
+    backoff: float = 1.0
+    max_backoff: float = 60.0
+    max_server_losses: int = 8
+
+
+class RowPolicy(Policy):
+    """generate's retry and failover policy (see the module's docstring)."""
+
+    def __init__(self, sink: RowSink, retries: Retries) -> None:
+        self.sink, self.r = sink, retries
+        self._noted: dict[str, float] = {}
+
+    async def after(self, unit: Any, rec: RequestRecord, slot: Slot, queue: WorkQueue) -> bool:
+        conv: Conversation = unit
+        conv.last, conv.server = rec, slot.name
+        tag = rec.extra
+        tag.update(conv.tag)
+        tag["turn"] = conv.turns
+        if conv.attempts:
+            tag["attempt"] = conv.attempts + 1
+        if rec.ok:
+            conv.answered(rec)
+            tag["outcome"] = "next"  # `done` replaces it if this was the last turn
+            return True
+        await self._failed(conv, rec, slot, queue)
+        return False
+
+    def done(self, unit: Any, slot: Slot, queue: WorkQueue) -> None:
+        conv: Conversation = unit
+        try:
+            short = self.sink.finish(conv)
+        except OutOfDescriptors as e:
+            self._short_of_descriptors(slot, str(e))
+            self._back(conv, queue, "requeued", 1.0)
+            return
+        if short:
+            self._short_of_descriptors(slot, short)
+        self._outcome(conv, "done")
+        queue.done(conv)
+
+    async def _failed(
+        self, conv: Conversation, rec: RequestRecord, slot: Slot, queue: WorkQueue
+    ) -> None:
+        kind = rec.error_kind or ErrorKind.OTHER
+        advice = retry_for(kind, rec.http_status)
+        if kind is ErrorKind.LOCAL_LIMIT:
+            self._short_of_descriptors(slot, f"{slot.name}: {rec.error_message}")
+            self._back(conv, queue, "requeued", 0.5)
+        elif kind.server_gone or (advice is Retry.PROBE and not await slot.probe()):
+            slot.mark_down(f"{kind}: {rec.error_message}", rec)
+            conv.losses += 1
+            if conv.losses > self.r.max_server_losses:
+                why = f"a server went away {conv.losses} times while generating it"
+                self._give_up(conv, queue, why)
+            else:
+                self._back(conv, queue, "requeued", 0.0)
+        elif advice is Retry.NO:  # the request itself is the problem: retrying cannot help
+            self._give_up(conv, queue, rec.error_message or f"HTTP {rec.http_status}")
+        elif conv.attempts >= self.r.retries:
+            conv.attempts += 1
+            self._give_up(conv, queue, rec.error_message or str(kind))
+        else:
+            conv.attempts += 1
+            base = min(self.r.max_backoff, self.r.backoff * 2 ** (conv.attempts - 1))
+            self._back(conv, queue, "retry", base * random.uniform(0.5, 1.5))
+
+    def _give_up(self, conv: Conversation, queue: WorkQueue, why: str) -> None:
+        rec = conv.last
+        kind = (rec.error_kind if rec else None) or ErrorKind.OTHER
+        try:
+            self.sink.give_up(conv, kind, why)
+        except OutOfDescriptors as e:
+            self._note_once("", str(e))
+            self._back(conv, queue, "requeued", 1.0)
+            return
+        self._outcome(conv, "failed")
+        queue.done(conv)
+
+    def _back(self, conv: Conversation, queue: WorkQueue, outcome: str, delay: float) -> None:
+        self._outcome(conv, outcome)
+        queue.retry(conv, delay)
+
+    @staticmethod
+    def _outcome(conv: Conversation, outcome: str) -> None:
+        if conv.last is not None:
+            conv.last.extra["outcome"] = outcome
+
+    def _short_of_descriptors(self, slot: Slot, what: str) -> None:
+        """A stream fewer on this server: each failure is one descriptor short."""
+        slot.shed_stream()
+        advice = what if "ulimit" in what else f"{what}: {descriptor_advice()}"
+        self._note_once(
+            slot.name, f"{advice}; going on with {slot.streams} of {slot.concurrency} streams"
+        )
+
+    def _note_once(self, key: str, text: str, every: float = 5.0) -> None:
+        now = time.monotonic()
+        if now - self._noted.get(key, -every) >= every:
+            self._noted[key] = now
+            self.sink.note(text, "yellow")
+
+
+def row_load(
+    slots: list[Slot],
+    rows: Iterable[Row | BadRow],
+    sink: RowSink,
+    *,
+    params: dict[str, Any],
+    turns: str,
+    retries: Retries,
+    phase: str = "generate",
+    admit: Callable[[int], bool] | None = None,
+    label: Label | None = None,
+    on_bad: Callable[[BadRow], None] | None = None,
+    **load: Any,
+) -> Load:
+    """The load that sends `rows` as generate does: each row a conversation, failures
+    handled by `RowPolicy`, finished rows to `sink`. `load` goes to `Load`
+    (on_record, keep_records, down_timeout, drain)."""
+    units = conversations(rows, params, turns == "all", on_bad=on_bad, label=label)
+    queue = WorkQueue(units, admit)
+    return Load(slots, queue, RowPolicy(sink, retries), phase=phase, **load)

@@ -1,0 +1,106 @@
+"""A plan in the report: its decision (servers for a deadline, cost, the fastest of several
+configurations) as the same tables `genbench plan` prints, from plan.json.
+
+A plan reaches the report two ways: next to a run's result.json (the run's Forecast
+section), or given on its own (a plan.json, or a directory holding one and no
+result.json: a comparison of several runs, or a pilot), which adds a section of its own.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from genbench.errors import UsageError
+from genbench.plan.document import PLAN_FILE, PLAN_SCHEMA
+from genbench.plan.render import decision_tables
+
+
+def is_plan(path: str | Path) -> bool:
+    """Is this (a directory with) a plan.json rather than a run's result.json?"""
+    p = Path(path)
+    if p.is_dir():
+        return (p / PLAN_FILE).exists() and not (p / "result.json").exists()
+    if not p.is_file():
+        return False
+    try:
+        with open(p, "rb") as f:
+            head = f.read(200)
+    except OSError:
+        return False
+    return f'"schema": "{PLAN_SCHEMA}"'.encode() in head or (
+        f'"schema":"{PLAN_SCHEMA}"'.encode() in head
+    )
+
+
+def load_plan(path: str | Path) -> dict[str, Any]:
+    """A plan.json (or a directory with one), with its path in `_path`."""
+    p = Path(path)
+    file = p / PLAN_FILE if p.is_dir() else p
+    try:
+        doc = orjson.loads(file.read_bytes())
+    except OSError as e:
+        raise UsageError(f"{file}: cannot read it ({e.strerror or e})") from None
+    except orjson.JSONDecodeError as e:
+        raise UsageError(f"{file}: not a genbench plan (not JSON: {e})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != PLAN_SCHEMA:
+        raise UsageError(f'{file}: not a genbench plan (no "schema": "{PLAN_SCHEMA}" field)')
+    doc["_path"] = str(file)
+    return doc
+
+
+def label(doc: dict[str, Any]) -> str:
+    path = Path(str(doc.get("_path") or PLAN_FILE))
+    return path.parent.name or str(path)
+
+
+def tables_html(decision: dict[str, Any]) -> str:
+    """The decision's tables, each with its title above and its notes below."""
+    out = []
+    for t in decision_tables(decision):
+        head = "".join(_cell("th", j, h, t.left) for j, h in enumerate(t.head))
+        body = "".join(
+            "<tr>" + "".join(_cell("td", j, c, t.left) for j, c in enumerate(row)) + "</tr>"
+            for row in t.rows
+        )
+        foot = "".join(f"<p class='note'>{escape(line)}</p>" for line in t.foot)
+        out.append(
+            f"<h3>{escape(t.title)}</h3><div class='tablewrap'><table><tr>{head}</tr>{body}"
+            f"</table></div>{foot}"
+        )
+    return "".join(out)
+
+
+def _cell(tag: str, j: int, text: str, left: tuple[int, ...]) -> str:
+    cls = " class='t'" if j in left else ""
+    return f"<{tag}{cls}>{escape(text).replace(chr(10), '<br>')}</{tag}>"
+
+
+def section(doc: dict[str, Any]) -> str:
+    """A plan given to the report on its own: its decision, or a line saying it has none."""
+    src = doc.get("source") or {}
+    what = (
+        f"{len(src['compared'])} configurations of {src.get('model')}"
+        if src.get("compared")
+        else f"a {doc.get('mode')} plan for {src.get('model') or 'the job'}"
+    )
+    decision = doc.get("decision")
+    body = (
+        tables_html(decision)
+        if decision
+        else "<p>This plan has no decision: run <code>genbench plan</code> with "
+        "<code>--deadline</code>, <code>--price</code>, or several <code>--from</code>.</p>"
+    )
+    why = (
+        " Each configuration is rated at its sustained rate at the job's concurrency, not at "
+        "its single-stream speed."
+        if src.get("compared")
+        else ""
+    )
+    return (
+        f"<h2>Decision: {escape(label(doc))}</h2><p class='lead'>genbench plan: {escape(what)}, "
+        f"from {escape(str(doc.get('_path', '')))}.{why}</p>" + body
+    )

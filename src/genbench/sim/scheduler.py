@@ -1,0 +1,287 @@
+"""The sim's scheduler: continuous batching on absolute deadlines (docs/sim.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import sys
+from collections import deque
+from typing import Any
+
+import orjson
+
+from genbench.sim.config import SimConfig
+from genbench.sim.wire import (
+    DONE,
+    INF,
+    MALFORMED,
+    MAX_CATCH_UP,
+    MID,
+    ROLE,
+    SUF,
+    TEXT,
+    Req,
+    Vocab,
+    clock,
+    sleep_until,
+)
+
+
+class Scheduler:
+    """Continuous batching on absolute deadlines, plus the counters /metrics shows."""
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.loop = asyncio.get_running_loop()
+        self.vocab = Vocab(max(cfg.spec_k, 64), TEXT)
+        self.running = 0
+        self.waiting: deque[asyncio.Future[float]] = deque()
+        self.batch: list[Req] = []
+        self.joining: list[Req] = []
+        self._wake: asyncio.Future[float] | None = None
+        self.rng = random.Random(f"{cfg.seed}/spec")
+        self.steps = 0
+        self.resyncs = 0
+        self.resync_s = 0.0
+        self.lag_sum = 0.0
+        self.lag_max = 0.0
+        self.first_lag_sum = 0.0  # how late first tokens were written, summed
+        self.m_gen = 0
+        self.m_prompt = 0
+        self.m_reason = 0
+        self.m_success = {"stop": 0, "length": 0}
+        self.m_drafts = 0
+        self.m_draft_tokens = 0
+        self.m_accepted = 0
+        self.drift = cfg.drift_model()
+        self.started = clock()
+        self.task = self.loop.create_task(self._run())
+
+    def speed(self, t: float) -> float:
+        """--drift: the speed multiplier at time t (1 without drift); steps and prefill take
+        their nominal time divided by it."""
+        return 1.0 if self.drift is None else self.drift.factor(t - self.started)
+
+    # -- admission ------------------------------------------------------------------------
+
+    async def admit(self) -> float:
+        """Wait for a batch slot; return the (virtual) time it was granted."""
+        if self.running < self.cfg.max_batch and not self.waiting:
+            self.running += 1
+            return clock()
+        fut: asyncio.Future[float] = self.loop.create_future()
+        self.waiting.append(fut)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self._free(clock())
+            else:
+                with contextlib.suppress(ValueError):
+                    self.waiting.remove(fut)
+            raise
+
+    def num_waiting(self) -> int:
+        return sum(1 for f in self.waiting if not f.done())
+
+    def _free(self, t: float) -> None:
+        self.running -= 1
+        while self.waiting and self.running < self.cfg.max_batch:
+            fut = self.waiting.popleft()
+            if not fut.done():
+                self.running += 1
+                fut.set_result(t)
+
+    def release(self, r: Req, t: float) -> None:
+        if not r.released:
+            r.released = True
+            self._free(t)
+
+    # -- request life ---------------------------------------------------------------------
+
+    def start_decode(self, r: Req, t: float) -> None:
+        """Prefill has ended at `t`: emit the first token now, then join the batch."""
+        self.m_prompt += r.prompt_tokens
+        if r.stream and not r.sink.write(r.head + ROLE):  # type: ignore[union-attr]
+            self.drop(r, t)
+            return
+        if self._advance(r, 1, t):
+            self.join(r, t)
+
+    def join(self, r: Req, t: float) -> None:
+        if r.dead:
+            return
+        if r.emitted >= r.total and not r.released:  # stalled right before the end
+            self._finish(r, t)
+            return
+        self.joining.append(r)
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(t)
+
+    def _emit(self, r: Req, k: int) -> bool:
+        """Account (and for streams, write) tokens [emitted, emitted + k)."""
+        e = r.emitted
+        th = r.thinking
+        r.emitted = e + k
+        self.m_gen += k
+        if e < th:
+            nr = min(k, th - e)
+            r.reasoning_emitted += nr
+            self.m_reason += nr
+        if not r.stream:
+            return True
+        if r.script is not None:
+            think, answer = r.script.split(e, e + k)
+            delta = {self.cfg.reasoning_dialect: think} if think else {}
+            if answer:
+                delta["content"] = answer
+            return r.sink.write(r.head + orjson.dumps(delta) + SUF[2:])  # type: ignore[union-attr]
+        span = self.vocab.span
+        if e >= th:
+            body = r.pre_c + span(r.pos + e, k) + SUF
+        elif e + k <= th:
+            body = r.pre_r + span(r.pos + e, k) + SUF
+        else:
+            body = r.pre_r + span(r.pos + e, th - e) + MID + span(r.pos + th, e + k - th) + SUF
+        return r.sink.write(body)  # type: ignore[union-attr]
+
+    def _advance(self, r: Req, k: int, t: float) -> bool:
+        """Emit up to k tokens at time t; True while the request stays in the batch."""
+        if r.emitted == r.event_at and not self._events(r, t):
+            return False
+        rem = r.total - r.emitted
+        if k > rem:
+            k = rem
+        room = r.event_at - r.emitted
+        if k > room:
+            k = room
+        if not self._emit(r, k):
+            self.drop(r, t)
+            return False
+        if r.emitted == r.event_at and not self._events(r, t):
+            return False
+        if r.emitted >= r.total:
+            self._finish(r, t)
+            return False
+        return True
+
+    def _events(self, r: Req, t: float) -> bool:
+        """Apply the faults due after `r.emitted` tokens; True if the request decodes on."""
+        stall = 0.0
+        while r.events and r.events[-1][0] == r.emitted:
+            _, f = r.events.pop()
+            if f.kind == "malformed":
+                if r.stream:
+                    r.sink.write(MALFORMED)  # type: ignore[union-attr]
+                else:
+                    r.malformed = True
+            elif f.kind == "stall-mid":
+                stall += f["seconds"]
+            elif f.kind == "inband-error":
+                r.error_message = f["message"]
+                if r.stream:
+                    err = {"error": {"message": f["message"], "type": "InternalServerError",
+                                     "code": 500}}  # fmt: skip
+                    r.sink.write(b"data: " + orjson.dumps(err) + b"\n\n")  # type: ignore[union-attr]
+                self._end(r, "inband-error", t)
+                return False
+            elif f.kind == "truncate":
+                self._end(r, "truncate", t)
+                return False
+        r.event_at = r.events[-1][0] if r.events else INF
+        if stall > 0:
+            self.loop.call_later(max(0.0, t + stall - clock()), self.join, r, t + stall)
+            return False
+        return True
+
+    def _finish(self, r: Req, t: float) -> None:
+        finish = r.finish
+        if r.stream:
+            out = r.head + b'{},"finish_reason":"' + finish.encode() + b'"}]}\n\n'
+            if r.usage_chunk_ok:
+                usage = {
+                    "id": r.id, "object": "chat.completion.chunk", "created": r.created,
+                    "model": self.cfg.model, "choices": [], "usage": self.usage(r),
+                }  # fmt: skip
+                out += b"data: " + orjson.dumps(usage) + b"\n\n"
+            if not r.sink.write(out + DONE):  # type: ignore[union-attr]
+                self.drop(r, t)
+                return
+        self.m_success[finish] += 1
+        self._end(r, "ok", t)
+
+    def usage(self, r: Req) -> dict[str, Any]:
+        return {
+            "prompt_tokens": r.prompt_tokens,
+            "completion_tokens": r.emitted,
+            "total_tokens": r.prompt_tokens + r.emitted,
+            "completion_tokens_details": {"reasoning_tokens": r.reasoning_emitted},
+        }
+
+    def _end(self, r: Req, outcome: str, t: float) -> None:
+        r.outcome = outcome
+        r.dead = True
+        self.release(r, t)
+        if not r.done.done():
+            r.done.set_result(None)
+
+    def drop(self, r: Req, t: float) -> None:
+        """The client went away (or the handler was cancelled): free the slot."""
+        if not r.dead:
+            self._end(r, "gone", t)
+
+    # -- the decode loop ------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        cfg = self.cfg
+        a, b, k_spec, p_acc = cfg.step_a, cfg.step_b, cfg.spec_k, cfg.spec_accept
+        rnd = self.rng.random
+        base = clock()
+        while True:
+            if not self.batch and not self.joining:
+                self._wake = self.loop.create_future()
+                base = await self._wake
+                self._wake = None
+            if self.joining:
+                self.batch.extend(r for r in self.joining if not r.dead)
+                self.joining.clear()
+            batch = self.batch
+            dur = (a + b * len(batch)) / self.speed(base)
+            deadline = base + dur
+            await sleep_until(deadline)
+            keep: list[Req] = []
+            for r in batch:
+                if r.dead:
+                    continue
+                k = k_spec
+                if k > 1 and p_acc < 1.0:
+                    k = 1 + sum(1 for _ in range(k_spec - 1) if rnd() < p_acc)
+                before = r.emitted
+                try:
+                    alive = self._advance(r, k, deadline)
+                except Exception as exc:  # one broken stream must not stop the batch
+                    print(f"genbench sim: stream failed: {exc!r}", file=sys.stderr)
+                    self.drop(r, deadline)
+                    alive = False
+                if k_spec > 1:
+                    self.m_drafts += 1
+                    self.m_draft_tokens += k_spec - 1
+                    self.m_accepted += max(0, r.emitted - before - 1)
+                if alive:
+                    keep.append(r)
+            self.batch = keep
+            self.steps += 1
+            lag = clock() - deadline
+            self.lag_sum += lag
+            if lag > self.lag_max:
+                self.lag_max = lag
+            # Late by a little (a busy host): keep the absolute schedule, so the next steps
+            # catch up and the mean rate stays exact. Late by more than a step and more
+            # than MAX_CATCH_UP: resynchronise rather than burst a backlog of tokens.
+            if lag > MAX_CATCH_UP and lag > a + b * len(keep):
+                base = deadline + lag
+                self.resyncs += 1
+                self.resync_s += lag
+            else:
+                base = deadline

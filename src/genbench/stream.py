@@ -1,0 +1,336 @@
+"""A response body in, one `RequestRecord` out: the half of the client that knows no socket.
+
+`StreamParser.feed` takes bytes as they arrive with their arrival time (perf_counter) and
+writes what they say into the record: a timestamp per text chunk, thinking told from
+answer in both reasoning dialects (`delta.reasoning_content` from SGLang and llama.cpp,
+`delta.reasoning` from vLLM), finish reason, the server's `usage` (chunks are not tokens:
+with speculative decoding one chunk carries several), in-band errors. `parse_whole` does
+the same for a non-streamed JSON body. With no transport in them, their tests feed byte
+sequences directly: every read boundary, every fault of the sim (tests/test_stream.py).
+
+SSE: OpenAI-compatible servers send one JSON object per `data:` line. Lines are split
+over a carried buffer, so a read may end anywhere, even inside `data:`; one optional
+space after the colon is dropped, as the SSE specification says.
+
+Below the parser is the one mapping of everything that can go wrong with a request
+(HTTP status, timeouts, OS errors while connecting, a broken connection) to an
+`ErrorKind` and the message a person reads: `Failure`.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from typing import Any
+
+import orjson
+from orjson import JSONDecodeError, loads
+
+from genbench.errors import ErrorKind
+from genbench.records import ANSWER, THINKING, RequestRecord
+
+_DATA = b"data:"
+_DONE = b"[DONE]"
+_A, _R = ord(ANSWER), ord(THINKING)
+MAX_ERROR_BODY = 64 * 1024
+
+# what `StreamParser.feed` tells the transport: read on, the stream ended, stop reading
+MORE, DONE, STOP = 0, 1, 2
+
+
+class Failure(Exception):
+    """Why a request failed: its kind and the one line a person reads."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class StreamParser:
+    """One streamed response: SSE lines in, the record's fields out.
+
+    `text` is where each text-bearing chunk lands; a parser that splits `<think>…</think>`
+    inline in `content` into thinking and answer would override it.
+    """
+
+    __slots__ = ("rec", "t0", "buf", "kinds", "answer", "thinking", "done", "finished", "failure")
+
+    def __init__(self, rec: RequestRecord, t0: float, keep_text: bool) -> None:
+        self.rec = rec
+        self.t0 = t0  # when the request was sent: chunk offsets are from here
+        self.buf = b""  # an incomplete line from the previous read
+        self.kinds = bytearray()  # one byte per text chunk: b"r" thinking, b"a" answer
+        self.answer: list[str] | None = [] if keep_text else None
+        self.thinking: list[str] | None = [] if keep_text else None
+        self.done = False  # [DONE] seen
+        self.finished = False  # a finish_reason seen
+        self.failure: Failure | None = None
+
+    def feed(self, data: bytes, now: float) -> int:
+        """Bytes of the body that arrived at `now`: MORE, DONE ([DONE] seen) or STOP (a
+        failure was recorded; read no further)."""
+        lines = (self.buf + data if self.buf else data).split(b"\n")
+        self.buf = lines.pop()
+        if not lines:
+            return MORE
+        rel = now - self.t0
+        for line in lines:
+            if not line.startswith(_DATA):
+                continue  # blank separators, ": keep-alive" comments, "event:" fields
+            payload = line[5:].strip()
+            if payload == _DONE:
+                self.done = True
+                continue
+            if not payload:
+                continue
+            try:
+                obj = loads(payload)
+            except JSONDecodeError:
+                return self._stop(now, _malformed(payload))
+            # The common chunk (one choice, a delta, no finish_reason, no usage) is handled
+            # here; every other one by `_event`, which does the same and more.
+            if type(obj) is dict:
+                choices = obj.get("choices")
+                if type(choices) is list and choices:
+                    choice = choices[0]
+                    if (
+                        type(choice) is dict
+                        and not choice.get("finish_reason")
+                        and not obj.get("usage")
+                    ):
+                        delta = choice.get("delta")
+                        if not delta:
+                            continue
+                        if type(delta) is dict:
+                            thinking = delta.get("reasoning_content") or delta.get("reasoning")
+                            content = delta.get("content")
+                            if thinking or content:
+                                self.text(rel, thinking, content)
+                            continue
+            failure = self._event(obj, rel)
+            if failure is not None:
+                return self._stop(now, failure)
+        if self.done:
+            self.rec.t_end = now
+            return DONE
+        return MORE
+
+    def _stop(self, now: float, failure: Failure) -> int:
+        self.failure = failure
+        self.rec.t_end = now
+        return STOP
+
+    def _event(self, obj: Any, rel: float) -> Failure | None:
+        """Any chunk: text, finish_reason, usage, or an error event."""
+        if not isinstance(obj, dict):
+            return Failure(ErrorKind.MALFORMED_CHUNK, "chunk is not a JSON object")
+        rec = self.rec
+        choices = obj.get("choices")
+        if choices:
+            choice = choices[0]
+            delta = choice.get("delta")
+            if delta:
+                thinking = delta.get("reasoning_content") or delta.get("reasoning")
+                content = delta.get("content")
+                if thinking or content:
+                    self.text(rel, thinking, content)
+            fr = choice.get("finish_reason")
+            if fr:
+                rec.finish_reason = fr
+                self.finished = True
+        elif "error" in obj:
+            err = obj["error"]
+            msg = err.get("message") if isinstance(err, dict) else str(err)
+            return Failure(ErrorKind.INBAND_ERROR, f"error event in stream: {msg}")
+        usage = obj.get("usage")
+        if usage:
+            apply_usage(rec, usage)
+        return None
+
+    def text(self, rel: float, thinking: str | None, content: str | None) -> None:
+        """A chunk with text arrived `rel` seconds after the request was sent."""
+        rec = self.rec
+        if rec.ttft is None:
+            rec.ttft = rel
+        rec.chunk_offsets.append(rel)
+        if content:
+            self.kinds.append(_A)
+            rec.answer_chars += len(content)
+            if rec.ttft_answer is None:
+                rec.ttft_answer = rel
+            if self.answer is not None:
+                self.answer.append(content)
+        else:
+            self.kinds.append(_R)
+        if thinking:
+            rec.thinking_chars += len(thinking)
+            if rec.ttft_thinking is None:
+                rec.ttft_thinking = rel
+            if self.thinking is not None:
+                self.thinking.append(thinking)
+
+    def end(self, now: float) -> None:
+        """The body ended at `now`. A last line without its newline still counts."""
+        if self.done or self.failure is not None:
+            return
+        self.rec.t_end = now
+        if self.buf:
+            self.feed(b"\n", now)
+
+    def stop(self) -> None:
+        """The request ended early (failed, cancelled): keep what was seen."""
+        self.rec.chunk_kinds = self.kinds.decode("ascii")
+
+    def finish(self) -> Failure | None:
+        """The stream is over: complete the record; the failure, if it has one."""
+        rec = self.rec
+        self.stop()
+        if self.failure is not None:
+            return self.failure
+        if self.answer is not None:
+            rec.text = "".join(self.answer)
+            rec.reasoning = "".join(self.thinking or [])
+        if rec.completion_tokens is None:
+            estimate_tokens(rec)
+        if not self.finished:
+            why = "[DONE] without a finish_reason" if self.done else "stream ended before finish"
+            return Failure(ErrorKind.INCOMPLETE_STREAM, why)
+        return None
+
+
+def parse_whole(
+    rec: RequestRecord, body: bytes, t0: float, now: float, keep_text: bool
+) -> Failure | None:
+    """A non-streamed response that arrived whole at `now`."""
+    rec.t_end = now
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        snippet = body[:80].decode("utf-8", "replace")
+        return Failure(ErrorKind.MALFORMED_CHUNK, f"response is not JSON: {snippet!r}")
+    if not isinstance(obj, dict) or not obj.get("choices"):
+        msg = error_message_from_body(body) if isinstance(obj, dict) else "not an object"
+        inband = isinstance(obj, dict) and "error" in obj
+        kind = ErrorKind.INBAND_ERROR if inband else ErrorKind.MALFORMED_CHUNK
+        return Failure(kind, f"response has no choices: {msg}")
+    choice = obj["choices"][0]
+    msg = choice.get("message") or {}
+    content = msg.get("content") or ""
+    thinking = msg.get("reasoning_content") or msg.get("reasoning") or ""
+    rec.answer_chars, rec.thinking_chars = len(content), len(thinking)
+    rec.ttft = now - t0  # the whole reply arrives at once
+    if keep_text:
+        rec.text, rec.reasoning = content, thinking
+    rec.finish_reason = choice.get("finish_reason")
+    if obj.get("usage"):
+        apply_usage(rec, obj["usage"])
+    else:
+        rec.tokens_estimated = True
+    if not rec.finish_reason:
+        return Failure(ErrorKind.INCOMPLETE_STREAM, "response without a finish_reason")
+    return None
+
+
+def apply_usage(rec: RequestRecord, usage: dict[str, Any]) -> None:
+    rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
+    rec.completion_tokens = usage.get("completion_tokens", rec.completion_tokens)
+    details = usage.get("completion_tokens_details")
+    if isinstance(details, dict) and details.get("reasoning_tokens") is not None:
+        rec.reasoning_tokens = details["reasoning_tokens"]
+    elif usage.get("reasoning_tokens") is not None:
+        rec.reasoning_tokens = usage["reasoning_tokens"]
+
+
+def estimate_tokens(rec: RequestRecord) -> None:
+    """No usage from the server: one token per text chunk (true for servers without
+    speculative decoding), marked as estimated."""
+    rec.tokens_estimated = True
+    rec.completion_tokens = len(rec.chunk_kinds)
+    rec.reasoning_tokens = rec.chunk_kinds.count(THINKING)
+
+
+def _malformed(payload: bytes) -> Failure:
+    snippet = payload[:80].decode("utf-8", "replace")
+    return Failure(ErrorKind.MALFORMED_CHUNK, f"chunk is not JSON: {snippet!r}")
+
+
+# -- what went wrong: the one mapping to error kinds ------------------------------------------
+
+
+def error_message_from_body(body: bytes, limit: int = 300) -> str:
+    """The human part of an error body: OpenAI `error.message`, FastAPI `detail`, or the text."""
+    text = body[:MAX_ERROR_BODY].decode("utf-8", "replace").strip()
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            text = str(err["message"])
+        elif isinstance(err, str):
+            text = err
+        elif obj.get("message"):
+            text = str(obj["message"])
+        elif obj.get("detail"):
+            text = str(obj["detail"])
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def status_failure(status: int, body: bytes) -> Failure:
+    """A response other than 200, with the server's own words."""
+    return Failure(ErrorKind.HTTP_STATUS, f"HTTP {status}: " + error_message_from_body(body))
+
+
+def read_timeout_failure() -> Failure:
+    return Failure(ErrorKind.READ_TIMEOUT, "no data from the server within the read timeout")
+
+
+def timeout_failure(got_head: bool) -> Failure:
+    """The request's total timeout (or a GET's) ran out: after the response began, or before."""
+    if got_head:
+        return Failure(ErrorKind.TOTAL_TIMEOUT, "request exceeded its total timeout")
+    return Failure(ErrorKind.CONNECT_TIMEOUT, "connecting timed out")
+
+
+def lost_failure(got_head: bool, exc: BaseException | None) -> Failure:
+    """The connection closed under a request."""
+    if not got_head:
+        why = "the server closed the connection before responding"
+    else:
+        why = "the connection closed before the response was complete"
+    if exc is not None:
+        why += f" ({type(exc).__name__}: {exc})"
+    return Failure(ErrorKind.DISCONNECTED, why)
+
+
+def connect_failure(exc: OSError, host: str, port: int) -> Failure:
+    """Connecting failed. Running out of file descriptors or ports is this machine's limit,
+    not the server's: it must not take a healthy server out of a job."""
+    if isinstance(exc, socket.gaierror):
+        return Failure(ErrorKind.DNS, f"cannot resolve {host}: {exc.strerror or exc}")
+    if isinstance(exc, TimeoutError):
+        return Failure(ErrorKind.CONNECT_TIMEOUT, "connecting timed out")
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        import resource  # not on Windows, where these errors do not arise
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        which = "this process" if exc.errno == errno.EMFILE else "the system"
+        return Failure(
+            ErrorKind.LOCAL_LIMIT,
+            f"this machine ran out of file descriptors ({which}; ulimit -n is {soft}) "
+            "opening a connection: not a server problem. Raise ulimit -n or lower the "
+            "concurrency.",
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return Failure(
+            ErrorKind.LOCAL_LIMIT,
+            f"this machine has no local port free to connect to {host}:{port}: not a server "
+            "problem. Lower the concurrency, or widen net.ipv4.ip_local_port_range.",
+        )
+    refused = isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED
+    what = "connection refused" if refused else (exc.strerror or str(exc))
+    # refused or unreachable: nothing answers there
+    return Failure(ErrorKind.CONNECT_REFUSED, f"Cannot connect to host {host}:{port} [{what}]")

@@ -306,7 +306,8 @@ def test_a_server_killed_mid_pilot_is_one_line_and_exit_3_records_kept(sim_facto
     write_prompts(f, 400)
     out = tmp_path / "pilot"
     cmd = [sys.executable, "-m", "genbench", "plan", "--prompts", str(f), "--url", sim.url,
-           "--concurrency", "4", "--pilot", "400", "--warmup", "0", "--out", str(out)]  # fmt: skip
+           "--concurrency", "4", "--pilot", "400", "--warmup-time", "0",
+           "--out", str(out)]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         log = out / "requests.jsonl"
@@ -367,7 +368,7 @@ def test_a_steady_server_keeps_a_tight_range(sim_factory, tmp_path):
                       "--output-len", "lognormal:30:0.6")  # fmt: skip
     write_prompts(tmp_path / "prompts.jsonl", 3000)
     args = ("plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
-            "--bootstrap", "60", "--warmup", "1", "--json")  # fmt: skip
+            "--bootstrap", "60", "--warmup-time", "1", "--json")  # fmt: skip
     p = genbench(*args, "--samples", "20K,200K", "--out", str(tmp_path / "a"), timeout=180)
     behind = sim_behind_s(sim.root)
     doc = plan_json(p)

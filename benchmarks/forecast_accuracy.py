@@ -507,7 +507,7 @@ def identical_jobs(
             asyncio.run(phase(t, warm, c, "job-warmup", duration=warmup_s))
         job = work / f"job{i}"
         genbench(
-            ["generate", "--input", str(prompts_file), "--output", str(job), "--url", t.url]
+            ["generate", "--input", str(prompts_file), "--out", str(job), "--url", t.url]
             + ["--model", t.model, "--concurrency", str(c), "--temperature", "0"],
             work / f"generate{i}.log",
         )

@@ -722,6 +722,82 @@ def test_eta_and_error_bar_from_recent_windows():
     assert snap["servers"][0]["rows_per_s"] == pytest.approx(5, rel=0.05)
 
 
+def _job_at(rates: list[float]) -> tuple[Progress, list[float]]:
+    """A job of 100,000 rows whose rows/s over its first len(rates) × 30 s were these, one
+    30 s stretch each; the clock ends with the last."""
+    now = [0.0]
+    prog = Progress(100_000, 0, 0, ["s"], clock=lambda: now[0])
+    n = 0
+    for i, r in enumerate(rates):
+        for t in range(30):
+            now[0] = float(i * 30 + t + 1)
+            for k in range(int(r)):
+                end = {"outcome": "done"}
+                prog.on_record(RequestRecord(f"x{n}", server="s", t_end=now[0] - 0.5 + k / 1e3,
+                                             completion_tokens=10, extra=end))  # fmt: skip
+                n += 1
+            prog.on_durable("row", [(f"x{n}", None)] * int(r))
+    return prog, now
+
+
+def test_the_etas_range_is_the_plans_model_of_the_speed():
+    """The ETA's range is the plan's: the last five minutes are the pilot and the rest of
+    the job the job (SpeedWander). A rate that wandered across those minutes gets a wider
+    range than the same rates in a random order (scatter, which the time left averages
+    out), and a steady one a tight one."""
+    wander = [16, 17, 18, 19, 20, 21, 22, 23, 24, 25]
+    scatter = [20, 24, 17, 22, 19, 25, 16, 21, 23, 18]
+    ranges = {}
+    for name, rates in (("wander", wander), ("scatter", scatter), ("steady", [20] * 10)):
+        prog, _ = _job_at(rates)
+        e = prog.eta_range()
+        assert e is not None and e.lo_s < e.seconds <= e.hi_s or name == "steady"
+        assert e.seconds == pytest.approx(prog.remaining / (sum(rates) / 10), rel=0.02)
+        ranges[name] = (e.hi_s - e.lo_s) / e.seconds
+        snap = prog.snapshot([{"url": "s"}])
+        assert (snap["eta_lo_s"], snap["eta_hi_s"]) == (round(e.lo_s), round(e.hi_s))
+        assert snap["eta_err_s"] == round((e.hi_s - e.lo_s) / 2)
+    assert ranges["steady"] < 0.01 < ranges["scatter"] < ranges["wander"] / 2, ranges
+
+
+def test_the_panel_says_when_the_jobs_speed_leaves_the_plans_range():
+    """generate --plan: elapsed + the live ETA (with its range) against the plan's range;
+    inside it nothing more is said, outside it the panel and the JSON line say so."""
+    from rich.console import Console
+
+    from genbench.commands.generate import render
+    from genbench.plan.document import JobForecast
+
+    f = JobForecast("p.json", "pilot", 100_000, 1, 5000.0, 4500.0, 5500.0, "b", None)
+    inside = f.course(1000.0, 4100.0, 3900.0, 4300.0)
+    assert inside["verdict"] == "inside" and inside["on_course_s"] == 5100.0
+    assert inside["off"] == pytest.approx(0.02)
+    slow = f.course(1000.0, 5000.0, 4800.0, 5200.0)  # 6000 s (5800–6200): past 5500 for sure
+    assert slow["verdict"] == "outside" and slow["on_course_lo_s"] == 5800.0
+    fast = f.course(1000.0, 3000.0, 2900.0, 3100.0)
+    assert fast["verdict"] == "outside"
+    assert f.course(1000.0, 4700.0, 4300.0, 5100.0)["verdict"] == "unsure"  # 5700 (5300–6100)
+    assert f.course(10.0, None, None, None)["verdict"] is None  # no ETA yet
+    no_range = JobForecast("p.json", "arithmetic", 10, 1, 50.0, None, None, "b", None)
+    assert no_range.course(10.0, 50.0, 40.0, 60.0)["verdict"] is None
+
+    prog, _ = _job_at([20] * 10)  # 6,000 rows in 300 s, 94,000 to go at 20/s: 4,700 s
+    snap = prog.snapshot([{"url": "s", "state": "up", "down_s": None, "in_flight": 8,
+                           "concurrency": 8}])  # fmt: skip
+    for plan, said in ((f, None), (JobForecast("p", "pilot", 100_000, 1, 3000.0, 2700.0,
+                                               3300.0, "b", None), "slower")):  # fmt: skip
+        snap["plan"] = plan.course(snap["elapsed_s"], snap["eta_s"], snap["eta_lo_s"],
+                                   snap["eta_hi_s"])  # fmt: skip
+        console = Console(width=200, record=True)
+        console.print(render(snap))
+        text = console.export_text()
+        if said is None:
+            assert snap["plan"]["verdict"] == "inside" and "plan's range" not in text
+        else:
+            assert snap["plan"]["verdict"] == "outside"
+            assert f"the job's speed has left the plan's range: it runs {said}" in text
+
+
 def test_with_every_server_down_the_eta_is_held_and_the_panel_says_so():
     """Nothing can finish while no server is up: a rate over a window filling with nothing
     would grow the ETA without end, so it is held, and the panel says why and until when."""

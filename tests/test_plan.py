@@ -306,7 +306,8 @@ def test_a_server_killed_mid_pilot_is_one_line_and_exit_3_records_kept(sim_facto
     write_prompts(f, 400)
     out = tmp_path / "pilot"
     cmd = [sys.executable, "-m", "genbench", "plan", "--prompts", str(f), "--url", sim.url,
-           "--concurrency", "4", "--pilot", "400", "--warmup", "0", "--out", str(out)]  # fmt: skip
+           "--concurrency", "4", "--pilot", "400", "--warmup-time", "0",
+           "--out", str(out)]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         log = out / "requests.jsonl"
@@ -356,6 +357,39 @@ def test_speed_that_wanders_gets_a_wider_bar_than_the_same_values_shuffled():
     assert series_halfwidth(shuffled) == pytest.approx(2.262 * se)  # the same spread, t(9)
     assert series_halfwidth(wander) > 2.5 * series_halfwidth(shuffled)
     assert series_halfwidth([1.0, 1.0]) == 0.0  # too few stretches to say anything
+
+
+def test_a_steady_server_keeps_a_tight_range(sim_factory, tmp_path):
+    """The sim's speed does not wander: a default pilot (until the mean length is known to
+    ±4%) gets a range within ±5% for jobs of 20 to 200 times its size, the server's speed
+    a small part of it and no note of wander; what the user adds with --speed-drift is in
+    the range, and said so."""
+    sim = sim_factory("--tps", "400", "--per-seq-ms", "0.1", "--ttft-ms", "5",
+                      "--output-len", "lognormal:30:0.6")  # fmt: skip
+    write_prompts(tmp_path / "prompts.jsonl", 3000)
+    args = ("plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
+            "--bootstrap", "60", "--warmup-time", "1", "--json")  # fmt: skip
+    p = genbench(*args, "--samples", "20K,200K", "--out", str(tmp_path / "a"), timeout=180)
+    behind = sim_behind_s(sim.root)
+    doc = plan_json(p)
+    if behind > 0.05 * doc["model"]["pilot_wall_s"]:
+        pytest.skip(f"host too loaded: the sim fell {behind:.1f} s behind its schedule")
+    assert doc["inputs"]["pilot_stopped"] == "target" and doc["inputs"]["speed_drift"] == 0
+    for row in doc["rows"]:
+        ours = row["ours"]
+        assert ours["rel_halfwidth"] <= 0.05, (ours, doc["model"]["speed"])
+        assert ours["speed"]["halfwidth"] < 0.02 and ours["speed"]["drift"] == 0, ours
+    assert not any("moved ±" in n for n in doc["notes"]), doc["notes"]
+    assert any("--speed-drift PCT" in n for n in doc["notes"]), doc["notes"]
+    assert doc["model"]["speed"]["stretch_s"] > 0 and len(doc["model"]["speed"]["stretches"]) == 10
+    # the user knows better: the host drifts ±10% over hours
+    p = genbench(*args, "--pilot", "200", "--samples", "20K", "--speed-drift", "10",
+                 "--out", str(tmp_path / "b"), timeout=120)  # fmt: skip
+    doc = plan_json(p)
+    speed = doc["rows"][0]["ours"]["speed"]
+    assert speed["drift"] == pytest.approx(0.10) and speed["halfwidth"] >= 0.10
+    assert doc["rows"][0]["ours"]["rel_halfwidth"] >= 0.10
+    assert any("--speed-drift 10%" in n for n in doc["notes"]), doc["notes"]
 
 
 WANDER = [0.90, 0.92, 0.95, 0.99, 1.02, 1.05, 1.07, 1.06, 1.03, 1.01]

@@ -305,15 +305,30 @@ class RecentRates:
     ) -> tuple[float, float | None] | None:
         """(rate, standard error of it) over the last `window` seconds, the error from the
         spread of the rate over `parts` sub-windows (None when there are too few bins)."""
+        got = self.part_rates(what, window, parts, min_s)
+        if got is None:
+            return None
+        rate, sub, _ = got
+        k = len(sub)
+        if k < 3:
+            return rate, None
+        mean = sum(sub) / k
+        sd = math.sqrt(sum((x - mean) ** 2 for x in sub) / (k - 1))
+        return rate, sd / math.sqrt(k)
+
+    def part_rates(
+        self, what: str, window: float, parts: int, min_s: float = 5.0
+    ) -> tuple[float, list[float], float] | None:
+        """(rate over the last `window` seconds, the rate in each of up to `parts` equal
+        sub-windows of it in time order, the seconds one spans); the sub-windows are
+        empty when there are fewer than 3 bins to cut. None before `min_s` seconds."""
         start, end = self._span(window)
         if end - start < min_s:
             return None
         rate = self.totals(start, end)[what] / (end - start)
         k = min(parts, int((end - start) / self.bin_s))
         if k < 3:
-            return rate, None
+            return rate, [], 0.0
         step = (end - start) / k
         sub = [self.totals(start + i * step, start + (i + 1) * step)[what] / step for i in range(k)]
-        mean = sum(sub) / k
-        sd = math.sqrt(sum((x - mean) ** 2 for x in sub) / (k - 1))
-        return rate, sd / math.sqrt(k)
+        return rate, sub, step

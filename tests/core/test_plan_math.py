@@ -492,7 +492,7 @@ def test_the_sustained_rates_bar_from_ten_stretches_of_its_window():
     assert rate_halfwidth([], 1) is None
 
 
-def model(stretches=()):
+def model(stretches=(), stretch_s=1.0):
     """A pilot of 2-token requests at C = 2 (TTFT 0.5, one step of 0.5: 1 s each).
     The replay ran the pilot in 4 s to its last send where the server took 5: calibration
     5/4 = 1.25; the replay's whole wall 8 s × 1.25 against the pilot's 12.5 s is 20% short."""
@@ -511,6 +511,7 @@ def model(stretches=()):
         replay_send_s=4.0,
         pilot_send_s=5.0,
         stretches=list(stretches),
+        stretch_s=stretch_s,
         pilot_samples=2,
     )
 
@@ -523,8 +524,9 @@ def test_calibration_and_replay_error():
     assert m.calibration == 1.0  # nothing to calibrate against
     m.pilot_wall_s = 0.0
     assert m.replay_err == 0.0
-    # the speed's wander is fitted to the stretches' speeds (decode time over the model's)
-    assert model([1.0, 2.0, 4.0]).wander == SpeedWander.fit([1.0, 0.5, 0.25], 0.0)
+    # the speed's wander: the stretches are measured over fitted seconds, so speed is 1/x
+    assert model([1.0, 3.0, 2.0, 4.0], 2.0).wander == SpeedWander.fit([1, 1 / 3, 1 / 2, 1 / 4], 2.0)
+    assert model([1.0, 3.0, 2.0, 4.0], 0.0).wander.job(100.0, drift=0.1).halfwidth == 0.1
 
 
 def test_the_forecast_adds_its_parts_in_quadrature():
@@ -545,21 +547,22 @@ def test_the_forecast_adds_its_parts_in_quadrature():
 
 
 def test_the_servers_speed_widens_the_bar():
-    # the speed's half-width h for this job (the wander model's, tested with it); below the
-    # point p - p/(1 + h), above p/(1 - h) - p, each with the replay's 20% in quadrature
-    p = 5.0
-    m = model([1.0, 1.1, 0.9, 1.05])
-    m.stretch_s = 1.0  # four stretches of a second: a pilot of 4 s before a job of 5 s
-    h = m.wander.job(p).halfwidth
-    assert 0 < h < 0.95
-    (f,) = forecast(m, [(8, 1)], boot=2)
+    # stretches 1.0 1.2 1.1 1.3 of 0.5 s: the speed's half-width h for the job's 5 s
+    # (SpeedWander); below the point p - p/(1 + h), above p/(1 - h) - p, each with the
+    # replay's 20% in quadrature
+    p, stretches = 5.0, [1.0, 1.2, 1.1, 1.3]
+    speed = SpeedWander.fit([1 / x for x in stretches], 0.5).job(p)
+    h = speed.halfwidth
+    assert 0.1 < h < 0.95
+    (f,) = forecast(model(stretches, 0.5), [(8, 1)], boot=2)
+    assert f.speed == speed
     assert f.lo_s == pytest.approx(p - math.hypot(0.2 * p, p - p / (1 + h)), rel=1e-12)
     assert f.hi_s == pytest.approx(p + math.hypot(0.2 * p, p / (1 - h) - p), rel=1e-12)
+    # what the user knows of slower drift (relative, 95%) adds to the speed's part
+    (d,) = forecast(model(stretches, 0.5), [(8, 1)], boot=2, drift=0.3)
+    assert d.speed.halfwidth == pytest.approx(math.hypot(h, 0.3), rel=1e-12)
     # a half-width past 95% is held at 95%: p/0.05
-    wild = model([1.0, 3.0, 2.0, 4.0])
-    wild.stretch_s = 1.0
-    assert wild.wander.job(p).halfwidth >= 0.95
-    (g,) = forecast(wild, [(8, 1)], boot=2)
+    (g,) = forecast(model([1.0, 30.0, 1.0, 30.0]), [(8, 1)], boot=2)
     assert g.hi_s == pytest.approx(p + math.hypot(0.2 * p, p / 0.05 - p), rel=1e-12)
 
 

@@ -131,7 +131,9 @@ class ConsoleListener(Listener):
     def tick(self, snap: dict[str, Any]) -> None:
         f = self.forecast
         if f is not None:
-            snap["plan"] = {"seconds": f.seconds, "lo_s": f.lo_s, "hi_s": f.hi_s}
+            snap["plan"] = f.course(
+                snap["elapsed_s"], snap.get("eta_s"), snap.get("eta_lo_s"), snap.get("eta_hi_s")
+            )
         if self.console.is_terminal:
             if self.live is None:
                 self.live = Live(
@@ -217,6 +219,7 @@ def render(snap: dict[str, Any], down_timeout: float | None = None) -> Group:
     if plan:
         eta_text += "   plan " + _with_bar(plan["seconds"], plan["lo_s"], plan["hi_s"])
     eta_line = Text(f"{eta_text}   elapsed {duration(snap['elapsed_s'])}")
+    course = _course(plan) if plan else None
     t = Table(box=None, padding=(0, 2), show_edge=False)
     for col in ("server", "state", "in flight", "rows/s", "tok/s"):
         t.add_column(col, justify="left" if col in ("server", "state") else "right")
@@ -233,11 +236,34 @@ def render(snap: dict[str, Any], down_timeout: float | None = None) -> Group:
             number(s["rows_per_s"], 2),
             rate(s["tokens_per_s"], ""),
         )
+    lines = [bar, rates, eta_line] + ([course] if course is not None else [])
     if all_down is None:
-        return Group(bar, rates, eta_line, t)
+        return Group(*lines, t)
     gives_up = f", gives up after {duration(down_timeout)}" if down_timeout else ""
     down_line = Text(f"all servers down for {duration(all_down)}; waiting{gives_up}", style="red")
-    return Group(bar, rates, eta_line, down_line, t)
+    return Group(*lines, down_line, t)
+
+
+def _course(plan: dict[str, Any]) -> Text | None:
+    """Where the job is headed against the plan's range, once there is an ETA: a line only
+    when it is not inside (`JobForecast.course`)."""
+    verdict, on = plan.get("verdict"), plan.get("on_course_s")
+    if verdict not in ("outside", "unsure") or on is None:
+        return None
+    span = duration_range(plan["on_course_lo_s"], plan["on_course_hi_s"])
+    plan_range = duration_range(plan["lo_s"], plan["hi_s"])
+    way = "slower" if on > plan["hi_s"] else "faster"
+    if verdict == "outside":
+        return Text(
+            f"the job's speed has left the plan's range: it runs {way} than the plan allowed, "
+            f"on course for {duration(on)} ({span}) against the plan's {plan_range}",
+            style="red",
+        )
+    return Text(
+        f"on course for {duration(on)}, outside the plan's {plan_range} (the ETA's own "
+        f"range, {span}, still reaches it)",
+        style="yellow",
+    )
 
 
 def render_result(r: JobResult, console: Console) -> None:

@@ -6,10 +6,12 @@ through `stats.RecentRates`, the same records the request log holds: rows/s coun
 records that ended a row (written, or sent to the errors file); tokens/s the servers'
 usage counts of the requests that ended in the window, thinking apart from answer.
 
-ETA = rows remaining / rows per second over the last `eta_window` seconds. Its error
-bar is the standard error of that rate from its spread over sub-windows, carried
-through rem / rate (d ETA = rem * d rate / rate²). A job whose rate drifts (longer
-prompts later in the file, a server lost) shows a wider bar, which is the honest answer.
+ETA = rows remaining / rows per second over the last `eta_window` seconds. Its range is
+the plan's model of the server's speed (`plan.wander.SpeedWander`), with the last
+`eta_window` seconds as the pilot and the rest of the job as the job: the rate in
+ETA_PARTS sub-windows, how it scattered and wandered across them, carried over the time
+left. A job whose rate wanders (a shared host, longer prompts later in the file, a server
+lost) shows a wider range than one whose rate only scatters, which is the honest answer.
 While every server is down nothing can finish, and a rate over a window that is filling
 with nothing would push the ETA up without bound: the ETA is held at its last value
 instead, and the snapshot says how long every server has been down (`all_down_s`).
@@ -21,10 +23,27 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from genbench.plan.wander import SpeedWander
 from genbench.records import RequestRecord
 from genbench.stats import RecentRates
 
 ROW_ENDS = ("done", "failed")  # a record's `outcome` when it ended its row
+ETA_PARTS = 10  # sub-windows of the ETA's window: the stretches its range is fitted to
+SLOWEST = 0.05  # a rate range past −95% is held there (the ETA's upper end stays finite)
+
+
+@dataclass(frozen=True, slots=True)
+class Eta:
+    """Seconds left, and their 95% range (None while too little is known)."""
+
+    seconds: float
+    lo_s: float | None = None
+    hi_s: float | None = None
+
+    @property
+    def err_s(self) -> float | None:
+        """Half the range: the '±' of the panel."""
+        return None if self.lo_s is None or self.hi_s is None else (self.hi_s - self.lo_s) / 2
 
 
 @dataclass(slots=True)
@@ -56,7 +75,7 @@ class Progress:
         self.t0 = clock()
         self.recent = RecentRates(eta_window, clock=clock)
         self.servers = {s: RecentRates(rate_window, clock=clock) for s in servers}
-        self._held: tuple[float, float | None] | None = None  # the ETA before all went down
+        self._held: Eta | None = None  # the ETA before every server went down
 
     def on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
         """Rows (or errors) now on disk."""
@@ -82,15 +101,26 @@ class Progress:
         return max(0, self.total - self.done_before - self.failed_before - self.done - self.failed)
 
     def eta(self) -> tuple[float, float | None] | None:
-        """(seconds left, error bar in seconds) or None while there is too little to go on."""
+        """(seconds left, half their 95% range) or None while there is too little to go on."""
+        e = self.eta_range()
+        return None if e is None else (e.seconds, e.err_s)
+
+    def eta_range(self) -> Eta | None:
+        """Seconds left at the rate of the last `eta_window` seconds, and their 95% range:
+        the rate's over the time left, from how it moved across ETA_PARTS sub-windows
+        (SpeedWander, the plan's model). None while there is too little to go on."""
         rem = self.remaining
         if rem == 0:
-            return (0.0, 0.0)
-        got = self.recent.rate_with_error("units", self.eta_window)
+            return Eta(0.0, 0.0, 0.0)
+        got = self.recent.part_rates("units", self.eta_window, ETA_PARTS)
         if got is None or got[0] <= 0:
             return None
-        rate, se = got
-        return rem / rate, (None if se is None else rem * se / (rate * rate))
+        rate, parts, part_s = got
+        left = rem / rate
+        if len(parts) < 3:
+            return Eta(left)
+        h = SpeedWander.fit(parts, part_s).job(left).halfwidth
+        return Eta(left, rem / (rate * (1 + h)), rem / (rate * max(1 - h, SLOWEST)))
 
     def snapshot(self, servers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Everything the display and the log line show, as plain data."""
@@ -99,7 +129,7 @@ class Progress:
         down = [s.get("down_s") for s in servers or []]
         all_down = min(down) if down and None not in down else None  # type: ignore[type-var]
         if all_down is None:
-            e = self._held = self.eta()
+            e = self._held = self.eta_range()
         else:
             e = self._held
         snap: dict[str, Any] = {
@@ -117,8 +147,10 @@ class Progress:
             "answer_tokens_per_s": _round(None if tok is None else tok - (think or 0), 1),
             "tokens": self.tokens,
             "thinking_tokens": self.thinking,
-            "eta_s": _round(e[0], 0) if e else None,
-            "eta_err_s": _round(e[1], 0) if e and e[1] is not None else None,
+            "eta_s": _round(e.seconds, 0) if e else None,
+            "eta_err_s": _round(e.err_s, 0) if e else None,
+            "eta_lo_s": _round(e.lo_s, 0) if e else None,
+            "eta_hi_s": _round(e.hi_s, 0) if e else None,
             "all_down_s": all_down,
             "servers": [],
         }

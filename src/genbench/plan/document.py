@@ -88,6 +88,33 @@ class JobForecast:
         )
         return d
 
+    def course(
+        self, elapsed_s: float, eta_s: float | None, eta_lo: float | None, eta_hi: float | None
+    ) -> dict[str, Any]:
+        """While the job runs: where it is headed (elapsed + the live ETA, with the ETA's own
+        range) against the plan's range. `verdict` is `inside` while the projection is in
+        the plan's range, `outside` once even the ETA's range misses it (the job's speed has
+        left the plan's range: it runs slower, or faster, than the plan allowed), `unsure`
+        in between, and None before there is an ETA or when the plan has no range."""
+        d: dict[str, Any] = {"seconds": self.seconds, "lo_s": self.lo_s, "hi_s": self.hi_s}
+        d.update(on_course_s=None, on_course_lo_s=None, on_course_hi_s=None, verdict=None)
+        if eta_s is None:
+            return d
+        d["on_course_s"] = on = elapsed_s + eta_s
+        d["off"] = on / self.seconds - 1 if self.seconds > 0 else None
+        lo_on = elapsed_s + eta_lo if eta_lo is not None else on
+        hi_on = elapsed_s + eta_hi if eta_hi is not None else on
+        d["on_course_lo_s"], d["on_course_hi_s"] = lo_on, hi_on
+        if self.lo_s is None or self.hi_s is None:
+            return d
+        if self.lo_s <= on <= self.hi_s:
+            d["verdict"] = "inside"
+        elif lo_on > self.hi_s or hi_on < self.lo_s:
+            d["verdict"] = "outside"
+        else:
+            d["verdict"] = "unsure"
+        return d
+
 
 def read_plan(path: Path) -> dict[str, Any]:
     """plan.json (or a directory holding one), checked to be a plan this genbench reads."""

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from genbench.records import RequestRecord
 from genbench.report.runs import Run, concurrencies
-from genbench.stats import token_events
 
 MAX_BARS = 400  # Gantt rows drawn at most; more requests are sampled evenly
 MAX_POINTS = 300  # points per CDF series
@@ -358,129 +356,6 @@ def latency_cdf(runs: list[Run], metric: str, focus: str | None) -> Figure:
 # --- the timeline of one phase ----------------------------------------------------------
 
 
-def phase_origin(run: Run, name: str) -> float | None:
-    recs = run.records(name)
-    return min(r.t_send for r in recs) if recs else None
-
-
-def window_bands(run: Run, name: str, end: float) -> list[Band]:
-    """Ramp, steady window and tail of a sustained phase, in seconds from its first send."""
-    p = run.phase(name) or {}
-    w = (p.get("summary") or {}).get("steady_window_s")
-    if not w:
-        return []
-    return [
-        Band(0.0, w[0], "ramp", "#888888", 0.10),
-        Band(w[0], w[1], "steady window", run.color, 0.16),
-        Band(w[1], end, "tail", "#888888", 0.10),
-    ]
-
-
-def gantt(run: Run, name: str | None, max_bars: int = MAX_BARS, wide: bool = False) -> Figure:
-    fig = Figure(
-        f"gantt_{_slug(run.label)}",
-        f"Requests over time — {run.label}",
-        "",
-        "seconds since the phase's first request",
-        "request (in send order)",
-        wide=wide,
-    )
-    recs = sorted(run.records(name), key=lambda r: r.t_send) if name else []
-    if not recs:
-        fig.empty = f"no requests for phase {name}" if name else "no sweep phase"
-        return fig
-    t0 = recs[0].t_send
-    shown = recs
-    if len(recs) > max_bars:
-        step = len(recs) / max_bars
-        shown = [recs[int(i * step)] for i in range(max_bars)]
-    end = max((r.t_end or r.t_send) for r in recs) - t0
-    fig.subtitle = (
-        f"{name}: light = waiting for the first token, solid = decoding, red = failed; "
-        "shaded: ramp, steady window, tail"
-        + (f"; {len(shown)} of {len(recs)} requests drawn" if len(shown) < len(recs) else "")
-    )
-    for i, r in enumerate(shown):
-        s = r.t_send - t0
-        e = (r.t_end if r.t_end is not None else r.t_send) - t0
-        tip = f"{r.id}: sent {s:.2f} s, " + (
-            f"first token +{r.ttft * 1000:.0f} ms, " if r.ttft is not None else ""
-        )
-        tip += f"done {e:.2f} s" + (
-            f", {r.completion_tokens} tokens" if r.ok else f", {r.error_kind}"
-        )
-        if not r.ok:
-            fig.bars.append(HBar(i, s, max(e, s), FAIL_COLOR, 1.0, tip))
-            continue
-        first = s + (r.ttft or 0.0)
-        fig.bars.append(HBar(i, s, first, run.color, 0.35, tip))
-        fig.bars.append(HBar(i, first, max(e, first), run.color, 1.0, tip))
-    fig.bands = window_bands(run, name or "", end)
-    fig.height = int(min(700, max(260, 60 + 3 * len(shown))))
-    fig.bar_height = 0.9
-    fig.legend = [
-        ("waiting for first token", run.color, "light"),
-        ("decoding", run.color, "block"),
-        ("failed", FAIL_COLOR, "block"),
-    ]
-    return fig
-
-
-def tokens_over_time(runs: list[Run], name: str | None, max_bins: int = 80) -> Figure:
-    fig = Figure(
-        "tokens_over_time",
-        "Tokens/s over time",
-        f"{name or '—'}: output tokens arriving per time bin; shaded: steady window; "
-        "dashed: the rate measured in it",
-        "seconds since the phase's first request",
-        "output tokens/s",
-        wide=True,
-    )
-    for run in runs:
-        recs = ok(run.records(name)) if name else []
-        if not recs:
-            continue
-        t0 = min(r.t_send for r in run.records(name or ""))
-        # (time, tokens, is_thinking) per chunk, as arrays: a long run has millions
-        events = [np.array(ev, dtype=float) for r in recs if (ev := token_events(r))]
-        if not events:
-            continue
-        ev = np.concatenate(events)
-        times, tokens = ev[:, 0] - t0, ev[:, 1]
-        end = float(times.max())
-        # a bin must hold many decode steps, or it shows the step pattern, not the rate
-        gaps = gaps_ms(recs) / 1000
-        step = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 0.0
-        bins = int(max(8, min(max_bins, end / (10 * step) if step > 0 else max_bins)))
-        width = end / bins if end > 0 else 1.0
-        counts, _ = np.histogram(times, bins=bins, range=(0.0, bins * width), weights=tokens)
-        xs = [(i + 0.5) * width for i in range(bins)]
-        fig.series.append(
-            Series(run.label, run.color, xs, (counts / width).tolist(), marker="none")
-        )
-        s = (run.phase(name or "") or {}).get("summary") or {}
-        w, rate = s.get("steady_window_s"), s.get("steady_tps")
-        if w and rate:
-            label = "steady window" if len(runs) == 1 else f"{run.label} steady window"
-            fig.bands.append(Band(w[0], w[1], label, run.color, 0.10))
-            fig.series.append(
-                Series(
-                    f"{run.label} steady {rate:,.0f} tok/s",
-                    run.color,
-                    [w[0], w[1]],
-                    [rate, rate],
-                    dash="dash",
-                    marker="none",
-                )
-            )
-    if not fig.series:
-        fig.empty = "no requests.jsonl, or no phase to plot"
-    return fig
-
-
-# --- tokens split, server metrics -------------------------------------------------------
-
-
 def token_split(runs: list[Run]) -> Figure:
     fig = Figure(
         "token_split",
@@ -572,84 +447,5 @@ def server_figures(runs: list[Run]) -> list[Figure]:
     return out
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in text)
-
-
-def all_figures(
-    runs: list[Run], phase: str | None = None, max_bars: int = MAX_BARS
-) -> list[Figure]:
-    focus = focus_phase(runs, phase)
-    figs = [
-        throughput(runs),
-        per_request_rate(runs),
-        latency_cdf(runs, "ttft", focus),
-        latency_cdf(runs, "itl", focus),
-        tokens_over_time(runs, focus),
-        *[gantt(r, focus, max_bars, wide=len(runs) == 1) for r in runs],
-        token_split(runs),
-        *server_figures(runs),
-    ]
-    return figs
-
-
-def summary_cards(run: Run) -> list[tuple[str, str, str]]:
-    """(label, value, detail) headline numbers of one run."""
-    d = run.doc
-    cards: list[tuple[str, str, str]] = []
-    singles = [
-        v
-        for r in run.repeat_runs
-        if (v := (r.doc.get("single_stream") or {}).get("mean_decode_tps"))
-    ]
-    if singles:
-        of = f", of {len(singles)} repeats" if len(singles) > 1 else ""
-        mean = sum(singles) / len(singles)
-        cards.append(("single-stream decode", f"{mean:,.0f} tok/s", "mean over lengths" + of))
-    best: tuple[float, int, str, list[float]] | None = None
-    for kind, key in (("sustained", "steady_tps"), ("burst", "output_tps")):
-        for c, values in sweep_values(run, kind, key).items():
-            v = sum(values) / len(values)
-            if v and (best is None or v > best[0]):
-                best = (v, c, kind, values)
-        if best:
-            break
-    n = len(run.repeat_runs)
-    if best:
-        what = f"{best[2]} at C={best[1]}" + (f", mean of {len(best[3])}" if n > 1 else "")
-        cards.append(("peak throughput", f"{best[0]:,.0f} tok/s", what))
-        if n > 1:
-            lo, hi = min(best[3]), max(best[3])
-            cards.append(("repeats", f"{n}", f"peak {lo:,.0f}–{hi:,.0f} tok/s"))
-    knee = ((d.get("sweep") or {}).get("sustained") or {}).get("knee")
-    if knee:
-        cards.append(("knee", f"C={knee}", "next step adds < 10%"))
-    lows = [p for p in run.kind("single")] or run.kind("sustained")[:1]
-    if lows:
-        t = ((lows[0].get("summary") or {}).get("ttft_s") or {}).get("p50")
-        if t is not None:
-            cards.append(("TTFT p50", f"{t * 1000:,.0f} ms", lows[0]["name"]))
-    accept = [
-        m["spec_mean_acceptance_length"]
-        for p in run.phases
-        if (m := p.get("server_metrics") or {}).get("spec_mean_acceptance_length")
-    ]
-    if accept:
-        cards.append(("acceptance length", f"{sum(accept) / len(accept):.2f}", "mean over phases"))
-    req = fail = 0
-    for p in (p for r in run.repeat_runs for p in r.phases):
-        s = p.get("summary") or {}
-        req += int(s.get("requests") or 0)
-        fail += int(s.get("failed") or 0)
-    cards.append(("failed requests", f"{fail:,}", f"of {req:,}"))
-    return cards
-
-
-def flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested dicts as dotted keys, for a generic key/value table."""
-    if isinstance(obj, dict):
-        out: list[tuple[str, Any]] = []
-        for k, v in obj.items():
-            out.extend(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return [(prefix, obj)]

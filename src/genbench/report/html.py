@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 
 from genbench import __version__, fmt
-from genbench.report import decision, inspection
+from genbench.report import cards, decision, inspection
 from genbench.report import figures as F
 from genbench.report.runs import Run, workload_differences
 from genbench.report.svg import WIDE, WIDTH, render, swatch
@@ -134,7 +134,7 @@ def card(run: Run) -> str:
     tiles = "".join(
         f'<div class="tile"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
         f'<div class="d">{escape(det)}</div></div>'
-        for k, v, det in F.summary_cards(run)
+        for k, v, det in cards.summary_cards(run)
     )
     url = (d.get("target") or {}).get("url") or ""
     return (
@@ -263,7 +263,7 @@ def generic(obj: Any) -> str:
     """Any JSON as tables: lists of objects as columns (nested keys dotted), the rest as
     key/value rows. A list of few, wide objects is turned on its side to stay readable."""
     if _is_table(obj):
-        flat = [dict(F.flatten(x)) for x in obj]
+        flat = [dict(cards.flatten(x)) for x in obj]
         keys: list[str] = []
         for x in flat:
             keys.extend(k for k in x if k not in keys)
@@ -275,7 +275,7 @@ def generic(obj: Any) -> str:
         return _table([escape(k) for k in keys], [[_cell(x.get(k)) for k in keys] for x in flat], 0)
     if isinstance(obj, dict):
         simple = {k: v for k, v in obj.items() if not _is_table(v)}
-        rows = [[escape(k), _cell(v)] for k, v in F.flatten(simple)]
+        rows = [[escape(k), _cell(v)] for k, v in cards.flatten(simple)]
         out = _table(["key", "value"], rows, text_cols=2)
         for k, v in obj.items():
             if _is_table(v):

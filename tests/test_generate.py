@@ -29,11 +29,13 @@ from tests_helpers import closed_port_url
 
 from genbench.client import ChatRequest
 from genbench.endpoint import Endpoint
-from genbench.errors import ErrorKind, OutOfDescriptors
+from genbench.errors import ErrorKind
 from genbench.generate.input import Row, ShardSpec, derive_id, scan
+from genbench.generate.job import Job, JobConfig, Listener
 from genbench.generate.params import job_params, merge
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress
+from genbench.generate.servers import ServerSpec
 from genbench.generate.store import Existing, Store, row_line, scan_jsonl_shard
 from genbench.load import Slot
 from genbench.records import RequestRecord, read_records
@@ -541,15 +543,18 @@ def test_scan_finds_duplicates_among_done_rows_and_derived_ids(tmp_path):
 
 
 @contextlib.contextmanager
-def no_descriptors_left() -> Iterator[None]:
-    """This process at its limit of open files, as a job of thousands of streams is."""
+def no_descriptors_left(free: int = 0) -> Iterator[None]:
+    """This process at its limit of open files (but `free` of them), as a job of thousands
+    of streams is."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 32, hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 64, hard))
     hog: list[int] = []
     try:
         with contextlib.suppress(OSError):
             while True:
                 hog.append(os.open(os.devnull, os.O_RDONLY))
+        for _ in range(free):
+            os.close(hog.pop())
         yield
     finally:
         for fd in hog:
@@ -557,22 +562,48 @@ def no_descriptors_left() -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_a_store_out_of_descriptors_opens_its_next_shard_from_its_reserve(tmp_path):
+def test_a_store_out_of_descriptors_keeps_its_rows_until_it_can_open_a_file(tmp_path):
     """At the descriptor limit a new shard still opens (descriptors held in reserve); when
-    the reserve is spent too, the error says what it is and the row is not lost."""
+    the reserve is spent too, the row waits in memory for the next sync, and the store
+    says what is short, once."""
     store = Store(tmp_path / "out", shard_bytes=4096)
     store.begin(Existing(), {"model": "m"})
     line = row_line("x", [{"role": "user", "content": "y" * 3000}], {})
     with no_descriptors_left():
         assert store.write_row("a", line) and store.write_row("b", line)  # shard 0
-        assert store.reserve.used == 2
-        with pytest.raises(OutOfDescriptors, match=r"out of file descriptors: raise ulimit -n"):
-            store.write_row("c", line)  # shard 1 needs two more: one is left
-    asyncio.run(store.sync())  # the reserve is taken back
-    assert len(store.reserve.fds) == 3
-    assert store.write_row("c", line)  # not claimed by the failed write
+        assert store.reserve.used == 2 and "in reserve" in (store.take_shortage() or "")
+        assert store.write_row("c", line)  # shard 1 needs two more: one is left
+        short = store.take_shortage() or ""
+        assert "cannot open a file" in short and "out of file descriptors: raise ulimit -n" in short
+        assert store.take_shortage() is None
     asyncio.run(store.close())
     assert [r["id"] for r in data_rows(tmp_path / "out")] == ["x", "x", "x"]
+    assert len(store.data_files()) == 2
+
+
+def test_a_job_that_runs_out_of_descriptors_goes_on_with_fewer_streams(sim, tmp_path):
+    """More streams than the process may open: the connects that find no descriptor are
+    requeued (in the log as `local_limit`), the server keeps the streams it could open,
+    the note says what to do, and every row is written once, new shards included."""
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(150))
+    notes: list[str] = []
+
+    class Notes(Listener):
+        def note(self, text: str, style: str = "") -> None:
+            notes.append(text)
+
+    cfg = JobConfig(inp, out, [ServerSpec(sim.url, 64)], retry_backoff=0.05, shard_bytes=8192)
+    with no_descriptors_left(free=24):
+        result = asyncio.run(Job(cfg, Notes()).run(handle_signals=False))
+    assert result.status == "complete", (result, notes)
+    assert_exactly_once(out, [f"r{i}" for i in range(150)])
+    assert len(list(out.glob("data-*.jsonl"))) > 1
+    short = [r for r in request_log(out) if not r.ok]
+    assert short and {r.error_kind for r in short} == {"local_limit"}
+    assert all(r.extra["outcome"] == "requeued" for r in short)
+    assert any("out of file descriptors: raise ulimit -n" in n for n in notes), notes
+    assert result.snapshot["servers"][0]["concurrency"] < 64, notes
 
 
 class InstantClient:

@@ -121,6 +121,7 @@ MEANINGS: dict[str, str] = {
     "--skip-invalid": "Write bad input rows to the errors file and go on.",
     "--spec-accept": "Reference server: draft acceptance probability.",
     "--spec-k": "Reference server: tokens per decode chunk.",
+    "--speed-drift": "Percent the server's speed may move over the job beyond what the pilot saw.",
     "--sweep-tokens": "Output tokens per sweep request.",
     "--tags": "Leftover tags to look for, comma-separated.",
     "--target-error": "Percent error the pilot stops at.",

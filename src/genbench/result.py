@@ -61,21 +61,45 @@ def load_result(path: str | Path) -> dict[str, Any]:
                 "run: give one of them (compare and report take the whole directory)"
             )
         raise UsageError(f"{path}: no such file or run directory")
+    return read_document(p, SCHEMA, SCHEMA_VERSION, "result")
+
+
+def read_document(p: Path, schema: str, version: int, what: str) -> dict[str, Any]:
+    """A genbench JSON document (result, plan, inspection) with its path in `_path`; one
+    line naming the file when it is unreadable, not ours, or of a newer schema version."""
     try:
         obj = orjson.loads(p.read_bytes())
+    except FileNotFoundError:
+        raise UsageError(f"{p}: no such file") from None
     except orjson.JSONDecodeError as e:
-        raise UsageError(f"{p}: not a genbench result (not JSON: {e})") from None
+        raise UsageError(f"{p}: not a genbench {what} (not JSON: {e})") from None
     except OSError as e:
         raise UsageError(f"{p}: cannot read it ({e.strerror or e})") from None
-    if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
-        raise UsageError(f'{p}: not a genbench result (no "schema": "{SCHEMA}" field)')
-    version = obj.get("schema_version")
-    if not isinstance(version, int):
+    if not isinstance(obj, dict) or obj.get("schema") != schema:
+        raise UsageError(f'{p}: not a genbench {what} (no "schema": "{schema}" field)')
+    got = obj.get("schema_version")
+    if not isinstance(got, int):
         raise UsageError(f"{p}: field 'schema_version' is missing or not an integer")
-    if version > SCHEMA_VERSION:
+    if got > version:
         raise UsageError(
-            f"{p}: result schema version {version} is newer than this genbench reads "
-            f"({SCHEMA_VERSION}): upgrade genbench"
+            f"{p}: {what} schema version {got} is newer than this genbench reads "
+            f"({version}): upgrade genbench"
         )
     obj["_path"] = str(p)
     return obj
+
+
+def has_schema(path: str | Path, file_name: str, schema: str) -> bool:
+    """Is this a document of `schema` (or a directory holding one as `file_name`, and no
+    run result)? Reads the file's first 200 bytes only."""
+    p = Path(path)
+    if p.is_dir():
+        return (p / file_name).exists() and not (p / RESULT_FILE).exists()
+    if not p.is_file():
+        return False
+    try:
+        with open(p, "rb") as f:
+            head = f.read(200)
+    except OSError:
+        return False
+    return f'"schema": "{schema}"'.encode() in head or f'"schema":"{schema}"'.encode() in head

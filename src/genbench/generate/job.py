@@ -365,7 +365,6 @@ class Job:
 
     def finish(self, conv: Conversation) -> str | None:
         info = RowInfo(conv.server, conv.tokens, conv.thinking, conv.truncated)
-        used = self.store.reserve.used
         if conv.truncated and self.cfg.on_truncated == "error":
             why = "cut by max_tokens (finish_reason length)"
             entry = self._error_entry(conv, ErrorKind.TRUNCATED, why)
@@ -375,13 +374,12 @@ class Job:
         else:
             self.store.write_row(conv.row.id, conv.line(self.model), info)
         self._t_last_done = time.perf_counter()
-        if self.store.reserve.used > used:
-            return f"{self.cfg.output}: a data file took a descriptor held in reserve"
-        return None
+        return self.store.take_shortage()
 
-    def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> None:
+    def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> str | None:
         entry = self._error_entry(conv, kind, why)
         self.store.write_error(conv.row.id, entry, RowInfo(conv.server, 0, 0))
+        return self.store.take_shortage()
 
     def note(self, text: str, style: str = "") -> None:
         self.listener.note(text, style)

@@ -13,8 +13,9 @@ server (`ErrorKind` and `retry_for`, the one vocabulary):
   * anything else (429, timeouts, in-band errors, malformed streams): retried with
     exponential backoff and jitter, at most `retries` times, then the errors file;
   * this machine is out of file descriptors (`LOCAL_LIMIT` at connect, or the store
-    opening a file): the server keeps one stream fewer and the job goes on; the row goes
-    back uncharged if it was not sent or not written.
+    opening a file, where the row waits in memory for the next sync): the server keeps
+    one stream fewer, a stream coming back after 30 s without a shortage, and the job
+    goes on; a row that could not be sent goes back uncharged.
 A row in flight on servers that died `max_server_losses` times goes to the errors file
 too: it may be the row that kills the server.
 
@@ -31,22 +32,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from genbench.errors import ErrorKind, OutOfDescriptors, Retry, descriptor_advice, retry_for
+from genbench.errors import ErrorKind, Retry, descriptor_advice, retry_for
 from genbench.generate.conversation import Conversation, Label, conversations
 from genbench.generate.input import BadRow, Row
 from genbench.load import Load, Policy, Slot, WorkQueue
 from genbench.records import RequestRecord
+
+REGROW_S = 30.0
 
 
 class RowSink(Protocol):
     """Where finished rows go: the store (a job) or a measurement (the pilot)."""
 
     def finish(self, conv: Conversation) -> str | None:
-        """Every turn answered. Returns a shortage of descriptors to report, if any;
-        raises OutOfDescriptors when the row could not be written (it is tried again)."""
+        """Every turn answered; returns a shortage of descriptors to report, if any."""
         ...
 
-    def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> None: ...
+    def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> str | None: ...
 
     def note(self, text: str, style: str = "") -> None: ...
 
@@ -75,6 +77,7 @@ class RowPolicy(Policy):
         if conv.attempts:
             tag["attempt"] = conv.attempts + 1
         if rec.ok:
+            self._regrow(slot)
             conv.answered(rec)
             tag["outcome"] = "next"  # `done` replaces it if this was the last turn
             return True
@@ -83,14 +86,8 @@ class RowPolicy(Policy):
 
     def done(self, unit: Any, slot: Slot, queue: WorkQueue) -> None:
         conv: Conversation = unit
-        try:
-            short = self.sink.finish(conv)
-        except OutOfDescriptors as e:
-            self._short_of_descriptors(slot, str(e))
-            self._back(conv, queue, "requeued", 1.0)
-            return
-        if short:
-            self._short_of_descriptors(slot, short)
+        if short := self.sink.finish(conv):  # the row waits in memory for a descriptor
+            self._short_of_descriptors(slot, short, every=1.0)
         self._outcome(conv, "done")
         queue.done(conv)
 
@@ -123,12 +120,8 @@ class RowPolicy(Policy):
     def _give_up(self, conv: Conversation, queue: WorkQueue, why: str) -> None:
         rec = conv.last
         kind = (rec.error_kind if rec else None) or ErrorKind.OTHER
-        try:
-            self.sink.give_up(conv, kind, why)
-        except OutOfDescriptors as e:
-            self._note_once("", str(e))
-            self._back(conv, queue, "requeued", 1.0)
-            return
+        if short := self.sink.give_up(conv, kind, why):
+            self._note_once("", short)
         self._outcome(conv, "failed")
         queue.done(conv)
 
@@ -141,19 +134,36 @@ class RowPolicy(Policy):
         if conv.last is not None:
             conv.last.extra["outcome"] = outcome
 
-    def _short_of_descriptors(self, slot: Slot, what: str) -> None:
-        """A stream fewer on this server: each failure is one descriptor short."""
-        slot.shed_stream()
-        advice = what if "ulimit" in what else f"{what}: {descriptor_advice()}"
-        self._note_once(
-            slot.name, f"{advice}; going on with {slot.streams} of {slot.concurrency} streams"
-        )
+    def _short_of_descriptors(self, slot: Slot, what: str, every: float = 0.0) -> None:
+        """A stream fewer on this server: a connect that found no descriptor is one short;
+        the store's files, at most one a second (they get theirs back at the next sync)."""
+        self._noted[f"short {slot.name}"] = time.monotonic()
+        if self._once(f"shed {slot.name}", every):
+            slot.shed_stream()
+        advice = what.rstrip(".") if "ulimit" in what else f"{what}: {descriptor_advice()}"
+        text = f"{advice}; going on with {slot.streams} of {slot.concurrency} streams"
+        self._note_once(slot.name, text)
 
-    def _note_once(self, key: str, text: str, every: float = 5.0) -> None:
-        now = time.monotonic()
-        if now - self._noted.get(key, -every) >= every:
-            self._noted[key] = now
+    def _regrow(self, slot: Slot) -> None:
+        """A stream back every REGROW_S seconds without a shortage: one that passed (a
+        shard being replaced, another program's files) does not cost the job for good."""
+        quiet = time.monotonic() - self._noted.get(f"short {slot.name}", -REGROW_S)
+        full = slot.streams >= slot.concurrency
+        if not full and quiet >= REGROW_S and self._once(f"grow {slot.name}", REGROW_S):
+            slot.streams += 1
+            slot.changed("")
+
+    def _note_once(self, key: str, text: str) -> None:
+        if self._once(key, 5.0):
             self.sink.note(text, "yellow")
+
+    def _once(self, key: str, every: float) -> bool:
+        """True at most once every `every` seconds for `key`."""
+        now = time.monotonic()
+        if now - self._noted.get(key, -every) < every:
+            return False
+        self._noted[key] = now
+        return True
 
 
 def row_load(

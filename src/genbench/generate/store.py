@@ -45,10 +45,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import multiprocessing
 import os
 import re
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +58,7 @@ from typing import Any
 
 import orjson
 
-from genbench.errors import UsageError
+from genbench.errors import OutOfDescriptors, UsageError, descriptor_advice
 from genbench.generate.files import (
     AppendFile,
     Pending,
@@ -122,6 +124,9 @@ class Store:
         self.log: RecordWriter | None = None
         self._dir_fd: int | None = None
         self.reserve = Reserve()
+        self._reserve_seen = 0
+        self._waiting: deque[tuple[bool, bytes, Pending]] = deque()  # (error?, line, item)
+        self.short: str | None = None
         self.fmt = fmt
         self.shard_bytes = shard_bytes
         self.sync_interval = sync_interval
@@ -284,20 +289,11 @@ class Store:
             self.log.write(rec)
 
     def write_row(self, row_id: str, line: bytes, info: Any = None) -> bool:
-        """Append one finished row; False (and nothing written) if the id was written.
-        Raises OutOfDescriptors, the id unclaimed, when a new shard cannot be opened."""
+        """Append one finished row; False (and nothing written) if the id was written."""
         if not self._claim(row_id):
             return False
-        try:
-            if self.current is None or self.current.size >= self.shard_bytes:
-                self._rotate()
-        except OSError as e:
-            if self._expected is not None:
-                self._expected.add(row_id)
-            self._written.discard(row_id)
-            raise write_failed(self.out, e) from None
-        assert self.current is not None
-        self.current.write(line, (row_id, info))
+        self._waiting.append((False, line, (row_id, info)))
+        self._place()
         self.rows_written += 1
         self._note_pending(len(line))
         return True
@@ -305,14 +301,39 @@ class Store:
     def write_error(self, key: str, entry: dict[str, Any], info: Any = None) -> None:
         if self._expected is not None:
             self._expected.discard(key)
-        try:
-            if self.errors is None:
-                self.errors = AppendFile(self.errors_path, None, self.reserve)
-            line = orjson.dumps(entry, default=str) + b"\n"
-            self.errors.write(line, (key, info))
-        except OSError as e:
-            raise write_failed(self.out, e) from None
+        line = orjson.dumps(entry, default=str) + b"\n"
+        self._waiting.append((True, line, (key, info)))
+        self._place()
         self._note_pending(len(line))
+
+    def _place(self) -> None:
+        """Waiting lines into their file, opening it (or the next shard) as needed. With
+        no descriptor left to open one, they wait in memory for the next sync, which
+        closes full shards, and `short` says so."""
+        while self._waiting:
+            error, line, item = self._waiting[0]
+            try:
+                if error and self.errors is None:
+                    self.errors = AppendFile(self.errors_path, None, self.reserve)
+                elif not error and (self.current is None or self.current.size >= self.shard_bytes):
+                    self._rotate()
+            except OSError as e:
+                if e.errno not in (errno.EMFILE, errno.ENFILE):
+                    raise write_failed(self.out, e) from None
+                self.short = str(write_failed(self.out, e))
+                return
+            f = self.errors if error else self.current
+            assert f is not None
+            f.write(line, item)
+            self._waiting.popleft()
+
+    def take_shortage(self) -> str | None:
+        """Whether this process ran out of descriptors for the store since last asked."""
+        if self.reserve.used > self._reserve_seen:
+            self._reserve_seen = self.reserve.used
+            self.short = self.short or f"{self.out}: a data file took a descriptor in reserve"
+        short, self.short = self.short, None
+        return short if short is None or "ulimit" in short else f"{short}: {descriptor_advice()}"
 
     def _note_pending(self, nbytes: int) -> None:
         self._pending_rows += 1
@@ -321,14 +342,14 @@ class Store:
             self._kick.set()
 
     def _rotate(self) -> None:
-        path = self.shard_path(self._next_number)
-        new = AppendFile(path, self.index_path(path), self.reserve)  # a failure changes nothing
-        self._next_number += 1
-        if self.current is not None:
+        if self.current is not None:  # closed at the next sync, which frees its descriptors
             self.current.full = True
             self._closing.append(self.current)
+            self.current = None
             self._kick.set()
-        self.current = new
+        path = self.shard_path(self._next_number)
+        self.current = AppendFile(path, self.index_path(path), self.reserve)
+        self._next_number += 1
 
     # -- syncing --------------------------------------------------------------------------
 
@@ -343,6 +364,7 @@ class Store:
     async def sync(self) -> None:
         """Write and fsync what was buffered (in a thread), then report it done."""
         async with self._lock:
+            self._place()  # lines that waited for a descriptor: the last sync gave some back
             files = [f for f in (*self._closing, self.current, self.errors) if f is not None]
             batches = [f.take() for f in files if f.pending or f.new or f in self._closing]
             log, data = self.log, self.log.take() if self.log is not None else b""
@@ -402,10 +424,15 @@ class Store:
         """Final sync. With `convert_all` (a finished --format parquet job) every JSONL
         shard is converted, the last one and any left by earlier runs included; an
         interrupted job keeps its last shard as JSONL, to append to on resume."""
-        if self.current is not None:
-            self._closing.append(self.current)
-            self.current = None
-        await self.sync()
+        for _ in range(3):  # more than once only for lines that waited for a descriptor
+            if self.current is not None:
+                self._closing.append(self.current)
+                self.current = None
+            await self.sync()
+            if not self._waiting and self.current is None:
+                break
+        if self._waiting:
+            raise OutOfDescriptors(f"{len(self._waiting)} rows not written to {self.out}")
         for f in (self.errors, self.log):
             if f is not None:
                 f.close()

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
 from genbench import __version__
 from genbench.errors import UsageError
 from genbench.inspect.detect import BIT, DEFECTS, RULES, Thresholds
 from genbench.inspect.scan import Scan
 from genbench.inspect.stats import describe, odd_servers
+from genbench.result import has_schema, read_document
 
 if TYPE_CHECKING:
     from genbench.plan import HiddenStates
@@ -257,38 +257,11 @@ def inspect_path(path: str | Path) -> Path:
 
 def is_inspection(path: str | Path) -> bool:
     """Is this (a directory with) an inspect.json rather than a run's result.json?"""
-    p = Path(path)
-    if p.is_dir():
-        return (p / INSPECT_FILE).exists() and not (p / "result.json").exists()
-    if not p.is_file():
-        return False
-    try:
-        with open(p, "rb") as f:
-            head = f.read(200)
-    except OSError:
-        return False
-    return b'"schema": "genbench.inspect"' in head or b'"schema":"genbench.inspect"' in head
+    return has_schema(path, INSPECT_FILE, SCHEMA)
 
 
 def load_inspect(path: str | Path) -> dict[str, Any]:
     p = inspect_path(path)
-    try:
-        obj = orjson.loads(p.read_bytes())
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file or inspect directory") from None
-    except orjson.JSONDecodeError as e:
-        raise UsageError(f"{p}: not a genbench inspection (not JSON: {e})") from None
-    except OSError as e:
-        raise UsageError(f"{p}: cannot read it ({e.strerror or e})") from None
-    if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
-        raise UsageError(f'{p}: not a genbench inspection (no "schema": "{SCHEMA}" field)')
-    version = obj.get("schema_version")
-    if not isinstance(version, int):
-        raise UsageError(f"{p}: field 'schema_version' is missing or not an integer")
-    if version > SCHEMA_VERSION:
-        raise UsageError(
-            f"{p}: inspection schema version {version} is newer than this genbench reads "
-            f"({SCHEMA_VERSION}): upgrade genbench"
-        )
-    obj["_path"] = str(p)
-    return obj
+    if not p.exists():
+        raise UsageError(f"{path}: no such file or inspect directory")
+    return read_document(p, SCHEMA, SCHEMA_VERSION, "inspection")

@@ -28,8 +28,8 @@ pilot's requests as the simulation draws them), `stepfit` (the server's step tim
 speed moved during it, carried over the job), `bar` (the forecast and its 95% bar), a
 module per source of a plan (`from_rate`, `from_result`, `pilot` with `from_pilot`,
 `compare` for several results), `decide` (servers for a deadline, cost, the fastest
-configuration), `document` (plan.json written and read back), `render` (the console),
-and `make` (the command's flags to a plan).
+configuration), `document` (plan.json written and read back), `render` (the console), and
+`make` (the command's flags to a plan).
 
 Names are imported from their module on first use, so that `genbench generate`, which
 reads plans (`document`), does not load numpy and the pilot's client with them.

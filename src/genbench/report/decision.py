@@ -12,44 +12,22 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from genbench.errors import UsageError
-from genbench.plan.document import PLAN_FILE, PLAN_SCHEMA
+from genbench.plan.document import PLAN_FILE, PLAN_SCHEMA, PLAN_SCHEMA_VERSION
 from genbench.plan.render import decision_tables
+from genbench.result import has_schema, read_document
 
 
 def is_plan(path: str | Path) -> bool:
     """Is this (a directory with) a plan.json rather than a run's result.json?"""
-    p = Path(path)
-    if p.is_dir():
-        return (p / PLAN_FILE).exists() and not (p / "result.json").exists()
-    if not p.is_file():
-        return False
-    try:
-        with open(p, "rb") as f:
-            head = f.read(200)
-    except OSError:
-        return False
-    return f'"schema": "{PLAN_SCHEMA}"'.encode() in head or (
-        f'"schema":"{PLAN_SCHEMA}"'.encode() in head
-    )
+    return has_schema(path, PLAN_FILE, PLAN_SCHEMA)
 
 
 def load_plan(path: str | Path) -> dict[str, Any]:
     """A plan.json (or a directory with one), with its path in `_path`."""
     p = Path(path)
-    file = p / PLAN_FILE if p.is_dir() else p
-    try:
-        doc = orjson.loads(file.read_bytes())
-    except OSError as e:
-        raise UsageError(f"{file}: cannot read it ({e.strerror or e})") from None
-    except orjson.JSONDecodeError as e:
-        raise UsageError(f"{file}: not a genbench plan (not JSON: {e})") from None
-    if not isinstance(doc, dict) or doc.get("schema") != PLAN_SCHEMA:
-        raise UsageError(f'{file}: not a genbench plan (no "schema": "{PLAN_SCHEMA}" field)')
-    doc["_path"] = str(file)
-    return doc
+    return read_document(
+        p / PLAN_FILE if p.is_dir() else p, PLAN_SCHEMA, PLAN_SCHEMA_VERSION, "plan"
+    )
 
 
 def label(doc: dict[str, Any]) -> str:

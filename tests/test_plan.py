@@ -379,7 +379,7 @@ def test_a_steady_server_keeps_a_tight_range(sim_factory, tmp_path):
         ours = row["ours"]
         assert ours["rel_halfwidth"] <= 0.05, (ours, doc["model"]["speed"])
         assert ours["speed"]["halfwidth"] < 0.02 and ours["speed"]["drift"] == 0, ours
-    assert not any("moved ±" in n for n in doc["notes"]), doc["notes"]
+    assert not any("varied ±" in n for n in doc["notes"]), doc["notes"]
     assert any("--speed-drift PCT" in n for n in doc["notes"]), doc["notes"]
     assert doc["model"]["speed"]["stretch_s"] > 0 and len(doc["model"]["speed"]["stretches"]) == 10
     # the user knows better: the host drifts ±10% over hours

@@ -156,7 +156,13 @@ class ConsoleListener(Listener):
     def finished(self, result: JobResult) -> None:
         self.stop()
         if not self.console.is_terminal and result.snapshot and result.status != "nothing_to_do":
-            line = orjson.dumps({"event": "progress", **result.snapshot}).decode()
+            snap = dict(result.snapshot)
+            if self.forecast is not None:  # the last line too says where the job ended up
+                e = snap.get
+                snap["plan"] = self.forecast.course(
+                    e("elapsed_s") or 0.0, e("eta_s"), e("eta_lo_s"), e("eta_hi_s")
+                )
+            line = orjson.dumps({"event": "progress", **snap}).decode()
             print(line, file=sys.stderr, flush=True)
         render_result(result, self.console)
         f = self.forecast

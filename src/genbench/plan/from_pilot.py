@@ -137,7 +137,7 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
         return []
     notes = []
     scale = f"{w.stretch_s:.0f} s" if w.stretch_s >= 1.5 else f"{w.stretch_s:.1f} s"
-    moved = f"{w.moved:.1%} from one {scale} stretch to the next during the pilot"
+    moved = f"{w.moved:.1%} across the pilot's {scale} stretches"
     if speed.noise > WANDER_NOTE or speed.wander > WANDER_NOTE:
         why = (
             f"it wandered (lag-1 autocorrelation {w.lag1:.2f}), which a longer job does not "
@@ -146,7 +146,7 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
             else "it scattered without a trend, which averages out"
         )
         notes.append(
-            f"the server's speed moved ±{moved}: {why}; the range includes it "
+            f"the server's speed varied ±{moved}: {why}; the range includes it "
             f"(±{speed.halfwidth:.1%} from the speed for {worst.samples:,} samples)"
         )
     pilot = fmt.duration(w.pilot_s)

@@ -30,27 +30,24 @@ import numpy as np
 
 from genbench import noise
 from genbench.errors import UsageError
-from genbench.noise import ALLOWANCE, FLOOR, Z
+from genbench.noise import ALLOWANCE, FLOOR, Z, noise_rule
 from genbench.records import RequestRecord
 from genbench.report.runs import Run, concurrencies, lengths, workload_differences
 
 BOOTSTRAP = 1000
 SEED = 20240611
 
-__all__ = ["ALLOWANCE", "FLOOR", "Z", "Comparison", "Estimate", "Row", "compare", "failures"]
-
-
-def noise_rule(allowance: float = ALLOWANCE) -> str:
-    return (
-        "with repeats: a difference is within noise when the 95% interval of ln(ratio) holds 0 "
-        "or |ln(ratio)| <= "
-        f"{FLOOR:g}; interval = Student t (Welch) over the sides' repeat means, each side's "
-        "standard error floored by its runs' own; one run per side: within noise when "
-        f"|ln(ratio)| <= max({Z:g}*sqrt(n_base^2 + n_run^2), {FLOOR:g}, allowance {allowance:g}) "
-        "(between-run drift unmeasured); n = relative standard error within a run: bootstrap "
-        "over requests (per-request metrics, burst tok/s, tokens per chunk for acceptance "
-        "length), steady-window halves (sustained tok/s)"
-    )
+__all__ = [
+    "ALLOWANCE",
+    "FLOOR",
+    "Z",
+    "Comparison",
+    "Estimate",
+    "Row",
+    "compare",
+    "failures",
+    "noise_rule",
+]
 
 
 @dataclass

@@ -40,6 +40,20 @@ ALLOWANCE = 0.10
 LEVEL = 0.975  # two-sided 95%
 
 
+def noise_rule(allowance: float = ALLOWANCE) -> str:
+    """The rule in one line, as results and the console state it."""
+    return (
+        "with repeats: a difference is within noise when the 95% interval of ln(ratio) holds 0 "
+        "or |ln(ratio)| <= "
+        f"{FLOOR:g}; interval = Student t (Welch) over the sides' repeat means, each side's "
+        "standard error floored by its runs' own; one run per side: within noise when "
+        f"|ln(ratio)| <= max({Z:g}*sqrt(n_base^2 + n_run^2), {FLOOR:g}, allowance {allowance:g}) "
+        "(between-run drift unmeasured); n = relative standard error within a run: bootstrap "
+        "over requests (per-request metrics, burst tok/s, tokens per chunk for acceptance "
+        "length), steady-window halves (sustained tok/s)"
+    )
+
+
 @lru_cache(maxsize=1024)
 def t_quantile(p: float, df: float) -> float:
     """Student's t quantile for any df >= 1 (fractional too, as Welch gives).

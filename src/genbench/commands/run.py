@@ -271,7 +271,7 @@ def run_repeats(
     One server: OUT/repeat-1 … OUT/repeat-N. Several (--url A --versus B): OUT/a/repeat-i
     and OUT/b/repeat-i, run A1 B1 A2 B2 …, so a drift of the host hits both alike; then the
     comparison, as `genbench compare OUT/a OUT/b` prints it."""
-    from genbench.run import execute_repeats
+    from genbench.repeats import execute_repeats
 
     ctx: AbstractContextManager[Any] = nullcontext()
     extra: dict[str, Any] = {}

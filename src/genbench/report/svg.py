@@ -216,6 +216,27 @@ def render(fig: Figure, width: int = WIDTH) -> str:
         if xlo <= t <= xhi:
             parts.append(f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{y1}" y2="{y0}"/>')
     parts.append("</g>")
+    box = (x0, x1, y0, y1)
+    labels = _bands(parts, fig, sx, xlo, xhi, box, clip)
+    _bars(parts, fig, sx, sy, box, rows, clip)
+    _series(parts, fig, sx, sy, clip)
+    parts.append(f'<g class="band-labels">{"".join(labels)}</g>')
+    _axes(parts, fig, sx, sy, box, (xlo, xhi, xticks, yticks), h)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _bands(
+    parts: list[str],
+    fig: Figure,
+    sx: Scale,
+    xlo: float,
+    xhi: float,
+    box: tuple[float, float, float, float],
+    clip: str,
+) -> list[str]:
+    """Bands behind the data; their names, returned, are drawn over it."""
+    x0, x1, y0, y1 = box
     # bands (behind the data), with their names along the top
     parts.append(f'<g class="bands" {clip}>')
     label_rows: list[list[tuple[float, float]]] = []
@@ -250,6 +271,19 @@ def render(fig: Figure, width: int = WIDTH) -> str:
                 f'paint-order="stroke">{escape(b.label)}</text>'
             )
     parts.append("</g>")
+    return labels
+
+
+def _bars(
+    parts: list[str],
+    fig: Figure,
+    sx: Scale,
+    sy: Callable[[float], float],
+    box: tuple[float, float, float, float],
+    rows: list[str] | None,
+    clip: str,
+) -> None:
+    x0, x1, y0, y1 = box
     # bars
     if fig.bars:
         parts.append(f'<g class="bars" {clip}>')
@@ -272,6 +306,11 @@ def render(fig: Figure, width: int = WIDTH) -> str:
                     f'fill="{fill}">{escape(b.text)}</text>'
                 )
         parts.append("</g>")
+
+
+def _series(
+    parts: list[str], fig: Figure, sx: Scale, sy: Callable[[float], float], clip: str
+) -> None:
     # series: lines, whiskers, markers
     parts.append(f'<g class="series" {clip}>')
     for s in fig.series:
@@ -290,7 +329,19 @@ def render(fig: Figure, width: int = WIDTH) -> str:
             tip = s.tips[i] if s.tips and i < len(s.tips) else f"{s.label}: {x:g}, {y:,.1f}"
             parts.append(_marker(s, sx(x), sy(y), tip))
     parts.append("</g>")
-    parts.append(f'<g class="band-labels">{"".join(labels)}</g>')
+
+
+def _axes(
+    parts: list[str],
+    fig: Figure,
+    sx: Scale,
+    sy: Callable[[float], float],
+    box: tuple[float, float, float, float],
+    ticks: tuple[float, float, list[float], list[float]],
+    h: float,
+) -> None:
+    x0, x1, y0, y1 = box
+    xlo, xhi, xticks, yticks = ticks
     # axes, tick labels, axis titles
     parts.append(
         f'<g class="axes" font-size="12" fill="#444"><line x1="{x0}" x2="{x1}" y1="{y0}" '
@@ -320,8 +371,7 @@ def render(fig: Figure, width: int = WIDTH) -> str:
             f'<text class="ylabel" x="16" y="{cy:.1f}" transform="rotate(-90 16 {cy:.1f})" '
             f'text-anchor="middle" font-size="13" fill="#222">{escape(fig.y_label)}</text>'
         )
-    parts.append("</g></svg>")
-    return "".join(parts)
+    parts.append("</g>")
 
 
 def swatch(color: str, style: str, marker: str = "none") -> str:

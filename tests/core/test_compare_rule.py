@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from synthetic import rec
 
-import genbench.compare as compare
+import genbench.estimates as estimates
 import genbench.noise as noise
 from genbench.compare import (
     Estimate,
@@ -154,24 +154,24 @@ def test_tokens_per_chunk_of_one_request():
 
 
 def test_bootstrap_of_a_constant_has_no_noise_and_one_value_has_no_estimate():
-    assert bootstrap_rel([2.0, 2.0, 2.0], compare._mean, 2.0) == 0.0
+    assert bootstrap_rel([2.0, 2.0, 2.0], estimates._mean, 2.0) == 0.0
     # missing and infinite values are dropped before resampling
-    assert bootstrap_rel([2.0, None, math.inf, 2.0], compare._mean, 2.0) == 0.0
-    assert bootstrap_rel([2.0, None], compare._mean, 2.0) is None
-    assert bootstrap_rel([1.0, 3.0], compare._mean, 0.0) is None
-    assert bootstrap_rel([1.0, 3.0], compare._mean, None) is None
+    assert bootstrap_rel([2.0, None, math.inf, 2.0], estimates._mean, 2.0) == 0.0
+    assert bootstrap_rel([2.0, None], estimates._mean, 2.0) is None
+    assert bootstrap_rel([1.0, 3.0], estimates._mean, 0.0) is None
+    assert bootstrap_rel([1.0, 3.0], estimates._mean, None) is None
 
 
 def test_bootstrap_of_a_mean_is_its_standard_error_relative_to_the_point():
     xs = [float(i) for i in range(100)]  # mean 49.5, population sd sqrt((100² - 1)/12)
     se = math.sqrt((100**2 - 1) / 12 / 100)  # 2.8866: the bootstrap's target
-    rel = bootstrap_rel(xs, compare._mean, 49.5)
-    assert rel == bootstrap_rel(xs, compare._mean, 49.5)  # fixed seed: same files, same verdict
+    rel = bootstrap_rel(xs, estimates._mean, 49.5)
+    assert rel == bootstrap_rel(xs, estimates._mean, 49.5)  # fixed seed: same files, same verdict
     assert rel == pytest.approx(se / 49.5, rel=0.1)  # 1000 resamples: within ~5%
     # a percentile statistic works the same way; the point scales the result
-    rel50 = bootstrap_rel(xs, compare._pct(50.0), 49.5)
+    rel50 = bootstrap_rel(xs, estimates._pct(50.0), 49.5)
     assert rel50 is not None and rel50 > 0
-    assert bootstrap_rel(xs, compare._mean, -99.0) == pytest.approx(rel / 2, rel=1e-12)
+    assert bootstrap_rel(xs, estimates._mean, -99.0) == pytest.approx(rel / 2, rel=1e-12)
 
 
 def test_bootstrap_of_a_burst_rate():
@@ -203,10 +203,10 @@ def test_the_bootstrap_draws_fewer_resamples_of_very_many_requests(monkeypatch):
             sizes.append(size)
             return self.g.integers(lo, hi, size=size)
 
-    monkeypatch.setattr(compare.np.random, "default_rng", Spy)
-    bootstrap_rel([1.0, 2.0] * 4, compare._mean, 1.5)  # 8 values: 1000 resamples
-    bootstrap_rel([1.0, 2.0] * 10_000, compare._mean, 1.5)  # 4e6 // 20000 = 200
-    bootstrap_rel([1.0, 2.0] * 2_500, compare._mean, 1.5)  # 4e6 // 5000 = 800
+    monkeypatch.setattr(estimates.np.random, "default_rng", Spy)
+    bootstrap_rel([1.0, 2.0] * 4, estimates._mean, 1.5)  # 8 values: 1000 resamples
+    bootstrap_rel([1.0, 2.0] * 10_000, estimates._mean, 1.5)  # 4e6 // 20000 = 200
+    bootstrap_rel([1.0, 2.0] * 2_500, estimates._mean, 1.5)  # 4e6 // 5000 = 800
     assert sizes == [(1000, 8), (200, 20_000), (800, 5000)]
 
 
@@ -224,7 +224,7 @@ def test_a_base_under_one_still_gives_a_ratio():
 
 def test_the_bootstrap_draws_every_request():
     # two different values: resamples of 2 draw either, so the mean moves
-    assert bootstrap_rel([5.0, 1.0], compare._mean, 3.0) > 0
+    assert bootstrap_rel([5.0, 1.0], estimates._mean, 3.0) > 0
     two = [rec(100.0, [0.25, 0.5], tokens=10, rid="a"), rec(100.0, [0.25, 0.5], tokens=30)]
     assert burst_rel(two, 80.0) > 0  # 40 tokens in 0.5 s: resamples of 20, 40 or 60
 
@@ -234,7 +234,7 @@ def test_the_burst_bootstrap_is_tokens_over_last_end_minus_first_send():
             enumerate([0.25, 0.5, 1.0, 2.0, 0.75])]  # fmt: skip
     point = 50.0
     # the same resamples, computed here: for each, Σ tokens / (max end - min send)
-    idx = np.random.default_rng(compare.SEED).integers(0, 5, size=(compare.BOOTSTRAP, 5))
+    idx = np.random.default_rng(estimates.SEED).integers(0, 5, size=(estimates.BOOTSTRAP, 5))
     tok = np.array([r.completion_tokens for r in recs], float)
     t0 = np.array([r.t_send for r in recs])
     t1 = np.array([r.t_end for r in recs])

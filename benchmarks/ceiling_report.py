@@ -103,7 +103,7 @@ def loadavg() -> list[str]:
 def machine_state() -> dict[str, Any]:
     """What else the machine was doing: load average and the busiest other processes."""
     top = subprocess.run(
-        ["ps", "-eo", "pcpu,rss,args", "--sort=-pcpu"], capture_output=True, text=True
+        ["ps", "-eo", "pcpu,rss,comm", "--sort=-pcpu"], capture_output=True, text=True
     ).stdout.splitlines()[1:7]
     return {"loadavg": loadavg(), "cpus": os.cpu_count(), "top": [t.strip()[:140] for t in top]}
 

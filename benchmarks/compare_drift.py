@@ -16,9 +16,10 @@ run per side: with the default allowance, and with the runs' own error alone
     .venv/bin/python benchmarks/compare_drift.py [--trials 20] [--repeats 5] [--drift 5:20]
         [--independent]    # B's drift in another phase (--seed 1): drifts that do not cancel
 
-A trial in which the sims fell behind their schedule (`sim:decode_resync_seconds_total`)
-or the client's self-check found it starved is marked: it measured the host, not the
-drift. Writes benchmarks/results/compare_drift-<time>.json.
+A trial in which the sims fell behind their schedule (`sim:decode_resync_seconds_total`:
+the host starved them) measured the host, not the drift: it is run again, up to
+`--redo-starved` times (2), and the redone ones are listed apart. Writes
+benchmarks/results/compare_drift-<time>.json.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -112,11 +114,25 @@ def trial(a: argparse.Namespace, sim_a: SimProcess, sim_b: SimProcess, work: Pat
     res["wall_s"] = round(wall, 1)
     res["load"] = os.getloadavg()[0]
     # a trial on a starved host tests the host, not the drift: the sims fell behind their
-    # schedule, or the client's event loop lagged (its self-check)
+    # schedule (more than a step can catch up); the client's self-check says how often its
+    # event loop lagged 10 ms or more (p99) in a phase
     res["sim_lost_s"] = round(resyncs([sim_a, sim_b]) - lost, 3)
     res["client_bound_phases"] = client_bound(out / "a") + client_bound(out / "b")
-    res["starved"] = res["sim_lost_s"] > 0 or res["client_bound_phases"] > 0
+    res["starved"] = res["sim_lost_s"] > 0
     return res
+
+
+def report(r: dict, a: argparse.Namespace) -> None:
+    lo, hi = r["interval"] or (float("nan"),) * 2
+    print(
+        f"{r['trial']:2d} {r['scenario']:5s} {r['verdict']:7s} ratio {r['ratio']:.3f} "
+        f"[{lo:.3f}, {hi:.3f}] spread {r['spread'][0]:.1%}/{r['spread'][1]:.1%} "
+        f"need {r['repeats_needed']}  one run: {r['single']}, within-run only: "
+        f"{r['single_within_only']}  {r['wall_s']} s, load {r['load']:.1f}"
+        + (f"  STARVED (sims {r['sim_lost_s']} s behind)" if r["starved"] else "")
+        + f"  client-bound phases {r['client_bound_phases']}/{2 * a.repeats}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -130,7 +146,12 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--per-slot", type=int, default=4)
     ap.add_argument("--independent", action="store_true", help="B's drift in another phase")
+    ap.add_argument(
+        "--redo-starved", type=int, default=2, metavar="K",
+        help="run a trial again (up to K times) when the sims fell behind their schedule",
+    )  # fmt: skip
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the sims on the way out
     seed_b = 1 if a.independent else 0
     per_seq = 0.05
     sims = {
@@ -140,30 +161,28 @@ def main() -> None:
     }
     start_all(list(sims.values()))
     results: list[dict] = []
+    discarded: list[dict] = []
     want = {"same": "same", "apart": "better"}
     try:
         for i in range(a.trials):
             for scenario in ("same", "apart"):
-                with tempfile.TemporaryDirectory() as tmp:
-                    r = trial(a, sims["a"], sims[scenario], Path(tmp))
-                r.update(trial=i + 1, scenario=scenario, ok=r["verdict"] == want[scenario])
-                results.append(r)
-                lo, hi = r["interval"] or (float("nan"),) * 2
-                print(
-                    f"{i + 1:2d} {scenario:5s} {r['verdict']:7s} ratio {r['ratio']:.3f} "
-                    f"[{lo:.3f}, {hi:.3f}] spread {r['spread'][0]:.1%}/{r['spread'][1]:.1%} "
-                    f"need {r['repeats_needed']}  one run: {r['single']}, within-run only: "
-                    f"{r['single_within_only']}  {r['wall_s']} s, load {r['load']:.1f}"
-                    + ("  STARVED" if r["starved"] else ""),
-                    flush=True,
-                )
+                for attempt in range(a.redo_starved + 1):
+                    with tempfile.TemporaryDirectory() as tmp:
+                        r = trial(a, sims["a"], sims[scenario], Path(tmp))
+                    r.update(trial=i + 1, scenario=scenario, ok=r["verdict"] == want[scenario])
+                    report(r, a)
+                    if not r["starved"] or attempt == a.redo_starved:
+                        results.append(r)
+                        break
+                    discarded.append(r)  # the host's trial, not the drift's: run it again
     finally:
         for s in sims.values():
             s.close()
     print()
     print("| scenario | trials | right (repeats) | one run, allowance | one run, within-run only "
-          "| median ratio | median 95% interval width | starved trials (right) |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+          "| median ratio | median 95% interval width | starved, counted (right) "
+          "| starved, redone (right) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     summary = {}
     for scenario, good in want.items():
         rs = [r for r in results if r["scenario"] == scenario]
@@ -175,19 +194,26 @@ def main() -> None:
         med = ratios[len(ratios) // 2]
         width = widths[len(widths) // 2] if widths else float("nan")
         starved = [r for r in rs if r["starved"]]
+        redone = [r for r in discarded if r["scenario"] == scenario]
         summary[scenario] = {
             "trials": len(rs), "right": ok, "single": single, "within": within,
             "starved": len(starved), "starved_right": sum(r["ok"] for r in starved),
+            "redone": len(redone), "redone_right": sum(r["ok"] for r in redone),
         }  # fmt: skip
         print(
             f"| {scenario} (want {'≈' if good == 'same' else 'B named'}) | {len(rs)} | **{ok}** | "
             f"{single} | {within} | {med:.3f} | {width:.1%} | "
-            f"{len(starved)} ({sum(r['ok'] for r in starved)}) |"
+            f"{len(starved)} ({sum(r['ok'] for r in starved)}) | "
+            f"{len(redone)} ({sum(r['ok'] for r in redone)}) |"
         )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = REPO / "benchmarks" / "results" / f"compare_drift-{stamp}.json"
     path.write_text(
-        json.dumps({"args": vars(a), "summary": summary, "trials": results}, indent=1) + "\n"
+        json.dumps(
+            {"args": vars(a), "summary": summary, "trials": results, "redone": discarded},
+            indent=1,
+        )
+        + "\n"
     )
     print(f"\n{path}")
 

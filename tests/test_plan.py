@@ -302,7 +302,8 @@ def test_a_server_killed_mid_pilot_is_one_line_and_exit_3_records_kept(sim_facto
     write_prompts(f, 400)
     out = tmp_path / "pilot"
     cmd = [sys.executable, "-m", "genbench", "plan", "--prompts", str(f), "--url", sim.url,
-           "--concurrency", "4", "--pilot", "400", "--warmup", "0", "--out", str(out)]  # fmt: skip
+           "--concurrency", "4", "--pilot", "400", "--warmup-time", "0",
+           "--out", str(out)]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         log = out / "requests.jsonl"

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import typer
@@ -16,6 +17,8 @@ from genbench.console import err, out
 from genbench.errors import ExitCode, UsageError
 from genbench.run import RunConfig, default_out_dir, execute_run
 from genbench.run_render import ConsoleListener, render_repeats, render_summary
+
+T = TypeVar("T")
 
 
 def parse_int_list(flag: str, text: str) -> list[int]:
@@ -236,14 +239,7 @@ def run(
         out_path = out_dir or default_out_dir(model or ("local" if local else None))
         listener = ConsoleListener(console)
         console.print(f"[bold]genbench run[/] {ep.base_url} → {out_path}")
-        try:
-            state = common.run_async(execute_run(ep, model, cfg, out_path, listener, extra))
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            listener._stop()
-            err.print(f"[red]interrupted[/]: partial results saved in {out_path}")
-            raise typer.Exit(ExitCode.INTERRUPTED) from None
-        finally:
-            listener._stop()
+        state = _drive(execute_run(ep, model, cfg, out_path, listener, extra), listener, out_path)
     render_summary(state.doc, console)
     console.print(f"results: {out_path / 'result.json'}, {out_path / 'requests.jsonl'}")
     if report:
@@ -295,14 +291,9 @@ def run_repeats(
         listener = ConsoleListener(console)
         for _, ep, d in targets:
             console.print(f"[bold]genbench run[/] {ep.base_url} → {d}/repeat-1 … {repeats}")
-        try:
-            sides = common.run_async(execute_repeats(targets, model, cfg, repeats, listener, extra))
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            listener._stop()
-            err.print(f"[red]interrupted[/]: partial results saved in {out_path}")
-            raise typer.Exit(ExitCode.INTERRUPTED) from None
-        finally:
-            listener._stop()
+        sides = _drive(
+            execute_repeats(targets, model, cfg, repeats, listener, extra), listener, out_path
+        )
     dirs = [d for _, _, d in targets]
     if len(dirs) > 1:
         from genbench.commands.compare import render
@@ -325,3 +316,16 @@ def run_repeats(
             ]
         }
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+
+
+def _drive(coro: Coroutine[Any, Any, T], listener: ConsoleListener, out_path: Path) -> T:
+    """Run the measurement; on Ctrl-C stop the live display, say where the partial results
+    are, and exit 130."""
+    try:
+        return common.run_async(coro)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        listener._stop()
+        err.print(f"[red]interrupted[/]: partial results saved in {out_path}")
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    finally:
+        listener._stop()

@@ -307,7 +307,9 @@ def _jsonl(path: Path) -> Iterator[tuple[int, bytes]]:
         raise InputFileError(path, None, f"cannot read it ({e.strerror or e})") from None
 
 
-def _parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def open_parquet(path: Path) -> Any:
+    """A `pyarrow.parquet.ParquetFile`, with one-line errors for a missing pyarrow and for
+    files pyarrow refuses (generate's input and inspect's reader both open through it)."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -315,9 +317,13 @@ def _parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             f"{path}: reading Parquet needs pyarrow: pip install 'genbench[parquet]'"
         ) from None
     try:
-        pf = pq.ParquetFile(path)
+        return pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises its own error types for bad files
         raise InputFileError(path, None, f"not a readable Parquet file ({e})") from None
+
+
+def _parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    pf = open_parquet(path)
     names = set(pf.schema_arrow.names)
     cols = [c for c in ("id", *PROMPT_KEYS, "prompt", "system", "params") if c in names]
     if not cols:

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import InputFileError, UsageError
+from genbench.generate.input import open_parquet
 
 SHARD_RE = re.compile(r"^data(?:-[A-Za-z0-9]+)*-(\d{5})\.(jsonl|parquet)$")
 PARQUET_BATCH = 1024
@@ -215,16 +216,7 @@ def _jsonl_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, Row, Any]]:
 
 def parquet_batches(path: Path, columns: tuple[str, ...] | None = COLUMNS) -> Iterator[Any]:
     """Record batches of a Parquet file, with one-line errors for what pyarrow refuses."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise UsageError(
-            f"{path}: reading Parquet needs pyarrow: pip install 'genbench[parquet]'"
-        ) from None
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as e:  # pyarrow raises its own error types for bad files
-        raise InputFileError(path, None, f"not a readable Parquet file ({e})") from None
+    pf = open_parquet(path)
     if columns is not None:
         missing = [c for c in columns if c not in pf.schema_arrow.names]
         if missing:

@@ -15,7 +15,7 @@ import orjson
 
 from genbench.client import ChatRequest, Client, ConnectionPool, Timeouts
 from genbench.endpoint import Endpoint
-from genbench.errors import ExitCode, GenbenchError
+from genbench.errors import ExitCode, GenbenchError, model_missing, upstream_failed
 from genbench.records import ErrorKind, RequestRecord
 from genbench.stream import Failure, error_message_from_body
 
@@ -123,6 +123,8 @@ def _status_diagnosis(ep: Endpoint, path: str, status: int, body: bytes) -> Diag
             else "the API key was refused: is it the right one?"
         )
         return Diagnosis(Exit.AUTH, f"HTTP {status} from {url}: {hint} ({msg})")
+    if status in (400, 404, 422) and model_missing(msg):
+        return Diagnosis(Exit.MODEL, f"HTTP {status} from {url}: the server says: {msg}")
     if status == 404:
         hint = " Does the base URL need '/v1'?" if not ep.base_url.endswith("/v1") else ""
         return Diagnosis(Exit.NOT_FOUND, f"HTTP 404 from {url}: no such path on this server.{hint}")
@@ -130,6 +132,12 @@ def _status_diagnosis(ep: Endpoint, path: str, status: int, body: bytes) -> Diag
         return Diagnosis(
             Exit.SERVER_ERROR,
             f"HTTP 429 from {url}: the server is rate-limiting or overloaded ({msg})",
+        )
+    if status >= 500 and upstream_failed(status, msg):
+        return Diagnosis(
+            Exit.SERVER_ERROR,
+            f"HTTP {status} from {url}: a router or proxy answered that no worker behind it "
+            f"could take the request: {msg}",
         )
     if status >= 500:
         return Diagnosis(Exit.SERVER_ERROR, f"HTTP {status} from {url}: the server failed: {msg}")
@@ -195,14 +203,10 @@ async def _models(
 
 
 def pick_model(ids: list[str], wanted: str | None, url: str) -> str:
-    """The model named by --model, else the only one served."""
+    """The model named by --model (trusted: a router may not list what its workers serve;
+    the test request tells), else the only one served."""
     if wanted:
-        if wanted in ids:
-            return wanted
-        served = ", ".join(ids) or "none"
-        raise PreflightFailed(
-            Diagnosis(Exit.MODEL, f"model '{wanted}' is not served at {url}; served: {served}")
-        )
+        return wanted
     if len(ids) == 1:
         return ids[0]
     if not ids:
@@ -280,7 +284,7 @@ def _request_diagnosis(ep: Endpoint, rec: RequestRecord) -> Diagnosis:
     kind = rec.error_kind
     msg = rec.error_message or ""
     host = _where(ep)
-    if kind == ErrorKind.HTTP_STATUS and rec.http_status:
+    if kind in (ErrorKind.HTTP_STATUS, ErrorKind.UPSTREAM) and rec.http_status:
         body_msg = msg.split(": ", 1)[1] if ": " in msg else msg
         return _status_diagnosis(
             ep,
@@ -341,12 +345,17 @@ async def preflight(
         if rep.model != (first.get("id") if first else None):
             first = {}
         rep.server = await identify(pool, ep, first)
+        unlisted = rep.model not in rep.models
         if tiny:
             client = Client(ep, rep.model, timeouts=timeouts, session=pool, keep_text=True)
             rec = await tiny_request(client, max_tokens)
             if not rec.ok:
-                raise PreflightFailed(_request_diagnosis(ep, rec))
+                raise PreflightFailed(_model_diagnosis(rep, model, _request_diagnosis(ep, rec)))
             _read_reply(rep, rec)
+        if unlisted:
+            done = "but served: a router?" if tiny else "not tried (no test request)"
+            listing = f"not listed by /v1/models ({_served(rep)})"
+            rep.notes.append(f"model '{rep.model}' is {listing}, {done}")
         rep.ok = True
     except PreflightFailed as pf:
         rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
@@ -354,6 +363,28 @@ async def preflight(
         await pool.close()
         rep.elapsed_s = time.perf_counter() - t0
     return rep
+
+
+def _served(rep: CheckReport) -> str:
+    return "served: " + (", ".join(rep.models) or "none")
+
+
+def _model_diagnosis(rep: CheckReport, wanted: str | None, diag: Diagnosis) -> Diagnosis:
+    """A failed test request, said of the model when /v1/models did not list it (the
+    server's own message kept), or when the listed one was refused as a model."""
+    if rep.model not in rep.models:
+        return Diagnosis(
+            diag.exit_code,
+            f"model '{rep.model}' is not listed by /v1/models at {rep.url} ({_served(rep)}) "
+            f"and the test request failed: {diag.message}",
+        )
+    if diag.exit_code == Exit.MODEL and not wanted:
+        return Diagnosis(
+            diag.exit_code,
+            f"{diag.message}. /v1/models lists '{rep.model}' but it is not served under that "
+            "name (a router that could not learn its workers' model?): name it with --model",
+        )
+    return diag
 
 
 def _read_reply(rep: CheckReport, rec: RequestRecord) -> None:

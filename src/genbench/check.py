@@ -17,6 +17,7 @@ from genbench.client import ChatRequest, Client, ConnectionPool, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import ExitCode, GenbenchError, model_missing, upstream_failed
 from genbench.records import ErrorKind, RequestRecord
+from genbench.router import identify_router, router_notes
 from genbench.stream import Failure, error_message_from_body
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
@@ -227,6 +228,15 @@ async def identify(
     mml = first_model.get("max_model_len")
     if isinstance(mml, int):
         info.max_model_len = mml
+
+    async def get(path: str) -> tuple[int, bytes]:
+        return await _get(pool, ep, ep.root + path, timeout)
+
+    # a router forwards the probes below to a worker: ask for it first
+    if routed := await identify_router(get):
+        info.kind, details = routed
+        info.details.update(details)
+        return info
     probes = [
         ("vLLM", "/version"),
         ("llama.cpp", "/props"),
@@ -345,6 +355,7 @@ async def preflight(
         if rep.model != (first.get("id") if first else None):
             first = {}
         rep.server = await identify(pool, ep, first)
+        rep.notes.extend(router_notes(rep.server.kind, rep.server.details))
         unlisted = rep.model not in rep.models
         if tiny:
             client = Client(ep, rep.model, timeouts=timeouts, session=pool, keep_text=True)

@@ -25,7 +25,9 @@ SGL_503 = (
     b'{"error":{"type":"Service Unavailable","code":"no_available_workers",'
     b'"message":"No available workers (all circuits open or unhealthy)"}}'
 )
-VR_500 = b"Request failed: error sending request for url (http://127.0.0.1:8011/v1/chat/completions)"
+VR_500 = (
+    b"Request failed: error sending request for url (http://127.0.0.1:8011/v1/chat/completions)"
+)
 VR_503 = b"No available workers (all circuits open or unhealthy)"
 
 

@@ -1,0 +1,134 @@
+"""genbench through a router: sglang-router 0.3.2 and vllm-router 0.1.17 (the real wheels,
+tests/fixtures_routers.py) in front of two sims, and in front of vLLM (CPU).
+
+What must hold: `check`, `run` and `generate` work through either router; sglang-router's
+`/v1/models` lists `unknown` (it learns no model from a worker without /model_info), so
+`--model` is trusted and the test request decides; a worker SIGKILLed behind the router
+mid-job loses and duplicates nothing, and the failed attempts carry what the router
+answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import genbench
+from fixtures_routers import KINDS
+from test_generate import (
+    SIM,
+    assert_exactly_once,
+    assert_log_holds_every_attempt,
+    error_rows,
+    line_count,
+    prompts,
+    wait_for,
+    write_rows,
+)
+
+from genbench.check import Exit
+from genbench.sim.process import SimProcess, start_all, stop_all
+
+pytestmark = pytest.mark.router
+FAST = ("--retry-backoff", "0.05", "--progress-every", "1")
+
+
+@pytest.fixture
+def two_sims():
+    sims = [SimProcess(*SIM), SimProcess(*SIM)]
+    start_all(sims)
+    yield sims
+    stop_all(sims)
+
+
+def gen(inp: Path, out: Path, url: str, *args: str, timeout: float = 120):
+    return genbench("generate", "-i", str(inp), "-o", str(out), "--url", url, *FAST, *args,
+                    timeout=timeout)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_check_run_and_generate_through_a_router_over_two_sims(
+    kind, router_factory, two_sims, tmp_path
+):
+    router = router_factory(kind, [s.root for s in two_sims])
+    p = genbench("check", "--url", router.url, "--model", "genbench-sim", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["server"]["kind"] == kind, doc["server"]
+    assert doc["server"]["details"]["workers"] == sorted(s.root for s in two_sims)
+    if kind == "sglang-router":
+        assert doc["models"] == ["unknown"]
+        assert any("not listed by /v1/models" in n and "a router?" in n for n in doc["notes"])
+    p = genbench("run", "--url", router.url, "--model", "genbench-sim", "--quick", "--lengths",
+                 "64", "--sweep-tokens", "64", "--concurrency", "1,4", "--out",
+                 str(tmp_path / "run"), timeout=180)  # fmt: skip
+    assert p.returncode == 0, p.stderr + p.stdout
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert all(ph["summary"]["failed"] == 0 for ph in result["phases"])
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(60))
+    p = gen(inp, out, router.url, "--model", "genbench-sim", "-c", "6")
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert_exactly_once(out, [f"r{i}" for i in range(60)])
+
+
+def test_sglang_router_listing_unknown_is_a_model_diagnosis(router_factory, two_sims):
+    """No --model: genbench takes the one listed, `unknown`; the worker's 404 says the model
+    does not exist: exit 8 with the server's words, and a hint to name it."""
+    router = router_factory("sglang-router", [s.root for s in two_sims])
+    p = genbench("check", "--url", router.url)
+    assert p.returncode == Exit.MODEL, p.stdout + p.stderr
+    line = p.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line
+    assert "The model `unknown` does not exist" in line and "--model" in line
+    assert "no such path" not in line
+
+
+def _popen(tmp: Path, *args: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "genbench", "generate", *args],
+        stdout=open(tmp / "stdout.txt", "wb"),  # noqa: SIM115 - the child owns it
+        stderr=open(tmp / "stderr.txt", "wb"),  # noqa: SIM115
+        env=env,
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_worker_sigkilled_behind_the_router_loses_and_duplicates_nothing(
+    kind, router_factory, two_sims, tmp_path
+):
+    router = router_factory(kind, [s.root for s in two_sims])
+    n = 300
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(n))
+    args = ("-i", str(inp), "-o", str(out), "--url", router.url, "--model", "genbench-sim")
+    proc = _popen(tmp_path, *args, "-c", "8", *FAST)
+    try:
+        wait_for(lambda: line_count(out) >= 40, 60, "40 rows written")
+        two_sims[0].kill()
+        killed_at = time.monotonic()
+        assert proc.wait(120) == 0, (tmp_path / "stderr.txt").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    ids = [f"r{i}" for i in range(n)]
+    assert_exactly_once(out, ids)
+    assert error_rows(out) == []
+    failed = assert_log_holds_every_attempt(out, ids)
+    kinds = Counter(r.error_kind for r in failed)
+    statuses = Counter(r.http_status for r in failed)
+    print(f"{kind}: {len(failed)} failed attempts {dict(kinds)} statuses {dict(statuses)}, "
+          f"finished {time.monotonic() - killed_at:.1f} s after the kill")  # fmt: skip
+    # the router stays up: what the worker's death looks like through it is a router's
+    # answer (500 "error sending request", 503 "no available workers": upstream) or a
+    # stream it cut off; never "connection refused" (that would be the router itself)
+    assert failed, "the rows in flight on the killed worker are in the log"
+    assert set(kinds) <= {"upstream", "incomplete_stream", "disconnected"}, kinds
+    assert "connect_refused" not in kinds

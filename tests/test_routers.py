@@ -52,6 +52,19 @@ def gen(inp: Path, out: Path, url: str, *args: str, timeout: float = 120):
                     timeout=timeout)  # fmt: skip
 
 
+def metrics_urls(sims) -> list[str]:
+    return [a for s in sims for a in ("--metrics-url", s.root + "/metrics")]
+
+
+def run_quick(url: str, out: Path, *extra: str, model: str = "genbench-sim") -> dict:
+    p = genbench("run", "--url", url, "--model", model, "--warmup", "1", "--warmup-tokens",
+                 "16", "--lengths", "48", "--prompts-per-length", "2", "--concurrency", "1,4",
+                 "--sweep-tokens", "48", "--requests-per-slot", "2", "--out", str(out), *extra,
+                 timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr + p.stdout
+    return json.loads((out / "result.json").read_text())
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_check_run_and_generate_through_a_router_over_two_sims(
     kind, router_factory, two_sims, tmp_path
@@ -65,12 +78,16 @@ def test_check_run_and_generate_through_a_router_over_two_sims(
     if kind == "sglang-router":
         assert doc["models"] == ["unknown"]
         assert any("not listed by /v1/models" in n and "a router?" in n for n in doc["notes"])
-    p = genbench("run", "--url", router.url, "--model", "genbench-sim", "--quick", "--lengths",
-                 "64", "--sweep-tokens", "64", "--concurrency", "1,4", "--out",
-                 str(tmp_path / "run"), timeout=180)  # fmt: skip
-    assert p.returncode == 0, p.stderr + p.stdout
-    result = json.loads((tmp_path / "run" / "result.json").read_text())
-    assert all(ph["summary"]["failed"] == 0 for ph in result["phases"])
+    result = run_quick(router.url, tmp_path / "run", *metrics_urls(two_sims))
+    for ph in result["phases"]:
+        # the two workers' counters, summed, are exactly what genbench counted
+        assert ph["summary"]["failed"] == 0
+        assert ph["server_metrics"]["dialect"] == "genbench-sim", ph["name"]
+        assert ph["server_metrics"]["generation_tokens"] == ph["summary"]["output_tokens"]
+    # without --metrics-url: the router's /metrics are not the workers' sum, so none
+    result = run_quick(router.url, tmp_path / "run2", "--skip", "sweep")
+    assert "not scraped" in result["target"]["server_metrics"]
+    assert all(ph.get("server_metrics") is None for ph in result["phases"])
     inp, out = tmp_path / "in.jsonl", tmp_path / "out"
     write_rows(inp, prompts(60))
     p = gen(inp, out, router.url, "--model", "genbench-sim", "-c", "6")

@@ -17,6 +17,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from genbench.client import ConnectionPool
 from genbench.endpoint import Endpoint
@@ -147,6 +148,7 @@ class MetricsScraper:
     ep: Endpoint
     interval: float = 1.0
     available: bool | None = None
+    path: str = "/metrics"
     pool: ConnectionPool = None  # type: ignore[assignment]  # set in __post_init__
     _own_pool: bool = False
     _task: asyncio.Task[None] | None = None
@@ -161,7 +163,7 @@ class MetricsScraper:
         if self.available is False:
             return None
         try:
-            status, _, body = await self.pool.get("/metrics", 5.0, self.ep.headers())
+            status, _, body = await self.pool.get(self.path, 5.0, self.ep.headers())
         except Failure:
             return None
         if status != 200:
@@ -199,6 +201,48 @@ class MetricsScraper:
         await self.stop_sampling()
         if self._own_pool:
             await self.pool.close()
+
+
+def metrics_target(url: str) -> tuple[Endpoint, str]:
+    """A `--metrics-url`: the server (no API key: it may be another host than --url's)
+    and the path, /metrics when the URL names none."""
+    ep = Endpoint.parse(url)
+    path = urlsplit(url.strip()).path.rstrip("/")
+    return ep, path if path and path != "/v1" else "/metrics"
+
+
+@dataclass
+class SummedScraper(MetricsScraper):
+    """Several servers' /metrics summed (the workers behind a router, `--metrics-url`): a
+    counter's delta is the sum of theirs, a gauge's peak the peak of the sum. A scrape
+    missing one of them gives nothing rather than a partial sum."""
+
+    urls: tuple[str, ...] = ()
+    _parts: list[MetricsScraper] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for url in self.urls:
+            ep, path = metrics_target(url)
+            self._parts.append(MetricsScraper(ep, path=path))
+
+    async def scrape(self) -> Snapshot | None:
+        snaps = await asyncio.gather(*(p.scrape() for p in self._parts))
+        if not snaps or any(s is None for s in snaps):
+            self.available = False if all(p.available is False for p in self._parts) else None
+            return None
+        merged: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+        for snap in snaps:
+            assert snap is not None
+            for name, rows in snap.samples.items():
+                merged[name].extend(rows)
+        self.available = True
+        return Snapshot(dict(merged), _dialect(merged))
+
+    async def close(self) -> None:
+        await super().close()
+        for p in self._parts:
+            await p.close()
 
 
 def server_metrics_summary(

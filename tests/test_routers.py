@@ -149,3 +149,35 @@ def test_a_worker_sigkilled_behind_the_router_loses_and_duplicates_nothing(
     assert failed, "the rows in flight on the killed worker are in the log"
     assert set(kinds) <= {"upstream", "incomplete_stream", "disconnected"}, kinds
     assert "connect_refused" not in kinds
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("kind", KINDS)
+def test_vllm_behind_the_router_check_run_and_generate(kind, vllm_server, router_factory, tmp_path):
+    """The issue's set-up: vLLM (CPU) as the only worker behind each router."""
+    router = router_factory(kind, [vllm_server.root])
+    model = vllm_server.model
+    if kind == "sglang-router":
+        # it lists `unknown`; vLLM answers that model with 404 "does not exist": exit 8
+        p = genbench("check", "--url", router.url, timeout=300)
+        assert p.returncode == Exit.MODEL, p.stdout + p.stderr
+        assert "The model `unknown` does not exist" in p.stderr and "--model" in p.stderr
+    p = genbench("check", "--url", router.url, "--model", model, "--json", timeout=300)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["server"]["kind"] == kind and doc["server"]["details"]["workers"] == [
+        vllm_server.root
+    ]
+    # one worker: vllm-router's /metrics are vLLM's; sglang-router's need --metrics-url
+    extra = ["--metrics-url", vllm_server.root] if kind == "sglang-router" else []
+    result = run_quick(router.url, tmp_path / "run", *extra, model=model)
+    for ph in result["phases"]:
+        m = ph["server_metrics"]
+        assert ph["summary"]["failed"] == 0 and m["dialect"] == "vLLM", ph["name"]
+        assert ph["summary"]["output_tokens"] == m["generation_tokens"], ph["name"]
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(6))
+    p = gen(inp, out, router.url, "--model", model, "--max-tokens", "16", "-c", "3", timeout=300)
+    assert p.returncode == 0, p.stderr + p.stdout
+    rows = assert_exactly_once(out, [f"r{i}" for i in range(6)])
+    assert all(r["meta"]["completion_tokens"] > 0 for r in rows)

@@ -9,6 +9,7 @@ kinds from the request log, and whether every id is in the output exactly once.
 
     .venv/bin/python benchmarks/router_vs_urls.py --rows 1000 --concurrency 16
     .venv/bin/python benchmarks/router_vs_urls.py --rows 1000 --concurrency 16 --kill-after 200
+    .venv/bin/python benchmarks/router_vs_urls.py --rows 1000 --concurrency 16 --policy round_robin
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_router(kind: str, workers: list[str], log: Path) -> tuple[subprocess.Popen, str]:
+def start_router(
+    kind: str, workers: list[str], log: Path, policy: str | None
+) -> tuple[subprocess.Popen, str]:
     subprocess.run(["bash", str(REPO / "scripts/routers.sh"), "setup"], check=True)
     bindir = Path(
         subprocess.run(["bash", str(REPO / "scripts/routers.sh"), "bin"], capture_output=True,
@@ -49,6 +52,7 @@ def start_router(kind: str, workers: list[str], log: Path) -> tuple[subprocess.P
     port, prom = free_port(), free_port()
     flags = ["--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1"]
     flags += ["--prometheus-port", str(prom), "--worker-urls", *workers]
+    flags += ["--policy", policy] if policy else []
     exe = [str(bindir / "python"), "-m", "sglang_router.launch_router"]
     if kind == "vllm-router":
         exe = [str(bindir / "vllm-router")]
@@ -70,7 +74,7 @@ def line_count(out: Path) -> int:
     return sum(p.read_bytes().count(b"\n") for p in out.glob("data*.jsonl")) if out.exists() else 0
 
 
-def generate(urls: list[str], c: int, rows: int, tmp: Path, kill: SimProcess | None,
+def generate(urls: list[str], c: int, rows: int, tmp: Path, sims: list[SimProcess],
              kill_after: int) -> dict:  # fmt: skip
     inp, out = tmp / "in.jsonl", tmp / "out"
     inp.write_text("".join(json.dumps({"id": f"r{i}", "messages": [
@@ -81,10 +85,11 @@ def generate(urls: list[str], c: int, rows: int, tmp: Path, kill: SimProcess | N
     proc = subprocess.Popen([sys.executable, "-m", "genbench", "generate", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     killed_at = None
-    if kill is not None:
+    if kill_after:
         while line_count(out) < kill_after and proc.poll() is None:
             time.sleep(0.02)
-        kill.kill()
+        # the busier worker (a cache-aware router may send everything to one)
+        max(sims, key=lambda s: worker_count(s) or 0).kill()
         killed_at = time.monotonic() - t0
     _, err = proc.communicate(timeout=600)
     wall = time.monotonic() - t0
@@ -104,14 +109,25 @@ def generate(urls: list[str], c: int, rows: int, tmp: Path, kill: SimProcess | N
     }
 
 
+def worker_count(sim: SimProcess) -> int | None:
+    """Requests the sim itself says it answered (None once killed)."""
+    if sim.proc is None or sim.proc.poll() is not None:
+        return None
+    text = httpx.get(sim.root + "/metrics", timeout=5).text
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("sim:request_success_total")))  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument("--concurrency", type=int, default=16, help="per server")
     ap.add_argument("--kill-after", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--policy", help="the routers' --policy (default: theirs, cache_aware)")
     a = ap.parse_args()
     os.environ.setdefault("NO_COLOR", "1")
-    for case in ("urls", "sglang-router", "vllm-router"):
+    for case in ("urls", "sglang-router", "vllm-router") * a.repeats:
         sims = [SimProcess(*SIM), SimProcess(*SIM)]
         start_all(sims)
         router = None
@@ -121,10 +137,12 @@ def main() -> None:
                 if case == "urls":
                     urls, c = [s.url for s in sims], a.concurrency
                 else:
-                    router, url = start_router(case, [s.root for s in sims], tmp / "router.log")
+                    router, url = start_router(
+                        case, [s.root for s in sims], tmp / "router.log", a.policy
+                    )
                     urls, c = [url], 2 * a.concurrency
-                kill = sims[0] if a.kill_after else None
-                res = generate(urls, c, a.rows, tmp, kill, a.kill_after)
+                res = generate(urls, c, a.rows, tmp, sims, a.kill_after)
+                res["answered_by_worker"] = [worker_count(s) for s in sims]
             finally:
                 if router is not None:
                     router.send_signal(signal.SIGTERM)

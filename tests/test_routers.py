@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import genbench
 from fixtures_routers import KINDS
@@ -107,6 +108,18 @@ def test_sglang_router_listing_unknown_is_a_model_diagnosis(router_factory, two_
     assert "no such path" not in line
 
 
+def busiest(sims: list[SimProcess]) -> SimProcess:
+    """The sim with the most requests running (sglang-router's default, cache-aware policy
+    may send every row to one worker: the idle one's death would show nothing)."""
+
+    def running(sim: SimProcess) -> float:
+        text = httpx.get(sim.root + "/metrics", timeout=5).text
+        return sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines()
+                   if x.startswith("sim:num_requests_running"))  # fmt: skip
+
+    return max(sims, key=running)
+
+
 def _popen(tmp: Path, *args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     return subprocess.Popen(
@@ -129,7 +142,7 @@ def test_a_worker_sigkilled_behind_the_router_loses_and_duplicates_nothing(
     proc = _popen(tmp_path, *args, "-c", "8", *FAST)
     try:
         wait_for(lambda: line_count(out) >= 40, 60, "40 rows written")
-        two_sims[0].kill()
+        busiest(two_sims).kill()
         killed_at = time.monotonic()
         assert proc.wait(120) == 0, (tmp_path / "stderr.txt").read_text()[-3000:]
     finally:
@@ -181,3 +194,36 @@ def test_vllm_behind_the_router_check_run_and_generate(kind, vllm_server, router
     assert p.returncode == 0, p.stderr + p.stdout
     rows = assert_exactly_once(out, [f"r{i}" for i in range(6)])
     assert all(r["meta"]["completion_tokens"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_dead_worker_the_router_still_routes_to_is_upstream_requeued(
+    kind, router_factory, two_sims, tmp_path
+):
+    """A worker dead before the job, still in the router's pool (its health check runs once a
+    minute): round-robin sends it requests, the router answers 500 "error sending request"
+    (then 503 "no available workers" while its circuit is open): kind `upstream`, each
+    requeued uncharged; the other worker answers every row. (With its own retries on, a
+    round-robin router hides the dead worker: its retry goes to the live one.)"""
+    router = router_factory(
+        kind, [s.root for s in two_sims], "--policy", "round_robin", "--disable-retries"
+    )
+    two_sims[0].kill()
+    # check gets through: vllm-router forwards GET /v1/models to one worker, the same each
+    # time (dead here, or not): --model needs no listing; a router's 500 is tried again
+    p = genbench("check", "--url", router.url, "--model", "genbench-sim", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    notes = json.loads(p.stdout)["notes"]
+    assert all("trying again" in n for n in notes if n.startswith("try "))
+    n = 40
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(n))
+    p = gen(inp, out, router.url, "--model", "genbench-sim", "-c", "4")
+    assert p.returncode == 0, p.stderr + p.stdout
+    ids = [f"r{i}" for i in range(n)]
+    assert_exactly_once(out, ids)
+    failed = assert_log_holds_every_attempt(out, ids)
+    print(f"{kind}: {Counter((r.error_kind, r.http_status) for r in failed)}")
+    assert failed and {r.error_kind for r in failed} == {"upstream"}
+    assert {r.http_status for r in failed} <= {500, 503}
+    assert all(r.extra["outcome"] == "requeued" for r in failed)

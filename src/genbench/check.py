@@ -27,6 +27,11 @@ Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 class Diagnosis:
     exit_code: int
     message: str
+    upstream: bool = False  # a router answered that its worker failed: another may not
+
+
+# a router that answers for a failed worker may route the next try to a live one
+UPSTREAM_TRIES = 3
 
 
 class PreflightFailed(GenbenchError):
@@ -139,6 +144,7 @@ def _status_diagnosis(ep: Endpoint, path: str, status: int, body: bytes) -> Diag
             Exit.SERVER_ERROR,
             f"HTTP {status} from {url}: a router or proxy answered that no worker behind it "
             f"could take the request: {msg}",
+            upstream=True,
         )
     if status >= 500:
         return Diagnosis(Exit.SERVER_ERROR, f"HTTP {status} from {url}: the server failed: {msg}")
@@ -348,32 +354,64 @@ async def preflight(
         rep.notes.append(f"no path in the URL: using {ep.base_url}")
     timeouts = Timeouts(connect=connect_timeout, read=timeout, total=timeout)
     pool = ConnectionPool(ep.root)  # the GETs and the test request share its connections
+    kept = len(rep.notes)
     try:
-        rep.health = await _health(pool, ep, timeout=connect_timeout + 2)
-        rep.models, first = await _models(pool, ep, timeout=connect_timeout + 7)
-        rep.model = pick_model(rep.models, model, ep.base_url)
-        if rep.model != (first.get("id") if first else None):
-            first = {}
-        rep.server = await identify(pool, ep, first)
-        rep.notes.extend(router_notes(rep.server.kind, rep.server.details))
-        unlisted = rep.model not in rep.models
-        if tiny:
-            client = Client(ep, rep.model, timeouts=timeouts, session=pool, keep_text=True)
-            rec = await tiny_request(client, max_tokens)
-            if not rec.ok:
-                raise PreflightFailed(_model_diagnosis(rep, model, _request_diagnosis(ep, rec)))
-            _read_reply(rep, rec)
-        if unlisted:
-            done = "but served: a router?" if tiny else "not tried (no test request)"
-            listing = f"not listed by /v1/models ({_served(rep)})"
-            rep.notes.append(f"model '{rep.model}' is {listing}, {done}")
-        rep.ok = True
-    except PreflightFailed as pf:
-        rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
+        for attempt in range(1, UPSTREAM_TRIES + 1):
+            try:
+                await _checks(pool, ep, rep, model, timeouts, tiny, max_tokens)
+                rep.ok = True
+                break
+            except PreflightFailed as pf:
+                rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
+                if not pf.diagnosis.upstream or attempt == UPSTREAM_TRIES:
+                    break
+                del rep.notes[kept:]
+                rep.notes.append(f"try {attempt}: {pf.diagnosis.message}; trying again")
+                kept = len(rep.notes)
+        if rep.ok:
+            rep.exit_code, rep.diagnosis = Exit.OK, None
     finally:
         await pool.close()
         rep.elapsed_s = time.perf_counter() - t0
     return rep
+
+
+async def _checks(
+    pool: ConnectionPool,
+    ep: Endpoint,
+    rep: CheckReport,
+    model: str | None,
+    timeouts: Timeouts,
+    tiny: bool,
+    max_tokens: int,
+) -> None:
+    """Health, models, identity, the test request: raises PreflightFailed at the first fault."""
+    connect = timeouts.connect
+    rep.health = await _health(pool, ep, timeout=connect + 2)
+    try:
+        rep.models, first = await _models(pool, ep, timeout=connect + 7)
+    except PreflightFailed as pf:
+        # vllm-router forwards /v1/models to its first worker, dead or not: a --model
+        # given needs no listing, the test request goes to a live worker
+        if not (pf.diagnosis.upstream and model):
+            raise
+        rep.models, first = [], {}
+        rep.notes.append(f"GET /v1/models: {pf.diagnosis.message}; --model trusted")
+    rep.model = pick_model(rep.models, model, ep.base_url)
+    if rep.model != (first.get("id") if first else None):
+        first = {}
+    rep.server = await identify(pool, ep, first)
+    rep.notes.extend(router_notes(rep.server.kind, rep.server.details))
+    if tiny:
+        client = Client(ep, rep.model, timeouts=timeouts, session=pool, keep_text=True)
+        rec = await tiny_request(client, max_tokens)
+        if not rec.ok:
+            raise PreflightFailed(_model_diagnosis(rep, model, _request_diagnosis(ep, rec)))
+        _read_reply(rep, rec)
+    if rep.model not in rep.models:
+        done = "but served: a router?" if tiny else "not tried (no test request)"
+        listing = f"not listed by /v1/models ({_served(rep)})"
+        rep.notes.append(f"model '{rep.model}' is {listing}, {done}")
 
 
 def _served(rep: CheckReport) -> str:
@@ -382,7 +420,10 @@ def _served(rep: CheckReport) -> str:
 
 def _model_diagnosis(rep: CheckReport, wanted: str | None, diag: Diagnosis) -> Diagnosis:
     """A failed test request, said of the model when /v1/models did not list it (the
-    server's own message kept), or when the listed one was refused as a model."""
+    server's own message kept), or when the listed one was refused as a model. A router's
+    failed worker says nothing of the model."""
+    if diag.upstream:
+        return diag
     if rep.model not in rep.models:
         return Diagnosis(
             diag.exit_code,

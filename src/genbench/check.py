@@ -431,9 +431,10 @@ def _model_diagnosis(rep: CheckReport, wanted: str | None, diag: Diagnosis) -> D
             f"and the test request failed: {diag.message}",
         )
     if diag.exit_code == Exit.MODEL and not wanted:
+        said = diag.message.rstrip(".")
         return Diagnosis(
             diag.exit_code,
-            f"{diag.message}. /v1/models lists '{rep.model}' but it is not served under that "
+            f"{said}. /v1/models lists '{rep.model}' but it is not served under that "
             "name (a router that could not learn its workers' model?): name it with --model",
         )
     return diag

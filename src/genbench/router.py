@@ -63,14 +63,18 @@ def router_notes(kind: str | None, details: dict[str, Any]) -> list[str]:
     server is not one)."""
     if kind not in ROUTER_KINDS:
         return []
+    return [
+        f"through {kind} genbench sees the router's answers, not which worker served each "
+        "request; a dead worker shows as a broken stream or the router's 5xx (kind "
+        "`upstream`), and the router's /health stays 200",
+        "workers' metrics: `run --metrics-url URL` once per worker (the router's /metrics "
+        "are not their sum)",
+    ]
+
+
+def describe(details: dict[str, Any]) -> str:
+    """'2 workers, 2 healthy: URL, URL' for check's server line."""
     workers = details.get("workers") or []
     n = len(workers)
-    return [
-        f"{kind} in front of {n} worker{'s' if n != 1 else ''} ({', '.join(workers) or 'none'}; "
-        f"{details.get('healthy_workers', 0)} healthy by its count): genbench sees the router's "
-        "answers, not which worker served a request; a worker that dies shows as a broken "
-        "stream or the router's 5xx (kind `upstream`), and the router's /health stays 200",
-        "the router's /metrics are not its workers' counters (vllm-router forwards /metrics "
-        "to one worker, sglang-router serves none there): `run --metrics-url` once per "
-        "worker's /metrics sums theirs",
-    ]
+    healthy = details.get("healthy_workers", 0)
+    return f"{n} worker{'s' if n != 1 else ''}, {healthy} healthy: {', '.join(workers)}"

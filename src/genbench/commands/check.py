@@ -12,6 +12,7 @@ from genbench.commands import common
 from genbench.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import duration, ms
+from genbench.router import ROUTER_KINDS, describe
 
 
 def check(
@@ -52,7 +53,10 @@ def render(rep: CheckReport) -> None:
     s = rep.server
     if s.kind:
         extra = f", context {s.max_model_len}" if s.max_model_len else ""
-        out.print(f"  [green]✓[/] server   {s.kind} {s.version or '(version unknown)'}{extra}")
+        version = s.version or "(version unknown)"
+        if s.kind in ROUTER_KINDS:
+            version = f"({describe(s.details)})"
+        out.print(f"  [green]✓[/] server   {s.kind} {version}{extra}")
     if rep.ok and rep.finish_reason:
         tokens = "?" if rep.completion_tokens is None else str(rep.completion_tokens)
         think = f", {rep.reasoning_tokens or 0} thinking" if rep.thinking else ", no thinking"

@@ -227,3 +227,43 @@ def test_a_dead_worker_the_router_still_routes_to_is_upstream_requeued(
     assert failed and {r.error_kind for r in failed} == {"upstream"}
     assert {r.http_status for r in failed} <= {500, 503}
     assert all(r.extra["outcome"] == "requeued" for r in failed)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_worker_dead_the_router_is_down_until_one_is_back(
+    kind, router_factory, two_sims, tmp_path
+):
+    """Both workers SIGKILLed mid-job: the router answers 503 "No available workers", its
+    /health still 200. The job takes the router out (as a dead server) instead of failing
+    row after row, polls it with a tiny request, and goes on once a worker restarted on the
+    same port is routed to again: every id once, no row in the errors file."""
+    quick = ("--health-check-interval-secs", "1", "--cb-timeout-duration-secs", "1")
+    router = router_factory(kind, [s.root for s in two_sims], *quick)
+    n = 200
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(n))
+    args = ("-i", str(inp), "-o", str(out), "--url", router.url, "--model", "genbench-sim")
+    proc = _popen(tmp_path, *args, "-c", "8", *FAST)
+    restarted = None
+    try:
+        wait_for(lambda: line_count(out) >= 40, 60, "40 rows written")
+        for sim in two_sims:
+            sim.kill()
+        wait_for(lambda: "is down" in (tmp_path / "stdout.txt").read_text(), 60, "router down")
+        assert proc.poll() is None, "the job must wait for a worker, not exit"
+        restarted = SimProcess(*SIM, "--port", str(two_sims[0].port)).start()
+        assert proc.wait(120) == 0, (tmp_path / "stderr.txt").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if restarted is not None:
+            restarted.close()
+    stdout = (tmp_path / "stdout.txt").read_text()
+    assert "No available workers" in stdout and "is back" in stdout, stdout[-2000:]
+    ids = [f"r{i}" for i in range(n)]
+    assert_exactly_once(out, ids)
+    assert error_rows(out) == []
+    failed = assert_log_holds_every_attempt(out, ids)
+    kinds = Counter((r.error_kind, r.http_status) for r in failed)
+    print(f"{kind}: {dict(kinds)}")
+    assert {k for k, _ in kinds} <= {"upstream", "disconnected", "incomplete_stream"}, kinds

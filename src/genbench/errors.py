@@ -144,6 +144,17 @@ def model_missing(message: str) -> bool:
     return bool(_MODEL_MISSING.search(message))
 
 
+_NO_WORKER = re.compile(
+    r"no (available|healthy) workers?|no workers are( currently)? available", re.IGNORECASE
+)
+
+
+def no_worker_left(message: str) -> bool:
+    """A router says none of its workers can take a request (every one dead or its circuit
+    open), as opposed to one that failed."""
+    return bool(_NO_WORKER.search(message))
+
+
 def upstream_failed(status: int, message: str) -> bool:
     """A router or proxy answered for the worker behind it: 502 and 504 always, another
     5xx when its message says no worker could take the request."""

@@ -10,7 +10,8 @@ server (`ErrorKind` and `retry_for`, the one vocabulary):
     `Retry.PROBE`): /health decides. Dead -> as above; alive -> a charged retry;
   * a router answered for its worker (`ErrorKind.UPSTREAM`: 502, 504, "no available
     workers", "error sending request"): a server lost behind it, uncharged like the
-    above, requeued after a backoff (the router sends it to another worker);
+    above, requeued after a backoff (the router sends it to another worker); when the
+    router says no worker is left, it is taken out as a dead server is;
   * retrying cannot help (`Retry.NO`: a 4xx other than 408/409/429, such as context too
     long): the row goes straight to the errors file;
   * anything else (429, timeouts, in-band errors, malformed streams): retried with
@@ -35,7 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from genbench.errors import ErrorKind, Retry, descriptor_advice, retry_for
+from genbench.errors import ErrorKind, Retry, descriptor_advice, no_worker_left, retry_for
 from genbench.generate.conversation import Conversation, Label, conversations
 from genbench.generate.input import BadRow, Row
 from genbench.load import Load, Policy, Slot, WorkQueue
@@ -103,6 +104,10 @@ class RowPolicy(Policy):
             self._short_of_descriptors(slot, f"{slot.name}: {rec.error_message}")
             self._back(conv, queue, "requeued", 0.5)
         elif kind.server_gone or (advice is Retry.PROBE and not await slot.probe()):
+            slot.mark_down(f"{kind}: {rec.error_message}", rec)
+            self._lost(conv, queue, 0.0)
+        elif kind is ErrorKind.UPSTREAM and no_worker_left(rec.error_message or ""):
+            # every worker behind the router is out: the router is down as a server is
             slot.mark_down(f"{kind}: {rec.error_message}", rec)
             self._lost(conv, queue, 0.0)
         elif kind is ErrorKind.UPSTREAM:

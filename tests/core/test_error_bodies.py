@@ -10,7 +10,15 @@ import pytest
 
 from genbench.check import _status_diagnosis
 from genbench.endpoint import Endpoint
-from genbench.errors import ErrorKind, ExitCode, Retry, model_missing, retry_for, status_kind
+from genbench.errors import (
+    ErrorKind,
+    ExitCode,
+    Retry,
+    model_missing,
+    no_worker_left,
+    retry_for,
+    status_kind,
+)
 from genbench.stream import status_failure
 
 pytestmark = pytest.mark.core
@@ -91,3 +99,13 @@ def test_the_router_diagnosis_says_no_worker_could_take_it():
     assert d.exit_code == ExitCode.SERVER_ERROR
     assert "no worker behind it" in d.message and "No available workers" in d.message
     assert orjson.loads(SGL_503)  # the body is the router's own JSON
+
+
+def test_no_worker_left_is_told_from_one_worker_failed():
+    """503 "No available workers" means the router has none: it is down as a server is;
+    500 "error sending request" means one failed: the router routes the retry elsewhere."""
+    assert no_worker_left(status_failure(503, SGL_503).message)
+    assert no_worker_left(status_failure(503, VR_503).message)
+    assert no_worker_left("No workers are currently available")
+    assert not no_worker_left(status_failure(500, SGL_500).message)
+    assert not no_worker_left(status_failure(500, VR_500).message)

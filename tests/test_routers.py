@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -267,3 +268,46 @@ def test_every_worker_dead_the_router_is_down_until_one_is_back(
     kinds = Counter((r.error_kind, r.http_status) for r in failed)
     print(f"{kind}: {dict(kinds)}")
     assert {k for k, _ in kinds} <= {"upstream", "disconnected", "incomplete_stream"}, kinds
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_worker_sigkilled_behind_sglang_router_mid_generate(router_factory, tmp_path):
+    """A real engine lost behind the router: vLLM (its own, started here) and a sim serving
+    the same model name behind sglang-router; vLLM's process group SIGKILLed mid-job (an
+    OOM kill). The rows finish on the sim: every id once, none in the errors file."""
+    import fixtures_vllm as fx
+
+    if fx._skip_requested():
+        pytest.skip("GENBENCH_SKIP_VLLM=1: vLLM test server disabled")
+    fx._setup_once()
+    name, port = f"router-kill-{os.getpid()}", fx._free_port()
+    script = ["bash", str(fx.SCRIPT)]
+    p = subprocess.run([*script, "start", name, str(port)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    root = p.stdout.strip().splitlines()[-1]
+    sim = SimProcess(*SIM, "--model", fx.SERVED_MODEL_NAME, "--tps", "200").start()
+    try:
+        router = router_factory("sglang-router", [root, sim.root], "--policy", "round_robin")
+        n = 40
+        inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+        write_rows(inp, prompts(n))
+        args = ("-i", str(inp), "-o", str(out), "--url", router.url)
+        args += ("--model", fx.SERVED_MODEL_NAME, "--max-tokens", "48", "-c", "4")
+        proc = _popen(tmp_path, *args, *FAST)
+        try:
+            wait_for(lambda: line_count(out) >= 4, 240, "4 rows written")
+            os.killpg(int((fx.RUN_DIR / f"vllm-{name}.pid").read_text()), signal.SIGKILL)
+            assert proc.wait(300) == 0, (tmp_path / "stderr.txt").read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        ids = [f"r{i}" for i in range(n)]
+        rows = assert_exactly_once(out, ids)
+        assert error_rows(out) == []
+        failed = assert_log_holds_every_attempt(out, ids)
+        print(f"vLLM killed: {Counter((r.error_kind, r.http_status) for r in failed)}, "
+              f"rows by model reply: {len(rows)}")  # fmt: skip
+    finally:
+        sim.close()
+        subprocess.run([*script, "stop", name], capture_output=True)

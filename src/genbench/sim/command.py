@@ -64,6 +64,15 @@ def sim(
         "unhealthy, split, loop, unclosed, empty-answer, inline-think, garble, ignore-prompt; "
         "match=TEXT limits one to requests containing TEXT. See docs/sim.md.",
     ),  # fmt: skip
+    dialect: str = typer.Option(
+        "sim",
+        "--dialect",
+        help="Whose endpoints and metric names to serve: sim (genbench's own) or sglang "
+        "(/server_info, /health_generate, sglang:* metrics; see docs/sim.md).",
+    ),  # fmt: skip
+    no_metrics: bool = typer.Option(
+        False, "--no-metrics", help="Serve no /metrics (like SGLang without --enable-metrics)."
+    ),
     drift: str | None = typer.Option(
         None,
         "--drift",
@@ -77,7 +86,8 @@ def sim(
         prefill_tps=prefill_tps, max_batch=max_batch, max_model_len=max_model_len,
         thinking_tokens=thinking_tokens, reasoning_dialect=reasoning_dialect, spec_k=spec_k,
         spec_accept=spec_accept, output_len=output_len, seed=seed, api_key_env=api_key_env,
-        faults=[parse_fault(f) for f in fault or []], drift=drift,
+        faults=[parse_fault(f) for f in fault or []], drift=drift, dialect=dialect,
+        metrics=not no_metrics,
     ).validate()  # fmt: skip
 
     from genbench.limits import raise_soft_limit

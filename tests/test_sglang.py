@@ -175,6 +175,8 @@ def test_run_without_sglangs_metrics_says_nothing_false(sim_factory, tmp_path):
     doc = run_quick(sim, tmp_path / "r")
     assert all(ph["server_metrics"] is None for ph in doc["phases"])
     assert "speculative decoding" not in doc["stdout"]
+    hint = "no server counters: no /metrics; SGLang serves /metrics only when started with "
+    assert hint + "--enable-metrics" in doc["stdout"]
 
 
 def test_generate_against_sglang_writes_every_id_once(sim_factory, tmp_path):

@@ -98,6 +98,9 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
             "[yellow]local demo target: a tiny random-weight model on llama.cpp; the "
             "numbers show the method, not a real model's speed[/]"
         )
+    probe = (target.get("check") or {}).get("metrics") or {}
+    if probe.get("status") == "absent":
+        console.print(f"  [yellow]no server counters[/]: no /metrics; {probe.get('hint')}")
     phases = doc["phases"]
     singles = [p for p in phases if p["kind"] == "single"]
     if singles:

@@ -18,7 +18,9 @@ import pytest
 from conftest import genbench
 
 from genbench.check import Exit
+from genbench.errors import UsageError
 from genbench.records import read_records
+from genbench.sim.config import SimConfig
 from genbench.sim.process import SimProcess
 
 # lengths: check's 16 tokens, warm-up's 64, run --quick's 256 and 1024 are all 1 + 3n, so
@@ -197,3 +199,19 @@ def test_generate_against_sglang_writes_every_id_once(sim_factory, tmp_path):
     truth = sim_truth(sim.root)
     written = sum(r["meta"]["completion_tokens"] for r in rows)
     assert truth["generation_tokens_total"] == written + 16  # and check's test request
+
+
+@pytest.mark.parametrize(
+    ("cfg", "needle"),
+    [
+        (SimConfig(dialect="vllm"), "--dialect 'vllm': expected sim or sglang"),
+        (
+            SimConfig(dialect="sglang", reasoning_dialect="reasoning"),
+            "expected reasoning_content with --dialect sglang",
+        ),
+    ],
+)
+def test_bad_dialects_fail_before_binding(cfg: SimConfig, needle: str) -> None:
+    with pytest.raises(UsageError) as e:
+        cfg.validate()
+    assert needle in str(e.value)

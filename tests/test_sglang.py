@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from conftest import genbench
 
-from genbench.check import Exit
+from genbench.check import Exit, ServerInfo, _read_identity
 from genbench.errors import UsageError
 from genbench.records import read_records
 from genbench.sim.config import SimConfig
@@ -215,3 +215,26 @@ def test_bad_dialects_fail_before_binding(cfg: SimConfig, needle: str) -> None:
     with pytest.raises(UsageError) as e:
         cfg.validate()
     assert needle in str(e.value)
+
+
+def test_server_info_in_either_shape_gives_the_same_details() -> None:
+    flat = {
+        "version": "0.5.4", "model_path": "Qwen/Qwen3-8B", "context_length": 40960,
+        "speculative_algorithm": "EAGLE3", "speculative_num_draft_tokens": 4,
+        "reasoning_parser": "qwen3", "max_running_requests": 128, "enable_metrics": False,
+        "internal_states": [{"avg_spec_accept_length": 2.75}], "tp_size": 2,
+    }  # fmt: skip
+    nested = {"version": "0.5.4", "server_args": {k: v for k, v in flat.items() if k != "version"}}
+    for obj in (flat, nested):
+        info = ServerInfo(kind="SGLang")
+        _read_identity(info, "SGLang", "/get_server_info", obj)
+        assert info.version == "0.5.4" and info.max_model_len == 40960
+        assert info.details == {
+            "model_path": "Qwen/Qwen3-8B", "speculative_algorithm": "EAGLE3",
+            "speculative_num_draft_tokens": 4, "reasoning_parser": "qwen3",
+            "max_running_requests": 128, "context_length": 40960, "enable_metrics": False,
+            "avg_spec_accept_length": 2.75,
+        }  # fmt: skip
+    unknown = ServerInfo()
+    _read_identity(unknown, "SGLang", "/server_info", {"version": "1", "status": "ready"})
+    assert unknown.kind is None  # another server's /server_info is not SGLang's

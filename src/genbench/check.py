@@ -272,7 +272,11 @@ def _read_identity(info: ServerInfo, kind: str, path: str, obj: dict[str, Any]) 
             info.max_model_len = info.max_model_len or n_ctx
         if "total_slots" in obj:
             info.details["total_slots"] = obj["total_slots"]
-    elif path.endswith("server_info") and "version" in obj and "model_path" in obj:
+    elif path.endswith("server_info") and "version" in obj:
+        if isinstance(obj.get("server_args"), dict):  # an older shape: the arguments nested
+            obj = {**obj["server_args"], **obj}
+        if "model_path" not in obj:
+            return
         info.kind = info.kind or "SGLang"
         info.version = str(obj.get("version") or "") or None
         _read_sglang(info, obj)

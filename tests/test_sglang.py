@@ -95,7 +95,15 @@ def test_check_fails_when_sglangs_generation_health_check_fails(sim_factory):
 
 
 def test_sim_serves_sglangs_routes_and_not_the_sims(sim_factory):
-    sim = sim_factory(*SGLANG)
+    sim = sim_factory(*SGLANG, "--thinking-tokens", "2")
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 7}
+    post = urllib.request.Request(sim.url + "/chat/completions", data=json.dumps(body).encode())
+    with urllib.request.urlopen(post, timeout=10) as resp:
+        answer = json.loads(resp.read())
+    # SGLang's usage: reasoning_tokens at the top, no details; its thinking field
+    assert answer["usage"]["reasoning_tokens"] == 2 and answer["usage"]["completion_tokens"] == 7
+    assert answer["usage"]["completion_tokens_details"] is None
+    assert len(answer["choices"][0]["message"]["reasoning_content"].split()) == 2
     for path in ("/server_info", "/get_server_info"):
         with urllib.request.urlopen(sim.root + path, timeout=5) as resp:
             info = json.loads(resp.read())

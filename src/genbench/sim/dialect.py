@@ -15,7 +15,9 @@ and `/metrics` from it, so a new kind is a new table entry, not branches in the 
   model card `owned_by` sglang, and `/metrics` in SGLang's names: tokenizer counters
   labelled `model_name`, scheduler gauges labelled `model_name`, `engine_type`, `tp_rank`,
   `pp_rank`, `moe_ep_rank`, speculative acceptance as two gauges averaged over the last
-  `SPEC_LOG_STEPS` decode steps. The sim has no KV pool: its `sglang:token_usage` is the
+  `SPEC_LOG_STEPS` decode steps; usage with `reasoning_tokens` at its top level
+  (`python/sglang/srt/entrypoints/openai/usage_processor.py` at
+  056c7ec2bdc0f1ddaf4d255a0076501a742c34bc). The sim has no KV pool: its `sglang:token_usage` is the
   share of `--max-batch` slots in use.
 
 Whatever the dialect, `/sim/metrics` serves the sim's own `sim:*` counters (the truth tests
@@ -119,6 +121,28 @@ def sglang_rows(srv: SimServer) -> list[Row]:
     ]  # fmt: skip
 
 
+Usage = Callable[[int, int, int], dict[str, Any]]
+
+
+def sim_usage(prompt: int, completion: int, reasoning: int) -> dict[str, Any]:
+    """OpenAI's shape, thinking under completion_tokens_details (as vLLM)."""
+    return {
+        "prompt_tokens": prompt, "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }  # fmt: skip
+
+
+def sglang_usage(prompt: int, completion: int, reasoning: int) -> dict[str, Any]:
+    """SGLang's UsageInfo (entrypoints/openai/usage_processor.py): `reasoning_tokens` at the
+    top; the details null without prompt caching reported or spec-decode usage enabled."""
+    return {
+        "prompt_tokens": prompt, "completion_tokens": completion,
+        "total_tokens": prompt + completion, "prompt_tokens_details": None,
+        "reasoning_tokens": reasoning, "completion_tokens_details": None,
+    }  # fmt: skip
+
+
 class SGLangEndpoints:
     """SGLang's native endpoints, answered from the sim's state."""
 
@@ -175,6 +199,7 @@ class Dialect:
     owned_by: str  # the model card's owned_by, which check reads first
     prefix: str  # of its metric names
     rows: Callable[[SimServer], list[Row]]
+    usage: Usage  # the usage object of an answer
     # path -> handler built from the server; None removes a shared route
     routes: Callable[[SimServer], dict[str, Handler | None]]
 
@@ -198,6 +223,6 @@ def _sglang_routes(srv: SimServer) -> dict[str, Handler | None]:
 
 
 DIALECTS: dict[str, Dialect] = {
-    "sim": Dialect("genbench-sim", "sim:", sim_rows, _sim_routes),
-    "sglang": Dialect("sglang", "sglang:", sglang_rows, _sglang_routes),
+    "sim": Dialect("genbench-sim", "sim:", sim_rows, sim_usage, _sim_routes),
+    "sglang": Dialect("sglang", "sglang:", sglang_rows, sglang_usage, _sglang_routes),
 }

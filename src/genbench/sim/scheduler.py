@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from genbench.sim.config import SimConfig
+from genbench.sim.dialect import DIALECTS, Usage
 from genbench.sim.wire import (
     DONE,
     INF,
@@ -63,6 +64,7 @@ class Scheduler:
         self.spec_accept_length = 0.0
         self.spec_accept_rate = 0.0
         self._spec_mark = (0, 0, 0)
+        self.usage_shape: Usage = DIALECTS[cfg.dialect].usage
         self.drift = cfg.drift_model()
         self.started = clock()
         self.task = self.loop.create_task(self._run())
@@ -221,12 +223,7 @@ class Scheduler:
         self._end(r, "ok", t)
 
     def usage(self, r: Req) -> dict[str, Any]:
-        return {
-            "prompt_tokens": r.prompt_tokens,
-            "completion_tokens": r.emitted,
-            "total_tokens": r.prompt_tokens + r.emitted,
-            "completion_tokens_details": {"reasoning_tokens": r.reasoning_emitted},
-        }
+        return self.usage_shape(r.prompt_tokens, r.emitted, r.reasoning_emitted)
 
     def _end(self, r: Req, outcome: str, t: float) -> None:
         r.outcome = outcome

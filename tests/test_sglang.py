@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -246,3 +247,35 @@ def test_server_info_in_either_shape_gives_the_same_details() -> None:
     unknown = ServerInfo()
     _read_identity(unknown, "SGLang", "/server_info", {"version": "1", "status": "ready"})
     assert unknown.kind is None  # another server's /server_info is not SGLang's
+
+
+async def test_identify_asks_at_most_five_paths_of_an_unknown_server() -> None:
+    from aiohttp import web
+
+    from genbench.check import identify
+    from genbench.client import ConnectionPool
+    from genbench.endpoint import Endpoint
+
+    asked: list[str] = []
+
+    async def nothing(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", nothing)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    await web.SockSite(runner, sock).start()
+    ep = Endpoint.parse(f"http://127.0.0.1:{port}/v1")
+    pool = ConnectionPool(ep.root)
+    try:
+        info = await identify(pool, ep, {"id": "m", "owned_by": "someone"})
+    finally:
+        await pool.close()
+        await runner.cleanup()
+    assert info.kind is None
+    assert asked == ["/version", "/props", "/server_info", "/get_server_info", "/info"]

@@ -246,7 +246,11 @@ async def identify(
     ]
     if info.kind:
         probes = [p for p in probes if p[0] == info.kind] or probes
+    asked: set[str] = set()  # a path two kinds share (/version) is asked once: at most 5 GETs
     for kind, path in probes:
+        if path in asked:
+            continue
+        asked.add(path)
         try:
             status, body = await _get(pool, ep, ep.root + path, timeout)
             obj = orjson.loads(body) if status == 200 else None

@@ -16,6 +16,7 @@ import orjson
 from genbench.client import ChatRequest, Client, ConnectionPool, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import ExitCode, GenbenchError
+from genbench.metrics_names import dialect_of, metrics_off_hint
 from genbench.records import ErrorKind, RequestRecord
 from genbench.stream import Failure, error_message_from_body
 
@@ -45,6 +46,16 @@ class ServerInfo:
 
 
 @dataclass
+class MetricsProbe:
+    """Is /metrics there, and in whose names? `hint` says how to turn it on when it is off."""
+
+    status: str  # "ok", "absent" (no /metrics) or "unreadable"
+    dialect: str | None = None
+    http_status: int | None = None
+    hint: str | None = None
+
+
+@dataclass
 class CheckReport:
     url: str
     ok: bool = False
@@ -62,6 +73,8 @@ class CheckReport:
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
     tokens_estimated: bool | None = None
+    deep_health: str | None = None  # SGLang's /health_generate: "ok" or "absent"
+    metrics: MetricsProbe | None = None
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -226,13 +239,18 @@ async def identify(
     probes = [
         ("vLLM", "/version"),
         ("llama.cpp", "/props"),
-        ("SGLang", "/get_server_info"),
+        ("SGLang", "/server_info"),  # SGLang's newer spelling
+        ("SGLang", "/get_server_info"),  # the older one (now deprecated, still served)
         ("TGI", "/info"),
         ("genbench-sim", "/version"),
     ]
     if info.kind:
         probes = [p for p in probes if p[0] == info.kind] or probes
+    asked: set[str] = set()  # a path two kinds share (/version) is asked once: at most 5 GETs
     for kind, path in probes:
+        if path in asked:
+            continue
+        asked.add(path)
         try:
             status, body = await _get(pool, ep, ep.root + path, timeout)
             obj = orjson.loads(body) if status == 200 else None
@@ -258,12 +276,88 @@ def _read_identity(info: ServerInfo, kind: str, path: str, obj: dict[str, Any]) 
             info.max_model_len = info.max_model_len or n_ctx
         if "total_slots" in obj:
             info.details["total_slots"] = obj["total_slots"]
-    elif path == "/get_server_info" and ("version" in obj or "server_args" in obj):
+    elif path.endswith("server_info") and "version" in obj:
+        if isinstance(obj.get("server_args"), dict):  # an older shape: the arguments nested
+            obj = {**obj["server_args"], **obj}
+        if "model_path" not in obj:
+            return
         info.kind = info.kind or "SGLang"
         info.version = str(obj.get("version") or "") or None
+        _read_sglang(info, obj)
     elif path == "/info" and "model_id" in obj:
         info.kind = info.kind or "TGI"
         info.version = str(obj.get("version") or "") or None
+
+
+# what check keeps of SGLang's /server_info: its server arguments (flattened into the
+# answer) and rank 0's internal state
+SGLANG_DETAILS = (
+    "model_path",
+    "speculative_algorithm",
+    "speculative_num_draft_tokens",
+    "reasoning_parser",
+    "max_running_requests",
+    "context_length",
+    "enable_metrics",
+)
+
+
+def _read_sglang(info: ServerInfo, obj: dict[str, Any]) -> None:
+    for key in SGLANG_DETAILS:
+        if obj.get(key) is not None:
+            info.details[key] = obj[key]
+    ctx = obj.get("context_length")
+    if isinstance(ctx, int) and not info.max_model_len:
+        info.max_model_len = ctx
+    states = obj.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        accept = states[0].get("avg_spec_accept_length")
+        if isinstance(accept, int | float):
+            info.details["avg_spec_accept_length"] = accept
+
+
+async def deep_health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str:
+    """SGLang's /health_generate: the server runs a one-token generation and answers 200
+    once its scheduler answered (polled each second, so about a second), 503 when none
+    came within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default)."""
+    try:
+        status, body = await _get(pool, ep, ep.root + "/health_generate", timeout)
+    except Failure as f:
+        raise PreflightFailed(_transport_diagnosis(ep, f, "GET /health_generate")) from None
+    if status == 200:
+        return "ok"
+    if status in (404, 405, 401, 403):
+        return "absent"
+    if status == 503:
+        raise PreflightFailed(
+            Diagnosis(
+                Exit.SERVER_ERROR,
+                f"{_where(ep)} answers SGLang's /health_generate with 503: its scheduler "
+                "produced no token within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default): "
+                "still starting, hung, or overloaded. Check the server's log.",
+            )
+        )
+    raise PreflightFailed(_status_diagnosis(ep, ep.root + "/health_generate", status, body))
+
+
+async def probe_metrics(
+    pool: ConnectionPool, ep: Endpoint, kind: str | None, timeout: float
+) -> MetricsProbe:
+    """One GET of /metrics: in whose names, or how to turn it on. Never fails the check."""
+    try:
+        status, body = await _get(pool, ep, ep.root + "/metrics", timeout)
+    except Failure as f:
+        return MetricsProbe("unreadable", hint=ep.redact(f.message))
+    if status != 200:
+        return MetricsProbe("absent", http_status=status, hint=metrics_off_hint(kind))
+    names = (
+        line.split("{", 1)[0].split(" ", 1)[0]
+        for line in body.decode("utf-8", "replace").splitlines()
+        if line and not line.startswith("#")
+    )
+    dialect = dialect_of(names)
+    hint = None if dialect else "no metric names genbench reads: run reports no server counters"
+    return MetricsProbe("ok", dialect=dialect, http_status=status, hint=hint)
 
 
 async def tiny_request(client: Client, max_tokens: int = 16) -> RequestRecord:
@@ -341,6 +435,9 @@ async def preflight(
         if rep.model != (first.get("id") if first else None):
             first = {}
         rep.server = await identify(pool, ep, first)
+        if rep.server.kind == "SGLang":
+            rep.deep_health = await deep_health(pool, ep, min(timeout, 30.0))
+        rep.metrics = await probe_metrics(pool, ep, rep.server.kind, connect_timeout + 2)
         if tiny:
             client = Client(ep, rep.model, timeouts=timeouts, session=pool, keep_text=True)
             rec = await tiny_request(client, max_tokens)

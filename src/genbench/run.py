@@ -301,7 +301,9 @@ class Runner:
             peaks = await self.metrics.stop_sampling()
             after = await self.metrics.scrape()
             if before is not None and after is not None:
-                phase.server_metrics = server_metrics_summary(before, after, peaks)
+                phase.server_metrics = server_metrics_summary(
+                    before, after, peaks, self.metrics.gauge_sums
+                )
                 phase.notes.extend(compare_tokens(phase.summary, phase.server_metrics))
         self.state.add(phase)
         self.listener.phase_done(phase)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from genbench.fmt import duration, ms, pct, rate
+from genbench.fmt import duration, ms, number, pct, rate
 from genbench.records import RequestRecord
 from genbench.run import Listener, Phase
 
@@ -98,6 +98,9 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
             "[yellow]local demo target: a tiny random-weight model on llama.cpp; the "
             "numbers show the method, not a real model's speed[/]"
         )
+    probe = (target.get("check") or {}).get("metrics") or {}
+    if probe.get("status") == "absent":
+        console.print(f"  [yellow]no server counters[/]: no /metrics; {probe.get('hint')}")
     phases = doc["phases"]
     singles = [p for p in phases if p["kind"] == "single"]
     if singles:
@@ -119,12 +122,7 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
     _sweep_table(doc, console)
     spec = [p for p in phases if (p.get("server_metrics") or {}).get("spec_mean_acceptance_length")]
     for p in spec:
-        m = p["server_metrics"]
-        console.print(
-            f"  speculative decoding {p['name']}: acceptance "
-            f"{m['spec_acceptance_rate']:.1%}, mean acceptance length "
-            f"{m['spec_mean_acceptance_length']:.2f}"
-        )
+        console.print(f"  speculative decoding {p['name']}: {spec_line(p['server_metrics'])}")
     estimated = [p["name"] for p in phases if p["summary"].get("tokens_estimated")]
     if estimated:
         console.print(
@@ -243,3 +241,15 @@ def render_repeats(docs: list[dict[str, Any]], console: Console) -> None:
     t.add_row("mean", *means)
     t.add_row("spread (sd)", *spreads)
     console.print(t)
+
+
+def spec_line(m: dict[str, Any]) -> str:
+    """Acceptance as the server counted it, saying when it came from an averaging gauge."""
+    accepted = m.get("spec_acceptance_rate")
+    parts = [f"acceptance {pct(accepted)}"] if accepted is not None else []
+    parts.append(f"mean acceptance length {number(m['spec_mean_acceptance_length'], 2)}")
+    text = ", ".join(parts)
+    if m.get("spec_acceptance_source") == "gauge":
+        n = m.get("spec_gauge_samples", 1)
+        text += f" (server gauge, mean of {n} sample{'s' if n != 1 else ''})"
+    return text

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import typer
 
-from genbench.check import CheckReport, preflight
+from genbench.check import CheckReport, MetricsProbe, preflight
 from genbench.commands import common
 from genbench.console import err, out
 from genbench.errors import UsageError
-from genbench.fmt import duration, ms
+from genbench.fmt import count, duration, ms, number
+from genbench.metrics_names import DIALECTS
 
 
 def check(
@@ -46,6 +48,8 @@ def render(rep: CheckReport) -> None:
         out.print(f"  [dim]note:[/] {note}")
     if rep.health:
         health = "ok" if rep.health == "ok" else "no /health; /v1/models answers"
+        if rep.deep_health == "ok":
+            health += "; /health_generate ok (a one-token generation)"
         out.print(f"  [green]✓[/] health   {health}")
     if rep.model:
         out.print(f"  [green]✓[/] model    {rep.model} ({len(rep.models)} served)")
@@ -53,6 +57,10 @@ def render(rep: CheckReport) -> None:
     if s.kind:
         extra = f", context {s.max_model_len}" if s.max_model_len else ""
         out.print(f"  [green]✓[/] server   {s.kind} {s.version or '(version unknown)'}{extra}")
+        if details := server_details(s.details):
+            out.print(f"             {details}")
+    if rep.metrics:
+        render_metrics(rep.metrics)
     if rep.ok and rep.finish_reason:
         tokens = "?" if rep.completion_tokens is None else str(rep.completion_tokens)
         think = f", {rep.reasoning_tokens or 0} thinking" if rep.thinking else ", no thinking"
@@ -65,3 +73,33 @@ def render(rep: CheckReport) -> None:
         out.print(f"[bold green]ready[/] ({duration(rep.elapsed_s)})")
     else:
         err.print(f"[bold red]✗[/] {rep.diagnosis}")
+
+
+def server_details(d: dict[str, Any]) -> str:
+    """What SGLang's /server_info says of its setup, in one line."""
+    parts = []
+    if d.get("model_path"):
+        parts.append(f"model {d['model_path']}")
+    if d.get("speculative_algorithm"):
+        n = d.get("speculative_num_draft_tokens")
+        drafts = f" ({count(n)} draft tokens)" if n else ""
+        parts.append(f"speculative {d['speculative_algorithm']}{drafts}")
+        if d.get("avg_spec_accept_length"):
+            parts.append(f"accept length {number(d['avg_spec_accept_length'], 2)} so far")
+    if d.get("reasoning_parser"):
+        parts.append(f"reasoning parser {d['reasoning_parser']}")
+    if d.get("max_running_requests"):
+        parts.append(f"max running requests {count(d['max_running_requests'])}")
+    return ", ".join(parts)
+
+
+def render_metrics(m: MetricsProbe) -> None:
+    if m.status == "ok" and m.dialect:
+        prefix = next(p for p, kind in DIALECTS if kind == m.dialect)
+        out.print(f"  [green]✓[/] metrics  /metrics in {m.dialect}'s names ({prefix}*)")
+    elif m.status == "ok":
+        out.print(f"  [yellow]![/] metrics  /metrics answers, but {m.hint}")
+    elif m.status == "absent":
+        out.print(f"  [yellow]![/] metrics  no /metrics (HTTP {m.http_status}): {m.hint}")
+    else:
+        out.print(f"  [yellow]![/] metrics  /metrics could not be read ({m.hint})")

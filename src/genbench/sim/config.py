@@ -16,6 +16,8 @@ from typing import Any
 from genbench.errors import UsageError
 
 REASONING_DIALECTS = ("reasoning_content", "reasoning")
+# whose endpoints and metric names the sim serves (genbench.sim.dialect has each one's table)
+SERVER_DIALECTS = ("sim", "sglang")
 
 # Fault kinds and the keys each accepts besides `rate` and `after`, with defaults.
 FAULT_KEYS: dict[str, dict[str, Any]] = {
@@ -232,6 +234,8 @@ class SimConfig:
     api_key_env: str | None = None
     faults: list[Fault] = field(default_factory=list)
     drift: str | None = None  # PCT:PERIOD, see Drift
+    dialect: str = "sim"  # one of SERVER_DIALECTS
+    metrics: bool = True  # False: no /metrics (SGLang started without --enable-metrics)
 
     @property
     def step_b(self) -> float:
@@ -301,6 +305,19 @@ class SimConfig:
             repr(self.reasoning_dialect),
             " or ".join(REASONING_DIALECTS),
         )
+        need(
+            self.dialect in SERVER_DIALECTS,
+            "--dialect",
+            repr(self.dialect),
+            " or ".join(SERVER_DIALECTS),
+        )
+        if self.dialect == "sglang":
+            need(
+                self.reasoning_dialect == "reasoning_content",
+                "--reasoning-dialect",
+                repr(self.reasoning_dialect),
+                "reasoning_content with --dialect sglang (the field SGLang sends)",
+            )
         need(1 <= self.spec_k <= 64, "--spec-k", self.spec_k, "an integer in 1..64")
         need(
             0 <= self.spec_accept <= 1, "--spec-accept", self.spec_accept, "a probability in [0, 1]"

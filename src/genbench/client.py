@@ -36,6 +36,7 @@ from genbench.stream import (
     status_failure,
     timeout_failure,
 )
+from genbench.think import Splitter, ThinkMode
 
 _DNS_TTL = 300.0
 _STALE_RETRIES = 8
@@ -214,8 +215,10 @@ class Client:
         stream: bool = True,
         keep_text: bool = False,
         session: ConnectionPool | None = None,
+        think: ThinkMode | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.think = think  # thinking inline in content: split it (genbench.think)
         self.model = model
         self.timeouts = timeouts or Timeouts()
         self.stream = stream
@@ -283,7 +286,8 @@ class Client:
         pool, total = self.pool, self.timeouts.total
         rec.sent_at = time.time()
         rec.t_send = t0 = time.perf_counter()
-        parser = StreamParser(rec, t0, self.keep_text) if self.stream else None
+        split = self.think.splitter(req.params) if self.think is not None else None
+        parser = StreamParser(rec, t0, self.keep_text, split) if self.stream else None
         tries: list[tuple[Connection, Exchange]] = []
         try:
             if total is None:
@@ -302,7 +306,7 @@ class Client:
             self._abandon(tries, parser)
             self._fail(rec, timeout_failure(tries[-1][1].got_head if tries else False))
         else:
-            self._fail(rec, self._complete(rec, ex, parser, t0))
+            self._fail(rec, self._complete(rec, ex, parser, t0, split))
         finally:
             if tries and tries[-1][1].got_head:
                 rec.http_status = tries[-1][1].status
@@ -313,7 +317,12 @@ class Client:
         return rec
 
     def _complete(
-        self, rec: RequestRecord, ex: Exchange, parser: StreamParser | None, t0: float
+        self,
+        rec: RequestRecord,
+        ex: Exchange,
+        parser: StreamParser | None,
+        t0: float,
+        split: Splitter | None = None,
     ) -> Failure | None:
         """The response is in (or the stream over): what it says, as a failure or None."""
         if ex.failure is not None:
@@ -325,7 +334,7 @@ class Client:
         body = b"".join(ex.body)
         if ex.status != 200:
             return status_failure(ex.status, body)
-        return parse_whole(rec, body, t0, time.perf_counter(), self.keep_text)
+        return parse_whole(rec, body, t0, time.perf_counter(), self.keep_text, split)
 
     @staticmethod
     def _abandon(tries: list[tuple[Connection, Exchange]], parser: StreamParser | None) -> None:

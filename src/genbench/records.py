@@ -64,6 +64,10 @@ class RequestRecord:
     reasoning_tokens: int | None = None
     # True when token counts did not come from the server's usage
     tokens_estimated: bool = False
+    # where reasoning_tokens came from when the server did not count them (its thinking
+    # arrived inline in `content`, split by genbench): "tokenizer" (the server's own
+    # /tokenize) or "estimate" (the completion tokens shared out by chunks)
+    reasoning_source: str | None = None
     finish_reason: str | None = None
     error_kind: ErrorKind | None = None
     error_message: str | None = None

@@ -108,16 +108,25 @@ class ConnectionPool:
         return ex
 
     async def get(
-        self, url: str, timeout: float, headers: Mapping[str, str] | None = None
+        self,
+        url: str,
+        timeout: float,
+        headers: Mapping[str, str] | None = None,
+        json: Any = None,
     ) -> tuple[int, dict[str, str], bytes]:
-        """GET a path (or a URL on this server): status, lower-cased headers, body (up to
-        64 KiB of it when the status is not 200). Raises `Failure` when there is no answer."""
+        """GET a path (or a URL on this server), or POST `json` to it when given: status,
+        lower-cased headers, body (up to 64 KiB of it when the status is not 200). Raises
+        `Failure` when there is no answer."""
         parts = urlsplit(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        lines = [f"GET {target} HTTP/1.1", f"Host: {self.netloc}"]
+        method = "GET" if json is None else "POST"
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {self.netloc}"]
         lines += [f"User-Agent: genbench/{__version__}"]
         lines += [f"{k}: {v}" for k, v in (headers or {}).items() if k.lower() != "host"]
-        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        data = b"" if json is None else orjson.dumps(json)
+        if json is not None:
+            lines += ["Content-Type: application/json", f"Content-Length: {len(data)}"]
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
         tries: list[tuple[Connection, Exchange]] = []
         try:
             async with asyncio.timeout(timeout):

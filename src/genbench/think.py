@@ -178,11 +178,11 @@ def detect(
 
 
 DIALECT_TEXT = {
-    SEPARATE: "thinking in its own field (the server splits it: reasoning parser on)",
-    INLINE: "thinking inline in content, between {open} and {close}: genbench splits it",
-    INLINE_OPENED: "thinking inline in content, opened by the chat template and ended by "
-    "{close}: genbench splits it",
-    NONE: "no thinking seen",
+    SEPARATE: "in its own field (the server splits it: a reasoning parser is on)",
+    INLINE: "inline in content, between {open} and {close}: genbench splits it",
+    INLINE_OPENED: "inline in content, opened by the chat template and ended by {close}: "
+    "genbench splits it",
+    NONE: "none seen",
 }
 
 

@@ -12,6 +12,7 @@ from genbench.commands import common
 from genbench.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import duration, ms
+from genbench.think import NONE, describe
 
 
 def check(
@@ -23,6 +24,7 @@ def check(
     connect_timeout: float = typer.Option(
         3.0, "--connect-timeout", help="Seconds to wait for a connection."
     ),
+    think_tags: str = common.THINK_TAGS,
     json: bool = common.JSON,
 ) -> None:
     """Check that a server is alive, serves the model and answers one tiny request."""
@@ -32,7 +34,10 @@ def check(
     common.positive("--connect-timeout", connect_timeout)
     ep = common.endpoint(url, api_key_env, api_key_file)
     common.descriptors(1)
-    rep = common.run_async(preflight(ep, model, timeout=timeout, connect_timeout=connect_timeout))
+    tags = common.think_tags(think_tags)
+    rep = common.run_async(
+        preflight(ep, model, timeout=timeout, connect_timeout=connect_timeout, think_tags=tags)
+    )
     if json:
         typer.echo(orjson.dumps(rep.to_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
@@ -61,6 +66,9 @@ def render(rep: CheckReport) -> None:
             f"  [green]✓[/] request  TTFT {ms(rep.ttft_s)}, {tokens} tokens{est}{think}, "
             f"finish {rep.finish_reason}, {ms(rep.e2e_s)} total"
         )
+    if rep.ok and rep.thinking_dialect:
+        mark = "[green]✓[/]" if rep.thinking_dialect != NONE else "[dim]-[/]"
+        out.print(f"  {mark} thinking {describe(rep.think_mode())}")
     if rep.ok:
         out.print(f"[bold green]ready[/] ({duration(rep.elapsed_s)})")
     else:

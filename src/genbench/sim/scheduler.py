@@ -132,11 +132,13 @@ class Scheduler:
         if not r.stream:
             return True
         if r.script is not None:
-            think, answer = r.script.split(e, e + k)
-            delta = {self.cfg.reasoning_dialect: think} if think else {}
-            if answer:
-                delta["content"] = answer
-            return r.sink.write(r.head + orjson.dumps(delta) + SUF[2:])  # type: ignore[union-attr]
+            out = b""
+            for think, answer in r.script.deltas(e, e + k):
+                delta = {self.cfg.reasoning_dialect: think} if think else {}
+                if answer:
+                    delta["content"] = answer
+                out += r.head + orjson.dumps(delta) + SUF[2:]
+            return r.sink.write(out)  # type: ignore[union-attr]
         span = self.vocab.span
         if e >= th:
             body = r.pre_c + span(r.pos + e, k) + SUF
@@ -216,7 +218,11 @@ class Scheduler:
             "prompt_tokens": r.prompt_tokens,
             "completion_tokens": r.emitted,
             "total_tokens": r.prompt_tokens + r.emitted,
-            "completion_tokens_details": {"reasoning_tokens": r.reasoning_emitted},
+            "completion_tokens_details": {
+                "reasoning_tokens": r.reasoning_emitted
+                if r.script is None or r.script.count
+                else None
+            },
         }
 
     def _end(self, r: Req, outcome: str, t: float) -> None:

@@ -129,3 +129,42 @@ def test_run_splits_inline_thinking_and_shows_the_time_to_the_answer(sim_factory
     assert doc["config"]["thinking"] is False
     for r in recs:  # the template closed the block in the prompt: all of it is answer
         assert r.reasoning_tokens == 0 and r.ttft_answer == r.ttft
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_generate_writes_thinking_and_answer_apart_and_the_raw_text_on_request(
+    sim_factory, tmp_path, fmt
+):
+    sim = sim_factory(*FAST, "--thinking-tokens", "6", "--output-len", "uniform:20:30",
+                      "--fault", "inline-think:opened=1,count=0")  # fmt: skip
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": f"r{i}", "messages": [{"role": "user",
+                   "content": f"question {i}"}]}) + "\n" for i in range(4)))  # fmt: skip
+    rows = {}
+    for keep in (False, True):
+        out = tmp_path / f"out-{keep}"
+        p = genbench("generate", "-i", str(src), "-o", str(out), "--url", sim.url, "--format",
+                     fmt, *(["--keep-raw"] if keep else []))  # fmt: skip
+        assert p.returncode == 0, p.stderr + p.stdout
+        if fmt == "jsonl":
+            lines = [json.loads(x) for f in out.glob("data*.jsonl") for x in f.open()]
+        else:
+            import pyarrow.parquet as pq
+
+            lines = [r for f in out.glob("data*.parquet") for r in pq.read_table(f).to_pylist()]
+        rows[keep] = {r["id"]: r for r in lines}
+    assert len(rows[True]) == 4
+    for rid, row in rows[True].items():
+        turn = row["conversations"][-1]
+        plain = rows[False][rid]["conversations"][-1]
+        assert turn["role"] == "assistant" and CLOSE not in turn["content"]
+        assert turn["reasoning_content"] and turn["content"]
+        # the raw text is the model's: thinking, the tag, the answer, nothing dropped
+        assert turn["raw"] == turn["reasoning_content"] + CLOSE + turn["content"]
+        assert (plain["content"], plain["reasoning_content"]) == (
+            turn["content"],
+            turn["reasoning_content"],
+        )
+        assert plain.get("raw") is None
+        assert abs(row["meta"]["reasoning_tokens"] - 6) <= 1
+        assert row["meta"]["tokens_estimated"] is True  # the split's tokens are shared out

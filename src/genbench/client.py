@@ -225,9 +225,11 @@ class Client:
         keep_text: bool = False,
         session: ConnectionPool | None = None,
         think: ThinkMode | None = None,
+        keep_raw: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.think = think  # thinking inline in content: split it (genbench.think)
+        self.keep_raw = keep_raw  # and keep the content as sent, too (rec.raw)
         self.model = model
         self.timeouts = timeouts or Timeouts()
         self.stream = stream
@@ -296,7 +298,9 @@ class Client:
         rec.sent_at = time.time()
         rec.t_send = t0 = time.perf_counter()
         split = self.think.splitter(req.params) if self.think is not None else None
-        parser = StreamParser(rec, t0, self.keep_text, split) if self.stream else None
+        parser = (
+            StreamParser(rec, t0, self.keep_text, split, self.keep_raw) if self.stream else None
+        )
         tries: list[tuple[Connection, Exchange]] = []
         try:
             if total is None:
@@ -343,7 +347,8 @@ class Client:
         body = b"".join(ex.body)
         if ex.status != 200:
             return status_failure(ex.status, body)
-        return parse_whole(rec, body, t0, time.perf_counter(), self.keep_text, split)
+        now = time.perf_counter()
+        return parse_whole(rec, body, t0, now, self.keep_text, split, self.keep_raw)
 
     @staticmethod
     def _abandon(tries: list[tuple[Connection, Exchange]], parser: StreamParser | None) -> None:

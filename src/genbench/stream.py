@@ -59,11 +59,16 @@ class StreamParser:
 
     __slots__ = (
         "rec", "t0", "buf", "kinds", "answer", "thinking", "done", "finished", "failure",
-        "split", "last",
+        "split", "last", "raw",
     )  # fmt: skip
 
     def __init__(
-        self, rec: RequestRecord, t0: float, keep_text: bool, split: Splitter | None = None
+        self,
+        rec: RequestRecord,
+        t0: float,
+        keep_text: bool,
+        split: Splitter | None = None,
+        keep_raw: bool = False,
     ) -> None:
         self.rec = rec
         self.t0 = t0  # when the request was sent: chunk offsets are from here
@@ -76,6 +81,7 @@ class StreamParser:
         self.failure: Failure | None = None
         self.split = split
         self.last = 0.0  # offset of the last chunk with content
+        self.raw: list[str] | None = [] if keep_raw and split is not None else None
 
     def feed(self, data: bytes, now: float) -> int:
         """Bytes of the body that arrived at `now`: MORE, DONE ([DONE] seen) or STOP (a
@@ -165,6 +171,8 @@ class StreamParser:
                 self._unsplit()
             elif content:
                 self.last = rel
+                if self.raw is not None:
+                    self.raw.append(content)
                 thinking, content = self.split.feed(content)
                 if not thinking and not content:
                     return
@@ -191,7 +199,7 @@ class StreamParser:
     def _unsplit(self) -> None:
         """The server sends a reasoning field: split nothing; what was held is answer."""
         held = self.split.held if self.split is not None else ""
-        self.split = None
+        self.split = self.raw = None
         if held:
             self.text(self.last, None, held)
 
@@ -232,6 +240,8 @@ class StreamParser:
         if self.answer is not None:
             rec.text = "".join(self.answer)
             rec.reasoning = "".join(self.thinking or [])
+        if self.raw is not None:
+            rec.raw = "".join(self.raw)
         if rec.completion_tokens is None:
             estimate_tokens(rec)
         if self.split is not None and (rec.reasoning_tokens is None or rec.tokens_estimated):
@@ -249,6 +259,7 @@ def parse_whole(
     now: float,
     keep_text: bool,
     split: Splitter | None = None,
+    keep_raw: bool = False,
 ) -> Failure | None:
     """A non-streamed response that arrived whole at `now`."""
     rec.t_end = now
@@ -267,6 +278,8 @@ def parse_whole(
     content = msg.get("content") or ""
     thinking = msg.get("reasoning_content") or msg.get("reasoning") or ""
     if split is not None and not thinking and isinstance(content, str):
+        if keep_raw:
+            rec.raw = content
         t, a = split.feed(content)
         t2, a2 = split.end()
         thinking, content = t + t2, a + a2

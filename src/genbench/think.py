@@ -7,10 +7,11 @@ DeepSeek-R1), from the first token on, ending at `</think>`. `Splitter` is the s
 machine that splits such a stream: content deltas in, (thinking, answer) pieces out, at
 any chunking, holding back only what may be the start of a tag.
 
-It gives what vLLM's qwen3 reasoning parser gives, so the two compare equal: the tags
-themselves belong to neither part; an opening tag inside the thinking and a closing tag
-after it are dropped; whitespace around the tags is kept as it came (the parser strips
-none).
+It gives what vLLM's qwen3 reasoning parser streams, so the two compare equal: the tags
+that open and close the thinking belong to neither part; an opening tag inside the
+thinking is dropped; after the first closing tag everything is answer, a second `</think>`
+included (tests/test_vllm_think.py saw vLLM 0.32 stream it so); whitespace around the tags
+is kept as it came (the parser strips none).
 
 The dialect a server speaks (`Dialect`) is decided once per run, by `check`'s request:
 `separate` (its own field), `inline` (the model writes `<think>`), `inline-opened` (the
@@ -106,7 +107,8 @@ class Splitter:
             elif self.state == _THINK:
                 buf = self._scan(buf, thinking, (self.close, self.open))
             else:
-                buf = self._scan(buf, answer, (self.close,))
+                answer.append(buf)
+                break
         return "".join(thinking), "".join(answer)
 
     def _start(self, buf: str) -> str:
@@ -123,9 +125,8 @@ class Splitter:
         return buf
 
     def _scan(self, buf: str, out: list[str], tags: tuple[str, ...]) -> str:
-        """Text of the current kind up to the first tag (consumed), or to the end less
-        what may begin a tag (held back). CLOSE ends the thinking; any other tag met
-        here is dropped."""
+        """Thinking up to the first tag (consumed), or to the end less what may begin a
+        tag (held back). CLOSE ends the thinking; OPEN met here is dropped."""
         first = min(((i, t) for t in tags if (i := buf.find(t)) >= 0), default=None)
         if first is None:
             k = _held(buf, tags)
@@ -135,7 +136,7 @@ class Splitter:
         i, tag = first
         out.append(buf[:i])
         self.tags_seen += 1
-        if tag == self.close and self.state == _THINK:
+        if tag == self.close:
             self.state = _ANSWER
         return buf[i + len(tag) :]
 

@@ -31,12 +31,12 @@ def reference(text: str, opened: bool, tags=("<think>", "</think>")) -> tuple[st
     open_, close = tags
     if not opened:
         if not text.lstrip().startswith(open_):
-            return "", text.replace(close, "")
+            return "", text
         text = text.lstrip()[len(open_) :]
     if close not in text:
         return text.replace(open_, ""), ""
     thinking, answer = text.split(close, 1)
-    return thinking.replace(open_, ""), answer.replace(close, "")
+    return thinking.replace(open_, ""), answer
 
 
 def chunked(sp: Splitter, pieces: list[str]) -> tuple[str, str]:
@@ -61,7 +61,7 @@ TEXTS = [
     "<think>hmm</think>answer",  # the model writes both tags
     "  <think>\nhmm\n</think>\n\nanswer",  # whitespace before OPEN
     "no tags at all, a < b and </ not a tag",
-    "a</think>b</think>c",  # a second CLOSE: dropped, as the parser drops it
+    "a</think>b</think>c",  # a second CLOSE: answer text, as vLLM's parser streams it
     "x<think>y</think>z",  # OPEN inside the opened block: dropped
     "</think>",
     "<thi",  # cut off inside OPEN
@@ -170,11 +170,11 @@ def test_the_stream_parser_splits_inline_thinking_and_times_the_answer():
     tokens = [" 286"] * 3 + ["</th", "ink>"] + ["\n", "OK"] + ["</think>", "!"]
     body = sse(*({"content": t} for t in tokens), usage={"completion_tokens": 9})
     rec = parse(body, OPENED)
-    assert (rec.reasoning, rec.text) == (" 286" * 3, "\nOK!")
-    assert rec.chunk_kinds == "rrraaa"  # tag chunks are text of neither kind
-    assert rec.thinking_chars == 12 and rec.answer_chars == 4
+    assert (rec.reasoning, rec.text) == (" 286" * 3, "\nOK</think>!")  # a 2nd tag is answer
+    assert rec.chunk_kinds == "rrraaaa"  # the closing tag's chunks are text of neither kind
+    assert rec.thinking_chars == 12 and rec.answer_chars == 12
     assert rec.ttft < rec.ttft_thinking + 1e-9 < rec.ttft_answer
-    # 9 tokens over 6 text chunks and 2 tags... one tag cut in two chunks: 3 of 8 are thinking
+    # 9 tokens over 7 text chunks and the tag (cut in two chunks): 3 of 8 are thinking
     assert rec.reasoning_tokens == round(9 * 3 / 8) and rec.reasoning_source == "estimate"
     assert rec.completion_tokens == 9 and not rec.tokens_estimated
 

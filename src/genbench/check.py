@@ -67,6 +67,7 @@ class CheckReport:
     # and the tags an inline split looks for
     thinking_dialect: str | None = None
     think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
+    reasoning_source: str | None = None  # "estimate": genbench split it, shared the tokens
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -407,10 +408,7 @@ def _read_reply(rep: CheckReport, rec: RequestRecord) -> None:
     if mode.inline and rec.completion_tokens is not None and rec.reasoning_tokens is None:
         total = len(thinking) + len(answer)
         rec.reasoning_tokens = round(rec.completion_tokens * len(thinking) / total) if total else 0
-        rep.notes.append(
-            "thinking tokens estimated: the server counts completion tokens only, genbench "
-            "split the text (run counts them with the server's /tokenize where it has one)"
-        )
+        rep.reasoning_source = "estimate"
     rep.ttft_s, rep.e2e_s = rec.ttft, rec.e2e
     rep.finish_reason = rec.finish_reason
     rep.completion_tokens, rep.reasoning_tokens = rec.completion_tokens, rec.reasoning_tokens

@@ -61,6 +61,8 @@ def render(rep: CheckReport) -> None:
     if rep.ok and rep.finish_reason:
         tokens = "?" if rep.completion_tokens is None else str(rep.completion_tokens)
         think = f", {rep.reasoning_tokens or 0} thinking" if rep.thinking else ", no thinking"
+        if rep.thinking and rep.reasoning_source == "estimate":
+            think += " (estimated from the split text)"
         est = " (estimated)" if rep.tokens_estimated else ""
         out.print(
             f"  [green]✓[/] request  TTFT {ms(rep.ttft_s)}, {tokens} tokens{est}{think}, "

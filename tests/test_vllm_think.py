@@ -102,7 +102,10 @@ def test_run_records_the_same_split_on_both_servers(vllm_server, vllm_noparse_se
         assert s.completion_tokens == p.completion_tokens == N
         assert s.reasoning_tokens == p.reasoning_tokens, p.id
         assert (s.thinking_chars, s.answer_chars) == (p.thinking_chars, p.answer_chars)
-        assert s.chunk_kinds == p.chunk_kinds
+        # thinking chunks, then answer chunks (how many tokens a chunk carries is vLLM's
+        # choice under load, so the chunk counts may differ; the tokens may not)
+        for kinds in (s.chunk_kinds, p.chunk_kinds):
+            assert kinds == "r" * kinds.count("r") + "a" * kinds.count("a"), kinds
         if 0 < p.reasoning_tokens < N:
             assert s.ttft_answer > s.ttft
     assert any(0 < p.reasoning_tokens < N for p in parsed), [p.reasoning_tokens for p in parsed]

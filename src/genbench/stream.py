@@ -211,8 +211,12 @@ class StreamParser:
         rec = self.rec
         rec.thinking_chars += len(thinking)
         rec.answer_chars += len(content)
+        if (thinking or content) and rec.ttft is None:
+            rec.ttft = self.last  # all of it was held: it came with the last chunk
         if content and rec.ttft_answer is None:
             rec.ttft_answer = self.last
+        if thinking and rec.ttft_thinking is None:
+            rec.ttft_thinking = self.last
         if self.thinking is not None and thinking:
             self.thinking.append(thinking)
         if self.answer is not None and content:

@@ -199,3 +199,9 @@ def test_parse_whole_splits_too():
                          "usage": {"completion_tokens": 10}})  # fmt: skip
     assert parse_whole(rec, body, 0.0, 1.0, True, OPENED.splitter()) is None
     assert (rec.reasoning, rec.text, rec.reasoning_tokens) == ("abc", "de", 6)
+
+
+def test_text_held_to_the_end_still_counts_and_is_timed():
+    rec = parse(sse({"content": "<thi"}, usage={"completion_tokens": 1}), ThinkMode(INLINE))
+    assert (rec.reasoning, rec.text) == ("", "<thi")  # never became a tag: answer
+    assert rec.answer_chars == 4 and rec.ttft is not None and rec.ttft_answer == rec.ttft

@@ -394,7 +394,8 @@ async def prompt_tail(pool: ConnectionPool, ep: Endpoint, model: str, timeout: f
             return ""
         body = {"model": model, "tokens": tokens[-8:]}
         status, _, raw = await pool.get(ep.root + "/detokenize", timeout, ep.headers(), json=body)
-        text = orjson.loads(raw).get("prompt") if status == 200 else None
+        obj = orjson.loads(raw) if status == 200 else {}
+        text = obj.get("prompt", obj.get("text"))  # vLLM says prompt, SGLang text
     except Exception:  # a probe that fails just tells us nothing
         return ""
     return text if isinstance(text, str) else ""

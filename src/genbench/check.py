@@ -19,6 +19,7 @@ from genbench.errors import ExitCode, GenbenchError
 from genbench.metrics_names import dialect_of, metrics_off_hint
 from genbench.records import ErrorKind, RequestRecord
 from genbench.stream import Failure, error_message_from_body
+from genbench.think import DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
@@ -75,11 +76,21 @@ class CheckReport:
     tokens_estimated: bool | None = None
     deep_health: str | None = None  # SGLang's /health_generate: "ok" or "absent"
     metrics: MetricsProbe | None = None
+    # where the thinking arrives (genbench.think: separate, inline, inline-opened, none)
+    # and the tags an inline split looks for
+    thinking_dialect: str | None = None
+    think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
+    reasoning_source: str | None = None  # "estimate": genbench split it, shared the tokens
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def think_mode(self) -> ThinkMode:
+        """How the run that follows reads thinking: the dialect this check saw."""
+        tags = (self.think_tags[0], self.think_tags[1])
+        return ThinkMode(self.thinking_dialect or NONE, tags)
 
 
 TINY_PROMPT = "Say just 'OK'."
@@ -420,10 +431,11 @@ async def preflight(
     connect_timeout: float = 3.0,
     tiny: bool = True,
     max_tokens: int = 16,
+    think_tags: tuple[str, str] = DEFAULT_TAGS,
 ) -> CheckReport:
     """Run every check; the report says what passed and, on failure, the diagnosis."""
     t0 = time.perf_counter()
-    rep = CheckReport(url=ep.base_url)
+    rep = CheckReport(url=ep.base_url, think_tags=list(think_tags))
     if ep.path_assumed:
         rep.notes.append(f"no path in the URL: using {ep.base_url}")
     timeouts = Timeouts(connect=connect_timeout, read=timeout, total=timeout)
@@ -443,6 +455,7 @@ async def preflight(
             rec = await tiny_request(client, max_tokens)
             if not rec.ok:
                 raise PreflightFailed(_request_diagnosis(ep, rec))
+            rep.thinking_dialect = await _dialect(pool, ep, rep.model, rec, think_tags)
             _read_reply(rep, rec)
         rep.ok = True
     except PreflightFailed as pf:
@@ -453,9 +466,47 @@ async def preflight(
     return rep
 
 
+async def _dialect(
+    pool: ConnectionPool, ep: Endpoint, model: str, rec: RequestRecord, tags: tuple[str, str]
+) -> str:
+    """Where this server's thinking arrives, from the test reply (the raw content), and
+    when the reply shows no tag, from the end of the rendered prompt."""
+    content = rec.text or ""
+    separate = bool(rec.reasoning)
+    tail = ""
+    if not separate and not any(t in content for t in tags):
+        tail = await prompt_tail(pool, ep, model)
+    return detect(content, separate, tags, tail)
+
+
+async def prompt_tail(pool: ConnectionPool, ep: Endpoint, model: str, timeout: float = 5.0) -> str:
+    """The end of the test request's prompt as the chat template renders it, where the
+    server can show it (vLLM, SGLang: /tokenize with messages, /detokenize); else ''."""
+    messages = [{"role": "user", "content": TINY_PROMPT}]
+    try:
+        body = {"model": model, "messages": messages, "add_generation_prompt": True}
+        status, _, raw = await pool.get(ep.root + "/tokenize", timeout, ep.headers(), json=body)
+        tokens = orjson.loads(raw).get("tokens") if status == 200 else None
+        if not isinstance(tokens, list) or not tokens:
+            return ""
+        body = {"model": model, "tokens": tokens[-8:]}
+        status, _, raw = await pool.get(ep.root + "/detokenize", timeout, ep.headers(), json=body)
+        obj = orjson.loads(raw) if status == 200 else {}
+        text = obj.get("prompt", obj.get("text"))  # vLLM says prompt, SGLang text
+    except Exception:  # a probe that fails just tells us nothing
+        return ""
+    return text if isinstance(text, str) else ""
+
+
 def _read_reply(rep: CheckReport, rec: RequestRecord) -> None:
-    rep.reply = (rec.text or "")[:200]
-    rep.thinking = bool(rec.thinking_chars or rec.reasoning_tokens)
+    mode = rep.think_mode()
+    thinking, answer = split_text(rec.text or "", mode)
+    rep.reply = answer[:200] if mode.inline else (rec.text or "")[:200]
+    rep.thinking = bool(rec.thinking_chars or rec.reasoning_tokens or thinking)
+    if mode.inline and rec.completion_tokens is not None and rec.reasoning_tokens is None:
+        total = len(thinking) + len(answer)
+        rec.reasoning_tokens = round(rec.completion_tokens * len(thinking) / total) if total else 0
+        rep.reasoning_source = "estimate"
     rep.ttft_s, rep.e2e_s = rec.ttft, rec.e2e
     rep.finish_reason = rec.finish_reason
     rep.completion_tokens, rep.reasoning_tokens = rec.completion_tokens, rec.reasoning_tokens
@@ -464,7 +515,7 @@ def _read_reply(rep: CheckReport, rec: RequestRecord) -> None:
         rep.notes.append(
             "the server sent no usage in the stream: token counts are estimated from chunks"
         )
-    if rep.thinking and not rec.answer_chars:
+    if rep.thinking and not (answer if mode.inline else rec.answer_chars):
         rep.notes.append(
             "reasoning model: the whole short reply was thinking. Give warm-up and "
             "real requests a generous max_tokens and timeout."

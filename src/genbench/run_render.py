@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from genbench.fmt import duration, ms, number, pct, rate
+from genbench.fmt import count, duration, ms, number, pct, rate
 from genbench.records import RequestRecord
 from genbench.run import Listener, Phase
 
@@ -130,6 +130,7 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
             "the server sent no usage in its streams, so tokens are counted as one per chunk "
             "(exact without speculative decoding; low with it)"
         )
+    thinking_table(doc, console)
     status = doc["status"]
     colour = "green" if status == "complete" else "red"
     console.print(
@@ -253,3 +254,44 @@ def spec_line(m: dict[str, Any]) -> str:
         n = m.get("spec_gauge_samples", 1)
         text += f" (server gauge, mean of {n} sample{'s' if n != 1 else ''})"
     return text
+
+
+THINKING_FROM = {
+    "server usage": "counted by the server",
+    "tokenizer": "counted by the server's /tokenize",
+    "estimate": "estimated (the server counts completion tokens only)",
+}
+
+
+def thinking_table(doc: dict[str, Any], console: Console) -> None:
+    """Thinking and answer tokens per phase, and the time to the first answer token beside
+    TTFT; under it, where the thinking arrived and who counted its tokens."""
+    phases = [p for p in doc["phases"] if p["kind"] != "warmup"]
+    if not phases:
+        return
+    t = Table(title="thinking and answer", title_justify="left")
+    for col in ("phase", "thinking tok", "answer tok", "thinking", "TTFT p50", "TTFT p99",
+                "to answer p50", "to answer p99"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for p in phases:
+        s = p["summary"]
+        out = s["output_tokens"]
+        t.add_row(
+            p["name"],
+            count(s["thinking_tokens"]),
+            count(s["answer_tokens"]),
+            pct(s["thinking_tokens"] / out) if out else "—",
+            ms(s["ttft_s"].get("p50")),
+            ms(s["ttft_s"].get("p99")),
+            ms(s["ttft_answer_s"].get("p50")),
+            ms(s["ttft_answer_s"].get("p99")),
+        )
+    console.print(t)
+    info = doc.get("thinking") or {}
+    if info.get("dialect"):
+        from genbench.think import ThinkMode, describe
+
+        tags = info.get("tags") or ["<think>", "</think>"]
+        line = describe(ThinkMode(info["dialect"], (tags[0], tags[1])))
+        counted = THINKING_FROM.get(info.get("tokens_from") or "")
+        console.print(f"  thinking: {line}" + (f"; its tokens {counted}" if counted else ""))

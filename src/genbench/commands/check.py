@@ -14,6 +14,7 @@ from genbench.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import count, duration, ms, number
 from genbench.metrics_names import DIALECTS
+from genbench.think import NONE, describe
 
 
 def check(
@@ -25,6 +26,7 @@ def check(
     connect_timeout: float = typer.Option(
         3.0, "--connect-timeout", help="Seconds to wait for a connection."
     ),
+    think_tags: str = common.THINK_TAGS,
     json: bool = common.JSON,
 ) -> None:
     """Check that a server is alive, serves the model and answers one tiny request."""
@@ -34,7 +36,10 @@ def check(
     common.positive("--connect-timeout", connect_timeout)
     ep = common.endpoint(url, api_key_env, api_key_file)
     common.descriptors(1)
-    rep = common.run_async(preflight(ep, model, timeout=timeout, connect_timeout=connect_timeout))
+    tags = common.think_tags(think_tags)
+    rep = common.run_async(
+        preflight(ep, model, timeout=timeout, connect_timeout=connect_timeout, think_tags=tags)
+    )
     if json:
         typer.echo(orjson.dumps(rep.to_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
@@ -64,11 +69,16 @@ def render(rep: CheckReport) -> None:
     if rep.ok and rep.finish_reason:
         tokens = "?" if rep.completion_tokens is None else str(rep.completion_tokens)
         think = f", {rep.reasoning_tokens or 0} thinking" if rep.thinking else ", no thinking"
+        if rep.thinking and rep.reasoning_source == "estimate":
+            think += " (estimated from the split text)"
         est = " (estimated)" if rep.tokens_estimated else ""
         out.print(
             f"  [green]✓[/] request  TTFT {ms(rep.ttft_s)}, {tokens} tokens{est}{think}, "
             f"finish {rep.finish_reason}, {ms(rep.e2e_s)} total"
         )
+    if rep.ok and rep.thinking_dialect:
+        mark = "[green]✓[/]" if rep.thinking_dialect != NONE else "[dim]-[/]"
+        out.print(f"  {mark} thinking {describe(rep.think_mode())}")
     if rep.ok:
         out.print(f"[bold green]ready[/] ({duration(rep.elapsed_s)})")
     else:

@@ -37,7 +37,7 @@ FAULT_KEYS: dict[str, dict[str, Any]] = {
     "loop": {"at": 20, "period": 8},
     "unclosed": {},
     "empty-answer": {},
-    "inline-think": {},
+    "inline-think": {"cut": -1, "opened": 0, "count": 1},
     "garble": {"at": 10},
     "ignore-prompt": {},
 }
@@ -88,6 +88,9 @@ _FAULT_KEY_TYPES: dict[str, tuple[type, float, float]] = {
     "max": (int, 1, math.inf),
     "pause_ms": (float, 0.0, math.inf),
     "period": (int, 1, math.inf),
+    "cut": (int, -1, 8),  # inline-think: characters of </think> before the cut
+    "opened": (int, 0, 1),
+    "count": (int, 0, 1),
 }
 COMMON_KEYS = ("rate", "after", "match")
 

@@ -121,10 +121,10 @@ def sglang_rows(srv: SimServer) -> list[Row]:
     ]  # fmt: skip
 
 
-Usage = Callable[[int, int, int], dict[str, Any]]
+Usage = Callable[[int, int, int | None], dict[str, Any]]
 
 
-def sim_usage(prompt: int, completion: int, reasoning: int) -> dict[str, Any]:
+def sim_usage(prompt: int, completion: int, reasoning: int | None) -> dict[str, Any]:
     """OpenAI's shape, thinking under completion_tokens_details (as vLLM)."""
     return {
         "prompt_tokens": prompt, "completion_tokens": completion,
@@ -133,7 +133,7 @@ def sim_usage(prompt: int, completion: int, reasoning: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def sglang_usage(prompt: int, completion: int, reasoning: int) -> dict[str, Any]:
+def sglang_usage(prompt: int, completion: int, reasoning: int | None) -> dict[str, Any]:
     """SGLang's UsageInfo (entrypoints/openai/usage_processor.py): `reasoning_tokens` at the
     top; the details null without prompt caching reported or spec-decode usage enabled."""
     return {

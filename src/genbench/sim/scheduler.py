@@ -143,11 +143,13 @@ class Scheduler:
         if not r.stream:
             return True
         if r.script is not None:
-            think, answer = r.script.split(e, e + k)
-            delta = {self.cfg.reasoning_dialect: think} if think else {}
-            if answer:
-                delta["content"] = answer
-            return r.sink.write(r.head + orjson.dumps(delta) + SUF[2:])  # type: ignore[union-attr]
+            out = b""
+            for think, answer in r.script.deltas(e, e + k):
+                delta = {self.cfg.reasoning_dialect: think} if think else {}
+                if answer:
+                    delta["content"] = answer
+                out += r.head + orjson.dumps(delta) + SUF[2:]
+            return r.sink.write(out)  # type: ignore[union-attr]
         span = self.vocab.span
         if e >= th:
             body = r.pre_c + span(r.pos + e, k) + SUF
@@ -223,7 +225,11 @@ class Scheduler:
         self._end(r, "ok", t)
 
     def usage(self, r: Req) -> dict[str, Any]:
-        return self.usage_shape(r.prompt_tokens, r.emitted, r.reasoning_emitted)
+        # the inline-think fault's count=0: usage leaves thinking uncounted (vLLM, no parser)
+        counted = r.script is None or r.script.count
+        return self.usage_shape(
+            r.prompt_tokens, r.emitted, r.reasoning_emitted if counted else None
+        )
 
     def _end(self, r: Req, outcome: str, t: float) -> None:
         r.outcome = outcome

@@ -3,7 +3,8 @@
 # random-weight Llama that scripts/build_tiny_hf_model.py builds offline in seconds.
 #
 #   scripts/vllm-test-server.sh setup                 # venv + model (idempotent)
-#   scripts/vllm-test-server.sh start NAME PORT [--spec]   # background; prints base URL
+#   scripts/vllm-test-server.sh start NAME PORT [--spec] [--no-reasoning-parser]
+#                                                     # background; prints base URL
 #   scripts/vllm-test-server.sh stop NAME
 #   scripts/vllm-test-server.sh status
 #
@@ -34,7 +35,7 @@ log() { printf '[vllm-test-server] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 usage() {
-    sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -143,11 +144,13 @@ EOF
 
 cmd_start() {
     [[ $# -ge 2 ]] || usage
-    local name="$1" port="$2" spec=0
+    local name="$1" port="$2" spec=0 parser=1
     shift 2
     while [[ $# -gt 0 ]]; do
         case "$1" in
             --spec) spec=1 ;;
+            # thinking arrives inline in `content`, as on a server started without one
+            --no-reasoning-parser) parser=0 ;;
             *) die "unknown start option '$1'" ;;
         esac
         shift
@@ -174,14 +177,16 @@ cmd_start() {
         --dtype float32
         --max-model-len 4096
         --enforce-eager
-        --reasoning-parser qwen3
         --disable-uvicorn-access-log
     )
+    if [[ $parser == 1 ]]; then
+        args+=(--reasoning-parser qwen3)
+    fi
     if [[ $spec == 1 ]]; then
         args+=(--speculative-config "$SPEC_CONFIG")
     fi
 
-    log "starting '$name' on 127.0.0.1:$port$([[ $spec == 1 ]] && echo ' (n-gram speculative decoding)'); log: $logf"
+    log "starting '$name' on 127.0.0.1:$port$([[ $spec == 1 ]] && echo ' (n-gram speculative decoding)')$([[ $parser == 0 ]] && echo ' (no reasoning parser)'); log: $logf"
     # Its own process group (pid == pgid), so stop can end the API server, the engine core
     # and the worker together. Deliberately NOT setsid: with the kernel's autogroup
     # scheduling (on here), a server in another session than its client streams in bursts

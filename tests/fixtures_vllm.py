@@ -6,6 +6,8 @@ Fixtures (session scope), each yielding a :class:`VLLMServer`:
 
 * ``vllm_server``: plain server, qwen3 reasoning parser on.
 * ``vllm_spec_server``: the same plus n-gram speculative decoding (4 draft tokens).
+* ``vllm_noparse_server``: no reasoning parser: the thinking arrives inline in ``content``
+  (the chat template opened ``<think>``; the model's ``</think>`` ends it).
 
 They run ``scripts/vllm-test-server.sh setup`` once (installs vLLM into its own venv and builds
 the tiny model; minutes the first time, seconds after), start the server on a free loopback
@@ -13,8 +15,9 @@ port and stop it when the session ends.
 
 Environment:
 
-* ``GENBENCH_VLLM_URL`` / ``GENBENCH_VLLM_SPEC_URL``: use an already running server instead
-  (base URL, with or without ``/v1``); nothing is installed or started then.
+* ``GENBENCH_VLLM_URL`` / ``GENBENCH_VLLM_SPEC_URL`` / ``GENBENCH_VLLM_NOPARSE_URL``: use an
+  already running server instead (base URL, with or without ``/v1``); nothing is installed
+  or started then.
 * ``GENBENCH_SKIP_VLLM=1``: skip tests that need the server. Without it, a failed setup or
   start FAILS (errors) those tests: it never silently skips.
 """
@@ -121,11 +124,12 @@ def _setup_once() -> None:
     _setup_state["ok"] = time.monotonic() - t0
 
 
-def _start(kind: str, spec: bool) -> VLLMServer:
+def _start(kind: str, spec: bool, parser: bool = True) -> VLLMServer:
     _setup_once()
     name = f"pytest-{kind}-{os.getpid()}"
     port = _free_port()
     cmd = ["bash", str(SCRIPT), "start", name, str(port)] + (["--spec"] if spec else [])
+    cmd += [] if parser else ["--no-reasoning-parser"]
     log_path = RUN_DIR / f"vllm-{name}.log"
     try:
         # The server stays in this process's session (no setsid), which keeps streaming
@@ -168,14 +172,14 @@ def _stop(name: str) -> None:
     )
 
 
-def _server(kind: str, env_var: str, spec: bool) -> Iterator[VLLMServer]:
+def _server(kind: str, env_var: str, spec: bool, parser: bool = True) -> Iterator[VLLMServer]:
     if _skip_requested():
         pytest.skip("GENBENCH_SKIP_VLLM=1: vLLM test server disabled")
     url = os.environ.get(env_var, "").strip()
     if url:
         yield _from_env(url, spec)
         return
-    server = _start(kind, spec)
+    server = _start(kind, spec, parser)
     try:
         yield server
     finally:
@@ -195,3 +199,9 @@ def vllm_server() -> Iterator[VLLMServer]:
 def vllm_spec_server() -> Iterator[VLLMServer]:
     """vLLM server with n-gram speculative decoding (and the reasoning parser)."""
     yield from _server("spec", "GENBENCH_VLLM_SPEC_URL", spec=True)
+
+
+@pytest.fixture(scope="session")
+def vllm_noparse_server() -> Iterator[VLLMServer]:
+    """vLLM server without a reasoning parser: thinking arrives inline in content."""
+    yield from _server("noparse", "GENBENCH_VLLM_NOPARSE_URL", spec=False, parser=False)

@@ -31,6 +31,7 @@ def test_check_against_real_llamacpp(llama):
     doc = json.loads(p.stdout)
     assert doc["ok"] and doc["server"]["kind"] == "llama.cpp"
     assert doc["completion_tokens"] and doc["ttft_s"] > 0
+    assert doc["metrics"]["status"] == "ok" and doc["metrics"]["dialect"] == "llama.cpp"
 
 
 def test_check_reports_a_dead_llamacpp():

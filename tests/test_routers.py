@@ -211,11 +211,12 @@ def test_a_dead_worker_the_router_still_routes_to_is_upstream_requeued(
     )
     two_sims[0].kill()
     # check gets through: vllm-router forwards GET /v1/models to one worker, the same each
-    # time (dead here, or not): --model needs no listing; a router's 500 is tried again
+    # time (dead here, or not): --model needs no listing; the test request is sent again
+    # after a router's 500 (round-robin: the next goes to the live worker)
     p = genbench("check", "--url", router.url, "--model", "genbench-sim", "--json")
     assert p.returncode == 0, p.stdout + p.stderr
     notes = json.loads(p.stdout)["notes"]
-    assert all("trying again" in n for n in notes if n.startswith("try "))
+    assert all("trying again" in n for n in notes if n.startswith("test request "))
     n = 40
     inp, out = tmp_path / "in.jsonl", tmp_path / "out"
     write_rows(inp, prompts(n))

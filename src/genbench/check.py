@@ -16,9 +16,11 @@ import orjson
 from genbench.client import ChatRequest, Client, ConnectionPool, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import ExitCode, GenbenchError, model_missing, upstream_failed
+from genbench.metrics_names import dialect_of, metrics_off_hint
 from genbench.records import ErrorKind, RequestRecord
 from genbench.router import identify_router, router_notes
 from genbench.stream import Failure, error_message_from_body
+from genbench.think import DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
@@ -30,7 +32,7 @@ class Diagnosis:
     upstream: bool = False  # a router answered that its worker failed: another may not
 
 
-# a router that answers for a failed worker may route the next try to a live one
+# a router that answers for a failed worker may route the next test request to a live one
 UPSTREAM_TRIES = 3
 
 
@@ -51,6 +53,16 @@ class ServerInfo:
 
 
 @dataclass
+class MetricsProbe:
+    """Is /metrics there, and in whose names? `hint` says how to turn it on when it is off."""
+
+    status: str  # "ok", "absent" (no /metrics) or "unreadable"
+    dialect: str | None = None
+    http_status: int | None = None
+    hint: str | None = None
+
+
+@dataclass
 class CheckReport:
     url: str
     ok: bool = False
@@ -68,11 +80,23 @@ class CheckReport:
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
     tokens_estimated: bool | None = None
+    deep_health: str | None = None  # SGLang's /health_generate: "ok" or "absent"
+    metrics: MetricsProbe | None = None
+    # where the thinking arrives (genbench.think: separate, inline, inline-opened, none)
+    # and the tags an inline split looks for
+    thinking_dialect: str | None = None
+    think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
+    reasoning_source: str | None = None  # "estimate": genbench split it, shared the tokens
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def think_mode(self) -> ThinkMode:
+        """How the run that follows reads thinking: the dialect this check saw."""
+        tags = (self.think_tags[0], self.think_tags[1])
+        return ThinkMode(self.thinking_dialect or NONE, tags)
 
 
 TINY_PROMPT = "Say just 'OK'."
@@ -246,13 +270,18 @@ async def identify(
     probes = [
         ("vLLM", "/version"),
         ("llama.cpp", "/props"),
-        ("SGLang", "/get_server_info"),
+        ("SGLang", "/server_info"),  # SGLang's newer spelling
+        ("SGLang", "/get_server_info"),  # the older one (now deprecated, still served)
         ("TGI", "/info"),
         ("genbench-sim", "/version"),
     ]
     if info.kind:
         probes = [p for p in probes if p[0] == info.kind] or probes
+    asked: set[str] = set()  # a path two kinds share (/version) is asked once: at most 5 GETs
     for kind, path in probes:
+        if path in asked:
+            continue
+        asked.add(path)
         try:
             status, body = await _get(pool, ep, ep.root + path, timeout)
             obj = orjson.loads(body) if status == 200 else None
@@ -278,12 +307,88 @@ def _read_identity(info: ServerInfo, kind: str, path: str, obj: dict[str, Any]) 
             info.max_model_len = info.max_model_len or n_ctx
         if "total_slots" in obj:
             info.details["total_slots"] = obj["total_slots"]
-    elif path == "/get_server_info" and ("version" in obj or "server_args" in obj):
+    elif path.endswith("server_info") and "version" in obj:
+        if isinstance(obj.get("server_args"), dict):  # an older shape: the arguments nested
+            obj = {**obj["server_args"], **obj}
+        if "model_path" not in obj:
+            return
         info.kind = info.kind or "SGLang"
         info.version = str(obj.get("version") or "") or None
+        _read_sglang(info, obj)
     elif path == "/info" and "model_id" in obj:
         info.kind = info.kind or "TGI"
         info.version = str(obj.get("version") or "") or None
+
+
+# what check keeps of SGLang's /server_info: its server arguments (flattened into the
+# answer) and rank 0's internal state
+SGLANG_DETAILS = (
+    "model_path",
+    "speculative_algorithm",
+    "speculative_num_draft_tokens",
+    "reasoning_parser",
+    "max_running_requests",
+    "context_length",
+    "enable_metrics",
+)
+
+
+def _read_sglang(info: ServerInfo, obj: dict[str, Any]) -> None:
+    for key in SGLANG_DETAILS:
+        if obj.get(key) is not None:
+            info.details[key] = obj[key]
+    ctx = obj.get("context_length")
+    if isinstance(ctx, int) and not info.max_model_len:
+        info.max_model_len = ctx
+    states = obj.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        accept = states[0].get("avg_spec_accept_length")
+        if isinstance(accept, int | float):
+            info.details["avg_spec_accept_length"] = accept
+
+
+async def deep_health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str:
+    """SGLang's /health_generate: the server runs a one-token generation and answers 200
+    once its scheduler answered (polled each second, so about a second), 503 when none
+    came within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default)."""
+    try:
+        status, body = await _get(pool, ep, ep.root + "/health_generate", timeout)
+    except Failure as f:
+        raise PreflightFailed(_transport_diagnosis(ep, f, "GET /health_generate")) from None
+    if status == 200:
+        return "ok"
+    if status in (404, 405, 401, 403):
+        return "absent"
+    if status == 503:
+        raise PreflightFailed(
+            Diagnosis(
+                Exit.SERVER_ERROR,
+                f"{_where(ep)} answers SGLang's /health_generate with 503: its scheduler "
+                "produced no token within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default): "
+                "still starting, hung, or overloaded. Check the server's log.",
+            )
+        )
+    raise PreflightFailed(_status_diagnosis(ep, ep.root + "/health_generate", status, body))
+
+
+async def probe_metrics(
+    pool: ConnectionPool, ep: Endpoint, kind: str | None, timeout: float
+) -> MetricsProbe:
+    """One GET of /metrics: in whose names, or how to turn it on. Never fails the check."""
+    try:
+        status, body = await _get(pool, ep, ep.root + "/metrics", timeout)
+    except Failure as f:
+        return MetricsProbe("unreadable", hint=ep.redact(f.message))
+    if status != 200:
+        return MetricsProbe("absent", http_status=status, hint=metrics_off_hint(kind))
+    names = (
+        line.split("{", 1)[0].split(" ", 1)[0]
+        for line in body.decode("utf-8", "replace").splitlines()
+        if line and not line.startswith("#")
+    )
+    dialect = dialect_of(names)
+    hint = None if dialect else "no metric names genbench reads: run reports no server counters"
+    return MetricsProbe("ok", dialect=dialect, http_status=status, hint=hint)
 
 
 async def tiny_request(client: Client, max_tokens: int = 16) -> RequestRecord:
@@ -346,30 +451,20 @@ async def preflight(
     connect_timeout: float = 3.0,
     tiny: bool = True,
     max_tokens: int = 16,
+    think_tags: tuple[str, str] = DEFAULT_TAGS,
 ) -> CheckReport:
     """Run every check; the report says what passed and, on failure, the diagnosis."""
     t0 = time.perf_counter()
-    rep = CheckReport(url=ep.base_url)
+    rep = CheckReport(url=ep.base_url, think_tags=list(think_tags))
     if ep.path_assumed:
         rep.notes.append(f"no path in the URL: using {ep.base_url}")
     timeouts = Timeouts(connect=connect_timeout, read=timeout, total=timeout)
     pool = ConnectionPool(ep.root)  # the GETs and the test request share its connections
-    kept = len(rep.notes)
     try:
-        for attempt in range(1, UPSTREAM_TRIES + 1):
-            try:
-                await _checks(pool, ep, rep, model, timeouts, tiny, max_tokens)
-                rep.ok = True
-                break
-            except PreflightFailed as pf:
-                rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
-                if not pf.diagnosis.upstream or attempt == UPSTREAM_TRIES:
-                    break
-                del rep.notes[kept:]
-                rep.notes.append(f"try {attempt}: {pf.diagnosis.message}; trying again")
-                kept = len(rep.notes)
-        if rep.ok:
-            rep.exit_code, rep.diagnosis = Exit.OK, None
+        await _checks(pool, ep, rep, model, timeouts, tiny, max_tokens, think_tags)
+        rep.ok = True
+    except PreflightFailed as pf:
+        rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
     finally:
         await pool.close()
         rep.elapsed_s = time.perf_counter() - t0
@@ -384,6 +479,7 @@ async def _checks(
     timeouts: Timeouts,
     tiny: bool,
     max_tokens: int,
+    think_tags: tuple[str, str],
 ) -> None:
     """Health, models, identity, the test request: raises PreflightFailed at the first fault."""
     connect = timeouts.connect
@@ -402,16 +498,31 @@ async def _checks(
         first = {}
     rep.server = await identify(pool, ep, first)
     rep.notes.extend(router_notes(rep.server.kind, rep.server.details))
+    if rep.server.kind == "SGLang":
+        rep.deep_health = await deep_health(pool, ep, min(timeouts.read, 30.0))
+    rep.metrics = await probe_metrics(pool, ep, rep.server.kind, connect + 2)
     if tiny:
         client = Client(ep, rep.model, timeouts=timeouts, session=pool, keep_text=True)
-        rec = await tiny_request(client, max_tokens)
+        rec = await _tiny_through_router(client, max_tokens, rep)
         if not rec.ok:
             raise PreflightFailed(_model_diagnosis(rep, model, _request_diagnosis(ep, rec)))
+        rep.thinking_dialect = await _dialect(pool, ep, rep.model, rec, think_tags)
         _read_reply(rep, rec)
     if rep.model not in rep.models:
         done = "but served: a router?" if tiny else "not tried (no test request)"
         listing = f"not listed by /v1/models ({_served(rep)})"
         rep.notes.append(f"model '{rep.model}' is {listing}, {done}")
+
+
+async def _tiny_through_router(client: Client, max_tokens: int, rep: CheckReport) -> RequestRecord:
+    """The test request; sent again (UPSTREAM_TRIES in all) while a router answers that the
+    worker it chose failed: the next may go to a live one."""
+    for attempt in range(1, UPSTREAM_TRIES + 1):
+        rec = await tiny_request(client, max_tokens)
+        if rec.ok or rec.error_kind is not ErrorKind.UPSTREAM or attempt == UPSTREAM_TRIES:
+            break
+        rep.notes.append(f"test request {attempt}: {rec.error_message}; trying again")
+    return rec
 
 
 def _served(rep: CheckReport) -> str:
@@ -440,9 +551,47 @@ def _model_diagnosis(rep: CheckReport, wanted: str | None, diag: Diagnosis) -> D
     return diag
 
 
+async def _dialect(
+    pool: ConnectionPool, ep: Endpoint, model: str, rec: RequestRecord, tags: tuple[str, str]
+) -> str:
+    """Where this server's thinking arrives, from the test reply (the raw content), and
+    when the reply shows no tag, from the end of the rendered prompt."""
+    content = rec.text or ""
+    separate = bool(rec.reasoning)
+    tail = ""
+    if not separate and not any(t in content for t in tags):
+        tail = await prompt_tail(pool, ep, model)
+    return detect(content, separate, tags, tail)
+
+
+async def prompt_tail(pool: ConnectionPool, ep: Endpoint, model: str, timeout: float = 5.0) -> str:
+    """The end of the test request's prompt as the chat template renders it, where the
+    server can show it (vLLM, SGLang: /tokenize with messages, /detokenize); else ''."""
+    messages = [{"role": "user", "content": TINY_PROMPT}]
+    try:
+        body = {"model": model, "messages": messages, "add_generation_prompt": True}
+        status, _, raw = await pool.get(ep.root + "/tokenize", timeout, ep.headers(), json=body)
+        tokens = orjson.loads(raw).get("tokens") if status == 200 else None
+        if not isinstance(tokens, list) or not tokens:
+            return ""
+        body = {"model": model, "tokens": tokens[-8:]}
+        status, _, raw = await pool.get(ep.root + "/detokenize", timeout, ep.headers(), json=body)
+        obj = orjson.loads(raw) if status == 200 else {}
+        text = obj.get("prompt", obj.get("text"))  # vLLM says prompt, SGLang text
+    except Exception:  # a probe that fails just tells us nothing
+        return ""
+    return text if isinstance(text, str) else ""
+
+
 def _read_reply(rep: CheckReport, rec: RequestRecord) -> None:
-    rep.reply = (rec.text or "")[:200]
-    rep.thinking = bool(rec.thinking_chars or rec.reasoning_tokens)
+    mode = rep.think_mode()
+    thinking, answer = split_text(rec.text or "", mode)
+    rep.reply = answer[:200] if mode.inline else (rec.text or "")[:200]
+    rep.thinking = bool(rec.thinking_chars or rec.reasoning_tokens or thinking)
+    if mode.inline and rec.completion_tokens is not None and rec.reasoning_tokens is None:
+        total = len(thinking) + len(answer)
+        rec.reasoning_tokens = round(rec.completion_tokens * len(thinking) / total) if total else 0
+        rep.reasoning_source = "estimate"
     rep.ttft_s, rep.e2e_s = rec.ttft, rec.e2e
     rep.finish_reason = rec.finish_reason
     rep.completion_tokens, rep.reasoning_tokens = rec.completion_tokens, rec.reasoning_tokens
@@ -451,7 +600,7 @@ def _read_reply(rep: CheckReport, rec: RequestRecord) -> None:
         rep.notes.append(
             "the server sent no usage in the stream: token counts are estimated from chunks"
         )
-    if rep.thinking and not rec.answer_chars:
+    if rep.thinking and not (answer if mode.inline else rec.answer_chars):
         rep.notes.append(
             "reasoning model: the whole short reply was thinking. Give warm-up and "
             "real requests a generous max_tokens and timeout."

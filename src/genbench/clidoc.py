@@ -34,7 +34,9 @@ A flag name means one thing, with one kind of value, in every command that has i
   `-time`, `-timeout` or is named for time (`--duration`, `--drain`, `--progress-every`).
 * **The job's request fields** (`--temperature`, `--top-p`, `--top-k`, `--max-tokens`,
   `--thinking`, `--param`, `--config`, `--turns`) mean the same in `plan` and `generate`,
-  so a plan forecasts the job the same flags will run.
+  so a plan forecasts the job the same flags will run; `run --thinking` too.
+* **`--think-tags OPEN,CLOSE`**: where a server sends its thinking inline in `content`,
+  the tags genbench splits it at, in every command that sends requests.
 * **Defaults** are shown in one style, `[default: X]`, in `--help` and below; where the
   default depends on another flag, each case is named (`[default: 3; --quick 2]`).
 * **Renamed flags** keep their old spelling as a hidden alias that still works and
@@ -55,6 +57,7 @@ MEANINGS: dict[str, str] = {
     "--deadline": "The job's deadline (5d, 36h, 90m, 2d12h).",
     "--down-timeout": "Seconds with every server down before the job gives up.",
     "--drain": "On Ctrl-C, seconds to let requests in flight finish.",
+    "--dialect": "Reference server: whose endpoints and metric names it serves.",
     "--drift": "Reference server: its speed wanders by PCT over PERIOD seconds.",
     "--drop": "Defects to leave out of inspect's clean copy.",
     "--dtype-bytes": "Hidden-state storage: bytes per value.",
@@ -85,6 +88,7 @@ MEANINGS: dict[str, str] = {
     "--min-tokens": "Rows with fewer output tokens count as short.",
     "--model": "The model's name: the one to request (sim: the one it serves).",
     "--natural": "Let the model stop on its own instead of forcing the length.",
+    "--no-metrics": "Reference server: serve no /metrics.",
     "--out": "Where the command writes what it makes: a directory, or report's HTML file.",
     "--output-len": "Reference server: the natural output length distribution.",
     "--param": "Another request field of the job, KEY=JSON; repeatable.",
@@ -127,6 +131,8 @@ MEANINGS: dict[str, str] = {
     "--tags": "Leftover tags to look for, comma-separated.",
     "--target-error": "Percent error the pilot stops at.",
     "--temperature": "Sampling temperature.",
+    "--think-tags": "The tags around thinking that arrives inline in content (OPEN,CLOSE).",
+    "--keep-raw": "Write each answer also as generated, thinking and tags in it.",
     "--thinking": "chat_template_kwargs.enable_thinking of the requests.",
     "--thinking-tokens": "Reference server: output tokens that go to the reasoning field.",
     "--timeout": "Seconds a request may go unanswered before it is abandoned.",

@@ -36,6 +36,7 @@ from genbench.stream import (
     status_failure,
     timeout_failure,
 )
+from genbench.think import Splitter, ThinkMode
 
 _DNS_TTL = 300.0
 _STALE_RETRIES = 8
@@ -107,16 +108,25 @@ class ConnectionPool:
         return ex
 
     async def get(
-        self, url: str, timeout: float, headers: Mapping[str, str] | None = None
+        self,
+        url: str,
+        timeout: float,
+        headers: Mapping[str, str] | None = None,
+        json: Any = None,
     ) -> tuple[int, dict[str, str], bytes]:
-        """GET a path (or a URL on this server): status, lower-cased headers, body (up to
-        64 KiB of it when the status is not 200). Raises `Failure` when there is no answer."""
+        """GET a path (or a URL on this server), or POST `json` to it when given: status,
+        lower-cased headers, body (up to 64 KiB of it when the status is not 200). Raises
+        `Failure` when there is no answer."""
         parts = urlsplit(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        lines = [f"GET {target} HTTP/1.1", f"Host: {self.netloc}"]
+        method = "GET" if json is None else "POST"
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {self.netloc}"]
         lines += [f"User-Agent: genbench/{__version__}"]
         lines += [f"{k}: {v}" for k, v in (headers or {}).items() if k.lower() != "host"]
-        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        data = b"" if json is None else orjson.dumps(json)
+        if json is not None:
+            lines += ["Content-Type: application/json", f"Content-Length: {len(data)}"]
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
         tries: list[tuple[Connection, Exchange]] = []
         try:
             async with asyncio.timeout(timeout):
@@ -214,8 +224,12 @@ class Client:
         stream: bool = True,
         keep_text: bool = False,
         session: ConnectionPool | None = None,
+        think: ThinkMode | None = None,
+        keep_raw: bool = False,
     ) -> None:
         self.endpoint = endpoint
+        self.think = think  # thinking inline in content: split it (genbench.think)
+        self.keep_raw = keep_raw  # and keep the content as sent, too (rec.raw)
         self.model = model
         self.timeouts = timeouts or Timeouts()
         self.stream = stream
@@ -283,7 +297,10 @@ class Client:
         pool, total = self.pool, self.timeouts.total
         rec.sent_at = time.time()
         rec.t_send = t0 = time.perf_counter()
-        parser = StreamParser(rec, t0, self.keep_text) if self.stream else None
+        split = self.think.splitter(req.params) if self.think is not None else None
+        parser = (
+            StreamParser(rec, t0, self.keep_text, split, self.keep_raw) if self.stream else None
+        )
         tries: list[tuple[Connection, Exchange]] = []
         try:
             if total is None:
@@ -302,7 +319,7 @@ class Client:
             self._abandon(tries, parser)
             self._fail(rec, timeout_failure(tries[-1][1].got_head if tries else False))
         else:
-            self._fail(rec, self._complete(rec, ex, parser, t0))
+            self._fail(rec, self._complete(rec, ex, parser, t0, split))
         finally:
             if tries and tries[-1][1].got_head:
                 rec.http_status = tries[-1][1].status
@@ -313,7 +330,12 @@ class Client:
         return rec
 
     def _complete(
-        self, rec: RequestRecord, ex: Exchange, parser: StreamParser | None, t0: float
+        self,
+        rec: RequestRecord,
+        ex: Exchange,
+        parser: StreamParser | None,
+        t0: float,
+        split: Splitter | None = None,
     ) -> Failure | None:
         """The response is in (or the stream over): what it says, as a failure or None."""
         if ex.failure is not None:
@@ -325,7 +347,8 @@ class Client:
         body = b"".join(ex.body)
         if ex.status != 200:
             return status_failure(ex.status, body)
-        return parse_whole(rec, body, t0, time.perf_counter(), self.keep_text)
+        now = time.perf_counter()
+        return parse_whole(rec, body, t0, now, self.keep_text, split, self.keep_raw)
 
     @staticmethod
     def _abandon(tries: list[tuple[Connection, Exchange]], parser: StreamParser | None) -> None:

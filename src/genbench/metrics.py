@@ -5,8 +5,10 @@ A benchmark that disagrees with the engine's counters will not be trusted, so
 generated and prompt tokens, requests by finish reason, preemptions, and the
 speculative-decoding counters (drafts, draft tokens, accepted tokens, per
 position). Gauges (KV-cache usage, running and waiting requests) are sampled
-during the phase and their peaks kept. Metric names differ per engine; the
-table below maps each engine's names onto one vocabulary.
+during the phase and their peaks kept. SGLang exposes speculative acceptance only
+as gauges that are already averages: those are sampled too, their mean kept, and
+the summary says the figure came from a gauge. Metric names differ per engine;
+`metrics_names.py` maps each engine's names onto one vocabulary.
 """
 
 from __future__ import annotations
@@ -21,63 +23,17 @@ from urllib.parse import urlsplit
 
 from genbench.client import ConnectionPool
 from genbench.endpoint import Endpoint
+from genbench.metrics_names import (
+    COUNTERS,
+    GAUGES,
+    LABELLED,
+    MEAN_GAUGES,
+    RATIOS,
+    dialect_of,
+)
 from genbench.stream import Failure
 
-# canonical name -> metric names, first found wins (vLLM, SGLang, llama.cpp, genbench sim)
-COUNTERS: dict[str, tuple[str, ...]] = {
-    "generation_tokens": (
-        "vllm:generation_tokens_total",
-        "sglang:generation_tokens_total",
-        "llamacpp:tokens_predicted_total",
-        "sim:generation_tokens_total",
-    ),
-    "prompt_tokens": (
-        "vllm:prompt_tokens_total",
-        "sglang:prompt_tokens_total",
-        # llama.cpp counts prompt tokens served from its prompt cache apart
-        "llamacpp:prompt_tokens_total+llamacpp:prompt_tokens_cached_total",
-        "llamacpp:prompt_tokens_total",
-        "sim:prompt_tokens_total",
-    ),
-    "preemptions": ("vllm:num_preemptions_total",),
-    "spec_drafts": ("vllm:spec_decode_num_drafts_total", "sim:spec_decode_num_drafts_total"),
-    "spec_draft_tokens": (
-        "vllm:spec_decode_num_draft_tokens_total",
-        "sim:spec_decode_num_draft_tokens_total",
-    ),
-    "spec_accepted_tokens": (
-        "vllm:spec_decode_num_accepted_tokens_total",
-        "sim:spec_decode_num_accepted_tokens_total",
-    ),
-}
-LABELLED: dict[str, tuple[tuple[str, str], ...]] = {
-    # canonical -> (metric, label whose values split it)
-    "requests_by_finish": (
-        ("vllm:request_success_total", "finished_reason"),
-        ("sim:request_success_total", "finish_reason"),
-    ),
-    "spec_accepted_per_pos": (("vllm:spec_decode_num_accepted_tokens_per_pos_total", "position"),),
-}
-GAUGES: dict[str, tuple[str, ...]] = {
-    "kv_cache_usage": (
-        "vllm:kv_cache_usage_perc",
-        "vllm:gpu_cache_usage_perc",
-        "sglang:token_usage",
-        "llamacpp:kv_cache_usage_ratio",
-    ),
-    "running": (
-        "vllm:num_requests_running",
-        "sglang:num_running_reqs",
-        "llamacpp:requests_processing",
-        "sim:num_requests_running",
-    ),
-    "waiting": (
-        "vllm:num_requests_waiting",
-        "sglang:num_queue_reqs",
-        "llamacpp:requests_deferred",
-        "sim:num_requests_waiting",
-    ),
-}
+__all__ = ["COUNTERS", "GAUGES", "LABELLED", "MetricsScraper", "Snapshot", "parse_prometheus"]
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -112,7 +68,10 @@ class Snapshot:
             parts = [self.total(n) for n in name.split("+")]
             return None if any(p is None for p in parts) else sum(p or 0.0 for p in parts)
         rows = self.samples.get(name)
-        return None if not rows else sum(v for _, v in rows)
+        if not rows:
+            return None
+        total = sum(v for _, v in rows)
+        return total / len(rows) if name in RATIOS else total
 
     def first(self, names: tuple[str, ...]) -> tuple[str | None, float | None]:
         for n in names:
@@ -128,18 +87,6 @@ class Snapshot:
         return dict(acc)
 
 
-def _dialect(samples: dict[str, Any]) -> str | None:
-    for prefix, name in (
-        ("vllm:", "vLLM"),
-        ("sglang:", "SGLang"),
-        ("llamacpp:", "llama.cpp"),
-        ("sim:", "genbench-sim"),
-    ):
-        if any(k.startswith(prefix) for k in samples):
-            return name
-    return None
-
-
 @dataclass
 class MetricsScraper:
     """Scrapes `root/metrics`; silent (returns None) when the server has none. Without a
@@ -153,6 +100,8 @@ class MetricsScraper:
     _own_pool: bool = False
     _task: asyncio.Task[None] | None = None
     _peaks: dict[str, float] = field(default_factory=dict)
+    # MEAN_GAUGES key -> [sum, count] of the non-zero values sampled after the first
+    gauge_sums: dict[str, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.pool is None:
@@ -171,15 +120,17 @@ class MetricsScraper:
             return None
         samples = parse_prometheus(body.decode("utf-8", "replace"))
         self.available = bool(samples)
-        return Snapshot(samples, _dialect(samples)) if samples else None
+        return Snapshot(samples, dialect_of(samples)) if samples else None
 
     def start_sampling(self) -> None:
         self._peaks = {}
+        self.gauge_sums = {}
         if self.available is False:
             return
         self._task = asyncio.create_task(self._sample())
 
     async def _sample(self) -> None:
+        first = True  # taken as the phase starts: a mean gauge still holds the last phase's
         while True:
             snap = await self.scrape()
             if snap is not None:
@@ -187,6 +138,9 @@ class MetricsScraper:
                     _, v = snap.first(names)
                     if v is not None:
                         self._peaks[key] = max(self._peaks.get(key, v), v)
+                if not first:
+                    add_mean_gauges(self.gauge_sums, snap)
+            first = False
             await asyncio.sleep(self.interval)
 
     async def stop_sampling(self) -> dict[str, float]:
@@ -237,7 +191,7 @@ class SummedScraper(MetricsScraper):
             for name, rows in snap.samples.items():
                 merged[name].extend(rows)
         self.available = True
-        return Snapshot(dict(merged), _dialect(merged))
+        return Snapshot(dict(merged), dialect_of(merged))
 
     async def close(self) -> None:
         await super().close()
@@ -245,10 +199,28 @@ class SummedScraper(MetricsScraper):
             await p.close()
 
 
+def add_mean_gauges(sums: dict[str, list[float]], snap: Snapshot) -> None:
+    """Add a snapshot's MEAN_GAUGES values to their running sums; a zero (nothing was
+    drafted in the server's interval) is no sample."""
+    for key, names in MEAN_GAUGES.items():
+        _, v = snap.first(names)
+        if v:
+            acc = sums.setdefault(key, [0.0, 0.0])
+            acc[0] += v
+            acc[1] += 1
+
+
 def server_metrics_summary(
-    before: Snapshot, after: Snapshot, peaks: dict[str, float]
+    before: Snapshot,
+    after: Snapshot,
+    peaks: dict[str, float],
+    gauge_sums: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
-    """Counter deltas, derived speculative-decoding figures, and gauge peaks."""
+    """Counter deltas, derived speculative-decoding figures, and gauge peaks.
+
+    Where the engine counts no drafts (SGLang), acceptance comes from its own averaging
+    gauges: the mean of their values sampled during the phase (`gauge_sums`, from
+    `MetricsScraper.gauge_sums`) and at its end, with `spec_acceptance_source` "gauge"."""
     out: dict[str, Any] = {"dialect": after.dialect}
     for key, names in COUNTERS.items():
         name, a = after.first(names)
@@ -267,12 +239,30 @@ def server_metrics_summary(
     if drafts and draft_tok and accepted is not None:
         out["spec_acceptance_rate"] = accepted / draft_tok
         out["spec_mean_acceptance_length"] = 1.0 + accepted / drafts
+        out["spec_acceptance_source"] = "counters"
         per_pos = out.get("spec_accepted_per_pos")
         if per_pos:
             out["spec_acceptance_by_position"] = {k: v / drafts for k, v in per_pos.items()}
+    else:
+        _gauge_acceptance(out, after, gauge_sums or {})
     for key, v in peaks.items():
         out[f"{key}_peak"] = v
     return out
+
+
+def _gauge_acceptance(
+    out: dict[str, Any], after: Snapshot, gauge_sums: dict[str, list[float]]
+) -> None:
+    sums = {k: list(v) for k, v in gauge_sums.items()}
+    add_mean_gauges(sums, after)
+    length, rate = sums.get("spec_accept_length"), sums.get("spec_accept_rate")
+    if not length:
+        return
+    out["spec_mean_acceptance_length"] = length[0] / length[1]
+    if rate:
+        out["spec_acceptance_rate"] = rate[0] / rate[1]
+    out["spec_acceptance_source"] = "gauge"
+    out["spec_gauge_samples"] = int(length[1])
 
 
 def compare_tokens(summary: Any, server: dict[str, Any] | None) -> list[str]:

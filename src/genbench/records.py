@@ -64,6 +64,10 @@ class RequestRecord:
     reasoning_tokens: int | None = None
     # True when token counts did not come from the server's usage
     tokens_estimated: bool = False
+    # where reasoning_tokens came from when the server did not count them (its thinking
+    # arrived inline in `content`, split by genbench): "tokenizer" (the server's own
+    # /tokenize) or "estimate" (the completion tokens shared out by chunks)
+    reasoning_source: str | None = None
     finish_reason: str | None = None
     error_kind: ErrorKind | None = None
     error_message: str | None = None
@@ -73,6 +77,9 @@ class RequestRecord:
     # the generated text, kept only when the caller asks (generate does)
     text: str | None = None
     reasoning: str | None = None
+    # the content exactly as the server sent it, tags and all, where genbench split
+    # thinking out of it and the caller asked to keep it (generate --keep-raw)
+    raw: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # in place of the chunk arrays, in a compact record: n chunks, r of them thinking,
     # decode_s (first to last chunk: its mean gap is decode_s / (n - 1)), itl_p99
@@ -135,7 +142,7 @@ class RequestRecord:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["chunk_offsets"] = [round(x, 6) for x in self.chunk_offsets]
-        for name in ("text", "reasoning", "chunks"):
+        for name in ("text", "reasoning", "raw", "chunks"):
             if d[name] is None:
                 del d[name]
         if not self.extra:
@@ -186,7 +193,7 @@ class RequestRecord:
 _COMPACT_FIELDS = [
     f
     for f in fields(RequestRecord)
-    if f.name not in ("chunk_offsets", "chunk_kinds", "text", "reasoning", "extra", "chunks")
+    if f.name not in ("chunk_offsets", "chunk_kinds", "text", "reasoning", "raw", "extra", "chunks")
 ]
 _TIMES = {"sent_at", "t_send", "t_end", "ttft", "ttft_answer", "ttft_thinking"}
 

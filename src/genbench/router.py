@@ -72,7 +72,7 @@ def router_notes(kind: str | None, details: dict[str, Any]) -> list[str]:
     ]
 
 
-def describe(details: dict[str, Any]) -> str:
+def workers_line(details: dict[str, Any]) -> str:
     """'2 workers, 2 healthy: URL, URL' for check's server line."""
     workers = details.get("workers") or []
     n = len(workers)

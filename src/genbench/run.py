@@ -33,6 +33,8 @@ from genbench.result import REQUESTS_FILE, RESULT_FILE, SCHEMA, SCHEMA_VERSION, 
 from genbench.router import ROUTER_KINDS
 from genbench.selfcheck import LoopMonitor
 from genbench.stats import PhaseSummary, knee, summarize
+from genbench.think import DEFAULT_TAGS, SEPARATE, ThinkMode
+from genbench.think_tokens import ThinkingCounter
 from genbench.workload import (
     BUILTIN_PROMPTS,
     WARMUP_PROMPT,
@@ -60,6 +62,8 @@ class RunConfig:
     timeout: float = 600.0
     skip: list[str] = field(default_factory=list)  # phases to skip: warmup, single, sweep
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request
+    thinking: bool | None = None  # chat_template_kwargs.enable_thinking; None: the server's
+    think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
     # the workers' own /metrics behind a router, summed (empty: the server's /metrics)
     metrics_urls: list[str] = field(default_factory=list)
 
@@ -229,15 +233,22 @@ class Runner:
         server_kind: str | None,
         listener: Listener,
         metrics: MetricsScraper | None = None,
+        think: ThinkMode | None = None,
     ) -> None:
         self.ep, self.model, self.cfg, self.state = ep, model, cfg, state
         self.kind = server_kind
         self.listener = listener
         self.writer = RecordWriter(state.out / REQUESTS_FILE)
         self.metrics = metrics
+        self.think = think if think is not None and think.inline else None
+        self.counter: ThinkingCounter | None = None  # set in execute when split inline
 
     def _params(self, max_tokens: int, force: bool) -> dict[str, Any]:
         params: dict[str, Any] = {"temperature": self.cfg.temperature, **self.cfg.extra_body}
+        if self.cfg.thinking is not None:
+            kwargs = params.get("chat_template_kwargs")
+            kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
+            params["chat_template_kwargs"] = {**kwargs, "enable_thinking": self.cfg.thinking}
         if force:
             params.update(forced_length_params(self.kind, max_tokens))
         return params
@@ -261,7 +272,8 @@ class Runner:
 
         def on_record(rec: RequestRecord) -> None:
             seen.append(rec)
-            self.writer.write(rec)
+            if self.counter is None:
+                self.writer.write(rec)  # else written once its thinking is counted
             self.listener.record(rec)
 
         before = await self.metrics.scrape() if self.metrics else None
@@ -282,6 +294,7 @@ class Runner:
             )
         except (ServerDown, asyncio.CancelledError) as e:
             # keep what the interrupted phase measured
+            self._write_counted(seen)
             await monitor.stop(0)
             if self.metrics:
                 await self.metrics.stop_sampling()
@@ -296,6 +309,9 @@ class Runner:
             )
             self.state.add(phase)
             raise e
+        if self.counter is not None:
+            await self.counter.count(seen)
+            self._write_counted(seen)
         phase = self._summarize(run, name, kind, concurrency, max_tokens, force, started)
         chunks = sum(len(r.chunk_offsets) for r in run.records)
         phase.client = (await monitor.stop(chunks)).to_dict()
@@ -309,11 +325,24 @@ class Runner:
             peaks = await self.metrics.stop_sampling()
             after = await self.metrics.scrape()
             if before is not None and after is not None:
-                phase.server_metrics = server_metrics_summary(before, after, peaks)
+                phase.server_metrics = server_metrics_summary(
+                    before, after, peaks, self.metrics.gauge_sums
+                )
                 phase.notes.extend(compare_tokens(phase.summary, phase.server_metrics))
         self.state.add(phase)
         self.listener.phase_done(phase)
         return phase
+
+    def _write_counted(self, records: list[RequestRecord]) -> None:
+        """Records held for their thinking to be counted: written now, without the text
+        that was kept only to count it."""
+        if self.counter is None:
+            return
+        for rec in records:
+            rec.text = rec.reasoning = None
+            self.writer.write(rec)
+        split = self.state.doc["thinking"]
+        split["tokens_from"] = "tokenizer" if self.counter.available else "estimate"
 
     def _summarize(
         self,
@@ -358,7 +387,12 @@ class Runner:
         timeouts = Timeouts(connect=10.0, read=cfg.timeout, total=None)
         # one pool for the load and the /metrics scraper
         pool = self.metrics.pool if self.metrics is not None else None
-        client = Client(self.ep, self.model, timeouts=timeouts, session=pool)
+        think = self.think
+        client = Client(
+            self.ep, self.model, timeouts=timeouts, session=pool, think=think, keep_text=bool(think)
+        )
+        if think is not None:
+            self.counter = ThinkingCounter(client.pool, self.ep, self.model)
         try:
             if cfg.warmup and "warmup" not in cfg.skip:
                 reqs = iter(
@@ -452,7 +486,8 @@ async def execute_run(
 
     `doc_extra` adds top-level fields to result.json (a repeat's index, see execute_repeats)."""
     cfg.validate()
-    check = await preflight(ep, model, timeout=check_timeout)
+    tags = (cfg.think_tags[0], cfg.think_tags[1])
+    check = await preflight(ep, model, timeout=check_timeout, think_tags=tags)
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     check_context(cfg, check)
@@ -465,10 +500,16 @@ async def execute_run(
         **(target_extra or {}),
     }
     state = RunState(out, cfg, target)
+    mode = check.think_mode()
+    from_usage = "server usage" if mode.dialect == SEPARATE else None
+    state.doc["thinking"] = {"dialect": mode.dialect, "tags": list(mode.tags),
+                             "tokens_from": from_usage}  # fmt: skip
     state.doc.update(doc_extra or {})
     state.save()
     scraper = metrics_scraper(ep, cfg, check, target)
-    runner = Runner(ep, check.model or "", cfg, state, check.server.kind, listener, metrics=scraper)
+    runner = Runner(
+        ep, check.model or "", cfg, state, check.server.kind, listener, scraper, think=mode
+    )
     try:
         await runner.execute()
     except ServerDown as e:

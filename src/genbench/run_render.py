@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from genbench.fmt import duration, ms, pct, rate
+from genbench.fmt import count, duration, ms, number, pct, rate
 from genbench.records import RequestRecord
 from genbench.run import Listener, Phase
 
@@ -98,6 +98,9 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
             "[yellow]local demo target: a tiny random-weight model on llama.cpp; the "
             "numbers show the method, not a real model's speed[/]"
         )
+    probe = (target.get("check") or {}).get("metrics") or {}
+    if probe.get("status") == "absent":
+        console.print(f"  [yellow]no server counters[/]: no /metrics; {probe.get('hint')}")
     phases = doc["phases"]
     singles = [p for p in phases if p["kind"] == "single"]
     if singles:
@@ -119,12 +122,7 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
     _sweep_table(doc, console)
     spec = [p for p in phases if (p.get("server_metrics") or {}).get("spec_mean_acceptance_length")]
     for p in spec:
-        m = p["server_metrics"]
-        console.print(
-            f"  speculative decoding {p['name']}: acceptance "
-            f"{m['spec_acceptance_rate']:.1%}, mean acceptance length "
-            f"{m['spec_mean_acceptance_length']:.2f}"
-        )
+        console.print(f"  speculative decoding {p['name']}: {spec_line(p['server_metrics'])}")
     estimated = [p["name"] for p in phases if p["summary"].get("tokens_estimated")]
     if estimated:
         console.print(
@@ -132,6 +130,7 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
             "the server sent no usage in its streams, so tokens are counted as one per chunk "
             "(exact without speculative decoding; low with it)"
         )
+    thinking_table(doc, console)
     status = doc["status"]
     colour = "green" if status == "complete" else "red"
     console.print(
@@ -243,3 +242,56 @@ def render_repeats(docs: list[dict[str, Any]], console: Console) -> None:
     t.add_row("mean", *means)
     t.add_row("spread (sd)", *spreads)
     console.print(t)
+
+
+def spec_line(m: dict[str, Any]) -> str:
+    """Acceptance as the server counted it, saying when it came from an averaging gauge."""
+    accepted = m.get("spec_acceptance_rate")
+    parts = [f"acceptance {pct(accepted)}"] if accepted is not None else []
+    parts.append(f"mean acceptance length {number(m['spec_mean_acceptance_length'], 2)}")
+    text = ", ".join(parts)
+    if m.get("spec_acceptance_source") == "gauge":
+        n = m.get("spec_gauge_samples", 1)
+        text += f" (server gauge, mean of {n} sample{'s' if n != 1 else ''})"
+    return text
+
+
+THINKING_FROM = {
+    "server usage": "counted by the server",
+    "tokenizer": "counted by the server's /tokenize",
+    "estimate": "estimated (the server counts completion tokens only)",
+}
+
+
+def thinking_table(doc: dict[str, Any], console: Console) -> None:
+    """Thinking and answer tokens per phase, and the time to the first answer token beside
+    TTFT; under it, where the thinking arrived and who counted its tokens."""
+    phases = [p for p in doc["phases"] if p["kind"] != "warmup"]
+    if not phases:
+        return
+    t = Table(title="thinking and answer", title_justify="left")
+    for col in ("phase", "thinking tok", "answer tok", "thinking", "TTFT p50", "TTFT p99",
+                "to answer p50", "to answer p99"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for p in phases:
+        s = p["summary"]
+        out = s["output_tokens"]
+        t.add_row(
+            p["name"],
+            count(s["thinking_tokens"]),
+            count(s["answer_tokens"]),
+            pct(s["thinking_tokens"] / out) if out else "—",
+            ms(s["ttft_s"].get("p50")),
+            ms(s["ttft_s"].get("p99")),
+            ms(s["ttft_answer_s"].get("p50")),
+            ms(s["ttft_answer_s"].get("p99")),
+        )
+    console.print(t)
+    info = doc.get("thinking") or {}
+    if info.get("dialect"):
+        from genbench.think import ThinkMode, describe
+
+        tags = info.get("tags") or ["<think>", "</think>"]
+        line = describe(ThinkMode(info["dialect"], (tags[0], tags[1])))
+        counted = THINKING_FROM.get(info.get("tokens_from") or "")
+        console.print(f"  thinking: {line}" + (f"; its tokens {counted}" if counted else ""))

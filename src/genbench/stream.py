@@ -28,6 +28,7 @@ from orjson import JSONDecodeError, loads
 
 from genbench.errors import ErrorKind, status_kind
 from genbench.records import ANSWER, THINKING, RequestRecord
+from genbench.think import Splitter
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
@@ -50,13 +51,25 @@ class Failure(Exception):
 class StreamParser:
     """One streamed response: SSE lines in, the record's fields out.
 
-    `text` is where each text-bearing chunk lands; a parser that splits `<think>…</think>`
-    inline in `content` into thinking and answer would override it.
+    `text` is where each text-bearing chunk lands. With a `split` (`genbench.think`), the
+    thinking that arrives inline in `content` is told from the answer there, unless the
+    server fills a reasoning field itself. A chunk whose text is all tag, or held back as
+    the possible start of one, is no text chunk (the server's parser sends none for it).
     """
 
-    __slots__ = ("rec", "t0", "buf", "kinds", "answer", "thinking", "done", "finished", "failure")
+    __slots__ = (
+        "rec", "t0", "buf", "kinds", "answer", "thinking", "done", "finished", "failure",
+        "split", "last", "raw",
+    )  # fmt: skip
 
-    def __init__(self, rec: RequestRecord, t0: float, keep_text: bool) -> None:
+    def __init__(
+        self,
+        rec: RequestRecord,
+        t0: float,
+        keep_text: bool,
+        split: Splitter | None = None,
+        keep_raw: bool = False,
+    ) -> None:
         self.rec = rec
         self.t0 = t0  # when the request was sent: chunk offsets are from here
         self.buf = b""  # an incomplete line from the previous read
@@ -66,6 +79,9 @@ class StreamParser:
         self.done = False  # [DONE] seen
         self.finished = False  # a finish_reason seen
         self.failure: Failure | None = None
+        self.split = split
+        self.last = 0.0  # offset of the last chunk with content
+        self.raw: list[str] | None = [] if keep_raw and split is not None else None
 
     def feed(self, data: bytes, now: float) -> int:
         """Bytes of the body that arrived at `now`: MORE, DONE ([DONE] seen) or STOP (a
@@ -150,6 +166,16 @@ class StreamParser:
 
     def text(self, rel: float, thinking: str | None, content: str | None) -> None:
         """A chunk with text arrived `rel` seconds after the request was sent."""
+        if self.split is not None:
+            if thinking:  # the server splits: nothing inline to split
+                self._unsplit()
+            elif content:
+                self.last = rel
+                if self.raw is not None:
+                    self.raw.append(content)
+                thinking, content = self.split.feed(content)
+                if not thinking and not content:
+                    return
         rec = self.rec
         if rec.ttft is None:
             rec.ttft = rel
@@ -170,6 +196,32 @@ class StreamParser:
             if self.thinking is not None:
                 self.thinking.append(thinking)
 
+    def _unsplit(self) -> None:
+        """The server sends a reasoning field: split nothing; what was held is answer."""
+        held = self.split.held if self.split is not None else ""
+        self.split = self.raw = None
+        if held:
+            self.text(self.last, None, held)
+
+    def _flush(self) -> None:
+        """The stream is over: the text held back as a possible tag counts as its kind."""
+        if self.split is None:
+            return
+        thinking, content = self.split.end()
+        rec = self.rec
+        rec.thinking_chars += len(thinking)
+        rec.answer_chars += len(content)
+        if (thinking or content) and rec.ttft is None:
+            rec.ttft = self.last  # all of it was held: it came with the last chunk
+        if content and rec.ttft_answer is None:
+            rec.ttft_answer = self.last
+        if thinking and rec.ttft_thinking is None:
+            rec.ttft_thinking = self.last
+        if self.thinking is not None and thinking:
+            self.thinking.append(thinking)
+        if self.answer is not None and content:
+            self.answer.append(content)
+
     def end(self, now: float) -> None:
         """The body ended at `now`. A last line without its newline still counts."""
         if self.done or self.failure is not None:
@@ -188,11 +240,16 @@ class StreamParser:
         self.stop()
         if self.failure is not None:
             return self.failure
+        self._flush()
         if self.answer is not None:
             rec.text = "".join(self.answer)
             rec.reasoning = "".join(self.thinking or [])
+        if self.raw is not None:
+            rec.raw = "".join(self.raw)
         if rec.completion_tokens is None:
             estimate_tokens(rec)
+        if self.split is not None and (rec.reasoning_tokens is None or rec.tokens_estimated):
+            estimate_thinking(rec, self.split.tags_seen)
         if not self.finished:
             why = "[DONE] without a finish_reason" if self.done else "stream ended before finish"
             return Failure(ErrorKind.INCOMPLETE_STREAM, why)
@@ -200,7 +257,13 @@ class StreamParser:
 
 
 def parse_whole(
-    rec: RequestRecord, body: bytes, t0: float, now: float, keep_text: bool
+    rec: RequestRecord,
+    body: bytes,
+    t0: float,
+    now: float,
+    keep_text: bool,
+    split: Splitter | None = None,
+    keep_raw: bool = False,
 ) -> Failure | None:
     """A non-streamed response that arrived whole at `now`."""
     rec.t_end = now
@@ -218,6 +281,12 @@ def parse_whole(
     msg = choice.get("message") or {}
     content = msg.get("content") or ""
     thinking = msg.get("reasoning_content") or msg.get("reasoning") or ""
+    if split is not None and not thinking and isinstance(content, str):
+        if keep_raw:
+            rec.raw = content
+        t, a = split.feed(content)
+        t2, a2 = split.end()
+        thinking, content = t + t2, a + a2
     rec.answer_chars, rec.thinking_chars = len(content), len(thinking)
     rec.ttft = now - t0  # the whole reply arrives at once
     if keep_text:
@@ -227,6 +296,10 @@ def parse_whole(
         apply_usage(rec, obj["usage"])
     else:
         rec.tokens_estimated = True
+    if split is not None and rec.reasoning_tokens is None and rec.completion_tokens is not None:
+        total = len(thinking) + len(content)
+        rec.reasoning_tokens = round(rec.completion_tokens * len(thinking) / total) if total else 0
+        rec.reasoning_source = "estimate"
     if not rec.finish_reason:
         return Failure(ErrorKind.INCOMPLETE_STREAM, "response without a finish_reason")
     return None
@@ -248,6 +321,18 @@ def estimate_tokens(rec: RequestRecord) -> None:
     rec.tokens_estimated = True
     rec.completion_tokens = len(rec.chunk_kinds)
     rec.reasoning_tokens = rec.chunk_kinds.count(THINKING)
+
+
+def estimate_thinking(rec: RequestRecord, tags: int) -> None:
+    """Thinking split inline by genbench, the server counting only completion tokens:
+    its tokens shared out by chunks (a chunk a token: exact without speculative decoding;
+    the tag chunks count as answer, as a reasoning parser counts them), marked estimated
+    until the server's tokenizer counts the thinking text (`genbench.think_tokens`)."""
+    thinking = rec.chunk_kinds.count(THINKING)
+    chunks = len(rec.chunk_kinds) + tags
+    total = rec.completion_tokens or 0
+    rec.reasoning_tokens = min(total, round(total * thinking / chunks)) if chunks else 0
+    rec.reasoning_source = "estimate"
 
 
 def _malformed(payload: bytes) -> Failure:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import typer
 
-from genbench.check import CheckReport, preflight
+from genbench.check import CheckReport, MetricsProbe, preflight
 from genbench.commands import common
 from genbench.console import err, out
 from genbench.errors import UsageError
-from genbench.fmt import duration, ms
-from genbench.router import ROUTER_KINDS, describe
+from genbench.fmt import count, duration, ms, number
+from genbench.metrics_names import DIALECTS
+from genbench.router import ROUTER_KINDS, workers_line
+from genbench.think import NONE, describe
 
 
 def check(
@@ -24,6 +27,7 @@ def check(
     connect_timeout: float = typer.Option(
         3.0, "--connect-timeout", help="Seconds to wait for a connection."
     ),
+    think_tags: str = common.THINK_TAGS,
     json: bool = common.JSON,
 ) -> None:
     """Check that a server is alive, serves the model and answers one tiny request."""
@@ -33,7 +37,10 @@ def check(
     common.positive("--connect-timeout", connect_timeout)
     ep = common.endpoint(url, api_key_env, api_key_file)
     common.descriptors(1)
-    rep = common.run_async(preflight(ep, model, timeout=timeout, connect_timeout=connect_timeout))
+    tags = common.think_tags(think_tags)
+    rep = common.run_async(
+        preflight(ep, model, timeout=timeout, connect_timeout=connect_timeout, think_tags=tags)
+    )
     if json:
         typer.echo(orjson.dumps(rep.to_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
@@ -47,6 +54,8 @@ def render(rep: CheckReport) -> None:
         out.print(f"  [dim]note:[/] {note}")
     if rep.health:
         health = "ok" if rep.health == "ok" else "no /health; /v1/models answers"
+        if rep.deep_health == "ok":
+            health += "; /health_generate ok (a one-token generation)"
         out.print(f"  [green]✓[/] health   {health}")
     if rep.model:
         out.print(f"  [green]✓[/] model    {rep.model} ({len(rep.models)} served)")
@@ -55,17 +64,56 @@ def render(rep: CheckReport) -> None:
         extra = f", context {s.max_model_len}" if s.max_model_len else ""
         version = s.version or "(version unknown)"
         if s.kind in ROUTER_KINDS:
-            version = f"({describe(s.details)})"
+            version = f"({workers_line(s.details)})"
         out.print(f"  [green]✓[/] server   {s.kind} {version}{extra}")
+        if details := server_details(s.details):
+            out.print(f"             {details}")
+    if rep.metrics:
+        render_metrics(rep.metrics)
     if rep.ok and rep.finish_reason:
         tokens = "?" if rep.completion_tokens is None else str(rep.completion_tokens)
         think = f", {rep.reasoning_tokens or 0} thinking" if rep.thinking else ", no thinking"
+        if rep.thinking and rep.reasoning_source == "estimate":
+            think += " (estimated from the split text)"
         est = " (estimated)" if rep.tokens_estimated else ""
         out.print(
             f"  [green]✓[/] request  TTFT {ms(rep.ttft_s)}, {tokens} tokens{est}{think}, "
             f"finish {rep.finish_reason}, {ms(rep.e2e_s)} total"
         )
+    if rep.ok and rep.thinking_dialect:
+        mark = "[green]✓[/]" if rep.thinking_dialect != NONE else "[dim]-[/]"
+        out.print(f"  {mark} thinking {describe(rep.think_mode())}")
     if rep.ok:
         out.print(f"[bold green]ready[/] ({duration(rep.elapsed_s)})")
     else:
         err.print(f"[bold red]✗[/] {rep.diagnosis}")
+
+
+def server_details(d: dict[str, Any]) -> str:
+    """What SGLang's /server_info says of its setup, in one line."""
+    parts = []
+    if d.get("model_path"):
+        parts.append(f"model {d['model_path']}")
+    if d.get("speculative_algorithm"):
+        n = d.get("speculative_num_draft_tokens")
+        drafts = f" ({count(n)} draft tokens)" if n else ""
+        parts.append(f"speculative {d['speculative_algorithm']}{drafts}")
+        if d.get("avg_spec_accept_length"):
+            parts.append(f"accept length {number(d['avg_spec_accept_length'], 2)} so far")
+    if d.get("reasoning_parser"):
+        parts.append(f"reasoning parser {d['reasoning_parser']}")
+    if d.get("max_running_requests"):
+        parts.append(f"max running requests {count(d['max_running_requests'])}")
+    return ", ".join(parts)
+
+
+def render_metrics(m: MetricsProbe) -> None:
+    if m.status == "ok" and m.dialect:
+        prefix = next(p for p, kind in DIALECTS if kind == m.dialect)
+        out.print(f"  [green]✓[/] metrics  /metrics in {m.dialect}'s names ({prefix}*)")
+    elif m.status == "ok":
+        out.print(f"  [yellow]![/] metrics  /metrics answers, but {m.hint}")
+    elif m.status == "absent":
+        out.print(f"  [yellow]![/] metrics  no /metrics (HTTP {m.http_status}): {m.hint}")
+    else:
+        out.print(f"  [yellow]![/] metrics  /metrics could not be read ({m.hint})")

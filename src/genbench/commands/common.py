@@ -6,8 +6,9 @@ import typer
 
 from genbench.aio import run_async
 from genbench.endpoint import DEFAULT_KEY_ENV, endpoint
-from genbench.errors import positive
+from genbench.errors import UsageError, positive
 from genbench.limits import Descriptors, fit_descriptors
+from genbench.think import DEFAULT_TAGS, parse_tags
 
 URL = typer.Option(None, "--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1")
 MODEL = typer.Option(None, "--model", help="Model to use. [default: the only one served]")
@@ -21,6 +22,20 @@ KEY_FILE = typer.Option(
     None, "--api-key-file", metavar="PATH", help="File whose first line is the API key."
 )
 JSON = typer.Option(False, "--json", help="Print one JSON object instead of the table.")
+THINK_TAGS = typer.Option(
+    ",".join(DEFAULT_TAGS),
+    "--think-tags",
+    metavar="OPEN,CLOSE",
+    help="The tags around thinking that arrives inline in content.",
+)
+
+
+def think_tags(text: str) -> tuple[str, str]:
+    """--think-tags, checked."""
+    try:
+        return parse_tags(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 __all__ = ["descriptors", "endpoint", "positive", "run_async"]

@@ -337,6 +337,13 @@ def generate(
     turns: str = typer.Option(
         "all", "--turns", help="all: regenerate every assistant turn; last: only the final one."
     ),
+    think_tags: str = common.THINK_TAGS,
+    keep_raw: bool = typer.Option(
+        False,
+        "--keep-raw",
+        help="Also write each answer as generated, thinking and tags in it, where genbench "
+        "split it (turn field raw; see docs/generate.md).",
+    ),
     fmt: str = typer.Option("jsonl", "--format", help="jsonl or parquet."),
     shard_size: str = typer.Option("256MB", "--shard-size", help="Start a new file after this."),
     shard: str | None = typer.Option(
@@ -444,6 +451,8 @@ def generate(
         retry_errors=retry_errors,
         force=force,
         limit=limit,
+        think_tags=common.think_tags(think_tags),
+        keep_raw=keep_raw,
     )
     console = err if json else out
     where = f" (shard {cfg.shard.index}/{cfg.shard.count})" if cfg.shard else ""

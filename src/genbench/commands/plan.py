@@ -95,6 +95,7 @@ def plan(
         "--thinking/--no-thinking",
         help="The job's chat_template_kwargs.enable_thinking. [default: the server's choice]",
     ),
+    think_tags: str = common.THINK_TAGS,
     param: list[str] | None = typer.Option(
         None, "--param", help="Another request field of the job, KEY=JSON; repeatable."
     ),

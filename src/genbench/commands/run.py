@@ -160,6 +160,12 @@ def run(
         help='Fields merged into every request, e.g. \'{"chat_template_kwargs": '
         '{"enable_thinking": false}}\'.',
     ),
+    thinking: bool | None = typer.Option(
+        None,
+        "--thinking/--no-thinking",
+        help="Send chat_template_kwargs.enable_thinking. [default: the server's choice]",
+    ),
+    think_tags: str = common.THINK_TAGS,
     skip: str = typer.Option(
         "",
         "--skip",
@@ -198,7 +204,8 @@ def run(
     ),
 ) -> None:
     """Benchmark a server: warm-up, single stream by output length, concurrency sweep."""
-    cfg = RunConfig(natural=natural, temperature=temperature, timeout=timeout)
+    cfg = RunConfig(natural=natural, temperature=temperature, timeout=timeout, thinking=thinking)
+    cfg.think_tags = list(common.think_tags(think_tags))
     local = url is None
     if local:
         local_defaults(cfg, quick)

@@ -84,13 +84,18 @@ class Conversation:
     def answered(self, rec: RequestRecord) -> None:
         """A turn's answer: it joins the conversation, its costs the row's."""
         turn = {"role": "assistant", "content": rec.text or ""}
-        self.out.append({**turn, "reasoning_content": rec.reasoning or ""})
+        turn["reasoning_content"] = rec.reasoning or ""
+        if rec.raw is not None:  # --keep-raw: the text as generated, tags and all
+            turn["raw"] = rec.raw
+        self.out.append(turn)
         self.waiting = False
         self.turns += 1
         self.prompt_tokens += rec.prompt_tokens or 0
         self.tokens += rec.completion_tokens or 0
         self.thinking += rec.reasoning_tokens or 0
-        self.estimated = self.estimated or rec.tokens_estimated
+        # estimated: no usage, or thinking split by genbench and its tokens shared out
+        estimated = rec.tokens_estimated or rec.reasoning_source == "estimate"
+        self.estimated = self.estimated or estimated
         self.truncated = self.truncated or rec.finish_reason == "length"
         self.finish = rec.finish_reason
         if self.ttft is None and rec.ttft is not None:

@@ -31,6 +31,7 @@ from genbench.generate.store import Existing, Store
 from genbench.load import Load
 from genbench.records import RequestRecord
 from genbench.router import ROUTER_KINDS
+from genbench.think import DEFAULT_TAGS
 
 # preflight failures that mean "not up yet" rather than "misconfigured"
 DOWN_EXITS = {ExitCode.REFUSED, ExitCode.TIMEOUT, ExitCode.SERVER_ERROR}
@@ -63,6 +64,8 @@ class JobConfig:
     limit: int | None = None
     sync_interval: float = 1.0
     tick: float = 0.5
+    think_tags: tuple[str, str] = DEFAULT_TAGS  # thinking inline in content: its tags
+    keep_raw: bool = False  # also write each answer's text as generated (turn["raw"])
 
     def fingerprint(self, model: str) -> dict[str, Any]:
         return {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
@@ -172,8 +175,12 @@ class Job:
         cfg = self.cfg
         eps = [Endpoint.parse(s.url, cfg.api_key) for s in cfg.servers]
         timeout = min(cfg.timeout, 120.0)
+        tags = cfg.think_tags
         reports = await asyncio.gather(
-            *(preflight(ep, cfg.model, timeout=timeout, connect_timeout=3.0) for ep in eps)
+            *(
+                preflight(ep, cfg.model, timeout=timeout, connect_timeout=3.0, think_tags=tags)
+                for ep in eps
+            )
         )
         ok = [r for r in reports if r.ok]
         for r in reports:
@@ -192,10 +199,16 @@ class Job:
     def _make_servers(self, reports: list[CheckReport]) -> None:
         cfg = self.cfg
         timeouts = Timeouts(connect=cfg.connect_timeout, read=cfg.timeout)
+        # one model: a server not up yet speaks the dialect the others showed
+        seen = next((r.think_mode() for r in reports if r.ok), None)
         for spec, rep in zip(cfg.servers, reports, strict=True):
             ep = Endpoint.parse(spec.url, cfg.api_key)
+            think = rep.think_mode() if rep.ok else seen
             # the protocol-level transport `run` uses: fewer CPU-seconds per chunk
-            client = Client(ep, self.model, timeouts=timeouts, keep_text=True)
+            client = Client(
+                ep, self.model, timeouts=timeouts, keep_text=True, think=think,
+                keep_raw=cfg.keep_raw,
+            )  # fmt: skip
             router = rep.server.kind in ROUTER_KINDS
             srv = Server(
                 ep, client, spec.concurrency, on_change=self._server_changed, router=router

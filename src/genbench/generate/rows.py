@@ -40,7 +40,12 @@ def parquet_schema() -> Any:
     import pyarrow as pa
 
     turn = pa.struct(
-        [("role", pa.string()), ("content", pa.string()), ("reasoning_content", pa.string())]
+        [
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("reasoning_content", pa.string()),
+            ("raw", pa.string()),  # generate --keep-raw, where genbench split the thinking
+        ]
     )
     meta = pa.struct([(name, pa.type_for_alias(t)) for name, t in META_FIELDS])
     return pa.schema([("id", pa.string()), ("conversations", pa.list_(turn)), ("meta", meta)])

@@ -42,6 +42,7 @@ from genbench.plan.units import parse_counts
 from genbench.result import REQUESTS_FILE, load_result
 from genbench.run import prepare_out_dir
 from genbench.settings import Setting, setting
+from genbench.think import ThinkMode, parse_tags
 
 DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
 DEFAULT_PILOT_C = 32
@@ -87,6 +88,7 @@ class PlanArgs:
     deadline: str | None = None
     price: float | None = None
     gpus_per_server: str | None = None
+    think_tags: str = "<think>,</think>"
 
 
 @dataclass
@@ -256,11 +258,15 @@ def _plan_pilot(
         stop.min_requests = min(size, source.total)
     out = args.out_dir or Path("genbench-runs") / f"{datetime.now():%Y%m%d-%H%M%S}-plan"
     pilot = _Pilot(ep, source, concurrency, size, stop, params, out)
-    check = run_async(preflight(ep, args.model, timeout=args.timeout))
+    try:
+        tags = parse_tags(args.think_tags)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    check = run_async(preflight(ep, args.model, timeout=args.timeout, think_tags=tags))
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out)
-    run = _run(pilot, args, check.model or "", console)
+    run = _run(pilot, args, check.model or "", console, check.think_mode())
     doc = plan_from_pilot(
         run,
         concurrency,
@@ -275,7 +281,9 @@ def _plan_pilot(
     return doc, out
 
 
-def _run(pilot: _Pilot, args: PlanArgs, model: str, console: Console) -> PilotRun:
+def _run(
+    pilot: _Pilot, args: PlanArgs, model: str, console: Console, think: ThinkMode | None = None
+) -> PilotRun:
     """The warm-up and the pilot, with its progress on the console."""
     rows, stop, c = pilot.source.rows, pilot.stop, pilot.concurrency
     stream = pilot_stream(rows, args.seed)
@@ -314,6 +322,7 @@ def _run(pilot: _Pilot, args: PlanArgs, model: str, console: Console) -> PilotRu
                 stop=stop,
                 params=pilot.params,
                 turns=args.turns,
+                think=think,
             )
         )
     except (KeyboardInterrupt, asyncio.CancelledError):

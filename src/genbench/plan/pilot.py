@@ -26,6 +26,7 @@ from genbench.load import run_phase
 from genbench.plan.bar import TARGET_REL_ERROR, length_halfwidth
 from genbench.records import RecordWriter, RequestRecord, read_records
 from genbench.result import REQUESTS_FILE
+from genbench.think import ThinkMode
 
 __all__ = ["turn_count"]  # generate's, for the plan
 
@@ -172,6 +173,7 @@ async def run_pilot(
     stop: PilotStop | None = None,
     params: dict[str, Any] | None = None,
     turns: str = "all",
+    think: ThinkMode | None = None,
 ) -> PilotRun:
     """Run the pilot as the job will run, on generate's own path (`row_load`): C
     workers, sustained, natural lengths, each row a conversation sent as `genbench
@@ -189,7 +191,7 @@ async def run_pilot(
     for that to bias the forecast of a job that runs warm for hours."""
     timeouts = Timeouts(connect=10.0, read=timeout, total=None)
     # the protocol-level transport `run` uses: the client's own CPU stays out of the pilot
-    client = Client(ep, model, timeouts=timeouts, keep_text=True)
+    client = Client(ep, model, timeouts=timeouts, keep_text=True, think=think)
     server = Server(ep, client, concurrency)
     writer = RecordWriter(out / REQUESTS_FILE) if out else None
     run = PilotRun(records=[], wall_s=0.0)

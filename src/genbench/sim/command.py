@@ -6,6 +6,24 @@ import typer
 
 from genbench.sim.config import SimConfig, parse_fault
 
+# whose server the sim plays (genbench/sim/dialect.py)
+DIALECT = typer.Option(
+    "sim",
+    "--dialect",
+    help="Whose endpoints and metric names to serve: sim (genbench's own) or sglang "
+    "(/server_info, /health_generate, sglang:* metrics; see docs/sim.md).",
+)
+NO_METRICS = typer.Option(
+    False, "--no-metrics", help="Serve no /metrics (like SGLang without --enable-metrics)."
+)
+
+DRIFT = typer.Option(
+    None,
+    "--drift",
+    metavar="PCT:PERIOD",
+    help="Make the speed wander: times 1 + PCT/100 · sin(2π·t/PERIOD + phase from --seed).",
+)
+
 
 def sim(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
@@ -64,12 +82,9 @@ def sim(
         "unhealthy, split, loop, unclosed, empty-answer, inline-think, garble, ignore-prompt; "
         "match=TEXT limits one to requests containing TEXT. See docs/sim.md.",
     ),  # fmt: skip
-    drift: str | None = typer.Option(
-        None,
-        "--drift",
-        metavar="PCT:PERIOD",
-        help="Make the speed wander: times 1 + PCT/100 · sin(2π·t/PERIOD + phase from --seed).",
-    ),
+    dialect: str = DIALECT,
+    no_metrics: bool = NO_METRICS,
+    drift: str | None = DRIFT,
 ) -> None:
     """Run the reference OpenAI-compatible server with known timing and injectable faults."""
     cfg = SimConfig(
@@ -77,7 +92,8 @@ def sim(
         prefill_tps=prefill_tps, max_batch=max_batch, max_model_len=max_model_len,
         thinking_tokens=thinking_tokens, reasoning_dialect=reasoning_dialect, spec_k=spec_k,
         spec_accept=spec_accept, output_len=output_len, seed=seed, api_key_env=api_key_env,
-        faults=[parse_fault(f) for f in fault or []], drift=drift,
+        faults=[parse_fault(f) for f in fault or []], drift=drift, dialect=dialect,
+        metrics=not no_metrics,
     ).validate()  # fmt: skip
 
     from genbench.limits import raise_soft_limit

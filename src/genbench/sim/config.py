@@ -16,6 +16,8 @@ from typing import Any
 from genbench.errors import UsageError
 
 REASONING_DIALECTS = ("reasoning_content", "reasoning")
+# whose endpoints and metric names the sim serves (genbench.sim.dialect has each one's table)
+SERVER_DIALECTS = ("sim", "sglang")
 
 # Fault kinds and the keys each accepts besides `rate` and `after`, with defaults.
 FAULT_KEYS: dict[str, dict[str, Any]] = {
@@ -35,7 +37,7 @@ FAULT_KEYS: dict[str, dict[str, Any]] = {
     "loop": {"at": 20, "period": 8},
     "unclosed": {},
     "empty-answer": {},
-    "inline-think": {},
+    "inline-think": {"cut": -1, "opened": 0, "count": 1},
     "garble": {"at": 10},
     "ignore-prompt": {},
 }
@@ -86,6 +88,9 @@ _FAULT_KEY_TYPES: dict[str, tuple[type, float, float]] = {
     "max": (int, 1, math.inf),
     "pause_ms": (float, 0.0, math.inf),
     "period": (int, 1, math.inf),
+    "cut": (int, -1, 8),  # inline-think: characters of </think> before the cut
+    "opened": (int, 0, 1),
+    "count": (int, 0, 1),
 }
 COMMON_KEYS = ("rate", "after", "match")
 
@@ -232,6 +237,8 @@ class SimConfig:
     api_key_env: str | None = None
     faults: list[Fault] = field(default_factory=list)
     drift: str | None = None  # PCT:PERIOD, see Drift
+    dialect: str = "sim"  # one of SERVER_DIALECTS
+    metrics: bool = True  # False: no /metrics (SGLang started without --enable-metrics)
 
     @property
     def step_b(self) -> float:
@@ -301,6 +308,19 @@ class SimConfig:
             repr(self.reasoning_dialect),
             " or ".join(REASONING_DIALECTS),
         )
+        need(
+            self.dialect in SERVER_DIALECTS,
+            "--dialect",
+            repr(self.dialect),
+            " or ".join(SERVER_DIALECTS),
+        )
+        if self.dialect == "sglang":
+            need(
+                self.reasoning_dialect == "reasoning_content",
+                "--reasoning-dialect",
+                repr(self.reasoning_dialect),
+                "reasoning_content with --dialect sglang (the field SGLang sends)",
+            )
         need(1 <= self.spec_k <= 64, "--spec-k", self.spec_k, "an integer in 1..64")
         need(
             0 <= self.spec_accept <= 1, "--spec-accept", self.spec_accept, "a probability in [0, 1]"

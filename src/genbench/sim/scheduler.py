@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from genbench.sim.config import SimConfig
+from genbench.sim.dialect import DIALECTS, Usage
 from genbench.sim.wire import (
     DONE,
     INF,
@@ -26,6 +27,10 @@ from genbench.sim.wire import (
     clock,
     sleep_until,
 )
+
+# SGLang's scheduler logs (and sets its acceptance gauges) every --decode-log-interval
+# decode steps, 40 by default; the sim's SGLang dialect does the same
+SPEC_LOG_STEPS = 40
 
 
 class Scheduler:
@@ -54,6 +59,12 @@ class Scheduler:
         self.m_drafts = 0
         self.m_draft_tokens = 0
         self.m_accepted = 0
+        self.m_aborted = 0  # requests whose client went away (SGLang's aborted requests)
+        # acceptance over the last SPEC_LOG_STEPS decode steps, as SGLang's gauges show it
+        self.spec_accept_length = 0.0
+        self.spec_accept_rate = 0.0
+        self._spec_mark = (0, 0, 0)
+        self.usage_shape: Usage = DIALECTS[cfg.dialect].usage
         self.drift = cfg.drift_model()
         self.started = clock()
         self.task = self.loop.create_task(self._run())
@@ -132,11 +143,13 @@ class Scheduler:
         if not r.stream:
             return True
         if r.script is not None:
-            think, answer = r.script.split(e, e + k)
-            delta = {self.cfg.reasoning_dialect: think} if think else {}
-            if answer:
-                delta["content"] = answer
-            return r.sink.write(r.head + orjson.dumps(delta) + SUF[2:])  # type: ignore[union-attr]
+            out = b""
+            for think, answer in r.script.deltas(e, e + k):
+                delta = {self.cfg.reasoning_dialect: think} if think else {}
+                if answer:
+                    delta["content"] = answer
+                out += r.head + orjson.dumps(delta) + SUF[2:]
+            return r.sink.write(out)  # type: ignore[union-attr]
         span = self.vocab.span
         if e >= th:
             body = r.pre_c + span(r.pos + e, k) + SUF
@@ -212,12 +225,11 @@ class Scheduler:
         self._end(r, "ok", t)
 
     def usage(self, r: Req) -> dict[str, Any]:
-        return {
-            "prompt_tokens": r.prompt_tokens,
-            "completion_tokens": r.emitted,
-            "total_tokens": r.prompt_tokens + r.emitted,
-            "completion_tokens_details": {"reasoning_tokens": r.reasoning_emitted},
-        }
+        # the inline-think fault's count=0: usage leaves thinking uncounted (vLLM, no parser)
+        counted = r.script is None or r.script.count
+        return self.usage_shape(
+            r.prompt_tokens, r.emitted, r.reasoning_emitted if counted else None
+        )
 
     def _end(self, r: Req, outcome: str, t: float) -> None:
         r.outcome = outcome
@@ -229,7 +241,18 @@ class Scheduler:
     def drop(self, r: Req, t: float) -> None:
         """The client went away (or the handler was cancelled): free the slot."""
         if not r.dead:
+            self.m_aborted += 1
             self._end(r, "gone", t)
+
+    def _log_spec(self) -> None:
+        """Acceptance over the steps since the last call: the mean tokens per verify step
+        (the bonus token included) and the accepted share of the draft tokens."""
+        drafts, accepted, draft_tokens = self._spec_mark
+        d, a = self.m_drafts - drafts, self.m_accepted - accepted
+        dt = self.m_draft_tokens - draft_tokens
+        self.spec_accept_length = 1.0 + a / d if d else 0.0
+        self.spec_accept_rate = a / dt if dt else 0.0
+        self._spec_mark = (self.m_drafts, self.m_accepted, self.m_draft_tokens)
 
     # -- the decode loop ------------------------------------------------------------------
 
@@ -272,6 +295,8 @@ class Scheduler:
                     keep.append(r)
             self.batch = keep
             self.steps += 1
+            if k_spec > 1 and self.steps % SPEC_LOG_STEPS == 0:
+                self._log_spec()
             lag = clock() - deadline
             self.lag_sum += lag
             if lag > self.lag_max:

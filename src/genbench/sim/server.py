@@ -33,6 +33,7 @@ from aiohttp import web
 from genbench import __version__
 from genbench.errors import UsageError
 from genbench.sim.config import TEXT_FAULTS, Fault, SimConfig
+from genbench.sim.dialect import DIALECTS, Handler, render_metrics, sim_rows
 from genbench.sim.scheduler import (
     Scheduler,
 )
@@ -73,6 +74,7 @@ class SimServer:
         self.rngs = {id(f): random.Random(f"{cfg.seed}/fault/{i}") for i, f in enumerate(faults)}
         self.counts = {"chat": 0, "models": 0, "health": 0}
         self.requests: set[Req] = set()
+        self.dialect = DIALECTS[cfg.dialect]
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -133,49 +135,17 @@ class SimServer:
             return web.Response(body=NOT_OPENAI_HTML, content_type="text/html")
         card = {
             "id": self.cfg.model, "object": "model", "created": self.created,
-            "owned_by": "genbench-sim", "max_model_len": self.cfg.max_model_len,
+            "owned_by": self.dialect.owned_by, "max_model_len": self.cfg.max_model_len,
         }  # fmt: skip
         return web.json_response({"object": "list", "data": [card]})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        s = self.sched
-        success = [(f'{{finish_reason="{k}"}}', v) for k, v in s.m_success.items()]
-        table: list[tuple[str, str, str, list[tuple[str, float]]]] = [
-            ("num_requests_running", "gauge", "Requests in prefill or decode.", [("", s.running)]),
-            ("num_requests_waiting", "gauge", "Requests queued.", [("", s.num_waiting())]),
-            ("prompt_tokens_total", "counter", "Prefilled prompt tokens.", [("", s.m_prompt)]),
-            ("generation_tokens_total", "counter", "Generated tokens.", [("", s.m_gen)]),
-            ("reasoning_tokens_total", "counter", "Generated thinking tokens.", [("", s.m_reason)]),
-            ("request_success_total", "counter", "Requests finished normally.", success),
-            ("spec_decode_num_drafts_total", "counter", "Speculative drafts.", [("", s.m_drafts)]),
-            ("spec_decode_num_draft_tokens_total", "counter", "Speculative draft tokens.",
-             [("", s.m_draft_tokens)]),
-            ("spec_decode_num_accepted_tokens_total", "counter", "Accepted draft tokens.",
-             [("", s.m_accepted)]),
-            ("decode_steps_total", "counter", "Decode steps run.", [("", s.steps)]),
-            ("decode_resyncs_total", "counter", "Times the decode loop fell too far behind and "
-             "resynchronised.", [("", s.resyncs)]),
-            ("decode_resync_seconds_total", "counter", "Seconds the decode schedule was shifted "
-             "by resynchronising.", [("", s.resync_s)]),
-            ("decode_step_lag_seconds_total", "counter", "Sum over decode steps of how late "
-             "each step's tokens were written.", [("", s.lag_sum)]),
-            ("decode_step_lag_seconds_max", "gauge", "The latest a decode step was written.",
-             [("", s.lag_max)]),
-            ("first_token_lag_seconds_total", "counter", "Sum over requests of how late the "
-             "first token was written after its scheduled time (slow host timers).",
-             [("", s.first_lag_sum)]),
-            ("requests_total", "counter", "HTTP requests received, by endpoint.",
-             [(f'{{endpoint="{k}"}}', v) for k, v in self.counts.items()]),
-        ]  # fmt: skip
-        lines: list[str] = []
-        for name, kind, help_, samples in table:
-            lines.append(f"# HELP sim:{name} {help_}")
-            lines.append(f"# TYPE sim:{name} {kind}")
-            lines.extend(f"sim:{name}{labels} {float(value)!r}" for labels, value in samples)
-        return web.Response(
-            text="\n".join(lines) + "\n",
-            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
-        )
+        """/metrics in the dialect's names."""
+        return render_metrics(self.dialect.prefix, self.dialect.rows(self))
+
+    async def sim_metrics(self, request: web.Request) -> web.Response:
+        """The sim's own counters (`sim:*`), whatever the dialect: the truth for tests."""
+        return render_metrics("sim:", sim_rows(self))
 
     # -- chat completions -----------------------------------------------------------------
 
@@ -389,11 +359,16 @@ class SimServer:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/version", self.version)
-        app.router.add_get("/sim/config", self.config)
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/v1/models", self.models)
+        routes: dict[str, Handler | None] = {
+            "/health": self.health, "/version": self.version, "/sim/config": self.config,
+            "/sim/metrics": self.sim_metrics, "/metrics": self.metrics, "/v1/models": self.models,
+        }  # fmt: skip
+        routes.update(self.dialect.routes(self))
+        if not self.cfg.metrics:
+            routes["/metrics"] = None
+        for path, handler in routes.items():
+            if handler is not None:
+                app.router.add_get(path, handler)
         app.router.add_post("/v1/chat/completions", self.chat)
         return app
 

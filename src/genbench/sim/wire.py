@@ -178,13 +178,22 @@ class Script:
     `thinking` tokens are thinking, as in the fast path.
     """
 
-    __slots__ = ("pos", "thinking", "loop_at", "period", "inline", "garble_at")
+    __slots__ = (
+        "pos", "thinking", "loop_at", "period", "inline", "garble_at", "cut", "opened", "count",
+    )  # fmt: skip
 
     def __init__(self, pos: int, thinking: int, faults: dict[str, Fault]) -> None:
         self.pos, self.thinking = pos, thinking
         loop = faults.get("loop")
         self.loop_at, self.period = (loop["at"], loop["period"]) if loop else (INF, 1)
-        self.inline = "inline-think" in faults
+        inline = faults.get("inline-think")
+        self.inline = inline is not None
+        # inline-think: `</think>` cut across two chunks after `cut` characters (-1: whole);
+        # `opened`: the template opened the block, no `<think>` is sent; `count=0`: usage
+        # leaves the thinking uncounted, as a server without a reasoning parser does
+        self.cut = inline["cut"] if inline else -1
+        self.opened = bool(inline["opened"]) if inline else False
+        self.count = bool(inline["count"]) if inline else True
         self.garble_at = faults["garble"]["at"] if "garble" in faults else -1
 
     def word(self, i: int) -> str:
@@ -201,9 +210,19 @@ class Script:
         answer = "".join(self.word(i) for i in range(max(start, th), end))
         if not self.inline:
             return think, answer
-        opening = "<think>\n" if start == 0 < th else ""
+        opening = "<think>\n" if start == 0 < th and not self.opened else ""
         closing = "\n</think>\n\n" if start <= th < end and th > 0 else ""
         return "", opening + think + closing + answer
+
+    def deltas(self, start: int, end: int) -> list[tuple[str, str]]:
+        """What tokens [start, end) send: one delta, or two when `cut` cuts the closing
+        tag between them."""
+        think, answer = self.split(start, end)
+        i = answer.find("</think>") if self.cut >= 0 and not think else -1
+        if i < 0:
+            return [(think, answer)]
+        at = i + min(self.cut, len("</think>"))
+        return [("", answer[:at]), ("", answer[at:])]
 
 
 class Req:

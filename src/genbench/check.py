@@ -14,8 +14,18 @@ from typing import Any
 import orjson
 
 from genbench.client import ChatRequest, Client, ConnectionPool, Timeouts
+from genbench.diagnosis import (
+    Diagnosis,
+    PreflightFailed,
+    model_diagnosis,
+    request_diagnosis,
+    served,
+    status_diagnosis,
+    transport_diagnosis,
+    where,
+)
 from genbench.endpoint import Endpoint
-from genbench.errors import ExitCode, GenbenchError, model_missing, upstream_failed
+from genbench.errors import ExitCode
 from genbench.metrics_names import dialect_of, metrics_off_hint
 from genbench.records import ErrorKind, RequestRecord
 from genbench.router import identify_router, router_notes
@@ -25,23 +35,8 @@ from genbench.think import DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
 
-@dataclass
-class Diagnosis:
-    exit_code: int
-    message: str
-    upstream: bool = False  # a router answered that its worker failed: another may not
-
-
 # a router that answers for a failed worker may route the next test request to a live one
 UPSTREAM_TRIES = 3
-
-
-class PreflightFailed(GenbenchError):
-    """A check failed; `diagnosis` is the line a person reads and the exit code."""
-
-    def __init__(self, diagnosis: Diagnosis) -> None:
-        super().__init__(diagnosis.message, diagnosis.exit_code)
-        self.diagnosis = diagnosis
 
 
 @dataclass
@@ -109,72 +104,6 @@ OWNED_BY_KIND = {
 }
 
 
-def _where(ep: Endpoint) -> str:
-    return ep.root.split("://", 1)[1]
-
-
-def _transport_diagnosis(ep: Endpoint, failure: Failure, what: str) -> Diagnosis:
-    kind = failure.kind
-    host = _where(ep)
-    if kind is ErrorKind.CONNECT_REFUSED:
-        return Diagnosis(
-            Exit.REFUSED,
-            f"connection refused at {host}: nothing is listening there. "
-            "Is the server running? Was it killed (e.g. out of memory)?",
-        )
-    if kind is ErrorKind.DNS:
-        return Diagnosis(
-            Exit.DNS,
-            f"unknown host '{host.rsplit(':', 1)[0]}': the name does not "
-            "resolve. Check the spelling of --url.",
-        )
-    if kind in (ErrorKind.CONNECT_TIMEOUT, ErrorKind.READ_TIMEOUT, ErrorKind.TOTAL_TIMEOUT):
-        return Diagnosis(
-            Exit.TIMEOUT,
-            f"no answer from {host} to {what} in time: the host may be "
-            "unreachable (firewall, wrong address) or the server hung.",
-        )
-    if kind is ErrorKind.DISCONNECTED:
-        return Diagnosis(
-            Exit.SERVER_ERROR,
-            f"{host} closed the connection during {what}: the "
-            "server crashed or is not an HTTP server.",
-        )
-    return Diagnosis(Exit.REQUEST_FAILED, f"{what} at {host} failed: {ep.redact(failure.message)}")
-
-
-def _status_diagnosis(ep: Endpoint, path: str, status: int, body: bytes) -> Diagnosis:
-    msg = ep.redact(error_message_from_body(body, limit=200))
-    url = ep.redact(path)
-    if status in (401, 403):
-        hint = (
-            "no API key was sent: set it in OPENAI_API_KEY or name its variable with --api-key-env"
-            if not ep.api_key
-            else "the API key was refused: is it the right one?"
-        )
-        return Diagnosis(Exit.AUTH, f"HTTP {status} from {url}: {hint} ({msg})")
-    if status in (400, 404, 422) and model_missing(msg):
-        return Diagnosis(Exit.MODEL, f"HTTP {status} from {url}: the server says: {msg}")
-    if status == 404:
-        hint = " Does the base URL need '/v1'?" if not ep.base_url.endswith("/v1") else ""
-        return Diagnosis(Exit.NOT_FOUND, f"HTTP 404 from {url}: no such path on this server.{hint}")
-    if status == 429:
-        return Diagnosis(
-            Exit.SERVER_ERROR,
-            f"HTTP 429 from {url}: the server is rate-limiting or overloaded ({msg})",
-        )
-    if status >= 500 and upstream_failed(status, msg):
-        return Diagnosis(
-            Exit.SERVER_ERROR,
-            f"HTTP {status} from {url}: a router or proxy answered that no worker behind it "
-            f"could take the request: {msg}",
-            upstream=True,
-        )
-    if status >= 500:
-        return Diagnosis(Exit.SERVER_ERROR, f"HTTP {status} from {url}: the server failed: {msg}")
-    return Diagnosis(Exit.BAD_RESPONSE, f"HTTP {status} from {url}: {msg}")
-
-
 async def _get(pool: ConnectionPool, ep: Endpoint, url: str, timeout: float) -> tuple[int, bytes]:
     status, _, body = await pool.get(url, timeout, ep.headers())
     return status, body
@@ -185,7 +114,7 @@ async def _health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str:
     try:
         status, body = await _get(pool, ep, ep.root + "/health", timeout)
     except Failure as f:
-        raise PreflightFailed(_transport_diagnosis(ep, f, "GET /health")) from None
+        raise PreflightFailed(transport_diagnosis(ep, f, "GET /health")) from None
     if status == 200:
         return "ok"
     if status in (404, 405):
@@ -195,14 +124,14 @@ async def _health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str:
         raise PreflightFailed(
             Diagnosis(
                 Exit.SERVER_ERROR,
-                f"{_where(ep)} answers /health with "
+                f"{where(ep)} answers /health with "
                 f"503: the server is up but not ready (still loading the model?) "
                 f"({msg})",
             )
         )
     if status in (401, 403):
         return "absent"  # health behind auth: /v1/models will tell
-    raise PreflightFailed(_status_diagnosis(ep, ep.root + "/health", status, body))
+    raise PreflightFailed(status_diagnosis(ep, ep.root + "/health", status, body))
 
 
 async def _models(
@@ -212,9 +141,9 @@ async def _models(
     try:
         status, body = await _get(pool, ep, url, timeout)
     except Failure as f:
-        raise PreflightFailed(_transport_diagnosis(ep, f, "GET /v1/models")) from None
+        raise PreflightFailed(transport_diagnosis(ep, f, "GET /v1/models")) from None
     if status != 200:
-        raise PreflightFailed(_status_diagnosis(ep, url, status, body))
+        raise PreflightFailed(status_diagnosis(ep, url, status, body))
     try:
         obj = orjson.loads(body)
         data = obj["data"]
@@ -354,7 +283,7 @@ async def deep_health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str
     try:
         status, body = await _get(pool, ep, ep.root + "/health_generate", timeout)
     except Failure as f:
-        raise PreflightFailed(_transport_diagnosis(ep, f, "GET /health_generate")) from None
+        raise PreflightFailed(transport_diagnosis(ep, f, "GET /health_generate")) from None
     if status == 200:
         return "ok"
     if status in (404, 405, 401, 403):
@@ -363,12 +292,12 @@ async def deep_health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str
         raise PreflightFailed(
             Diagnosis(
                 Exit.SERVER_ERROR,
-                f"{_where(ep)} answers SGLang's /health_generate with 503: its scheduler "
+                f"{where(ep)} answers SGLang's /health_generate with 503: its scheduler "
                 "produced no token within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default): "
                 "still starting, hung, or overloaded. Check the server's log.",
             )
         )
-    raise PreflightFailed(_status_diagnosis(ep, ep.root + "/health_generate", status, body))
+    raise PreflightFailed(status_diagnosis(ep, ep.root + "/health_generate", status, body))
 
 
 async def probe_metrics(
@@ -399,48 +328,6 @@ async def tiny_request(client: Client, max_tokens: int = 16) -> RequestRecord:
         params={"temperature": 0},
     )
     return await client.chat(req, phase="check")
-
-
-def _request_diagnosis(ep: Endpoint, rec: RequestRecord) -> Diagnosis:
-    kind = rec.error_kind
-    msg = rec.error_message or ""
-    host = _where(ep)
-    if kind in (ErrorKind.HTTP_STATUS, ErrorKind.UPSTREAM) and rec.http_status:
-        body_msg = msg.split(": ", 1)[1] if ": " in msg else msg
-        return _status_diagnosis(
-            ep,
-            ep.base_url + "/chat/completions",
-            rec.http_status,
-            orjson.dumps({"error": {"message": body_msg}}),
-        )
-    if kind == ErrorKind.CONNECT_REFUSED:
-        return Diagnosis(
-            Exit.REFUSED,
-            f"connection refused at {host} during the test request: "
-            "the server stopped (killed, e.g. out of memory?)",
-        )
-    if kind in (
-        ErrorKind.READ_TIMEOUT,
-        ErrorKind.TOTAL_TIMEOUT,
-        ErrorKind.CONNECT_TIMEOUT,
-    ):
-        return Diagnosis(
-            Exit.TIMEOUT,
-            f"the test request to {host} timed out ({msg}): the server "
-            "accepts connections but does not generate. Raise --timeout for a "
-            "reasoning model that thinks long, or check the server's log.",
-        )
-    if kind == ErrorKind.INBAND_ERROR:
-        return Diagnosis(Exit.SERVER_ERROR, f"the server sent an error inside the stream: {msg}")
-    if kind == ErrorKind.MALFORMED_CHUNK:
-        return Diagnosis(Exit.BAD_RESPONSE, f"the server's stream is not OpenAI-shaped: {msg}")
-    if kind in (ErrorKind.INCOMPLETE_STREAM, ErrorKind.DISCONNECTED):
-        return Diagnosis(
-            Exit.REQUEST_FAILED,
-            f"the test request's stream broke off ({msg}): the "
-            "server may have crashed mid-request.",
-        )
-    return Diagnosis(Exit.REQUEST_FAILED, f"the test request failed ({kind}): {msg}")
 
 
 async def preflight(
@@ -505,12 +392,13 @@ async def _checks(
         client = Client(ep, rep.model, timeouts=timeouts, session=pool, keep_text=True)
         rec = await _tiny_through_router(client, max_tokens, rep)
         if not rec.ok:
-            raise PreflightFailed(_model_diagnosis(rep, model, _request_diagnosis(ep, rec)))
+            diag = request_diagnosis(ep, rec)
+            raise PreflightFailed(model_diagnosis(rep.model, rep.models, rep.url, model, diag))
         rep.thinking_dialect = await _dialect(pool, ep, rep.model, rec, think_tags)
         _read_reply(rep, rec)
     if rep.model not in rep.models:
         done = "but served: a router?" if tiny else "not tried (no test request)"
-        listing = f"not listed by /v1/models ({_served(rep)})"
+        listing = f"not listed by /v1/models ({served(rep.models)})"
         rep.notes.append(f"model '{rep.model}' is {listing}, {done}")
 
 
@@ -523,32 +411,6 @@ async def _tiny_through_router(client: Client, max_tokens: int, rep: CheckReport
             break
         rep.notes.append(f"test request {attempt}: {rec.error_message}; trying again")
     return rec
-
-
-def _served(rep: CheckReport) -> str:
-    return "served: " + (", ".join(rep.models) or "none")
-
-
-def _model_diagnosis(rep: CheckReport, wanted: str | None, diag: Diagnosis) -> Diagnosis:
-    """A failed test request, said of the model when /v1/models did not list it (the
-    server's own message kept), or when the listed one was refused as a model. A router's
-    failed worker says nothing of the model."""
-    if diag.upstream:
-        return diag
-    if rep.model not in rep.models:
-        return Diagnosis(
-            diag.exit_code,
-            f"model '{rep.model}' is not listed by /v1/models at {rep.url} ({_served(rep)}) "
-            f"and the test request failed: {diag.message}",
-        )
-    if diag.exit_code == Exit.MODEL and not wanted:
-        said = diag.message.rstrip(".")
-        return Diagnosis(
-            diag.exit_code,
-            f"{said}. /v1/models lists '{rep.model}' but it is not served under that "
-            "name (a router that could not learn its workers' model?): name it with --model",
-        )
-    return diag
 
 
 async def _dialect(

@@ -31,6 +31,7 @@ from genbench.metrics_names import (
     RATIOS,
     dialect_of,
 )
+from genbench.router import ROUTER_KINDS
 from genbench.stream import Failure
 
 __all__ = ["COUNTERS", "GAUGES", "LABELLED", "MetricsScraper", "Snapshot", "parse_prometheus"]
@@ -155,6 +156,25 @@ class MetricsScraper:
         await self.stop_sampling()
         if self._own_pool:
             await self.pool.close()
+
+
+def scraper_for(
+    ep: Endpoint, urls: list[str], kind: str | None, details: dict[str, Any], target: dict[str, Any]
+) -> MetricsScraper:
+    """The workers' /metrics summed when --metrics-url names them (`urls`); else the
+    server's own, except behind a router with several workers, whose /metrics is not their
+    sum (vllm-router forwards it to one of them): none is scraped then, and `target` (the
+    result's) says why."""
+    if urls:
+        return SummedScraper(ep, urls=tuple(urls))
+    workers = details.get("workers") or []
+    if kind in ROUTER_KINDS and len(workers) > 1:
+        target["server_metrics"] = (
+            f"not scraped: a router in front of {len(workers)} workers; "
+            "--metrics-url once per worker sums theirs"
+        )
+        return MetricsScraper(ep, available=False)  # scrapes nothing
+    return MetricsScraper(ep)
 
 
 def metrics_target(url: str) -> tuple[Endpoint, str]:

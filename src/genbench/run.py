@@ -22,15 +22,9 @@ from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import GenbenchError, UsageError
 from genbench.load import PhaseRun, ServerDown, run_phase
-from genbench.metrics import (
-    MetricsScraper,
-    SummedScraper,
-    compare_tokens,
-    server_metrics_summary,
-)
+from genbench.metrics import MetricsScraper, compare_tokens, scraper_for, server_metrics_summary
 from genbench.records import RecordWriter, RequestRecord
 from genbench.result import REQUESTS_FILE, RESULT_FILE, SCHEMA, SCHEMA_VERSION, write_json_atomic
-from genbench.router import ROUTER_KINDS
 from genbench.selfcheck import LoopMonitor
 from genbench.stats import PhaseSummary, knee, summarize
 from genbench.think import DEFAULT_TAGS, SEPARATE, ThinkMode
@@ -64,8 +58,7 @@ class RunConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request
     thinking: bool | None = None  # chat_template_kwargs.enable_thinking; None: the server's
     think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
-    # the workers' own /metrics behind a router, summed (empty: the server's /metrics)
-    metrics_urls: list[str] = field(default_factory=list)
+    metrics_urls: list[str] = field(default_factory=list)  # --metrics-url: workers', summed
 
     def validate(self) -> None:
         if not self.lengths and "single" not in self.skip:
@@ -454,24 +447,6 @@ class Runner:
                 )
 
 
-def metrics_scraper(
-    ep: Endpoint, cfg: RunConfig, check: CheckReport, target: dict[str, Any]
-) -> MetricsScraper | None:
-    """The workers' /metrics summed when --metrics-url names them; else the server's own,
-    except behind a router with several workers, whose /metrics is not their sum (vllm-router
-    forwards it to one of them): none then, and the result says why."""
-    if cfg.metrics_urls:
-        return SummedScraper(ep, urls=tuple(cfg.metrics_urls))
-    workers = check.server.details.get("workers") or []
-    if check.server.kind in ROUTER_KINDS and len(workers) > 1:
-        target["server_metrics"] = (
-            f"not scraped: a router in front of {len(workers)} workers; "
-            "--metrics-url once per worker sums theirs"
-        )
-        return None
-    return MetricsScraper(ep)
-
-
 async def execute_run(
     ep: Endpoint,
     model: str | None,
@@ -506,7 +481,7 @@ async def execute_run(
                              "tokens_from": from_usage}  # fmt: skip
     state.doc.update(doc_extra or {})
     state.save()
-    scraper = metrics_scraper(ep, cfg, check, target)
+    scraper = scraper_for(ep, cfg.metrics_urls, check.server.kind, check.server.details, target)
     runner = Runner(
         ep, check.model or "", cfg, state, check.server.kind, listener, scraper, think=mode
     )
@@ -520,7 +495,6 @@ async def execute_run(
         state.finish("interrupted", "interrupted by the user")
         raise
     finally:
-        if scraper is not None:
-            await scraper.close()
+        await scraper.close()
     state.finish("complete")
     return state

@@ -8,7 +8,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from genbench.check import _status_diagnosis
+from genbench.diagnosis import status_diagnosis
 from genbench.endpoint import Endpoint
 from genbench.errors import (
     ErrorKind,
@@ -62,10 +62,10 @@ def test_other_messages_are_not_a_missing_model(message):
 
 def test_a_404_that_says_the_model_does_not_exist_is_exit_8_with_its_message():
     ep = Endpoint.parse("http://127.0.0.1:8000/v1")
-    d = _status_diagnosis(ep, ep.base_url + "/chat/completions", 404, VLLM_404)
+    d = status_diagnosis(ep, ep.base_url + "/chat/completions", 404, VLLM_404)
     assert d.exit_code == ExitCode.MODEL
     assert "The model `unknown` does not exist." in d.message and "no such path" not in d.message
-    plain = _status_diagnosis(ep, ep.base_url + "/models", 404, b"404: Not Found")
+    plain = status_diagnosis(ep, ep.base_url + "/models", 404, b"404: Not Found")
     assert plain.exit_code == ExitCode.NOT_FOUND and "no such path" in plain.message
 
 
@@ -95,7 +95,7 @@ def test_a_router_answering_for_its_worker_is_upstream(status, body, kind):
 
 def test_the_router_diagnosis_says_no_worker_could_take_it():
     ep = Endpoint.parse("http://127.0.0.1:8000/v1")
-    d = _status_diagnosis(ep, ep.base_url + "/chat/completions", 503, SGL_503)
+    d = status_diagnosis(ep, ep.base_url + "/chat/completions", 503, SGL_503)
     assert d.exit_code == ExitCode.SERVER_ERROR
     assert "no worker behind it" in d.message and "No available workers" in d.message
     assert orjson.loads(SGL_503)  # the body is the router's own JSON

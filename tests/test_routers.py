@@ -80,6 +80,11 @@ def test_check_run_and_generate_through_a_router_over_two_sims(
     if kind == "sglang-router":
         assert doc["models"] == ["unknown"]
         assert any("not listed by /v1/models" in n and "a router?" in n for n in doc["notes"])
+        # no /metrics on the router's port: its own are on --prometheus-port
+        assert doc["metrics"]["status"] == "absent" and "--metrics-url" in doc["metrics"]["hint"]
+    else:
+        # vllm-router forwards /metrics to one worker: not said to be the server's counters
+        assert doc["metrics"]["dialect"] is None and "one worker's" in doc["metrics"]["hint"]
     result = run_quick(router.url, tmp_path / "run", *metrics_urls(two_sims))
     for ph in result["phases"]:
         # the two workers' counters, summed, are exactly what genbench counted

@@ -28,7 +28,7 @@ from genbench.endpoint import Endpoint
 from genbench.errors import ExitCode
 from genbench.metrics_names import dialect_of, metrics_off_hint
 from genbench.records import ErrorKind, RequestRecord
-from genbench.router import identify_router, router_notes
+from genbench.router import ONE_WORKERS_METRICS, identify_router, router_notes
 from genbench.stream import Failure, error_message_from_body
 from genbench.think import DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 
@@ -388,6 +388,9 @@ async def _checks(
     if rep.server.kind == "SGLang":
         rep.deep_health = await deep_health(pool, ep, min(timeouts.read, 30.0))
     rep.metrics = await probe_metrics(pool, ep, rep.server.kind, connect + 2)
+    if rep.metrics.status == "ok" and len(rep.server.details.get("workers") or []) > 1:
+        # vllm-router forwards /metrics to one of its workers: not the sum run needs
+        rep.metrics = MetricsProbe("ok", http_status=200, hint=ONE_WORKERS_METRICS)
     if tiny:
         client = Client(ep, rep.model, timeouts=timeouts, session=pool, keep_text=True)
         rec = await _tiny_through_router(client, max_tokens, rep)

@@ -55,6 +55,10 @@ async def identify_router(get: Get) -> tuple[str, dict[str, Any]] | None:
     return "router", details
 
 
+ONE_WORKERS_METRICS = (
+    "they are one worker's, forwarded by the router: run skips them; give run "
+    "--metrics-url once per worker's /metrics"
+)
 ROUTER_KINDS = frozenset({"sglang-router", "vllm-router", "router"})
 
 

@@ -24,6 +24,7 @@ import pytest
 from conftest import genbench
 from fixtures_routers import KINDS
 from test_generate import (
+    FAST,
     SIM,
     assert_exactly_once,
     assert_log_holds_every_attempt,
@@ -38,7 +39,6 @@ from genbench.check import Exit
 from genbench.sim.process import SimProcess, start_all, stop_all
 
 pytestmark = pytest.mark.router
-FAST = ("--retry-backoff", "0.05", "--progress-every", "1")
 
 
 @pytest.fixture
@@ -59,7 +59,8 @@ def metrics_urls(sims) -> list[str]:
 
 
 def run_quick(url: str, out: Path, *extra: str, model: str = "genbench-sim") -> dict:
-    p = genbench("run", "--url", url, "--model", model, "--warmup", "1", "--warmup-tokens",
+    """`run --quick`, its lengths and levels cut to what vLLM on CPU does in seconds."""
+    p = genbench("run", "--quick", "--url", url, "--model", model, "--warmup-tokens",
                  "16", "--lengths", "48", "--prompts-per-length", "2", "--concurrency", "1,4",
                  "--sweep-tokens", "48", "--requests-per-slot", "2", "--out", str(out), *extra,
                  timeout=600)  # fmt: skip

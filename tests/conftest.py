@@ -13,8 +13,9 @@ import pytest
 from genbench.sim.process import SimProcess
 
 pytest_plugins: list[str] = []
-if Path(__file__).with_name("fixtures_vllm.py").exists():
-    pytest_plugins.append("fixtures_vllm")
+for _plugin in ("fixtures_vllm", "fixtures_routers"):
+    if Path(__file__).with_name(f"{_plugin}.py").exists():
+        pytest_plugins.append(_plugin)
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -129,8 +129,12 @@ def test_api_key_file(sim_factory, tmp_path, monkeypatch):
 
 
 def test_model_not_served_lists_the_served_ones(fast_sim):
+    # --model is trusted (a router may not list it): the test request is sent, and the
+    # server's own 404 says the model does not exist
     p = genbench("check", "--url", fast_sim.url, "--model", "llama-405b")
-    assert_one_line_diagnosis(p, Exit.MODEL, "llama-405b", "served: genbench-sim")
+    assert_one_line_diagnosis(
+        p, Exit.MODEL, "llama-405b", "served: genbench-sim", "does not exist", "not listed"
+    )
 
 
 def test_wrong_path_suggests_v1(fast_sim):

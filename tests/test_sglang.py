@@ -249,7 +249,7 @@ def test_server_info_in_either_shape_gives_the_same_details() -> None:
     assert unknown.kind is None  # another server's /server_info is not SGLang's
 
 
-async def test_identify_asks_at_most_five_paths_of_an_unknown_server() -> None:
+async def test_identify_asks_at_most_six_paths_of_an_unknown_server() -> None:
     from aiohttp import web
 
     from genbench.check import identify
@@ -278,4 +278,5 @@ async def test_identify_asks_at_most_five_paths_of_an_unknown_server() -> None:
         await pool.close()
         await runner.cleanup()
     assert info.kind is None
-    assert asked == ["/version", "/props", "/server_info", "/get_server_info", "/info"]
+    # /workers first: a router (sglang-router, vllm-router) forwards the others to a worker
+    assert asked == ["/workers", "/version", "/props", "/server_info", "/get_server_info", "/info"]

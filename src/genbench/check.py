@@ -14,28 +14,29 @@ from typing import Any
 import orjson
 
 from genbench.client import ChatRequest, Client, ConnectionPool, Timeouts
+from genbench.diagnosis import (
+    Diagnosis,
+    PreflightFailed,
+    model_diagnosis,
+    request_diagnosis,
+    served,
+    status_diagnosis,
+    transport_diagnosis,
+    where,
+)
 from genbench.endpoint import Endpoint
-from genbench.errors import ExitCode, GenbenchError
+from genbench.errors import ExitCode
 from genbench.metrics_names import dialect_of, metrics_off_hint
 from genbench.records import ErrorKind, RequestRecord
+from genbench.router import ONE_WORKERS_METRICS, identify_router, router_notes
 from genbench.stream import Failure, error_message_from_body
 from genbench.think import DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
 
-@dataclass
-class Diagnosis:
-    exit_code: int
-    message: str
-
-
-class PreflightFailed(GenbenchError):
-    """A check failed; `diagnosis` is the line a person reads and the exit code."""
-
-    def __init__(self, diagnosis: Diagnosis) -> None:
-        super().__init__(diagnosis.message, diagnosis.exit_code)
-        self.diagnosis = diagnosis
+# a router that answers for a failed worker may route the next test request to a live one
+UPSTREAM_TRIES = 3
 
 
 @dataclass
@@ -103,63 +104,6 @@ OWNED_BY_KIND = {
 }
 
 
-def _where(ep: Endpoint) -> str:
-    return ep.root.split("://", 1)[1]
-
-
-def _transport_diagnosis(ep: Endpoint, failure: Failure, what: str) -> Diagnosis:
-    kind = failure.kind
-    host = _where(ep)
-    if kind is ErrorKind.CONNECT_REFUSED:
-        return Diagnosis(
-            Exit.REFUSED,
-            f"connection refused at {host}: nothing is listening there. "
-            "Is the server running? Was it killed (e.g. out of memory)?",
-        )
-    if kind is ErrorKind.DNS:
-        return Diagnosis(
-            Exit.DNS,
-            f"unknown host '{host.rsplit(':', 1)[0]}': the name does not "
-            "resolve. Check the spelling of --url.",
-        )
-    if kind in (ErrorKind.CONNECT_TIMEOUT, ErrorKind.READ_TIMEOUT, ErrorKind.TOTAL_TIMEOUT):
-        return Diagnosis(
-            Exit.TIMEOUT,
-            f"no answer from {host} to {what} in time: the host may be "
-            "unreachable (firewall, wrong address) or the server hung.",
-        )
-    if kind is ErrorKind.DISCONNECTED:
-        return Diagnosis(
-            Exit.SERVER_ERROR,
-            f"{host} closed the connection during {what}: the "
-            "server crashed or is not an HTTP server.",
-        )
-    return Diagnosis(Exit.REQUEST_FAILED, f"{what} at {host} failed: {ep.redact(failure.message)}")
-
-
-def _status_diagnosis(ep: Endpoint, path: str, status: int, body: bytes) -> Diagnosis:
-    msg = ep.redact(error_message_from_body(body, limit=200))
-    url = ep.redact(path)
-    if status in (401, 403):
-        hint = (
-            "no API key was sent: set it in OPENAI_API_KEY or name its variable with --api-key-env"
-            if not ep.api_key
-            else "the API key was refused: is it the right one?"
-        )
-        return Diagnosis(Exit.AUTH, f"HTTP {status} from {url}: {hint} ({msg})")
-    if status == 404:
-        hint = " Does the base URL need '/v1'?" if not ep.base_url.endswith("/v1") else ""
-        return Diagnosis(Exit.NOT_FOUND, f"HTTP 404 from {url}: no such path on this server.{hint}")
-    if status == 429:
-        return Diagnosis(
-            Exit.SERVER_ERROR,
-            f"HTTP 429 from {url}: the server is rate-limiting or overloaded ({msg})",
-        )
-    if status >= 500:
-        return Diagnosis(Exit.SERVER_ERROR, f"HTTP {status} from {url}: the server failed: {msg}")
-    return Diagnosis(Exit.BAD_RESPONSE, f"HTTP {status} from {url}: {msg}")
-
-
 async def _get(pool: ConnectionPool, ep: Endpoint, url: str, timeout: float) -> tuple[int, bytes]:
     status, _, body = await pool.get(url, timeout, ep.headers())
     return status, body
@@ -170,7 +114,7 @@ async def _health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str:
     try:
         status, body = await _get(pool, ep, ep.root + "/health", timeout)
     except Failure as f:
-        raise PreflightFailed(_transport_diagnosis(ep, f, "GET /health")) from None
+        raise PreflightFailed(transport_diagnosis(ep, f, "GET /health")) from None
     if status == 200:
         return "ok"
     if status in (404, 405):
@@ -180,14 +124,14 @@ async def _health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str:
         raise PreflightFailed(
             Diagnosis(
                 Exit.SERVER_ERROR,
-                f"{_where(ep)} answers /health with "
+                f"{where(ep)} answers /health with "
                 f"503: the server is up but not ready (still loading the model?) "
                 f"({msg})",
             )
         )
     if status in (401, 403):
         return "absent"  # health behind auth: /v1/models will tell
-    raise PreflightFailed(_status_diagnosis(ep, ep.root + "/health", status, body))
+    raise PreflightFailed(status_diagnosis(ep, ep.root + "/health", status, body))
 
 
 async def _models(
@@ -197,9 +141,9 @@ async def _models(
     try:
         status, body = await _get(pool, ep, url, timeout)
     except Failure as f:
-        raise PreflightFailed(_transport_diagnosis(ep, f, "GET /v1/models")) from None
+        raise PreflightFailed(transport_diagnosis(ep, f, "GET /v1/models")) from None
     if status != 200:
-        raise PreflightFailed(_status_diagnosis(ep, url, status, body))
+        raise PreflightFailed(status_diagnosis(ep, url, status, body))
     try:
         obj = orjson.loads(body)
         data = obj["data"]
@@ -219,14 +163,10 @@ async def _models(
 
 
 def pick_model(ids: list[str], wanted: str | None, url: str) -> str:
-    """The model named by --model, else the only one served."""
+    """The model named by --model (trusted: a router may not list what its workers serve;
+    the test request tells), else the only one served."""
     if wanted:
-        if wanted in ids:
-            return wanted
-        served = ", ".join(ids) or "none"
-        raise PreflightFailed(
-            Diagnosis(Exit.MODEL, f"model '{wanted}' is not served at {url}; served: {served}")
-        )
+        return wanted
     if len(ids) == 1:
         return ids[0]
     if not ids:
@@ -247,6 +187,15 @@ async def identify(
     mml = first_model.get("max_model_len")
     if isinstance(mml, int):
         info.max_model_len = mml
+
+    async def get(path: str) -> tuple[int, bytes]:
+        return await _get(pool, ep, ep.root + path, timeout)
+
+    # a router forwards the probes below to a worker: ask for it first
+    if routed := await identify_router(get):
+        info.kind, details = routed
+        info.details.update(details)
+        return info
     probes = [
         ("vLLM", "/version"),
         ("llama.cpp", "/props"),
@@ -334,7 +283,7 @@ async def deep_health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str
     try:
         status, body = await _get(pool, ep, ep.root + "/health_generate", timeout)
     except Failure as f:
-        raise PreflightFailed(_transport_diagnosis(ep, f, "GET /health_generate")) from None
+        raise PreflightFailed(transport_diagnosis(ep, f, "GET /health_generate")) from None
     if status == 200:
         return "ok"
     if status in (404, 405, 401, 403):
@@ -343,12 +292,12 @@ async def deep_health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str
         raise PreflightFailed(
             Diagnosis(
                 Exit.SERVER_ERROR,
-                f"{_where(ep)} answers SGLang's /health_generate with 503: its scheduler "
+                f"{where(ep)} answers SGLang's /health_generate with 503: its scheduler "
                 "produced no token within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default): "
                 "still starting, hung, or overloaded. Check the server's log.",
             )
         )
-    raise PreflightFailed(_status_diagnosis(ep, ep.root + "/health_generate", status, body))
+    raise PreflightFailed(status_diagnosis(ep, ep.root + "/health_generate", status, body))
 
 
 async def probe_metrics(
@@ -381,48 +330,6 @@ async def tiny_request(client: Client, max_tokens: int = 16) -> RequestRecord:
     return await client.chat(req, phase="check")
 
 
-def _request_diagnosis(ep: Endpoint, rec: RequestRecord) -> Diagnosis:
-    kind = rec.error_kind
-    msg = rec.error_message or ""
-    host = _where(ep)
-    if kind == ErrorKind.HTTP_STATUS and rec.http_status:
-        body_msg = msg.split(": ", 1)[1] if ": " in msg else msg
-        return _status_diagnosis(
-            ep,
-            ep.base_url + "/chat/completions",
-            rec.http_status,
-            orjson.dumps({"error": {"message": body_msg}}),
-        )
-    if kind == ErrorKind.CONNECT_REFUSED:
-        return Diagnosis(
-            Exit.REFUSED,
-            f"connection refused at {host} during the test request: "
-            "the server stopped (killed, e.g. out of memory?)",
-        )
-    if kind in (
-        ErrorKind.READ_TIMEOUT,
-        ErrorKind.TOTAL_TIMEOUT,
-        ErrorKind.CONNECT_TIMEOUT,
-    ):
-        return Diagnosis(
-            Exit.TIMEOUT,
-            f"the test request to {host} timed out ({msg}): the server "
-            "accepts connections but does not generate. Raise --timeout for a "
-            "reasoning model that thinks long, or check the server's log.",
-        )
-    if kind == ErrorKind.INBAND_ERROR:
-        return Diagnosis(Exit.SERVER_ERROR, f"the server sent an error inside the stream: {msg}")
-    if kind == ErrorKind.MALFORMED_CHUNK:
-        return Diagnosis(Exit.BAD_RESPONSE, f"the server's stream is not OpenAI-shaped: {msg}")
-    if kind in (ErrorKind.INCOMPLETE_STREAM, ErrorKind.DISCONNECTED):
-        return Diagnosis(
-            Exit.REQUEST_FAILED,
-            f"the test request's stream broke off ({msg}): the "
-            "server may have crashed mid-request.",
-        )
-    return Diagnosis(Exit.REQUEST_FAILED, f"the test request failed ({kind}): {msg}")
-
-
 async def preflight(
     ep: Endpoint,
     model: str | None = None,
@@ -441,22 +348,7 @@ async def preflight(
     timeouts = Timeouts(connect=connect_timeout, read=timeout, total=timeout)
     pool = ConnectionPool(ep.root)  # the GETs and the test request share its connections
     try:
-        rep.health = await _health(pool, ep, timeout=connect_timeout + 2)
-        rep.models, first = await _models(pool, ep, timeout=connect_timeout + 7)
-        rep.model = pick_model(rep.models, model, ep.base_url)
-        if rep.model != (first.get("id") if first else None):
-            first = {}
-        rep.server = await identify(pool, ep, first)
-        if rep.server.kind == "SGLang":
-            rep.deep_health = await deep_health(pool, ep, min(timeout, 30.0))
-        rep.metrics = await probe_metrics(pool, ep, rep.server.kind, connect_timeout + 2)
-        if tiny:
-            client = Client(ep, rep.model, timeouts=timeouts, session=pool, keep_text=True)
-            rec = await tiny_request(client, max_tokens)
-            if not rec.ok:
-                raise PreflightFailed(_request_diagnosis(ep, rec))
-            rep.thinking_dialect = await _dialect(pool, ep, rep.model, rec, think_tags)
-            _read_reply(rep, rec)
+        await _checks(pool, ep, rep, model, timeouts, tiny, max_tokens, think_tags)
         rep.ok = True
     except PreflightFailed as pf:
         rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
@@ -464,6 +356,64 @@ async def preflight(
         await pool.close()
         rep.elapsed_s = time.perf_counter() - t0
     return rep
+
+
+async def _checks(
+    pool: ConnectionPool,
+    ep: Endpoint,
+    rep: CheckReport,
+    model: str | None,
+    timeouts: Timeouts,
+    tiny: bool,
+    max_tokens: int,
+    think_tags: tuple[str, str],
+) -> None:
+    """Health, models, identity, the test request: raises PreflightFailed at the first fault."""
+    connect = timeouts.connect
+    rep.health = await _health(pool, ep, timeout=connect + 2)
+    try:
+        rep.models, first = await _models(pool, ep, timeout=connect + 7)
+    except PreflightFailed as pf:
+        # vllm-router forwards /v1/models to its first worker, dead or not: a --model
+        # given needs no listing, the test request goes to a live worker
+        if not (pf.diagnosis.upstream and model):
+            raise
+        rep.models, first = [], {}
+        rep.notes.append(f"GET /v1/models: {pf.diagnosis.message}; --model trusted")
+    rep.model = pick_model(rep.models, model, ep.base_url)
+    if rep.model != (first.get("id") if first else None):
+        first = {}
+    rep.server = await identify(pool, ep, first)
+    rep.notes.extend(router_notes(rep.server.kind, rep.server.details))
+    if rep.server.kind == "SGLang":
+        rep.deep_health = await deep_health(pool, ep, min(timeouts.read, 30.0))
+    rep.metrics = await probe_metrics(pool, ep, rep.server.kind, connect + 2)
+    if rep.metrics.status == "ok" and len(rep.server.details.get("workers") or []) > 1:
+        # vllm-router forwards /metrics to one of its workers: not the sum run needs
+        rep.metrics = MetricsProbe("ok", http_status=200, hint=ONE_WORKERS_METRICS)
+    if tiny:
+        client = Client(ep, rep.model, timeouts=timeouts, session=pool, keep_text=True)
+        rec = await _tiny_through_router(client, max_tokens, rep)
+        if not rec.ok:
+            diag = request_diagnosis(ep, rec)
+            raise PreflightFailed(model_diagnosis(rep.model, rep.models, rep.url, model, diag))
+        rep.thinking_dialect = await _dialect(pool, ep, rep.model, rec, think_tags)
+        _read_reply(rep, rec)
+    if rep.model not in rep.models:
+        done = "but served: a router?" if tiny else "not tried (no test request)"
+        listing = f"not listed by /v1/models ({served(rep.models)})"
+        rep.notes.append(f"model '{rep.model}' is {listing}, {done}")
+
+
+async def _tiny_through_router(client: Client, max_tokens: int, rep: CheckReport) -> RequestRecord:
+    """The test request; sent again (UPSTREAM_TRIES in all) while a router answers that the
+    worker it chose failed: the next may go to a live one."""
+    for attempt in range(1, UPSTREAM_TRIES + 1):
+        rec = await tiny_request(client, max_tokens)
+        if rec.ok or rec.error_kind is not ErrorKind.UPSTREAM or attempt == UPSTREAM_TRIES:
+            break
+        rep.notes.append(f"test request {attempt}: {rec.error_message}; trying again")
+    return rec
 
 
 async def _dialect(

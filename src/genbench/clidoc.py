@@ -84,6 +84,7 @@ MEANINGS: dict[str, str] = {
     "--max-batch": "Reference server: requests decoding at once.",
     "--max-model-len": "Reference server: context length.",
     "--max-tokens": "The job's output token cap per turn.",
+    "--metrics-url": "A worker's /metrics URL, repeatable: their counters summed per phase.",
     "--min-tokens": "Rows with fewer output tokens count as short.",
     "--model": "The model's name: the one to request (sim: the one it serves).",
     "--natural": "Let the model stop on its own instead of forcing the length.",

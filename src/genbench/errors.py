@@ -8,6 +8,7 @@ Exceptions carry the one-line message a person sees and an `ExitCode`.
 
 from __future__ import annotations
 
+import re
 import resource  # here, not when needed: an import needs a descriptor
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
@@ -49,6 +50,9 @@ class ErrorKind(StrEnum):
     READ_TIMEOUT = "read_timeout"
     TOTAL_TIMEOUT = "total_timeout"
     HTTP_STATUS = "http_status"
+    # a router or proxy answered for its worker: the worker failed or none was free
+    # (502, 504, a router's "no available workers" or "error sending request")
+    UPSTREAM = "upstream"
     INBAND_ERROR = "inband_error"
     MALFORMED_CHUNK = "malformed_chunk"
     INCOMPLETE_STREAM = "incomplete_stream"
@@ -104,6 +108,8 @@ KIND_TRAITS: dict[ErrorKind, KindTraits] = {
     ErrorKind.READ_TIMEOUT: KindTraits(False, Retry.PROBE, ExitCode.TIMEOUT),
     ErrorKind.TOTAL_TIMEOUT: KindTraits(False, Retry.PROBE, ExitCode.TIMEOUT),
     ErrorKind.HTTP_STATUS: KindTraits(False, Retry.YES, ExitCode.SERVER_ERROR),
+    # the address answers; the router sends the retry to another worker
+    ErrorKind.UPSTREAM: KindTraits(False, Retry.YES, ExitCode.SERVER_ERROR),
     ErrorKind.INBAND_ERROR: KindTraits(False, Retry.YES, ExitCode.SERVER_ERROR),
     ErrorKind.MALFORMED_CHUNK: KindTraits(False, Retry.YES, ExitCode.BAD_RESPONSE),
     ErrorKind.INCOMPLETE_STREAM: KindTraits(False, Retry.PROBE, ExitCode.REQUEST_FAILED),
@@ -117,6 +123,48 @@ KIND_TRAITS: dict[ErrorKind, KindTraits] = {
 
 # HTTP statuses worth retrying although they are 4xx: timeout, conflict, rate limit
 RETRYABLE_4XX = frozenset({408, 409, 429})
+
+
+# what a server's error message says beyond its status code (see `model_missing`,
+# `upstream_failed`); messages of vLLM, SGLang, llama.cpp, sglang-router, vllm-router
+_MODEL_MISSING = re.compile(
+    r"model\W+\S+\W+(does not exist|not found|is not (served|available|loaded))"
+    r"|(unknown|no such|invalid) model|model (is )?not found",
+    re.IGNORECASE,
+)
+_UPSTREAM = re.compile(
+    r"no (available|healthy) workers?|no workers are( currently)? available"
+    r"|error sending request for url|upstream",
+    re.IGNORECASE,
+)
+
+
+def model_missing(message: str) -> bool:
+    """The server's error message says the requested model is not there."""
+    return bool(_MODEL_MISSING.search(message))
+
+
+_NO_WORKER = re.compile(
+    r"no (available|healthy) workers?|no workers are( currently)? available", re.IGNORECASE
+)
+
+
+def no_worker_left(message: str) -> bool:
+    """A router says none of its workers can take a request (every one dead or its circuit
+    open), as opposed to one that failed."""
+    return bool(_NO_WORKER.search(message))
+
+
+def upstream_failed(status: int, message: str) -> bool:
+    """A router or proxy answered for the worker behind it: 502 and 504 always, another
+    5xx when its message says no worker could take the request."""
+    return status in (502, 504) or (status >= 500 and bool(_UPSTREAM.search(message)))
+
+
+def status_kind(status: int, message: str) -> ErrorKind:
+    """The kind of a response other than 200: UPSTREAM when a router answered for its
+    worker, else HTTP_STATUS."""
+    return ErrorKind.UPSTREAM if upstream_failed(status, message) else ErrorKind.HTTP_STATUS
 
 
 def retry_for(kind: ErrorKind, http_status: int | None = None) -> Retry:

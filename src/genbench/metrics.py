@@ -19,6 +19,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from genbench.client import ConnectionPool
 from genbench.endpoint import Endpoint
@@ -30,6 +31,7 @@ from genbench.metrics_names import (
     RATIOS,
     dialect_of,
 )
+from genbench.router import ROUTER_KINDS
 from genbench.stream import Failure
 
 __all__ = ["COUNTERS", "GAUGES", "LABELLED", "MetricsScraper", "Snapshot", "parse_prometheus"]
@@ -94,6 +96,7 @@ class MetricsScraper:
     ep: Endpoint
     interval: float = 1.0
     available: bool | None = None
+    path: str = "/metrics"
     pool: ConnectionPool = None  # type: ignore[assignment]  # set in __post_init__
     _own_pool: bool = False
     _task: asyncio.Task[None] | None = None
@@ -110,7 +113,7 @@ class MetricsScraper:
         if self.available is False:
             return None
         try:
-            status, _, body = await self.pool.get("/metrics", 5.0, self.ep.headers())
+            status, _, body = await self.pool.get(self.path, 5.0, self.ep.headers())
         except Failure:
             return None
         if status != 200:
@@ -153,6 +156,67 @@ class MetricsScraper:
         await self.stop_sampling()
         if self._own_pool:
             await self.pool.close()
+
+
+def scraper_for(
+    ep: Endpoint, urls: list[str], kind: str | None, details: dict[str, Any], target: dict[str, Any]
+) -> MetricsScraper:
+    """The workers' /metrics summed when --metrics-url names them (`urls`); else the
+    server's own, except behind a router with several workers, whose /metrics is not their
+    sum (vllm-router forwards it to one of them): none is scraped then, and `target` (the
+    result's) says why."""
+    if urls:
+        return SummedScraper(ep, urls=tuple(urls))
+    workers = details.get("workers") or []
+    if kind in ROUTER_KINDS and len(workers) > 1:
+        target["server_metrics"] = (
+            f"not scraped: a router in front of {len(workers)} workers; "
+            "--metrics-url once per worker sums theirs"
+        )
+        return MetricsScraper(ep, available=False)  # scrapes nothing
+    return MetricsScraper(ep)
+
+
+def metrics_target(url: str) -> tuple[Endpoint, str]:
+    """A `--metrics-url`: the server (no API key: it may be another host than --url's)
+    and the path, /metrics when the URL names none."""
+    ep = Endpoint.parse(url)
+    path = urlsplit(url.strip()).path.rstrip("/")
+    return ep, path if path and path != "/v1" else "/metrics"
+
+
+@dataclass
+class SummedScraper(MetricsScraper):
+    """Several servers' /metrics summed (the workers behind a router, `--metrics-url`): a
+    counter's delta is the sum of theirs, a gauge's peak the peak of the sum. A scrape
+    missing one of them gives nothing rather than a partial sum."""
+
+    urls: tuple[str, ...] = ()
+    _parts: list[MetricsScraper] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for url in self.urls:
+            ep, path = metrics_target(url)
+            self._parts.append(MetricsScraper(ep, path=path))
+
+    async def scrape(self) -> Snapshot | None:
+        snaps = await asyncio.gather(*(p.scrape() for p in self._parts))
+        if not snaps or any(s is None for s in snaps):
+            self.available = False if all(p.available is False for p in self._parts) else None
+            return None
+        merged: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+        for snap in snaps:
+            assert snap is not None
+            for name, rows in snap.samples.items():
+                merged[name].extend(rows)
+        self.available = True
+        return Snapshot(dict(merged), dialect_of(merged))
+
+    async def close(self) -> None:
+        await super().close()
+        for p in self._parts:
+            await p.close()
 
 
 def add_mean_gauges(sums: dict[str, list[float]], snap: Snapshot) -> None:

@@ -120,6 +120,8 @@ METRICS_OFF_HINT: dict[str, str] = {
     "llama.cpp": "llama-server serves /metrics only when started with --metrics: restart it "
     "with --metrics to get the server's own counters in run",
     "vLLM": "vLLM always serves /metrics: a proxy in front of it may hide the path",
+    "sglang-router": "sglang-router serves its own metrics on its --prometheus-port, not its "
+    "workers': give run --metrics-url once per worker's /metrics",
 }
 METRICS_OFF_DEFAULT = "run will report no server-side counters"
 

@@ -22,7 +22,7 @@ from genbench.client import ChatRequest, Client, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import GenbenchError, UsageError
 from genbench.load import PhaseRun, ServerDown, run_phase
-from genbench.metrics import MetricsScraper, compare_tokens, server_metrics_summary
+from genbench.metrics import MetricsScraper, compare_tokens, scraper_for, server_metrics_summary
 from genbench.records import RecordWriter, RequestRecord
 from genbench.result import REQUESTS_FILE, RESULT_FILE, SCHEMA, SCHEMA_VERSION, write_json_atomic
 from genbench.selfcheck import LoopMonitor
@@ -58,6 +58,7 @@ class RunConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request
     thinking: bool | None = None  # chat_template_kwargs.enable_thinking; None: the server's
     think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
+    metrics_urls: list[str] = field(default_factory=list)  # --metrics-url: workers', summed
 
     def validate(self) -> None:
         if not self.lengths and "single" not in self.skip:
@@ -480,7 +481,7 @@ async def execute_run(
                              "tokens_from": from_usage}  # fmt: skip
     state.doc.update(doc_extra or {})
     state.save()
-    scraper = MetricsScraper(ep)
+    scraper = scraper_for(ep, cfg.metrics_urls, check.server.kind, check.server.details, target)
     runner = Runner(
         ep, check.model or "", cfg, state, check.server.kind, listener, scraper, think=mode
     )

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from orjson import JSONDecodeError, loads
 
-from genbench.errors import ErrorKind
+from genbench.errors import ErrorKind, status_kind
 from genbench.records import ANSWER, THINKING, RequestRecord
 from genbench.think import Splitter
 
@@ -366,7 +366,8 @@ def error_message_from_body(body: bytes, limit: int = 300) -> str:
 
 def status_failure(status: int, body: bytes) -> Failure:
     """A response other than 200, with the server's own words."""
-    return Failure(ErrorKind.HTTP_STATUS, f"HTTP {status}: " + error_message_from_body(body))
+    message = error_message_from_body(body)
+    return Failure(status_kind(status, message), f"HTTP {status}: " + message)
 
 
 def read_timeout_failure() -> Failure:

@@ -14,6 +14,7 @@ from genbench.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import count, duration, ms, number
 from genbench.metrics_names import DIALECTS
+from genbench.router import ROUTER_KINDS, workers_line
 from genbench.think import NONE, describe
 
 
@@ -61,7 +62,10 @@ def render(rep: CheckReport) -> None:
     s = rep.server
     if s.kind:
         extra = f", context {s.max_model_len}" if s.max_model_len else ""
-        out.print(f"  [green]✓[/] server   {s.kind} {s.version or '(version unknown)'}{extra}")
+        version = s.version or "(version unknown)"
+        if s.kind in ROUTER_KINDS:
+            version = f"({workers_line(s.details)})"
+        out.print(f"  [green]✓[/] server   {s.kind} {version}{extra}")
         if details := server_details(s.details):
             out.print(f"             {details}")
     if rep.metrics:

@@ -15,6 +15,7 @@ from rich.console import Console
 from genbench.commands import common
 from genbench.console import err, out
 from genbench.errors import ExitCode, UsageError
+from genbench.metrics import metrics_target
 from genbench.run import RunConfig, default_out_dir, execute_run
 from genbench.run_render import ConsoleListener, render_repeats, render_summary
 
@@ -86,6 +87,15 @@ def _default(attr: str) -> str:
     if text(local) != text(plain):
         parts.append(f"local demo {text(local)}")
     return f"[default: {'; '.join(parts)}]"
+
+
+def checked_metrics_urls(urls: list[str]) -> list[str]:
+    for u in urls:
+        try:
+            metrics_target(u)
+        except UsageError as e:
+            raise UsageError(f"--metrics-url: {e}".replace("--url ", "")) from None
+    return list(urls)
 
 
 def run(
@@ -179,6 +189,13 @@ def run(
         metavar="N",
         help="Run it all N times (OUT/repeat-1 …), so compare measures the drift between runs.",
     ),
+    metrics_url: list[str] | None = typer.Option(
+        None,
+        "--metrics-url",
+        metavar="URL",
+        help="A worker's /metrics, summed with the other --metrics-url's per phase (servers "
+        "behind a router); repeatable. [default: the server's own /metrics]",
+    ),
     versus: list[str] | None = typer.Option(
         None,
         "--versus",
@@ -215,6 +232,7 @@ def run(
             setattr(cfg, name, v)
     if extra_body is not None:
         cfg.extra_body = parse_extra_body(extra_body)
+    cfg.metrics_urls = checked_metrics_urls(metrics_url or [])
     cfg.validate()
     common.descriptors(1 if "sweep" in cfg.skip else max(cfg.concurrency))
     console = err if json else out

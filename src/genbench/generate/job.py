@@ -30,6 +30,7 @@ from genbench.generate.servers import Server, ServerSpec
 from genbench.generate.store import Existing, Store
 from genbench.load import Load
 from genbench.records import RequestRecord
+from genbench.router import ROUTER_KINDS
 from genbench.think import DEFAULT_TAGS
 
 # preflight failures that mean "not up yet" rather than "misconfigured"
@@ -208,24 +209,27 @@ class Job:
                 ep, self.model, timeouts=timeouts, keep_text=True, think=think,
                 keep_raw=cfg.keep_raw,
             )  # fmt: skip
-            srv = Server(ep, client, spec.concurrency, on_change=self._server_changed)
+            router = rep.server.kind in ROUTER_KINDS
+            srv = Server(
+                ep, client, spec.concurrency, on_change=self._server_changed, router=router
+            )
             self.servers.append(srv)
             if not rep.ok:
                 self.listener.note(f"{ep.base_url} is not answering yet: {rep.diagnosis}", "yellow")
 
     def _server_changed(self, server: Server, what: str) -> None:
+        poll = "polling its /health" + (" and a tiny request" if server.router else "")
         if server.up:
             self.listener.note(f"{server.name} is {what}", "green")
         elif any(s.up for s in self.servers):
             self.listener.note(
-                f"{server.name} is down ({what}): its rows go to the other servers; "
-                "polling its /health",
+                f"{server.name} is down ({what}): its rows go to the other servers; {poll}",
                 "yellow",
             )
         else:
             others = "no other server is up" if len(self.servers) > 1 else "it is the only one"
             self.listener.note(
-                f"{server.name} is down ({what}) and {others}: waiting, polling its /health; "
+                f"{server.name} is down ({what}) and {others}: waiting, {poll}; "
                 f"gives up after {fmt.duration(self.cfg.down_timeout)} with every server down",
                 "red",
             )

@@ -8,6 +8,10 @@ server (`ErrorKind` and `retry_for`, the one vocabulary):
     to the queue at once, and no attempt is charged to the row;
   * the server may have died (a stream that broke off or went silent, an HTTP 5xx:
     `Retry.PROBE`): /health decides. Dead -> as above; alive -> a charged retry;
+  * a router answered for its worker (`ErrorKind.UPSTREAM`: 502, 504, "no available
+    workers", "error sending request"): a server lost behind it, uncharged like the
+    above, requeued after a backoff (the router sends it to another worker); when the
+    router says no worker is left, it is taken out as a dead server is;
   * retrying cannot help (`Retry.NO`: a 4xx other than 408/409/429, such as context too
     long): the row goes straight to the errors file;
   * anything else (429, timeouts, in-band errors, malformed streams): retried with
@@ -32,7 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from genbench.errors import ErrorKind, Retry, descriptor_advice, retry_for
+from genbench.errors import ErrorKind, Retry, descriptor_advice, no_worker_left, retry_for
 from genbench.generate.conversation import Conversation, Label, conversations
 from genbench.generate.input import BadRow, Row
 from genbench.load import Load, Policy, Slot, WorkQueue
@@ -101,12 +105,15 @@ class RowPolicy(Policy):
             self._back(conv, queue, "requeued", 0.5)
         elif kind.server_gone or (advice is Retry.PROBE and not await slot.probe()):
             slot.mark_down(f"{kind}: {rec.error_message}", rec)
-            conv.losses += 1
-            if conv.losses > self.r.max_server_losses:
-                why = f"a server went away {conv.losses} times while generating it"
-                self._give_up(conv, queue, why)
-            else:
-                self._back(conv, queue, "requeued", 0.0)
+            self._lost(conv, queue, 0.0)
+        elif kind is ErrorKind.UPSTREAM and no_worker_left(rec.error_message or ""):
+            # every worker behind the router is out: the router is down as a server is
+            slot.mark_down(f"{kind}: {rec.error_message}", rec)
+            self._lost(conv, queue, 0.0)
+        elif kind is ErrorKind.UPSTREAM:
+            # a router's worker went away (or none is free): a server lost, not the row's
+            # fault; the router sends it elsewhere, after a backoff in case none is left
+            self._lost(conv, queue, self._backoff(conv.losses + 1))
         elif advice is Retry.NO:  # the request itself is the problem: retrying cannot help
             self._give_up(conv, queue, rec.error_message or f"HTTP {rec.http_status}")
         elif conv.attempts >= self.r.retries:
@@ -114,8 +121,20 @@ class RowPolicy(Policy):
             self._give_up(conv, queue, rec.error_message or str(kind))
         else:
             conv.attempts += 1
-            base = min(self.r.max_backoff, self.r.backoff * 2 ** (conv.attempts - 1))
-            self._back(conv, queue, "retry", base * random.uniform(0.5, 1.5))
+            self._back(conv, queue, "retry", self._backoff(conv.attempts))
+
+    def _backoff(self, attempt: int) -> float:
+        base = min(self.r.max_backoff, self.r.backoff * 2 ** (attempt - 1))
+        return base * random.uniform(0.5, 1.5)
+
+    def _lost(self, conv: Conversation, queue: WorkQueue, delay: float) -> None:
+        """The row's server went away under it: requeued, uncharged, up to a bound."""
+        conv.losses += 1
+        if conv.losses > self.r.max_server_losses:
+            why = f"a server went away {conv.losses} times while generating it"
+            self._give_up(conv, queue, why)
+        else:
+            self._back(conv, queue, "requeued", delay)
 
     def _give_up(self, conv: Conversation, queue: WorkQueue, why: str) -> None:
         rec = conv.last

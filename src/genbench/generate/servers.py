@@ -5,6 +5,10 @@ of memory, restarting) or, after a stream broke off or went silent, when its /he
 does not answer either. Its workers then wait; the rows it had in flight go back to the
 queue and flow to servers that have room. A task polls /health with backoff and puts
 the server back in when it answers 200, so a restarted server rejoins by itself.
+
+A router is taken out when it answers that it has no worker left (503 "no available
+workers"). Its /health says 200 whatever its workers do, so it is back only when one tiny
+request (max_tokens 1, not in the request log) is answered too.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from genbench.client import Client
+from genbench.client import ChatRequest, Client
 from genbench.endpoint import Endpoint
 from genbench.load import Slot
 from genbench.records import RequestRecord
@@ -39,9 +43,12 @@ class Server(Slot):
         poll_max: float = 5.0,
         probe_timeout: float = 3.0,
         on_change: Callable[[Server, str], None] | None = None,
+        router: bool = False,
+        request_timeout: float = 60.0,
     ) -> None:
         super().__init__(client, concurrency, endpoint.base_url)
         self.endpoint = endpoint
+        self.router, self.request_timeout = router, request_timeout
         self.poll_first, self.poll_max, self.probe_timeout = poll_first, poll_max, probe_timeout
         self.on_change = on_change
         self._poller: asyncio.Task[None] | None = None
@@ -62,7 +69,7 @@ class Server(Slot):
         delay = self.poll_first
         while True:
             await asyncio.sleep(delay)
-            if await self.probe():
+            if await self.probe() and await self._routes():
                 self.mark_up()
                 return
             delay = min(delay * 2, self.poll_max)
@@ -72,6 +79,18 @@ class Server(Slot):
         if self._probe is None or self._probe.done():
             self._probe = asyncio.get_running_loop().create_task(self._health())
         return await asyncio.shield(self._probe)
+
+    async def _routes(self) -> bool:
+        """A router's workers answer: one tiny request does (True for a plain server)."""
+        if not self.router:
+            return True
+        req = ChatRequest("probe", [{"role": "user", "content": "Say OK."}], max_tokens=1)
+        try:
+            async with asyncio.timeout(self.request_timeout):
+                rec = await self.client.chat(req, phase="probe")
+        except TimeoutError:
+            return False
+        return rec.ok
 
     async def _health(self) -> bool:
         # through the client's pool: a dead server's connections have left it already

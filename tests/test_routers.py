@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,6 +29,7 @@ from test_generate import (
     assert_log_holds_every_attempt,
     error_rows,
     line_count,
+    popen,
     prompts,
     wait_for,
     write_rows,
@@ -127,16 +127,6 @@ def busiest(sims: list[SimProcess]) -> SimProcess:
     return max(sims, key=running)
 
 
-def _popen(tmp: Path, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "genbench", "generate", *args],
-        stdout=open(tmp / "stdout.txt", "wb"),  # noqa: SIM115 - the child owns it
-        stderr=open(tmp / "stderr.txt", "wb"),  # noqa: SIM115
-        env=env,
-    )
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_worker_sigkilled_behind_the_router_loses_and_duplicates_nothing(
     kind, router_factory, two_sims, tmp_path
@@ -146,7 +136,7 @@ def test_a_worker_sigkilled_behind_the_router_loses_and_duplicates_nothing(
     inp, out = tmp_path / "in.jsonl", tmp_path / "out"
     write_rows(inp, prompts(n))
     args = ("-i", str(inp), "-o", str(out), "--url", router.url, "--model", "genbench-sim")
-    proc = _popen(tmp_path, *args, "-c", "8", *FAST)
+    proc = popen(tmp_path, *args, "-c", "8", *FAST)
     try:
         wait_for(lambda: line_count(out) >= 40, 60, "40 rows written")
         busiest(two_sims).kill()
@@ -251,7 +241,7 @@ def test_every_worker_dead_the_router_is_down_until_one_is_back(
     inp, out = tmp_path / "in.jsonl", tmp_path / "out"
     write_rows(inp, prompts(n))
     args = ("-i", str(inp), "-o", str(out), "--url", router.url, "--model", "genbench-sim")
-    proc = _popen(tmp_path, *args, "-c", "8", *FAST)
+    proc = popen(tmp_path, *args, "-c", "8", *FAST)
     restarted = None
     try:
         wait_for(lambda: line_count(out) >= 40, 60, "40 rows written")
@@ -301,7 +291,7 @@ def test_vllm_worker_sigkilled_behind_sglang_router_mid_generate(router_factory,
         write_rows(inp, prompts(n))
         args = ("-i", str(inp), "-o", str(out), "--url", router.url)
         args += ("--model", fx.SERVED_MODEL_NAME, "--max-tokens", "48", "-c", "4")
-        proc = _popen(tmp_path, *args, *FAST)
+        proc = popen(tmp_path, *args, *FAST)
         try:
             wait_for(lambda: line_count(out) >= 4, 240, "4 rows written")
             os.killpg(int((fx.RUN_DIR / f"vllm-{name}.pid").read_text()), signal.SIGKILL)

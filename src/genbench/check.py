@@ -109,29 +109,36 @@ async def _get(pool: ConnectionPool, ep: Endpoint, url: str, timeout: float) -> 
     return status, body
 
 
-async def _health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str:
-    """'ok', 'absent' (no /health: fall back to /v1/models), or raise PreflightFailed."""
+NOT_READY = {
+    "/health": "the server is up but not ready (still loading the model?)",
+    # SGLang's /health_generate runs a one-token generation and answers 200 once its
+    # scheduler answered (polled each second, so about a second), 503 when none came
+    # within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default)
+    "/health_generate": "its scheduler produced no token within SGLANG_HEALTH_CHECK_TIMEOUT "
+    "(20 s by default): still starting, hung, or overloaded. Check the server's log",
+}
+
+
+async def _health(pool: ConnectionPool, ep: Endpoint, timeout: float, path: str = "/health") -> str:
+    """'ok', 'absent' (no such path, or behind auth: /v1/models will tell), or raise
+    PreflightFailed. `path` is /health or SGLang's deep /health_generate."""
     try:
-        status, body = await _get(pool, ep, ep.root + "/health", timeout)
+        status, body = await _get(pool, ep, ep.root + path, timeout)
     except Failure as f:
-        raise PreflightFailed(transport_diagnosis(ep, f, "GET /health")) from None
+        raise PreflightFailed(transport_diagnosis(ep, f, f"GET {path}")) from None
     if status == 200:
         return "ok"
-    if status in (404, 405):
+    if status in (404, 405, 401, 403):
         return "absent"
     if status == 503:
         msg = error_message_from_body(body, limit=160)
         raise PreflightFailed(
             Diagnosis(
                 Exit.SERVER_ERROR,
-                f"{where(ep)} answers /health with "
-                f"503: the server is up but not ready (still loading the model?) "
-                f"({msg})",
+                f"{where(ep)} answers {path} with 503: {NOT_READY[path]} ({msg})",
             )
         )
-    if status in (401, 403):
-        return "absent"  # health behind auth: /v1/models will tell
-    raise PreflightFailed(status_diagnosis(ep, ep.root + "/health", status, body))
+    raise PreflightFailed(status_diagnosis(ep, ep.root + path, status, body))
 
 
 async def _models(
@@ -276,30 +283,6 @@ def _read_sglang(info: ServerInfo, obj: dict[str, Any]) -> None:
             info.details["avg_spec_accept_length"] = accept
 
 
-async def deep_health(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str:
-    """SGLang's /health_generate: the server runs a one-token generation and answers 200
-    once its scheduler answered (polled each second, so about a second), 503 when none
-    came within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default)."""
-    try:
-        status, body = await _get(pool, ep, ep.root + "/health_generate", timeout)
-    except Failure as f:
-        raise PreflightFailed(transport_diagnosis(ep, f, "GET /health_generate")) from None
-    if status == 200:
-        return "ok"
-    if status in (404, 405, 401, 403):
-        return "absent"
-    if status == 503:
-        raise PreflightFailed(
-            Diagnosis(
-                Exit.SERVER_ERROR,
-                f"{where(ep)} answers SGLang's /health_generate with 503: its scheduler "
-                "produced no token within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default): "
-                "still starting, hung, or overloaded. Check the server's log.",
-            )
-        )
-    raise PreflightFailed(status_diagnosis(ep, ep.root + "/health_generate", status, body))
-
-
 async def probe_metrics(
     pool: ConnectionPool, ep: Endpoint, kind: str | None, timeout: float
 ) -> MetricsProbe:
@@ -386,7 +369,7 @@ async def _checks(
     rep.server = await identify(pool, ep, first)
     rep.notes.extend(router_notes(rep.server.kind, rep.server.details))
     if rep.server.kind == "SGLang":
-        rep.deep_health = await deep_health(pool, ep, min(timeouts.read, 30.0))
+        rep.deep_health = await _health(pool, ep, min(timeouts.read, 30.0), "/health_generate")
     rep.metrics = await probe_metrics(pool, ep, rep.server.kind, connect + 2)
     if rep.metrics.status == "ok" and len(rep.server.details.get("workers") or []) > 1:
         # vllm-router forwards /metrics to one of its workers: not the sum run needs

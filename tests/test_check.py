@@ -135,6 +135,9 @@ def test_model_not_served_lists_the_served_ones(fast_sim):
     assert_one_line_diagnosis(
         p, Exit.MODEL, "llama-405b", "served: genbench-sim", "does not exist", "not listed"
     )
+    # the model line does not tick a model nobody listed
+    assert "! model    llama-405b: not listed by /v1/models (genbench-sim)" in p.stdout
+    assert "✓ model" not in p.stdout
 
 
 def test_wrong_path_suggests_v1(fast_sim):

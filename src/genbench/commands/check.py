@@ -57,8 +57,11 @@ def render(rep: CheckReport) -> None:
         if rep.deep_health == "ok":
             health += "; /health_generate ok (a one-token generation)"
         out.print(f"  [green]✓[/] health   {health}")
-    if rep.model:
+    if rep.model and rep.model in rep.models:
         out.print(f"  [green]✓[/] model    {rep.model} ({len(rep.models)} served)")
+    elif rep.model:  # --model, not listed (a router lists 'unknown'): the request decides
+        listed = ", ".join(rep.models[:3]) + (", …" if len(rep.models) > 3 else "")
+        out.print(f"  [yellow]![/] model    {rep.model}: not listed by /v1/models ({listed})")
     s = rep.server
     if s.kind:
         extra = f", context {s.max_model_len}" if s.max_model_len else ""

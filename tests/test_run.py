@@ -63,6 +63,8 @@ def test_sustained_rate_matches_the_sims_true_rate(sim_factory, tmp_path):
         timeout=300,
     )
     assert p.returncode == 0, p.stderr + p.stdout
+    # a server without thinking: one line, not a table of zeros
+    assert "thinking: none seen" in p.stdout and "thinking and answer" not in p.stdout
     doc = load(out)
     assert doc["status"] == "complete"
     for c in (1, 4, 16):

@@ -267,8 +267,20 @@ def thinking_table(doc: dict[str, Any], console: Console) -> None:
     """Thinking and answer tokens per phase, and the time to the first answer token beside
     TTFT; under it, where the thinking arrived and who counted its tokens."""
     phases = [p for p in doc["phases"] if p["kind"] != "warmup"]
-    if not phases:
-        return
+    # no thinking anywhere: a table of zeros says less than the line under it
+    if any(p["summary"]["thinking_tokens"] for p in phases):
+        _thinking_rows(phases, console)
+    info = doc.get("thinking") or {}
+    if info.get("dialect"):
+        from genbench.think import ThinkMode, describe
+
+        tags = info.get("tags") or ["<think>", "</think>"]
+        line = describe(ThinkMode(info["dialect"], (tags[0], tags[1])))
+        counted = THINKING_FROM.get(info.get("tokens_from") or "")
+        console.print(f"  thinking: {line}" + (f"; its tokens {counted}" if counted else ""))
+
+
+def _thinking_rows(phases: list[dict[str, Any]], console: Console) -> None:
     t = Table(title="thinking and answer", title_justify="left")
     for col in ("phase", "thinking tok", "answer tok", "thinking", "TTFT p50", "TTFT p99",
                 "to answer p50", "to answer p99"):  # fmt: skip
@@ -287,11 +299,3 @@ def thinking_table(doc: dict[str, Any], console: Console) -> None:
             ms(s["ttft_answer_s"].get("p99")),
         )
     console.print(t)
-    info = doc.get("thinking") or {}
-    if info.get("dialect"):
-        from genbench.think import ThinkMode, describe
-
-        tags = info.get("tags") or ["<think>", "</think>"]
-        line = describe(ThinkMode(info["dialect"], (tags[0], tags[1])))
-        counted = THINKING_FROM.get(info.get("tokens_from") or "")
-        console.print(f"  thinking: {line}" + (f"; its tokens {counted}" if counted else ""))

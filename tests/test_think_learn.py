@@ -106,6 +106,19 @@ def test_run_without_warm_up_learns_it_from_its_first_reply(sim_factory, tmp_pat
         assert r.ttft_answer > r.ttft and r.chunk_kinds.count("r") == 40, r.id
 
 
+def test_on_sglang_the_learned_thinking_is_counted_by_its_tokenize(sim_factory, tmp_path):
+    """SGLang's /tokenize takes text only: check cannot read the template, but run's count
+    of the thinking split in each phase takes the learned replies."""
+    sim = sim_factory(*FAST, *LONG, "--dialect", "sglang")
+    _, doc, recs = run(sim, tmp_path / "s", "--warmup", "0", "--lengths", "80",
+                       "--prompts-per-length", "2", "--skip", "sweep")  # fmt: skip
+    assert doc["target"]["check"]["thinking_dialect"] == NONE
+    assert doc["thinking"]["tokens_from"] == "tokenizer" and doc["thinking"]["learned"] is True
+    assert len(recs) == 2
+    for r in recs:  # the first read again, the second split as it came: both counted
+        assert (r.reasoning_source, r.reasoning_tokens) == ("tokenizer", 40), r.id
+
+
 def test_once_learned_a_reply_cut_inside_its_thought_is_thinking(sim_factory, tmp_path):
     sim = sim_factory(*FAST, *LONG)  # the warm-up (64 tokens) closes its 40-token thought
     _, doc, recs = run(sim, tmp_path / "c", "--lengths", "30", "--prompts-per-length", "2",

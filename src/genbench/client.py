@@ -122,7 +122,9 @@ class ConnectionPool:
         method = "GET" if json is None else "POST"
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self.netloc}"]
         lines += [f"User-Agent: genbench/{__version__}"]
-        lines += [f"{k}: {v}" for k, v in (headers or {}).items() if k.lower() != "host"]
+        # the body's type is ours to say, once (a strict server refuses a repeated header)
+        own = ("host", "content-type", "content-length")
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items() if k.lower() not in own]
         data = b"" if json is None else orjson.dumps(json)
         if json is not None:
             lines += ["Content-Type: application/json", f"Content-Length: {len(data)}"]

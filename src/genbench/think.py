@@ -197,6 +197,9 @@ class Splitter:
     def _watch(self, buf: str, out: list[str]) -> str:
         """Answer up to the first tag, or to the end less what may begin one (held back).
         CLOSE first: the text before it was thinking. OPEN first: the watch ends."""
+        if self.close[0] not in buf and self.open[0] not in buf:  # the common chunk
+            out.append(buf)
+            return ""
         close, open_ = buf.find(self.close), buf.find(self.open)
         if close >= 0 and (open_ < 0 or close < open_):
             return self._saw(INLINE_OPENED)

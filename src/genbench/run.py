@@ -235,7 +235,7 @@ class Runner:
         self.metrics = metrics
         # check's dialect, or, where it saw none, the one the replies show (genbench.think)
         self.think = ThinkState(think) if think and think.dialect != SEPARATE else None
-        self.counter: ThinkingCounter | None = None  # set in execute when split inline
+        self.counter: ThinkingCounter | None = None  # set in execute when it may be split
 
     def _params(self, max_tokens: int, force: bool) -> dict[str, Any]:
         params: dict[str, Any] = {"temperature": self.cfg.temperature, **self.cfg.extra_body}

@@ -20,7 +20,7 @@ from conftest import genbench
 from genbench.client import ChatRequest, Client
 from genbench.endpoint import Endpoint
 from genbench.records import RequestRecord, read_records
-from genbench.think import INLINE_OPENED, ThinkMode
+from genbench.think import INLINE_OPENED, NONE, ThinkMode, ThinkState
 from genbench.think_tokens import ThinkingCounter
 
 pytestmark = pytest.mark.vllm
@@ -77,6 +77,34 @@ def test_the_split_is_the_parsers_with_and_without_one(vllm_server, vllm_noparse
             assert s.ttft_answer > s.ttft and p.ttft_answer > p.ttft
         elif p.reasoning_tokens == 0:  # closed at once: the first text is answer
             assert s.ttft_answer == s.ttft and p.ttft_answer == p.ttft
+    assert closed >= 2, [p.reasoning_tokens for p in parsed]
+
+
+def test_a_watched_reply_is_the_parsers_once_it_closes(vllm_server, vllm_noparse_server):
+    """Check's `none` (as on SGLang, whose /tokenize shows no template): each reply watched,
+    a state of its own each, so every one that closes its thought is read again."""
+    reqs = requests(close_bias(vllm_server))
+    parsed = asyncio.run(send(vllm_server, reqs, None))
+    ep = Endpoint.parse(vllm_noparse_server.url)
+
+    async def watched() -> list[tuple[RequestRecord, ThinkState]]:
+        out = []
+        for r in reqs:
+            state = ThinkState(ThinkMode(NONE))
+            async with Client(ep, vllm_noparse_server.model, keep_text=True, think=state) as c:
+                out.append((await c.chat(r), state))
+        return out
+
+    closed = 0
+    for p, (s, state) in zip(parsed, asyncio.run(watched()), strict=True):
+        assert p.ok and s.ok and s.completion_tokens == N, (p.error_message, s.error_message)
+        if p.reasoning_tokens < N:  # the parser saw </think>: so did the watch
+            closed += 1
+            assert (state.mode.dialect, state.learned_from) == (INLINE_OPENED, p.id)
+            assert (s.reasoning, s.text) == (p.reasoning, p.text), p.id
+            assert abs(s.reasoning_tokens - p.reasoning_tokens) <= 1, p.id
+        else:  # never closed: nothing to learn from, all of it stays answer
+            assert state.mode.dialect == NONE and (s.reasoning, s.text) == ("", p.reasoning)
     assert closed >= 2, [p.reasoning_tokens for p in parsed]
 
 

@@ -414,7 +414,8 @@ async def _dialect(
 
 async def prompt_tail(pool: ConnectionPool, ep: Endpoint, model: str, timeout: float = 5.0) -> str:
     """The end of the test request's prompt as the chat template renders it, where the
-    server can show it (vLLM, SGLang: /tokenize with messages, /detokenize); else ''."""
+    server can show it (vLLM: /tokenize with messages, /detokenize; SGLang's /tokenize takes
+    text only, so there it cannot); else ''."""
     messages = [{"role": "user", "content": TINY_PROMPT}]
     try:
         body = {"model": model, "messages": messages, "add_generation_prompt": True}

@@ -36,7 +36,7 @@ from genbench.stream import (
     status_failure,
     timeout_failure,
 )
-from genbench.think import Splitter, ThinkMode
+from genbench.think import Splitter, ThinkMode, ThinkState
 
 _DNS_TTL = 300.0
 _STALE_RETRIES = 8
@@ -122,7 +122,9 @@ class ConnectionPool:
         method = "GET" if json is None else "POST"
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self.netloc}"]
         lines += [f"User-Agent: genbench/{__version__}"]
-        lines += [f"{k}: {v}" for k, v in (headers or {}).items() if k.lower() != "host"]
+        # the body's type is ours to say, once (a strict server refuses a repeated header)
+        own = ("host", "content-type", "content-length")
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items() if k.lower() not in own]
         data = b"" if json is None else orjson.dumps(json)
         if json is not None:
             lines += ["Content-Type: application/json", f"Content-Length: {len(data)}"]
@@ -224,11 +226,13 @@ class Client:
         stream: bool = True,
         keep_text: bool = False,
         session: ConnectionPool | None = None,
-        think: ThinkMode | None = None,
+        think: ThinkMode | ThinkState | None = None,
         keep_raw: bool = False,
     ) -> None:
         self.endpoint = endpoint
-        self.think = think  # thinking inline in content: split it (genbench.think)
+        # thinking inline in content: split it (genbench.think); a ThinkState may be shared
+        # by several Clients, which then learn the dialect together
+        self.think = ThinkState(think) if isinstance(think, ThinkMode) else think
         self.keep_raw = keep_raw  # and keep the content as sent, too (rec.raw)
         self.model = model
         self.timeouts = timeouts or Timeouts()
@@ -297,7 +301,7 @@ class Client:
         pool, total = self.pool, self.timeouts.total
         rec.sent_at = time.time()
         rec.t_send = t0 = time.perf_counter()
-        split = self.think.splitter(req.params) if self.think is not None else None
+        split = self.think.splitter(req.params, req.id) if self.think is not None else None
         parser = (
             StreamParser(rec, t0, self.keep_text, split, self.keep_raw) if self.stream else None
         )

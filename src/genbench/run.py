@@ -27,8 +27,8 @@ from genbench.records import RecordWriter, RequestRecord
 from genbench.result import REQUESTS_FILE, RESULT_FILE, SCHEMA, SCHEMA_VERSION, write_json_atomic
 from genbench.selfcheck import LoopMonitor
 from genbench.stats import PhaseSummary, knee, summarize
-from genbench.think import DEFAULT_TAGS, SEPARATE, ThinkMode
-from genbench.think_tokens import ThinkingCounter
+from genbench.think import DEFAULT_TAGS, SEPARATE, ThinkMode, ThinkState
+from genbench.think_tokens import ThinkingCounter, note_thinking
 from genbench.workload import (
     BUILTIN_PROMPTS,
     WARMUP_PROMPT,
@@ -233,8 +233,9 @@ class Runner:
         self.listener = listener
         self.writer = RecordWriter(state.out / REQUESTS_FILE)
         self.metrics = metrics
-        self.think = think if think is not None and think.inline else None
-        self.counter: ThinkingCounter | None = None  # set in execute when split inline
+        # check's dialect, or, where it saw none, the one the replies show (genbench.think)
+        self.think = ThinkState(think) if think and think.dialect != SEPARATE else None
+        self.counter: ThinkingCounter | None = None  # set in execute when it may be split
 
     def _params(self, max_tokens: int, force: bool) -> dict[str, Any]:
         params: dict[str, Any] = {"temperature": self.cfg.temperature, **self.cfg.extra_body}
@@ -291,15 +292,8 @@ class Runner:
             await monitor.stop(0)
             if self.metrics:
                 await self.metrics.stop_sampling()
-            phase = Phase(
-                name,
-                kind,
-                concurrency,
-                max_tokens,
-                summarize(seen),
-                started_at=started,
-                notes=["phase interrupted"],
-            )
+            phase = Phase(name, kind, concurrency, max_tokens, summarize(seen), started_at=started)
+            phase.notes.append("phase interrupted")
             self.state.add(phase)
             raise e
         if self.counter is not None:
@@ -334,8 +328,8 @@ class Runner:
         for rec in records:
             rec.text = rec.reasoning = None
             self.writer.write(rec)
-        split = self.state.doc["thinking"]
-        split["tokens_from"] = "tokenizer" if self.counter.available else "estimate"
+        if self.think is not None:
+            note_thinking(self.state.doc["thinking"], self.think, self.counter)
 
     def _summarize(
         self,

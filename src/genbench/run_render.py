@@ -275,7 +275,7 @@ def thinking_table(doc: dict[str, Any], console: Console) -> None:
         from genbench.think import ThinkMode, describe
 
         tags = info.get("tags") or ["<think>", "</think>"]
-        line = describe(ThinkMode(info["dialect"], (tags[0], tags[1])))
+        line = describe(ThinkMode(info["dialect"], (tags[0], tags[1])), bool(info.get("learned")))
         counted = THINKING_FROM.get(info.get("tokens_from") or "")
         console.print(f"  thinking: {line}" + (f"; its tokens {counted}" if counted else ""))
 

@@ -28,7 +28,7 @@ from orjson import JSONDecodeError, loads
 
 from genbench.errors import ErrorKind, status_kind
 from genbench.records import ANSWER, THINKING, RequestRecord
-from genbench.think import Splitter
+from genbench.think import Splitter, resplit, split_whole
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
@@ -55,11 +55,17 @@ class StreamParser:
     thinking that arrives inline in `content` is told from the answer there, unless the
     server fills a reasoning field itself. A chunk whose text is all tag, or held back as
     the possible start of one, is no text chunk (the server's parser sends none for it).
+
+    A watching `split` (the `none` dialect, `genbench.think`) gives answer until it sees the
+    dialect; then the reply so far is read again with the dialect's splitter, from its
+    first chunk (`watched`), so the record is what that splitter would have made of it.
+    While it watches, a chunk it holds back is an answer chunk all the same (its text
+    comes with a later one), as the chunk is when nothing is split.
     """
 
     __slots__ = (
         "rec", "t0", "buf", "kinds", "answer", "thinking", "done", "finished", "failure",
-        "split", "last", "raw",
+        "split", "last", "raw", "watched",
     )  # fmt: skip
 
     def __init__(
@@ -82,6 +88,8 @@ class StreamParser:
         self.split = split
         self.last = 0.0  # offset of the last chunk with content
         self.raw: list[str] | None = [] if keep_raw and split is not None else None
+        # a watcher's chunks, to be read again once it sees the dialect
+        self.watched: list[tuple[float, str]] | None = [] if split and split.watching else None
 
     def feed(self, data: bytes, now: float) -> int:
         """Bytes of the body that arrived at `now`: MORE, DONE ([DONE] seen) or STOP (a
@@ -166,6 +174,7 @@ class StreamParser:
 
     def text(self, rel: float, thinking: str | None, content: str | None) -> None:
         """A chunk with text arrived `rel` seconds after the request was sent."""
+        quiet = False  # a watcher holding back a possible tag: an answer chunk, text to come
         if self.split is not None:
             if thinking:  # the server splits: nothing inline to split
                 self._unsplit()
@@ -173,20 +182,27 @@ class StreamParser:
                 self.last = rel
                 if self.raw is not None:
                     self.raw.append(content)
+                if self.watched is not None:
+                    self.watched.append((rel, content))
                 thinking, content = self.split.feed(content)
+                if self.split.seen is not None:
+                    return self._reread()
                 if not thinking and not content:
-                    return
+                    if not self.split.watching:
+                        return
+                    quiet = True
         rec = self.rec
         if rec.ttft is None:
             rec.ttft = rel
         rec.chunk_offsets.append(rel)
-        if content:
+        if content or quiet:
             self.kinds.append(_A)
-            rec.answer_chars += len(content)
             if rec.ttft_answer is None:
                 rec.ttft_answer = rel
-            if self.answer is not None:
-                self.answer.append(content)
+            if content:
+                rec.answer_chars += len(content)
+                if self.answer is not None:
+                    self.answer.append(content)
         else:
             self.kinds.append(_R)
         if thinking:
@@ -196,10 +212,27 @@ class StreamParser:
             if self.thinking is not None:
                 self.thinking.append(thinking)
 
+    def _reread(self) -> None:
+        """The watcher saw the dialect: every text field the reply set so far is undone,
+        and its chunks are read again, at their times, with the dialect's splitter."""
+        assert self.split is not None and self.watched is not None
+        chunks, self.watched = self.watched, None
+        self.split = resplit(self.split)
+        rec = self.rec
+        rec.ttft = rec.ttft_answer = rec.ttft_thinking = None
+        rec.chunk_offsets.clear()
+        rec.answer_chars = rec.thinking_chars = 0
+        self.kinds.clear()
+        for kept in (self.answer, self.thinking, self.raw):
+            if kept is not None:
+                kept.clear()
+        for rel, content in chunks:
+            self.text(rel, None, content)
+
     def _unsplit(self) -> None:
         """The server sends a reasoning field: split nothing; what was held is answer."""
         held = self.split.held if self.split is not None else ""
-        self.split = self.raw = None
+        self.split = self.raw = self.watched = None
         if held:
             self.text(self.last, None, held)
 
@@ -244,12 +277,13 @@ class StreamParser:
         if self.answer is not None:
             rec.text = "".join(self.answer)
             rec.reasoning = "".join(self.thinking or [])
-        if self.raw is not None:
+        split = self.split if self.split is not None and not self.split.watching else None
+        if self.raw is not None and split is not None:  # a watcher that saw nothing split none
             rec.raw = "".join(self.raw)
         if rec.completion_tokens is None:
             estimate_tokens(rec)
-        if self.split is not None and (rec.reasoning_tokens is None or rec.tokens_estimated):
-            estimate_thinking(rec, self.split.tags_seen)
+        if split is not None and (rec.reasoning_tokens is None or rec.tokens_estimated):
+            estimate_thinking(rec, split.tags_seen)
         if not self.finished:
             why = "[DONE] without a finish_reason" if self.done else "stream ended before finish"
             return Failure(ErrorKind.INCOMPLETE_STREAM, why)
@@ -282,11 +316,12 @@ def parse_whole(
     content = msg.get("content") or ""
     thinking = msg.get("reasoning_content") or msg.get("reasoning") or ""
     if split is not None and not thinking and isinstance(content, str):
-        if keep_raw:
-            rec.raw = content
-        t, a = split.feed(content)
-        t2, a2 = split.end()
-        thinking, content = t + t2, a + a2
+        whole = content
+        split, thinking, content = split_whole(split, content)
+        if keep_raw and not split.watching:
+            rec.raw = whole
+    if split is not None and split.watching:
+        split = None  # a watcher that saw nothing: the reply is answer, unsplit
     rec.answer_chars, rec.thinking_chars = len(content), len(thinking)
     rec.ttft = now - t0  # the whole reply arrives at once
     if keep_text:

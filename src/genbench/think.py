@@ -13,13 +13,20 @@ thinking is dropped; after the first closing tag everything is answer, a second 
 included (tests/test_vllm_think.py saw vLLM 0.32 stream it so); whitespace around the tags
 is kept as it came (the parser strips none).
 
-The dialect a server speaks (`Dialect`) is decided once per run, by `check`'s request:
-`separate` (its own field), `inline` (the model writes `<think>`), `inline-opened` (the
-template opened the block: the text starts inside it), or `none`.
+The dialect a server speaks is decided at preflight, by `check`'s request: `separate`
+(its own field), `inline` (the model writes `<think>`), `inline-opened` (the template
+opened the block: the text starts inside it), or `none`. When it says `none`, a reasoning
+model may still be thinking in `content`: check's reply is short, and a template-opened
+thought has no `</think>` in its first tokens. So in `none` each request gets a watching
+splitter: its text is answer as it comes, but the first `</think>` with no `<think>` before
+it (as vLLM's qwen3 parser reads it), or a reply that opens with `<think>`, shows the
+dialect: the stream parser reads that reply again with the dialect's splitter, and the
+run's `ThinkState` gives every later request that splitter.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +38,7 @@ INLINE_OPENED = "inline-opened"  # the template opened the block: only </think> 
 NONE = "none"  # no thinking seen
 DIALECTS = (SEPARATE, INLINE, INLINE_OPENED, NONE)
 
-_START, _THINK, _ANSWER = 0, 1, 2
+_START, _THINK, _ANSWER, _WATCH = 0, 1, 2, 3
 
 
 def parse_tags(text: str) -> tuple[str, str]:
@@ -59,9 +66,49 @@ class ThinkMode:
         block closed in the prompt: its text starts as answer, whatever the dialect."""
         if not self.inline:
             return None
-        kwargs = (params or {}).get("chat_template_kwargs") or {}
-        thinking_off = isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False
-        return Splitter(self.tags, opened=self.dialect == INLINE_OPENED and not thinking_off)
+        opened = self.dialect == INLINE_OPENED and not thinking_off(params)
+        return Splitter(self.tags, opened=opened)
+
+
+def thinking_off(params: dict[str, Any] | None) -> bool:
+    """The request turns thinking off (`chat_template_kwargs.enable_thinking: false`)."""
+    kwargs = (params or {}).get("chat_template_kwargs") or {}
+    return isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False
+
+
+LEARNED = " (seen in the replies; check's short reply did not show it)"
+
+
+class ThinkState:
+    """The dialect of one run or job, shared by the Clients that send its requests and read
+    by each request as it starts: check's, or, where check saw `none`, the one the first
+    reply that showed it showed (`learned_from`: that request's id). One event loop: the
+    first `learn` wins, and nothing else writes it."""
+
+    __slots__ = ("mode", "learned_from")
+
+    def __init__(self, mode: ThinkMode) -> None:
+        self.mode = mode
+        self.learned_from: str | None = None
+
+    def splitter(self, params: dict[str, Any] | None = None, where: str = "") -> Splitter | None:
+        """The splitter for one request: the dialect's; in `none`, a watching one, unless
+        the request turns thinking off (its reply is answer, and shows nothing)."""
+        mode = self.mode
+        if mode.dialect != NONE:
+            return mode.splitter(params)
+        if thinking_off(params):
+            return None
+        return Splitter(mode.tags, watch=lambda dialect: self.learn(dialect, where))
+
+    def learn(self, dialect: str, where: str) -> None:
+        """A reply showed `dialect`: later requests are split that way."""
+        if self.mode.dialect == NONE and dialect in (INLINE, INLINE_OPENED):
+            self.mode = ThinkMode(dialect, self.mode.tags)
+            self.learned_from = where
+
+    def describe(self) -> str:
+        return describe(self.mode, learned=self.learned_from is not None)
 
 
 def _held(buf: str, tags: tuple[str, ...]) -> int:
@@ -78,15 +125,34 @@ def _held(buf: str, tags: tuple[str, ...]) -> int:
 class Splitter:
     """Content deltas in, (thinking, answer) out. `opened`: the text starts inside the
     thinking block (the template opened it); else a leading OPEN opens it, and text that
-    does not start with one is all answer."""
+    does not start with one is all answer.
 
-    __slots__ = ("open", "close", "state", "held", "tags_seen")
+    `watch` (the `none` dialect): text is answer, but a leading OPEN, or a CLOSE with no
+    OPEN before it, shows the dialect: `seen` is set to it, `watch(seen)` is called, and
+    the splitter stops (what it gave is void: the reply is to be read again with the
+    dialect's splitter). An OPEN met first inside the text ends the watch: an answer that
+    talks about the tags."""
 
-    def __init__(self, tags: tuple[str, str] = DEFAULT_TAGS, *, opened: bool = False) -> None:
+    __slots__ = ("open", "close", "state", "held", "tags_seen", "watch", "seen")
+
+    def __init__(
+        self,
+        tags: tuple[str, str] = DEFAULT_TAGS,
+        *,
+        opened: bool = False,
+        watch: Callable[[str], None] | None = None,
+    ) -> None:
         self.open, self.close = tags
         self.state = _THINK if opened else _START
         self.held = ""
         self.tags_seen = 0  # tags consumed: they are text of neither kind
+        self.watch = watch
+        self.seen: str | None = None  # the dialect a watching splitter saw
+
+    @property
+    def watching(self) -> bool:
+        """A watcher that has seen nothing (yet): what it gave is answer, unsplit."""
+        return self.watch is not None and self.seen is None
 
     @property
     def closed(self) -> bool:
@@ -106,6 +172,8 @@ class Splitter:
                     break
             elif self.state == _THINK:
                 buf = self._scan(buf, thinking, (self.close, self.open))
+            elif self.state == _WATCH:
+                buf = self._watch(buf, answer)
             else:
                 answer.append(buf)
                 break
@@ -115,14 +183,39 @@ class Splitter:
         """Before any text: does it open with OPEN (leading whitespace allowed)?"""
         body = buf.lstrip()
         if body.startswith(self.open):
+            if self.watch is not None:
+                return self._saw(INLINE)
             self.state = _THINK
             self.tags_seen += 1
             return body[len(self.open) :]
         if not body or self.open.startswith(body):
             self.held = buf  # may still become OPEN
             return ""
-        self.state = _ANSWER
+        self.state = _ANSWER if self.watch is None else _WATCH
         return buf
+
+    def _watch(self, buf: str, out: list[str]) -> str:
+        """Answer up to the first tag, or to the end less what may begin one (held back).
+        CLOSE first: the text before it was thinking. OPEN first: the watch ends."""
+        if self.close[0] not in buf and self.open[0] not in buf:  # the common chunk
+            out.append(buf)
+            return ""
+        close, open_ = buf.find(self.close), buf.find(self.open)
+        if close >= 0 and (open_ < 0 or close < open_):
+            return self._saw(INLINE_OPENED)
+        if open_ >= 0:
+            self.state = _ANSWER
+            return buf
+        k = _held(buf, (self.close, self.open))
+        out.append(buf[: len(buf) - k])
+        self.held = buf[len(buf) - k :]
+        return ""
+
+    def _saw(self, dialect: str) -> str:
+        self.seen, self.state, self.held = dialect, _ANSWER, ""
+        if self.watch is not None:
+            self.watch(dialect)
+        return ""
 
     def _scan(self, buf: str, out: list[str], tags: tuple[str, ...]) -> str:
         """Thinking up to the first tag (consumed), or to the end less what may begin a
@@ -153,9 +246,24 @@ def split_text(text: str, mode: ThinkMode, params: dict[str, Any] | None = None)
     sp = mode.splitter(params)
     if sp is None:
         return "", text
+    return split_whole(sp, text)[1:]
+
+
+def split_whole(sp: Splitter, text: str) -> tuple[Splitter, str, str]:
+    """A whole reply split by `sp`; a watcher that sees the dialect hands the text to the
+    dialect's splitter (`resplit`). The splitter that split it, the thinking, the answer."""
     t, a = sp.feed(text)
+    if sp.seen is not None:
+        sp = resplit(sp)
+        t, a = sp.feed(text)
     t2, a2 = sp.end()
-    return t + t2, a + a2
+    return sp, t + t2, a + a2
+
+
+def resplit(watcher: Splitter) -> Splitter:
+    """A fresh splitter for the dialect `watcher` saw: the reply is read again with it."""
+    tags = (watcher.open, watcher.close)
+    return Splitter(tags, opened=watcher.seen == INLINE_OPENED)
 
 
 def detect(
@@ -187,7 +295,8 @@ DIALECT_TEXT = {
 }
 
 
-def describe(mode: ThinkMode) -> str:
-    """The line a person reads for a dialect."""
+def describe(mode: ThinkMode, learned: bool = False) -> str:
+    """The line a person reads for a dialect; `learned`: seen in the replies, not by check."""
     open_, close = mode.tags
-    return DIALECT_TEXT[mode.dialect].format(open=open_, close=close)
+    line = DIALECT_TEXT[mode.dialect].format(open=open_, close=close)
+    return line + (LEARNED if learned else "")

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from typing import Any
 
 import orjson
 
 from genbench.client import ConnectionPool
 from genbench.endpoint import Endpoint
 from genbench.records import RequestRecord
+from genbench.think import ThinkState
 
 
 class ThinkingCounter:
@@ -91,3 +93,14 @@ class ThinkingCounter:
         rec.reasoning_tokens = n if total is None else min(n, total)
         rec.reasoning_source = "tokenizer"
         return True
+
+
+def note_thinking(doc: dict[str, Any], state: ThinkState, counter: ThinkingCounter) -> None:
+    """run's result.json `thinking`, after a phase: the dialect (`learned`, and the request
+    it was learned from, where check saw none and a reply showed it) and who counted the
+    tokens of the thinking genbench split."""
+    doc["dialect"] = state.mode.dialect
+    if state.learned_from is not None:
+        doc["learned"], doc["learned_from"] = True, state.learned_from
+    if state.mode.inline:
+        doc["tokens_from"] = "tokenizer" if counter.available else "estimate"

@@ -289,6 +289,8 @@ def render_result(r: JobResult, console: Console) -> None:
             f"  tokens: {r.tokens:,} ({r.thinking_tokens:,} thinking) in "
             f"{duration(r.sending_s)}: {rate(r.tokens / r.sending_s)}"
         )
+    if r.thinking:
+        console.print(f"  thinking: {r.thinking}")
     if r.files:
         shown = r.files if len(r.files) <= 3 else [r.files[0], "…", r.files[-1]]
         console.print(f"  data: {len(r.files)} files: {', '.join(shown)}")

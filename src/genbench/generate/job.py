@@ -31,7 +31,7 @@ from genbench.generate.store import Existing, Store
 from genbench.load import Load
 from genbench.records import RequestRecord
 from genbench.router import ROUTER_KINDS
-from genbench.think import DEFAULT_TAGS
+from genbench.think import DEFAULT_TAGS, ThinkMode, ThinkState
 
 # preflight failures that mean "not up yet" rather than "misconfigured"
 DOWN_EXITS = {ExitCode.REFUSED, ExitCode.TIMEOUT, ExitCode.SERVER_ERROR}
@@ -97,6 +97,7 @@ class JobResult:
     truncated_this_run: int = 0
     tokens: int = 0
     thinking_tokens: int = 0
+    thinking: str = ""  # where the thinking arrived, when the replies showed it, not check
     elapsed_s: float = 0.0
     sending_s: float = 0.0
     files: list[str] = field(default_factory=list)
@@ -132,6 +133,7 @@ class Job:
             on_durable=self._on_durable,
         )
         self.servers: list[Server] = []
+        self.think: dict[ThinkMode, ThinkState] = {}  # shared by the servers with that dialect
         self.progress: Progress | None = None
         self.model = cfg.model or ""
         self.load: Load | None = None
@@ -203,7 +205,8 @@ class Job:
         seen = next((r.think_mode() for r in reports if r.ok), None)
         for spec, rep in zip(cfg.servers, reports, strict=True):
             ep = Endpoint.parse(spec.url, cfg.api_key)
-            think = rep.think_mode() if rep.ok else seen
+            mode = rep.think_mode() if rep.ok else seen
+            think = self.think.setdefault(mode, ThinkState(mode)) if mode is not None else None
             # the protocol-level transport `run` uses: fewer CPU-seconds per chunk
             client = Client(
                 ep, self.model, timeouts=timeouts, keep_text=True, think=think,
@@ -477,6 +480,7 @@ class Job:
             truncated_this_run=p.truncated if p else 0,
             tokens=p.tokens if p else 0,
             thinking_tokens=p.thinking if p else 0,
+            thinking=next((t.describe() for t in self.think.values() if t.learned_from), ""),
             elapsed_s=time.monotonic() - t0,
             sending_s=last - first if first is not None and last is not None else 0.0,
             files=files,

@@ -191,6 +191,23 @@ class SGLangEndpoints:
     async def flush_cache(self, request: web.Request) -> web.Response:
         return web.Response(text="Cache flushed.\n")
 
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """`POST /tokenize`: text only, as SGLang's (`prompt`; no `messages`, so no rendered
+        chat template to show). The sim's tokens are its words."""
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            body = None
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        if not isinstance(prompt, str):
+            msg = "prompt: Field required (a string; /tokenize takes text only)"
+            return web.json_response({"object": "error", "message": msg, "code": 400}, status=400)
+        tokens = [sum(map(ord, w)) % 50_000 for w in prompt.split()]
+        cfg = self.srv.cfg
+        return web.json_response(
+            {"tokens": tokens, "count": len(tokens), "max_model_len": cfg.max_model_len}
+        )
+
 
 @dataclass(frozen=True)
 class Dialect:
@@ -200,7 +217,7 @@ class Dialect:
     prefix: str  # of its metric names
     rows: Callable[[SimServer], list[Row]]
     usage: Usage  # the usage object of an answer
-    # path -> handler built from the server; None removes a shared route
+    # path -> handler built from the server; None removes a shared route; "POST /path": a POST
     routes: Callable[[SimServer], dict[str, Handler | None]]
 
 
@@ -219,6 +236,8 @@ def _sglang_routes(srv: SimServer) -> dict[str, Handler | None]:
         "/model_info": e.model_info,
         "/get_model_info": e.model_info,
         "/flush_cache": e.flush_cache,
+        "POST /tokenize": e.tokenize,
+        "POST /v1/tokenize": e.tokenize,
     }
 
 

@@ -367,7 +367,9 @@ class SimServer:
         if not self.cfg.metrics:
             routes["/metrics"] = None
         for path, handler in routes.items():
-            if handler is not None:
+            if handler is not None and path.startswith("POST "):
+                app.router.add_post(path[5:], handler)
+            elif handler is not None:
                 app.router.add_get(path, handler)
         app.router.add_post("/v1/chat/completions", self.chat)
         return app

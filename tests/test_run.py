@@ -342,3 +342,33 @@ def test_summary_says_when_token_counts_are_estimated(sim_factory, tmp_path):
     assert all(ph["summary"]["tokens_estimated"] for ph in load(out)["phases"])
     assert "token counts estimated in 1 of 1 phases" in p.stdout
     assert "genbench-sim" in p.stdout and "unknown server" not in p.stdout
+
+
+def test_records_are_written_as_they_complete_not_at_the_phase_end(sim_factory, tmp_path):
+    """A run killed mid-phase keeps the records that phase already finished (a server
+    without thinking: nothing is held back to count thinking tokens)."""
+    sim = sim_factory("--tps", "200", "--ttft-ms", "5")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "genbench", "run", "--url", sim.url, "--warmup", "0",
+           "--lengths", "20", "--concurrency", "4", "--sweep-tokens", "400",
+           "--requests-per-slot", "50", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        done = None  # requests of the phases finished when the long one started
+        while time.monotonic() < deadline and proc.poll() is None:
+            res, log = out / "result.json", out / "requests.jsonl"
+            if done is None and res.exists() and "burst-c4" in res.read_text():
+                done = sum(ph["summary"]["requests"] for ph in load(out)["phases"])
+            if done is not None and log.exists() and len(log.read_bytes().splitlines()) > done:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("no record of the running phase was written before its end")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    recs = read_records(out / "requests.jsonl")
+    assert len(recs) > done and all(r.ok for r in recs)
+    assert all(r.text is None for r in recs)  # text was never written

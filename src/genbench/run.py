@@ -263,11 +263,15 @@ class Runner:
         self.listener.phase_started(name, max_requests if not duration else None, duration)
 
         seen: list[RequestRecord] = []
+        held: list[RequestRecord] = []  # split thinking to count: written once counted
 
         def on_record(rec: RequestRecord) -> None:
             seen.append(rec)
-            if self.counter is None:
-                self.writer.write(rec)  # else written once its thinking is counted
+            if self.counter is not None and self.counter.wants(rec):
+                held.append(rec)
+            else:
+                rec.text = rec.reasoning = None  # kept only to split and count thinking
+                self.writer.write(rec)
             self.listener.record(rec)
 
         before = await self.metrics.scrape() if self.metrics else None
@@ -288,7 +292,7 @@ class Runner:
             )
         except (ServerDown, asyncio.CancelledError) as e:
             # keep what the interrupted phase measured
-            self._write_counted(seen)
+            self._write_counted(held)
             await monitor.stop(0)
             if self.metrics:
                 await self.metrics.stop_sampling()
@@ -297,8 +301,8 @@ class Runner:
             self.state.add(phase)
             raise e
         if self.counter is not None:
-            await self.counter.count(seen)
-            self._write_counted(seen)
+            await self.counter.count(held)
+            self._write_counted(held)
         phase = self._summarize(run, name, kind, concurrency, max_tokens, force, started)
         chunks = sum(len(r.chunk_offsets) for r in run.records)
         phase.client = (await monitor.stop(chunks)).to_dict()

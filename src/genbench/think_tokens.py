@@ -62,14 +62,19 @@ class ThinkingCounter:
         self.available = True
         return count
 
+    def wants(self, rec: RequestRecord) -> bool:
+        """Whether `rec` has thinking genbench split and may count (else it is final)."""
+        return (
+            self.available is not False
+            and rec.ok
+            and rec.reasoning_source == "estimate"
+            and bool(rec.reasoning)
+        )
+
     async def count(self, records: Iterable[RequestRecord]) -> int:
         """Count the thinking of every record split inline and kept with its text; the
         number counted."""
-        todo = [
-            r
-            for r in records
-            if r.ok and r.reasoning_source == "estimate" and r.reasoning is not None
-        ]
+        todo = [r for r in records if self.wants(r)]
         if not todo or self.available is False:
             return 0
         first = todo[0]

@@ -145,6 +145,41 @@ def test_a_model_that_never_closes_its_thought_stays_none(sim_factory, tmp_path)
     assert LEARNED not in stdout
 
 
+def test_think_dialect_says_what_no_reply_shows(sim_factory, tmp_path):
+    """The same never-closing model, told by the user: check and run split it as
+    template-opened thinking, though no reply ever shows </think>."""
+    sim = sim_factory(*FAST, "--thinking-tokens", "500", "--fault",
+                      "inline-think:opened=1,count=0")  # fmt: skip
+    p = genbench("check", "--url", sim.url, "--think-dialect", "inline-opened")
+    assert p.returncode == 0, p.stderr
+    assert "16 thinking" in p.stdout
+    assert "opened by the chat template and ended by </think>" in p.stdout
+    assert "(set by --think-dialect)" in p.stdout
+    stdout, doc, recs = run(sim, tmp_path / "f", "--think-dialect", "inline-opened",
+                            "--warmup-tokens", "16", "--lengths", "30",
+                            "--prompts-per-length", "2", "--skip", "sweep")  # fmt: skip
+    assert doc["thinking"]["dialect"] == INLINE_OPENED and not doc["thinking"].get("learned")
+    measured = [r for r in recs if r.phase == "single-30"]
+    assert len(measured) == 2
+    for r in measured:
+        assert r.reasoning_tokens == 30 and set(r.chunk_kinds) == {"r"}
+
+
+def test_think_dialect_none_learns_nothing(sim_factory, tmp_path):
+    sim = sim_factory(*FAST, *LONG)  # the warm-up closes its thought: auto would learn
+    _, doc, recs = run(sim, tmp_path / "n", "--think-dialect", "none", "--lengths", "30",
+                       "--prompts-per-length", "2", "--skip", "sweep")  # fmt: skip
+    assert doc["thinking"]["dialect"] == NONE and not doc["thinking"].get("learned")
+    assert recs and all("r" not in r.chunk_kinds for r in recs)
+
+
+def test_a_bad_think_dialect_is_a_one_line_usage_error(sim_factory):
+    sim = sim_factory(*FAST)
+    p = genbench("check", "--url", sim.url, "--think-dialect", "inline-closed")
+    assert p.returncode == 2 and "--think-dialect 'inline-closed'" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_generate_writes_the_thinking_apart_in_every_row(sim_factory, tmp_path, fmt):
     sim = sim_factory(*FAST, *LONG, "--output-len", "uniform:60:80")

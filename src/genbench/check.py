@@ -30,7 +30,7 @@ from genbench.metrics_names import dialect_of, metrics_off_hint
 from genbench.records import ErrorKind, RequestRecord
 from genbench.router import ONE_WORKERS_METRICS, identify_router, router_notes
 from genbench.stream import Failure, error_message_from_body
-from genbench.think import DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
+from genbench.think import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
@@ -81,6 +81,7 @@ class CheckReport:
     # and the tags an inline split looks for
     thinking_dialect: str | None = None
     think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
+    think_dialect_set: str | None = None  # --think-dialect: the user's, not the reply's
     reasoning_source: str | None = None  # "estimate": genbench split it, shared the tokens
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -91,7 +92,8 @@ class CheckReport:
     def think_mode(self) -> ThinkMode:
         """How the run that follows reads thinking: the dialect this check saw."""
         tags = (self.think_tags[0], self.think_tags[1])
-        return ThinkMode(self.thinking_dialect or NONE, tags)
+        fixed = self.think_dialect_set is not None
+        return ThinkMode(self.thinking_dialect or NONE, tags, fixed)
 
 
 TINY_PROMPT = "Say just 'OK'."
@@ -322,10 +324,12 @@ async def preflight(
     tiny: bool = True,
     max_tokens: int = 16,
     think_tags: tuple[str, str] = DEFAULT_TAGS,
+    think_dialect: str = AUTO,
 ) -> CheckReport:
     """Run every check; the report says what passed and, on failure, the diagnosis."""
     t0 = time.perf_counter()
-    rep = CheckReport(url=ep.base_url, think_tags=list(think_tags))
+    forced = None if think_dialect == AUTO else think_dialect
+    rep = CheckReport(url=ep.base_url, think_tags=list(think_tags), think_dialect_set=forced)
     if ep.path_assumed:
         rep.notes.append(f"no path in the URL: using {ep.base_url}")
     timeouts = Timeouts(connect=connect_timeout, read=timeout, total=timeout)
@@ -380,7 +384,9 @@ async def _checks(
         if not rec.ok:
             diag = request_diagnosis(ep, rec)
             raise PreflightFailed(model_diagnosis(rep.model, rep.models, rep.url, model, diag))
-        rep.thinking_dialect = await _dialect(pool, ep, rep.model, rec, think_tags)
+        rep.thinking_dialect = rep.think_dialect_set or await _dialect(
+            pool, ep, rep.model, rec, think_tags
+        )
         _read_reply(rep, rec)
     if rep.model not in rep.models:
         done = "but served: a router?" if tiny else "not tried (no test request)"

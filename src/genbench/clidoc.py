@@ -132,6 +132,8 @@ MEANINGS: dict[str, str] = {
     "--target-error": "Percent error the pilot stops at.",
     "--temperature": "Sampling temperature.",
     "--think-tags": "The tags around thinking that arrives inline in content (OPEN,CLOSE).",
+    "--think-dialect": "Where thinking arrives, for when check and the replies cannot tell: "
+    "auto, separate, inline, inline-opened or none.",
     "--keep-raw": "Write each answer also as generated, thinking and tags in it.",
     "--thinking": "chat_template_kwargs.enable_thinking of the requests.",
     "--thinking-tokens": "Reference server: output tokens that go to the reasoning field.",

@@ -58,6 +58,7 @@ class RunConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request
     thinking: bool | None = None  # chat_template_kwargs.enable_thinking; None: the server's
     think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
+    think_dialect: str = "auto"  # --think-dialect
     metrics_urls: list[str] = field(default_factory=list)  # --metrics-url: workers', summed
 
     def validate(self) -> None:
@@ -459,8 +460,8 @@ async def execute_run(
 
     `doc_extra` adds top-level fields to result.json (a repeat's index, see execute_repeats)."""
     cfg.validate()
-    tags = (cfg.think_tags[0], cfg.think_tags[1])
-    check = await preflight(ep, model, timeout=check_timeout, think_tags=tags)
+    think = {"think_tags": tuple(cfg.think_tags[:2]), "think_dialect": cfg.think_dialect}
+    check = await preflight(ep, model, timeout=check_timeout, **think)
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     check_context(cfg, check)

@@ -37,6 +37,17 @@ INLINE = "inline"  # <think>…</think> in content, the model writes both tags
 INLINE_OPENED = "inline-opened"  # the template opened the block: only </think> appears
 NONE = "none"  # no thinking seen
 DIALECTS = (SEPARATE, INLINE, INLINE_OPENED, NONE)
+AUTO = "auto"  # --think-dialect's default: check's reply, then the replies, decide
+
+
+def parse_dialect(text: str) -> str:
+    """`--think-dialect`: auto, or one of DIALECTS, set by the user."""
+    if text not in (AUTO, *DIALECTS):
+        raise ValueError(
+            f"--think-dialect {text!r}: expected one of {', '.join((AUTO, *DIALECTS))}"
+        )
+    return text
+
 
 _START, _THINK, _ANSWER, _WATCH = 0, 1, 2, 3
 
@@ -51,10 +62,12 @@ def parse_tags(text: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class ThinkMode:
-    """How a run reads thinking: the dialect its check saw, and the tags."""
+    """How a run reads thinking: the dialect its check saw, and the tags. `fixed`: the
+    user set the dialect (--think-dialect): the replies do not change it."""
 
     dialect: str = NONE
     tags: tuple[str, str] = DEFAULT_TAGS
+    fixed: bool = False
 
     @property
     def inline(self) -> bool:
@@ -95,7 +108,7 @@ class ThinkState:
         """The splitter for one request: the dialect's; in `none`, a watching one, unless
         the request turns thinking off (its reply is answer, and shows nothing)."""
         mode = self.mode
-        if mode.dialect != NONE:
+        if mode.dialect != NONE or mode.fixed:
             return mode.splitter(params)
         if thinking_off(params):
             return None

@@ -28,6 +28,7 @@ def check(
         3.0, "--connect-timeout", help="Seconds to wait for a connection."
     ),
     think_tags: str = common.THINK_TAGS,
+    think_dialect: str = common.THINK_DIALECT,
     json: bool = common.JSON,
 ) -> None:
     """Check that a server is alive, serves the model and answers one tiny request."""
@@ -37,9 +38,16 @@ def check(
     common.positive("--connect-timeout", connect_timeout)
     ep = common.endpoint(url, api_key_env, api_key_file)
     common.descriptors(1)
-    tags = common.think_tags(think_tags)
+    tags, dialect = common.think_tags(think_tags), common.think_dialect(think_dialect)
     rep = common.run_async(
-        preflight(ep, model, timeout=timeout, connect_timeout=connect_timeout, think_tags=tags)
+        preflight(
+            ep,
+            model,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            think_tags=tags,
+            think_dialect=dialect,
+        )
     )
     if json:
         typer.echo(orjson.dumps(rep.to_dict(), option=orjson.OPT_INDENT_2).decode())
@@ -85,7 +93,8 @@ def render(rep: CheckReport) -> None:
         )
     if rep.ok and rep.thinking_dialect:
         mark = "[green]✓[/]" if rep.thinking_dialect != NONE else "[dim]-[/]"
-        out.print(f"  {mark} thinking {describe(rep.think_mode())}")
+        how = " (set by --think-dialect)" if rep.think_dialect_set else ""
+        out.print(f"  {mark} thinking {describe(rep.think_mode())}{how}")
     if rep.ok:
         out.print(f"[bold green]ready[/] ({duration(rep.elapsed_s)})")
     else:

@@ -8,7 +8,7 @@ from genbench.aio import run_async
 from genbench.endpoint import DEFAULT_KEY_ENV, endpoint
 from genbench.errors import UsageError, positive
 from genbench.limits import Descriptors, fit_descriptors
-from genbench.think import DEFAULT_TAGS, parse_tags
+from genbench.think import DEFAULT_TAGS, parse_dialect, parse_tags
 
 URL = typer.Option(None, "--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1")
 MODEL = typer.Option(None, "--model", help="Model to use. [default: the only one served]")
@@ -28,6 +28,22 @@ THINK_TAGS = typer.Option(
     metavar="OPEN,CLOSE",
     help="The tags around thinking that arrives inline in content.",
 )
+
+
+THINK_DIALECT = typer.Option(
+    "auto",
+    "--think-dialect",
+    metavar="DIALECT",
+    help="Where thinking arrives: auto (check's reply, then the replies, tell), separate, "
+    "inline, inline-opened (the template opens <think>: text starts inside it) or none.",
+)
+
+
+def think_dialect(text: str) -> str:
+    try:
+        return parse_dialect(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def think_tags(text: str) -> tuple[str, str]:

@@ -340,6 +340,7 @@ def generate(
         "all", "--turns", help="all: regenerate every assistant turn; last: only the final one."
     ),
     think_tags: str = common.THINK_TAGS,
+    think_dialect: str = common.THINK_DIALECT,
     keep_raw: bool = typer.Option(
         False,
         "--keep-raw",
@@ -454,6 +455,7 @@ def generate(
         force=force,
         limit=limit,
         think_tags=common.think_tags(think_tags),
+        think_dialect=common.think_dialect(think_dialect),
         keep_raw=keep_raw,
     )
     console = err if json else out

@@ -96,6 +96,7 @@ def plan(
         help="The job's chat_template_kwargs.enable_thinking. [default: the server's choice]",
     ),
     think_tags: str = common.THINK_TAGS,
+    think_dialect: str = common.THINK_DIALECT,
     param: list[str] | None = typer.Option(
         None, "--param", help="Another request field of the job, KEY=JSON; repeatable."
     ),

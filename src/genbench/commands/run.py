@@ -166,6 +166,7 @@ def run(
         help="Send chat_template_kwargs.enable_thinking. [default: the server's choice]",
     ),
     think_tags: str = common.THINK_TAGS,
+    think_dialect: str = common.THINK_DIALECT,
     skip: str = typer.Option(
         "",
         "--skip",
@@ -206,6 +207,7 @@ def run(
     """Benchmark a server: warm-up, single stream by output length, concurrency sweep."""
     cfg = RunConfig(natural=natural, temperature=temperature, timeout=timeout, thinking=thinking)
     cfg.think_tags = list(common.think_tags(think_tags))
+    cfg.think_dialect = common.think_dialect(think_dialect)
     local = url is None
     if local:
         local_defaults(cfg, quick)

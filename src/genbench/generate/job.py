@@ -65,6 +65,7 @@ class JobConfig:
     sync_interval: float = 1.0
     tick: float = 0.5
     think_tags: tuple[str, str] = DEFAULT_TAGS  # thinking inline in content: its tags
+    think_dialect: str = "auto"  # --think-dialect: where thinking arrives, or auto
     keep_raw: bool = False  # also write each answer's text as generated (turn["raw"])
 
     def fingerprint(self, model: str) -> dict[str, Any]:
@@ -177,13 +178,10 @@ class Job:
         cfg = self.cfg
         eps = [Endpoint.parse(s.url, cfg.api_key) for s in cfg.servers]
         timeout = min(cfg.timeout, 120.0)
-        tags = cfg.think_tags
-        reports = await asyncio.gather(
-            *(
-                preflight(ep, cfg.model, timeout=timeout, connect_timeout=3.0, think_tags=tags)
-                for ep in eps
-            )
-        )
+        think = {"think_tags": cfg.think_tags, "think_dialect": cfg.think_dialect}
+        checks = (preflight(ep, cfg.model, timeout=timeout, connect_timeout=3.0, **think)
+                  for ep in eps)  # fmt: skip
+        reports = await asyncio.gather(*checks)
         ok = [r for r in reports if r.ok]
         for r in reports:
             if not r.ok and r.exit_code not in DOWN_EXITS:

@@ -42,7 +42,7 @@ from genbench.plan.units import parse_counts
 from genbench.result import REQUESTS_FILE, load_result
 from genbench.run import prepare_out_dir
 from genbench.settings import Setting, setting
-from genbench.think import ThinkMode, parse_tags
+from genbench.think import ThinkMode, parse_dialect, parse_tags
 
 DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
 DEFAULT_PILOT_C = 32
@@ -89,6 +89,7 @@ class PlanArgs:
     price: float | None = None
     gpus_per_server: str | None = None
     think_tags: str = "<think>,</think>"
+    think_dialect: str = "auto"
 
 
 @dataclass
@@ -259,10 +260,12 @@ def _plan_pilot(
     out = args.out_dir or Path("genbench-runs") / f"{datetime.now():%Y%m%d-%H%M%S}-plan"
     pilot = _Pilot(ep, source, concurrency, size, stop, params, out)
     try:
-        tags = parse_tags(args.think_tags)
+        tags, dialect = parse_tags(args.think_tags), parse_dialect(args.think_dialect)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    check = run_async(preflight(ep, args.model, timeout=args.timeout, think_tags=tags))
+    check = run_async(
+        preflight(ep, args.model, timeout=args.timeout, think_tags=tags, think_dialect=dialect)
+    )
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out)

@@ -94,6 +94,11 @@ def render(rep: CheckReport) -> None:
     if rep.ok and rep.thinking_dialect:
         mark = "[green]✓[/]" if rep.thinking_dialect != NONE else "[dim]-[/]"
         how = " (set by --think-dialect)" if rep.think_dialect_set else ""
+        if not how and rep.thinking_dialect == NONE:
+            how = (
+                f" in this short reply: run, plan and generate watch theirs for a "
+                f"{rep.think_tags[1]} (or say it: --think-dialect)"
+            )
         out.print(f"  {mark} thinking {describe(rep.think_mode())}{how}")
     if rep.ok:
         out.print(f"[bold green]ready[/] ({duration(rep.elapsed_s)})")

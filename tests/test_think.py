@@ -173,13 +173,18 @@ def test_generate_writes_thinking_and_answer_apart_and_the_raw_text_on_request(
 def test_a_plan_from_an_inline_server_sees_its_thinking(sim_factory, tmp_path):
     sim = sim_factory(*FAST, "--thinking-tokens", "10", "--output-len", "uniform:30:40",
                       "--fault", "inline-think:opened=1,count=0")  # fmt: skip
+    tok = plan_tokens(sim.url, tmp_path)
+    # 10 of 30-40 tokens are thinking: the share is not 0 (the split found it), near 10/35
+    assert 0.2 < tok["thinking"] / tok["output"] < 0.4, tok
+
+
+def plan_tokens(url: str, tmp_path) -> dict:
+    """A small plan's forecast tokens (output, thinking) from a 20-request pilot."""
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user",
                        "content": f"item {i}"}]}) + "\n" for i in range(40)))  # fmt: skip
-    p = genbench("plan", "--prompts", str(prompts), "--url", sim.url, "--concurrency", "4",
+    p = genbench("plan", "--prompts", str(prompts), "--url", url, "--concurrency", "4",
                  "--pilot", "20", "--samples", "40", "--out", str(tmp_path / "pilot"),
                  "--bootstrap", "50", "--warmup-time", "0", "--json", timeout=120)  # fmt: skip
     assert p.returncode == 0, p.stderr + p.stdout
-    tok = json.loads(p.stdout)["rows"][0]["tokens"]
-    # 10 of 30-40 tokens are thinking: the share is not 0 (the split found it), near 10/35
-    assert 0.2 < tok["thinking"] / tok["output"] < 0.4, tok
+    return json.loads(p.stdout)["rows"][0]["tokens"]

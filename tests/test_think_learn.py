@@ -17,6 +17,7 @@ import json
 import pytest
 from conftest import genbench
 from sim_truth import FAST, req, truths
+from test_think import plan_tokens
 
 from genbench.client import Client
 from genbench.endpoint import Endpoint
@@ -207,13 +208,6 @@ def test_generate_writes_the_thinking_apart_in_every_row(sim_factory, tmp_path, 
 
 def test_a_plan_pilot_learns_it_too(sim_factory, tmp_path):
     sim = sim_factory(*FAST, *LONG, "--output-len", "uniform:60:80")
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user",
-                       "content": f"item {i}"}]}) + "\n" for i in range(40)))  # fmt: skip
-    p = genbench("plan", "--prompts", str(prompts), "--url", sim.url, "--concurrency", "4",
-                 "--pilot", "20", "--samples", "40", "--out", str(tmp_path / "pilot"),
-                 "--bootstrap", "50", "--warmup-time", "0", "--json", timeout=120)  # fmt: skip
-    assert p.returncode == 0, p.stderr + p.stdout
-    tok = json.loads(p.stdout)["rows"][0]["tokens"]
+    tok = plan_tokens(sim.url, tmp_path)
     # 40 of 60-80 tokens are thinking: check said none, the pilot's replies showed it
     assert 0.45 < tok["thinking"] / tok["output"] < 0.7, tok

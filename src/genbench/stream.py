@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from array import array
 from typing import Any
 
 import orjson
@@ -85,11 +86,16 @@ class StreamParser:
         self.done = False  # [DONE] seen
         self.finished = False  # a finish_reason seen
         self.failure: Failure | None = None
+        if split is not None and split.watching and not keep_text:
+            split = None  # a watcher reads the kept text again: none kept, none to watch
         self.split = split
         self.last = 0.0  # offset of the last chunk with content
         self.raw: list[str] | None = [] if keep_raw and split is not None else None
-        # a watcher's chunks, to be read again once it sees the dialect
-        self.watched: list[tuple[float, str]] | None = [] if split and split.watching else None
+        # a watcher's chunk lengths (4 bytes a chunk): the kept answer text cut back into
+        # its chunks, at chunk_offsets, to be read again once it sees the dialect
+        self.watched: array[int] | None = (
+            array("I") if split is not None and split.watching else None
+        )
 
     def feed(self, data: bytes, now: float) -> int:
         """Bytes of the body that arrived at `now`: MORE, DONE ([DONE] seen) or STOP (a
@@ -183,10 +189,11 @@ class StreamParser:
                 if self.raw is not None:
                     self.raw.append(content)
                 if self.watched is not None:
-                    self.watched.append((rel, content))
+                    self.watched.append(len(content))
+                held, whole = self.split.held, content
                 thinking, content = self.split.feed(content)
                 if self.split.seen is not None:
-                    return self._reread()
+                    return self._reread(rel, held + whole)
                 if not thinking and not content:
                     if not self.split.watching:
                         return
@@ -212,11 +219,16 @@ class StreamParser:
             if self.thinking is not None:
                 self.thinking.append(thinking)
 
-    def _reread(self) -> None:
-        """The watcher saw the dialect: every text field the reply set so far is undone,
-        and its chunks are read again, at their times, with the dialect's splitter."""
+    def _reread(self, rel: float, tail: str) -> None:
+        """The watcher saw the dialect in the chunk at `rel`: every text field the reply set
+        so far is undone, and its chunks are read again, at their times, with the
+        dialect's splitter. Until then a watcher gave all it was fed as answer, but for
+        what it held back: the kept answer, the held text and this chunk (`tail`) are the
+        reply's text, which its chunks' lengths cut back into chunks."""
         assert self.split is not None and self.watched is not None
-        chunks, self.watched = self.watched, None
+        lens, self.watched = self.watched, None
+        text = "".join(self.answer or ()) + tail
+        rels = [*self.rec.chunk_offsets, rel]
         self.split = resplit(self.split)
         rec = self.rec
         rec.ttft = rec.ttft_answer = rec.ttft_thinking = None
@@ -226,8 +238,10 @@ class StreamParser:
         for kept in (self.answer, self.thinking, self.raw):
             if kept is not None:
                 kept.clear()
-        for rel, content in chunks:
-            self.text(rel, None, content)
+        pos = 0
+        for at, n in zip(rels, lens, strict=True):
+            self.text(at, None, text[pos : pos + n])
+            pos += n
 
     def _unsplit(self) -> None:
         """The server sends a reasoning field: split nothing; what was held is answer."""

@@ -233,6 +233,9 @@ class Splitter:
     def _scan(self, buf: str, out: list[str], tags: tuple[str, ...]) -> str:
         """Thinking up to the first tag (consumed), or to the end less what may begin a
         tag (held back). CLOSE ends the thinking; OPEN met here is dropped."""
+        if all(t[0] not in buf for t in tags):  # the common chunk: no tag can start in it
+            out.append(buf)
+            return ""
         first = min(((i, t) for t in tags if (i := buf.find(t)) >= 0), default=None)
         if first is None:
             k = _held(buf, tags)

@@ -63,12 +63,13 @@ class ThinkingCounter:
         return count
 
     def wants(self, rec: RequestRecord) -> bool:
-        """Whether `rec` has thinking genbench split and may count (else it is final)."""
+        """Whether `rec` has thinking genbench split (none, even: exactly 0 tokens) and may
+        count it; else the record is final."""
         return (
             self.available is not False
             and rec.ok
             and rec.reasoning_source == "estimate"
-            and bool(rec.reasoning)
+            and rec.reasoning is not None
         )
 
     async def count(self, records: Iterable[RequestRecord]) -> int:

@@ -29,7 +29,7 @@ from genbench.errors import ExitCode
 from genbench.metrics_names import dialect_of, metrics_off_hint
 from genbench.records import ErrorKind, RequestRecord
 from genbench.router import ONE_WORKERS_METRICS, identify_router, router_notes
-from genbench.stream import Failure, error_message_from_body
+from genbench.stream import Failure, error_message_from_body, share_by_chars
 from genbench.think import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
@@ -444,9 +444,8 @@ def _read_reply(rep: CheckReport, rec: RequestRecord) -> None:
     rep.reply = answer[:200] if mode.inline else (rec.text or "")[:200]
     rep.thinking = bool(rec.thinking_chars or rec.reasoning_tokens or thinking)
     if mode.inline and rec.completion_tokens is not None and rec.reasoning_tokens is None:
-        total = len(thinking) + len(answer)
-        rec.reasoning_tokens = round(rec.completion_tokens * len(thinking) / total) if total else 0
-        rep.reasoning_source = "estimate"
+        share_by_chars(rec, len(thinking), len(answer))
+        rep.reasoning_source = rec.reasoning_source
     rep.ttft_s, rep.e2e_s = rec.ttft, rec.e2e
     rep.finish_reason = rec.finish_reason
     rep.completion_tokens, rep.reasoning_tokens = rec.completion_tokens, rec.reasoning_tokens

@@ -345,10 +345,8 @@ def parse_whole(
         apply_usage(rec, obj["usage"])
     else:
         rec.tokens_estimated = True
-    if split is not None and rec.reasoning_tokens is None and rec.completion_tokens is not None:
-        total = len(thinking) + len(content)
-        rec.reasoning_tokens = round(rec.completion_tokens * len(thinking) / total) if total else 0
-        rec.reasoning_source = "estimate"
+    if split is not None and rec.reasoning_tokens is None:
+        share_by_chars(rec, len(thinking), len(content))
     if not rec.finish_reason:
         return Failure(ErrorKind.INCOMPLETE_STREAM, "response without a finish_reason")
     return None
@@ -370,6 +368,16 @@ def estimate_tokens(rec: RequestRecord) -> None:
     rec.tokens_estimated = True
     rec.completion_tokens = len(rec.chunk_kinds)
     rec.reasoning_tokens = rec.chunk_kinds.count(THINKING)
+
+
+def share_by_chars(rec: RequestRecord, thinking: int, answer: int) -> None:
+    """A whole reply genbench split, the server counting only completion tokens: its
+    tokens shared out by characters, marked estimated."""
+    if rec.completion_tokens is None:
+        return
+    total = thinking + answer
+    rec.reasoning_tokens = round(rec.completion_tokens * thinking / total) if total else 0
+    rec.reasoning_source = "estimate"
 
 
 def estimate_thinking(rec: RequestRecord, tags: int) -> None:

@@ -131,3 +131,29 @@ def row_status(turns: list[str]) -> str:
     if UNCHECKED in turns:
         return UNCHECKED
     return EXACT
+
+
+# `--token-ids`: ask where the server can give them (auto), insist (on), never ask (off)
+MODES = ("auto", "on", "off")
+
+# how to ask each server kind check names (genbench.check); a kind not here is asked as
+# vLLM is, in a request of its own, so a server that refuses the field fails only that
+KIND_DIALECT: dict[str, str | None] = {
+    "vLLM": VLLM,
+    "vllm-router": VLLM,
+    "genbench-sim": VLLM,
+    "SGLang": SGLANG,
+    "sglang-router": SGLANG,
+    "llama.cpp": None,  # its chat endpoint returns none (server-context.cpp, return_tokens)
+}
+HOW = {
+    VLLM: "vLLM's return_token_ids",
+    SGLANG: "SGLang's sglext ids",
+}
+
+
+def describe(dialect: str | None, note: str | None) -> str:
+    """One line for check and the job: how the ids come, or why none do."""
+    if dialect is not None:
+        return f"yes ({HOW[dialect]}): rows keep the ids the server generated"
+    return f"none ({note or 'the server sent none'}): rows are not token-exact"

@@ -6,12 +6,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from genbench.compare.runs import Run, load_sides
 from genbench.errors import UsageError
 from genbench.inspect.document import is_inspection, load_inspect
 from genbench.report import decision, inspection
 from genbench.report.figures import MAX_BARS, Figure, focus_phase
 from genbench.report.html import page
-from genbench.report.runs import Run, load_sides
 from genbench.report.timeline import all_figures
 
 REPORT_FILE = "report.html"

@@ -84,6 +84,8 @@ MEANINGS: dict[str, str] = {
     "--max-batch": "Reference server: requests decoding at once.",
     "--max-model-len": "Reference server: context length.",
     "--max-tokens": "The job's output token cap per turn.",
+    "--metrics-host": "Address --metrics-port listens on (loopback unless you choose).",
+    "--metrics-port": "Serve the job's progress as Prometheus metrics on this port.",
     "--metrics-url": "A worker's /metrics URL, repeatable: their counters summed per phase.",
     "--min-tokens": "Rows with fewer output tokens count as short.",
     "--model": "The model's name: the one to request (sim: the one it serves).",

@@ -29,6 +29,7 @@ from genbench.errors import UsageError
 from genbench.fmt import duration, duration_range, number, rate
 from genbench.generate.input import ShardSpec
 from genbench.generate.job import JobConfig, JobResult, Listener, run_job
+from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.params import job_params
 from genbench.generate.servers import ServerSpec
 from genbench.plan.document import JobForecast, job_forecast, read_plan
@@ -387,6 +388,19 @@ def generate(
         help="A plan.json (or its directory) from genbench plan: its forecast beside the "
         "live ETA, and at the end how far off it was.",
     ),
+    metrics_port: int | None = typer.Option(
+        None,
+        "--metrics-port",
+        metavar="PORT",
+        help="Serve the job's progress as Prometheus metrics on http://HOST:PORT/metrics "
+        "while it runs (0: any free port). See docs/generate.md.",
+    ),
+    metrics_host: str = typer.Option(
+        "127.0.0.1",
+        "--metrics-host",
+        help="Address --metrics-port listens on: loopback unless you choose another "
+        "(0.0.0.0: every interface).",
+    ),
     json: bool = common.JSON,
 ) -> None:
     """Regenerate a prompt file with the target model: resumable, exactly once, many servers."""
@@ -471,10 +485,21 @@ def generate(
         cs.pop() if len(cs) == 1 else None,
         down_timeout,
     )
+    exporter = None
+    if metrics_port is not None:
+        if not 0 <= metrics_port <= 65535:
+            raise UsageError(f"--metrics-port {metrics_port}: expected a port from 0 to 65535")
+        from genbench.generate.exporter import MetricsExporter
+
+        exporter = MetricsExporter(metrics_host, metrics_port)
+        console.print(f"  metrics: {exporter.start()}")
+    heard = [listener, RunNotes(output)] + ([exporter] if exporter else [])
     try:
-        result = common.run_async(run_job(cfg, listener))
+        result = common.run_async(run_job(cfg, Listeners(*heard)))
     finally:
         listener.stop()
+        if exporter is not None:
+            exporter.stop()
     if json:
         doc = {**asdict(result), "exit_code": result.exit_code}
         if listener.forecast is not None:

@@ -82,6 +82,7 @@ class Listener:
     def planned(self, info: dict[str, Any]) -> None: ...
     def note(self, text: str, style: str = "") -> None: ...
     def tick(self, snap: dict[str, Any]) -> None: ...
+    def record(self, rec: RequestRecord) -> None: ...  # every request, as it ends
     def finished(self, result: JobResult) -> None: ...
 
 
@@ -434,6 +435,7 @@ class Job:
         self.store.log_request(rec)
         if self.progress is not None:
             self.progress.on_record(rec)
+        self.listener.record(rec)
 
     def _on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
         if self.progress is not None:

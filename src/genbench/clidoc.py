@@ -51,6 +51,7 @@ MEANINGS: dict[str, str] = {
     "--api-key-file": "File whose first line is the API key.",
     "--bootstrap": "Bootstrap replicates for the forecast's error bar.",
     "--bytes-per-token": "Output text bytes per token, when not measured.",
+    "--answers": "The answers' shape: conversations, OpenAI Batch output lines, or both.",
     "--concurrency": "Requests in flight per server; one or a list where the command sweeps.",
     "--config": "JSON or TOML file of the job's request fields.",
     "--connect-timeout": "Seconds to wait for a connection.",

@@ -50,8 +50,12 @@ class _Axis:
         return f"{self.name} since the job's first request"
 
 
+# the run report's colours without its reds: red is a server down, here
+COLORS = tuple(c for c in PALETTE if c not in ("#e15759", "#ff9da7"))
+
+
 def _color(i: int) -> str:
-    return PALETTE[i % len(PALETTE)]
+    return COLORS[i % len(COLORS)]
 
 
 def _down_bands(h: JobHistory, ax: _Axis) -> list[Band]:

@@ -143,3 +143,23 @@ def test_the_job_report_renders_in_a_browser(job, tmp_path):
     assert w == 1400 and h == seen["height"] > 2000
     assert shot.stat().st_size > 100_000
     print(f"screenshot: {shot}")
+
+
+def test_each_shard_of_a_job_is_drawn_as_a_job_of_its_own(tmp_path):
+    from genbench.sim.process import SimProcess
+
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(60))
+    with SimProcess(*SIM) as sim:
+        for shard in ("1/2", "2/2"):
+            p = genbench("generate", "-i", str(inp), "-o", str(out), "--url", sim.url,
+                         "--shard", shard, "--progress-every", "1")  # fmt: skip
+            assert p.returncode == 0, p.stderr
+    assert (out / ".genbench/runs-1of2.jsonl").exists()
+    p = genbench("report", str(out))
+    assert p.returncode == 0, p.stderr
+    html = (out / "report.html").read_text()
+    ids = re.findall(r'data-figure="([^"]+)"', html)
+    assert len(ids) == len(set(ids))  # every figure once on the page
+    assert {f"{f}_1of2" for f in JOB_PLOTS} | {f"{f}_2of2" for f in JOB_PLOTS} <= set(ids)
+    assert "Generate job: job out, shard 1/2" in html and "job out, shard 2/2" in html

@@ -506,7 +506,7 @@ def generate(
 
         exporter = MetricsExporter(metrics_host, metrics_port)
         console.print(f"  metrics: {exporter.start()}")
-    heard = [listener, RunNotes(output)] + ([exporter] if exporter else [])
+    heard = [listener, RunNotes(output, cfg.shard_tag)] + ([exporter] if exporter else [])
     try:
         result = common.run_async(run_job(cfg, Listeners(*heard)))
     finally:

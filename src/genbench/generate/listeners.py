@@ -52,8 +52,8 @@ class Listeners(Listener):
 class RunNotes(Listener):
     """Appends this run's start (at its first tick: the store exists by then) and end."""
 
-    def __init__(self, out_dir: Path) -> None:
-        self.path = out_dir / ".genbench" / RUNS_FILE
+    def __init__(self, out_dir: Path, shard_tag: str | None = None) -> None:
+        self.path = runs_path(out_dir, shard_tag)
         self.info: dict[str, Any] = {}
         self.started = False
 
@@ -97,9 +97,15 @@ class RunNotes(Listener):
             pass  # notes for the report: never worth stopping a job over
 
 
-def read_runs(out_dir: Path) -> list[dict[str, Any]]:
+def runs_path(out_dir: Path, shard_tag: str | None = None) -> Path:
+    """runs.jsonl, or runs-<i>of<N>.jsonl for one --shard (as the request log is named)."""
+    tag = f"-{shard_tag}" if shard_tag else ""
+    return out_dir / ".genbench" / RUNS_FILE.replace(".jsonl", f"{tag}.jsonl")
+
+
+def read_runs(out_dir: Path, shard_tag: str | None = None) -> list[dict[str, Any]]:
     """The notes of every run of the job, oldest first; a torn or bad line is skipped."""
-    path = out_dir / ".genbench" / RUNS_FILE
+    path = runs_path(out_dir, shard_tag)
     runs: list[dict[str, Any]] = []
     try:
         data = path.read_bytes()

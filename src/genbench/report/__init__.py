@@ -12,8 +12,7 @@ from genbench.report import decision, inspection
 from genbench.report.figures import MAX_BARS, Figure, focus_phase
 from genbench.report.html import figure_html, page
 from genbench.report.job import is_job
-from genbench.report.job import label as job_label
-from genbench.report.job_page import job_section
+from genbench.report.job_page import job_sections
 from genbench.report.runs import Run, load_sides
 from genbench.report.timeline import all_figures
 
@@ -38,8 +37,8 @@ def build(
     docs = inspections or []
     ins_figs = [inspection.figures(doc, i) for i, doc in enumerate(docs)]
     focus = focus_phase(runs, phase) if runs else None
-    drawn = [(p, *job_section(p, figure_html)) for p in jobs or []]  # generate jobs' logs
-    sections = [(job_label(p), str(p), html) for p, html, _ in drawn]
+    drawn = [(p, *one) for p in jobs or [] for one in job_sections(p, figure_html)]
+    sections = [(name, str(p), html) for p, name, html, _ in drawn]  # generate jobs' logs
     html = page(runs, figs, focus, list(zip(docs, ins_figs, strict=True)), plans or [], sections)
     return html, figs + [f for fs in ins_figs for f in fs] + [f for *_, fs in drawn for f in fs]
 

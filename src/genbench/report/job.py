@@ -8,6 +8,7 @@ distributions of latency and length. Same figures, same page, as the run report.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,30 @@ ETA_WINDOW_S = 300.0  # the panel's: generate/progress.py
 REQUESTS = "requests.jsonl"
 
 
+def shard_tags(path: Path) -> list[str | None]:
+    """The request logs of a generate output: None for the job's own, a tag ('1of4') for
+    each --shard's (each is drawn as a job of its own: its own rows, rates and ETA)."""
+    state = path / ".genbench"
+    if not path.is_dir() or not state.is_dir():
+        return []
+    tags: list[str | None] = []
+    for p in sorted(state.glob("requests*.jsonl")):
+        rest = p.name.removeprefix("requests").removesuffix(".jsonl")
+        if rest == "":
+            tags.insert(0, None)
+        elif re.fullmatch(r"-\d+of\d+", rest):
+            tags.append(rest[1:])
+    return tags
+
+
 def is_job(path: Path) -> bool:
-    return path.is_dir() and (path / ".genbench" / REQUESTS).is_file()
+    return bool(shard_tags(path))
 
 
-def load_job(path: Path) -> tuple[JobHistory, list[dict[str, Any]]]:
-    """The job's history and its runs' notes (runs.jsonl; none for older jobs)."""
-    return read_job_log(path / ".genbench" / REQUESTS), read_runs(path)
+def load_job(path: Path, tag: str | None = None) -> tuple[JobHistory, list[dict[str, Any]]]:
+    """The job's (or one shard's) history and its runs' notes (none for older jobs)."""
+    log = REQUESTS.replace(".jsonl", f"-{tag}.jsonl" if tag else ".jsonl")
+    return read_job_log(path / ".genbench" / log), read_runs(path, tag)
 
 
 class _Axis:
@@ -217,9 +235,11 @@ def cdf_figure(h: JobHistory, fid: str, title: str, keys: list[tuple[str, str]],
     return fig
 
 
-def figures(h: JobHistory, notes: list[dict[str, Any]]) -> list[Figure]:
+def figures(h: JobHistory, notes: list[dict[str, Any]], tag: str | None = None
+            ) -> list[Figure]:  # fmt: skip
+    """The job's figures; a shard's ids end in its tag, so that each is unique on the page."""
     ax = _Axis(h)
-    return [
+    figs = [
         rate_figure(h, ax, "done"),
         rate_figure(h, ax, "tokens"),
         servers_figure(h, ax),
@@ -230,11 +250,15 @@ def figures(h: JobHistory, notes: list[dict[str, Any]]) -> list[Figure]:
         cdf_figure(h, "job_lengths", "Lengths", [("completion_tokens", "output tokens"),
                    ("reasoning_tokens", "thinking tokens")], "tokens"),  # fmt: skip
     ]
+    for f in figs if tag else []:
+        f.id += f"_{tag}"
+        f.title += f" (shard {tag.replace('of', '/')})"
+    return figs
 
 
 def _short(url: str) -> str:
     return url.removeprefix("http://").removeprefix("https://").removesuffix("/v1")
 
 
-def label(path: Path) -> str:
-    return f"job {path.name or path}"
+def label(path: Path, tag: str | None = None) -> str:
+    return f"job {path.name or path}" + (f", shard {tag.replace('of', '/')}" if tag else "")

@@ -9,7 +9,7 @@ from typing import Any
 
 from genbench import fmt
 from genbench.report.figures import FAIL_COLOR, Figure
-from genbench.report.job import _short, figures, label, load_job
+from genbench.report.job import _short, figures, label, load_job, shard_tags
 from genbench.report.joblog import JobHistory
 
 
@@ -62,18 +62,19 @@ def _server_table(h: JobHistory) -> str:
 
 
 def section(path: Path, h: JobHistory, notes: list[dict[str, Any]], figs: list[Figure],
-            figure_html: Any) -> str:  # fmt: skip
+            figure_html: Any, tag: str | None = None) -> str:  # fmt: skip
     """The HTML of one job; `figure_html` draws a figure as the page does."""
-    by_id = {f.id: f for f in figs}
+    by_id = {f.id.removesuffix(f"_{tag}") if tag else f.id: f for f in figs}
+    name = label(path, tag)
     kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(h.kinds.items(), key=lambda kv: -kv[1]))
     colour = FAIL_COLOR if kinds else "#2ca02c"
     return "".join([
-        f"<h2>Generate job: {escape(label(path))}</h2><p class='lead'>The job's history from "
+        f"<h2>Generate job: {escape(name)}</h2><p class='lead'>The job's history from "
         f"its request log ({escape(str(h.path))}, {h.records:,} requests): how fast it went "
         "on each server, when a server was down and what became of its rows, which failures "
         "came when, and where the job was headed against its plan.</p>",
         f"<section class='cards'><div class='card' style='--run:{colour}'>"
-        f"<h3>{escape(label(path))}</h3><div class='meta'>{escape(h.model)} · "
+        f"<h3>{escape(name)}</h3><div class='meta'>{escape(h.model)} · "
         f"{len(h.servers)} server(s) · {escape(str(path))}</div>"
         f"<div class='tiles'>{_tiles(h, notes)}</div></div></section>",
         "<div class='grid'>" + "".join(figure_html(by_id[k]) for k in
@@ -87,8 +88,12 @@ def section(path: Path, h: JobHistory, notes: list[dict[str, Any]], figs: list[F
     ])  # fmt: skip
 
 
-def job_section(path: Path, figure_html: Any) -> tuple[str, list[Figure]]:
-    """Read the job at `path` and draw its section: (HTML, figures)."""
-    h, notes = load_job(path)
-    figs = figures(h, notes)
-    return section(path, h, notes, figs, figure_html), figs
+def job_sections(path: Path, figure_html: Any) -> list[tuple[str, str, list[Figure]]]:
+    """Read the job at `path` and draw its sections, one per request log (a --shard's
+    each): (label, HTML, figures)."""
+    out = []
+    for tag in shard_tags(path):
+        h, notes = load_job(path, tag)
+        figs = figures(h, notes, tag)
+        out.append((label(path, tag), section(path, h, notes, figs, figure_html, tag), figs))
+    return out

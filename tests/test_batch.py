@@ -115,7 +115,8 @@ def test_both_an_interrupted_run_writes_what_is_done_and_the_rerun_the_rest(sim,
 
 def test_the_body_is_the_request_its_max_tokens_included(sim, tmp_path):
     inp, out = tmp_path / "batch.jsonl", tmp_path / "out"
-    write_lines(inp, batch_lines(5, max_tokens=7))
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+    write_lines(inp, batch_lines(5, max_tokens=7, tools=tools, tool_choice="none"))
     p = gen(inp, out, "--url", sim.url, "--answers", "both")
     assert p.returncode == 0, p.stderr
     for x in batch_output(out / BATCH_OUTPUT):

@@ -165,3 +165,37 @@ def test_a_metrics_port_in_use_is_a_one_line_error(tmp_path):
     assert p.returncode != 0
     assert f"--metrics-port: cannot listen on 127.0.0.1:{port}" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_the_documented_alert_rule_is_one_prometheus_loads(tmp_path):
+    """docs/generate.md's alert rule, checked by promtool (from the same package)."""
+    import re
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        prometheus_binary()  # fails (or skips) with the install hint
+        pytest.skip("prometheus without promtool")
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "generate.md").read_text()
+    rules = next(b for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if "alert:" in b)
+    path = tmp_path / "rules.yml"
+    path.write_text(rules)
+    p = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 rules found" in p.stdout
+    # and it fires when rows stop, not while they come: promtool's own rule unit test
+    labels = '{job="genbench",instance="gen:9400"}'
+    (tmp_path / "test.yml").write_text(
+        "rule_files: [rules.yml]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n"
+        "    input_series:\n"
+        f"      - series: 'genbench_rows_done_total{labels}'\n        values: '0+10x10 100x30'\n"
+        f"      - series: 'genbench_rows_remaining{labels}'\n        values: '500-10x10 400x30'\n"
+        "    alert_rule_test:\n"
+        "      - {eval_time: 15m, alertname: GenbenchJobStalled, exp_alerts: []}\n"
+        "      - eval_time: 25m\n        alertname: GenbenchJobStalled\n        exp_alerts:\n"
+        "          - exp_labels: {job: genbench, instance: 'gen:9400'}\n"
+        "            exp_annotations: {summary: 'genbench job gen:9400: no row done for 10 "
+        "minutes'}\n"
+    )
+    p = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")],
+                       capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr

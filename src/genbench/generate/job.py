@@ -21,6 +21,7 @@ from genbench import __version__, fmt
 from genbench.check.preflight import CheckReport, preflight
 from genbench.check.router import ROUTER_KINDS
 from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
+from genbench.generate.batch import answer_line
 from genbench.generate.conversation import Conversation
 from genbench.generate.input import BadRow, InputScan, ShardSpec, iter_rows, scan
 from genbench.generate.pipeline import Retries, row_load
@@ -67,9 +68,11 @@ class JobConfig:
     think_tags: tuple[str, str] = DEFAULT_TAGS  # thinking inline in content: its tags
     think_dialect: str = "auto"  # --think-dialect: where thinking arrives, or auto
     keep_raw: bool = False  # also write each answer's text as generated (turn["raw"])
+    answers: str = "conversations"  # conversations | batch (OpenAI Batch output lines) | both
 
     def fingerprint(self, model: str) -> dict[str, Any]:
-        return {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
+        fmt = "batch" if self.answers == "batch" else self.fmt  # Batch lines: another format
+        return {"model": model, "params": self.params, "turns": self.turns, "format": fmt}
 
     @property
     def shard_tag(self) -> str | None:
@@ -82,6 +85,7 @@ class Listener:
     def planned(self, info: dict[str, Any]) -> None: ...
     def note(self, text: str, style: str = "") -> None: ...
     def tick(self, snap: dict[str, Any]) -> None: ...
+    def record(self, rec: RequestRecord) -> None: ...  # every request, as it ends
     def finished(self, result: JobResult) -> None: ...
 
 
@@ -390,9 +394,14 @@ class Job:
             entry["meta"] = conv.meta(self.model)
             self.store.write_error(conv.row.id, entry, info)
         else:
-            self.store.write_row(conv.row.id, conv.line(self.model), info)
+            self.store.write_row(conv.row.id, self._row_line(conv), info)
         self._t_last_done = time.perf_counter()
         return self.store.take_shortage()
+
+    def _row_line(self, conv: Conversation) -> bytes:
+        if self.cfg.answers != "batch":
+            return conv.line(self.model)
+        return answer_line(conv.row.output_id, conv.out, conv.meta(self.model))
 
     def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> str | None:
         entry = self._error_entry(conv, kind, why)
@@ -434,6 +443,7 @@ class Job:
         self.store.log_request(rec)
         if self.progress is not None:
             self.progress.on_record(rec)
+        self.listener.record(rec)
 
     def _on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
         if self.progress is not None:

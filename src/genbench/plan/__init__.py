@@ -27,7 +27,7 @@ pilot's requests as the simulation draws them), `stepfit` (the server's step tim
 `jobsim` (the job simulated), `model` (what one pilot says), `wander` (how the server's
 speed moved during it, carried over the job), `bar` (the forecast and its 95% bar), a
 module per source of a plan (`from_rate`, `from_result`, `pilot` with `from_pilot`,
-`compare` for several results), `decide` (servers for a deadline, cost, the fastest
+`configurations` for several results), `decide` (servers for a deadline, cost, the fastest
 configuration), `document` (plan.json written and read back), `render` (the console), and
 `make` (the command's flags to a plan).
 
@@ -55,7 +55,7 @@ _EXPORTS = {
     "model": "REPLAYS SPEED_BATCHES speed_stretches stretch_seconds PilotModel",
     "from_result": "FIELD_CONCURRENCY RATE_WINDOWS rate_halfwidth plan_from_result "
     "measured_concurrency natural_tokens_per_sample",
-    "compare": "plan_from_results same_model run_names",
+    "configurations": "plan_from_results same_model run_names",
     "decide": "BASIS Deadline Pricing Candidate parse_deadline parse_gpus",
     "pilot": "PARQUET_ROWS PILOT_ROWS PilotRun PilotInput read_pilot_input turn_count "
     "pilot_stream first_turn_requests PilotSink PilotStop run_pilot",

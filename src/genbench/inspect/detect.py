@@ -1,7 +1,7 @@
 """The defects, one small function each, with the rule and threshold docs/inspect.md states.
 
 Every detector looks at one row (its assistant turns and its `meta`) and nothing else,
-except duplicates, which compare rows (stats.duplicates). A row can have several defects:
+except duplicates, which compare rows (distribution.duplicates). A row can have several defects:
 a thought that loops until max_tokens is both a loop and thinking that never closed.
 """
 

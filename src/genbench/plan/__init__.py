@@ -24,7 +24,7 @@ the replay's own error. docs/plan.md says what is and is not modelled.
 
 One concern per module: `units` (counts and their display), `storage`, `pool` (the
 pilot's requests as the simulation draws them), `stepfit` (the server's step time),
-`jobsim` (the job simulated), `model` (what one pilot says), `wander` (how the server's
+`walltime` (the job simulated), `model` (what one pilot says), `wander` (how the server's
 speed moved during it, carried over the job), `bar` (the forecast and its 95% bar), a
 module per source of a plan (`from_rate`, `from_result`, `pilot` with `from_pilot`,
 `configurations` for several results), `decide` (servers for a deadline, cost, the fastest
@@ -47,7 +47,7 @@ _EXPORTS = {
     "storage_from_tokens parquet_bytes_per_row hidden_states",
     "pool": "Pool chain_next complete_samples worker_gap",
     "stepfit": "StepModel DecodeRows decode_rows fit_step",
-    "jobsim": "JobSim simulate_job sim_cap job_walls",
+    "walltime": "JobSim simulate_job sim_cap job_walls",
     "bar": "CONFIDENCE TARGET_REL_ERROR T_975 series_halfwidth length_halfwidth pilot_size_for "
     "WallForecast forecast",
     "wander": "WANDER_EXPONENT WANDER_HORIZON t_975 lag1 semivariogram SpeedBar SpeedWander "

@@ -22,7 +22,7 @@ replaying the pilot. The error bar adds a bootstrap over the pilot's requests
 (lengths, TTFT, failures), the server's speed over stretches of the pilot, and
 the replay's own error. docs/plan.md says what is and is not modelled.
 
-One concern per module: `units` (counts and their display), `storage`, `pool` (the
+One concern per module: `units` (counts and their display), `storage`, `draws` (the
 pilot's requests as the simulation draws them), `stepfit` (the server's step time),
 `walltime` (the job simulated), `model` (what one pilot says), `wander` (how the server's
 speed moved during it, carried over the job), `bar` (the forecast and its 95% bar), a
@@ -45,7 +45,7 @@ _EXPORTS = {
     "from_rate": "arithmetic plan_arithmetic",
     "storage": "ASSUMED_BYTES_PER_TOKEN JSONL_OVERHEAD_BYTES HiddenStates StorageModel "
     "storage_from_tokens parquet_bytes_per_row hidden_states",
-    "pool": "Pool chain_next complete_samples worker_gap",
+    "draws": "Draws chain_next complete_samples worker_gap",
     "stepfit": "StepModel DecodeRows decode_rows fit_step",
     "walltime": "JobSim simulate_job sim_cap job_walls",
     "bar": "CONFIDENCE TARGET_REL_ERROR T_975 series_halfwidth length_halfwidth pilot_size_for "

@@ -111,7 +111,7 @@ def _span(run: Run) -> str:
     return f"{len(reps)} repeats, {first}" + (f" to {last}" if last != first else "")
 
 
-def render(cmp: Comparison, console: Console) -> None:
+def print_comparison(cmp: Comparison, console: Console) -> None:
     runs = cmp.runs
     console.print()
     for i, r in enumerate(runs):
@@ -207,4 +207,4 @@ def compare_cmd(
     if json:
         typer.echo(orjson.dumps(cmp.to_dict(), option=orjson.OPT_INDENT_2).decode())
         return
-    render(cmp, out)
+    print_comparison(cmp, out)

@@ -323,11 +323,11 @@ def run_repeats(
         )
     dirs = [d for _, _, d in targets]
     if len(dirs) > 1:
-        from genbench.commands.compare import render
+        from genbench.commands.compare import print_comparison
         from genbench.compare.rule import compare
         from genbench.compare.runs import load_sides
 
-        render(compare(load_sides(dirs)), console)
+        print_comparison(compare(load_sides(dirs)), console)
     else:
         render_repeats([s.doc for s in sides[0]], console)
     console.print(f"results: {', '.join(str(d) for d in dirs)} ({repeats} repeats each)")

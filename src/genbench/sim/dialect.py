@@ -28,15 +28,24 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
 
 from genbench import __version__
+from genbench.sim.config import SimConfig
 
-if TYPE_CHECKING:
-    from genbench.sim.server import SimServer
+
+class SimServer(Protocol):
+    """What a dialect reads of the server it speaks for (`genbench.sim.server.SimServer`):
+    a protocol, so that the dialect needs nothing from the module that imports it."""
+
+    cfg: SimConfig
+    sched: Any  # genbench.sim.scheduler.Scheduler, which imports this module
+    counts: dict[str, int]
+
+    def _active(self, kind: str, endpoint: str) -> bool: ...
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # (name without prefix, type, help, [(labels, value)])

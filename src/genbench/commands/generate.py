@@ -349,6 +349,12 @@ def generate(
         help="Also write each answer as generated, thinking and tags in it, where genbench "
         "split it (turn field raw; see docs/generate.md).",
     ),
+    token_ids: str = typer.Option(
+        "auto",
+        "--token-ids",
+        help="Keep the token ids the server generated, and the prompt's: auto (where the "
+        "server gives them), on (refuse a server that cannot), off.",
+    ),
     fmt: str = typer.Option("jsonl", "--format", help="jsonl or parquet."),
     answers: str = typer.Option(
         "conversations",
@@ -430,6 +436,7 @@ def generate(
         raise UsageError("--answers batch writes JSON Lines: leave --format at jsonl")
     if is_batch_file(input):
         turns = "last"  # a Batch line is one request, sent as its body has it
+    _choice("--token-ids", token_ids, ("auto", "on", "off"))
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
@@ -484,6 +491,7 @@ def generate(
         think_dialect=common.think_dialect(think_dialect),
         keep_raw=keep_raw,
         answers=answers,
+        token_ids=token_ids,
     )
     console = err if json else out
     where = f" (shard {cfg.shard.index}/{cfg.shard.count})" if cfg.shard else ""

@@ -26,7 +26,7 @@ class Conversation:
     __slots__ = (
         "row", "rid", "all_turns", "max_tokens", "params", "out", "pos", "waiting", "last_user",
         "attempts", "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated",
-        "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag",
+        "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "request",
     )  # fmt: skip
 
     def __init__(
@@ -49,6 +49,7 @@ class Conversation:
         self.last: RequestRecord | None = None
         self.server = ""
         self.tag: dict[str, Any] = {}  # what every record of this row carries in `extra`
+        self.request: str | None = None  # its requests' fingerprint, in meta (fingerprint.py)
 
     def _advance(self) -> bool:
         """Move through the row to the next turn to generate; False when the row is done."""
@@ -119,7 +120,7 @@ class Conversation:
             "latency_s": round(self.latency, 4),
             "sent_at": self.sent_at,
             "finished_at": round(time.time(), 3),
-        }
+        } | ({"request": self.request} if self.request is not None else {})
 
     def line(self, model: str) -> bytes:
         """The row as the data file holds it."""

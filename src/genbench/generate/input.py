@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-from collections.abc import Iterator
+import zlib
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -56,10 +57,20 @@ class Row:
     params: dict[str, Any]
     line: int
     out_id: str | int | None = None
+    src: int = 0  # the key of its input line (fingerprint.py), 0 when not computed
 
     @property
     def output_id(self) -> str | int:
         return self.id if self.out_id is None else self.out_id
+
+
+class RequestCheck(Protocol):
+    """What the input scan asks about a done row whose line changed (fingerprint.py)."""
+
+    def key(self, raw: bytes) -> int: ...
+    def kept_key(self, row_id: str) -> int: ...
+    def kept_gone(self, row_id: str) -> bool: ...
+    def changed(self, row_id: str, row: Row, key: int) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -96,10 +107,22 @@ class InputScan:
     bad: list[BadRow] = field(default_factory=list)
     bad_lines: set[int] = field(default_factory=set)
     last_line: int | None = None  # --limit: pass 2 stops here
+    removed: list[str] = field(default_factory=list)  # done ids no longer in the input
 
     @property
     def where(self) -> str:
         return "row" if self.kind == "parquet" else "line"
+
+
+def line_key(salt: int, raw: bytes) -> int:
+    """The key of an input line's bytes under a job's `salt` (fingerprint.py); never 0,
+    which means unknown. An unkeyed blake2b and an xor: on the resume's hot path."""
+    return (int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big") ^ salt) or 1
+
+
+def raw_of(item: bytes | dict[str, Any]) -> bytes:
+    """The bytes a row's line key is taken of: a JSONL line as it is, a Parquet row as JSON."""
+    return item if type(item) is bytes else orjson.dumps(item, default=str)
 
 
 def derive_id(messages: list[dict[str, Any]], params: dict[str, Any]) -> str:
@@ -262,19 +285,76 @@ def _decode(s: bytes) -> Any:
 # -- reading files --------------------------------------------------------------------------
 
 
+MAGIC = (  # what a file that is not JSON Lines or Parquet starts with
+    (b"\x1f\x8b", "gzip-compressed data"),
+    (b"PAR1", "a Parquet file"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed data"),
+    (b"BZh", "bzip2-compressed data"),
+    (b"\xfd7zXZ\x00", "xz-compressed data"),
+    (b"PK\x03\x04", "a zip archive"),
+)
+
+
+def sniff(path: Path) -> str | None:
+    """What a file really is, by its first bytes, when that is a known binary format."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return None
+    return next((what for magic, what in MAGIC if head.startswith(magic)), None)
+
+
+def _not_what_it_says(path: Path, expected: str) -> None:
+    """A .jsonl that is gzip, a .parquet that is text: say what the file really is."""
+    what = sniff(path)
+    gz = path.name.lower().endswith(".gz")
+    if expected == "parquet" and what != "a Parquet file":
+        really = what or "text (JSON Lines?)"
+        raise InputFileError(path, None, f"named .parquet but is {really}")
+    if expected == "jsonl" and not gz and what is not None:
+        hint = ": name it .jsonl.gz" if what.startswith("gzip") else ""
+        raise InputFileError(path, None, f"named as JSON Lines but is {what}{hint}")
+    if expected == "jsonl" and gz and what != "gzip-compressed data":
+        raise InputFileError(path, None, f"named .gz but is {what or 'not gzip-compressed'}")
+
+
 def _jsonl(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(line number, stripped bytes) of non-blank lines."""
-    opener: Any = gzip.open if path.name.lower().endswith(".gz") else open
+    """(line number, stripped bytes) of non-blank lines. A gzip stream that is cut short or
+    corrupt is an error naming how far it read, never a row's fault or an interrupt."""
+    gz = path.name.lower().endswith(".gz")
+    opener: Any = gzip.open if gz else open
+    n = pos = 0
     try:
         with opener(path, "rb") as f:
             for n, line in enumerate(f, 1):
+                pos += len(line)
                 s = line.strip()
                 if n == 1 and s.startswith(BOM):
                     s = s[3:].strip()
                 if s:
                     yield n, s
-    except OSError as e:  # e.g. a truncated gzip stream
-        raise InputFileError(path, None, f"cannot read it ({e.strerror or e})") from None
+    except (OSError, EOFError, zlib.error) as e:  # EOFError: a gzip stream cut short
+        raise _stream_error(path, gz, n, pos, e) from None
+
+
+def _stream_error(path: Path, gz: bool, n: int, pos: int, e: BaseException) -> InputFileError:
+    where = f"after line {n:,} (byte {pos:,} of the text)" if n else "before its first line"
+    if not gz:
+        return InputFileError(path, None, f"cannot read it ({getattr(e, 'strerror', e)}), {where}")
+    if isinstance(e, EOFError):
+        what = "the gzip stream is cut short (it ends before its end marker)"
+    else:
+        what = f"the gzip stream is corrupt ({e})"
+    return InputFileError(path, None, f"{what}, {where}")
+
+
+def check_stream(path: Path) -> None:
+    """Read a gzip file to its end: raises its stream error, if it has one. Run before a
+    row of a .gz is blamed, since a corrupt stream can decode into garbage lines first."""
+    if path.name.lower().endswith(".gz"):
+        for _ in _jsonl(path):
+            pass
 
 
 def open_parquet(path: Path) -> Any:
@@ -314,28 +394,45 @@ def _check_exists(path: Path) -> None:
 
 def scan(
     path: Path,
-    done: set[str] | frozenset[str] = frozenset(),
+    done: Collection[str] = frozenset(),
     failed: set[str] | frozenset[str] = frozenset(),
     *,
     shard: ShardSpec | None = None,
     skip_invalid: bool = False,
     limit: int | None = None,
     known_bad: set[str] | frozenset[str] = frozenset(),
+    check: RequestCheck | None = None,
 ) -> InputScan:
     """First pass: validate every row, count, find duplicates; raise on the first problem
     unless `skip_invalid`. Rows whose id is in `done` or `failed` (this shard's output of
     earlier runs) are counted, not validated: resume must be fast. `known_bad`: keys ('id'
-    or 'line:N') of the errors file, so invalid rows are not reported twice."""
+    or 'line:N') of the errors file, so invalid rows are not reported twice. With
+    `check` (and `done` a dict of id -> line key), a done row whose line changed has its
+    request compared (`RequestCheck`): a changed one is to do again, and the done ids
+    the input no longer has are `removed`."""
     _check_exists(path)
-    sc = _Scan(InputScan(path=path, kind=input_kind(path)), shard or ShardSpec(1, 1), limit)
+    kind = input_kind(path)
+    _not_what_it_says(path, kind)
+    sc = _Scan(InputScan(path=path, kind=kind), shard or ShardSpec(1, 1), limit)
     sc.done, sc.failed, sc.skip_invalid, sc.known_bad = done, failed, skip_invalid, known_bad
     # Ids of earlier runs are used up as they are met, so meeting one again is a duplicate;
     # new ids live in res.todo and invalid ones in bad_ids: no separate set of all ids.
-    sc.left_done, sc.left_failed = set(done), set(failed)
-    rows: Iterator[tuple[int, Any]] = _parquet(path) if sc.res.kind == "parquet" else _jsonl(path)
-    for n, item in rows:
-        if sc.row(n, item):
-            break
+    sc.left_done = dict(done) if isinstance(done, dict) else dict.fromkeys(done, 0)
+    sc.left_failed, sc.check = set(failed), check
+    rows: Iterator[tuple[int, Any]] = _parquet(path) if kind == "parquet" else _jsonl(path)
+    seen = 0
+    try:
+        for n, item in rows:
+            seen += 1
+            if sc.row(n, item):
+                break
+    except RowError:
+        check_stream(path)  # a corrupt gzip is the file's fault, not the row's
+        raise
+    if not seen:
+        raise InputFileError(path, None, "no rows (the file is empty or blank)")
+    if sc.res.last_line is None:  # read to the end: what was not met is not in the input
+        sc.res.removed = [i for i in sc.left_done if check is None or not check.kept_gone(i)]
     return sc.res
 
 
@@ -345,8 +442,10 @@ class _Scan:
     def __init__(self, res: InputScan, shard: ShardSpec, limit: int | None) -> None:
         self.res, self.shard, self.limit = res, shard, limit
         self.bad_ids: set[str] = set()
-        self.done = self.failed = self.known_bad = frozenset[str]()
-        self.left_done: set[str] = set()
+        self.done: Collection[str] = frozenset()
+        self.failed = self.known_bad = frozenset[str]()
+        self.left_done: dict[str, int] = {}
+        self.check: RequestCheck | None = None
         self.left_failed: set[str] = set()
         self.skip_invalid = False
 
@@ -354,8 +453,8 @@ class _Scan:
         res = self.res
         if type(item) is bytes:
             fid = fast_id(item)
-            if fid is not None and fid in self.left_done:  # the hot path of a resume
-                self.left_done.remove(fid)
+            if fid is not None and fid in self.left_done and self.same_line(fid, item):
+                del self.left_done[fid]  # the hot path of a resume
                 res.done += 1
                 return self.full(n)
         try:
@@ -369,8 +468,12 @@ class _Scan:
         if not self.shard.owns(rid):
             return False
         res.derived += derived is not None
-        if self.earlier(rid):
-            return self.full(n)
+        try:
+            if self.earlier(rid, n, obj, derived, item):
+                return self.full(n)
+        except _Bad as b:
+            self.bad(n, b, item)
+            return False
         if rid in res.todo or rid in self.bad_ids or rid in self.done or rid in self.failed:
             self.bad(n, self.dup(rid, n, derived is not None), item)
             return False
@@ -383,9 +486,26 @@ class _Scan:
         res.todo.add(rid)
         return self.full(n)
 
-    def earlier(self, row_id: str) -> bool:
+    def same_line(self, row_id: str, item: Any) -> bool:
+        """The done row's input line is byte for byte the one it was made from (or there is
+        nothing to compare): its request cannot have changed."""
+        if self.check is None:
+            return True
+        key = self.check.key(raw_of(item))
+        return key == self.left_done[row_id] or self.check.kept_key(row_id) == key
+
+    def earlier(self, row_id: str, n: int, obj: Any, derived: Row | None, item: Any) -> bool:
+        """A row done or failed in an earlier run (True), or one to do: new, or done for a
+        request that has changed since (then in `todo`, and in `check.changed`)."""
         if row_id in self.left_done:
-            self.left_done.remove(row_id)
+            if not self.same_line(row_id, item):
+                assert self.check is not None
+                row = derived or parse_row(obj, n, row_id)
+                if self.check.changed(row_id, row, self.check.key(raw_of(item))):
+                    del self.left_done[row_id]
+                    self.res.todo.add(row_id)
+                    return True  # counted as a row of the input; done again, or kept
+            del self.left_done[row_id]
             self.res.done += 1
             return True
         if row_id in self.left_failed:
@@ -448,9 +568,11 @@ def iter_rows(
     *,
     shard: ShardSpec | None = None,
     last_line: int | None = None,
+    salt: int | None = None,
 ) -> Iterator[Row | BadRow]:
     """Second pass: the rows whose id is in `todo`, in file order. A row that no longer
-    parses (the file changed since `scan`) comes back as a BadRow."""
+    parses (the file changed since `scan`) comes back as a BadRow. With `salt`, each row
+    carries the key of its line (`Row.src`)."""
     kind = input_kind(path)
     shard = shard or ShardSpec(1, 1)
     rows: Iterator[tuple[int, Any]] = _parquet(path) if kind == "parquet" else _jsonl(path)
@@ -471,4 +593,6 @@ def iter_rows(
             yield BadRow(n, b.id, "changed since it was checked: " + b.problem, b.field, _raw(item))
             continue
         if row.id in todo and shard.owns(row.id):
+            if salt is not None:
+                row.src = line_key(salt, raw_of(item))
             yield row

@@ -27,10 +27,10 @@ import orjson
 
 from genbench.errors import InputFileError, UsageError
 from genbench.generate.input_files import PROMPT_KEYS, check_stream
-from genbench.generate.input_files import open_parquet as open_parquet  # inspect reads with it
 from genbench.generate.input_files import check_exists as _check_exists
 from genbench.generate.input_files import check_kind as _not_what_it_says
 from genbench.generate.input_files import jsonl_lines as _jsonl
+from genbench.generate.input_files import open_parquet as open_parquet  # inspect reads with it
 from genbench.generate.input_files import parquet_rows as _parquet
 from genbench.generate.params import check_row_params
 from genbench.generate.shard import ShardSpec

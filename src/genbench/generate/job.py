@@ -330,10 +330,13 @@ class Job:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self.request_stop)
         syncer = loop.create_task(self.store.run_syncer())
+        syncer.add_done_callback(self._syncer_ended)  # a full disk stops the job at once
         ticker = loop.create_task(self._ticker())
         status = "complete"
         try:
             await self.load.run()
+            if syncer.done() and not syncer.cancelled() and syncer.exception() is not None:
+                raise syncer.exception()  # type: ignore[misc]
             if self.load.stopped.is_set() or not self.load.queue.complete:
                 status = "interrupted"
         except ServerDown:
@@ -354,6 +357,12 @@ class Job:
                     for sig in (signal.SIGINT, signal.SIGTERM):
                         loop.remove_signal_handler(sig)
         return status
+
+    def _syncer_ended(self, task: asyncio.Task[None]) -> None:
+        """The syncer ends only by failing (a write refused): no more rows are sent, as
+        none could be kept; the job ends with its error (exit 12)."""
+        if not task.cancelled() and task.exception() is not None and self.load is not None:
+            self.load.stop(now=True)
 
     def request_stop(self) -> None:
         """Ctrl-C: stop sending, let in-flight rows finish for `drain` s. Twice: stop now."""

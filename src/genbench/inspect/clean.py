@@ -65,6 +65,7 @@ def check_out(source: Path, out: Path) -> None:
             f"--out {out}: inside the set being inspected; the original is never written to: "
             "choose a new directory"
         )
+    refuse_if_held(out, out / STATE_DIR)  # a generate writing there is named, not "not empty"
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {out}: exists and is not an empty directory")
 
@@ -194,7 +195,6 @@ def write_clean(
     for name in drop_names:
         mask |= BIT[name]
     drop = (flags & mask) != 0
-    refuse_if_held(out, out / STATE_DIR)  # a generate writing there is named, not "not empty"
     check_out(source, out)
     lock = OutputLock(out, out / STATE_DIR)
     try:

@@ -418,3 +418,21 @@ def test_disk_full_during_inspect_drop_leaves_no_tmp(quick, tmpfs, tmp_path):
     assert "No space left on device" in one_error_line(p) and "original is untouched" in p.stderr
     no_tmp(tmpfs.path)
     assert snapshot(src) == before
+
+
+def test_a_read_only_file_system_and_a_path_that_is_a_file_are_exit_12(quick, tmpfs, tmp_path):
+    inp, out = tmp_path / "in.jsonl", tmpfs.path / "out"
+    write_rows(inp, prompts(10))
+    assert gen(inp, out, quick.url).returncode == 0
+    write_rows(inp, prompts(20))
+    before = snapshot(out)
+    tmpfs.mount("4m,ro", remount=True)
+    p = gen(inp, out, quick.url)
+    assert p.returncode == 12 and "Read-only file system" in one_error_line(p)
+    assert snapshot(out) == before
+    tmpfs.mount("4m,rw", remount=True)
+    afile = tmpfs.path / "afile"
+    afile.write_text("not a directory")
+    for where in (afile, afile / "out"):
+        p = gen(inp, where, quick.url)
+        assert p.returncode == 12 and "a file" in one_error_line(p), p.stderr

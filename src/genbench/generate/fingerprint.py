@@ -9,8 +9,8 @@ day it is added, and a field left at its empty default does not change old
 fingerprints (empty values are left out).
 
 Computing it means parsing and normalising the row (microseconds), too slow for every
-row of a 1M-row resume. So the store also keeps, per row, a *line key*: a hash of the
-input line's bytes keyed by the job's *salt* (the fingerprint of a fixed synthetic row
+row of a 1M-row resume. So the store also keeps, per row, a *line key*: the input line's
+length and a CRC-32 seeded by the job's *salt* (the fingerprint of a fixed synthetic row
 under this job's sampling and `--turns`). Same bytes, same salt: same request, no
 parsing. Anything else (a reformatted line, new job settings, a newer genbench) falls
 back to the fingerprint itself, which decides.
@@ -97,7 +97,7 @@ class RequestCheck:
 
     params: dict[str, Any]
     all_turns: bool
-    fps: dict[str, int]
+    fps: Any  # id -> fingerprint: a mapping with .get (store.LazyFps)
     kept: dict[str, tuple[int, int]] = field(default_factory=dict)
     changes: list[tuple[str, int, int]] = field(default_factory=list)  # (id, fp now, key)
 

@@ -235,7 +235,6 @@ class Job:
         if not res.todo and not res.bad:
             self.progress = Progress(res.rows + len(res.bad), res.done, res.failed, [])
             if cfg.fmt == "parquet" and existing.jsonl_shards:
-                self.store.state.mkdir(parents=True, exist_ok=True)
                 await self.store.close(convert_all=True)
             why = "every row is already done" if res.rows else "the input has no rows"
             return self._result("nothing_to_do", why, t0)

@@ -9,7 +9,7 @@ from genbench.generate import changes
 from genbench.generate.files import output_errors
 from genbench.generate.fingerprint import RequestCheck
 from genbench.generate.input import InputScan, scan
-from genbench.generate.store import Existing, Store
+from genbench.generate.store import Existing, LazyFps, Store
 
 if TYPE_CHECKING:
     from genbench.generate.job import JobConfig, Listener
@@ -53,8 +53,8 @@ def prepare(
     if note:
         listener.note(note, "yellow")
     # 1M done ids are not needed past this point: the run writes only res.todo
-    existing.done, existing.fps, existing.failed = {}, {}, set()
-    check.fps, check.kept = {}, {}
+    existing.done, existing.fps, existing.failed = {}, LazyFps(), set()
+    check.fps, check.kept = LazyFps(), {}
     return existing, res, check
 
 

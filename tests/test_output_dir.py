@@ -120,6 +120,35 @@ def test_a_second_generate_is_refused_and_a_killed_holder_frees_the_lock(slow, q
     assert_exactly_once(out, [f"r{i}" for i in range(60)])
 
 
+def test_the_shards_of_one_job_share_a_directory_each_with_its_own_lock(slow, tmp_path):
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(40))
+    procs = []
+    for i in (1, 2):
+        (tmp_path / str(i)).mkdir()
+        args = ("-i", str(inp), "-o", str(out), "--url", slow.url, "-c", "4", "--shard", f"{i}/2")
+        procs.append(popen(tmp_path / str(i), *args, *FAST))
+    assert [p.wait(120) for p in procs] == [0, 0]
+    assert {p.name for p in (out / ".genbench").glob("lock*")} == {"lock-1of2", "lock-2of2"}
+    assert_exactly_once(out, [f"r{i}" for i in range(40)])
+
+
+def test_ids_repeated_in_the_data_keep_their_first_copy(quick, tmp_path):
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(20))
+    assert gen(inp, out, quick.url).returncode == 0
+    lines = (out / "data-00000.jsonl").read_bytes().splitlines(keepends=True)
+    first = b"".join(lines)
+    (out / "data-00001.jsonl").write_bytes(b"".join(lines[2:5]))  # merged by hand
+    p = gen(inp, out, quick.url)
+    assert p.returncode == 0, p.stderr
+    assert "3 rows repeated an id already in the data" in p.stdout
+    assert_exactly_once(out, [f"r{i}" for i in range(20)])
+    assert (out / "data-00000.jsonl").read_bytes() == first  # the first copies, untouched
+    aside = [orjson.loads(x) for x in (out / "replaced.jsonl").read_bytes().splitlines()]
+    assert [(a["why"], a["file"]) for a in aside] == [("duplicate", "data-00001.jsonl")] * 3
+
+
 # -- the input changed between runs ---------------------------------------------------------
 
 

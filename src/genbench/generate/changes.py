@@ -153,17 +153,52 @@ def _write_kept(store: Store, kept: dict[str, tuple[int, int]], existing: Existi
     write_atomic(path, b"".join(lines))
 
 
-def set_aside(store: Store, existing: Existing, why: dict[str, str]) -> int:
+def set_aside(
+    store: Store, existing: Existing, why: dict[str, str], first: set[str] | None = None
+) -> int:
     """Take the rows `why` names out of every data file, into the replaced file; the
-    number moved. Each file: the old rows appended (fsynced) first, then the file
-    replaced by a copy without them, then its index rewritten."""
+    number moved. With `first`, the first copy of each (in the order the shards were
+    written) stays, and is added to `first`. Each file: the old rows appended (fsynced)
+    first, then the file replaced by a copy without them, then its index rewritten."""
     moved = 0
     for shard in existing.shards:
         if shard.suffix == ".parquet":
-            moved += _set_aside_parquet(store, shard, why)
+            moved += _set_aside_parquet(store, shard, why, first)
         else:
-            moved += _set_aside_jsonl(store, existing, shard, why)
+            moved += _set_aside_jsonl(store, existing, shard, why, first)
     return moved
+
+
+def drop_duplicates(store: Store, existing: Existing) -> str:
+    """Ids in the data more than once (files merged by hand, two writers the lock could
+    not keep apart): the first copy stays, the others go to the replaced file."""
+    dups = _duplicate_ids(existing)
+    moved = set_aside(store, existing, dict.fromkeys(dups, "duplicate"), set())
+    return (
+        f"{moved:,} rows repeated an id already in the data ({_examples(sorted(dups))}: files "
+        f"merged by hand?); the first copy of each is kept, the others moved to "
+        f"{replaced_path(store)}"
+    )
+
+
+def _duplicate_ids(existing: Existing) -> set[str]:
+    seen: set[str] = set()
+    dups: set[str] = set()
+    for ids, _ in existing.fps.parts:
+        for i in ids:
+            if i in seen:
+                dups.add(i)
+            seen.add(i)
+    return dups
+
+
+def _drop(rid: str | None, why: dict[str, str], first: set[str] | None) -> bool:
+    if rid is None or rid not in why:
+        return False
+    if first is None or rid in first:
+        return True
+    first.add(rid)
+    return False
 
 
 def _aside_line(reason: str, file: str, row: bytes) -> bytes:
@@ -171,7 +206,9 @@ def _aside_line(reason: str, file: str, row: bytes) -> bytes:
     return head[:-1] + b',"row":' + row.rstrip(b"\n") + b"}\n"
 
 
-def _set_aside_jsonl(store: Store, existing: Existing, shard: Path, why: dict[str, str]) -> int:
+def _set_aside_jsonl(
+    store: Store, existing: Existing, shard: Path, why: dict[str, str], first: set[str] | None
+) -> int:
     drops: list[tuple[int, int]] = []
     aside: list[bytes] = []
     ids: list[str] = []
@@ -179,7 +216,8 @@ def _set_aside_jsonl(store: Store, existing: Existing, shard: Path, why: dict[st
     with open(shard, "rb") as f:
         for line in f:
             rid = fast_id(line) or line_id(line)[0]
-            if rid is not None and rid in why:
+            if _drop(rid, why, first):
+                assert rid is not None
                 drops.append((pos, len(line)))
                 aside.append(_aside_line(why[rid], shard.name, line))
             elif rid is not None:
@@ -202,13 +240,15 @@ def _blake8() -> Any:
     return hashlib.blake2b(digest_size=8)  # digest64's hash, over a whole file
 
 
-def _set_aside_parquet(store: Store, shard: Path, why: dict[str, str]) -> int:
+def _set_aside_parquet(
+    store: Store, shard: Path, why: dict[str, str], first: set[str] | None
+) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = pq.read_table(shard)
     ids = [str(x) for x in table.column("id").to_pylist()]
-    gone = [i in why for i in ids]
+    gone = [_drop(i, why, first) for i in ids]
     if not any(gone):
         return 0
     rows = table.filter(pa.array(gone)).to_pylist()

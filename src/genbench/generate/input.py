@@ -75,6 +75,7 @@ class RequestCheck(Protocol):
 
     def key(self, raw: bytes) -> int: ...
     def kept_key(self, row_id: str) -> int: ...
+    def has_kept(self) -> bool: ...
     def kept_gone(self, row_id: str) -> bool: ...
     def changed(self, row_id: str, row: Row, key: int) -> bool: ...
 
@@ -319,6 +320,7 @@ def scan(
     sc.left_done = dict(done) if isinstance(done, dict) else dict.fromkeys(done, 0)
     sc.left_failed, sc.check = set(failed), check
     sc.salt = check.salt & 0xFFFFFFFF if check is not None else None
+    sc.kept = check is not None and check.has_kept()
     rows: Iterator[tuple[int, Any]] = _parquet(path) if kind == "parquet" else _jsonl(path)
     seen = 0
     try:
@@ -347,6 +349,7 @@ class _Scan:
         self.left_done: dict[str, int] = {}
         self.check: RequestCheck | None = None
         self.salt: int | None = None
+        self.kept = False  # rows kept by --input-changed keep: their own keys
         self.left_failed: set[str] = set()
         self.skip_invalid = False
 
@@ -356,7 +359,9 @@ class _Scan:
             fid = fast_id(item)
             if fid is not None and (src := self.left_done.get(fid)) is not None:
                 salt = self.salt  # the hot path of a resume: line_key, inline
-                if salt is None or src == (len(item) << 32 | _crc(item, salt) or 1):
+                if salt is None or src == (k := len(item) << 32 | _crc(item, salt) or 1) or (
+                    self.kept and self.check is not None and self.check.kept_key(fid) == k
+                ):
                     del self.left_done[fid]
                     res.done += 1
                     return self.full(n)

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from genbench.generate import changes
 from genbench.generate.files import output_errors
-from genbench.generate.fingerprint import RequestCheck
+from genbench.generate.fingerprint import LazyFps, RequestCheck
 from genbench.generate.input import InputScan, scan
-from genbench.generate.store import Existing, LazyFps, Store
+from genbench.generate.store import Existing, Store
 
 if TYPE_CHECKING:
     from genbench.generate.job import JobConfig, Listener
@@ -27,12 +27,9 @@ def prepare(
         existing = store.load_existing()
     for n in existing.notes:
         listener.note(f"repaired {n}", "yellow")
-    if existing.duplicates:
-        listener.note(
-            f"{existing.duplicates} ids appear in more than one data file "
-            "(files merged by hand?); each counts once",
-            "yellow",
-        )
+    if existing.duplicates:  # every id once: the first copy stays
+        with output_errors(store.out):
+            listener.note(changes.drop_duplicates(store, existing), "yellow")
     # sampling, turns and format now (the served model once the servers answered): a job
     # refused for its settings is not also asked about every row's request
     store.check_job(existing, cfg.fingerprint(cfg.model or _old_model(existing)), cfg.force)

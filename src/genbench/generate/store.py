@@ -73,6 +73,7 @@ from genbench.generate.files import (
     write_atomic,
     write_failed,
 )
+from genbench.generate.fingerprint import LazyFps
 from genbench.generate.lock import OutputLock
 from genbench.generate.readback import index_keys, scan_jsonl_shard
 from genbench.generate.rows import META_FIELDS, convert_to_parquet, parquet_ids, row_line
@@ -89,29 +90,6 @@ SHARD_DIGITS = 5
 FINGERPRINT_KEYS = ("model", "params", "turns", "format")
 
 
-class LazyFps:
-    """id -> request fingerprint of the done rows, built on first use: a resume whose
-    input lines are all as they were never needs it (1M entries cost ~0.2 s, ~80 MB)."""
-
-    def __init__(self) -> None:
-        self._parts: list[tuple[list[str], list[int]]] = []
-        self._map: dict[str, int] | None = None
-
-    def add(self, ids: list[str], fps: list[int]) -> None:
-        self._parts.append((ids, fps))
-        self._map = None
-
-    def get(self, row_id: str, default: int = 0) -> int:
-        if self._map is None:
-            self._map = {}
-            for ids, fps in self._parts:
-                self._map.update(zip(ids, fps, strict=True))
-        return self._map.get(row_id, default)
-
-    def __getitem__(self, row_id: str) -> int:
-        return self.get(row_id)
-
-
 @dataclass
 class Existing:
     """What a previous run left: ids done, keys failed, where to append next."""
@@ -125,6 +103,7 @@ class Existing:
     notes: list[str] = field(default_factory=list)
     duplicates: int = 0
     job: dict[str, Any] | None = None
+
 
 
 class Store:

@@ -149,6 +149,8 @@ MEANINGS: dict[str, str] = {
     "--top-p": "Sampling top_p.",
     "--tps": "Reference server: decode tokens/s of one stream.",
     "--truncated": "What to do with rows cut by max_tokens: keep or error.",
+    "--input-changed": "What to do with done rows whose request changed or that left the "
+    "input: regenerate or keep.",
     "--ttft-ms": "Reference server: prefill milliseconds before the first token.",
     "--turns": "Which assistant turns to generate: all or last.",
     "--url": "Server base URL (generate: repeatable, one per server).",

@@ -28,7 +28,8 @@ A flag name means one thing, with one kind of value, in every command that has i
 * **`-c/--concurrency`**: requests in flight per server, in every command that sends load.
   Where a command sweeps (`run`) it takes one number or a comma-separated list.
 * **`-o/--out`**: where a command that writes puts what it makes: a directory (`run`,
-  `plan`'s pilot, `generate`, `inspect`'s clean copy) or a file (`report`'s HTML).
+  `plan`'s pilot, `generate`, `inspect`'s clean copy) or a file (`report`'s HTML,
+  `export`'s trainer file).
 * **Counts and times are told apart by name**: `--warmup N` is a number of requests,
   `--warmup-time SECONDS` seconds of load; every other duration in seconds ends in
   `-time`, `-timeout` or is named for time (`--duration`, `--drain`, `--progress-every`).
@@ -67,7 +68,7 @@ MEANINGS: dict[str, str] = {
     "--extra-body": "JSON object merged into every request.",
     "--fault": "A fault the reference server injects; repeatable.",
     "--force": "Go ahead despite a mismatch genbench would otherwise refuse.",
-    "--format": "Output file format: jsonl or parquet.",
+    "--format": "Output file format: jsonl or parquet (generate); the trainer's format (export).",
     "--from": "A `genbench run` result to forecast from; repeatable, to compare configurations.",
     "--gpus-per-server": "GPUs per server, for the job's cost.",
     "--hidden-size": "Hidden-state storage: the target model's hidden size.",
@@ -85,11 +86,11 @@ MEANINGS: dict[str, str] = {
     "--max-model-len": "Reference server: context length.",
     "--max-tokens": "The job's output token cap per turn.",
     "--metrics-url": "A worker's /metrics URL, repeatable: their counters summed per phase.",
-    "--min-tokens": "Rows with fewer output tokens count as short.",
+    "--min-tokens": "Rows (inspect) or generated turns (export) with fewer tokens are short.",
     "--model": "The model's name: the one to request (sim: the one it serves).",
     "--natural": "Let the model stop on its own instead of forcing the length.",
     "--no-metrics": "Reference server: serve no /metrics.",
-    "--out": "Where the command writes what it makes: a directory, or report's HTML file.",
+    "--out": "Where the command writes what it makes: a directory, or a file (report, export).",
     "--output-len": "Reference server: the natural output length distribution.",
     "--param": "Another request field of the job, KEY=JSON; repeatable.",
     "--per-seq-ms": "Reference server: milliseconds each sequence adds to a decode step.",
@@ -135,6 +136,8 @@ MEANINGS: dict[str, str] = {
     "--think-dialect": "Where thinking arrives, for when check and the replies cannot tell: "
     "auto, separate, inline, inline-opened or none.",
     "--keep-raw": "Write each answer also as generated, thinking and tags in it.",
+    "--keep-cut": "Export: keep the turns cut by max_tokens (left out by default).",
+    "--empty-system": "Export (specforge): an empty system turn where none was sent.",
     "--thinking": "chat_template_kwargs.enable_thinking of the requests.",
     "--thinking-tokens": "Reference server: output tokens that go to the reasoning field.",
     "--timeout": "Seconds a request may go unanswered before it is abandoned.",

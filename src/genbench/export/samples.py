@@ -21,10 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-try:
-    from genbench.generate.rows import turn_ids  # type: ignore[attr-defined]
-except ImportError:  # before branch `tokens` lands
-    from genbench.export._pending import turn_ids
+from genbench.generate.rows import turn_ids
 
 CUT, SHORT, NO_IDS, MISMATCH = "cut", "short", "no_ids", "mismatch"
 REASONS = (NO_IDS, MISMATCH, CUT, SHORT)  # the order a left-out turn's reason is named in

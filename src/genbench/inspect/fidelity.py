@@ -26,10 +26,7 @@ from typing import Any
 
 import orjson
 
-try:
-    from genbench.generate.rows import turn_ids  # type: ignore[attr-defined]
-except ImportError:  # before branch `tokens` lands
-    from genbench.export._pending import turn_ids
+from genbench.generate.rows import turn_ids
 
 DRIFT_EXAMPLES = 5
 DRIFT_SAMPLE = 1000  # turns round-tripped by default: 2,000 requests

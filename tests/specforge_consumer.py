@@ -1,0 +1,73 @@
+"""SpecForge's own data entry point reading a `genbench export` file, run by the python of
+the SpecForge venv (scripts/specforge.sh), never by genbench's: it imports only SpecForge
+and what SpecForge imports. It prints one JSON object on its last line: what the loader
+returned, for the test to compare with what vLLM generated.
+
+    python specforge_consumer.py tokens FILE            # data.prompts_path (pre-tokenized)
+    python specforge_consumer.py text FILE MODEL_DIR TEMPLATE   # data.train_data_path
+    python specforge_consumer.py roundtrip IDS_JSON MODEL_DIR   # the tokenizer's own drift
+
+`tokens` runs SpecForge's prompt preparation the way its trainer does for DFlash (at least 2
+supervised ids, two of them in a row: its own filter) and for EAGLE-3 (at least 1);
+`text` builds the dataset from the conversations file with the target's tokenizer and the
+named SpecForge chat template, and decodes each sample too. `roundtrip` decodes each list
+of ids with the target's tokenizer and encodes the text again: which lists come back
+different (the drift a trainer that re-tokenizes text suffers).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from specforge.data.loss_mask import has_consecutive_supervised_tokens
+from specforge.data.prompt_builder import prepare_prompt_tasks
+
+
+def prepare(path: str, tokenizer, template: str | None, **kw) -> list[dict]:
+    tasks = prepare_prompt_tasks(
+        path,
+        tokenizer,
+        chat_template=template,
+        max_length=1 << 20,
+        is_preformatted=False,
+        train_only_last_turn=False,
+        cache_dir=None,
+        cache_key=None,
+        num_proc=1,
+        **kw,
+    )
+    return [dict(t["payload"]) for t in tasks]
+
+
+def main() -> None:
+    mode, path = sys.argv[1], sys.argv[2]
+    out: dict = {}
+    if mode == "tokens":
+        out["dflash"] = prepare(
+            path, None, None, min_loss_tokens=2, loss_mask_filter=has_consecutive_supervised_tokens
+        )
+        out["eagle3"] = prepare(path, None, None, min_loss_tokens=1)
+    elif mode == "roundtrip":
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(sys.argv[3])
+        with open(path) as f:
+            lists = json.load(f)
+        out["drifted"] = {
+            k: tok.encode(tok.decode(ids), add_special_tokens=False) != ids
+            for k, ids in lists.items()
+        }
+    else:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(sys.argv[3])
+        samples = prepare(path, tok, sys.argv[4], min_loss_tokens=1)
+        for s in samples:
+            s["text"] = tok.decode(s["input_ids"])
+        out["samples"] = samples
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

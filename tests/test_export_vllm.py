@@ -1,0 +1,254 @@
+"""The real consumer: SpecForge's own data pipeline reads what `genbench export` made of a
+real vLLM job, and the server itself says the ids are the ones it sees and generates.
+
+A job on the vLLM (CPU) test server with thinking on, single- and multi-turn rows, one
+with a system turn, greedy and one request at a time (so that the server, asked again,
+generates the same ids). Then:
+
+* SpecForge 0.2.0 (the PyPI wheel, in its own venv on the vLLM venv's torch:
+  scripts/specforge.sh) reads the token-exact export on its pre-tokenized path: every
+  sample is accepted (its DFlash filter included), rows in = rows out, and the ids it
+  supervises are the ids vLLM generated, id for id;
+* vLLM, asked directly, renders each turn's conversation to the prompt ids kept, and
+  generates from them the ids kept;
+* SpecForge's conversations entry point opens the text export as it is, and adds no
+  system prompt of its own;
+* inspect's retokenization drift, measured with the server's tokenizer, is the drift the
+  tokenizer library itself finds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from conftest import REPO, genbench
+
+from genbench.export.samples import samples
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+MODEL_DIR = Path(os.environ.get("GENBENCH_VLLM_MODEL", REPO / ".cache" / "vllm-model"))
+CONSUMER = Path(__file__).with_name("specforge_consumer.py")
+SYSTEM = "You answer in one short sentence."
+MAX_TOKENS = 24
+
+
+def _prompts() -> list[dict[str, Any]]:
+    rows = [
+        {
+            "id": f"s{i}",
+            "conversations": [{"role": "user", "content": f"Tell me about rivers, {i}."}],
+        }
+        for i in range(4)
+    ]
+    rows.append(
+        {
+            "id": "sys",
+            "conversations": [
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": "What is a lake?"},
+            ],
+        }
+    )
+    for i in range(2):
+        rows.append(
+            {
+                "id": f"m{i}",
+                "conversations": [
+                    {"role": "user", "content": f"Name a mountain, {i}."},
+                    {"role": "assistant", "content": "An old answer, regenerated."},
+                    {"role": "user", "content": f"And how high is it, {i}?"},
+                ],
+            }
+        )
+    return rows
+
+
+@pytest.fixture(scope="module")
+def job(vllm_server, tmp_path_factory) -> dict[str, Any]:
+    d = tmp_path_factory.mktemp("export-vllm")
+    inp = d / "prompts.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in _prompts()))
+    out = d / "regen"
+    p = genbench(
+        "generate",
+        "-i",
+        str(inp),
+        "-o",
+        str(out),
+        "--url",
+        vllm_server.url,
+        "--model",
+        vllm_server.model,
+        "-c",
+        "1",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        str(MAX_TOKENS),
+        "--thinking",
+        "--turns",
+        "all",
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [
+        orjson.loads(x)
+        for f in sorted(out.glob("data-*.jsonl"))
+        for x in f.read_bytes().splitlines()
+    ]
+    assert len(rows) == 7
+    turns = {s.id: (r, s) for r in rows for s in samples(r)}
+    assert len(turns) == 9 and all(s.exact for _, s in turns.values())
+    return {"dir": d, "out": out, "rows": rows, "turns": turns, "server": vllm_server}
+
+
+@pytest.fixture(scope="module")
+def specforge_python(job) -> str:
+    """SpecForge's venv, set up (cached) after the vLLM venv it builds on."""
+    log = job["dir"] / "specforge-setup.log"
+    with log.open("w") as f:
+        rc = subprocess.run(
+            ["bash", str(REPO / "scripts" / "specforge.sh"), "setup"],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            timeout=900,
+        ).returncode
+    if rc != 0:
+        pytest.fail(f"scripts/specforge.sh setup failed ({rc}):\n{log.read_text()[-3000:]}")
+    py = subprocess.run(
+        ["bash", str(REPO / "scripts" / "specforge.sh"), "python"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return py
+
+
+def consume(py: str, *args: str) -> dict[str, Any]:
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    p = subprocess.run(
+        [py, str(CONSUMER), *args], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def export(job: dict[str, Any], *args: str) -> tuple[Path, dict[str, Any]]:
+    name = "-".join(a.strip("-") for a in args) or "default"
+    target = job["dir"] / f"{name}.jsonl"
+    p = genbench("export", str(job["out"]), "-o", str(target), "--json", *args)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return target, json.loads(p.stdout)
+
+
+def test_specforge_reads_every_token_sample_and_supervises_vllms_ids(job, specforge_python) -> None:
+    path, doc = export(job, "--keep-cut", "--min-tokens", "0")
+    assert doc["written"] == doc["turns"] == len(job["turns"])
+    lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
+    got = consume(specforge_python, "tokens", str(path))
+    for algo in ("eagle3", "dflash"):  # rows in = rows out, in order, nothing changed
+        assert len(got[algo]) == len(lines), algo
+        for line, payload in zip(lines, got[algo], strict=True):
+            assert payload == {"input_ids": line["input_ids"], "loss_mask": line["loss_mask"]}
+    for line, payload in zip(lines, got["dflash"], strict=True):
+        _, s = job["turns"][line["id"]]
+        ids, mask = payload["input_ids"], payload["loss_mask"]
+        assert [i for i, m in zip(ids, mask, strict=True) if m] == s.generated
+        assert [i for i, m in zip(ids, mask, strict=True) if not m] == s.prompt
+
+
+def _messages(row: dict[str, Any], turn: int) -> list[dict[str, Any]]:
+    """What generate sent for the turn: the conversation before it, as text."""
+    return [{"role": m["role"], "content": m["content"]} for m in row["conversations"][:turn]]
+
+
+def test_vllm_itself_renders_the_prompt_ids_and_generates_the_ids(job) -> None:
+    srv = job["server"]
+    with httpx.Client(timeout=120) as c:
+        for sid, (row, s) in job["turns"].items():
+            r = c.post(
+                f"{srv.root}/tokenize",
+                json={
+                    "model": srv.model,
+                    "messages": _messages(row, s.turn),
+                    "add_generation_prompt": True,
+                    "chat_template_kwargs": {"enable_thinking": True},
+                },
+            )
+            assert r.status_code == 200, r.text
+            assert r.json()["tokens"] == s.prompt, sid
+            r = c.post(
+                f"{srv.url}/completions",
+                json={
+                    "model": srv.model,
+                    "prompt": s.prompt,
+                    "max_tokens": MAX_TOKENS,
+                    "temperature": 0,
+                    "return_token_ids": True,
+                },
+            )
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["token_ids"] == s.generated, sid
+
+
+def test_specforge_opens_the_conversations_and_adds_no_system_prompt(job, specforge_python) -> None:
+    path, doc = export(job, "--format", "specforge", "--keep-cut", "--min-tokens", "0")
+    assert doc["written"] == 7 and doc["system"] == {"sent": 1, "empty": 6, "none": 0}
+    got = consume(specforge_python, "text", str(path), str(MODEL_DIR), "qwen")["samples"]
+    assert len(got) == 7  # rows in = rows out (SpecForge shuffles them)
+    texts = [g["text"] for g in got]
+    assert not any("You are a helpful assistant" in t for t in texts)
+    assert sum(SYSTEM in t for t in texts) == 1
+    assert all(sum(g["loss_mask"]) > 0 for g in got)
+    for row in job["rows"]:
+        user = row["conversations"][-2]["content"]
+        assert sum(user in t for t in texts) == 1, user
+
+
+def test_default_rules_leave_cut_and_short_turns_out_and_count_them(job) -> None:
+    path, doc = export(job)
+    turns = [s for _, s in job["turns"].values()]
+    cut = sum(s.cut for s in turns)
+    short = sum(len(s.generated) < 16 for s in turns)
+    assert doc["counted"]["cut"] == cut and doc["counted"]["short"] == short
+    kept = [s for s in turns if not s.cut and len(s.generated) >= 16]
+    assert doc["written"] == len(kept) == len(path.read_bytes().splitlines())
+    assert json.loads(Path(doc["summary"]).read_text()) == doc
+
+
+def test_inspect_reports_fidelity_and_the_drift_the_tokenizer_finds(job, specforge_python) -> None:
+    srv = job["server"]
+    p = genbench(
+        "inspect",
+        str(job["out"]),
+        "--url",
+        srv.root,
+        "--json",
+        "--save",
+        str(job["dir"] / "inspect.json"),
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    f = json.loads(p.stdout)["fidelity"]
+    assert (f["rows"], f["rows_token_exact"], f["turns"], f["turns_token_exact"]) == (7, 7, 9, 9)
+    assert f["turns_cut"] == sum(s.cut for _, s in job["turns"].values())
+    d = f["drift"]
+    assert d["checked"] == 9 and d["text_not_in_ids"] == 0, d
+    ids = {sid: s.generated for sid, (_, s) in job["turns"].items()}
+    (job["dir"] / "ids.json").write_text(json.dumps(ids))
+    again = consume(specforge_python, "roundtrip", str(job["dir"] / "ids.json"), str(MODEL_DIR))
+    assert d["drifted"] == sum(again["drifted"].values()), (d, again)

@@ -2,8 +2,8 @@
 real vLLM job, and the server itself says the ids are the ones it sees and generates.
 
 A job on the vLLM (CPU) test server with thinking on, single- and multi-turn rows, one
-with a system turn, greedy and one request at a time (so that the server, asked again,
-generates the same ids). Then:
+with a system turn, sampled with a fixed seed and one request at a time (so that the
+server, asked again, generates the same ids). Then:
 
 * SpecForge 0.2.0 (the PyPI wheel, in its own venv on the vLLM venv's torch:
   scripts/specforge.sh) reads the token-exact export on its pre-tokenized path: every
@@ -37,38 +37,30 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 MODEL_DIR = Path(os.environ.get("GENBENCH_VLLM_MODEL", REPO / ".cache" / "vllm-model"))
 CONSUMER = Path(__file__).with_name("specforge_consumer.py")
 SYSTEM = "You answer in one short sentence."
-MAX_TOKENS = 24
+MAX_TOKENS = 48
+# The random-weight model never emits its end-of-sequence id by itself: a turn stops when
+# it samples one of these (as a trained model stops on EOS), so the job has turns that stop
+# long, stop short and are cut. Each row samples with its own seed: the server, asked
+# again, samples the same ids.
+STOP_IDS = list(range(3000, 3120))
 
 
 def _prompts() -> list[dict[str, Any]]:
-    rows = [
-        {
-            "id": f"s{i}",
-            "conversations": [{"role": "user", "content": f"Tell me about rivers, {i}."}],
-        }
-        for i in range(4)
-    ]
-    rows.append(
-        {
-            "id": "sys",
-            "conversations": [
-                {"role": "system", "content": SYSTEM},
-                {"role": "user", "content": "What is a lake?"},
-            ],
-        }
-    )
-    for i in range(2):
-        rows.append(
-            {
-                "id": f"m{i}",
-                "conversations": [
-                    {"role": "user", "content": f"Name a mountain, {i}."},
-                    {"role": "assistant", "content": "An old answer, regenerated."},
-                    {"role": "user", "content": f"And how high is it, {i}?"},
-                ],
-            }
-        )
+    def row(rid: str, seed: int, *msgs: tuple[str, str]) -> dict[str, Any]:
+        conv = [{"role": r, "content": c} for r, c in msgs]
+        return {"id": rid, "conversations": conv, "params": {"seed": seed}}
+
+    rows = [row(f"s{i}", i, ("user", f"Tell me about rivers, {i}.")) for i in range(8)]
+    rows.append(row("sys", 8, ("system", SYSTEM), ("user", "What is a lake?")))
+    for i in range(3):
+        rows.append(row(f"m{i}", 9 + i, ("user", f"Name a mountain, {i}."),
+                        ("assistant", "An old answer, regenerated."),
+                        ("user", f"And how high is it, {i}?")))  # fmt: skip
     return rows
+
+
+SEEDS = {r["id"]: r["params"]["seed"] for r in _prompts()}
+ROWS, TURNS = 12, 15
 
 
 @pytest.fixture(scope="module")
@@ -77,36 +69,16 @@ def job(vllm_server, tmp_path_factory) -> dict[str, Any]:
     inp = d / "prompts.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in _prompts()))
     out = d / "regen"
-    p = genbench(
-        "generate",
-        "-i",
-        str(inp),
-        "-o",
-        str(out),
-        "--url",
-        vllm_server.url,
-        "--model",
-        vllm_server.model,
-        "-c",
-        "1",
-        "--temperature",
-        "0",
-        "--max-tokens",
-        str(MAX_TOKENS),
-        "--thinking",
-        "--turns",
-        "all",
-        timeout=600,
-    )
+    p = genbench("generate", "-i", str(inp), "-o", str(out), "--url", vllm_server.url,
+                 "--model", vllm_server.model, "-c", "1", "--temperature", "1",
+                 "--max-tokens", str(MAX_TOKENS), "--thinking", "--turns", "all",
+                 "--param", f"stop_token_ids={json.dumps(STOP_IDS)}", timeout=600)  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
-    rows = [
-        orjson.loads(x)
-        for f in sorted(out.glob("data-*.jsonl"))
-        for x in f.read_bytes().splitlines()
-    ]
-    assert len(rows) == 7
+    files = sorted(out.glob("data-*.jsonl"))
+    rows = [orjson.loads(x) for f in files for x in f.read_bytes().splitlines()]
+    assert len(rows) == ROWS
     turns = {s.id: (r, s) for r in rows for s in samples(r)}
-    assert len(turns) == 9 and all(s.exact for _, s in turns.values())
+    assert len(turns) == TURNS and all(s.exact for _, s in turns.values())
     return {"dir": d, "out": out, "rows": rows, "turns": turns, "server": vllm_server}
 
 
@@ -157,14 +129,18 @@ def export(job: dict[str, Any], *args: str) -> tuple[Path, dict[str, Any]]:
 
 def test_specforge_reads_every_token_sample_and_supervises_vllms_ids(job, specforge_python) -> None:
     path, doc = export(job, "--keep-cut", "--min-tokens", "0")
-    assert doc["written"] == doc["turns"] == len(job["turns"])
+    assert doc["written"] == doc["turns"] == TURNS
     lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
     got = consume(specforge_python, "tokens", str(path))
-    for algo in ("eagle3", "dflash"):  # rows in = rows out, in order, nothing changed
-        assert len(got[algo]) == len(lines), algo
-        for line, payload in zip(lines, got[algo], strict=True):
-            assert payload == {"input_ids": line["input_ids"], "loss_mask": line["loss_mask"]}
-    for line, payload in zip(lines, got["dflash"], strict=True):
+    # EAGLE-3 takes every sample; DFlash's own filter every one with two supervised ids or
+    # more (a turn that stopped at once has one): the order kept, nothing changed
+    one = [x["id"] for x in lines if sum(x["loss_mask"]) < 2]
+    assert one, "the job has a turn that stopped at its first id"
+    for algo, want in (("eagle3", lines), ("dflash", [x for x in lines if x["id"] not in one])):
+        assert [(p["input_ids"], p["loss_mask"]) for p in got[algo]] == [
+            (x["input_ids"], x["loss_mask"]) for x in want
+        ], algo
+    for line, payload in zip(lines, got["eagle3"], strict=True):
         _, s = job["turns"][line["id"]]
         ids, mask = payload["input_ids"], payload["loss_mask"]
         assert [i for i, m in zip(ids, mask, strict=True) if m] == s.generated
@@ -197,7 +173,9 @@ def test_vllm_itself_renders_the_prompt_ids_and_generates_the_ids(job) -> None:
                     "model": srv.model,
                     "prompt": s.prompt,
                     "max_tokens": MAX_TOKENS,
-                    "temperature": 0,
+                    "temperature": 1,
+                    "seed": SEEDS[row["id"]],
+                    "stop_token_ids": STOP_IDS,
                     "return_token_ids": True,
                 },
             )
@@ -207,9 +185,9 @@ def test_vllm_itself_renders_the_prompt_ids_and_generates_the_ids(job) -> None:
 
 def test_specforge_opens_the_conversations_and_adds_no_system_prompt(job, specforge_python) -> None:
     path, doc = export(job, "--format", "specforge", "--keep-cut", "--min-tokens", "0")
-    assert doc["written"] == 7 and doc["system"] == {"sent": 1, "empty": 6, "none": 0}
+    assert doc["written"] == ROWS and doc["system"] == {"sent": 1, "empty": ROWS - 1, "none": 0}
     got = consume(specforge_python, "text", str(path), str(MODEL_DIR), "qwen")["samples"]
-    assert len(got) == 7  # rows in = rows out (SpecForge shuffles them)
+    assert len(got) == ROWS  # rows in = rows out (SpecForge shuffles them)
     texts = [g["text"] for g in got]
     assert not any("You are a helpful assistant" in t for t in texts)
     assert sum(SYSTEM in t for t in texts) == 1
@@ -219,15 +197,19 @@ def test_specforge_opens_the_conversations_and_adds_no_system_prompt(job, specfo
         assert sum(user in t for t in texts) == 1, user
 
 
-def test_default_rules_leave_cut_and_short_turns_out_and_count_them(job) -> None:
+def test_default_rules_leave_cut_and_short_turns_out_and_count_them(job, specforge_python) -> None:
     path, doc = export(job)
     turns = [s for _, s in job["turns"].values()]
-    cut = sum(s.cut for s in turns)
-    short = sum(len(s.generated) < 16 for s in turns)
-    assert doc["counted"]["cut"] == cut and doc["counted"]["short"] == short
-    kept = [s for s in turns if not s.cut and len(s.generated) >= 16]
-    assert doc["written"] == len(kept) == len(path.read_bytes().splitlines())
-    assert json.loads(Path(doc["summary"]).read_text()) == doc
+    cut = [s for s in turns if s.finish_reason == "length"]
+    short = [s for s in turns if len(s.generated) < 16]
+    kept = [s for s in turns if s not in cut and s not in short]
+    assert cut and short and kept and len(cut) + len(kept) < TURNS  # the job has every kind
+    assert doc["counted"]["cut"] == len(cut) and doc["counted"]["short"] == len(short)
+    lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
+    assert [x["id"] for x in lines] == [s.id for s in kept]
+    assert doc["written"] == len(kept) and json.loads(Path(doc["summary"]).read_text()) == doc
+    got = consume(specforge_python, "tokens", str(path))
+    assert len(got["dflash"]) == len(kept)  # DFlash's own filter takes every one
 
 
 def test_inspect_reports_fidelity_and_the_drift_the_tokenizer_finds(job, specforge_python) -> None:
@@ -244,10 +226,11 @@ def test_inspect_reports_fidelity_and_the_drift_the_tokenizer_finds(job, specfor
     )
     assert p.returncode == 0, p.stdout + p.stderr
     f = json.loads(p.stdout)["fidelity"]
-    assert (f["rows"], f["rows_token_exact"], f["turns"], f["turns_token_exact"]) == (7, 7, 9, 9)
+    assert (f["rows"], f["rows_token_exact"]) == (ROWS, ROWS)
+    assert (f["turns"], f["turns_token_exact"]) == (TURNS, TURNS)
     assert f["turns_cut"] == sum(s.cut for _, s in job["turns"].values())
     d = f["drift"]
-    assert d["checked"] == 9 and d["text_not_in_ids"] == 0, d
+    assert d["checked"] == TURNS and d["text_not_in_ids"] == 0, d
     ids = {sid: s.generated for sid, (_, s) in job["turns"].items()}
     (job["dir"] / "ids.json").write_text(json.dumps(ids))
     again = consume(specforge_python, "roundtrip", str(job["dir"] / "ids.json"), str(MODEL_DIR))

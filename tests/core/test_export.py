@@ -231,3 +231,20 @@ def test_out_must_not_be_what_is_read_and_the_default_sits_beside(tmp_path) -> N
     assert (
         default_out(src / "data-00000.jsonl", "speculators").name == "data-00000.speculators.jsonl"
     )
+
+
+@pytest.mark.parametrize("fmt", ["specforge-tokens", "speculators", "specforge"])
+def test_parquet_shards_export_as_their_jsonl_does(tmp_path, fmt: str) -> None:
+    pytest.importorskip("pyarrow")
+    from genbench.generate.rows import convert_to_parquet
+
+    src = write_rows(tmp_path, ROWS)
+    pq_dir = tmp_path / "pq"
+    pq_dir.mkdir()
+    for shard in sorted(src.glob("data-*.jsonl")):
+        convert_to_parquet(str(shard), str(pq_dir / (shard.stem + ".parquet")))
+    rules = Rules(keep_cut=True, min_tokens=0)
+    a = export_data(src, fmt, tmp_path / "a.jsonl", rules)
+    b = export_data(pq_dir, fmt, tmp_path / "b.jsonl", rules)
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert a["written"] == b["written"] > 0 and a["counted"] == b["counted"]

@@ -6,13 +6,15 @@ with a system turn, sampled with a fixed seed and one request at a time (so that
 server, asked again, generates the same ids). Then:
 
 * SpecForge 0.2.0 (the PyPI wheel, in its own venv on the vLLM venv's torch:
-  scripts/specforge.sh) reads the token-exact export on its pre-tokenized path: every
+  scripts/trainers.sh) reads the token-exact export on its pre-tokenized path: every
   sample is accepted (its DFlash filter included), rows in = rows out, and the ids it
   supervises are the ids vLLM generated, id for id;
 * vLLM, asked directly, renders each turn's conversation to the prompt ids kept, and
   generates from them the ids kept;
 * SpecForge's conversations entry point opens the text export as it is, and adds no
   system prompt of its own;
+* speculators 0.9.0's `prepare_data.py` data path passes the speculators export through,
+  every sample, ids unchanged;
 * inspect's retokenization drift, measured with the server's tokenizer, is the drift the
   tokenizer library itself finds.
 """
@@ -35,7 +37,7 @@ from genbench.export.samples import samples
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 MODEL_DIR = Path(os.environ.get("GENBENCH_VLLM_MODEL", REPO / ".cache" / "vllm-model"))
-CONSUMER = Path(__file__).with_name("specforge_consumer.py")
+CONSUMER = Path(__file__).with_name("trainer_consumer.py")
 SYSTEM = "You answer in one short sentence."
 MAX_TOKENS = 48
 # The random-weight model never emits its end-of-sequence id by itself: a turn stops when
@@ -83,20 +85,21 @@ def job(vllm_server, tmp_path_factory) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def specforge_python(job) -> str:
-    """SpecForge's venv, set up (cached) after the vLLM venv it builds on."""
-    log = job["dir"] / "specforge-setup.log"
+def trainers_python(job) -> str:
+    """The trainers' venv (SpecForge, speculators), set up (cached) after the vLLM venv it
+    builds on."""
+    log = job["dir"] / "trainers-setup.log"
     with log.open("w") as f:
         rc = subprocess.run(
-            ["bash", str(REPO / "scripts" / "specforge.sh"), "setup"],
+            ["bash", str(REPO / "scripts" / "trainers.sh"), "setup"],
             stdout=f,
             stderr=subprocess.STDOUT,
             timeout=900,
         ).returncode
     if rc != 0:
-        pytest.fail(f"scripts/specforge.sh setup failed ({rc}):\n{log.read_text()[-3000:]}")
+        pytest.fail(f"scripts/trainers.sh setup failed ({rc}):\n{log.read_text()[-3000:]}")
     py = subprocess.run(
-        ["bash", str(REPO / "scripts" / "specforge.sh"), "python"],
+        ["bash", str(REPO / "scripts" / "trainers.sh"), "python"],
         capture_output=True,
         text=True,
         check=True,
@@ -127,11 +130,11 @@ def export(job: dict[str, Any], *args: str) -> tuple[Path, dict[str, Any]]:
     return target, json.loads(p.stdout)
 
 
-def test_specforge_reads_every_token_sample_and_supervises_vllms_ids(job, specforge_python) -> None:
+def test_specforge_reads_every_token_sample_and_supervises_vllms_ids(job, trainers_python) -> None:
     path, doc = export(job, "--keep-cut", "--min-tokens", "0")
     assert doc["written"] == doc["turns"] == TURNS
     lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
-    got = consume(specforge_python, "tokens", str(path))
+    got = consume(trainers_python, "tokens", str(path))
     # EAGLE-3 takes every sample; DFlash's own filter every one with two supervised ids or
     # more (a turn that stopped at once has one): the order kept, nothing changed
     one = [x["id"] for x in lines if sum(x["loss_mask"]) < 2]
@@ -183,10 +186,10 @@ def test_vllm_itself_renders_the_prompt_ids_and_generates_the_ids(job) -> None:
             assert r.json()["choices"][0]["token_ids"] == s.generated, sid
 
 
-def test_specforge_opens_the_conversations_and_adds_no_system_prompt(job, specforge_python) -> None:
+def test_specforge_opens_the_conversations_and_adds_no_system_prompt(job, trainers_python) -> None:
     path, doc = export(job, "--format", "specforge", "--keep-cut", "--min-tokens", "0")
     assert doc["written"] == ROWS and doc["system"] == {"sent": 1, "empty": ROWS - 1, "none": 0}
-    got = consume(specforge_python, "text", str(path), str(MODEL_DIR), "qwen")["samples"]
+    got = consume(trainers_python, "text", str(path), str(MODEL_DIR), "qwen")["samples"]
     assert len(got) == ROWS  # rows in = rows out (SpecForge shuffles them)
     texts = [g["text"] for g in got]
     assert not any("You are a helpful assistant" in t for t in texts)
@@ -197,7 +200,7 @@ def test_specforge_opens_the_conversations_and_adds_no_system_prompt(job, specfo
         assert sum(user in t for t in texts) == 1, user
 
 
-def test_default_rules_leave_cut_and_short_turns_out_and_count_them(job, specforge_python) -> None:
+def test_default_rules_leave_cut_and_short_turns_out_and_count_them(job, trainers_python) -> None:
     path, doc = export(job)
     turns = [s for _, s in job["turns"].values()]
     cut = [s for s in turns if s.finish_reason == "length"]
@@ -208,11 +211,11 @@ def test_default_rules_leave_cut_and_short_turns_out_and_count_them(job, specfor
     lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
     assert [x["id"] for x in lines] == [s.id for s in kept]
     assert doc["written"] == len(kept) and json.loads(Path(doc["summary"]).read_text()) == doc
-    got = consume(specforge_python, "tokens", str(path))
+    got = consume(trainers_python, "tokens", str(path))
     assert len(got["dflash"]) == len(kept)  # DFlash's own filter takes every one
 
 
-def test_inspect_reports_fidelity_and_the_drift_the_tokenizer_finds(job, specforge_python) -> None:
+def test_inspect_reports_fidelity_and_the_drift_the_tokenizer_finds(job, trainers_python) -> None:
     srv = job["server"]
     p = genbench(
         "inspect",
@@ -233,5 +236,18 @@ def test_inspect_reports_fidelity_and_the_drift_the_tokenizer_finds(job, specfor
     assert d["checked"] == TURNS and d["text_not_in_ids"] == 0, d
     ids = {sid: s.generated for sid, (_, s) in job["turns"].items()}
     (job["dir"] / "ids.json").write_text(json.dumps(ids))
-    again = consume(specforge_python, "roundtrip", str(job["dir"] / "ids.json"), str(MODEL_DIR))
+    again = consume(trainers_python, "roundtrip", str(job["dir"] / "ids.json"), str(MODEL_DIR))
     assert d["drifted"] == sum(again["drifted"].values()), (d, again)
+
+
+def test_speculators_prepare_data_passes_every_sample_through(job, trainers_python) -> None:
+    path, doc = export(job, "--format", "speculators", "--keep-cut", "--min-tokens", "0")
+    assert doc["written"] == TURNS
+    lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
+    freq = str(job["dir"] / "token_freq.pt")
+    got = consume(trainers_python, "speculators", str(path), str(MODEL_DIR), freq)["samples"]
+    key = lambda x: (x["input_ids"], x["loss_mask"])  # noqa: E731 - it shuffles: compare sorted
+    assert sorted(map(key, got)) == sorted(map(key, lines))
+    for x in lines:
+        _, s = job["turns"][x["id"]]
+        assert x["primary_id"] == str(s.row_id) and x["metadata"]["turn"] == s.turn

@@ -107,6 +107,11 @@ def render(doc: dict[str, Any], console: Console) -> None:
     for note in doc["source"]["notes"]:
         console.print(f"[yellow]note:[/] {note}")
     console.print(f"left out: {_reasons(doc['left_out'], rules['min_tokens'])}")
+    if doc["written"] == 0:
+        console.print(
+            "[yellow]note:[/] nothing written: every generated turn was left out (see above; "
+            "--keep-cut and --min-tokens change the rules)"
+        )
     counted = {k: v for k, v in doc["counted"].items() if v}
     cut_rule = "kept (--keep-cut)" if rules["keep_cut"] else "left out"
     console.print(

@@ -134,3 +134,15 @@ def test_bad_input_is_one_line_and_no_file_is_left(job, tmp_path) -> None:
     assert (
         p.returncode == 2 and "expected one of specforge-tokens, specforge, speculators" in p.stderr
     )
+
+
+def test_a_server_without_a_detokenizer_leaves_the_drift_unmeasured_in_one_line(
+    job, sim_factory
+) -> None:
+    sim = sim_factory(*FAST)  # the sim tokenizes (SGLang's /tokenize) but has no /detokenize
+    p = genbench("inspect", str(job["out"]), "--url", sim.url, "--save", str(job["dir"] / "i.json"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    line = next(x for x in p.stdout.splitlines() if x.startswith("retokenization drift"))
+    assert "not measured" in line and "/detokenize" in line and "404" in line
+    d = json.loads((job["dir"] / "i.json").read_text())["fidelity"]["drift"]
+    assert d["checked"] == 0 and "/detokenize" in d["error"]

@@ -146,3 +146,13 @@ def test_a_server_without_a_detokenizer_leaves_the_drift_unmeasured_in_one_line(
     assert "not measured" in line and "/detokenize" in line and "404" in line
     d = json.loads((job["dir"] / "i.json").read_text())["fidelity"]["drift"]
     assert d["checked"] == 0 and "/detokenize" in d["error"]
+
+
+def test_the_report_shows_the_token_exact_rows(job) -> None:
+    run("inspect", str(job["out"]))  # inspect.json in the directory, for the report
+    html = job["dir"] / "r.html"
+    p = genbench("report", str(job["out"]), "-o", str(html))
+    assert p.returncode == 0, p.stdout + p.stderr
+    n = len(job["with_ids"])
+    tile = '<div class="k">token-exact rows</div><div class="v">' + f"{n:,} of {N:,}</div>"
+    assert tile in html.read_text()

@@ -80,7 +80,7 @@ ROWS = [
 
 def write_rows(tmp_path: Path, rows: list[dict[str, Any]]) -> Path:
     d = tmp_path / "regen"
-    d.mkdir()
+    d.mkdir(parents=True)
     (d / "data-00000.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows[:3]))
     (d / "data-00001.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows[3:]))
     return d
@@ -248,3 +248,12 @@ def test_parquet_shards_export_as_their_jsonl_does(tmp_path, fmt: str) -> None:
     b = export_data(pq_dir, fmt, tmp_path / "b.jsonl", rules)
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
     assert a["written"] == b["written"] > 0 and a["counted"] == b["counted"]
+
+
+def test_several_sources_go_into_one_file_in_order(tmp_path) -> None:
+    a = write_rows(tmp_path / "a", ROWS[:1])
+    b = write_rows(tmp_path / "b", ROWS[5:])
+    out = tmp_path / "t.jsonl"
+    doc = export_data([a, b], "specforge-tokens", out, Rules())
+    assert [x["id"] for x in lines(out)] == ["ok#1", "multi#3"]
+    assert doc["source"]["paths"] == [str(a), str(b)] and doc["rows"] == 2

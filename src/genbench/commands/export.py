@@ -27,8 +27,10 @@ SPECFORGE_MAX_LENGTH = 2048
 
 
 def export_cmd(
-    source: Path = typer.Argument(
-        ..., help="A genbench generate output directory, or one of its JSONL/Parquet files."
+    sources: list[Path] = typer.Argument(
+        ...,
+        help="A genbench generate output directory, or one of its JSONL/Parquet files; "
+        "several go into one file, in order.",
     ),
     fmt: str = typer.Option(
         TOKENS,
@@ -38,7 +40,10 @@ def export_cmd(
         "(vllm-project/speculators' rows).",
     ),
     out_file: Path | None = typer.Option(
-        None, "--out", "-o", help="File to write. [default: SOURCE.FORMAT.jsonl beside SOURCE]"
+        None,
+        "--out",
+        "-o",
+        help="File to write. [default: SOURCE.FORMAT.jsonl beside the first SOURCE]",
     ),
     keep_cut: bool = typer.Option(
         False, "--keep-cut", help="Keep turns cut by max_tokens (finish length); left out else."
@@ -62,17 +67,19 @@ def export_cmd(
         raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if min_tokens < 0:
         raise UsageError(f"--min-tokens must be 0 or more, got {min_tokens}")
-    target = out_file or default_out(source, fmt)
+    target = out_file or default_out(sources[0], fmt)
+    source = sources if len(sources) > 1 else sources[0]
+    where = ", ".join(map(str, sources))
     rules = Rules(keep_cut=keep_cut, min_tokens=min_tokens)
     if err.is_terminal:
-        with err.status(f"reading {source}") as status:
+        with err.status(f"reading {where}") as status:
             doc = export_data(
                 source,
                 fmt,
                 target,
                 rules,
                 empty_system=empty_system,
-                progress=lambda n: status.update(f"reading {source}: {n:,} rows"),
+                progress=lambda n: status.update(f"reading {where}: {n:,} rows"),
             )
     else:
         doc = export_data(source, fmt, target, rules, empty_system=empty_system)
@@ -100,7 +107,7 @@ def render(doc: dict[str, Any], console: Console) -> None:
     fmt, rules = doc["format"], doc["rules"]
     unit = "samples" if fmt in TOKEN_EXACT else "conversations"
     console.print(
-        f"[bold]genbench export[/] {doc['source']['path']}: {doc['rows']:,} rows, "
+        f"[bold]genbench export[/] {', '.join(doc['source']['paths'])}: {doc['rows']:,} rows, "
         f"{doc['turns']:,} generated turns -> {doc['written']:,} {unit} "
         f"({doc['turns_written']:,} turns) in {doc['out']} ({fmt})"
     )

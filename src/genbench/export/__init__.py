@@ -128,7 +128,7 @@ def _check_out(files: list[Path], out: Path) -> None:
 
 
 def export_data(
-    source: Path,
+    source: Path | list[Path],
     fmt: str,
     out: Path,
     rules: Rules,
@@ -136,11 +136,12 @@ def export_data(
     empty_system: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Write `source` (a generate directory or one of its files) as `fmt` to `out`; return
-    the summary, also saved beside `out`."""
+    """Write `source` (a generate directory or one of its files, or several: one file of
+    them all, in order) as `fmt` to `out`; return the summary, also saved beside `out`."""
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    files = data_files(source)
+    sources = source if isinstance(source, list) else [source]
+    files = [f for src in sources for f in data_files(src)]
     _check_out(files, out)
     c = Counts()
     stats: list[FileStats] = []
@@ -159,7 +160,7 @@ def export_data(
             f.flush()
             os.fsync(f.fileno())
         if c.rows == 0:
-            raise UsageError(f"{source}: no rows to export")
+            raise UsageError(f"{', '.join(map(str, sources))}: no rows to export")
         os.replace(tmp, out)
     except OSError as e:
         raise GenbenchError(
@@ -167,13 +168,13 @@ def export_data(
         ) from None
     finally:
         tmp.unlink(missing_ok=True)
-    doc = document(source, fmt, out, rules, empty_system, c, stats)
+    doc = document(sources, fmt, out, rules, empty_system, c, stats)
     _save(doc)
     return doc
 
 
 def document(
-    source: Path,
+    sources: list[Path],
     fmt: str,
     out: Path,
     rules: Rules,
@@ -188,8 +189,8 @@ def document(
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "genbench_version": __version__,
         "source": {
-            "path": str(source),
-            "files": [s.path.name for s in stats],
+            "paths": [str(p) for p in sources],
+            "files": [str(s.path) for s in stats],
             "notes": [n for s in stats for n in s.notes],
         },
         "format": fmt,

@@ -4,7 +4,7 @@ with ids found wrong, cut and short turns, and the sample the tokenizer round-tr
 from __future__ import annotations
 
 import pytest
-from test_export import IDS, ROWS, gen, row, user
+from test_export_rows import IDS, ROWS, gen, row, user
 
 from genbench.inspect.fidelity import Fidelity, _first_difference, _in_order
 

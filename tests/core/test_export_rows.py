@@ -225,6 +225,8 @@ def test_out_must_not_be_what_is_read_and_the_default_sits_beside(tmp_path) -> N
     src = write_rows(tmp_path, ROWS)
     with pytest.raises(UsageError, match="one of the files being read"):
         export_data(src / "data-00000.jsonl", "specforge", src / "data-00000.jsonl", Rules())
+    with pytest.raises(UsageError, match="a data shard's name"):
+        export_data(src, "specforge", src / "data-00002.jsonl", Rules())
     with pytest.raises(UsageError, match="expected one of"):
         export_data(src, "sharegpt", tmp_path / "x.jsonl", Rules())
     assert default_out(src, "specforge") == tmp_path.resolve() / "regen.specforge.jsonl"

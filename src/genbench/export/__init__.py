@@ -34,7 +34,7 @@ from genbench.export.formats import (
     token_line,
 )
 from genbench.export.samples import REASONS, Rules, Sample, samples
-from genbench.inspect.reader import FileStats, data_files, kind_of, read_rows
+from genbench.inspect.reader import SHARD_RE, FileStats, data_files, kind_of, read_rows
 
 __all__ = ["FORMATS", "Rules", "default_out", "export_data", "summary_path"]
 
@@ -121,6 +121,10 @@ def _check_out(files: list[Path], out: Path) -> None:
     dst = out.resolve()
     if any(p.resolve() == dst for p in files):
         raise UsageError(f"--out {out}: that is one of the files being read")
+    if SHARD_RE.match(dst.name) and any(p.resolve().parent == dst.parent for p in files):
+        raise UsageError(
+            f"--out {out}: a data shard's name in the set's directory: name it otherwise"
+        )
     if dst.is_dir():
         raise UsageError(f"--out {out}: is a directory; give the file to write")
     if not dst.parent.is_dir():

@@ -30,6 +30,7 @@ from orjson import JSONDecodeError, loads
 from genbench.errors import ErrorKind, status_kind
 from genbench.records import ANSWER, THINKING, RequestRecord
 from genbench.think import Splitter, resplit, split_whole
+from genbench.tool_stream import ToolCalls
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
@@ -66,7 +67,7 @@ class StreamParser:
 
     __slots__ = (
         "rec", "t0", "buf", "kinds", "answer", "thinking", "done", "finished", "failure",
-        "split", "last", "raw", "watched",
+        "split", "last", "raw", "watched", "tools",
     )  # fmt: skip
 
     def __init__(
@@ -96,6 +97,7 @@ class StreamParser:
         self.watched: array[int] | None = (
             array("I") if split is not None and split.watching else None
         )
+        self.tools: ToolCalls | None = None  # the reply's tool calls, from delta.tool_calls
 
     def feed(self, data: bytes, now: float) -> int:
         """Bytes of the body that arrived at `now`: MORE, DONE ([DONE] seen) or STOP (a
@@ -137,6 +139,8 @@ class StreamParser:
                             content = delta.get("content")
                             if thinking or content:
                                 self.text(rel, thinking, content)
+                            if calls := delta.get("tool_calls"):
+                                self.tool(rel, calls, bool(thinking or content))
                             continue
             failure = self._event(obj, rel)
             if failure is not None:
@@ -165,6 +169,8 @@ class StreamParser:
                 content = delta.get("content")
                 if thinking or content:
                     self.text(rel, thinking, content)
+                if calls := delta.get("tool_calls"):
+                    self.tool(rel, calls, bool(thinking or content))
             fr = choice.get("finish_reason")
             if fr:
                 rec.finish_reason = fr
@@ -218,6 +224,24 @@ class StreamParser:
                 rec.ttft_thinking = rel
             if self.thinking is not None:
                 self.thinking.append(thinking)
+
+    def tool(self, rel: float, parts: Any, counted: bool) -> None:
+        """A chunk carrying tool-call fragments: joined by `ToolCalls`; the chunk is an
+        answer chunk (its tokens are output), once, when no text came with it."""
+        if self.tools is None:
+            self.tools = ToolCalls()
+            if self.watched is not None:
+                self._unsplit()  # a watcher meets a call: the reply is not inline thinking
+        self.tools.feed(parts)
+        if counted:
+            return
+        rec = self.rec
+        if rec.ttft is None:
+            rec.ttft = rel
+        if rec.ttft_answer is None:
+            rec.ttft_answer = rel
+        rec.chunk_offsets.append(rel)
+        self.kinds.append(_A)
 
     def _reread(self, rel: float, tail: str) -> None:
         """The watcher saw the dialect in the chunk at `rel`: every text field the reply set
@@ -291,6 +315,10 @@ class StreamParser:
         if self.answer is not None:
             rec.text = "".join(self.answer)
             rec.reasoning = "".join(self.thinking or [])
+        if self.tools is not None:
+            rec.tool_call_count = len(self.tools)
+            if self.answer is not None:
+                rec.tool_calls = self.tools.result()
         split = self.split if self.split is not None and not self.split.watching else None
         if self.raw is not None and split is not None:  # a watcher that saw nothing split none
             rec.raw = "".join(self.raw)
@@ -341,6 +369,11 @@ def parse_whole(
     if keep_text:
         rec.text, rec.reasoning = content, thinking
     rec.finish_reason = choice.get("finish_reason")
+    calls = msg.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        rec.tool_call_count = len(calls)
+        if keep_text:
+            rec.tool_calls = calls  # as the server sent them
     if obj.get("usage"):
         apply_usage(rec, obj["usage"])
     else:

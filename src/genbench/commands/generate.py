@@ -31,6 +31,7 @@ from genbench.generate.input import ShardSpec
 from genbench.generate.job import JobConfig, JobResult, Listener, run_job
 from genbench.generate.params import job_params
 from genbench.generate.servers import ServerSpec
+from genbench.generate.tools import POLICIES
 from genbench.plan.document import JobForecast, job_forecast, read_plan
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -339,6 +340,7 @@ def generate(
     turns: str = typer.Option(
         "all", "--turns", help="all: regenerate every assistant turn; last: only the final one."
     ),
+    tool_policy: str = common.TOOL_POLICY,
     think_tags: str = common.THINK_TAGS,
     think_dialect: str = common.THINK_DIALECT,
     keep_raw: bool = typer.Option(
@@ -402,6 +404,7 @@ def generate(
     if retries < 0 or retry_backoff < 0 or drain < 0:
         raise UsageError("--retries, --retry-backoff and --drain must be 0 or more")
     _choice("--turns", turns, ("all", "last"))
+    _choice("--tool-policy", tool_policy, POLICIES)
     _choice("--format", fmt, ("jsonl", "parquet"))
     _choice("--truncated", truncated, ("keep", "error"))
     if fmt == "parquet":
@@ -441,6 +444,7 @@ def generate(
         model=model,
         params=params,
         turns=turns,
+        tool_policy=tool_policy,
         fmt=fmt,
         shard=ShardSpec.parse(shard) if shard else None,
         shard_bytes=parse_size(shard_size),

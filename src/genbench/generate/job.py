@@ -46,6 +46,7 @@ class JobConfig:
     model: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     turns: str = "all"  # all | last
+    tool_policy: str = "replay"  # replay | keep: an agentic row's calls (generate/agent.py)
     fmt: str = "jsonl"  # jsonl | parquet
     shard: ShardSpec | None = None
     shard_bytes: int = 256 << 20
@@ -69,7 +70,10 @@ class JobConfig:
     keep_raw: bool = False  # also write each answer's text as generated (turn["raw"])
 
     def fingerprint(self, model: str) -> dict[str, Any]:
-        return {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
+        fp = {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
+        if self.tool_policy != "replay":  # the default leaves earlier jobs' fingerprints be
+            fp["tool_policy"] = self.tool_policy
+        return fp
 
     @property
     def shard_tag(self) -> str | None:
@@ -320,6 +324,7 @@ class Job:
             turns=cfg.turns,
             retries=retries,
             on_bad=self._write_bad,
+            tool_policy=cfg.tool_policy,
             on_record=self._on_record,
             keep_records=False,
             down_timeout=cfg.down_timeout,

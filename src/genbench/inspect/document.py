@@ -246,6 +246,8 @@ def build(source: Path, sc: Scan, s: Settings) -> tuple[dict[str, Any], Analysis
         "servers": _servers(sc, a, share, s),
         "storage": storage(sc, a, None, s.hidden),
     }
+    if sc.tools.rows:
+        doc["tools"] = sc.tools.to_dict()
     return doc, Analysis(flags, dups["first_of"], a)
 
 

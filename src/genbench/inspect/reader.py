@@ -62,6 +62,7 @@ class Turn:
 
     thinking: str
     answer: str
+    calls: int = 0  # tool calls in the turn: an empty answer is no defect then
 
 
 @dataclass(slots=True)
@@ -134,7 +135,8 @@ def parse_row(obj: Any, nbytes: int) -> Row:
         if t.get("role") == "assistant":
             answer = _text(t.get("content"), f"conversations[{i}].content")
             thinking = _text(t.get("reasoning_content"), f"conversations[{i}].reasoning_content")
-            turns.append(Turn(thinking, answer))
+            calls = t.get("tool_calls")
+            turns.append(Turn(thinking, answer, len(calls) if isinstance(calls, list) else 0))
     if not turns:
         raise _Bad("no assistant turn: not a generated row", "conversations")
     meta = obj.get("meta")

@@ -22,6 +22,7 @@ import orjson
 from genbench.inspect.detect import BIT, DEFECTS, Thresholds, answer_keys, examine
 from genbench.inspect.reader import FileStats, kind_of, read_rows
 from genbench.inspect.stats import duplicates
+from genbench.inspect.tools import ToolTally
 
 PARQUET_SAMPLE = 1000  # rows kept (reservoir) to measure Parquet bytes per row of a JSONL set
 
@@ -101,6 +102,7 @@ class Scan:
     examples: dict[str, list[Example]]
     sample: list[Any]  # decoded rows, for the Parquet size estimate of a JSONL set
     where: array = field(default_factory=lambda: array("Q"))  # (file index << 40) | line
+    tools: ToolTally = field(default_factory=ToolTally)  # agentic rows' calls
 
     @property
     def rows(self) -> int:
@@ -154,6 +156,7 @@ def scan(
     stats: list[FileStats] = []
     sample: list[Any] = []
     where = array("Q")
+    tools = ToolTally(max_examples=max_examples)
     rng = random.Random(0)
     n = 0
     for fi, path in enumerate(files):
@@ -162,6 +165,7 @@ def scan(
         jsonl = fs.kind == "jsonl"
         for line, row, obj in read_rows(path, fs):
             bits, details = examine(row, th)
+            tools.add(obj, row.id, path.name, line)
             for name, detail in details:
                 if len(examples[name]) < max_examples:
                     examples[name].append(Example(row.id, path.name, line, detail))
@@ -191,4 +195,4 @@ def scan(
             n += 1
             if progress is not None and not n & 0xFFF:
                 progress(n)
-    return Scan(stats, cols, ids, list(servers), list(finishes), examples, sample, where)
+    return Scan(stats, cols, ids, list(servers), list(finishes), examples, sample, where, tools)

@@ -85,6 +85,13 @@ def sim(
     dialect: str = DIALECT,
     no_metrics: bool = NO_METRICS,
     drift: str | None = DRIFT,
+    tool_calls: str | None = typer.Option(
+        None,
+        "--tool-calls",
+        metavar="N|LO:HI",
+        help="Requests with tools: each conversation calls N (or LO..HI, seeded) tools, one "
+        "a reply, before it answers. [default: never, unless tool_choice forces a call]",
+    ),
 ) -> None:
     """Run the reference OpenAI-compatible server with known timing and injectable faults."""
     cfg = SimConfig(
@@ -93,7 +100,7 @@ def sim(
         thinking_tokens=thinking_tokens, reasoning_dialect=reasoning_dialect, spec_k=spec_k,
         spec_accept=spec_accept, output_len=output_len, seed=seed, api_key_env=api_key_env,
         faults=[parse_fault(f) for f in fault or []], drift=drift, dialect=dialect,
-        metrics=not no_metrics,
+        metrics=not no_metrics, tool_calls=tool_calls,
     ).validate()  # fmt: skip
 
     from genbench.limits import raise_soft_limit

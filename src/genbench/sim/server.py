@@ -37,6 +37,7 @@ from genbench.sim.dialect import DIALECTS, Handler, render_metrics, sim_rows
 from genbench.sim.scheduler import (
     Scheduler,
 )
+from genbench.sim.tools import ToolScript, parse_tool_calls, plan_call
 from genbench.sim.wire import (
     ERROR_TYPES,
     INF,
@@ -75,6 +76,7 @@ class SimServer:
         self.counts = {"chat": 0, "models": 0, "health": 0}
         self.requests: set[Req] = set()
         self.dialect = DIALECTS[cfg.dialect]
+        self.tool_calls = parse_tool_calls(cfg.tool_calls)
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -237,7 +239,20 @@ class SimServer:
             thinking = total = max(1, min(cfg.thinking_tokens, cap))
             finish = "stop"
 
+        tool = None
+        if body.get("tools") and not text_faults:
+            call = plan_call(body, cfg.seed, self.tool_calls)
+            if call is not None:
+                prefix = "call_" if cfg.dialect == "sglang" else "chatcmpl-tool-"
+                cid = prefix + os.urandom(8).hex()
+                tool = ToolScript(call, thinking, cfg.dialect, cfg.reasoning_dialect, cid)
+                total, finish = min(tool.tokens, cap), "tool_calls"
+                if tool.tokens > cap:
+                    finish = "length"
+                thinking = min(thinking, total)
+
         r = Req()
+        r.tool = tool
         r.n = n
         r.stream = bool(body.get("stream"))
         r.total = total
@@ -338,6 +353,9 @@ class SimServer:
         else:
             think, answer = span(r.pos, th).decode(), span(r.pos + th, r.emitted - th).decode()
         message: dict[str, Any] = {"role": "assistant", "content": answer}
+        if r.tool is not None:
+            think = r.tool.thought(0, r.reasoning_emitted)
+            message = {"role": "assistant", "content": None, "tool_calls": [r.tool.whole()]}
         if think:
             message[self.cfg.reasoning_dialect] = think
         out: dict[str, Any] = {

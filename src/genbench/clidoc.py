@@ -144,6 +144,8 @@ MEANINGS: dict[str, str] = {
     "--tps": "Reference server: decode tokens/s of one stream.",
     "--truncated": "What to do with rows cut by max_tokens: keep or error.",
     "--ttft-ms": "Reference server: prefill milliseconds before the first token.",
+    "--tool-calls": "Reference server: tool calls a conversation makes before it answers.",
+    "--tool-policy": "Rows with tools: replay the calls (cached results fed back) or keep them.",
     "--turns": "Which assistant turns to generate: all or last.",
     "--url": "Server base URL (generate: repeatable, one per server).",
     "--url-file": "File of servers, one 'URL [CONCURRENCY]' per line.",

@@ -16,6 +16,11 @@ again and what is kept (docs/generate.md shows both on one row):
     that are plain answers (and a call no result follows) are generated again.
     `--turns last` regenerates the final one, `--turns all` every one.
 
+A `tool_choice` that forces a call (`required`, or a named function) leaves a target no
+way to stop calling: it is sent where the original called (under `replay`, while cached
+results remain to answer the forced call), and `tool_choice: none` where the original
+answered in text, so that the target answers there too.
+
 The target's calls are kept as the server sent them (`tool_calls`, ids, names and the
 arguments text), with its `reasoning_content` beside them when it thought first, in an
 ordinary assistant turn: one generated turn, one training sample.
@@ -143,7 +148,20 @@ class AgentConversation(Conversation):
             return None
         if self.sent_at is None:
             self.sent_at = round(time.time(), 3)
-        return ChatRequest(self.rid, [wire(m) for m in self.out], self.max_tokens, self.params)
+        msgs = [wire(m) for m in self.out]
+        return ChatRequest(self.rid, msgs, self.max_tokens, self._params_now())
+
+    def _params_now(self) -> dict[str, Any]:
+        """The request's fields: a forcing tool_choice only where the original called."""
+        choice = self.row.tool_choice
+        if choice not in ("required",) and not isinstance(choice, dict):
+            return self.params
+        if self.policy == "replay":
+            called = bool(self.results)
+        else:
+            msgs = self.row.messages
+            called = self.pos < len(msgs) and "tool_calls" in msgs[self.pos]
+        return self.params if called else {**self.params, "tool_choice": "none"}
 
     # -- what an answer does -------------------------------------------------------------
 

@@ -187,3 +187,54 @@ def test_a_malformed_tool_message_fails_in_one_line(agentic_file, tmp_path):
     line = p.stderr.strip()
     assert "\n" not in line and "Traceback" not in line, p.stderr
     assert f"{inp}, line {N + 1}: field 'messages[3].tool_call_id'" in line
+
+
+# -- run and plan on an agentic file --------------------------------------------------------
+
+
+def test_run_measures_on_the_files_agentic_requests(agentic_file, tmp_path):
+    from genbench.generate.tools import wire
+    from genbench.sim.wire import count_prompt
+
+    out = tmp_path / "run"
+    with SimProcess(*SIM, "--tool-calls", "1") as sim:
+        p = genbench("run", "--url", sim.url, "--workload", str(agentic_file), "--lengths", "32",
+                     "--prompts-per-length", "9", "--skip", "warmup,sweep", "--out", str(out),
+                     timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads((out / "result.json").read_text())
+    wl = doc["workload"]
+    assert (wl["prompts"], wl["rows"], wl["agentic_rows"]) == ("file", N, N)
+    # one request per assistant turn of the original: its calls and its answer
+    assert wl["requests"] == sum(calls_of(i) + 1 for i in range(N))
+    recs = [r for r in read_records(out / "requests.jsonl") if r.phase == "single-32"]
+    assert len(recs) == 9 and all(r.ok and r.completion_tokens == 32 for r in recs)
+    # the k-th request is the k-th assistant turn's history, tools sent with it
+    want = []
+    for i in range(3):
+        msgs = agentic_row(i)["messages"]
+        want += [count_prompt([wire(m) for m in msgs[:j]]) for j, m in enumerate(msgs)
+                 if m["role"] == "assistant"]  # fmt: skip
+    assert [r.prompt_tokens for r in sorted(recs, key=lambda r: r.t_send)] == want[:9]
+
+
+def test_plan_counts_the_requests_an_agentic_row_makes(agentic_file, tmp_path):
+    out = tmp_path / "pilot"
+    with SimProcess(*SIM, "--tool-calls", "2") as sim:
+        p = genbench("plan", "--prompts", str(agentic_file), "--url", sim.url,
+                     "--concurrency", "8", "--pilot", "60", "--samples", "1000", "--out",
+                     str(out), "--bootstrap", "50", "--warmup-time", "0", "--json",
+                     timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout[p.stdout.index("{") :])
+    recs = read_records(out / "requests.jsonl")
+    by_row = Counter(r.extra["row"] for r in recs)
+    # a row with one result makes 2 requests (a call, a call the results cannot answer),
+    # the others 3 (two calls, the answer): the last record of each row says how many
+    last = {r.extra["row"]: r for r in sorted(recs, key=lambda r: r.extra["turn"])}
+    assert all(last[k].extra["turns"] == n for k, n in by_row.items())
+    assert set(by_row.values()) <= {2, 3} and len(set(by_row.values())) == 2
+    per = len(recs) / len(by_row)
+    assert any(f"a sample is {per:.2f} requests on average" in n for n in doc["notes"]), doc[
+        "notes"
+    ]

@@ -147,6 +147,7 @@ MEANINGS: dict[str, str] = {
     "--tool-calls": "Reference server: tool calls a conversation makes before it answers.",
     "--tool-policy": "Rows with tools: replay the calls (cached results fed back) or keep them.",
     "--turns": "Which assistant turns to generate: all or last.",
+    "--workload": "A prompt file (as generate's) whose requests the benchmark sends.",
     "--url": "Server base URL (generate: repeatable, one per server).",
     "--url-file": "File of servers, one 'URL [CONCURRENCY]' per line.",
     "--version": "Print the version and exit.",

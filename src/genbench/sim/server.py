@@ -240,7 +240,7 @@ class SimServer:
             finish = "stop"
 
         tool = None
-        if body.get("tools") and not text_faults:
+        if body.get("tools") and not text_faults and not body.get("ignore_eos"):  # forced: text
             call = plan_call(body, cfg.seed, self.tool_calls)
             if call is not None:
                 prefix = "call_" if cfg.dialect == "sglang" else "chatcmpl-tool-"

@@ -156,7 +156,8 @@ def test_keep_holds_the_original_calls_and_regenerates_the_answer(agentic_file, 
     assert tools["results_ran_out"] == 0
 
 
-def test_inspect_finds_undeclared_tools_and_arguments_cut_mid_call(tmp_path):
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_inspect_finds_undeclared_tools_and_arguments_cut_mid_call(tmp_path, fmt):
     rows = []
     for i in range(30):
         row = agentic_row(i)
@@ -169,7 +170,8 @@ def test_inspect_finds_undeclared_tools_and_arguments_cut_mid_call(tmp_path):
     inp.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     out = tmp_path / "out"
     with SimProcess(*SIM, "--tool-calls", "1") as sim:
-        generate(inp, out, sim.url)
+        generate(inp, out, sim.url, "--format", fmt)
+    assert list(out.glob(f"data-*.{fmt}"))
     tools = inspect_tools(out)
     assert tools["undeclared"] == 10  # a forced call to a function the row does not declare
     assert tools["bad_arguments"] == 10

@@ -204,7 +204,7 @@ async def run_pilot(
     run = PilotRun(records=[], wall_s=0.0)
 
     def record(rec: RequestRecord) -> None:
-        rec.text = rec.reasoning = None
+        rec.text = rec.reasoning = rec.tool_calls = None
         if writer:
             writer.write(rec)
         if on_record:

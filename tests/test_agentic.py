@@ -240,3 +240,20 @@ def test_plan_counts_the_requests_an_agentic_row_makes(agentic_file, tmp_path):
     assert any(f"a sample is {per:.2f} requests on average" in n for n in doc["notes"]), doc[
         "notes"
     ]
+
+
+def test_a_seeded_number_of_calls_per_conversation_is_what_inspect_counts(agentic_file, tmp_path):
+    """`--tool-calls 0:3`: each conversation's count drawn from its messages and the seed;
+    the same again on a second sim with the same seed, row by row."""
+    counts = []
+    for run_ in ("a", "b"):
+        out = tmp_path / run_
+        with SimProcess(*SIM, "--tool-calls", "0:3", "--seed", "7") as sim:
+            generate(agentic_file, out, sim.url)
+            sim_calls = sim_metric(sim.root, "tool_calls_total")
+        rows = rows_once(out)
+        tools = inspect_tools(out)
+        assert tools["calls"] == sim_calls == sum(r["meta"]["tool_calls"] for r in rows.values())
+        assert len(tools["calls_per_row"]) >= 3  # 0, 1, 2, 3 calls (cut by the results)
+        counts.append({k: r["meta"]["tool_calls"] for k, r in rows.items()})
+    assert counts[0] == counts[1]

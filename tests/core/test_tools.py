@@ -277,3 +277,26 @@ def test_requests_per_row_follow_the_original_under_each_policy():
     assert turn_count(row, True, "replay") == 4  # three calls and the answer
     assert turn_count(row, True, "keep") == 1
     assert turn_count(parse_row({"prompt": "hi"}, 1), True) == 1
+
+
+def test_replay_with_every_turn_uses_each_user_turns_own_results():
+    msgs = [{"role": "user", "content": "first"}]
+    msgs += [{"role": "assistant", "content": "", "tool_calls": [call("a")]},
+             {"role": "tool", "tool_call_id": "a", "content": "result A"},
+             {"role": "assistant", "content": "done A"},
+             {"role": "user", "content": "second"},
+             {"role": "assistant", "content": "", "tool_calls": [call("b")]},
+             {"role": "tool", "tool_call_id": "b", "content": "result B"},
+             {"role": "assistant", "content": "done B"}]  # fmt: skip
+    conv = start(parse_row({"messages": msgs, "tools": TOOLS}, 1), {}, all_turns=True)
+    assert turn_count(conv.row, True) == 4
+    conv.next_request()
+    answer(conv, "no call: the first turn's result is left unused")
+    req = conv.next_request()
+    assert [m["content"] for m in req.messages] == [
+        "first", "no call: the first turn's result is left unused", "second",
+    ]  # fmt: skip
+    answer(conv, calls=[call("n1")])
+    assert conv.next_request().messages[-1]["content"] == "result B"  # not result A
+    answer(conv, "done")
+    assert conv.next_request() is None and conv.meta("m")["tool_calls"] == 1

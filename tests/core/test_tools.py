@@ -300,3 +300,23 @@ def test_replay_with_every_turn_uses_each_user_turns_own_results():
     assert conv.next_request().messages[-1]["content"] == "result B"  # not result A
     answer(conv, "done")
     assert conv.next_request() is None and conv.meta("m")["tool_calls"] == 1
+
+
+def test_an_xlam_row_is_a_query_and_its_calls_with_a_schema_made_of_its_parameters():
+    obj = {
+        "query": "Live giveaways for beta access?",
+        "answers": orjson.dumps([{"name": "giveaways", "arguments": {"type": "beta"}}]).decode(),
+        "tools": orjson.dumps([{"name": "giveaways", "description": "Live giveaways",
+                                "parameters": {"type": {"type": "str", "description": "kind"},
+                                               "n": {"type": "List[int], optional"}}}]).decode(),
+    }  # fmt: skip
+    row = parse_row(obj, 1)
+    assert [m["role"] for m in row.messages] == ["user", "assistant"]
+    assert row.messages[1]["tool_calls"][0]["function"]["arguments"] == '{"type":"beta"}'
+    params = row.tools[0]["function"]["parameters"]
+    assert params == {"type": "object", "required": ["type"], "properties": {
+        "type": {"type": "string", "description": "kind"}, "n": {"type": "array"}}}  # fmt: skip
+    conv = start(row, {}, all_turns=True)
+    assert [m["role"] for m in conv.next_request().messages] == ["user"]
+    answer(conv, calls=[call("x")])
+    assert conv.next_request() is None and conv.meta("m")["tool_results_ran_out"] is True

@@ -31,7 +31,7 @@ import orjson
 from genbench.errors import InputFileError, UsageError
 from genbench.generate.params import check_row_params
 from genbench.generate.shard import ShardSpec
-from genbench.generate.tools import BadTool, link, row_tools, tool_turn
+from genbench.generate.tools import BadTool, link, row_tools, tool_turn, xlam_turns
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "chatgpt": "assistant", "bot": "assistant"}
@@ -179,6 +179,9 @@ def _messages(obj: dict[str, Any]) -> list[dict[str, Any]]:
     for key in PROMPT_KEYS:
         if obj.get(key) is not None:
             return _turns(obj[key], key)
+    xlam = xlam_turns(obj)
+    if xlam is not None:
+        return xlam
     prompt = obj.get("prompt")
     if prompt is None:
         raise _Bad(
@@ -311,7 +314,8 @@ def open_parquet(path: Path) -> Any:
 def _parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     pf = open_parquet(path)
     names = set(pf.schema_arrow.names)
-    wanted = ("id", *PROMPT_KEYS, "prompt", "system", "params", "tools", "tool_choice")
+    wanted = ("id", *PROMPT_KEYS, "prompt", "system", "params", "tools", "tool_choice",
+              "query", "answers")  # fmt: skip
     cols = [c for c in wanted if c in names]
     if not cols:
         raise InputFileError(path, None, f"no usable columns (has: {', '.join(sorted(names))})")

@@ -17,7 +17,10 @@ Shapes read (docs/generate.md has an example of each):
     `from: function_call` (the value a JSON `{"name", "arguments"}`, or a list of them),
     `from: observation` (the result); `tools` a list or its JSON text;
   * Hermes function calling (NousResearch): a `gpt` turn holding `<tool_call>{...}
-    </tool_call>` blocks, `from: tool` turns holding `<tool_response>...</tool_response>`.
+    </tool_call>` blocks, `from: tool` turns holding `<tool_response>...</tool_response>`;
+  * xLAM / APIGen (Salesforce): `query`, `answers` (the calls that answer it, no
+    results) and `tools` whose `parameters` map each name to `{type: "str, optional",
+    description}` (turned into a JSON schema).
 
 Calls read from ShareGPT or Hermes text get ids `call_<turn>_<k>`, and the results after
 them are paired with them in order. A result that answers no call before it, a result
@@ -101,10 +104,54 @@ def _tool(t: Any, where: str) -> dict[str, Any]:
         raise BadTool(f"expected an object, got {_kind(t)}", where)
     fn = t.get("function") if t.get("type", "function") == "function" else None
     if fn is None and isinstance(t.get("name"), str):
+        t = {**t, "parameters": _schema(t["parameters"])} if "parameters" in t else t
         return {"type": "function", "function": t}  # a bare function schema
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
         raise BadTool("expected {\"type\": \"function\", \"function\": {\"name\": ...}}", where)
     return t
+
+
+_PY_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
+             "list": "array", "dict": "object", "tuple": "array", "set": "array"}  # fmt: skip
+
+
+def _schema(params: Any) -> Any:
+    """xLAM's `{"param": {"type": "str, optional", "description"}}` as a JSON schema;
+    a JSON schema (or anything else) as it is."""
+    schema = isinstance(params, dict) and (
+        isinstance(params.get("type"), str) or "properties" in params
+    )  # a JSON schema's type is a word; an xLAM parameter's spec is an object
+    if schema or not isinstance(params, dict) or not params:
+        return params
+    props: dict[str, Any] = {}
+    required = []
+    for name, spec in params.items():
+        spec = spec if isinstance(spec, dict) else {}
+        words = str(spec.get("type", "str")).lower()
+        base = re.split(r"[\[,\s]", words, maxsplit=1)[0]
+        prop = {"type": _PY_TYPES.get(base, "string")}
+        if isinstance(spec.get("description"), str):
+            prop["description"] = spec["description"]
+        props[name] = prop
+        if "optional" not in words and "default" not in spec:
+            required.append(name)
+    return {"type": "object", "properties": props, "required": required}
+
+
+def xlam_turns(obj: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """An xLAM / APIGen row (`query`, `answers`: the calls that answer it, no results):
+    the user's query and an assistant turn making those calls; None for another shape."""
+    if not isinstance(obj.get("query"), str) or obj.get("answers") is None:
+        return None
+    answers = _json(obj["answers"])
+    if not isinstance(answers, list):
+        what = f"expected a list of calls (or its JSON text), got {_kind(answers)}"
+        raise BadTool(what, "answers")
+    calls = [_loose_call(c, f"answers[{k}]") for k, c in enumerate(answers)]
+    for k, c in enumerate(calls):
+        c["id"] = f"call_1_{k}"
+    return [{"role": "user", "content": obj["query"]},
+            {"role": "assistant", "content": "", "tool_calls": calls}]  # fmt: skip
 
 
 def declared(tools: list[dict[str, Any]] | None) -> set[str]:

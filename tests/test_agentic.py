@@ -198,12 +198,17 @@ def test_run_measures_on_the_files_agentic_requests(agentic_file, tmp_path):
     from genbench.generate.tools import wire
     from genbench.sim.wire import count_prompt
 
-    out = tmp_path / "run"
+    out, builtin = tmp_path / "run", tmp_path / "builtin"
+    flags = ("--lengths", "32", "--prompts-per-length", "9", "--skip", "warmup,sweep")
     with SimProcess(*SIM, "--tool-calls", "1") as sim:
-        p = genbench("run", "--url", sim.url, "--workload", str(agentic_file), "--lengths", "32",
-                     "--prompts-per-length", "9", "--skip", "warmup,sweep", "--out", str(out),
-                     timeout=300)  # fmt: skip
-    assert p.returncode == 0, p.stderr[-3000:]
+        p = genbench("run", "--url", sim.url, "--workload", str(agentic_file), *flags,
+                     "--out", str(out), timeout=300)  # fmt: skip
+        assert p.returncode == 0, p.stderr[-3000:]
+        p = genbench("run", "--url", sim.url, *flags, "--out", str(builtin), timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+    # a run on the file and one on the built-in prompts measured different workloads
+    p = genbench("compare", str(builtin), str(out))
+    assert p.returncode == 2 and "workload.prompts builtin" in p.stderr, p.stderr
     doc = json.loads((out / "result.json").read_text())
     wl = doc["workload"]
     assert (wl["prompts"], wl["rows"], wl["agentic_rows"]) == ("file", N, N)

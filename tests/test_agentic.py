@@ -8,14 +8,15 @@ and `inspect`'s counts equal to what the sim was set to produce (and says it pro
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from conftest import genbench
-from tests_helpers import sim_metric
 
 from genbench.records import read_records
 from genbench.sim.process import SimProcess
@@ -28,6 +29,14 @@ TOOLS = [
     for name, param in (("get_weather", "city"), ("search", "query"), ("lookup", "key"))
 ]  # fmt: skip
 FIRST_PARAM = {"get_weather": "city", "search": "query", "lookup": "key"}
+
+
+def sim_metric(root: str, name: str) -> float:
+    """One of the sim's own counters, from /sim/metrics (there whatever its dialect)."""
+    text = httpx.get(root + "/sim/metrics", timeout=10).text
+    m = re.search(rf"^sim:{name} (\S+)", text, re.M)
+    assert m, f"the sim exports {name}"
+    return float(m[1])
 
 
 def calls_of(i: int) -> int:
@@ -78,20 +87,25 @@ def inspect_tools(out: Path) -> dict[str, Any]:
     return doc["tools"]
 
 
-def check_call(turn: dict[str, Any]) -> None:
+def check_call(turn: dict[str, Any], prefix: str = "chatcmpl-tool-") -> None:
     """A generated call, kept as the sim sent it: an id, a declared function, arguments
     that are a JSON object keyed by its first parameter, the thinking beside it."""
     (c,) = turn["tool_calls"]
-    assert c["id"].startswith("chatcmpl-tool-") and c["type"] == "function"
+    assert c["id"].startswith(prefix) and c["type"] == "function"
     name = c["function"]["name"]
     args = json.loads(c["function"]["arguments"])
     assert list(args) == [FIRST_PARAM[name]] and len(args[FIRST_PARAM[name]].split()) == 6
     assert turn["reasoning_content"].strip() and turn["content"] == ""
 
 
-def test_replay_regenerates_the_calls_and_splices_the_results_in_order(agentic_file, tmp_path):
+@pytest.mark.parametrize(("dialect", "prefix"), [("sim", "chatcmpl-tool-"), ("sglang", "call_")])
+def test_replay_regenerates_the_calls_and_splices_the_results_in_order(
+    agentic_file, tmp_path, dialect, prefix
+):
+    """vLLM's chunk shapes (the sim's own dialect) and SGLang's (nulls in every field)."""
     out = tmp_path / "out"
-    with SimProcess(*SIM, "--tool-calls", "2", "--thinking-tokens", "3") as sim:
+    sim_args = (*SIM, "--tool-calls", "2", "--thinking-tokens", "3", "--dialect", dialect)
+    with SimProcess(*sim_args) as sim:
         generate(agentic_file, out, sim.url)
         sim_calls = sim_metric(sim.root, "tool_calls_total")
     rows = rows_once(out)
@@ -105,7 +119,7 @@ def test_replay_regenerates_the_calls_and_splices_the_results_in_order(agentic_f
         made = [t for t in gen if t["role"] == "assistant" and t.get("tool_calls")]
         assert len(made) == 2  # the sim calls twice in every conversation
         for t in made:
-            check_call(t)
+            check_call(t, prefix)
         results = [t for t in gen if t["role"] == "tool"]
         fed = min(2, calls_of(i))
         assert [t["content"] for t in results] == [f"result {i}.{k}" for k in range(fed)]
@@ -262,3 +276,37 @@ def test_a_seeded_number_of_calls_per_conversation_is_what_inspect_counts(agenti
         assert len(tools["calls_per_row"]) >= 3  # 0, 1, 2, 3 calls (cut by the results)
         counts.append({k: r["meta"]["tool_calls"] for k, r in rows.items()})
     assert counts[0] == counts[1]
+
+
+def test_a_job_killed_mid_conversation_resumes_each_row_exactly_once(agentic_file, tmp_path):
+    """SIGKILL while rows are between their calls: the rerun regenerates the unfinished
+    rows from their first request, and every row is written once, whole."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "genbench", "generate", "-i", str(agentic_file), "--out",
+            str(out), "-c", "8", "--progress-every", "1"]  # fmt: skip
+    with SimProcess("--tps", "200", "--per-seq-ms", "0.1", "--ttft-ms", "5", "--output-len",
+                    "fixed:10", "--tool-calls", "2") as sim:  # fmt: skip
+        env = {**os.environ, "NO_COLOR": "1"}
+        proc = subprocess.Popen([*args, "--url", sim.url], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+        deadline = time.monotonic() + 120
+        data = out / "data-00000.jsonl"
+        while not (data.exists() and data.read_bytes().count(b"\n") >= 20):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        done_before = data.read_bytes().count(b"\n")
+        assert done_before < N
+        generate(agentic_file, out, sim.url)
+    rows = rows_once(out)
+    for i in range(N):
+        conv = rows[f"a{i}"]["conversations"]
+        made = [t for t in conv if t.get("tool_calls")]
+        assert len(made) == 2 and rows[f"a{i}"]["meta"]["tool_calls"] == 2

@@ -320,3 +320,17 @@ def test_an_xlam_row_is_a_query_and_its_calls_with_a_schema_made_of_its_paramete
     assert [m["role"] for m in conv.next_request().messages] == ["user"]
     answer(conv, calls=[call("x")])
     assert conv.next_request() is None and conv.meta("m")["tool_results_ran_out"] is True
+
+
+def test_a_forcing_tool_choice_goes_where_the_original_called_and_none_where_it_answered():
+    force = {"type": "function", "function": {"name": "get_weather"}}
+    row = parse_row({**agentic(1), "tool_choice": force}, 1)
+    conv = start(row, {}, all_turns=False)
+    assert conv.next_request().params["tool_choice"] == force  # a result is there to answer
+    answer(conv, calls=[call("n0")])
+    assert conv.next_request().params["tool_choice"] == "none"  # the original answered here
+    keep = start(row, {}, all_turns=False, tool_policy="keep")
+    assert keep.next_request().params["tool_choice"] == "none"
+    auto = start(parse_row({**agentic(1), "tool_choice": "auto"}, 1), {}, all_turns=False)
+    conv_req = auto.next_request()
+    assert conv_req.params["tool_choice"] == "auto" and conv_req.params["tools"] == TOOLS

@@ -7,7 +7,7 @@ Feeds `StreamParser` (text kept, as generate runs it) three bodies, one chunk pe
 - `text-sglang`: content chunks as SGLang sends them, every field present and null where
   unused (`"tool_calls": null` in each);
 - `call`: a tool call's argument fragments (`{"tool_calls": [{"index": 0, "function":
-  {"arguments": "..."}}]}`), joined by `genbench.tool_stream.ToolCalls`.
+  {"arguments": "..."}}]}`), joined by `genbench.transport.tool_stream.ToolCalls`.
 
 With `--baseline PATH` (a `stream.py` from before tool calls were read, e.g. a checkout of
 an older commit), the text bodies are fed to that parser too, alternating round by round
@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from genbench.records import RequestRecord
-from genbench.stream import StreamParser
+from genbench.transport.stream import StreamParser
 
 WORDS = ["alpha ", "beta ", "gamma ", "delta ", "epsilon ", "zeta ", "eta ", "theta "]
 NULLS = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}

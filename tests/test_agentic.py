@@ -210,7 +210,7 @@ def test_a_malformed_tool_message_fails_in_one_line(agentic_file, tmp_path):
 
 def test_run_measures_on_the_files_agentic_requests(agentic_file, tmp_path):
     from genbench.generate.tools import wire
-    from genbench.sim.wire import count_prompt
+    from genbench.sim.replies import count_prompt
 
     out, builtin = tmp_path / "run", tmp_path / "builtin"
     flags = ("--lengths", "32", "--prompts-per-length", "9", "--skip", "warmup,sweep")

@@ -19,7 +19,7 @@ from conftest import genbench
 from fixtures_vllm import REPO
 
 from genbench.records import RequestRecord, read_records
-from genbench.stream import StreamParser
+from genbench.transport.stream import StreamParser
 
 pytestmark = pytest.mark.vllm
 

@@ -14,7 +14,7 @@ from genbench.generate.agent import AgentConversation
 from genbench.generate.conversation import start, turn_count
 from genbench.generate.input import parse_row, scan
 from genbench.records import RequestRecord
-from genbench.stream import StreamParser, parse_whole
+from genbench.transport.stream import StreamParser, parse_whole
 
 pytestmark = pytest.mark.core
 

@@ -32,12 +32,12 @@ import time
 from collections import deque
 from typing import Any
 
-from genbench.client import ChatRequest
 from genbench.generate.conversation import Conversation
 from genbench.generate.input import Row
 from genbench.generate.rows import row_line
 from genbench.generate.tools import wire
 from genbench.records import RequestRecord
+from genbench.transport.client import ChatRequest
 
 _PROMPTS = ("user", "tool")
 

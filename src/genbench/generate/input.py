@@ -15,6 +15,7 @@ A row is an object with
   * optional `params`: sampling fields for this row only (temperature, max_tokens, ...);
   * optional `tools` and `tool_choice`, and turns that call tools or carry their results
     (`genbench.generate.tools` reads the shapes the common agentic data sets use).
+An OpenAI Batch request line (`custom_id`, `body`) is read as such a row (batch.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import InputFileError, UsageError
+from genbench.generate import batch as batch_api
 from genbench.generate.params import check_row_params
 from genbench.generate.shard import ShardSpec
 from genbench.generate.tools import BadTool, link, row_tools, tool_turn, xlam_turns
@@ -228,6 +230,8 @@ def parse_row(obj: Any, line: int, row_id: str | None = None) -> Row:
         raise _Bad(t.problem, t.field, row_id) from None
     except _Bad as b:
         b.id = row_id
+        if obj.get(batch_api.MARK):
+            b.field = batch_api.field_name(b.field)
         raise
     raw = obj.get("id") if row_id is not None else None
     out_id = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
@@ -244,6 +248,8 @@ def fast_id(s: bytes) -> str | None:
         start = 7
     elif s[:8] == b'{"id": "':
         start = 8
+    elif s[:14] == b'{"custom_id":"':  # an OpenAI Batch request line (batch.py)
+        start = 14
     else:
         return None
     end = s.find(b'"', start)
@@ -261,7 +267,7 @@ def fast_id(s: bytes) -> str | None:
 def _decode(s: bytes) -> Any:
     """JSON from one line, with the problem said plainly (encoding first: it explains most)."""
     try:
-        return orjson.loads(s)
+        obj = orjson.loads(s)
     except orjson.JSONDecodeError as e:
         try:
             s.decode("utf-8")
@@ -276,6 +282,13 @@ def _decode(s: bytes) -> Any:
             else ""
         )
         raise _Bad(f"not valid JSON ({e.msg} at column {e.colno}){hint}") from None
+    if batch_api.is_batch_line(obj):
+        try:
+            return batch_api.batch_row(obj)
+        except batch_api.BatchLineError as b:
+            cid = obj.get("custom_id")
+            raise _Bad(b.problem, b.field, cid if isinstance(cid, str) and cid else None) from None
+    return obj
 
 
 # -- reading files --------------------------------------------------------------------------
@@ -393,7 +406,9 @@ class _Scan:
         if self.earlier(rid):
             return self.full(n)
         if rid in res.todo or rid in self.bad_ids or rid in self.done or rid in self.failed:
-            self.bad(n, self.dup(rid, n, derived is not None), item)
+            b = self.dup(rid, n, derived is not None)
+            b.field = batch_api.field_name(b.field) if obj.get(batch_api.MARK) else b.field
+            self.bad(n, b, item)
             return False
         if derived is None:
             try:

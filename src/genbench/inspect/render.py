@@ -148,7 +148,7 @@ def _tool_lines(doc: dict[str, Any], console: Console) -> None:
             console.print(f"  {kind}: {ex['id']} ({ex['file']}:{ex['line']}): {ex['detail']}")
 
 
-def render(doc: dict[str, Any], console: Console) -> None:
+def print_inspection(doc: dict[str, Any], console: Console) -> None:
     files = doc["source"]["files"]
     console.print(
         f"[bold]genbench inspect[/] {doc['source']['path']}: {doc['rows']:,} rows in "

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import UsageError
-from genbench.sim.wire import TEXT, TEXT_LEN
+from genbench.sim.replies import TEXT, TEXT_LEN
 
 ARG_WORDS = 6  # words in a call's argument value: a call is ARG_WORDS + 3 tokens
 _TAIL = b',"finish_reason":null}]}\n\n'

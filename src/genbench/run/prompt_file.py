@@ -18,11 +18,11 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-from genbench.client import ChatRequest
 from genbench.errors import InputFileError
 from genbench.generate.input import Row, iter_rows, scan
 from genbench.generate.tools import is_agentic, wire
-from genbench.workload import PromptCycle
+from genbench.run.workload import PromptCycle
+from genbench.transport.client import ChatRequest
 
 MAX_ROWS = 2000  # rows read from the file: enough variety, little memory
 

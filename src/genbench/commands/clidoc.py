@@ -156,7 +156,10 @@ MEANINGS: dict[str, str] = {
     "--input-changed": "What to do with done rows whose request changed or that left the "
     "input: regenerate or keep.",
     "--ttft-ms": "Reference server: prefill milliseconds before the first token.",
+    "--tool-calls": "Reference server: tool calls a conversation makes before it answers.",
+    "--tool-policy": "Rows with tools: replay the calls (cached results fed back) or keep them.",
     "--turns": "Which assistant turns to generate: all or last.",
+    "--workload": "A prompt file (as generate's) whose requests the benchmark sends.",
     "--url": "Server base URL (generate: repeatable, one per server; inspect: its tokenizer).",
     "--url-file": "File of servers, one 'URL [CONCURRENCY]' per line.",
     "--version": "Print the version and exit.",

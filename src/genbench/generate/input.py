@@ -12,7 +12,9 @@ A row is an object with
     file keeps ids;
   * the prompt: `conversations` or `messages` (a list of {role, content}, or ShareGPT's
     {from, value}), or `prompt` (text) with an optional `system` (text);
-  * optional `params`: sampling fields for this row only (temperature, max_tokens, ...).
+  * optional `params`: sampling fields for this row only (temperature, max_tokens, ...);
+  * optional `tools` and `tool_choice`, and turns that call tools or carry their results
+    (`genbench.generate.tools` reads the shapes the common agentic data sets use).
 An OpenAI Batch request line (`custom_id`, `body`) is read as such a row (batch.py).
 """
 
@@ -37,9 +39,10 @@ from genbench.generate.input_files import open_parquet as open_parquet  # inspec
 from genbench.generate.input_files import parquet_rows as _parquet
 from genbench.generate.params import check_row_params
 from genbench.generate.shard import ShardSpec
+from genbench.generate.tools import BadTool, link, row_tools, tool_turn, xlam_turns
 
 _crc = zlib.crc32
-ROLES = ("system", "developer", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "chatgpt": "assistant", "bot": "assistant"}
 RAW_LIMIT = 2000  # characters of a bad line kept in the errors file
 
@@ -63,6 +66,8 @@ class Row:
     params: dict[str, Any]
     line: int
     out_id: str | int | None = None
+    tools: list[dict[str, Any]] | None = None  # the row's tool schema, sent with each request
+    tool_choice: Any = None
     src: int = 0  # the key of its input line (fingerprint.py), 0 when not computed
 
     @property
@@ -181,9 +186,14 @@ def _turns(value: Any, key: str) -> list[dict[str, Any]]:
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise _Bad(f"expected an object, got {type(item).__name__}", f"{key}[{i}]")
-        role = item.get("role")
+        role, src = item.get("role"), None
         if role is None and item.get("from") is not None:
-            role = SHAREGPT_ROLES.get(str(item["from"]).lower(), str(item["from"]).lower())
+            src = str(item["from"]).lower()
+            role = SHAREGPT_ROLES.get(src, src)
+        tool = tool_turn(item, role, src, f"{key}[{i}]")
+        if tool is not None:
+            out.append(tool)
+            continue
         if role not in ROLES:
             got = "no role" if role is None else f"role {role!r}"
             raise _Bad(f"{got}: expected one of {', '.join(ROLES)}", f"{key}[{i}].role")
@@ -196,6 +206,7 @@ def _turns(value: Any, key: str) -> list[dict[str, Any]]:
         out.append(turn)
     if not any(t["role"] == "user" for t in out):
         raise _Bad("no user turn to answer", key)
+    link(out, key)
     return out
 
 
@@ -203,6 +214,9 @@ def _messages(obj: dict[str, Any]) -> list[dict[str, Any]]:
     for key in PROMPT_KEYS:
         if obj.get(key) is not None:
             return _turns(obj[key], key)
+    xlam = xlam_turns(obj)
+    if xlam is not None:
+        return xlam
     prompt = obj.get("prompt")
     if prompt is None:
         raise _Bad(
@@ -244,6 +258,9 @@ def parse_row(obj: Any, line: int, row_id: str | None = None) -> Row:
     try:
         messages = _messages(obj)
         params = _params(obj)
+        tools, choice = row_tools(obj)
+    except BadTool as t:
+        raise _Bad(t.problem, t.field, row_id) from None
     except _Bad as b:
         b.id = row_id
         if obj.get(batch_api.MARK):
@@ -251,7 +268,9 @@ def parse_row(obj: Any, line: int, row_id: str | None = None) -> Row:
         raise
     raw = obj.get("id") if row_id is not None else None
     out_id = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
-    return Row(row_id or derive_id(messages, params), messages, params, line, out_id)
+    # a row's tools are part of its content; a row without keeps the id it always had
+    key = derive_id(messages, params if tools is None else {**params, "tools": tools})
+    return Row(row_id or key, messages, params, line, out_id, tools, choice)
 
 
 def fast_id(s: bytes) -> str | None:

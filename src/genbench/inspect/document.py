@@ -250,6 +250,8 @@ def build(source: Path, sc: Scan, s: Settings) -> tuple[dict[str, Any], Analysis
         "storage": storage(sc, a, None, s.hidden),
         "fidelity": sc.fidelity.describe() if sc.fidelity is not None else None,
     }
+    if sc.tools.rows:
+        doc["tools"] = sc.tools.to_dict()
     return doc, Analysis(flags, dups["first_of"], a)
 
 

@@ -23,6 +23,7 @@ from genbench.inspect.detect import BIT, DEFECTS, Thresholds, answer_keys, exami
 from genbench.inspect.distribution import duplicates
 from genbench.inspect.fidelity import Fidelity
 from genbench.inspect.reader import FileStats, kind_of, read_rows
+from genbench.inspect.tools import ToolTally
 
 PARQUET_SAMPLE = 1000  # rows kept (reservoir) to measure Parquet bytes per row of a JSONL set
 
@@ -103,6 +104,7 @@ class Scan:
     sample: list[Any]  # decoded rows, for the Parquet size estimate of a JSONL set
     where: array = field(default_factory=lambda: array("Q"))  # (file index << 40) | line
     fidelity: Fidelity | None = None  # the token ids' counts (inspect/fidelity.py)
+    tools: ToolTally = field(default_factory=ToolTally)  # agentic rows' calls
 
     @property
     def rows(self) -> int:
@@ -159,6 +161,7 @@ def scan(
     stats: list[FileStats] = []
     sample: list[Any] = []
     where = array("Q")
+    tools = ToolTally(max_examples=max_examples)
     rng = random.Random(0)
     n = 0
     for fi, path in enumerate(files):
@@ -168,6 +171,7 @@ def scan(
         for line, row, obj in read_rows(path, fs):
             bits, details = examine(row, th)
             fid.add(obj)
+            tools.add(obj, row.id, path.name, line)
             for name, detail in details:
                 if len(examples[name]) < max_examples:
                     examples[name].append(Example(row.id, path.name, line, detail))
@@ -197,4 +201,6 @@ def scan(
             n += 1
             if progress is not None and not n & 0xFFF:
                 progress(n)
-    return Scan(stats, cols, ids, list(servers), list(finishes), examples, sample, where, fid)
+    return Scan(
+        stats, cols, ids, list(servers), list(finishes), examples, sample, where, fid, tools
+    )

@@ -31,6 +31,7 @@ from genbench.errors import ErrorKind, status_kind
 from genbench.records import ANSWER, THINKING, RequestRecord
 from genbench.transport.thinking import Splitter, resplit, split_whole
 from genbench.transport.token_ids import Ids
+from genbench.transport.tool_stream import ToolCalls
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
@@ -68,7 +69,7 @@ class StreamParser:
 
     __slots__ = (
         "rec", "t0", "buf", "kinds", "answer", "thinking", "done", "finished", "failure",
-        "split", "last", "raw", "watched", "ids", "add_ids",
+        "split", "last", "raw", "watched", "ids", "add_ids", "tools",
     )  # fmt: skip
 
     def __init__(
@@ -99,6 +100,7 @@ class StreamParser:
         self.watched: array[int] | None = (
             array("I") if split is not None and split.watching else None
         )
+        self.tools: ToolCalls | None = None  # the reply's tool calls, from delta.tool_calls
         # the server's token ids (genbench.transport.token_ids), when asked: a chunk's are appended
         # to one array, 4 bytes an id
         self.ids = ids
@@ -153,6 +155,8 @@ class StreamParser:
                             content = delta.get("content")
                             if thinking or content:
                                 self.text(rel, thinking, content)
+                            if calls := delta.get("tool_calls"):
+                                self.tool(rel, calls, bool(thinking or content))
                             continue
             failure = self._event(obj, rel)
             if failure is not None:
@@ -183,6 +187,8 @@ class StreamParser:
                 content = delta.get("content")
                 if thinking or content:
                     self.text(rel, thinking, content)
+                if calls := delta.get("tool_calls"):
+                    self.tool(rel, calls, bool(thinking or content))
             fr = choice.get("finish_reason")
             if fr:
                 rec.finish_reason = fr
@@ -236,6 +242,24 @@ class StreamParser:
                 rec.ttft_thinking = rel
             if self.thinking is not None:
                 self.thinking.append(thinking)
+
+    def tool(self, rel: float, parts: Any, counted: bool) -> None:
+        """A chunk carrying tool-call fragments: joined by `ToolCalls`; the chunk is an
+        answer chunk (its tokens are output), once, when no text came with it."""
+        if self.tools is None:
+            self.tools = ToolCalls()
+            if self.watched is not None:
+                self._unsplit()  # a watcher meets a call: the reply is not inline thinking
+        self.tools.feed(parts)
+        if counted:
+            return
+        rec = self.rec
+        if rec.ttft is None:
+            rec.ttft = rel
+        if rec.ttft_answer is None:
+            rec.ttft_answer = rel
+        rec.chunk_offsets.append(rel)
+        self.kinds.append(_A)
 
     def _reread(self, rel: float, tail: str) -> None:
         """The watcher saw the dialect in the chunk at `rel`: every text field the reply set
@@ -309,6 +333,10 @@ class StreamParser:
         if self.answer is not None:
             rec.text = "".join(self.answer)
             rec.reasoning = "".join(self.thinking or [])
+        if self.tools is not None:
+            rec.tool_call_count = len(self.tools)
+            if self.answer is not None:
+                rec.tool_calls = self.tools.result()
         if self.ids is not None:
             keep_ids(rec, self.ids)
         split = self.split if self.split is not None and not self.split.watching else None
@@ -362,6 +390,11 @@ def parse_whole(
     if keep_text:
         rec.text, rec.reasoning = content, thinking
     rec.finish_reason = choice.get("finish_reason")
+    calls = msg.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        rec.tool_call_count = len(calls)
+        if keep_text:
+            rec.tool_calls = calls  # as the server sent them
     if obj.get("usage"):
         apply_usage(rec, obj["usage"])
     else:

@@ -127,6 +127,14 @@ def answer_line(row_id: str | int, conversations: list[dict[str, Any]], meta: di
     }) + b"\n"  # fmt: skip
 
 
+def row_bytes(conv: Any, model: str, fmt: str) -> bytes:
+    """A finished row as the data file holds it: a Batch output line in format `batch`
+    (`--answers batch`), else the conversations line (`Conversation.line`)."""
+    if fmt != "batch":
+        return conv.line(model)
+    return answer_line(conv.row.output_id, conv.out, conv.meta(model))
+
+
 def error_line(entry: dict[str, Any]) -> bytes:
     """One Batch output line for a row that failed (an errors-file entry)."""
     status = entry.get("http_status")

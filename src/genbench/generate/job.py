@@ -22,7 +22,7 @@ from genbench.check import CheckReport, preflight
 from genbench.client import Client, Timeouts
 from genbench.endpoint import Endpoint
 from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
-from genbench.generate.batch import answer_line
+from genbench.generate.batch import row_bytes
 from genbench.generate.conversation import Conversation
 from genbench.generate.input import BadRow, InputScan, ShardSpec, iter_rows, scan
 from genbench.generate.pipeline import Retries, row_load
@@ -47,7 +47,7 @@ class JobConfig:
     model: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     turns: str = "all"  # all | last
-    fmt: str = "jsonl"  # jsonl | parquet
+    fmt: str = "jsonl"  # jsonl | parquet | batch (JSONL of OpenAI Batch output lines)
     shard: ShardSpec | None = None
     shard_bytes: int = 256 << 20
     skip_invalid: bool = False
@@ -68,11 +68,9 @@ class JobConfig:
     think_tags: tuple[str, str] = DEFAULT_TAGS  # thinking inline in content: its tags
     think_dialect: str = "auto"  # --think-dialect: where thinking arrives, or auto
     keep_raw: bool = False  # also write each answer's text as generated (turn["raw"])
-    answers: str = "conversations"  # conversations | batch (OpenAI Batch output lines) | both
 
     def fingerprint(self, model: str) -> dict[str, Any]:
-        fmt = "batch" if self.answers == "batch" else self.fmt  # Batch lines: another format
-        return {"model": model, "params": self.params, "turns": self.turns, "format": fmt}
+        return {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
 
     @property
     def shard_tag(self) -> str | None:
@@ -394,14 +392,9 @@ class Job:
             entry["meta"] = conv.meta(self.model)
             self.store.write_error(conv.row.id, entry, info)
         else:
-            self.store.write_row(conv.row.id, self._row_line(conv), info)
+            self.store.write_row(conv.row.id, row_bytes(conv, self.model, self.cfg.fmt), info)
         self._t_last_done = time.perf_counter()
         return self.store.take_shortage()
-
-    def _row_line(self, conv: Conversation) -> bytes:
-        if self.cfg.answers != "batch":
-            return conv.line(self.model)
-        return answer_line(conv.row.output_id, conv.out, conv.meta(self.model))
 
     def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> str | None:
         entry = self._error_entry(conv, kind, why)

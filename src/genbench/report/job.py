@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from genbench import fmt
-from genbench.generate.listeners import read_runs
+from genbench.generate.runlog import read_runs
 from genbench.report.figures import FAIL_COLOR, Band, Figure, HBar, Series
 from genbench.report.joblog import EDGES, JobHistory, read_job_log
 from genbench.report.runs import PALETTE

@@ -10,8 +10,8 @@ import pytest
 from conftest import genbench
 from typer.testing import CliRunner
 
-from genbench import clidoc
 from genbench.cli import ALIASES, app, apply_aliases
+from genbench.commands import clidoc
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 COMMANDS = clidoc.app_commands()

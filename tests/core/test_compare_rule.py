@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from synthetic import rec
 
-import genbench.estimates as estimates
-import genbench.noise as noise
-from genbench.compare import (
+import genbench.compare.in_run as estimates
+import genbench.compare.noise as noise
+from genbench.compare.noise import difference, side
+from genbench.compare.rule import (
     Estimate,
     Row,
     bootstrap_rel,
@@ -21,7 +22,6 @@ from genbench.compare import (
     halves_rel,
     tokens_per_chunk,
 )
-from genbench.noise import difference, side
 
 pytestmark = pytest.mark.core
 

@@ -8,14 +8,14 @@ from typing import Any
 import orjson
 import typer
 
-from genbench.check import CheckReport, MetricsProbe, preflight
+from genbench.check.metric_names import DIALECTS
+from genbench.check.preflight import CheckReport, MetricsProbe, preflight
+from genbench.check.router import ROUTER_KINDS, workers_line
 from genbench.commands import common
-from genbench.console import err, out
+from genbench.commands.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import count, duration, ms, number
-from genbench.metrics_names import DIALECTS
-from genbench.router import ROUTER_KINDS, workers_line
-from genbench.think import NONE, describe
+from genbench.transport.thinking import NONE, describe
 
 
 def check(

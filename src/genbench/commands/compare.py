@@ -9,11 +9,11 @@ from rich.table import Table
 
 from genbench import fmt
 from genbench.commands import common
-from genbench.compare import ALLOWANCE, FLOOR, Comparison, Row, Z, compare, failures
-from genbench.console import out
+from genbench.commands.console import out
+from genbench.compare.rule import ALLOWANCE, FLOOR, Comparison, Row, Z, compare, failures
+from genbench.compare.runs import Run, load_sides
 from genbench.errors import UsageError
 from genbench.report.html import when
-from genbench.report.runs import Run, load_sides
 
 SECTIONS = {
     "single": "single stream, by output length",

@@ -23,8 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from genbench.commands import common, watch
-from genbench.console import err, out
-from genbench.endpoint import load_api_key
+from genbench.commands.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import duration, duration_range, number, rate
 from genbench.generate.input import ShardSpec
@@ -32,6 +31,7 @@ from genbench.generate.job import JobConfig, JobResult, Listener, run_job
 from genbench.generate.params import job_params
 from genbench.generate.servers import ServerSpec
 from genbench.plan.document import JobForecast, job_forecast, read_plan
+from genbench.transport.endpoint import load_api_key
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -423,7 +423,7 @@ def generate(
         raise UsageError("no server: give --url URL (repeatable) or --url-file FILE")
     if plan_doc is not None:
         job_forecast(plan_doc, 1, len(servers))  # a plan without a usable forecast fails now
-    from genbench.endpoint import Endpoint
+    from genbench.transport.endpoint import Endpoint
 
     for s in servers:
         Endpoint.parse(s.url)  # a bad URL fails now, with its own message

@@ -8,7 +8,7 @@ import orjson
 import typer
 
 from genbench.commands import common
-from genbench.console import err, out
+from genbench.commands.console import err, out
 from genbench.errors import UsageError
 from genbench.inspect import Settings, Thresholds, inspect_data
 from genbench.inspect.clean import parse_drop

@@ -8,7 +8,7 @@ import orjson
 import typer
 
 from genbench.commands import common
-from genbench.console import err, out
+from genbench.commands.console import err, out
 from genbench.plan.make import PlanArgs, make_plan
 from genbench.plan.render import render
 

@@ -12,12 +12,12 @@ import orjson
 import typer
 from rich.console import Console
 
+from genbench.check.server_metrics import metrics_target
 from genbench.commands import common
-from genbench.console import err, out
+from genbench.commands.console import err, out
 from genbench.errors import ExitCode, UsageError
-from genbench.metrics import metrics_target
-from genbench.run import RunConfig, default_out_dir, execute_run
-from genbench.run_render import ConsoleListener, render_repeats, render_summary
+from genbench.run.benchmark import RunConfig, default_out_dir, execute_run
+from genbench.run.render import ConsoleListener, render_repeats, render_summary
 
 T = TypeVar("T")
 
@@ -294,7 +294,7 @@ def run_repeats(
     One server: OUT/repeat-1 … OUT/repeat-N. Several (--url A --versus B): OUT/a/repeat-i
     and OUT/b/repeat-i, run A1 B1 A2 B2 …, so a drift of the host hits both alike; then the
     comparison, as `genbench compare OUT/a OUT/b` prints it."""
-    from genbench.repeats import execute_repeats
+    from genbench.run.repeats import execute_repeats
 
     ctx: AbstractContextManager[Any] = nullcontext()
     extra: dict[str, Any] = {}
@@ -324,8 +324,8 @@ def run_repeats(
     dirs = [d for _, _, d in targets]
     if len(dirs) > 1:
         from genbench.commands.compare import render
-        from genbench.compare import compare
-        from genbench.report.runs import load_sides
+        from genbench.compare.rule import compare
+        from genbench.compare.runs import load_sides
 
         render(compare(load_sides(dirs)), console)
     else:

@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from genbench.client import ChatRequest
 from genbench.generate.input import BadRow, Row
 from genbench.generate.params import merge, split_max_tokens
 from genbench.generate.rows import row_line
 from genbench.records import RequestRecord
+from genbench.transport.client import ChatRequest
 
 
 class Conversation:

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from genbench import __version__, fmt
-from genbench.check import CheckReport, preflight
-from genbench.client import Client, Timeouts
-from genbench.endpoint import Endpoint
+from genbench.check.preflight import CheckReport, preflight
+from genbench.check.router import ROUTER_KINDS
 from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
 from genbench.generate.batch import row_bytes
 from genbench.generate.conversation import Conversation
@@ -31,8 +30,9 @@ from genbench.generate.servers import Server, ServerSpec
 from genbench.generate.store import Existing, Store
 from genbench.load import Load
 from genbench.records import RequestRecord
-from genbench.router import ROUTER_KINDS
-from genbench.think import DEFAULT_TAGS, ThinkMode, ThinkState
+from genbench.transport.client import Client, Timeouts
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.thinking import DEFAULT_TAGS, ThinkMode, ThinkState
 
 # preflight failures that mean "not up yet" rather than "misconfigured"
 DOWN_EXITS = {ExitCode.REFUSED, ExitCode.TIMEOUT, ExitCode.SERVER_ERROR}

@@ -95,7 +95,7 @@ def inspect_data(
     target = save or default_save(path)
     doc["saved"] = str(target)
     try:
-        from genbench.result import write_json_atomic
+        from genbench.run.result import write_json_atomic
 
         write_json_atomic(target, doc)
     except OSError as e:

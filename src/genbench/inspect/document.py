@@ -19,7 +19,7 @@ from genbench.errors import UsageError
 from genbench.inspect.detect import BIT, DEFECTS, RULES, Thresholds
 from genbench.inspect.scan import Scan
 from genbench.inspect.stats import describe, odd_servers
-from genbench.result import has_schema, read_document
+from genbench.run.result import has_schema, read_document
 
 if TYPE_CHECKING:
     from genbench.plan import HiddenStates

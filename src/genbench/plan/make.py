@@ -14,13 +14,10 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from genbench.aio import run_async
-from genbench.check import CheckReport, preflight
-from genbench.console import err
-from genbench.endpoint import Endpoint, endpoint
+from genbench.check.preflight import CheckReport, preflight
+from genbench.commands.console import err
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
 from genbench.generate.params import job_params
-from genbench.limits import fit_descriptors
 from genbench.plan.compare import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
 from genbench.plan.document import save_plan
@@ -39,10 +36,13 @@ from genbench.plan.pilot import (
 from genbench.plan.render import PilotProgress
 from genbench.plan.storage import HiddenStates, hidden_states, storage_from_tokens
 from genbench.plan.units import parse_counts
-from genbench.result import REQUESTS_FILE, load_result
-from genbench.run import prepare_out_dir
+from genbench.run.benchmark import prepare_out_dir
+from genbench.run.result import REQUESTS_FILE, load_result
 from genbench.settings import Setting, setting
-from genbench.think import ThinkMode, parse_dialect, parse_tags
+from genbench.transport.endpoint import Endpoint, endpoint
+from genbench.transport.eventloop import run_async
+from genbench.transport.open_files import fit_descriptors
+from genbench.transport.thinking import ThinkMode, parse_dialect, parse_tags
 
 DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
 DEFAULT_PILOT_C = 32

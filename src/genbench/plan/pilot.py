@@ -15,8 +15,6 @@ from typing import Any
 
 import orjson
 
-from genbench.client import ChatRequest, Client, Timeouts
-from genbench.endpoint import Endpoint
 from genbench.errors import ErrorKind, InputFileError
 from genbench.generate.conversation import Conversation, turn_count
 from genbench.generate.input import Row, iter_rows, scan
@@ -25,8 +23,10 @@ from genbench.generate.servers import Server
 from genbench.load import run_phase
 from genbench.plan.bar import TARGET_REL_ERROR, length_halfwidth
 from genbench.records import RecordWriter, RequestRecord, read_records
-from genbench.result import REQUESTS_FILE
-from genbench.think import ThinkMode
+from genbench.run.result import REQUESTS_FILE
+from genbench.transport.client import ChatRequest, Client, Timeouts
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.thinking import ThinkMode
 
 __all__ = ["turn_count"]  # generate's, for the plan
 

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from genbench.compare.runs import Run, load_sides
 from genbench.errors import UsageError
 from genbench.inspect.document import is_inspection, load_inspect
 from genbench.report import decision, inspection
@@ -13,7 +14,6 @@ from genbench.report.figures import MAX_BARS, Figure, focus_phase
 from genbench.report.html import figure_html, page
 from genbench.report.job import is_job
 from genbench.report.job_page import job_sections
-from genbench.report.runs import Run, load_sides
 from genbench.report.timeline import all_figures
 
 REPORT_FILE = "report.html"

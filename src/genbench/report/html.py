@@ -12,9 +12,9 @@ from html import escape
 from typing import Any
 
 from genbench import __version__, fmt
+from genbench.compare.runs import Run, workload_differences
 from genbench.report import cards, decision, inspection
 from genbench.report import figures as F
-from genbench.report.runs import Run, workload_differences
 from genbench.report.svg import WIDE, WIDTH, render, swatch
 
 CSS = """

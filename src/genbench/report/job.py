@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from genbench import fmt
+from genbench.compare.runs import PALETTE
 from genbench.generate.runlog import read_runs
 from genbench.report.figures import FAIL_COLOR, Band, Figure, HBar, Series
 from genbench.report.joblog import EDGES, JobHistory, read_job_log
-from genbench.report.runs import PALETTE
 
 ETA_WINDOW_S = 300.0  # the panel's: generate/progress.py
 REQUESTS = "requests.jsonl"

@@ -96,8 +96,8 @@ def sim(
         metrics=not no_metrics,
     ).validate()  # fmt: skip
 
-    from genbench.limits import raise_soft_limit
     from genbench.sim.server import run
+    from genbench.transport.open_files import raise_soft_limit
 
     raise_soft_limit()  # a server cannot know how many clients will connect: all it may
     run(cfg)

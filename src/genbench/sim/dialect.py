@@ -8,7 +8,7 @@ and `/metrics` from it, so a new kind is a new table entry, not branches in the 
 * `sglang`: what SGLang serves, as read from its source (sgl-project/sglang,
   `python/sglang/srt/entrypoints/http_server.py` at 0025436eab0556737d615b36a4dd3e1e26e82f3d
   and later renames; `python/sglang/srt/metrics/collector.py` at
-  00ae9c1590d2d0bb6c0bfff39e312c34ae3dd538; see genbench/metrics_names.py): `/health` and
+  00ae9c1590d2d0bb6c0bfff39e312c34ae3dd538; see genbench/check/metric_names.py): `/health` and
   `/health_generate` answering an empty 200 (503 when unhealthy), `/server_info` and its
   older spelling `/get_server_info` (server arguments, scheduler limits, per-rank
   `internal_states`, `version`), `/model_info` and `/get_model_info`, `/flush_cache`, the

@@ -13,8 +13,7 @@ from typing import Any
 
 import orjson
 
-from genbench.client import ChatRequest, Client, ConnectionPool, Timeouts
-from genbench.diagnosis import (
+from genbench.check.diagnosis import (
     Diagnosis,
     PreflightFailed,
     model_diagnosis,
@@ -24,13 +23,14 @@ from genbench.diagnosis import (
     transport_diagnosis,
     where,
 )
-from genbench.endpoint import Endpoint
+from genbench.check.metric_names import dialect_of, metrics_off_hint
+from genbench.check.router import ONE_WORKERS_METRICS, identify_router, router_notes
 from genbench.errors import ExitCode
-from genbench.metrics_names import dialect_of, metrics_off_hint
 from genbench.records import ErrorKind, RequestRecord
-from genbench.router import ONE_WORKERS_METRICS, identify_router, router_notes
-from genbench.stream import Failure, error_message_from_body, share_by_chars
-from genbench.think import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
+from genbench.transport.client import ChatRequest, Client, ConnectionPool, Timeouts
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.stream import Failure, error_message_from_body, share_by_chars
+from genbench.transport.thinking import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
@@ -77,7 +77,8 @@ class CheckReport:
     tokens_estimated: bool | None = None
     deep_health: str | None = None  # SGLang's /health_generate: "ok" or "absent"
     metrics: MetricsProbe | None = None
-    # where the thinking arrives (genbench.think: separate, inline, inline-opened, none)
+    # where the thinking arrives (genbench.transport.thinking: separate, inline, inline-opened,
+    # none)
     # and the tags an inline split looks for
     thinking_dialect: str | None = None
     think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))

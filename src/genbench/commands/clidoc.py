@@ -1,4 +1,5 @@
-"""docs/cli.md, generated from the command line itself: `python -m genbench.clidoc > docs/cli.md`.
+"""docs/cli.md, generated from the command line itself:
+`python -m genbench.commands.clidoc > docs/cli.md`.
 
 Why generated: a hand-written flag list drifts from the code the first time someone adds an
 option. The vocabulary below (one meaning per flag name, in every command) is the part a
@@ -12,7 +13,7 @@ import re
 import sys
 from typing import Any
 
-REGENERATE = "PYTHONPATH=src python -m genbench.clidoc > docs/cli.md"
+REGENERATE = "PYTHONPATH=src python -m genbench.commands.clidoc > docs/cli.md"
 
 RULES = """\
 # genbench command line
@@ -201,7 +202,7 @@ def problems() -> list[str]:
             key = long_name(opt)
             used.add(key)
             if key not in MEANINGS:
-                found.append(f"{cname} {key}: no meaning in genbench.clidoc.MEANINGS")
+                found.append(f"{cname} {key}: no meaning in genbench.commands.clidoc.MEANINGS")
             names = frozenset(opt.opts + opt.secondary_opts)
             for n in names:
                 first = seen.setdefault(n, (names, opt.is_flag, cname))

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from genbench.endpoint import Endpoint
 from genbench.errors import UsageError
-from genbench.result import REQUESTS_FILE, RESULT_FILE
-from genbench.run import Listener, RunConfig, RunState, execute_run
+from genbench.run.benchmark import Listener, RunConfig, RunState, execute_run
+from genbench.run.result import REQUESTS_FILE, RESULT_FILE
+from genbench.transport.endpoint import Endpoint
 
 REPEAT_DIR = "repeat-{}"
 

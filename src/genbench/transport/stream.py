@@ -29,7 +29,7 @@ from orjson import JSONDecodeError, loads
 
 from genbench.errors import ErrorKind, status_kind
 from genbench.records import ANSWER, THINKING, RequestRecord
-from genbench.think import Splitter, resplit, split_whole
+from genbench.transport.thinking import Splitter, resplit, split_whole
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
@@ -52,13 +52,14 @@ class Failure(Exception):
 class StreamParser:
     """One streamed response: SSE lines in, the record's fields out.
 
-    `text` is where each text-bearing chunk lands. With a `split` (`genbench.think`), the
-    thinking that arrives inline in `content` is told from the answer there, unless the
-    server fills a reasoning field itself. A chunk whose text is all tag, or held back as
-    the possible start of one, is no text chunk (the server's parser sends none for it).
+    `text` is where each text-bearing chunk lands. With a `split`
+    (`genbench.transport.thinking`), the thinking that arrives inline in `content` is told
+    from the answer there, unless the server fills a reasoning field itself. A chunk whose
+    text is all tag, or held back as the possible start of one, is no text chunk (the
+    server's parser sends none for it).
 
-    A watching `split` (the `none` dialect, `genbench.think`) gives answer until it sees the
-    dialect; then the reply so far is read again with the dialect's splitter, from its
+    A watching `split` (the `none` dialect, `genbench.transport.thinking`) gives answer until it
+    sees the dialect; then the reply so far is read again with the dialect's splitter, from its
     first chunk (`watched`), so the record is what that splitter would have made of it.
     While it watches, a chunk it holds back is an answer chunk all the same (its text
     comes with a later one), as the chunk is when nothing is split.
@@ -384,7 +385,7 @@ def estimate_thinking(rec: RequestRecord, tags: int) -> None:
     """Thinking split inline by genbench, the server counting only completion tokens:
     its tokens shared out by chunks (a chunk a token: exact without speculative decoding;
     the tag chunks count as answer, as a reasoning parser counts them), marked estimated
-    until the server's tokenizer counts the thinking text (`genbench.think_tokens`)."""
+    until the server's tokenizer counts the thinking text (`genbench.run.thinking_count`)."""
     thinking = rec.chunk_kinds.count(THINKING)
     chunks = len(rec.chunk_kinds) + tags
     total = rec.completion_tokens or 0

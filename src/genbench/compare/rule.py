@@ -3,7 +3,7 @@
 A side is one run, or several repeats of one measurement (`run --repeat`). A ratio
 alone invites reading 3% as "faster" when two runs of the same server differ by 3%. So
 every value comes with an estimate of how much it would move on a rerun, and a
-difference is called out only when it is larger than that noise (`genbench.noise`, and
+difference is called out only when it is larger than that noise (`genbench.compare.noise`, and
 docs/compare-and-report.md). Within one run, the relative standard error of a value is:
 
 * per-request metrics (decode tok/s, TTFT, ITL, TPOT, per-request tokens per
@@ -26,9 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from genbench import noise
-from genbench.errors import UsageError
-from genbench.estimates import (
+from genbench.compare import noise
+from genbench.compare.in_run import (
     _mean,
     _pct,
     bootstrap_rel,
@@ -37,9 +36,10 @@ from genbench.estimates import (
     itl_rel,
     tokens_per_chunk,
 )
-from genbench.noise import ALLOWANCE, FLOOR, Z, noise_rule
+from genbench.compare.noise import ALLOWANCE, FLOOR, Z, noise_rule
+from genbench.compare.runs import Run, concurrencies, lengths, workload_differences
+from genbench.errors import UsageError
 from genbench.records import RequestRecord
-from genbench.report.runs import Run, concurrencies, lengths, workload_differences
 
 __all__ = [
     "ALLOWANCE",

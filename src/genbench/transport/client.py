@@ -1,9 +1,10 @@
 """One streaming chat-completion call -> one `RequestRecord`, over a keep-alive pool.
 
 `Client.chat` never raises for a failed request: every way a request can fail becomes an
-`ErrorKind` and a message on its record (the mapping is in `genbench.stream`). The
-response is read by `genbench.http1` and parsed by `genbench.stream.StreamParser` as it
-arrives, each chunk timestamped on the monotonic clock as it is read.
+`ErrorKind` and a message on its record (the mapping is in `genbench.transport.stream`). The
+response is read by `genbench.transport.connection` and parsed by
+`genbench.transport.stream.StreamParser` as it arrives, each chunk timestamped on the
+monotonic clock as it is read.
 
 `ConnectionPool` holds the keep-alive connections to one server. One pool serves every
 request genbench sends to that server: the chat requests of one or several clients, and
@@ -24,11 +25,11 @@ from urllib.parse import urlsplit
 import orjson
 
 from genbench import __version__
-from genbench.endpoint import Endpoint
 from genbench.errors import ErrorKind
-from genbench.http1 import Connection, Exchange
 from genbench.records import RequestRecord
-from genbench.stream import (
+from genbench.transport.connection import Connection, Exchange
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.stream import (
     Failure,
     StreamParser,
     connect_failure,
@@ -36,7 +37,7 @@ from genbench.stream import (
     status_failure,
     timeout_failure,
 )
-from genbench.think import Splitter, ThinkMode, ThinkState
+from genbench.transport.thinking import Splitter, ThinkMode, ThinkState
 
 _DNS_TTL = 300.0
 _STALE_RETRIES = 8
@@ -230,8 +231,8 @@ class Client:
         keep_raw: bool = False,
     ) -> None:
         self.endpoint = endpoint
-        # thinking inline in content: split it (genbench.think); a ThinkState may be shared
-        # by several Clients, which then learn the dialect together
+        # thinking inline in content: split it (genbench.transport.thinking); a ThinkState may be
+        # shared by several Clients, which then learn the dialect together
         self.think = ThinkState(think) if isinstance(think, ThinkMode) else think
         self.keep_raw = keep_raw  # and keep the content as sent, too (rec.raw)
         self.model = model

@@ -24,7 +24,7 @@ import pytest
 from conftest import genbench
 
 from genbench.inspect.detect import DEFECTS, Thresholds, find_loop
-from genbench.inspect.stats import Ranks, duplicates, mann_whitney, odd_servers
+from genbench.inspect.distribution import Ranks, duplicates, mann_whitney, odd_servers
 from genbench.sim.process import SimProcess, start_all
 
 N = 240

@@ -52,11 +52,11 @@ def check(
     if json:
         typer.echo(orjson.dumps(rep.to_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
-        render(rep)
+        print_check(rep)
     raise typer.Exit(rep.exit_code)
 
 
-def render(rep: CheckReport) -> None:
+def print_check(rep: CheckReport) -> None:
     out.print(f"[bold]genbench check[/] {rep.url}")
     for note in rep.notes:
         out.print(f"  [dim]note:[/] {note}")

@@ -217,7 +217,7 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def render() -> str:
+def cli_markdown() -> str:
     """The whole of docs/cli.md."""
     from genbench.cli import ALIASES
 
@@ -255,7 +255,7 @@ def render() -> str:
 
 
 def main() -> None:
-    sys.stdout.write(render())
+    sys.stdout.write(cli_markdown())
 
 
 if __name__ == "__main__":

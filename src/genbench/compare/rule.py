@@ -47,7 +47,7 @@ __all__ = [
     "Z",
     "Comparison",
     "Estimate",
-    "Row",
+    "MetricRow",
     "compare",
     "failures",
     "noise_rule",
@@ -63,7 +63,7 @@ class Estimate:
 
 
 @dataclass
-class Row:
+class MetricRow:
     key: str  # stable id for scripts, e.g. "sustained.c4.steady_tps"
     section: str  # single | throughput | latency | speculative
     label: str
@@ -214,9 +214,9 @@ LATENCY: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def build_rows(sides: list[Run], allowance: float = ALLOWANCE) -> list[Row]:
+def build_rows(sides: list[Run], allowance: float = ALLOWANCE) -> list[MetricRow]:
     """Every metric some side has, one estimate per repeat of each side, judged."""
-    rows: list[Row] = []
+    rows: list[MetricRow] = []
     every = [r for s in sides for r in s.repeat_runs]
 
     def add(
@@ -230,7 +230,7 @@ def build_rows(sides: list[Run], allowance: float = ALLOWANCE) -> list[Row]:
     ) -> None:
         reps = [[fn(r) for r in s.repeat_runs] for s in sides]
         if any(e is not None for side in reps for e in side):
-            rows.append(Row(key, section, label, unit, better, reps, group=group))
+            rows.append(MetricRow(key, section, label, unit, better, reps, group=group))
 
     _single_rows(add, every)
     _sweep_rows(add, every)
@@ -351,7 +351,7 @@ def failures(side: Run) -> dict[str, Any]:
 @dataclass
 class Comparison:
     runs: list[Run]  # one per side; a side's repeats are run.repeat_runs
-    rows: list[Row]
+    rows: list[MetricRow]
     differences: list[str]
     forced: bool
     allowance: float = ALLOWANCE

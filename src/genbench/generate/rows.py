@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import UsageError
-from genbench.generate.files import fsync_dir
+from genbench.generate.durable import fsync_dir
 
 META_FIELDS: tuple[tuple[str, str], ...] = (
     ("server", "string"),

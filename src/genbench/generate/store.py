@@ -59,7 +59,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import OutOfDescriptors, UsageError, descriptor_advice
-from genbench.generate.files import (
+from genbench.generate.durable import (
     AppendFile,
     Pending,
     Reserve,

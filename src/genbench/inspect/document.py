@@ -17,8 +17,8 @@ import numpy as np
 from genbench import __version__
 from genbench.errors import UsageError
 from genbench.inspect.detect import BIT, DEFECTS, RULES, Thresholds
+from genbench.inspect.distribution import describe, odd_servers
 from genbench.inspect.scan import Scan
-from genbench.inspect.stats import describe, odd_servers
 from genbench.run.result import has_schema, read_document
 
 if TYPE_CHECKING:

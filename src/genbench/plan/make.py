@@ -18,7 +18,7 @@ from genbench.check.preflight import CheckReport, preflight
 from genbench.commands.console import err
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
 from genbench.generate.params import job_params
-from genbench.plan.compare import plan_from_results
+from genbench.plan.configurations import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
 from genbench.plan.document import save_plan
 from genbench.plan.from_pilot import plan_from_pilot

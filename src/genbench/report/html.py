@@ -15,7 +15,7 @@ from genbench import __version__, fmt
 from genbench.compare.runs import Run, workload_differences
 from genbench.report import cards, decision, inspection
 from genbench.report import figures as F
-from genbench.report.svg import WIDE, WIDTH, render, swatch
+from genbench.report.svg import WIDE, WIDTH, draw, swatch
 
 CSS = """
 :root { --fg:#1d2330; --muted:#5b6475; --line:#e3e6ec; --bg:#f5f6f8; }
@@ -90,7 +90,7 @@ def figure_html(fig: F.Figure) -> str:
     legend = _legend(fig) if fig.has_data else ""
     return (
         f'<figure class="{cls}" id="fig-{escape(fig.id)}"><h3>{escape(fig.title)}</h3>{sub}'
-        f"{legend}{render(fig, WIDE if fig.wide else WIDTH)}</figure>"
+        f"{legend}{draw(fig, WIDE if fig.wide else WIDTH)}</figure>"
     )
 
 

@@ -119,7 +119,7 @@ class Phase:
         return d
 
 
-class Listener:
+class RunListener:
     """What the console (or a test) hears about progress. Default: nothing."""
 
     def phase_started(self, name: str, total: int | None, duration: float | None) -> None: ...
@@ -236,7 +236,7 @@ class Runner:
         cfg: RunConfig,
         state: RunState,
         server_kind: str | None,
-        listener: Listener,
+        listener: RunListener,
         metrics: MetricsScraper | None = None,
         think: ThinkMode | None = None,
     ) -> None:
@@ -463,7 +463,7 @@ async def execute_run(
     model: str | None,
     cfg: RunConfig,
     out: Path,
-    listener: Listener,
+    listener: RunListener,
     target_extra: dict[str, Any] | None = None,
     check_timeout: float = 300.0,
     doc_extra: dict[str, Any] | None = None,

@@ -12,10 +12,10 @@ from rich.table import Table
 
 from genbench.fmt import count, duration, ms, number, pct, rate
 from genbench.records import RequestRecord
-from genbench.run.benchmark import Listener, Phase
+from genbench.run.benchmark import Phase, RunListener
 
 
-class ConsoleListener(Listener):
+class RunConsole(RunListener):
     """Live progress per phase, then one line per finished phase."""
 
     def __init__(self, console: Console) -> None:

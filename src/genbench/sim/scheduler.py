@@ -13,7 +13,7 @@ import orjson
 
 from genbench.sim.config import SimConfig
 from genbench.sim.dialect import DIALECTS, Usage
-from genbench.sim.wire import (
+from genbench.sim.replies import (
     DONE,
     INF,
     MALFORMED,

@@ -34,10 +34,7 @@ from genbench import __version__
 from genbench.errors import UsageError
 from genbench.sim.config import TEXT_FAULTS, Fault, SimConfig
 from genbench.sim.dialect import DIALECTS, Handler, render_metrics, sim_rows
-from genbench.sim.scheduler import (
-    Scheduler,
-)
-from genbench.sim.wire import (
+from genbench.sim.replies import (
     ERROR_TYPES,
     INF,
     NOT_OPENAI_HTML,
@@ -52,6 +49,9 @@ from genbench.sim.wire import (
     clock,
     count_prompt,
     sleep_until,
+)
+from genbench.sim.scheduler import (
+    Scheduler,
 )
 
 __all__ = ["VOCAB", "SimServer", "Vocab", "run", "serve", "startup_line"]

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from genbench.errors import UsageError
-from genbench.generate.batch import BATCH_OUTPUT, is_batch_file, write_batch_output
+from genbench.generate.batch import BATCH_ERRORS, BATCH_OUTPUT, is_batch_file, write_batch_output
 from genbench.generate.job import JobConfig, Listener
 from genbench.generate.listeners import Listeners, RunNotes
 
@@ -74,15 +74,19 @@ def stop(exporter: Any) -> None:
 
 
 def batch_output(cfg: JobConfig, answers: str, console: Console) -> None:
-    """--answers both: batch_output.jsonl (one per --shard) from what the store holds now."""
-    if answers != "both":
-        return
+    """At the end of a run, from what the store holds now (one file per --shard):
+    --answers both: batch_output.jsonl, every finished row; --answers batch (the data files
+    are the output): batch_errors.jsonl, the failed rows in Batch shape, when there are."""
     from genbench.generate.store import Store
 
     store = Store(cfg.output, shard_tag=cfg.shard_tag)
-    if not store.out.is_dir():
+    if answers == "conversations" or not store.out.is_dir():
         return
     tag = f"-{cfg.shard_tag}" if cfg.shard_tag else ""
-    dest = cfg.output / BATCH_OUTPUT.replace(".jsonl", f"{tag}.jsonl")
-    n = write_batch_output(store.data_files(), store.errors_path, dest)
-    console.print(f"  batch output: {dest} ({n:,} lines)")
+    name = BATCH_OUTPUT if answers == "both" else BATCH_ERRORS
+    if answers == "batch" and not store.errors_path.exists():
+        return
+    dest = cfg.output / name.replace(".jsonl", f"{tag}.jsonl")
+    data = store.data_files() if answers == "both" else []
+    n = write_batch_output(data, store.errors_path, dest)
+    console.print(f"  batch {'output' if data else 'errors'}: {dest} ({n:,} lines)")

@@ -16,6 +16,7 @@ from genbench.commands.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import count, duration, ms, number
 from genbench.transport.thinking import NONE, describe
+from genbench.transport.token_ids import describe as describe_ids
 
 
 def check(
@@ -100,6 +101,9 @@ def print_check(rep: CheckReport) -> None:
                 f"{rep.think_tags[1]} (or say it: --think-dialect)"
             )
         out.print(f"  {mark} thinking {describe(rep.think_mode())}{how}")
+    if rep.ok and (rep.token_ids or rep.token_ids_note):
+        mark = "[green]✓[/]" if rep.token_ids else "[dim]-[/]"
+        out.print(f"  {mark} token ids {describe_ids(rep.token_ids, rep.token_ids_note)}")
     if rep.ok:
         out.print(f"[bold green]ready[/] ({duration(rep.elapsed_s)})")
     else:

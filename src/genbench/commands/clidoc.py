@@ -139,6 +139,8 @@ MEANINGS: dict[str, str] = {
     "--think-dialect": "Where thinking arrives, for when check and the replies cannot tell: "
     "auto, separate, inline, inline-opened or none.",
     "--keep-raw": "Write each answer also as generated, thinking and tags in it.",
+    "--token-ids": "Token ids the server generated, kept per turn (generate: auto, on, off; "
+    "sim: which engine's way it gives them: none, vllm, sglang).",
     "--thinking": "chat_template_kwargs.enable_thinking of the requests.",
     "--thinking-tokens": "Reference server: output tokens that go to the reasoning field.",
     "--timeout": "Seconds a request may go unanswered before it is abandoned.",

@@ -347,6 +347,12 @@ def generate(
         help="Also write each answer as generated, thinking and tags in it, where genbench "
         "split it (turn field raw; see docs/generate.md).",
     ),
+    token_ids: str = typer.Option(
+        "auto",
+        "--token-ids",
+        help="Keep the token ids the server generated, and the prompt's: auto (where the "
+        "server gives them), on (refuse a server that cannot), off.",
+    ),
     fmt: str = typer.Option("jsonl", "--format", help="jsonl or parquet."),
     answers: str = watch.ANSWERS,
     shard_size: str = typer.Option("256MB", "--shard-size", help="Start a new file after this."),
@@ -408,6 +414,7 @@ def generate(
     _choice("--format", fmt, ("jsonl", "parquet"))
     _choice("--truncated", truncated, ("keep", "error"))
     fmt, turns = watch.answers_format(answers, fmt, input, turns)
+    _choice("--token-ids", token_ids, ("auto", "on", "off"))
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
@@ -461,6 +468,7 @@ def generate(
         think_tags=common.think_tags(think_tags),
         think_dialect=common.think_dialect(think_dialect),
         keep_raw=keep_raw,
+        token_ids=token_ids,
     )
     console = err if json else out
     where = f" (shard {cfg.shard.index}/{cfg.shard.count})" if cfg.shard else ""

@@ -18,6 +18,7 @@ from genbench.generate.params import merge, split_max_tokens
 from genbench.generate.rows import row_line
 from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest
+from genbench.transport.token_ids import check_turn, row_status
 
 
 class Conversation:
@@ -26,7 +27,7 @@ class Conversation:
     __slots__ = (
         "row", "rid", "all_turns", "max_tokens", "params", "out", "pos", "waiting", "last_user",
         "attempts", "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated",
-        "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag",
+        "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "ids",
     )  # fmt: skip
 
     def __init__(
@@ -49,6 +50,8 @@ class Conversation:
         self.last: RequestRecord | None = None
         self.server = ""
         self.tag: dict[str, Any] = {}  # what every record of this row carries in `extra`
+        # each generated turn's token-id status (genbench.transport.token_ids)
+        self.ids: list[str] = []
 
     def _advance(self) -> bool:
         """Move through the row to the next turn to generate; False when the row is done."""
@@ -87,6 +90,8 @@ class Conversation:
         turn["reasoning_content"] = rec.reasoning or ""
         if rec.raw is not None:  # --keep-raw: the text as generated, tags and all
             turn["raw"] = rec.raw
+        turn["finish_reason"] = rec.finish_reason  # marks a generated turn
+        self._keep_ids(turn, rec)
         self.out.append(turn)
         self.waiting = False
         self.turns += 1
@@ -101,6 +106,24 @@ class Conversation:
         if self.ttft is None and rec.ttft is not None:
             self.ttft = rec.ttft
         self.latency += rec.e2e or 0.0
+
+    def _keep_ids(self, turn: dict[str, Any], rec: RequestRecord) -> None:
+        """The turn's ids as served (arrays: `rows.row_line` writes them as lists), and why
+        they cannot be trusted when they cannot."""
+        status, why = check_turn(
+            rec.prompt_token_ids, rec.token_ids, rec.prompt_tokens, rec.completion_tokens,
+            rec.tokens_estimated,
+        )  # fmt: skip
+        why = rec.token_ids_error or why
+        if rec.token_ids_error is not None:
+            status = "mismatch"
+        if rec.prompt_token_ids is not None:
+            turn["prompt_token_ids"] = rec.prompt_token_ids
+        if rec.token_ids is not None:
+            turn["token_ids"] = rec.token_ids
+        if why is not None:
+            turn["token_ids_error"] = why
+        self.ids.append(status)
 
     def meta(self, model: str) -> dict[str, Any]:
         return {
@@ -119,6 +142,7 @@ class Conversation:
             "latency_s": round(self.latency, 4),
             "sent_at": self.sent_at,
             "finished_at": round(time.time(), 3),
+            "token_ids": row_status(self.ids),
         }
 
     def line(self, model: str) -> bytes:

@@ -33,6 +33,7 @@ from genbench.records import RequestRecord
 from genbench.transport.client import Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import DEFAULT_TAGS, ThinkMode, ThinkState
+from genbench.transport.token_ids import describe as describe_ids
 
 # preflight failures that mean "not up yet" rather than "misconfigured"
 DOWN_EXITS = {ExitCode.REFUSED, ExitCode.TIMEOUT, ExitCode.SERVER_ERROR}
@@ -68,6 +69,7 @@ class JobConfig:
     think_tags: tuple[str, str] = DEFAULT_TAGS  # thinking inline in content: its tags
     think_dialect: str = "auto"  # --think-dialect: where thinking arrives, or auto
     keep_raw: bool = False  # also write each answer's text as generated (turn["raw"])
+    token_ids: str = "auto"  # --token-ids: auto (where the server gives them), on, off
 
     def fingerprint(self, model: str) -> dict[str, Any]:
         return {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
@@ -180,7 +182,8 @@ class Job:
         cfg = self.cfg
         eps = [Endpoint.parse(s.url, cfg.api_key) for s in cfg.servers]
         timeout = min(cfg.timeout, 120.0)
-        think = {"think_tags": cfg.think_tags, "think_dialect": cfg.think_dialect}
+        think = {"think_tags": cfg.think_tags, "think_dialect": cfg.think_dialect,
+                 "token_ids": cfg.token_ids}  # fmt: skip
         checks = (preflight(ep, cfg.model, timeout=timeout, connect_timeout=3.0, **think)
                   for ep in eps)  # fmt: skip
         reports = await asyncio.gather(*checks)
@@ -196,6 +199,7 @@ class Job:
             listing = ", ".join(f"{r.url} serves {r.model}" for r in ok)
             raise UsageError(f"the servers serve different models ({listing}): choose --model")
         self.model = ok[0].model or ""
+        refuse_without_ids(cfg.token_ids, ok)
         return list(reports)
 
     def _make_servers(self, reports: list[CheckReport]) -> None:
@@ -203,6 +207,7 @@ class Job:
         timeouts = Timeouts(connect=cfg.connect_timeout, read=cfg.timeout)
         # one model: a server not up yet speaks the dialect the others showed
         seen = next((r.think_mode() for r in reports if r.ok), None)
+        ids_seen = next((r.token_ids for r in reports if r.ok and r.token_ids), None)
         for spec, rep in zip(cfg.servers, reports, strict=True):
             ep = Endpoint.parse(spec.url, cfg.api_key)
             mode = rep.think_mode() if rep.ok else seen
@@ -210,8 +215,13 @@ class Job:
             # the protocol-level transport `run` uses: fewer CPU-seconds per chunk
             client = Client(
                 ep, self.model, timeouts=timeouts, keep_text=True, think=think,
-                keep_raw=cfg.keep_raw,
+                keep_raw=cfg.keep_raw, token_ids=rep.token_ids if rep.ok else ids_seen,
             )  # fmt: skip
+            if rep.ok and cfg.token_ids != "off":
+                self.listener.note(
+                    f"{ep.base_url}: token ids {describe_ids(rep.token_ids, rep.token_ids_note)}",
+                    "" if rep.token_ids else "yellow",
+                )
             router = rep.server.kind in ROUTER_KINDS
             srv = Server(
                 ep, client, spec.concurrency, on_change=self._server_changed, router=router
@@ -488,6 +498,21 @@ class Job:
             errors_file=str(self.store.errors_path) if self.store.errors_path.exists() else None,
             snapshot=snap,
         )
+
+
+def refuse_without_ids(mode: str, reports: list[CheckReport]) -> None:
+    """`--token-ids on`: every server must give them; one that cannot stops the job now,
+    before any request, in one line (exit 10: its responses lack what the job needs)."""
+    if mode != "on":
+        return
+    for r in reports:
+        if r.token_ids is None:
+            why = r.token_ids_note or "it sent none"
+            raise GenbenchError(
+                f"{r.url}: --token-ids on, but this server gives no token ids ({why}); "
+                "use --token-ids auto to keep the text and mark the rows",
+                ExitCode.BAD_RESPONSE,
+            )
 
 
 async def run_job(cfg: JobConfig, listener: Listener | None = None) -> JobResult:

@@ -71,7 +71,13 @@ from genbench.generate.durable import (
     write_atomic,
     write_failed,
 )
-from genbench.generate.rows import META_FIELDS, convert_to_parquet, parquet_ids, row_line
+from genbench.generate.rows import (
+    META_FIELDS,
+    convert_to_parquet,
+    json_default,
+    parquet_ids,
+    row_line,
+)
 from genbench.generate.rows import parquet_schema as parquet_schema
 from genbench.records import RecordWriter, RequestRecord
 
@@ -301,7 +307,7 @@ class Store:
     def write_error(self, key: str, entry: dict[str, Any], info: Any = None) -> None:
         if self._expected is not None:
             self._expected.discard(key)
-        line = orjson.dumps(entry, default=str) + b"\n"
+        line = orjson.dumps(entry, default=json_default) + b"\n"
         self._waiting.append((True, line, (key, info)))
         self._place()
         self._note_pending(len(line))

@@ -269,7 +269,7 @@ def _plan_pilot(
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out)
-    run = _run(pilot, args, check.model or "", console, check.think_mode())
+    run = _run(pilot, args, check.model or "", console, check.think_mode(), check.token_ids)
     doc = plan_from_pilot(
         run,
         concurrency,
@@ -285,7 +285,12 @@ def _plan_pilot(
 
 
 def _run(
-    pilot: _Pilot, args: PlanArgs, model: str, console: Console, think: ThinkMode | None = None
+    pilot: _Pilot,
+    args: PlanArgs,
+    model: str,
+    console: Console,
+    think: ThinkMode | None = None,
+    token_ids: str | None = None,
 ) -> PilotRun:
     """The warm-up and the pilot, with its progress on the console."""
     rows, stop, c = pilot.source.rows, pilot.stop, pilot.concurrency
@@ -326,6 +331,7 @@ def _run(
                 params=pilot.params,
                 turns=args.turns,
                 think=think,
+                token_ids=token_ids,
             )
         )
     except (KeyboardInterrupt, asyncio.CancelledError):

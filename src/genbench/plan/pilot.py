@@ -174,6 +174,7 @@ async def run_pilot(
     params: dict[str, Any] | None = None,
     turns: str = "all",
     think: ThinkMode | None = None,
+    token_ids: str | None = None,
 ) -> PilotRun:
     """Run the pilot as the job will run, on generate's own path (`row_load`): C
     workers, sustained, natural lengths, each row a conversation sent as `genbench
@@ -188,10 +189,13 @@ async def run_pilot(
     With `warmup_s`, the `warmup` requests (cycled) first load the server at C for that
     long and are discarded: a server that sat idle runs slower for its first seconds
     of load (12-20% for ~20 s on the vLLM CPU test server), and a pilot is short enough
-    for that to bias the forecast of a job that runs warm for hours."""
+    for that to bias the forecast of a job that runs warm for hours.
+
+    `token_ids`: the dialect the server gives ids in (check's), kept as the job keeps them
+    (`--token-ids auto`), so the rows measured weigh what the job's will."""
     timeouts = Timeouts(connect=10.0, read=timeout, total=None)
     # the protocol-level transport `run` uses: the client's own CPU stays out of the pilot
-    client = Client(ep, model, timeouts=timeouts, keep_text=True, think=think)
+    client = Client(ep, model, timeouts=timeouts, keep_text=True, think=think, token_ids=token_ids)
     server = Server(ep, client, concurrency)
     writer = RecordWriter(out / REQUESTS_FILE) if out else None
     run = PilotRun(records=[], wall_s=0.0)

@@ -84,8 +84,8 @@ def parser(rounds: int, n: int = 300) -> list[str]:
     from stamp_server import Render
 
     from genbench.records import RequestRecord
-    from genbench.stream import StreamParser
-    from genbench.token_ids import Ids
+    from genbench.transport.stream import StreamParser
+    from genbench.transport.token_ids import Ids
 
     render = Render("stamp", 0)
     plain, with_ids = render.messages(256, True), render.messages(256, True, ids=True)

@@ -10,15 +10,15 @@ import pytest
 from conftest import genbench
 from typer.testing import CliRunner
 
-from genbench import clidoc
 from genbench.cli import ALIASES, app, apply_aliases
+from genbench.commands import clidoc
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 COMMANDS = clidoc.app_commands()
 
 
 def test_docs_cli_md_is_generated_from_the_code() -> None:
-    assert DOC.read_text(encoding="utf-8") == clidoc.render(), (
+    assert DOC.read_text(encoding="utf-8") == clidoc.cli_markdown(), (
         f"docs/cli.md is stale: regenerate it with `{clidoc.REGENERATE}`"
     )
 
@@ -57,7 +57,7 @@ def test_computed_defaults_survive_the_help_renderer() -> None:
     [(c, o) for c in COMMANDS for o in ("-o", "-c")],
 )
 def test_writers_take_out_and_load_senders_take_c(command: str, option: str) -> None:
-    writes = {"run", "plan", "generate", "inspect", "report"}
+    writes = {"run", "plan", "generate", "inspect", "export", "report"}
     sends_load = {"run", "plan", "generate"}
     has = any(option in o.opts for o in clidoc.options(COMMANDS[command]))
     expected = command in (writes if option == "-o" else sends_load)

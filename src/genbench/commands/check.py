@@ -8,15 +8,15 @@ from typing import Any
 import orjson
 import typer
 
-from genbench.check import CheckReport, MetricsProbe, preflight
+from genbench.check.metric_names import DIALECTS
+from genbench.check.preflight import CheckReport, MetricsProbe, preflight
+from genbench.check.router import ROUTER_KINDS, workers_line
 from genbench.commands import common
-from genbench.console import err, out
+from genbench.commands.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import count, duration, ms, number
-from genbench.metrics_names import DIALECTS
-from genbench.router import ROUTER_KINDS, workers_line
-from genbench.think import NONE, describe
-from genbench.token_ids import describe as describe_ids
+from genbench.transport.thinking import NONE, describe
+from genbench.transport.token_ids import describe as describe_ids
 
 
 def check(
@@ -53,11 +53,11 @@ def check(
     if json:
         typer.echo(orjson.dumps(rep.to_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
-        render(rep)
+        print_check(rep)
     raise typer.Exit(rep.exit_code)
 
 
-def render(rep: CheckReport) -> None:
+def print_check(rep: CheckReport) -> None:
     out.print(f"[bold]genbench check[/] {rep.url}")
     for note in rep.notes:
         out.print(f"  [dim]note:[/] {note}")

@@ -22,16 +22,17 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from genbench.commands import common
-from genbench.console import err, out
-from genbench.endpoint import load_api_key
+from genbench.commands import common, watch
+from genbench.commands.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import duration, duration_range, number, rate
 from genbench.generate.input import ShardSpec
 from genbench.generate.job import JobConfig, JobResult, Listener, run_job
 from genbench.generate.params import job_params
 from genbench.generate.servers import ServerSpec
+from genbench.generate.tools import POLICIES
 from genbench.plan.document import JobForecast, job_forecast, read_plan
+from genbench.transport.endpoint import load_api_key
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -297,7 +298,10 @@ def render_result(r: JobResult, console: Console) -> None:
     if r.errors_file:
         console.print(f"  failures: {r.errors_file}")
     if r.status in ("interrupted", "servers_down"):
-        console.print("  rerun the same command to resume: finished rows are kept and skipped")
+        when = " once they are back" if r.status == "servers_down" else ""
+        console.print(
+            f"  rerun the same command{when} to resume: finished rows are kept and skipped"
+        )
 
 
 def generate(
@@ -339,6 +343,7 @@ def generate(
     turns: str = typer.Option(
         "all", "--turns", help="all: regenerate every assistant turn; last: only the final one."
     ),
+    tool_policy: str = common.TOOL_POLICY,
     think_tags: str = common.THINK_TAGS,
     think_dialect: str = common.THINK_DIALECT,
     keep_raw: bool = typer.Option(
@@ -354,6 +359,7 @@ def generate(
         "server gives them), on (refuse a server that cannot), off.",
     ),
     fmt: str = typer.Option("jsonl", "--format", help="jsonl or parquet."),
+    answers: str = watch.ANSWERS,
     shard_size: str = typer.Option("256MB", "--shard-size", help="Start a new file after this."),
     shard: str | None = typer.Option(
         None, "--shard", metavar="i/N", help="Take only this client's share of the ids."
@@ -381,7 +387,17 @@ def generate(
         False, "--retry-errors", help="Generate the rows of the errors file again."
     ),
     force: bool = typer.Option(
-        False, "--force", help="Resume even though the model or sampling changed."
+        False,
+        "--force",
+        help="Resume even though the model or sampling changed (rows made before are kept, "
+        "listed in stale.jsonl).",
+    ),
+    input_changed: str | None = typer.Option(
+        None,
+        "--input-changed",
+        help="Done rows whose request changed, or that are no longer in the input: "
+        "regenerate (old answers to replaced.jsonl) or keep (listed in stale.jsonl). "
+        "[default: refuse, saying which]",
     ),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N rows (a trial)."),
     progress_every: float = typer.Option(
@@ -393,6 +409,8 @@ def generate(
         help="A plan.json (or its directory) from genbench plan: its forecast beside the "
         "live ETA, and at the end how far off it was.",
     ),
+    metrics_port: int | None = watch.METRICS_PORT,
+    metrics_host: str = watch.METRICS_HOST,
     json: bool = common.JSON,
 ) -> None:
     """Regenerate a prompt file with the target model: resumable, exactly once, many servers."""
@@ -408,9 +426,15 @@ def generate(
     if retries < 0 or retry_backoff < 0 or drain < 0:
         raise UsageError("--retries, --retry-backoff and --drain must be 0 or more")
     _choice("--turns", turns, ("all", "last"))
+    _choice("--tool-policy", tool_policy, POLICIES)
     _choice("--format", fmt, ("jsonl", "parquet"))
     _choice("--truncated", truncated, ("keep", "error"))
+    fmt, turns = watch.answers_format(answers, fmt, input, turns)
+    if watch.is_batch_file(input):
+        tool_policy = "keep"  # a Batch line's calls and results too: nothing replayed
     _choice("--token-ids", token_ids, ("auto", "on", "off"))
+    if input_changed is not None:
+        _choice("--input-changed", input_changed, ("regenerate", "keep"))
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
@@ -426,7 +450,7 @@ def generate(
         raise UsageError("no server: give --url URL (repeatable) or --url-file FILE")
     if plan_doc is not None:
         job_forecast(plan_doc, 1, len(servers))  # a plan without a usable forecast fails now
-    from genbench.endpoint import Endpoint
+    from genbench.transport.endpoint import Endpoint
 
     for s in servers:
         Endpoint.parse(s.url)  # a bad URL fails now, with its own message
@@ -448,6 +472,7 @@ def generate(
         model=model,
         params=params,
         turns=turns,
+        tool_policy=tool_policy,
         fmt=fmt,
         shard=ShardSpec.parse(shard) if shard else None,
         shard_bytes=parse_size(shard_size),
@@ -460,6 +485,7 @@ def generate(
         on_truncated=truncated,
         retry_errors=retry_errors,
         force=force,
+        input_changed=input_changed,
         limit=limit,
         think_tags=common.think_tags(think_tags),
         think_dialect=common.think_dialect(think_dialect),
@@ -479,10 +505,13 @@ def generate(
         cs.pop() if len(cs) == 1 else None,
         down_timeout,
     )
+    heard, exporter = watch.listeners(listener, cfg, metrics_host, metrics_port, console)
     try:
-        result = common.run_async(run_job(cfg, listener))
+        result = common.run_async(run_job(cfg, heard))
     finally:
         listener.stop()
+        watch.stop(exporter)
+    watch.batch_output(cfg, answers, console)
     if json:
         doc = {**asdict(result), "exit_code": result.exit_code}
         if listener.forecast is not None:

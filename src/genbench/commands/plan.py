@@ -8,9 +8,9 @@ import orjson
 import typer
 
 from genbench.commands import common
-from genbench.console import err, out
+from genbench.commands.console import err, out
 from genbench.plan.make import PlanArgs, make_plan
-from genbench.plan.render import render
+from genbench.plan.render import print_plan
 
 
 def plan(
@@ -109,6 +109,7 @@ def plan(
         help="As the job's generate --turns: all (every user turn of a conversation "
         "answered in order) or last.",
     ),
+    tool_policy: str = common.TOOL_POLICY,
     warmup: float = typer.Option(
         20.0,
         "--warmup-time",
@@ -163,7 +164,7 @@ def plan(
     flags = dict(locals())  # every option above, by name
     console = err if flags.pop("json") else out
     doc, saved = make_plan(PlanArgs(**flags), console)
-    render(doc, console)
+    print_plan(doc, console)
     if saved is not None:
         console.print(f"plan: {saved}")
     if json:

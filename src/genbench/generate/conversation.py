@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from genbench.client import ChatRequest
 from genbench.generate.input import BadRow, Row
 from genbench.generate.params import merge, split_max_tokens
 from genbench.generate.rows import row_line
 from genbench.records import RequestRecord
-from genbench.token_ids import check_turn, row_status
+from genbench.transport.client import ChatRequest
+from genbench.transport.token_ids import check_turn, row_status
 
 
 class Conversation:
@@ -28,6 +28,7 @@ class Conversation:
         "row", "rid", "all_turns", "max_tokens", "params", "out", "pos", "waiting", "last_user",
         "attempts", "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated",
         "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "ids",
+        "request",
     )  # fmt: skip
 
     def __init__(
@@ -50,7 +51,9 @@ class Conversation:
         self.last: RequestRecord | None = None
         self.server = ""
         self.tag: dict[str, Any] = {}  # what every record of this row carries in `extra`
-        self.ids: list[str] = []  # each generated turn's token-id status (genbench.token_ids)
+        # each generated turn's token-id status (genbench.transport.token_ids)
+        self.ids: list[str] = []
+        self.request: str | None = None  # its requests' fingerprint, in meta (fingerprint.py)
 
     def _advance(self) -> bool:
         """Move through the row to the next turn to generate; False when the row is done."""
@@ -142,20 +145,44 @@ class Conversation:
             "sent_at": self.sent_at,
             "finished_at": round(time.time(), 3),
             "token_ids": row_status(self.ids),
-        }
+        } | ({"request": self.request} if self.request is not None else {})
 
     def line(self, model: str) -> bytes:
         """The row as the data file holds it."""
         return row_line(self.row.output_id, self.out, self.meta(model))
 
 
-def turn_count(row: Row, all_turns: bool) -> int:
-    """Requests one row makes: every user turn's answer with --turns all, else one."""
-    conv, n = Conversation(row, {}, all_turns), 0
-    while conv._advance():
-        n += 1
-        conv.waiting = False
-    return n
+    def expected_requests(self) -> int:
+        """Requests the row makes: every user turn's answer with --turns all, else one."""
+        n = 0
+        while self._advance():
+            n += 1
+            self.waiting = False
+        self.out, self.pos = [], 0
+        return n
+
+
+def start(
+    row: Row,
+    params: dict[str, Any],
+    all_turns: bool,
+    rid: str | None = None,
+    tool_policy: str = "replay",
+) -> Conversation:
+    """The row's conversation: an agentic row (tools, in the row or its params; calls,
+    results) is an `AgentConversation` under `tool_policy` (genbench.generate.agent)."""
+    tools = row.tools or "tools" in row.params
+    if tools or any(m["role"] == "tool" or "tool_calls" in m for m in row.messages):
+        from genbench.generate.agent import AgentConversation  # it builds on this module
+
+        return AgentConversation(row, params, all_turns, rid, tool_policy)
+    return Conversation(row, params, all_turns, rid)
+
+
+def turn_count(row: Row, all_turns: bool, tool_policy: str = "replay") -> int:
+    """Requests one row makes: every user turn's answer with --turns all, else one; an
+    agentic row's as its original made them (`AgentConversation.expected_requests`)."""
+    return start(row, {}, all_turns, tool_policy=tool_policy).expected_requests()
 
 
 Label = Callable[[int, Row], tuple[str, dict[str, Any]]]
@@ -168,16 +195,18 @@ def conversations(
     *,
     on_bad: Callable[[BadRow], None] | None = None,
     label: Label | None = None,
+    tool_policy: str = "replay",
 ) -> Iterator[Conversation]:
     """The rows as units for `load`, read lazily; a row that cannot be sent goes to
     `on_bad`. `label(n, row)` gives the n-th row's request id and what its records
-    carry in `extra` (default: the row's id, nothing)."""
+    carry in `extra` (default: the row's id, nothing); an agentic row regenerates its
+    calls under `tool_policy` (genbench.generate.agent)."""
     for n, row in enumerate(rows):
         if isinstance(row, BadRow):
             if on_bad is not None:
                 on_bad(row)
             continue
         rid, tag = label(n, row) if label else (row.id, {})
-        conv = Conversation(row, params, all_turns, rid)
+        conv = start(row, params, all_turns, rid, tool_policy)
         conv.tag = tag
         yield conv

@@ -116,8 +116,7 @@ class RowPolicy(Policy):
             self._lost(conv, queue, self._backoff(conv.losses + 1))
         elif advice is Retry.NO:  # the request itself is the problem: retrying cannot help
             self._give_up(conv, queue, rec.error_message or f"HTTP {rec.http_status}")
-        elif conv.attempts >= self.r.retries:
-            conv.attempts += 1
+        elif conv.attempts >= self.r.retries:  # its 1 + `retries` charged requests are spent
             self._give_up(conv, queue, rec.error_message or str(kind))
         else:
             conv.attempts += 1
@@ -197,11 +196,14 @@ def row_load(
     admit: Callable[[int], bool] | None = None,
     label: Label | None = None,
     on_bad: Callable[[BadRow], None] | None = None,
+    tool_policy: str = "replay",
     **load: Any,
 ) -> Load:
     """The load that sends `rows` as generate does: each row a conversation, failures
     handled by `RowPolicy`, finished rows to `sink`. `load` goes to `Load`
     (on_record, keep_records, down_timeout, drain)."""
-    units = conversations(rows, params, turns == "all", on_bad=on_bad, label=label)
+    units = conversations(
+        rows, params, turns == "all", on_bad=on_bad, label=label, tool_policy=tool_policy
+    )
     queue = WorkQueue(units, admit)
     return Load(slots, queue, RowPolicy(sink, retries), phase=phase, **load)

@@ -4,7 +4,7 @@ or one Parquet row (a full JSONL shard is converted in a separate process).
 Each generated assistant turn also carries the ids the server generated and the prompt
 ids it saw (`token_ids`, `prompt_token_ids`: JSON arrays of ints; Parquet list<int32>),
 its `finish_reason`, and `token_ids_error` when its ids cannot be trusted; the row's
-`meta.token_ids` sums them up (genbench.token_ids). `turn_ids` is the one reader of them
+`meta.token_ids` sums them up (genbench.transport.token_ids). `turn_ids` is the one reader of them
 every consumer uses (the trainer export, inspect)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import UsageError
-from genbench.generate.files import fsync_dir
+from genbench.generate.durable import fsync_dir
 
 META_FIELDS: tuple[tuple[str, str], ...] = (
     ("server", "string"),
@@ -37,7 +37,15 @@ META_FIELDS: tuple[tuple[str, str], ...] = (
     ("latency_s", "float64"),
     ("sent_at", "float64"),
     ("finished_at", "float64"),
+    # agentic rows only (generate/agent.py); null for the others
+    ("tool_policy", "string"),
+    ("tool_calls", "int64"),
+    ("tool_call_turns", "int64"),
+    ("tool_call_tokens", "int64"),
+    ("tool_results_ran_out", "bool"),
+    ("tool_names_differ", "bool"),
     ("token_ids", "string"),  # exact | partial | none | mismatch | unchecked
+    ("request", "string"),  # the fingerprint of the requests the row made (fingerprint.py)
 )
 
 
@@ -48,9 +56,18 @@ def json_default(v: Any) -> Any:
     return str(v)
 
 
-def row_line(row_id: str | int, conversations: list[dict[str, Any]], meta: dict[str, Any]) -> bytes:
-    """One output row: SpecForge's conversations format plus genbench's metadata."""
-    row = {"id": row_id, "conversations": conversations, "meta": meta}
+def row_line(
+    row_id: str | int,
+    conversations: list[dict[str, Any]],
+    meta: dict[str, Any],
+    tools: list[dict[str, Any]] | None = None,
+) -> bytes:
+    """One output row: SpecForge's conversations format plus genbench's metadata; an
+    agentic row's `tools` beside its turns (a trainer renders the template with them)."""
+    if tools:
+        row = {"id": row_id, "conversations": conversations, "tools": tools, "meta": meta}
+    else:
+        row = {"id": row_id, "conversations": conversations, "meta": meta}
     return orjson.dumps(row, default=json_default) + b"\n"
 
 
@@ -98,12 +115,17 @@ def turn_ids(row: Mapping[str, Any]) -> list[TurnIds]:
 def parquet_schema() -> Any:
     import pyarrow as pa
 
+    fn = pa.struct([("name", pa.string()), ("arguments", pa.string())])
+    call = pa.struct([("id", pa.string()), ("type", pa.string()), ("function", fn)])
     turn = pa.struct(
         [
             ("role", pa.string()),
             ("content", pa.string()),
             ("reasoning_content", pa.string()),
             ("raw", pa.string()),  # generate --keep-raw, where genbench split the thinking
+            ("tool_calls", pa.list_(call)),  # an assistant turn that calls tools
+            ("tool_call_id", pa.string()),  # a tool result: the call it answers
+            ("name", pa.string()),
             ("finish_reason", pa.string()),  # generated turns only
             ("prompt_token_ids", pa.list_(pa.int32())),
             ("token_ids", pa.list_(pa.int32())),
@@ -111,7 +133,9 @@ def parquet_schema() -> Any:
         ]
     )
     meta = pa.struct([(name, pa.type_for_alias(t)) for name, t in META_FIELDS])
-    return pa.schema([("id", pa.string()), ("conversations", pa.list_(turn)), ("meta", meta)])
+    fields = [("id", pa.string()), ("conversations", pa.list_(turn))]
+    # an agentic row's tools as their JSON text: every row's schema differs
+    return pa.schema([*fields, ("tools", pa.string()), ("meta", meta)])
 
 
 def _text(v: Any) -> str | None:
@@ -122,11 +146,20 @@ def convert_to_parquet(src: str, dst: str, batch_rows: int = 1000) -> int:
     """JSONL shard -> Parquet, streamed in row groups; atomic; returns the rows written.
     Runs in a separate process. Content that is not text (a list of parts) is stored as
     its JSON text, so the schema stays fixed."""
+
+    tmp = dst + ".tmp"
+    try:
+        return _convert(src, dst, tmp, batch_rows)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # a full disk leaves no .tmp; the JSONL stays
+        raise
+
+
+def _convert(src: str, dst: str, tmp: str, batch_rows: int) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = parquet_schema()
-    tmp = dst + ".tmp"
     n = 0
     with pq.ParquetWriter(tmp, schema, compression="zstd") as w, open(src, "rb") as f:
         batch: list[dict[str, Any]] = []
@@ -135,6 +168,8 @@ def convert_to_parquet(src: str, dst: str, batch_rows: int = 1000) -> int:
             obj["id"] = str(obj["id"])  # one column type: integer ids become text
             for t in obj["conversations"]:
                 t["content"] = _text(t.get("content"))
+            if obj.get("tools") is not None:
+                obj["tools"] = _text(obj["tools"])
             batch.append(obj)
             if len(batch) >= batch_rows:
                 w.write_table(pa.Table.from_pylist(batch, schema=schema))
@@ -150,11 +185,20 @@ def convert_to_parquet(src: str, dst: str, batch_rows: int = 1000) -> int:
     return n
 
 
-def parquet_ids(path: Path) -> list[str]:
+def parquet_ids(path: Path) -> tuple[list[str], list[int]]:
+    """A Parquet shard's ids and their requests' fingerprints (0 where it has none)."""
     import pyarrow.parquet as pq
 
     try:
-        col = pq.read_table(path, columns=["id"]).column("id")
+        pf = pq.ParquetFile(path)
+        names = pf.schema_arrow.names
+        meta = pf.schema_arrow.field("meta").type if "meta" in names else None
+        has_fp = meta is not None and meta.get_field_index("request") >= 0
+        table = pf.read(columns=["id", "meta.request"] if has_fp else ["id"])
     except Exception as e:  # pyarrow's own error types
         raise UsageError(f"{path}: cannot read its ids ({e})") from None
-    return [str(x) for x in col.to_pylist()]
+    ids = [str(x) for x in table.column("id").to_pylist()]
+    if not has_fp:
+        return ids, [0] * len(ids)
+    col = table.column("meta").combine_chunks().field("request").to_pylist()
+    return ids, [int(x, 16) if isinstance(x, str) else 0 for x in col]

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from genbench.client import ChatRequest, Client
-from genbench.endpoint import Endpoint
 from genbench.errors import ExitCode, GenbenchError
 from genbench.load import Slot
 from genbench.records import RequestRecord
-from genbench.stream import Failure
-from genbench.token_ids import describe
+from genbench.transport.client import ChatRequest, Client
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.stream import Failure
+from genbench.transport.token_ids import describe
 
 
 def check_token_ids(mode: str, reports: list[Any], note: Callable[[str, str], None]) -> None:

@@ -17,9 +17,9 @@ import numpy as np
 from genbench import __version__
 from genbench.errors import UsageError
 from genbench.inspect.detect import BIT, DEFECTS, RULES, Thresholds
+from genbench.inspect.distribution import describe, odd_servers
 from genbench.inspect.scan import Scan
-from genbench.inspect.stats import describe, odd_servers
-from genbench.result import has_schema, read_document
+from genbench.run.result import has_schema, read_document
 
 if TYPE_CHECKING:
     from genbench.plan import HiddenStates
@@ -248,7 +248,10 @@ def build(source: Path, sc: Scan, s: Settings) -> tuple[dict[str, Any], Analysis
         "duplicates": {k: v for k, v in dups.items() if k != "first_of"} | {"method": DUP_METHOD},
         "servers": _servers(sc, a, share, s),
         "storage": storage(sc, a, None, s.hidden),
+        "fidelity": sc.fidelity.describe() if sc.fidelity is not None else None,
     }
+    if sc.tools.rows:
+        doc["tools"] = sc.tools.to_dict()
     return doc, Analysis(flags, dups["first_of"], a)
 
 

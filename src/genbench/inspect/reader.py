@@ -62,10 +62,11 @@ class Turn:
 
     thinking: str
     answer: str
+    calls: int = 0  # tool calls in the turn: an empty answer is no defect then
 
 
 @dataclass(slots=True)
-class Row:
+class OutputRow:
     """What inspect needs of one output row; `where` is its line (JSONL) or row (Parquet)."""
 
     id: str | int
@@ -117,7 +118,7 @@ def _count(meta: dict[str, Any], key: str, required: bool) -> int | None:
     return v
 
 
-def parse_row(obj: Any, nbytes: int) -> Row:
+def parse_row(obj: Any, nbytes: int) -> OutputRow:
     """Validate one decoded row of generate's format; raises _Bad naming the field."""
     if not isinstance(obj, dict):
         raise _Bad(f"expected a JSON object per line, got {type(obj).__name__}")
@@ -134,7 +135,8 @@ def parse_row(obj: Any, nbytes: int) -> Row:
         if t.get("role") == "assistant":
             answer = _text(t.get("content"), f"conversations[{i}].content")
             thinking = _text(t.get("reasoning_content"), f"conversations[{i}].reasoning_content")
-            turns.append(Turn(thinking, answer))
+            calls = t.get("tool_calls")
+            turns.append(Turn(thinking, answer, len(calls) if isinstance(calls, list) else 0))
     if not turns:
         raise _Bad("no assistant turn: not a generated row", "conversations")
     meta = obj.get("meta")
@@ -147,7 +149,7 @@ def parse_row(obj: Any, nbytes: int) -> Row:
         raise _Bad(f"expected text, got {finish!r}", "meta.finish_reason")
     truncated = meta.get("truncated")
     server = meta.get("server")
-    return Row(
+    return OutputRow(
         id=rid,
         turns=turns,
         completion_tokens=_count(meta, "completion_tokens", True) or 0,
@@ -198,7 +200,7 @@ def raw_lines(path: Path, stats: FileStats) -> Iterator[tuple[int, bytes]]:
         raise InputFileError(path, None, f"cannot read it ({e.strerror or e})") from None
 
 
-def _jsonl_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, Row, Any]]:
+def _jsonl_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, Any]]:
     loads = orjson.loads
     for n, line in raw_lines(path, stats):
         try:
@@ -214,22 +216,26 @@ def _jsonl_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, Row, Any]]:
         yield n, row, obj
 
 
-def parquet_batches(path: Path, columns: tuple[str, ...] | None = COLUMNS) -> Iterator[Any]:
-    """Record batches of a Parquet file, with one-line errors for what pyarrow refuses."""
+def parquet_batches(
+    path: Path, columns: tuple[str, ...] | None = COLUMNS, optional: tuple[str, ...] = ()
+) -> Iterator[Any]:
+    """Record batches of a Parquet file, with one-line errors for what pyarrow refuses;
+    the `optional` columns too where the file has them."""
     pf = open_parquet(path)
     if columns is not None:
         missing = [c for c in columns if c not in pf.schema_arrow.names]
         if missing:
             raise InputFileError(path, None, "no such column in generate's format", missing[0])
+        columns = (*columns, *(c for c in optional if c in pf.schema_arrow.names))
     try:
         yield from pf.iter_batches(batch_size=PARQUET_BATCH, columns=list(columns or ()) or None)
     except OSError as e:
         raise InputFileError(path, None, f"cannot read it ({e})") from None
 
 
-def _parquet_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, Row, Any]]:
+def _parquet_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, Any]]:
     dumps = orjson.dumps
-    for batch in parquet_batches(path):
+    for batch in parquet_batches(path, optional=("tools",)):  # an agentic row's
         for obj in batch.to_pylist():
             n = stats.rows + 1
             try:
@@ -241,7 +247,7 @@ def _parquet_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, Row, Any]
     stats.bytes = path.stat().st_size
 
 
-def read_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, Row, Any]]:
+def read_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, Any]]:
     """(line or row number, row, the decoded object) for every row of one file, in order."""
     if stats.kind == "parquet":
         return _parquet_rows(path, stats)

@@ -23,7 +23,7 @@ from genbench.plan.storage import (
 )
 from genbench.plan.units import duration
 from genbench.records import RequestRecord, read_records
-from genbench.result import REQUESTS_FILE
+from genbench.run.result import REQUESTS_FILE
 from genbench.stats import steady_window, token_events
 
 FIELD_CONCURRENCY = 32  # the field's burst was measured at C=32

@@ -14,14 +14,11 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from genbench.aio import run_async
-from genbench.check import CheckReport, preflight
-from genbench.console import err
-from genbench.endpoint import Endpoint, endpoint
+from genbench.check.preflight import CheckReport, preflight
+from genbench.commands.console import err
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
 from genbench.generate.params import job_params
-from genbench.limits import fit_descriptors
-from genbench.plan.compare import plan_from_results
+from genbench.plan.configurations import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
 from genbench.plan.document import save_plan
 from genbench.plan.from_pilot import plan_from_pilot
@@ -39,10 +36,13 @@ from genbench.plan.pilot import (
 from genbench.plan.render import PilotProgress
 from genbench.plan.storage import HiddenStates, hidden_states, storage_from_tokens
 from genbench.plan.units import parse_counts
-from genbench.result import REQUESTS_FILE, load_result
-from genbench.run import prepare_out_dir
+from genbench.run.benchmark import prepare_out_dir
+from genbench.run.result import REQUESTS_FILE, load_result
 from genbench.settings import Setting, setting
-from genbench.think import ThinkMode, parse_dialect, parse_tags
+from genbench.transport.endpoint import Endpoint, endpoint
+from genbench.transport.eventloop import run_async
+from genbench.transport.open_files import fit_descriptors
+from genbench.transport.thinking import ThinkMode, parse_dialect, parse_tags
 
 DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
 DEFAULT_PILOT_C = 32
@@ -90,6 +90,7 @@ class PlanArgs:
     gpus_per_server: str | None = None
     think_tags: str = "<think>,</think>"
     think_dialect: str = "auto"
+    tool_policy: str = "replay"  # as the job's generate --tool-policy
 
 
 @dataclass
@@ -203,6 +204,8 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
         positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.turns not in ("all", "last"):
         raise UsageError(f"--turns must be all or last, got {args.turns!r}")
+    if args.tool_policy not in ("replay", "keep"):
+        raise UsageError(f"--tool-policy must be replay or keep, got {args.tool_policy!r}")
     if args.speed_drift < 0:
         raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")
     if args.warmup < 0:
@@ -300,7 +303,7 @@ def _run(
     rnd = random.Random(args.seed + 1)
     warm = first_turn_requests(
         [rows[rnd.randrange(len(rows))] for _ in range(4 * c)], pilot.params, args.turns == "all",
-        "warm",
+        "warm", args.tool_policy,
     )  # fmt: skip
     size = (
         f"until ±{stop.target:.0%} (≥ {stop.min_requests}"
@@ -331,6 +334,7 @@ def _run(
                 params=pilot.params,
                 turns=args.turns,
                 think=think,
+                tool_policy=args.tool_policy,
                 token_ids=token_ids,
             )
         )
@@ -383,6 +387,7 @@ def _pilot_inputs(
         "pilot": run.samples,
         "pilot_requests": len(run.records),
         "turns": args.turns,
+        "tool_policy": args.tool_policy,
         "pilot_fixed": args.pilot,
         "target_error": stop.target if stop is not None else None,
         "pilot_min_time_s": stop.min_s if stop is not None else None,

@@ -8,7 +8,7 @@ prompt word's id `word_id` of it (a word outside `VOCAB` hashes above `ID_BASE +
 One id per emitted token, as many as `usage.completion_tokens` (the sim sends no EOS id:
 it emits no EOS token).
 
-Dialects, as read in each engine's source (genbench.token_ids):
+Dialects, as read in each engine's source (genbench.transport.token_ids):
 
 * `vllm`: asked with `return_token_ids`; `prompt_token_ids` at the top level of the first
   chunk, `token_ids` in each chunk's choice; a whole body has both at the same places.
@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from genbench.sim.wire import TEXT, TEXT_LEN, VOCAB
+from genbench.sim.replies import TEXT, TEXT_LEN, VOCAB
 
 ID_BASE = 100
 _INDEX = {w: i for i, w in enumerate(VOCAB)}

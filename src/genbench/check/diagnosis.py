@@ -1,0 +1,170 @@
+"""check's diagnoses: every failure as one line a person can act on and an exit code.
+
+A transport failure, an HTTP status with the server's own words (a 404 that says the model
+does not exist is a model problem, a router's 5xx for its worker is said as such), a
+failed test request, said of the model when /v1/models did not list it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from genbench.errors import ExitCode, GenbenchError, model_missing, upstream_failed
+from genbench.records import ErrorKind, RequestRecord
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.stream import Failure, error_message_from_body
+
+Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
+
+
+@dataclass
+class Diagnosis:
+    exit_code: int
+    message: str
+    upstream: bool = False  # a router answered that its worker failed: another may not
+
+
+class PreflightFailed(GenbenchError):
+    """A check failed; `diagnosis` is the line a person reads and the exit code."""
+
+    def __init__(self, diagnosis: Diagnosis) -> None:
+        super().__init__(diagnosis.message, diagnosis.exit_code)
+        self.diagnosis = diagnosis
+
+
+def where(ep: Endpoint) -> str:
+    return ep.root.split("://", 1)[1]
+
+
+def transport_diagnosis(ep: Endpoint, failure: Failure, what: str) -> Diagnosis:
+    kind = failure.kind
+    host = where(ep)
+    if kind is ErrorKind.CONNECT_REFUSED:
+        return Diagnosis(
+            Exit.REFUSED,
+            f"connection refused at {host}: nothing is listening there. "
+            "Is the server running? Was it killed (e.g. out of memory)?",
+        )
+    if kind is ErrorKind.DNS:
+        return Diagnosis(
+            Exit.DNS,
+            f"unknown host '{host.rsplit(':', 1)[0]}': the name does not "
+            "resolve. Check the spelling of --url.",
+        )
+    if kind in (ErrorKind.CONNECT_TIMEOUT, ErrorKind.READ_TIMEOUT, ErrorKind.TOTAL_TIMEOUT):
+        return Diagnosis(
+            Exit.TIMEOUT,
+            f"no answer from {host} to {what} in time: the host may be "
+            "unreachable (firewall, wrong address) or the server hung.",
+        )
+    if kind is ErrorKind.DISCONNECTED:
+        return Diagnosis(
+            Exit.SERVER_ERROR,
+            f"{host} closed the connection during {what}: the "
+            "server crashed or is not an HTTP server.",
+        )
+    return Diagnosis(Exit.REQUEST_FAILED, f"{what} at {host} failed: {ep.redact(failure.message)}")
+
+
+def status_diagnosis(ep: Endpoint, path: str, status: int, body: bytes) -> Diagnosis:
+    msg = ep.redact(error_message_from_body(body, limit=200))
+    url = ep.redact(path)
+    if status in (401, 403):
+        hint = (
+            "no API key was sent: set it in OPENAI_API_KEY or name its variable with --api-key-env"
+            if not ep.api_key
+            else "the API key was refused: is it the right one?"
+        )
+        return Diagnosis(Exit.AUTH, f"HTTP {status} from {url}: {hint} ({msg})")
+    if status in (400, 404, 422) and model_missing(msg):
+        return Diagnosis(Exit.MODEL, f"HTTP {status} from {url}: the server says: {msg}")
+    if status == 404:
+        hint = " Does the base URL need '/v1'?" if not ep.base_url.endswith("/v1") else ""
+        return Diagnosis(Exit.NOT_FOUND, f"HTTP 404 from {url}: no such path on this server.{hint}")
+    if status == 429:
+        return Diagnosis(
+            Exit.SERVER_ERROR,
+            f"HTTP 429 from {url}: the server is rate-limiting or overloaded ({msg})",
+        )
+    if status >= 500 and upstream_failed(status, msg):
+        return Diagnosis(
+            Exit.SERVER_ERROR,
+            f"HTTP {status} from {url}: a router or proxy answered that no worker behind it "
+            f"could take the request: {msg}",
+            upstream=True,
+        )
+    if status >= 500:
+        return Diagnosis(Exit.SERVER_ERROR, f"HTTP {status} from {url}: the server failed: {msg}")
+    return Diagnosis(Exit.BAD_RESPONSE, f"HTTP {status} from {url}: {msg}")
+
+
+def request_diagnosis(ep: Endpoint, rec: RequestRecord) -> Diagnosis:
+    kind = rec.error_kind
+    msg = rec.error_message or ""
+    host = where(ep)
+    if kind in (ErrorKind.HTTP_STATUS, ErrorKind.UPSTREAM) and rec.http_status:
+        body_msg = msg.split(": ", 1)[1] if ": " in msg else msg
+        return status_diagnosis(
+            ep,
+            ep.base_url + "/chat/completions",
+            rec.http_status,
+            orjson.dumps({"error": {"message": body_msg}}),
+        )
+    if kind == ErrorKind.CONNECT_REFUSED:
+        return Diagnosis(
+            Exit.REFUSED,
+            f"connection refused at {host} during the test request: "
+            "the server stopped (killed, e.g. out of memory?)",
+        )
+    if kind in (
+        ErrorKind.READ_TIMEOUT,
+        ErrorKind.TOTAL_TIMEOUT,
+        ErrorKind.CONNECT_TIMEOUT,
+    ):
+        return Diagnosis(
+            Exit.TIMEOUT,
+            f"the test request to {host} timed out ({msg}): the server "
+            "accepts connections but does not generate. Raise --timeout for a "
+            "reasoning model that thinks long, or check the server's log.",
+        )
+    if kind == ErrorKind.INBAND_ERROR:
+        return Diagnosis(Exit.SERVER_ERROR, f"the server sent an error inside the stream: {msg}")
+    if kind == ErrorKind.MALFORMED_CHUNK:
+        return Diagnosis(Exit.BAD_RESPONSE, f"the server's stream is not OpenAI-shaped: {msg}")
+    if kind in (ErrorKind.INCOMPLETE_STREAM, ErrorKind.DISCONNECTED):
+        return Diagnosis(
+            Exit.REQUEST_FAILED,
+            f"the test request's stream broke off ({msg}): the "
+            "server may have crashed mid-request.",
+        )
+    return Diagnosis(Exit.REQUEST_FAILED, f"the test request failed ({kind}): {msg}")
+
+
+def served(models: list[str]) -> str:
+    return "served: " + (", ".join(models) or "none")
+
+
+def model_diagnosis(
+    model: str, models: list[str], url: str, wanted: str | None, diag: Diagnosis
+) -> Diagnosis:
+    """A failed test request, said of the model when /v1/models did not list it (the
+    server's own message kept), or when the listed one was refused as a model. A router's
+    failed worker says nothing of the model."""
+    if diag.upstream:
+        return diag
+    if model not in models:
+        return Diagnosis(
+            diag.exit_code,
+            f"model '{model}' is not listed by /v1/models at {url} ({served(models)}) "
+            f"and the test request failed: {diag.message}",
+        )
+    if diag.exit_code == Exit.MODEL and not wanted:
+        said = diag.message.rstrip(".")
+        return Diagnosis(
+            diag.exit_code,
+            f"{said}. /v1/models lists '{model}' but it is not served under that "
+            "name (a router that could not learn its workers' model?): name it with --model",
+        )
+    return diag

@@ -1,0 +1,494 @@
+"""Preflight: is the server alive, serving the model, and able to answer one tiny request?
+
+Every failure becomes a `Diagnosis`: one line a person can act on and a distinct
+exit code, never a traceback. `run`, `plan` and `generate` call `preflight`
+before sending any load.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from genbench.check.diagnosis import (
+    Diagnosis,
+    PreflightFailed,
+    model_diagnosis,
+    request_diagnosis,
+    served,
+    status_diagnosis,
+    transport_diagnosis,
+    where,
+)
+from genbench.check.metric_names import dialect_of, metrics_off_hint
+from genbench.check.router import ONE_WORKERS_METRICS, identify_router, router_notes
+from genbench.errors import ExitCode
+from genbench.records import ErrorKind, RequestRecord
+from genbench.transport.client import ChatRequest, Client, ConnectionPool, Timeouts
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.stream import Failure, error_message_from_body, share_by_chars
+from genbench.transport.thinking import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
+from genbench.transport.token_ids import KIND_DIALECT, VLLM, ask_for, reply_ids
+
+Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
+
+
+# a router that answers for a failed worker may route the next test request to a live one
+UPSTREAM_TRIES = 3
+
+
+@dataclass
+class ServerInfo:
+    kind: str | None = None  # vLLM, SGLang, llama.cpp, TGI, genbench-sim
+    version: str | None = None
+    max_model_len: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MetricsProbe:
+    """Is /metrics there, and in whose names? `hint` says how to turn it on when it is off."""
+
+    status: str  # "ok", "absent" (no /metrics) or "unreadable"
+    dialect: str | None = None
+    http_status: int | None = None
+    hint: str | None = None
+
+
+@dataclass
+class CheckReport:
+    url: str
+    ok: bool = False
+    exit_code: int = Exit.OK
+    diagnosis: str | None = None
+    health: str | None = None
+    models: list[str] = field(default_factory=list)
+    model: str | None = None
+    server: ServerInfo = field(default_factory=ServerInfo)
+    reply: str | None = None
+    thinking: bool | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    tokens_estimated: bool | None = None
+    deep_health: str | None = None  # SGLang's /health_generate: "ok" or "absent"
+    metrics: MetricsProbe | None = None
+    # where the thinking arrives (genbench.transport.thinking: separate, inline, inline-opened,
+    # none)
+    # and the tags an inline split looks for
+    thinking_dialect: str | None = None
+    think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
+    think_dialect_set: str | None = None  # --think-dialect: the user's, not the reply's
+    reasoning_source: str | None = None  # "estimate": genbench split it, shared the tokens
+    # how this server gives the token ids it generated (genbench.transport.token_ids: vllm, sglang),
+    # None when it gives none or none was asked (--token-ids off), and why not
+    token_ids: str | None = None
+    token_ids_note: str | None = None
+    elapsed_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def think_mode(self) -> ThinkMode:
+        """How the run that follows reads thinking: the dialect this check saw."""
+        tags = (self.think_tags[0], self.think_tags[1])
+        fixed = self.think_dialect_set is not None
+        return ThinkMode(self.thinking_dialect or NONE, tags, fixed)
+
+
+TINY_PROMPT = "Say just 'OK'."
+OWNED_BY_KIND = {
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "llamacpp": "llama.cpp",
+    "genbench-sim": "genbench-sim",
+    "tgi": "TGI",
+}
+
+
+async def _get(pool: ConnectionPool, ep: Endpoint, url: str, timeout: float) -> tuple[int, bytes]:
+    status, _, body = await pool.get(url, timeout, ep.headers())
+    return status, body
+
+
+NOT_READY = {
+    "/health": "the server is up but not ready (still loading the model?)",
+    # SGLang's /health_generate runs a one-token generation and answers 200 once its
+    # scheduler answered (polled each second, so about a second), 503 when none came
+    # within SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default)
+    "/health_generate": "its scheduler produced no token within SGLANG_HEALTH_CHECK_TIMEOUT "
+    "(20 s by default): still starting, hung, or overloaded. Check the server's log",
+}
+
+
+async def _health(pool: ConnectionPool, ep: Endpoint, timeout: float, path: str = "/health") -> str:
+    """'ok', 'absent' (no such path, or behind auth: /v1/models will tell), or raise
+    PreflightFailed. `path` is /health or SGLang's deep /health_generate."""
+    try:
+        status, body = await _get(pool, ep, ep.root + path, timeout)
+    except Failure as f:
+        raise PreflightFailed(transport_diagnosis(ep, f, f"GET {path}")) from None
+    if status == 200:
+        return "ok"
+    if status in (404, 405, 401, 403):
+        return "absent"
+    if status == 503:
+        msg = error_message_from_body(body, limit=160)
+        raise PreflightFailed(
+            Diagnosis(
+                Exit.SERVER_ERROR,
+                f"{where(ep)} answers {path} with 503: {NOT_READY[path]} ({msg})",
+            )
+        )
+    raise PreflightFailed(status_diagnosis(ep, ep.root + path, status, body))
+
+
+async def _models(
+    pool: ConnectionPool, ep: Endpoint, timeout: float
+) -> tuple[list[str], dict[str, Any]]:
+    url = ep.base_url + "/models"
+    try:
+        status, body = await _get(pool, ep, url, timeout)
+    except Failure as f:
+        raise PreflightFailed(transport_diagnosis(ep, f, "GET /v1/models")) from None
+    if status != 200:
+        raise PreflightFailed(status_diagnosis(ep, url, status, body))
+    try:
+        obj = orjson.loads(body)
+        data = obj["data"]
+        ids = [m["id"] for m in data]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        snippet = " ".join(body[:60].decode("utf-8", "replace").split())
+        raise PreflightFailed(
+            Diagnosis(
+                Exit.BAD_RESPONSE,
+                f"{url} did not answer in the OpenAI "
+                f'shape (expected {{"data": [{{"id": ...}}]}}, got '
+                f"{snippet!r}): is this an OpenAI-compatible server?",
+            )
+        ) from None
+    first = data[0] if data and isinstance(data[0], dict) else {}
+    return ids, first
+
+
+def pick_model(ids: list[str], wanted: str | None, url: str) -> str:
+    """The model named by --model (trusted: a router may not list what its workers serve;
+    the test request tells), else the only one served."""
+    if wanted:
+        return wanted
+    if len(ids) == 1:
+        return ids[0]
+    if not ids:
+        raise PreflightFailed(Diagnosis(Exit.MODEL, f"{url} serves no models"))
+    raise PreflightFailed(
+        Diagnosis(
+            Exit.MODEL,
+            f"{url} serves {len(ids)} models ({', '.join(ids)}): choose one with --model",
+        )
+    )
+
+
+async def identify(
+    pool: ConnectionPool, ep: Endpoint, first_model: dict[str, Any], timeout: float = 3.0
+) -> ServerInfo:
+    """What the server says of itself: kind from `owned_by` or probes, version where exposed."""
+    info = ServerInfo(kind=OWNED_BY_KIND.get(str(first_model.get("owned_by", "")).lower()))
+    mml = first_model.get("max_model_len")
+    if isinstance(mml, int):
+        info.max_model_len = mml
+
+    async def get(path: str) -> tuple[int, bytes]:
+        return await _get(pool, ep, ep.root + path, timeout)
+
+    # a router forwards the probes below to a worker: ask for it first
+    if routed := await identify_router(get):
+        info.kind, details = routed
+        info.details.update(details)
+        return info
+    probes = [
+        ("vLLM", "/version"),
+        ("llama.cpp", "/props"),
+        ("SGLang", "/server_info"),  # SGLang's newer spelling
+        ("SGLang", "/get_server_info"),  # the older one (now deprecated, still served)
+        ("TGI", "/info"),
+        ("genbench-sim", "/version"),
+    ]
+    if info.kind:
+        probes = [p for p in probes if p[0] == info.kind] or probes
+    asked: set[str] = set()  # a path two kinds share (/version) is asked once: at most 5 GETs
+    for kind, path in probes:
+        if path in asked:
+            continue
+        asked.add(path)
+        try:
+            status, body = await _get(pool, ep, ep.root + path, timeout)
+            obj = orjson.loads(body) if status == 200 else None
+        except Exception:  # a probe that fails just tells us nothing
+            continue
+        if not isinstance(obj, dict):
+            continue
+        _read_identity(info, kind, path, obj)
+        if info.kind:
+            break
+    return info
+
+
+def _read_identity(info: ServerInfo, kind: str, path: str, obj: dict[str, Any]) -> None:
+    if path == "/version" and "version" in obj:
+        info.kind = info.kind or ("genbench-sim" if obj.get("server") == "genbench-sim" else kind)
+        info.version = str(obj["version"])
+    elif path == "/props" and ("default_generation_settings" in obj or "build_info" in obj):
+        info.kind = info.kind or "llama.cpp"
+        info.version = str(obj.get("build_info") or "") or None
+        n_ctx = (obj.get("default_generation_settings") or {}).get("n_ctx")
+        if isinstance(n_ctx, int):
+            info.max_model_len = info.max_model_len or n_ctx
+        if "total_slots" in obj:
+            info.details["total_slots"] = obj["total_slots"]
+    elif path.endswith("server_info") and "version" in obj:
+        if isinstance(obj.get("server_args"), dict):  # an older shape: the arguments nested
+            obj = {**obj["server_args"], **obj}
+        if "model_path" not in obj:
+            return
+        info.kind = info.kind or "SGLang"
+        info.version = str(obj.get("version") or "") or None
+        _read_sglang(info, obj)
+    elif path == "/info" and "model_id" in obj:
+        info.kind = info.kind or "TGI"
+        info.version = str(obj.get("version") or "") or None
+
+
+# what check keeps of SGLang's /server_info: its server arguments (flattened into the
+# answer) and rank 0's internal state
+SGLANG_DETAILS = (
+    "model_path",
+    "speculative_algorithm",
+    "speculative_num_draft_tokens",
+    "reasoning_parser",
+    "max_running_requests",
+    "context_length",
+    "enable_metrics",
+)
+
+
+def _read_sglang(info: ServerInfo, obj: dict[str, Any]) -> None:
+    for key in SGLANG_DETAILS:
+        if obj.get(key) is not None:
+            info.details[key] = obj[key]
+    ctx = obj.get("context_length")
+    if isinstance(ctx, int) and not info.max_model_len:
+        info.max_model_len = ctx
+    states = obj.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        accept = states[0].get("avg_spec_accept_length")
+        if isinstance(accept, int | float):
+            info.details["avg_spec_accept_length"] = accept
+
+
+async def probe_metrics(
+    pool: ConnectionPool, ep: Endpoint, kind: str | None, timeout: float
+) -> MetricsProbe:
+    """One GET of /metrics: in whose names, or how to turn it on. Never fails the check."""
+    try:
+        status, body = await _get(pool, ep, ep.root + "/metrics", timeout)
+    except Failure as f:
+        return MetricsProbe("unreadable", hint=ep.redact(f.message))
+    if status != 200:
+        return MetricsProbe("absent", http_status=status, hint=metrics_off_hint(kind))
+    names = (
+        line.split("{", 1)[0].split(" ", 1)[0]
+        for line in body.decode("utf-8", "replace").splitlines()
+        if line and not line.startswith("#")
+    )
+    dialect = dialect_of(names)
+    hint = None if dialect else "no metric names genbench reads: run reports no server counters"
+    return MetricsProbe("ok", dialect=dialect, http_status=status, hint=hint)
+
+
+async def tiny_request(client: Client, max_tokens: int = 16) -> RequestRecord:
+    req = ChatRequest(
+        id="check",
+        messages=[{"role": "user", "content": TINY_PROMPT}],
+        max_tokens=max_tokens,
+        params={"temperature": 0},
+    )
+    return await client.chat(req, phase="check")
+
+
+async def preflight(
+    ep: Endpoint,
+    model: str | None = None,
+    *,
+    timeout: float = 120.0,
+    connect_timeout: float = 3.0,
+    tiny: bool = True,
+    max_tokens: int = 16,
+    think_tags: tuple[str, str] = DEFAULT_TAGS,
+    think_dialect: str = AUTO,
+    token_ids: str = "auto",
+) -> CheckReport:
+    """Run every check; the report says what passed and, on failure, the diagnosis.
+    `token_ids` (auto, on, off): whether to find out how the server gives token ids."""
+    t0 = time.perf_counter()
+    forced = None if think_dialect == AUTO else think_dialect
+    rep = CheckReport(url=ep.base_url, think_tags=list(think_tags), think_dialect_set=forced)
+    if ep.path_assumed:
+        rep.notes.append(f"no path in the URL: using {ep.base_url}")
+    timeouts = Timeouts(connect=connect_timeout, read=timeout, total=timeout)
+    pool = ConnectionPool(ep.root)  # the GETs and the test request share its connections
+    try:
+        await _checks(pool, ep, rep, model, timeouts, tiny, max_tokens, think_tags, token_ids)
+        rep.ok = True
+    except PreflightFailed as pf:
+        rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
+    finally:
+        await pool.close()
+        rep.elapsed_s = time.perf_counter() - t0
+    return rep
+
+
+async def _checks(
+    pool: ConnectionPool,
+    ep: Endpoint,
+    rep: CheckReport,
+    model: str | None,
+    timeouts: Timeouts,
+    tiny: bool,
+    max_tokens: int,
+    think_tags: tuple[str, str],
+    token_ids: str = "auto",
+) -> None:
+    """Health, models, identity, the test request: raises PreflightFailed at the first fault."""
+    connect = timeouts.connect
+    rep.health = await _health(pool, ep, timeout=connect + 2)
+    try:
+        rep.models, first = await _models(pool, ep, timeout=connect + 7)
+    except PreflightFailed as pf:
+        # vllm-router forwards /v1/models to its first worker, dead or not: a --model
+        # given needs no listing, the test request goes to a live worker
+        if not (pf.diagnosis.upstream and model):
+            raise
+        rep.models, first = [], {}
+        rep.notes.append(f"GET /v1/models: {pf.diagnosis.message}; --model trusted")
+    rep.model = pick_model(rep.models, model, ep.base_url)
+    if rep.model != (first.get("id") if first else None):
+        first = {}
+    rep.server = await identify(pool, ep, first)
+    rep.notes.extend(router_notes(rep.server.kind, rep.server.details))
+    if rep.server.kind == "SGLang":
+        rep.deep_health = await _health(pool, ep, min(timeouts.read, 30.0), "/health_generate")
+    rep.metrics = await probe_metrics(pool, ep, rep.server.kind, connect + 2)
+    if rep.metrics.status == "ok" and len(rep.server.details.get("workers") or []) > 1:
+        # vllm-router forwards /metrics to one of its workers: not the sum run needs
+        rep.metrics = MetricsProbe("ok", http_status=200, hint=ONE_WORKERS_METRICS)
+    if tiny:
+        ask, rep.token_ids_note = ask_for(rep.server.kind, token_ids)
+        client = Client(
+            ep, rep.model, timeouts=timeouts, session=pool, keep_text=True, token_ids=ask
+        )
+        rec = await _tiny_through_router(client, max_tokens, rep)
+        if ask is not None and not rec.ok and rec.http_status in range(400, 500):
+            rep.token_ids_note = f"the server refused the request for ids ({rec.error_message})"
+            client.token_ids = ask = None  # the test request again, without asking
+            rec = await _tiny_through_router(client, max_tokens, rep)
+        if not rec.ok:
+            diag = request_diagnosis(ep, rec)
+            raise PreflightFailed(model_diagnosis(rep.model, rep.models, rep.url, model, diag))
+        rep.thinking_dialect = rep.think_dialect_set or await _dialect(
+            pool, ep, rep.model, rec, think_tags
+        )
+        _read_reply(rep, rec)
+        if token_ids != "off":
+            await _read_ids(rep, client, rec, ask, max_tokens)
+    if rep.model not in rep.models:
+        done = "but served: a router?" if tiny else "not tried (no test request)"
+        listing = f"not listed by /v1/models ({served(rep.models)})"
+        rep.notes.append(f"model '{rep.model}' is {listing}, {done}")
+
+
+async def _read_ids(
+    rep: CheckReport, client: Client, rec: RequestRecord, ask: str | None, max_tokens: int
+) -> None:
+    """Did the test reply carry ids? A server of unknown kind is asked in a request of its
+    own (vLLM's field), so one that refuses the field fails only that."""
+    if ask is None and rep.server.kind not in KIND_DIALECT and rep.token_ids_note is None:
+        client.token_ids = ask = VLLM
+        rec = await tiny_request(client, max_tokens)
+        if not rec.ok:
+            rep.token_ids_note = f"asked with return_token_ids: {rec.error_message}"
+            return
+    if ask is not None:
+        rep.token_ids, rep.token_ids_note = reply_ids(rec, ask)
+
+
+async def _tiny_through_router(client: Client, max_tokens: int, rep: CheckReport) -> RequestRecord:
+    """The test request; sent again (UPSTREAM_TRIES in all) while a router answers that the
+    worker it chose failed: the next may go to a live one."""
+    for attempt in range(1, UPSTREAM_TRIES + 1):
+        rec = await tiny_request(client, max_tokens)
+        if rec.ok or rec.error_kind is not ErrorKind.UPSTREAM or attempt == UPSTREAM_TRIES:
+            break
+        rep.notes.append(f"test request {attempt}: {rec.error_message}; trying again")
+    return rec
+
+
+async def _dialect(
+    pool: ConnectionPool, ep: Endpoint, model: str, rec: RequestRecord, tags: tuple[str, str]
+) -> str:
+    """Where this server's thinking arrives, from the test reply (the raw content), and
+    when the reply shows no tag, from the end of the rendered prompt."""
+    content = rec.text or ""
+    separate = bool(rec.reasoning)
+    tail = ""
+    if not separate and not any(t in content for t in tags):
+        tail = await prompt_tail(pool, ep, model)
+    return detect(content, separate, tags, tail)
+
+
+async def prompt_tail(pool: ConnectionPool, ep: Endpoint, model: str, timeout: float = 5.0) -> str:
+    """The end of the test request's prompt as the chat template renders it, where the
+    server can show it (vLLM: /tokenize with messages, /detokenize; SGLang's /tokenize takes
+    text only, so there it cannot); else ''."""
+    messages = [{"role": "user", "content": TINY_PROMPT}]
+    try:
+        body = {"model": model, "messages": messages, "add_generation_prompt": True}
+        status, _, raw = await pool.get(ep.root + "/tokenize", timeout, ep.headers(), json=body)
+        tokens = orjson.loads(raw).get("tokens") if status == 200 else None
+        if not isinstance(tokens, list) or not tokens:
+            return ""
+        body = {"model": model, "tokens": tokens[-8:]}
+        status, _, raw = await pool.get(ep.root + "/detokenize", timeout, ep.headers(), json=body)
+        obj = orjson.loads(raw) if status == 200 else {}
+        text = obj.get("prompt", obj.get("text"))  # vLLM says prompt, SGLang text
+    except Exception:  # a probe that fails just tells us nothing
+        return ""
+    return text if isinstance(text, str) else ""
+
+
+def _read_reply(rep: CheckReport, rec: RequestRecord) -> None:
+    mode = rep.think_mode()
+    thinking, answer = split_text(rec.text or "", mode)
+    rep.reply = answer[:200] if mode.inline else (rec.text or "")[:200]
+    rep.thinking = bool(rec.thinking_chars or rec.reasoning_tokens or thinking)
+    if mode.inline and rec.completion_tokens is not None and rec.reasoning_tokens is None:
+        share_by_chars(rec, len(thinking), len(answer))
+        rep.reasoning_source = rec.reasoning_source
+    rep.ttft_s, rep.e2e_s = rec.ttft, rec.e2e
+    rep.finish_reason = rec.finish_reason
+    rep.completion_tokens, rep.reasoning_tokens = rec.completion_tokens, rec.reasoning_tokens
+    rep.tokens_estimated = rec.tokens_estimated
+    if rec.tokens_estimated:
+        rep.notes.append(
+            "the server sent no usage in the stream: token counts are estimated from chunks"
+        )
+    if rep.thinking and not (answer if mode.inline else rec.answer_chars):
+        rep.notes.append(
+            "reasoning model: the whole short reply was thinking. Give warm-up and "
+            "real requests a generous max_tokens and timeout."
+        )

@@ -14,7 +14,7 @@ import orjson
 from genbench.errors import ExitCode, GenbenchError, model_missing, upstream_failed
 from genbench.records import ErrorKind, RequestRecord
 from genbench.transport.endpoint import Endpoint
-from genbench.transport.stream import Failure, error_message_from_body
+from genbench.transport.failures import Failure, error_message_from_body
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 

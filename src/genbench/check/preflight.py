@@ -29,7 +29,8 @@ from genbench.errors import ExitCode
 from genbench.records import ErrorKind, RequestRecord
 from genbench.transport.client import ChatRequest, Client, ConnectionPool, Timeouts
 from genbench.transport.endpoint import Endpoint
-from genbench.transport.stream import Failure, error_message_from_body, share_by_chars
+from genbench.transport.failures import Failure, error_message_from_body
+from genbench.transport.stream import share_by_chars
 from genbench.transport.thinking import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own

@@ -21,7 +21,7 @@ from genbench.load import Slot
 from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest, Client
 from genbench.transport.endpoint import Endpoint
-from genbench.transport.stream import Failure
+from genbench.transport.failures import Failure
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ _EXPORTS = {
     "draws": "Draws chain_next complete_samples worker_gap",
     "stepfit": "StepModel DecodeRows decode_rows fit_step",
     "walltime": "JobSim simulate_job sim_cap job_walls",
-    "bar": "CONFIDENCE TARGET_REL_ERROR T_975 series_halfwidth length_halfwidth pilot_size_for "
+    "bar": "CONFIDENCE TARGET_REL_ERROR series_halfwidth length_halfwidth pilot_size_for "
     "WallForecast forecast",
     "wander": "WANDER_EXPONENT WANDER_HORIZON t_975 lag1 semivariogram SpeedBar SpeedWander "
     "window_gap_variance",

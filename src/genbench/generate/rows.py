@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
+from genbench.atomic import replace_durably
 from genbench.errors import UsageError
-from genbench.generate.durable import fsync_dir
 
 META_FIELDS: tuple[tuple[str, str], ...] = (
     ("server", "string"),
@@ -82,8 +82,7 @@ def convert_to_parquet(src: str, dst: str, batch_rows: int = 1000) -> int:
             n += len(batch)
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
-    os.replace(tmp, dst)
-    fsync_dir(Path(dst).parent)
+    replace_durably(tmp, dst)
     return n
 
 

@@ -7,12 +7,12 @@ The schema is documented in docs/results.md.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from genbench.atomic import write_atomic
 from genbench.errors import UsageError
 
 SCHEMA = "genbench.result"
@@ -22,14 +22,8 @@ REQUESTS_FILE = "requests.jsonl"
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write to a temporary file, fsync, rename: a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """The document as indented JSON, written atomically (`genbench.atomic`)."""
+    write_atomic(path, orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
 def result_path(path: str | Path) -> Path:

@@ -30,6 +30,7 @@ from genbench.records import ErrorKind, RequestRecord
 from genbench.transport.client import ChatRequest, Client, ConnectionPool, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.failures import Failure, error_message_from_body
+from genbench.transport.health import NO_HEALTH
 from genbench.transport.stream import share_by_chars
 from genbench.transport.thinking import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 
@@ -145,7 +146,7 @@ async def _health(pool: ConnectionPool, ep: Endpoint, timeout: float, path: str 
         raise PreflightFailed(transport_diagnosis(ep, f, f"GET {path}")) from None
     if status == 200:
         return "ok"
-    if status in (404, 405, 401, 403):
+    if status in NO_HEALTH:
         return "absent"
     if status == 503:
         msg = error_message_from_body(body, limit=160)

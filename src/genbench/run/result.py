@@ -58,26 +58,33 @@ def load_result(path: str | Path) -> dict[str, Any]:
     return read_document(p, SCHEMA, SCHEMA_VERSION, "result")
 
 
-def read_document(p: Path, schema: str, version: int, what: str) -> dict[str, Any]:
+def read_document(
+    p: Path, schema: str, version: int, what: str, flag: str | None = None
+) -> dict[str, Any]:
     """A genbench JSON document (result, plan, inspection) with its path in `_path`; one
-    line naming the file when it is unreadable, not ours, or of a newer schema version."""
+    line naming the file (after the flag that named it, if any) when it is unreadable, not
+    ours, or of a newer schema version. The one reader of every schema'd document."""
+    where = f"{flag} {p}" if flag else f"{p}"
     try:
         obj = orjson.loads(p.read_bytes())
     except FileNotFoundError:
-        raise UsageError(f"{p}: no such file") from None
+        raise UsageError(f"{where}: no such file") from None
     except orjson.JSONDecodeError as e:
-        raise UsageError(f"{p}: not a genbench {what} (not JSON: {e})") from None
+        raise UsageError(f"{where}: not a genbench {what} (not JSON: {e})") from None
     except OSError as e:
-        raise UsageError(f"{p}: cannot read it ({e.strerror or e})") from None
+        raise UsageError(f"{where}: cannot read it ({e.strerror or e})") from None
     if not isinstance(obj, dict) or obj.get("schema") != schema:
-        raise UsageError(f'{p}: not a genbench {what} (no "schema": "{schema}" field)')
+        got = obj.get("schema") if isinstance(obj, dict) else type(obj).__name__
+        raise UsageError(
+            f"{where}: not a genbench {what} (field 'schema' is {got!r}, not {schema!r})"
+        )
     got = obj.get("schema_version")
     if not isinstance(got, int):
-        raise UsageError(f"{p}: field 'schema_version' is missing or not an integer")
+        raise UsageError(f"{where}: field 'schema_version' is missing or not an integer")
     if got > version:
         raise UsageError(
-            f"{p}: {what} schema version {got} is newer than this genbench reads "
-            f"({version}): upgrade genbench"
+            f"{where}: {what} schema version {got} is newer than this genbench reads "
+            f"(field 'schema_version' is {got}, up to {version}): upgrade genbench"
         )
     obj["_path"] = str(p)
     return obj

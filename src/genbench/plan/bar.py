@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from genbench.generate.wander import SpeedBar, lag1
 from genbench.plan.walltime import job_walls
-from genbench.plan.wander import SpeedBar, lag1
 from genbench.stats import t_975
 
 if TYPE_CHECKING:

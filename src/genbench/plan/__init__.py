@@ -22,14 +22,14 @@ replaying the pilot. The error bar adds a bootstrap over the pilot's requests
 (lengths, TTFT, failures), the server's speed over stretches of the pilot, and
 the replay's own error. docs/plan.md says what is and is not modelled.
 
-One concern per module: `units` (counts and their display), `storage`, `draws` (the
-pilot's requests as the simulation draws them), `stepfit` (the server's step time),
-`walltime` (the job simulated), `model` (what one pilot says), `generate.wander` (how the
-server's speed moved during it, carried over the job: generate's live ETA uses it too),
-`bar` (the forecast and its 95% bar), a module per source of a plan (`from_rate`,
-`from_result`, `pilot` with `from_pilot`, `configurations` for several results), `decide` (servers for a deadline, cost, the fastest
-configuration), `document` (plan.json written and read back), `render` (the console), and
-`make` (the command's flags to a plan).
+One concern per module: `units` (counts and their display), `storage`, `draws` (the pilot's
+requests as the simulation draws them), `stepfit` (the server's step time), `walltime` (the
+job simulated), `model` (what one pilot says), `generate.wander` (how the server's speed
+moved during it, carried over the job: generate's live ETA uses it too), `bar` (the forecast
+and its 95% bar), a module per source of a plan (`from_rate`, `from_result`, `pilot` with
+`from_pilot`, `configurations` for several results), `decide` (servers for a deadline, cost,
+the fastest configuration), `document` (plan.json written and read back), `render` (the
+console), and `make` (the command's flags to a plan).
 
 Names are imported from their module on first use, so that `genbench generate`, which
 reads plans (`document`), does not load numpy and the pilot's client with them.

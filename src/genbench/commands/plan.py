@@ -9,8 +9,9 @@ import typer
 
 from genbench.commands import common
 from genbench.commands.console import err, out
-from genbench.plan.make import PlanArgs, make_plan
-from genbench.plan.render import print_plan
+from genbench.errors import ExitCode
+from genbench.plan.make import PilotInterrupted, PlanArgs, make_plan
+from genbench.plan.render import PlanConsole, print_plan
 
 
 def plan(
@@ -162,7 +163,11 @@ def plan(
     deadline, cost, and the fastest of several configurations."""
     flags = dict(locals())  # every option above, by name
     console = err if flags.pop("json") else out
-    doc, saved = make_plan(PlanArgs(**flags), console)
+    try:
+        doc, saved = make_plan(PlanArgs(**flags), PlanConsole(console))
+    except PilotInterrupted as e:
+        err.print(f"[red]interrupted[/]: {e}")
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
     print_plan(doc, console)
     if saved is not None:
         console.print(f"plan: {saved}")

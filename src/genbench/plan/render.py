@@ -254,6 +254,28 @@ class PilotProgress:
             self.progress = None
 
 
+class PlanConsole:
+    """What `make_plan` tells while it works, on the console (`genbench.plan.make.PilotWatch`)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.bar: PilotProgress | None = None
+
+    def say(self, line: str) -> None:
+        self.console.print(line)
+
+    def pilot_started(self, total: int | None, stop: PilotStop | None) -> None:
+        self.bar = PilotProgress(self.console, total, stop)
+
+    def record(self, rec: RequestRecord) -> None:
+        if self.bar is not None:
+            self.bar.record(rec)
+
+    def pilot_ended(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
 @dataclass
 class DecisionTable:
     """One table of the decision, as text: the console and the HTML report both show it."""

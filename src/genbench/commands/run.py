@@ -323,7 +323,7 @@ def run_repeats(
         )
     dirs = [d for _, _, d in targets]
     if len(dirs) > 1:
-        from genbench.commands.compare import print_comparison
+        from genbench.compare.render import print_comparison
         from genbench.compare.rule import compare
         from genbench.compare.runs import load_sides
 

@@ -239,8 +239,13 @@ def test_a_reformatted_input_is_not_a_changed_one(quick, tmp_path):
     assert gen(inp, out, quick.url, "--temperature", "0.5").returncode == 0
     inp.write_text("".join(json.dumps(r, indent=None, separators=(" ,", " : ")) + "\n"
                            for r in reversed(rows)))  # fmt: skip
+    idx = out / ".genbench" / "data-00000.idx"
+    keys = [k for b in map(orjson.loads, idx.read_bytes().splitlines()) for k in b["src"]]
     p = gen(inp, out, quick.url, "--temperature", "0.5")
     assert p.returncode == 0 and "nothing to do" in p.stdout, p.stderr
+    # checked the slow way once, the rows have their new lines' keys for the next resume
+    again = [k for b in map(orjson.loads, idx.read_bytes().splitlines()) for k in b["src"]]
+    assert len(again) == 10 and not set(again) & set(keys)
     # a row's own sampling is part of its request
     rows[2]["params"] = {"max_tokens": 5}
     write_rows(inp, rows)

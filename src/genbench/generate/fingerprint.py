@@ -48,13 +48,23 @@ PROBE = Row(  # the synthetic row behind the salt: a system prompt and two user 
 
 def _canonical(req: ChatRequest) -> dict[str, Any]:
     """The request's fields that say what is asked: its id is the row's key, not part of
-    the request, and empty fields are left out (a new field's default changes nothing)."""
+    the request, and fields at their default or empty are left out (a field added to
+    requests changes no fingerprint made before, until a row sets it)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(req):
         v = getattr(req, f.name)
-        if f.name != "id" and v is not None and v != {} and v != []:
-            out[f.name] = v
+        if f.name == "id" or v is None or v == {} or v == [] or v == _default(f):
+            continue
+        out[f.name] = v
     return out
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
 
 
 def row_fingerprint(row: Row, params: dict[str, Any], all_turns: bool) -> int:
@@ -102,6 +112,7 @@ class RequestCheck:
     fps: Any  # id -> fingerprint: a mapping with .get (store.LazyFps)
     kept: dict[str, tuple[int, int]] = field(default_factory=dict)
     changes: list[tuple[str, int, int]] = field(default_factory=list)  # (id, fp now, key)
+    learned: dict[str, int] = field(default_factory=dict)  # id -> key, for the index
 
     def __post_init__(self) -> None:
         self.salt = job_salt(self.params, self.all_turns)
@@ -128,7 +139,10 @@ class RequestCheck:
             return False  # made by a genbench that kept no fingerprint: cannot tell
         fp = row_fingerprint(row, self.params, self.all_turns)
         k = self.kept.get(row_id)
-        if fp == old or (k is not None and k[0] == fp):
+        if fp == old:
+            self.learned[row_id] = key  # the same request from another line: its new key
+            return False
+        if k is not None and k[0] == fp:
             return False
         self.changes.append((row_id, fp, key))
         return True

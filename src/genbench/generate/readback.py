@@ -92,6 +92,28 @@ def index_keys(idx: Path) -> dict[str, int]:
     return {i: k for b in _read_index(idx) for i, k in zip(b.ids, b.srcs, strict=True) if k}
 
 
+def rekey_index(idx: Path, learned: dict[str, int], fps: Any) -> int:
+    """Give the rows in `learned` their new line keys in an index (their request was
+    checked and is the same: a reformatted input, a deleted index), so the next resume
+    takes the fast path for them again; each batch's other fields stay. Rows updated."""
+    batches = _read_index(idx)
+    n = 0
+    lines = []
+    for b in batches:
+        mine = [learned.get(i, 0) for i in b.ids]
+        if any(mine):
+            n += sum(1 for k in mine if k)
+            obj = orjson.loads(b.raw)
+            obj["src"] = [k or s for k, s in zip(mine, b.srcs, strict=True)]
+            obj["req"] = [f or fps.get(i, 0) for i, f in zip(b.ids, b.fps, strict=True)]
+            lines.append(orjson.dumps(obj) + b"\n")
+        else:
+            lines.append(b.raw)
+    if n:
+        write_atomic(idx, b"".join(lines))
+    return n
+
+
 def line_id(line: bytes) -> tuple[str | None, int]:
     """The id of one data line and its request fingerprint; (None, 0) if unreadable."""
     try:

@@ -9,6 +9,7 @@ from genbench.generate import changes
 from genbench.generate.files import output_errors
 from genbench.generate.fingerprint import LazyFps, RequestCheck
 from genbench.generate.input import InputScan, scan
+from genbench.generate.readback import rekey_index
 from genbench.generate.store import Existing, Store
 
 if TYPE_CHECKING:
@@ -49,6 +50,10 @@ def prepare(
         note = changes.settle(store, existing, res, check, policy)
     if note:
         listener.note(note, "yellow")
+    if check.learned:  # checked the slow way once: the fast way next time
+        with output_errors(store.out):
+            for idx in sorted({store.index_path(p) for p in store.data_files()}):
+                rekey_index(idx, check.learned, existing.fps)
     # 1M done ids are not needed past this point: the run writes only res.todo
     existing.done, existing.fps, existing.failed = {}, LazyFps(), set()
     check.fps, check.kept = LazyFps(), {}

@@ -76,10 +76,10 @@ BASELINES: dict[str, tuple[Path, str]] = {}  # "genbench@REV" -> (its tree, its 
 
 
 async def run_genbench(a: argparse.Namespace) -> dict[str, Any]:
-    from genbench.client import ChatRequest, Client, Timeouts
-    from genbench.endpoint import Endpoint
     from genbench.load import run_phase
-    from genbench.selfcheck import LoopMonitor
+    from genbench.run.selfcheck import LoopMonitor
+    from genbench.transport.client import ChatRequest, Client, Timeouts
+    from genbench.transport.endpoint import Endpoint
 
     client = Client(Endpoint.parse(a.url), MODEL, timeouts=Timeouts(connect=30, read=600))
 

@@ -39,8 +39,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from genbench.compare import compare  # noqa: E402
-from genbench.report.runs import load_sides  # noqa: E402
+from genbench.compare.rule import compare  # noqa: E402
+from genbench.compare.runs import load_sides  # noqa: E402
 from genbench.sim.process import SimProcess, start_all  # noqa: E402
 
 KEY = "sustained.c{c}.steady_tps"

@@ -84,13 +84,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from genbench.client import ChatRequest, Client, Timeouts
-from genbench.endpoint import Endpoint
 from genbench.load import run_phase
 from genbench.plan import PilotModel, Pool, StepModel, decode_rows, fit_step, simulate_job
 from genbench.records import RequestRecord, read_records
-from genbench.result import REQUESTS_FILE
+from genbench.run.result import REQUESTS_FILE
 from genbench.sim.process import SimProcess
+from genbench.transport.client import ChatRequest, Client, Timeouts
+from genbench.transport.endpoint import Endpoint
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "vllm-test-server.sh"

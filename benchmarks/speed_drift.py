@@ -41,8 +41,6 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from genbench.client import ChatRequest, Client, Timeouts
-from genbench.endpoint import Endpoint
 from genbench.errors import UsageError
 from genbench.load import run_phase
 from genbench.plan import (
@@ -56,6 +54,8 @@ from genbench.plan import (
     stretch_seconds,
 )
 from genbench.records import RequestRecord, read_records
+from genbench.transport.client import ChatRequest, Client, Timeouts
+from genbench.transport.endpoint import Endpoint
 
 
 async def load(url: str, model: str, seconds: float, c: int, median: float, out: Path) -> None:

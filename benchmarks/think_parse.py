@@ -30,8 +30,8 @@ import tracemalloc
 import orjson
 
 from genbench.records import RequestRecord
-from genbench.stream import StreamParser
-from genbench.think import INLINE_OPENED, Splitter, ThinkMode
+from genbench.transport.stream import StreamParser
+from genbench.transport.thinking import INLINE_OPENED, Splitter, ThinkMode
 
 WORDS = ["alpha ", "beta ", "gamma ", "delta ", "epsilon ", "zeta ", "eta ", "theta "]
 

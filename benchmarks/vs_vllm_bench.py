@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from genbench.workload import BUILTIN_PROMPTS  # noqa: E402
+from genbench.run.workload import BUILTIN_PROMPTS  # noqa: E402
 
 VENV = Path(os.environ.get("GENBENCH_VLLM_VENV", REPO / ".cache/vllm-venv"))
 MODEL_DIR = Path(os.environ.get("GENBENCH_VLLM_MODEL", REPO / ".cache/vllm-model"))

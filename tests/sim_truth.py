@@ -12,8 +12,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from genbench.client import ChatRequest
 from genbench.records import RequestRecord
+from genbench.transport.client import ChatRequest
 
 FAST = ("--tps", "2000", "--per-seq-ms", "0.05", "--ttft-ms", "1")
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import genbench
 from tests_helpers import closed_port_url
 
-from genbench.check import Exit
+from genbench.check.preflight import Exit
 
 
 def assert_one_line_diagnosis(p, code: int, *needles: str) -> None:

@@ -10,15 +10,15 @@ import pytest
 from conftest import genbench
 from typer.testing import CliRunner
 
-from genbench import clidoc
 from genbench.cli import ALIASES, app, apply_aliases
+from genbench.commands import clidoc
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 COMMANDS = clidoc.app_commands()
 
 
 def test_docs_cli_md_is_generated_from_the_code() -> None:
-    assert DOC.read_text(encoding="utf-8") == clidoc.render(), (
+    assert DOC.read_text(encoding="utf-8") == clidoc.cli_markdown(), (
         f"docs/cli.md is stale: regenerate it with `{clidoc.REGENERATE}`"
     )
 

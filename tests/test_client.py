@@ -21,9 +21,9 @@ import pytest
 from sim_truth import FAST, assert_is_the_sims, req, truth, truths
 from tests_helpers import closed_port_url, sim_metric, skip_if_host_wakes_late
 
-from genbench.client import ChatRequest, Client, Timeouts
-from genbench.endpoint import Endpoint
 from genbench.records import ErrorKind, RequestRecord
+from genbench.transport.client import ChatRequest, Client, Timeouts
+from genbench.transport.endpoint import Endpoint
 
 pytestmark = pytest.mark.asyncio
 

@@ -18,7 +18,7 @@ from conftest import genbench
 
 from genbench.errors import UsageError
 from genbench.plan import from_result
-from genbench.plan.compare import plan_from_results
+from genbench.plan.configurations import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline
 from genbench.plan.from_result import plan_from_result
 from genbench.settings import Setting

@@ -27,8 +27,6 @@ import pytest
 from conftest import genbench
 from tests_helpers import closed_port_url
 
-from genbench.client import ChatRequest
-from genbench.endpoint import Endpoint
 from genbench.errors import ErrorKind
 from genbench.generate.input import Row, ShardSpec, derive_id, scan
 from genbench.generate.job import Job, JobConfig, Listener
@@ -40,6 +38,8 @@ from genbench.generate.store import Existing, Store, row_line, scan_jsonl_shard
 from genbench.load import Slot
 from genbench.records import RequestRecord, read_records
 from genbench.sim.process import SimProcess
+from genbench.transport.client import ChatRequest
+from genbench.transport.endpoint import Endpoint
 
 SIM = ("--tps", "1000", "--per-seq-ms", "0.2", "--ttft-ms", "5", "--output-len", "uniform:20:60")
 FAST = ("--retry-backoff", "0.05", "--progress-every", "1")

@@ -21,13 +21,13 @@ import pytest
 from sim_truth import FAST, assert_is_the_sims, req, truth
 from tests_helpers import closed_port_url
 
-from genbench.client import ChatRequest, Client, ConnectionPool
-from genbench.endpoint import Endpoint
-from genbench.http1 import Exchange
+from genbench.check.server_metrics import MetricsScraper, server_metrics_summary
 from genbench.load import run_phase
-from genbench.metrics import MetricsScraper, server_metrics_summary
 from genbench.records import ErrorKind, RequestRecord
-from genbench.stream import Failure, StreamParser
+from genbench.transport.client import ChatRequest, Client, ConnectionPool
+from genbench.transport.connection import Exchange
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.stream import Failure, StreamParser
 
 pytestmark = pytest.mark.asyncio
 

@@ -1,5 +1,6 @@
 """Open-file limits: a command raises its soft limit to what its streams need, and refuses
-in one line, before sending anything, when the hard limit is too low (genbench.limits)."""
+in one line, before sending anything, when the hard limit is too low
+(genbench.transport.open_files)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from genbench.limits import descriptors_needed, refusal, suggested_limit
 from genbench.sim.process import SimProcess
+from genbench.transport.open_files import descriptors_needed, refusal, suggested_limit
 
 resource = pytest.importorskip("resource")
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc")
@@ -84,7 +85,8 @@ def test_soft_limit_is_raised_to_the_need_and_the_hard_limit_kept() -> None:
     if HARD != resource.RLIM_INFINITY and HARD < 4096:
         pytest.skip(f"the hard limit here is {HARD}: nothing to raise the soft limit to")
     code = (
-        "import resource; from genbench.limits import fit_descriptors as f; d = f(3000, 2);"
+        "import resource; from genbench.transport.open_files import fit_descriptors as f;"
+        " d = f(3000, 2);"
         "print(d.need, d.raised_from, *resource.getrlimit(resource.RLIMIT_NOFILE))"
     )
     p = subprocess.run(

@@ -23,7 +23,7 @@ from tests_helpers import closed_port_url, sim_metric
 from genbench.errors import InputFileError, UsageError
 from genbench.plan import (
     WANDER_HORIZON,
-    Pool,
+    Draws,
     SpeedWander,
     StepModel,
     chain_next,
@@ -153,7 +153,7 @@ def test_simulated_job_matches_the_closed_form():
     """Equal lengths, C workers: rounds of TTFT + (L-1) steps of a + b·C; beyond the
     simulated cap, the simulated steady rate carries on."""
     a, b, c, length, ttft = 0.002, 0.0002, 8, 50, 0.005
-    pool = Pool(
+    pool = Draws(
         prompt=np.zeros(4), output=np.full(4, float(length)), thinking=np.zeros(4),
         ttft=np.full(4, ttft), first_ttft=np.full(4, ttft), attempts=4, fail_rate=0.0,
         fail_s=np.zeros(0),
@@ -582,7 +582,7 @@ def test_a_sample_of_several_turns_runs_them_in_order_on_one_worker():
     a, b, length, ttft, c = 0.002, 0.0002, 30, 0.005, 4
     k = 8  # samples of 2 requests each
     row_of = np.repeat(np.arange(k), 2)
-    pool = Pool(
+    pool = Draws(
         prompt=np.zeros(2 * k), output=np.full(2 * k, float(length)), thinking=np.zeros(2 * k),
         ttft=np.full(2 * k, ttft), first_ttft=np.full(2 * k, ttft), attempts=2 * k,
         fail_rate=0.0, fail_s=np.zeros(0), row_of=row_of, next_of=chain_next(row_of),

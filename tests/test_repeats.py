@@ -1,7 +1,7 @@
 """Repeats: `run --repeat/--versus`, `compare` of sides with repeats, the sim's --drift.
 
 A server's speed moves between runs, so `compare` judges a difference by the spread
-between repeats (genbench.noise). The arithmetic is checked exactly on hand-made
+between repeats (genbench.compare.noise). The arithmetic is checked exactly on hand-made
 numbers; the rule is checked against real sims whose speed wanders by a known amount
 (`--drift 5:20`: ±5% over 20 s, the same phase for both, as a host's drift would be):
 the same settings must read ≈, and 10% apart must name the faster.
@@ -21,11 +21,11 @@ import pytest
 from conftest import genbench
 from tests_helpers import sim_metric
 
+from genbench.compare.noise import ALLOWANCE, FLOOR, Z, difference, side, t_quantile
+from genbench.compare.runs import load_sides
 from genbench.errors import UsageError
-from genbench.noise import ALLOWANCE, FLOOR, Z, difference, side, t_quantile
 from genbench.report.figures import throughput
-from genbench.report.runs import load_sides
-from genbench.result import load_result
+from genbench.run.result import load_result
 from genbench.sim.config import Drift, SimConfig, parse_drift
 from genbench.sim.process import SimProcess, start_all
 

@@ -35,7 +35,7 @@ from test_generate import (
     write_rows,
 )
 
-from genbench.check import Exit
+from genbench.check.preflight import Exit
 from genbench.sim.process import SimProcess, start_all, stop_all
 
 pytestmark = pytest.mark.router

@@ -1,6 +1,6 @@
 """genbench against the sim in SGLang's dialect (`genbench sim --dialect sglang`), over real
 HTTP on 127.0.0.1: what SGLang serves, as its source has it (genbench/sim/dialect.py and
-genbench/metrics_names.py name the files read), and what check, run and generate make of it.
+genbench/check/metric_names.py name the files read), and what check, run and generate make of it.
 
 The sim's own counters stay at /sim/metrics whatever the dialect: the truth genbench's
 reading of `sglang:*` is checked against."""
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import genbench
 
-from genbench.check import Exit, ServerInfo, _read_identity
+from genbench.check.preflight import Exit, ServerInfo, _read_identity
 from genbench.errors import UsageError
 from genbench.records import read_records
 from genbench.sim.config import SimConfig
@@ -252,9 +252,9 @@ def test_server_info_in_either_shape_gives_the_same_details() -> None:
 async def test_identify_asks_at_most_six_paths_of_an_unknown_server() -> None:
     from aiohttp import web
 
-    from genbench.check import identify
-    from genbench.client import ConnectionPool
-    from genbench.endpoint import Endpoint
+    from genbench.check.preflight import identify
+    from genbench.transport.client import ConnectionPool
+    from genbench.transport.endpoint import Endpoint
 
     asked: list[str] = []
 

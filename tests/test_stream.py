@@ -20,7 +20,7 @@ import pytest
 
 from genbench.errors import ErrorKind
 from genbench.records import RequestRecord
-from genbench.stream import (
+from genbench.transport.stream import (
     DONE,
     MORE,
     STOP,

@@ -16,9 +16,9 @@ import pytest
 from conftest import genbench
 from sim_truth import FAST, req, truths
 
-from genbench.client import Client
-from genbench.endpoint import Endpoint
-from genbench.think import INLINE, INLINE_OPENED, ThinkMode
+from genbench.transport.client import Client
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.thinking import INLINE, INLINE_OPENED, ThinkMode
 
 CLOSE = "</think>"
 CUTS = range(-1, len(CLOSE) + 1)  # -1: the tag whole in one chunk

@@ -19,10 +19,10 @@ from conftest import genbench
 from sim_truth import FAST, req, truths
 from test_think import plan_tokens
 
-from genbench.client import Client
-from genbench.endpoint import Endpoint
 from genbench.records import read_records
-from genbench.think import INLINE, INLINE_OPENED, NONE, ThinkMode, ThinkState
+from genbench.transport.client import Client
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.thinking import INLINE, INLINE_OPENED, NONE, ThinkMode, ThinkState
 
 CLOSE = "</think>"
 CUTS = range(-1, len(CLOSE) + 1)  # -1: the tag whole in one chunk

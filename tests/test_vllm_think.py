@@ -17,11 +17,11 @@ import httpx
 import pytest
 from conftest import genbench
 
-from genbench.client import ChatRequest, Client
-from genbench.endpoint import Endpoint
 from genbench.records import RequestRecord, read_records
-from genbench.think import INLINE_OPENED, NONE, ThinkMode, ThinkState
-from genbench.think_tokens import ThinkingCounter
+from genbench.run.thinking_count import ThinkingCounter
+from genbench.transport.client import ChatRequest, Client
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.thinking import INLINE_OPENED, NONE, ThinkMode, ThinkState
 
 pytestmark = pytest.mark.vllm
 

@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from genbench.client import ChatRequest, Client
 from genbench.errors import ServerDown
 from genbench.records import RequestRecord
+from genbench.transport.client import ChatRequest, Client
 
 __all__ = ["Load", "PhaseRun", "Policy", "ServerDown", "Slot", "Unit", "WorkQueue", "run_phase"]
 

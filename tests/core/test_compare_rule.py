@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 from synthetic import rec
 
-import genbench.estimates as estimates
-import genbench.noise as noise
-from genbench.compare import (
+import genbench.compare.in_run as estimates
+import genbench.compare.noise as noise
+from genbench.compare.noise import difference, side
+from genbench.compare.rule import (
     Estimate,
-    Row,
+    MetricRow,
     bootstrap_rel,
     burst_rel,
     halves_rel,
     tokens_per_chunk,
 )
-from genbench.noise import difference, side
 
 pytestmark = pytest.mark.core
 
@@ -30,7 +30,7 @@ def noise_verdict(ratio: float, n_base: float | None, n_run: float | None) -> bo
     """The verdict on two single runs whose values differ by `ratio`, with no allowance for
     the drift between runs (the allowance is tested apart)."""
     if ratio <= 0:
-        return None  # no log ratio: compare gives no verdict (Row.judge)
+        return None  # no log ratio: compare gives no verdict (MetricRow.judge)
     return difference(side([1.0], [n_base]), side([ratio], [n_run]), allowance=0.0).within_noise
 
 
@@ -84,9 +84,9 @@ def test_a_ratio_that_is_not_positive_has_no_verdict():
     assert noise_verdict(-1.0, 0.01, 0.01) is None
 
 
-def row(better: str, *estimates: Estimate | None) -> Row:
+def row(better: str, *estimates: Estimate | None) -> MetricRow:
     # one run per side, judged without the drift allowance (tested apart)
-    r = Row("k", "throughput", "label", "tok/s", better, [[e] for e in estimates])
+    r = MetricRow("k", "throughput", "label", "tok/s", better, [[e] for e in estimates])
     r.judge(allowance=0.0)
     return r
 

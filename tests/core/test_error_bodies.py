@@ -8,8 +8,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from genbench.diagnosis import status_diagnosis
-from genbench.endpoint import Endpoint
+from genbench.check.diagnosis import status_diagnosis
 from genbench.errors import (
     ErrorKind,
     ExitCode,
@@ -19,7 +18,8 @@ from genbench.errors import (
     retry_for,
     status_kind,
 )
-from genbench.stream import status_failure
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.stream import status_failure
 
 pytestmark = pytest.mark.core
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from genbench.client import ChatRequest
-from genbench.endpoint import Endpoint
 from genbench.errors import ErrorKind, ExitCode, ServerDown
 from genbench.load import Load, Policy, Slot, WorkQueue, run_phase
 from genbench.records import RequestRecord
+from genbench.transport.client import ChatRequest
+from genbench.transport.endpoint import Endpoint
 
 pytestmark = pytest.mark.core
 

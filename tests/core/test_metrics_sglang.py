@@ -1,5 +1,5 @@
 """SGLang's /metrics read into genbench's vocabulary: names, labels and kinds as SGLang's
-source has them (genbench/metrics_names.py names the files and commits read).
+source has them (genbench/check/metric_names.py names the files and commits read).
 
 The texts below are written in SGLang's exposition format: tokenizer counters labelled
 `model_name`, scheduler gauges labelled `engine_type`, `model_name`, `pp_rank`, `tp_rank`,
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from genbench.metrics import Snapshot, parse_prometheus, server_metrics_summary
-from genbench.metrics_names import dialect_of, metrics_off_hint
+from genbench.check.metric_names import dialect_of, metrics_off_hint
+from genbench.check.server_metrics import Snapshot, parse_prometheus, server_metrics_summary
 
 pytestmark = pytest.mark.core
 

@@ -14,9 +14,9 @@ from genbench.errors import UsageError
 from genbench.plan import (
     T_975,
     DecodeRows,
+    Draws,
     HiddenStates,
     PilotModel,
-    Pool,
     SpeedWander,
     StepModel,
     StorageModel,
@@ -204,7 +204,7 @@ def test_decode_rows_need_three_streamed_replies():
 
 def pool(output, *, prompt=None, ttft=0.5, first=0.5, gap=0.0, fail_rate=0.0, fail_s=(), **kw):
     n = len(output)
-    return Pool(
+    return Draws(
         prompt=np.array(prompt if prompt is not None else [0.0] * n, float),
         output=np.array(output, float),
         thinking=np.zeros(n),
@@ -231,7 +231,7 @@ def pilot_records():
 
 
 def test_the_pool_learns_lengths_ttfts_failures_and_the_client_gap():
-    p = Pool.from_records(pilot_records(), 2)
+    p = Draws.from_records(pilot_records(), 2)
     assert p.output.tolist() == [4.0, 6.0, 2.0, 8.0]  # A B C E
     assert p.prompt.tolist() == [7.0, 5.0, 3.0, 9.0]
     assert p.thinking.tolist() == [1.0, 0.0, 0.0, 0.0]
@@ -272,7 +272,7 @@ def test_samples_of_several_turns_are_kept_whole_or_not_at_all():
     failed.error_kind = "read_timeout"
     groups = complete_samples([r for r in recs if r.ok])
     assert [[r.completion_tokens for r in g] for g in groups] == [[10, 20], [40], [50]]
-    p = Pool.from_records([*recs, failed], 2)
+    p = Draws.from_records([*recs, failed], 2)
     assert p.output.tolist() == [10.0, 20.0, 40.0, 50.0]
     assert p.row_of.tolist() == [0, 0, 1, 2]
     assert p.next_of.tolist() == [1, -1, -1, -1]
@@ -286,14 +286,14 @@ def test_samples_of_several_turns_are_kept_whole_or_not_at_all():
 
 def test_a_pilot_without_a_success_or_a_whole_sample_is_refused():
     with pytest.raises(UsageError, match="no successful request"):
-        Pool.from_records([rec(1.0, [], end=2.0, error="read_timeout")], 1)
+        Draws.from_records([rec(1.0, [], end=2.0, error="read_timeout")], 1)
     half = rec(1.0, [0.5, 1.0], tokens=3, extra={"row": 0, "turn": 0, "turns": 2})
     with pytest.raises(UsageError, match="finished no sample"):
-        Pool.from_records([half], 1)
+        Draws.from_records([half], 1)
 
 
 def test_a_resampled_pool_keeps_its_shape():
-    p = Pool.from_records(pilot_records(), 2)
+    p = Draws.from_records(pilot_records(), 2)
     b = p.resample(np.random.default_rng(3))
     assert len(b.output) == 4 and set(b.output.tolist()) <= {4.0, 6.0, 2.0, 8.0}
     assert (b.gap_s, b.attempts) == (0.25, 5)
@@ -704,17 +704,17 @@ def test_the_pool_without_prompt_counts_or_end_times():
         rec(11.0, [0.5, 1.0], tokens=3, error="read_timeout"),  # failed after tokens
     ]
     recs[2].t_end = None
-    p = Pool.from_records(recs, 2)
+    p = Draws.from_records(recs, 2)
     assert p.prompt.tolist() == [0.0, 3.0]
     assert p.output.tolist() == [4.0, 4.0]  # the failure with tokens is not a success
     assert (p.attempts, p.fail_rate) == (4, 0.5)
     assert p.fail_s.tolist() == [0.0, 1.0]
     with pytest.raises(UsageError) as e:
-        Pool.from_records([rec(1.0, [], end=2.0, error="read_timeout")], 1)
+        Draws.from_records([rec(1.0, [], end=2.0, error="read_timeout")], 1)
     assert str(e.value) == "the pilot has no successful request to learn from"
     half = rec(1.0, [0.5, 1.0], tokens=3, extra={"row": 0, "turn": 0, "turns": 2})
     with pytest.raises(UsageError) as e:
-        Pool.from_records([half], 1)
+        Draws.from_records([half], 1)
     assert str(e.value) == "the pilot finished no sample (every conversation had a failed turn)"
 
 
@@ -841,7 +841,7 @@ def test_long_jobs_continue_at_the_simulated_rate_from_the_same_start():
 
 
 def replicate(outputs):
-    """A bootstrap replicate as `Pool.resample` would return it, with these lengths."""
+    """A bootstrap replicate as `Draws.resample` would return it, with these lengths."""
     return pool(outputs)
 
 
@@ -858,7 +858,7 @@ def test_the_bar_studentizes_the_mean_length(monkeypatch):
     m_r = [4 / 3, 14 / 3, 35 / 6]
     reps = iter([replicate([1.0, 1.0, 2.0]), replicate([2.0, 6.0, 6.0]),
                  replicate([6.0, 6.0, 5.5])])  # fmt: skip
-    monkeypatch.setattr(Pool, "resample", lambda self, rng: next(reps))
+    monkeypatch.setattr(Draws, "resample", lambda self, rng: next(reps))
     m = model()
     m.pool = pool([1.0, 2.0, 6.0])
     m.pool.thinking = np.array([2.0, 2.0, 2.0])
@@ -885,13 +885,13 @@ def test_the_bar_studentizes_the_mean_length(monkeypatch):
 
 def test_the_bootstrap_stops_at_twenty_replicates_past_its_time_budget(monkeypatch):
     calls = []
-    real = Pool.resample
+    real = Draws.resample
 
     def counting(self, rng):
         calls.append(1)
         return real(self, rng)
 
-    monkeypatch.setattr(Pool, "resample", counting)
+    monkeypatch.setattr(Draws, "resample", counting)
     assert len(forecast(model(), [(4, 1)], boot=25, time_budget_s=0.0)) == 1
     assert len(calls) == 20
     calls.clear()
@@ -964,7 +964,7 @@ def test_blocks_of_decode_rows():
 
 def test_samples_sent_at_the_same_instant_keep_their_order():
     recs = [rec(1.0, [0.5, 1.0], tokens=2, rid=str(i)) for i in range(40)]
-    assert Pool.from_records(recs, 4).order.tolist() == list(range(40))
+    assert Draws.from_records(recs, 4).order.tolist() == list(range(40))
 
 
 def test_resampled_failure_rates_move_with_the_draws():
@@ -994,7 +994,7 @@ def given_replicates(monkeypatch, pilot, replicates):
     """forecast over 8 samples at C = 1 with steps of no time (each sample: 0.5 s of TTFT,
     4 s in all), the pilot's lengths `pilot`, and these bootstrap replicates."""
     reps = iter([pool(r) for r in replicates])
-    monkeypatch.setattr(Pool, "resample", lambda self, rng: next(reps))
+    monkeypatch.setattr(Draws, "resample", lambda self, rng: next(reps))
     m = model()
     m.pool = pool(pilot)
     m.step = StepModel(0.0, 0.0, 0.0)

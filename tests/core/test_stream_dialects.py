@@ -9,8 +9,8 @@ import asyncio
 import orjson
 import pytest
 
-from genbench.client import ChatRequest, Client
-from genbench.endpoint import Endpoint
+from genbench.transport.client import ChatRequest, Client
+from genbench.transport.endpoint import Endpoint
 
 pytestmark = pytest.mark.core
 

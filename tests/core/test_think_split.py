@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from genbench.think import (
+from genbench.transport.thinking import (
     INLINE,
     INLINE_OPENED,
     NONE,
@@ -155,7 +155,7 @@ def sse(*deltas: dict, usage: dict | None = None) -> bytes:
 
 def parse(body: bytes, mode: ThinkMode, params=None):
     from genbench.records import RequestRecord
-    from genbench.stream import StreamParser
+    from genbench.transport.stream import StreamParser
 
     rec = RequestRecord("q")
     p = StreamParser(rec, 0.0, True, mode.splitter(params))
@@ -191,7 +191,7 @@ def test_parse_whole_splits_too():
     import orjson
 
     from genbench.records import RequestRecord
-    from genbench.stream import parse_whole
+    from genbench.transport.stream import parse_whole
 
     rec = RequestRecord("q")
     msg = {"role": "assistant", "content": "abc</think>de"}

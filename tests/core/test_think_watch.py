@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from genbench.records import RequestRecord
-from genbench.stream import StreamParser, parse_whole
-from genbench.think import (
+from genbench.transport.stream import StreamParser, parse_whole
+from genbench.transport.thinking import (
     INLINE,
     INLINE_OPENED,
     NONE,

@@ -8,14 +8,15 @@ from typing import Any
 import orjson
 import typer
 
-from genbench.check import CheckReport, MetricsProbe, preflight
+from genbench.check.metric_names import DIALECTS
+from genbench.check.preflight import CheckReport, MetricsProbe, preflight
+from genbench.check.router import ROUTER_KINDS, workers_line
 from genbench.commands import common
-from genbench.console import err, out
+from genbench.commands.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import count, duration, ms, number
-from genbench.metrics_names import DIALECTS
-from genbench.router import ROUTER_KINDS, workers_line
-from genbench.think import NONE, describe
+from genbench.transport.thinking import NONE, describe
+from genbench.transport.token_ids import describe as describe_ids
 
 
 def check(
@@ -52,11 +53,11 @@ def check(
     if json:
         typer.echo(orjson.dumps(rep.to_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
-        render(rep)
+        print_check(rep)
     raise typer.Exit(rep.exit_code)
 
 
-def render(rep: CheckReport) -> None:
+def print_check(rep: CheckReport) -> None:
     out.print(f"[bold]genbench check[/] {rep.url}")
     for note in rep.notes:
         out.print(f"  [dim]note:[/] {note}")
@@ -100,6 +101,9 @@ def render(rep: CheckReport) -> None:
                 f"{rep.think_tags[1]} (or say it: --think-dialect)"
             )
         out.print(f"  {mark} thinking {describe(rep.think_mode())}{how}")
+    if rep.ok and (rep.token_ids or rep.token_ids_note):
+        mark = "[green]✓[/]" if rep.token_ids else "[dim]-[/]"
+        out.print(f"  {mark} token ids {describe_ids(rep.token_ids, rep.token_ids_note)}")
     if rep.ok:
         out.print(f"[bold green]ready[/] ({duration(rep.elapsed_s)})")
     else:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from genbench.aio import run_async
-from genbench.endpoint import DEFAULT_KEY_ENV, endpoint
 from genbench.errors import UsageError, positive
-from genbench.limits import Descriptors, fit_descriptors
-from genbench.think import DEFAULT_TAGS, parse_dialect, parse_tags
+from genbench.transport.endpoint import DEFAULT_KEY_ENV, endpoint
+from genbench.transport.eventloop import run_async
+from genbench.transport.open_files import Descriptors, fit_descriptors
+from genbench.transport.thinking import DEFAULT_TAGS, parse_dialect, parse_tags
 
 URL = typer.Option(None, "--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1")
 MODEL = typer.Option(None, "--model", help="Model to use. [default: the only one served]")
@@ -59,5 +59,5 @@ __all__ = ["descriptors", "endpoint", "positive", "run_async"]
 
 def descriptors(streams: int, servers: int = 1, lower: str = "--concurrency") -> Descriptors:
     """Before anything is sent: raise the open-file limit to fit `streams` connections over
-    `servers`, or refuse in one line (genbench.limits)."""
+    `servers`, or refuse in one line (genbench.transport.open_files)."""
     return fit_descriptors(streams, servers, lower)

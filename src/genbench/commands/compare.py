@@ -9,11 +9,11 @@ from rich.table import Table
 
 from genbench import fmt
 from genbench.commands import common
-from genbench.compare import ALLOWANCE, FLOOR, Comparison, Row, Z, compare, failures
-from genbench.console import out
+from genbench.commands.console import out
+from genbench.compare.rule import ALLOWANCE, FLOOR, Comparison, MetricRow, Z, compare, failures
+from genbench.compare.runs import Run, load_sides
 from genbench.errors import UsageError
 from genbench.report.html import when
-from genbench.report.runs import Run, load_sides
 
 SECTIONS = {
     "single": "single stream, by output length",
@@ -35,14 +35,14 @@ def _value(x: float | None, unit: str) -> str:
     return fmt.rate(x, "")
 
 
-def _spread(row: Row, i: int) -> str:
+def _spread(row: MetricRow, i: int) -> str:
     """' ±2.1%': the spread between a side's repeats (one standard deviation), if it has any."""
     side = row.sides[i]
     spread = side.spread if side else None
     return "" if spread is None else f" [dim]±{fmt.pct(spread)}[/]"
 
 
-def _ratio(row: Row, i: int) -> str:
+def _ratio(row: MetricRow, i: int) -> str:
     d = row.diffs[i]
     if d is None:
         return "—"
@@ -58,7 +58,7 @@ def _ratio(row: Row, i: int) -> str:
     return f"{text} ?{mark}"
 
 
-def _interval(row: Row, i: int) -> str:
+def _interval(row: MetricRow, i: int) -> str:
     d = row.diffs[i]
     if d is None or d.interval is None:
         return "—"
@@ -66,14 +66,14 @@ def _interval(row: Row, i: int) -> str:
     return f"{lo:.2f}–{hi:.2f}"
 
 
-def _needed(row: Row, i: int) -> str:
+def _needed(row: MetricRow, i: int) -> str:
     d = row.diffs[i]
     if d is None or not d.within_noise:
         return ""
     return "—" if d.repeats_needed is None else f"{d.repeats_needed:,}"
 
 
-def _table(title: str, rows: list[Row], cmp: Comparison) -> Table:
+def _table(title: str, rows: list[MetricRow], cmp: Comparison) -> Table:
     t = Table(title=title, title_justify="left")
     t.add_column("metric")
     measured = cmp.drift_measured
@@ -111,7 +111,7 @@ def _span(run: Run) -> str:
     return f"{len(reps)} repeats, {first}" + (f" to {last}" if last != first else "")
 
 
-def render(cmp: Comparison, console: Console) -> None:
+def print_comparison(cmp: Comparison, console: Console) -> None:
     runs = cmp.runs
     console.print()
     for i, r in enumerate(runs):
@@ -132,7 +132,7 @@ def render(cmp: Comparison, console: Console) -> None:
             f"unmeasured, so differences under {cmp.allowance:.0%} show ≈ (--allowance). "
             "Measure it: genbench run --repeat 3 on each side, or --versus to alternate them.[/]"
         )
-    sections: dict[str, list[Row]] = {}
+    sections: dict[str, list[MetricRow]] = {}
     for row in cmp.rows:
         sections.setdefault(row.section, []).append(row)
     for key, rows in sections.items():
@@ -207,4 +207,4 @@ def compare_cmd(
     if json:
         typer.echo(orjson.dumps(cmp.to_dict(), option=orjson.OPT_INDENT_2).decode())
         return
-    render(cmp, out)
+    print_comparison(cmp, out)

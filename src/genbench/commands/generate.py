@@ -23,15 +23,17 @@ from rich.table import Table
 from rich.text import Text
 
 from genbench.commands import common
-from genbench.console import err, out
-from genbench.endpoint import load_api_key
+from genbench.commands.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import duration, duration_range, number, rate
+from genbench.generate.batch import BATCH_OUTPUT, is_batch_file, write_batch_output
 from genbench.generate.input import ShardSpec
 from genbench.generate.job import JobConfig, JobResult, Listener, run_job
+from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.params import job_params
 from genbench.generate.servers import ServerSpec
 from genbench.plan.document import JobForecast, job_forecast, read_plan
+from genbench.transport.endpoint import load_api_key
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -350,7 +352,19 @@ def generate(
         help="Also write each answer as generated, thinking and tags in it, where genbench "
         "split it (turn field raw; see docs/generate.md).",
     ),
+    token_ids: str = typer.Option(
+        "auto",
+        "--token-ids",
+        help="Keep the token ids the server generated, and the prompt's: auto (where the "
+        "server gives them), on (refuse a server that cannot), off.",
+    ),
     fmt: str = typer.Option("jsonl", "--format", help="jsonl or parquet."),
+    answers: str = typer.Option(
+        "conversations",
+        "--answers",
+        help="conversations; batch: data files in OpenAI's Batch output shape instead; both: "
+        "conversations, and batch_output.jsonl beside them at the end of every run.",
+    ),
     shard_size: str = typer.Option("256MB", "--shard-size", help="Start a new file after this."),
     shard: str | None = typer.Option(
         None, "--shard", metavar="i/N", help="Take only this client's share of the ids."
@@ -400,6 +414,19 @@ def generate(
         help="A plan.json (or its directory) from genbench plan: its forecast beside the "
         "live ETA, and at the end how far off it was.",
     ),
+    metrics_port: int | None = typer.Option(
+        None,
+        "--metrics-port",
+        metavar="PORT",
+        help="Serve the job's progress as Prometheus metrics on http://HOST:PORT/metrics "
+        "while it runs (0: any free port). See docs/generate.md.",
+    ),
+    metrics_host: str = typer.Option(
+        "127.0.0.1",
+        "--metrics-host",
+        help="Address --metrics-port listens on: loopback unless you choose another "
+        "(0.0.0.0: every interface).",
+    ),
     json: bool = common.JSON,
 ) -> None:
     """Regenerate a prompt file with the target model: resumable, exactly once, many servers."""
@@ -417,6 +444,12 @@ def generate(
     _choice("--turns", turns, ("all", "last"))
     _choice("--format", fmt, ("jsonl", "parquet"))
     _choice("--truncated", truncated, ("keep", "error"))
+    _choice("--answers", answers, ("conversations", "batch", "both"))
+    if answers == "batch" and fmt != "jsonl":
+        raise UsageError("--answers batch writes JSON Lines: leave --format at jsonl")
+    if is_batch_file(input):
+        turns = "last"  # a Batch line is one request, sent as its body has it
+    _choice("--token-ids", token_ids, ("auto", "on", "off"))
     if input_changed is not None:
         _choice("--input-changed", input_changed, ("regenerate", "keep"))
     if fmt == "parquet":
@@ -434,7 +467,7 @@ def generate(
         raise UsageError("no server: give --url URL (repeatable) or --url-file FILE")
     if plan_doc is not None:
         job_forecast(plan_doc, 1, len(servers))  # a plan without a usable forecast fails now
-    from genbench.endpoint import Endpoint
+    from genbench.transport.endpoint import Endpoint
 
     for s in servers:
         Endpoint.parse(s.url)  # a bad URL fails now, with its own message
@@ -473,6 +506,8 @@ def generate(
         think_tags=common.think_tags(think_tags),
         think_dialect=common.think_dialect(think_dialect),
         keep_raw=keep_raw,
+        answers=answers,
+        token_ids=token_ids,
     )
     console = err if json else out
     where = f" (shard {cfg.shard.index}/{cfg.shard.count})" if cfg.shard else ""
@@ -487,10 +522,23 @@ def generate(
         cs.pop() if len(cs) == 1 else None,
         down_timeout,
     )
+    exporter = None
+    if metrics_port is not None:
+        if not 0 <= metrics_port <= 65535:
+            raise UsageError(f"--metrics-port {metrics_port}: expected a port from 0 to 65535")
+        from genbench.generate.exporter import MetricsExporter
+
+        exporter = MetricsExporter(metrics_host, metrics_port)
+        console.print(f"  metrics: {exporter.start()}")
+    heard = [listener, RunNotes(output, cfg.shard_tag)] + ([exporter] if exporter else [])
     try:
-        result = common.run_async(run_job(cfg, listener))
+        result = common.run_async(run_job(cfg, Listeners(*heard)))
     finally:
         listener.stop()
+        if exporter is not None:
+            exporter.stop()
+    if answers == "both":
+        _write_batch_output(cfg, console)
     if json:
         doc = {**asdict(result), "exit_code": result.exit_code}
         if listener.forecast is not None:
@@ -498,6 +546,19 @@ def generate(
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     if result.exit_code:
         raise typer.Exit(result.exit_code)
+
+
+def _write_batch_output(cfg: JobConfig, console: Console) -> None:
+    """--answers both: batch_output.jsonl (one per --shard) from what the store holds now."""
+    from genbench.generate.store import Store
+
+    store = Store(cfg.output, shard_tag=cfg.shard_tag)
+    if not store.out.is_dir():
+        return
+    tag = f"-{cfg.shard_tag}" if cfg.shard_tag else ""
+    dest = cfg.output / BATCH_OUTPUT.replace(".jsonl", f"{tag}.jsonl")
+    n = write_batch_output(store.data_files(), store.errors_path, dest)
+    console.print(f"  batch output: {dest} ({n:,} lines)")
 
 
 def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -8,12 +8,12 @@ import orjson
 import typer
 
 from genbench.commands import common
-from genbench.console import err, out
+from genbench.commands.console import err, out
 from genbench.errors import UsageError
 from genbench.inspect import Settings, Thresholds, inspect_data
 from genbench.inspect.clean import parse_drop
 from genbench.inspect.detect import DEFAULT_TAGS
-from genbench.inspect.render import render
+from genbench.inspect.render import print_inspection
 
 D = Thresholds()
 
@@ -112,7 +112,7 @@ def inspect_cmd(
     else:
         doc = inspect_data(path, settings, drop=drop_names, out=out_dir, save=save)
     if json:
-        render(doc, err)
+        print_inspection(doc, err)
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     else:
-        render(doc, out)
+        print_inspection(doc, out)

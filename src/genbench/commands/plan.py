@@ -8,9 +8,9 @@ import orjson
 import typer
 
 from genbench.commands import common
-from genbench.console import err, out
+from genbench.commands.console import err, out
 from genbench.plan.make import PlanArgs, make_plan
-from genbench.plan.render import render
+from genbench.plan.render import print_plan
 
 
 def plan(
@@ -163,7 +163,7 @@ def plan(
     flags = dict(locals())  # every option above, by name
     console = err if flags.pop("json") else out
     doc, saved = make_plan(PlanArgs(**flags), console)
-    render(doc, console)
+    print_plan(doc, console)
     if saved is not None:
         console.print(f"plan: {saved}")
     if json:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import typer
 
-from genbench.console import out
+from genbench.commands.console import out
 from genbench.errors import UsageError
 from genbench.report import REPORT_FILE, write_report
 from genbench.report.figures import MAX_BARS
-from genbench.result import result_path
+from genbench.run.result import result_path
 
 
 def report_cmd(

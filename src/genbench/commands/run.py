@@ -12,12 +12,12 @@ import orjson
 import typer
 from rich.console import Console
 
+from genbench.check.server_metrics import metrics_target
 from genbench.commands import common
-from genbench.console import err, out
+from genbench.commands.console import err, out
 from genbench.errors import ExitCode, UsageError
-from genbench.metrics import metrics_target
-from genbench.run import RunConfig, default_out_dir, execute_run
-from genbench.run_render import ConsoleListener, render_repeats, render_summary
+from genbench.run.benchmark import RunConfig, default_out_dir, execute_run
+from genbench.run.render import RunConsole, render_repeats, render_summary
 
 T = TypeVar("T")
 
@@ -264,7 +264,7 @@ def run(
         assert url is not None
         ep = common.endpoint(url, api_key_env, api_key_file)
         out_path = out_dir or default_out_dir(model or ("local" if local else None))
-        listener = ConsoleListener(console)
+        listener = RunConsole(console)
         console.print(f"[bold]genbench run[/] {ep.base_url} → {out_path}")
         state = _drive(execute_run(ep, model, cfg, out_path, listener, extra), listener, out_path)
     render_summary(state.doc, console)
@@ -294,7 +294,7 @@ def run_repeats(
     One server: OUT/repeat-1 … OUT/repeat-N. Several (--url A --versus B): OUT/a/repeat-i
     and OUT/b/repeat-i, run A1 B1 A2 B2 …, so a drift of the host hits both alike; then the
     comparison, as `genbench compare OUT/a OUT/b` prints it."""
-    from genbench.repeats import execute_repeats
+    from genbench.run.repeats import execute_repeats
 
     ctx: AbstractContextManager[Any] = nullcontext()
     extra: dict[str, Any] = {}
@@ -315,7 +315,7 @@ def run_repeats(
             (label, ep, out_path / label if label else out_path)
             for label, ep in zip(labels, eps, strict=True)
         ]
-        listener = ConsoleListener(console)
+        listener = RunConsole(console)
         for _, ep, d in targets:
             console.print(f"[bold]genbench run[/] {ep.base_url} → {d}/repeat-1 … {repeats}")
         sides = _drive(
@@ -323,11 +323,11 @@ def run_repeats(
         )
     dirs = [d for _, _, d in targets]
     if len(dirs) > 1:
-        from genbench.commands.compare import render
-        from genbench.compare import compare
-        from genbench.report.runs import load_sides
+        from genbench.commands.compare import print_comparison
+        from genbench.compare.rule import compare
+        from genbench.compare.runs import load_sides
 
-        render(compare(load_sides(dirs)), console)
+        print_comparison(compare(load_sides(dirs)), console)
     else:
         render_repeats([s.doc for s in sides[0]], console)
     console.print(f"results: {', '.join(str(d) for d in dirs)} ({repeats} repeats each)")
@@ -345,7 +345,7 @@ def run_repeats(
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
 
 
-def _drive(coro: Coroutine[Any, Any, T], listener: ConsoleListener, out_path: Path) -> T:
+def _drive(coro: Coroutine[Any, Any, T], listener: RunConsole, out_path: Path) -> T:
     """Run the measurement; on Ctrl-C stop the live display, say where the partial results
     are, and exit 130."""
     try:

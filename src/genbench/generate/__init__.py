@@ -6,7 +6,7 @@ The job is split so each part can be reasoned about (and tested) alone:
 * `params`   merges sampling parameters: defaults < config file < flags < per-row;
 * `store`    owns the output directory: sharded data files, the done index, the errors
              file, the request log, crash repair and resume (the durability guarantee);
-  `files`    its append-only files; `rows` the output row format and Parquet;
+  `durable`  its append-only files; `rows` the output row format and Parquet;
 * `conversation` a row on its way: its turns in order, as one unit of `genbench.load`;
 * `pipeline` rows through load, and what a failed request means for its row;
 * `servers`  the pool of servers (load slots): which are up, which are polled back;

@@ -13,11 +13,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from genbench.client import ChatRequest
 from genbench.generate.input import BadRow, Row
 from genbench.generate.params import merge, split_max_tokens
 from genbench.generate.rows import row_line
 from genbench.records import RequestRecord
+from genbench.transport.client import ChatRequest
+from genbench.transport.token_ids import check_turn, row_status
 
 
 class Conversation:
@@ -26,7 +27,8 @@ class Conversation:
     __slots__ = (
         "row", "rid", "all_turns", "max_tokens", "params", "out", "pos", "waiting", "last_user",
         "attempts", "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated",
-        "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "request",
+        "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "ids",
+        "request",
     )  # fmt: skip
 
     def __init__(
@@ -49,6 +51,8 @@ class Conversation:
         self.last: RequestRecord | None = None
         self.server = ""
         self.tag: dict[str, Any] = {}  # what every record of this row carries in `extra`
+        # each generated turn's token-id status (genbench.transport.token_ids)
+        self.ids: list[str] = []
         self.request: str | None = None  # its requests' fingerprint, in meta (fingerprint.py)
 
     def _advance(self) -> bool:
@@ -88,6 +92,8 @@ class Conversation:
         turn["reasoning_content"] = rec.reasoning or ""
         if rec.raw is not None:  # --keep-raw: the text as generated, tags and all
             turn["raw"] = rec.raw
+        turn["finish_reason"] = rec.finish_reason  # marks a generated turn
+        self._keep_ids(turn, rec)
         self.out.append(turn)
         self.waiting = False
         self.turns += 1
@@ -102,6 +108,24 @@ class Conversation:
         if self.ttft is None and rec.ttft is not None:
             self.ttft = rec.ttft
         self.latency += rec.e2e or 0.0
+
+    def _keep_ids(self, turn: dict[str, Any], rec: RequestRecord) -> None:
+        """The turn's ids as served (arrays: `rows.row_line` writes them as lists), and why
+        they cannot be trusted when they cannot."""
+        status, why = check_turn(
+            rec.prompt_token_ids, rec.token_ids, rec.prompt_tokens, rec.completion_tokens,
+            rec.tokens_estimated,
+        )  # fmt: skip
+        why = rec.token_ids_error or why
+        if rec.token_ids_error is not None:
+            status = "mismatch"
+        if rec.prompt_token_ids is not None:
+            turn["prompt_token_ids"] = rec.prompt_token_ids
+        if rec.token_ids is not None:
+            turn["token_ids"] = rec.token_ids
+        if why is not None:
+            turn["token_ids_error"] = why
+        self.ids.append(status)
 
     def meta(self, model: str) -> dict[str, Any]:
         return {
@@ -120,6 +144,7 @@ class Conversation:
             "latency_s": round(self.latency, 4),
             "sent_at": self.sent_at,
             "finished_at": round(time.time(), 3),
+            "token_ids": row_status(self.ids),
         } | ({"request": self.request} if self.request is not None else {})
 
     def line(self, model: str) -> bytes:

@@ -25,9 +25,9 @@ from typing import Any
 
 import orjson
 
-from genbench.client import ChatRequest
 from genbench.generate.conversation import Conversation
 from genbench.generate.input import Row, line_key
+from genbench.transport.client import ChatRequest
 
 __all__ = [
     "LazyFps", "RequestCheck", "from_hex", "job_salt", "line_key", "row_fingerprint", "to_hex",

@@ -13,6 +13,7 @@ A row is an object with
   * the prompt: `conversations` or `messages` (a list of {role, content}, or ShareGPT's
     {from, value}), or `prompt` (text) with an optional `system` (text);
   * optional `params`: sampling fields for this row only (temperature, max_tokens, ...).
+An OpenAI Batch request line (`custom_id`, `body`) is read as such a row (batch.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 import orjson
 
 from genbench.errors import InputFileError, UsageError
+from genbench.generate import batch as batch_api
 from genbench.generate.input_files import PROMPT_KEYS, check_stream
 from genbench.generate.input_files import check_exists as _check_exists
 from genbench.generate.input_files import check_kind as _not_what_it_says
@@ -244,6 +246,8 @@ def parse_row(obj: Any, line: int, row_id: str | None = None) -> Row:
         params = _params(obj)
     except _Bad as b:
         b.id = row_id
+        if obj.get(batch_api.MARK):
+            b.field = batch_api.field_name(b.field)
         raise
     raw = obj.get("id") if row_id is not None else None
     out_id = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
@@ -258,6 +262,8 @@ def fast_id(s: bytes) -> str | None:
         start = 7
     elif s[:8] == b'{"id": "':
         start = 8
+    elif s[:14] == b'{"custom_id":"':  # an OpenAI Batch request line (batch.py)
+        start = 14
     else:
         return None
     end = s.find(b'"', start)
@@ -275,7 +281,7 @@ def fast_id(s: bytes) -> str | None:
 def _decode(s: bytes) -> Any:
     """JSON from one line, with the problem said plainly (encoding first: it explains most)."""
     try:
-        return orjson.loads(s)
+        obj = orjson.loads(s)
     except orjson.JSONDecodeError as e:
         try:
             s.decode("utf-8")
@@ -290,6 +296,13 @@ def _decode(s: bytes) -> Any:
             else ""
         )
         raise _Bad(f"not valid JSON ({e.msg} at column {e.colno}){hint}") from None
+    if batch_api.is_batch_line(obj):
+        try:
+            return batch_api.batch_row(obj)
+        except batch_api.BatchLineError as b:
+            cid = obj.get("custom_id")
+            raise _Bad(b.problem, b.field, cid if isinstance(cid, str) and cid else None) from None
+    return obj
 
 
 def scan(
@@ -383,7 +396,9 @@ class _Scan:
             self.bad(n, b, item)
             return False
         if rid in res.todo or rid in self.bad_ids or rid in self.done or rid in self.failed:
-            self.bad(n, self.dup(rid, n, derived is not None), item)
+            b = self.dup(rid, n, derived is not None)
+            b.field = batch_api.field_name(b.field) if obj.get(batch_api.MARK) else b.field
+            self.bad(n, b, item)
             return False
         if derived is None:
             try:

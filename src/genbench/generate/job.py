@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from genbench import __version__, fmt
-from genbench.check import CheckReport, preflight
-from genbench.client import Client, Timeouts
-from genbench.endpoint import Endpoint
+from genbench.check.preflight import CheckReport, preflight
+from genbench.check.router import ROUTER_KINDS
 from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
+from genbench.generate.batch import answer_line
 from genbench.generate.conversation import Conversation
-from genbench.generate.files import output_errors
+from genbench.generate.durable import output_errors
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
 from genbench.generate.input import BadRow, InputScan, ShardSpec, iter_rows
 from genbench.generate.pipeline import Retries, row_load
@@ -33,8 +33,10 @@ from genbench.generate.servers import Server, ServerSpec
 from genbench.generate.store import Existing, Store
 from genbench.load import Load
 from genbench.records import RequestRecord
-from genbench.router import ROUTER_KINDS
-from genbench.think import DEFAULT_TAGS, ThinkMode, ThinkState
+from genbench.transport.client import Client, Timeouts
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.thinking import DEFAULT_TAGS, ThinkMode, ThinkState
+from genbench.transport.token_ids import describe as describe_ids
 
 # preflight failures that mean "not up yet" rather than "misconfigured"
 DOWN_EXITS = {ExitCode.REFUSED, ExitCode.TIMEOUT, ExitCode.SERVER_ERROR}
@@ -70,10 +72,13 @@ class JobConfig:
     think_tags: tuple[str, str] = DEFAULT_TAGS  # thinking inline in content: its tags
     think_dialect: str = "auto"  # --think-dialect: where thinking arrives, or auto
     keep_raw: bool = False  # also write each answer's text as generated (turn["raw"])
+    answers: str = "conversations"  # conversations | batch (OpenAI Batch output lines) | both
+    token_ids: str = "auto"  # --token-ids: auto (where the server gives them), on, off
     input_changed: str | None = None  # regenerate | keep: done rows whose request changed
 
     def fingerprint(self, model: str) -> dict[str, Any]:
-        return {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
+        fmt = "batch" if self.answers == "batch" else self.fmt  # Batch lines: another format
+        return {"model": model, "params": self.params, "turns": self.turns, "format": fmt}
 
     @property
     def shard_tag(self) -> str | None:
@@ -86,6 +91,7 @@ class Listener:
     def planned(self, info: dict[str, Any]) -> None: ...
     def note(self, text: str, style: str = "") -> None: ...
     def tick(self, snap: dict[str, Any]) -> None: ...
+    def record(self, rec: RequestRecord) -> None: ...  # every request, as it ends
     def finished(self, result: JobResult) -> None: ...
 
 
@@ -158,7 +164,8 @@ class Job:
         cfg = self.cfg
         eps = [Endpoint.parse(s.url, cfg.api_key) for s in cfg.servers]
         timeout = min(cfg.timeout, 120.0)
-        think = {"think_tags": cfg.think_tags, "think_dialect": cfg.think_dialect}
+        think = {"think_tags": cfg.think_tags, "think_dialect": cfg.think_dialect,
+                 "token_ids": cfg.token_ids}  # fmt: skip
         checks = (preflight(ep, cfg.model, timeout=timeout, connect_timeout=3.0, **think)
                   for ep in eps)  # fmt: skip
         reports = await asyncio.gather(*checks)
@@ -174,6 +181,7 @@ class Job:
             listing = ", ".join(f"{r.url} serves {r.model}" for r in ok)
             raise UsageError(f"the servers serve different models ({listing}): choose --model")
         self.model = ok[0].model or ""
+        refuse_without_ids(cfg.token_ids, ok)
         return list(reports)
 
     def _make_servers(self, reports: list[CheckReport]) -> None:
@@ -181,6 +189,7 @@ class Job:
         timeouts = Timeouts(connect=cfg.connect_timeout, read=cfg.timeout)
         # one model: a server not up yet speaks the dialect the others showed
         seen = next((r.think_mode() for r in reports if r.ok), None)
+        ids_seen = next((r.token_ids for r in reports if r.ok and r.token_ids), None)
         for spec, rep in zip(cfg.servers, reports, strict=True):
             ep = Endpoint.parse(spec.url, cfg.api_key)
             mode = rep.think_mode() if rep.ok else seen
@@ -188,8 +197,13 @@ class Job:
             # the protocol-level transport `run` uses: fewer CPU-seconds per chunk
             client = Client(
                 ep, self.model, timeouts=timeouts, keep_text=True, think=think,
-                keep_raw=cfg.keep_raw,
+                keep_raw=cfg.keep_raw, token_ids=rep.token_ids if rep.ok else ids_seen,
             )  # fmt: skip
+            if rep.ok and cfg.token_ids != "off":
+                self.listener.note(
+                    f"{ep.base_url}: token ids {describe_ids(rep.token_ids, rep.token_ids_note)}",
+                    "" if rep.token_ids else "yellow",
+                )
             router = rep.server.kind in ROUTER_KINDS
             srv = Server(
                 ep, client, spec.concurrency, on_change=self._server_changed, router=router
@@ -393,9 +407,14 @@ class Job:
         else:
             fp = row_fingerprint(conv.row, self.cfg.params, self.cfg.turns == "all")
             conv.request = to_hex(fp)
-            self.store.write_row(conv.row.id, conv.line(self.model), info, (fp, conv.row.src))
+            self.store.write_row(conv.row.id, self._row_line(conv), info, (fp, conv.row.src))
         self._t_last_done = time.perf_counter()
         return self.store.take_shortage()
+
+    def _row_line(self, conv: Conversation) -> bytes:
+        if self.cfg.answers != "batch":
+            return conv.line(self.model)
+        return answer_line(conv.row.output_id, conv.out, conv.meta(self.model))
 
     def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> str | None:
         entry = self._error_entry(conv, kind, why)
@@ -437,6 +456,7 @@ class Job:
         self.store.log_request(rec)
         if self.progress is not None:
             self.progress.on_record(rec)
+        self.listener.record(rec)
 
     def _on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
         if self.progress is not None:
@@ -488,6 +508,21 @@ class Job:
             errors_file=str(self.store.errors_path) if self.store.errors_path.exists() else None,
             snapshot=snap,
         )
+
+
+def refuse_without_ids(mode: str, reports: list[CheckReport]) -> None:
+    """`--token-ids on`: every server must give them; one that cannot stops the job now,
+    before any request, in one line (exit 10: its responses lack what the job needs)."""
+    if mode != "on":
+        return
+    for r in reports:
+        if r.token_ids is None:
+            why = r.token_ids_note or "it sent none"
+            raise GenbenchError(
+                f"{r.url}: --token-ids on, but this server gives no token ids ({why}); "
+                "use --token-ids auto to keep the text and mark the rows",
+                ExitCode.BAD_RESPONSE,
+            )
 
 
 async def run_job(cfg: JobConfig, listener: Listener | None = None) -> JobResult:

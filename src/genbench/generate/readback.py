@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from genbench.generate.files import digest64, fsync_dir, index_entry, write_all, write_atomic
+from genbench.generate.durable import digest64, fsync_dir, index_entry, write_all, write_atomic
 from genbench.generate.fingerprint import from_hex
 from genbench.generate.input import fast_id
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from genbench.generate import changes
-from genbench.generate.files import output_errors
+from genbench.generate.durable import output_errors
 from genbench.generate.fingerprint import LazyFps, RequestCheck
 from genbench.generate.input import InputScan, scan
 from genbench.generate.readback import rekey_index

@@ -1,16 +1,25 @@
 """An output row: SpecForge's `conversations` plus genbench's metadata, as one JSONL line
-or one Parquet row (a full JSONL shard is converted in a separate process)."""
+or one Parquet row (a full JSONL shard is converted in a separate process).
+
+Each generated assistant turn also carries the ids the server generated and the prompt
+ids it saw (`token_ids`, `prompt_token_ids`: JSON arrays of ints; Parquet list<int32>),
+its `finish_reason`, and `token_ids_error` when its ids cannot be trusted; the row's
+`meta.token_ids` sums them up (genbench.transport.token_ids). `turn_ids` is the one reader of them
+every consumer uses (the trainer export, inspect)."""
 
 from __future__ import annotations
 
 import os
+from array import array
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from genbench.errors import UsageError
-from genbench.generate.files import fsync_dir
+from genbench.generate.durable import fsync_dir
 
 META_FIELDS: tuple[tuple[str, str], ...] = (
     ("server", "string"),
@@ -28,13 +37,63 @@ META_FIELDS: tuple[tuple[str, str], ...] = (
     ("latency_s", "float64"),
     ("sent_at", "float64"),
     ("finished_at", "float64"),
+    ("token_ids", "string"),  # exact | partial | none | mismatch | unchecked
     ("request", "string"),  # the fingerprint of the requests the row made (fingerprint.py)
 )
 
 
+def json_default(v: Any) -> Any:
+    """orjson's fallback: a turn's ids are kept as arrays (4 bytes an id) until written."""
+    if isinstance(v, array):
+        return v.tolist()
+    return str(v)
+
+
 def row_line(row_id: str | int, conversations: list[dict[str, Any]], meta: dict[str, Any]) -> bytes:
     """One output row: SpecForge's conversations format plus genbench's metadata."""
-    return orjson.dumps({"id": row_id, "conversations": conversations, "meta": meta}) + b"\n"
+    row = {"id": row_id, "conversations": conversations, "meta": meta}
+    return orjson.dumps(row, default=json_default) + b"\n"
+
+
+@dataclass(frozen=True)
+class TurnIds:
+    """One generated assistant turn's ids: one training sample (prompt ids, then the
+    generated ids the loss is taken on). `prompt`/`generated` are None where the server
+    gave none; `error` says why ids that are there cannot be trusted."""
+
+    turn: int  # the turn's index in the row's `conversations`
+    prompt: list[int] | None
+    generated: list[int] | None
+    finish_reason: str | None
+    error: str | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.prompt is not None and self.generated is not None and self.error is None
+
+
+def turn_ids(row: Mapping[str, Any]) -> list[TurnIds]:
+    """Every generated assistant turn of an output row (a JSONL line parsed, or a Parquet
+    row as pyarrow's `to_pylist` gives it), in order, with its ids as lists of ints.
+    A generated turn is one with a `finish_reason`; assistant turns kept from the input
+    (`--turns last`) have none and are not returned."""
+    out = []
+    for i, t in enumerate(row.get("conversations") or ()):
+        if not isinstance(t, Mapping) or t.get("role") != "assistant":
+            continue
+        if t.get("finish_reason") is None:
+            continue
+        prompt, gen = t.get("prompt_token_ids"), t.get("token_ids")
+        out.append(
+            TurnIds(
+                i,
+                None if prompt is None else list(prompt),
+                None if gen is None else list(gen),
+                t.get("finish_reason"),
+                t.get("token_ids_error"),
+            )
+        )
+    return out
 
 
 def parquet_schema() -> Any:
@@ -46,6 +105,10 @@ def parquet_schema() -> Any:
             ("content", pa.string()),
             ("reasoning_content", pa.string()),
             ("raw", pa.string()),  # generate --keep-raw, where genbench split the thinking
+            ("finish_reason", pa.string()),  # generated turns only
+            ("prompt_token_ids", pa.list_(pa.int32())),
+            ("token_ids", pa.list_(pa.int32())),
+            ("token_ids_error", pa.string()),
         ]
     )
     meta = pa.struct([(name, pa.type_for_alias(t)) for name, t in META_FIELDS])

@@ -17,11 +17,11 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from genbench.client import ChatRequest, Client
-from genbench.endpoint import Endpoint
 from genbench.load import Slot
 from genbench.records import RequestRecord
-from genbench.stream import Failure
+from genbench.transport.client import ChatRequest, Client
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.stream import Failure
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import OutOfDescriptors, OutputError, UsageError, descriptor_advice
-from genbench.generate.files import (
+from genbench.generate.durable import (
     AppendFile,
     Pending,
     Reserve,
@@ -76,7 +76,13 @@ from genbench.generate.files import (
 from genbench.generate.fingerprint import LazyFps
 from genbench.generate.lock import OutputLock
 from genbench.generate.readback import index_keys, scan_jsonl_shard
-from genbench.generate.rows import META_FIELDS, convert_to_parquet, parquet_ids, row_line
+from genbench.generate.rows import (
+    META_FIELDS,
+    convert_to_parquet,
+    json_default,
+    parquet_ids,
+    row_line,
+)
 from genbench.generate.rows import parquet_schema as parquet_schema
 from genbench.records import RecordWriter, RequestRecord
 
@@ -318,7 +324,7 @@ class Store:
     def write_error(self, key: str, entry: dict[str, Any], info: Any = None) -> None:
         if self._expected is not None:
             self._expected.discard(key)
-        line = orjson.dumps(entry, default=str) + b"\n"
+        line = orjson.dumps(entry, default=json_default) + b"\n"
         self._waiting.append((True, line, (key, info), (0, 0)))
         self._place()
         self._note_pending(len(line))

@@ -4,7 +4,7 @@ A regenerated set is only worth training on if it is what the target model reall
 says. One streaming pass over generate's output (reader) examines every row (detect:
 loops, thinking that never closed, empty answers, leftover tags, replacement chars,
 rows too short to supervise), keeps a few numbers per row (scan), then compares rows
-(duplicates) and servers (stats: a server whose lengths or thinking differ from the
+(duplicates) and servers (distribution: a server whose lengths or thinking differ from the
 others'), and writes `inspect.json` (document). `--drop ... --out DIR` writes a filtered
 copy and a manifest of what was dropped and why (clean); regenerating the dropped rows
 is a separate, documented `genbench generate` command, never a side effect.
@@ -95,7 +95,7 @@ def inspect_data(
     target = save or default_save(path)
     doc["saved"] = str(target)
     try:
-        from genbench.result import write_json_atomic
+        from genbench.run.result import write_json_atomic
 
         write_json_atomic(target, doc)
     except OSError as e:

@@ -1,7 +1,7 @@
 """The defects, one small function each, with the rule and threshold docs/inspect.md states.
 
 Every detector looks at one row (its assistant turns and its `meta`) and nothing else,
-except duplicates, which compare rows (stats.duplicates). A row can have several defects:
+except duplicates, which compare rows (distribution.duplicates). A row can have several defects:
 a thought that loops until max_tokens is both a loop and thinking that never closed.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from genbench.inspect.reader import Row, Turn
+from genbench.inspect.reader import OutputRow, Turn
 
 # Defects in the order they are reported; each is a `--drop` name.
 DEFECTS = ("loops", "unclosed", "empty", "tags", "garbled", "short", "dup")
@@ -155,11 +155,11 @@ def garbled(turn: Turn) -> int:
     return turn.answer.count("\ufffd") + turn.thinking.count("\ufffd")
 
 
-def short(row: Row, th: Thresholds) -> bool:
+def short(row: OutputRow, th: Thresholds) -> bool:
     return row.completion_tokens < th.min_tokens
 
 
-def answer_keys(row: Row, th: Thresholds) -> tuple[int, int] | None:
+def answer_keys(row: OutputRow, th: Thresholds) -> tuple[int, int] | None:
     """(exact, normalised) 64-bit hashes of the row's answer, or None when it is too short
     to call a copy (two rows both answering "42" are not a defect).
 
@@ -177,7 +177,7 @@ def answer_keys(row: Row, th: Thresholds) -> tuple[int, int] | None:
     return hash(answer), hash(norm)
 
 
-def examine(row: Row, th: Thresholds) -> tuple[int, list[tuple[str, str]]]:
+def examine(row: OutputRow, th: Thresholds) -> tuple[int, list[tuple[str, str]]]:
     """The row's defect bits (dup aside) and a one-line detail for each defect found."""
     bits = 0
     details: list[tuple[str, str]] = []

@@ -17,9 +17,9 @@ import numpy as np
 from genbench import __version__
 from genbench.errors import UsageError
 from genbench.inspect.detect import BIT, DEFECTS, RULES, Thresholds
+from genbench.inspect.distribution import describe, odd_servers
 from genbench.inspect.scan import Scan
-from genbench.inspect.stats import describe, odd_servers
-from genbench.result import has_schema, read_document
+from genbench.run.result import has_schema, read_document
 
 if TYPE_CHECKING:
     from genbench.plan import HiddenStates
@@ -167,6 +167,7 @@ def storage(
 ) -> dict[str, Any]:
     """Bytes of the set (measured) and of its hidden states, with plan's arithmetic: the
     rows' own bytes per row and prompt + output tokens, through plan's StorageModel."""
+    from genbench.generate.rows import turn_ids
     from genbench.plan import StorageModel, parquet_bytes_per_row  # plan's imports are heavy
 
     def pick(x: np.ndarray) -> np.ndarray:
@@ -196,6 +197,8 @@ def storage(
             )
             + "; hidden-state tokens: prompt + output tokens of every row"
         )
+    if any(t.generated is not None for r in sc.sample for t in turn_ids(r)):
+        basis += "; the rows' token ids (prompt and generated) are in their bytes"
     prompt = pick(a["prompt"])
     output = int(pick(a["completion"]).sum())
     prompt_tokens = int(prompt[prompt >= 0].sum())

@@ -65,7 +65,7 @@ class Turn:
 
 
 @dataclass(slots=True)
-class Row:
+class OutputRow:
     """What inspect needs of one output row; `where` is its line (JSONL) or row (Parquet)."""
 
     id: str | int
@@ -117,7 +117,7 @@ def _count(meta: dict[str, Any], key: str, required: bool) -> int | None:
     return v
 
 
-def parse_row(obj: Any, nbytes: int) -> Row:
+def parse_row(obj: Any, nbytes: int) -> OutputRow:
     """Validate one decoded row of generate's format; raises _Bad naming the field."""
     if not isinstance(obj, dict):
         raise _Bad(f"expected a JSON object per line, got {type(obj).__name__}")
@@ -147,7 +147,7 @@ def parse_row(obj: Any, nbytes: int) -> Row:
         raise _Bad(f"expected text, got {finish!r}", "meta.finish_reason")
     truncated = meta.get("truncated")
     server = meta.get("server")
-    return Row(
+    return OutputRow(
         id=rid,
         turns=turns,
         completion_tokens=_count(meta, "completion_tokens", True) or 0,
@@ -198,7 +198,7 @@ def raw_lines(path: Path, stats: FileStats) -> Iterator[tuple[int, bytes]]:
         raise InputFileError(path, None, f"cannot read it ({e.strerror or e})") from None
 
 
-def _jsonl_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, Row, Any]]:
+def _jsonl_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, Any]]:
     loads = orjson.loads
     for n, line in raw_lines(path, stats):
         try:
@@ -227,7 +227,7 @@ def parquet_batches(path: Path, columns: tuple[str, ...] | None = COLUMNS) -> It
         raise InputFileError(path, None, f"cannot read it ({e})") from None
 
 
-def _parquet_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, Row, Any]]:
+def _parquet_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, Any]]:
     dumps = orjson.dumps
     for batch in parquet_batches(path):
         for obj in batch.to_pylist():
@@ -241,7 +241,7 @@ def _parquet_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, Row, Any]
     stats.bytes = path.stat().st_size
 
 
-def read_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, Row, Any]]:
+def read_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, Any]]:
     """(line or row number, row, the decoded object) for every row of one file, in order."""
     if stats.kind == "parquet":
         return _parquet_rows(path, stats)

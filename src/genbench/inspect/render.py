@@ -128,7 +128,7 @@ def _storage_lines(doc: dict[str, Any], console: Console) -> None:
             console.print(f"  {cmd}", soft_wrap=True)
 
 
-def render(doc: dict[str, Any], console: Console) -> None:
+def print_inspection(doc: dict[str, Any], console: Console) -> None:
     files = doc["source"]["files"]
     console.print(
         f"[bold]genbench inspect[/] {doc['source']['path']}: {doc['rows']:,} rows in "

@@ -20,8 +20,8 @@ import numpy as np
 import orjson
 
 from genbench.inspect.detect import BIT, DEFECTS, Thresholds, answer_keys, examine
+from genbench.inspect.distribution import duplicates
 from genbench.inspect.reader import FileStats, kind_of, read_rows
-from genbench.inspect.stats import duplicates
 
 PARQUET_SAMPLE = 1000  # rows kept (reservoir) to measure Parquet bytes per row of a JSONL set
 

@@ -22,12 +22,12 @@ replaying the pilot. The error bar adds a bootstrap over the pilot's requests
 (lengths, TTFT, failures), the server's speed over stretches of the pilot, and
 the replay's own error. docs/plan.md says what is and is not modelled.
 
-One concern per module: `units` (counts and their display), `storage`, `pool` (the
+One concern per module: `units` (counts and their display), `storage`, `draws` (the
 pilot's requests as the simulation draws them), `stepfit` (the server's step time),
-`jobsim` (the job simulated), `model` (what one pilot says), `wander` (how the server's
+`walltime` (the job simulated), `model` (what one pilot says), `wander` (how the server's
 speed moved during it, carried over the job), `bar` (the forecast and its 95% bar), a
 module per source of a plan (`from_rate`, `from_result`, `pilot` with `from_pilot`,
-`compare` for several results), `decide` (servers for a deadline, cost, the fastest
+`configurations` for several results), `decide` (servers for a deadline, cost, the fastest
 configuration), `document` (plan.json written and read back), `render` (the console), and
 `make` (the command's flags to a plan).
 
@@ -45,9 +45,9 @@ _EXPORTS = {
     "from_rate": "arithmetic plan_arithmetic",
     "storage": "ASSUMED_BYTES_PER_TOKEN JSONL_OVERHEAD_BYTES HiddenStates StorageModel "
     "storage_from_tokens parquet_bytes_per_row hidden_states",
-    "pool": "Pool chain_next complete_samples worker_gap",
+    "draws": "Draws chain_next complete_samples worker_gap",
     "stepfit": "StepModel DecodeRows decode_rows fit_step",
-    "jobsim": "JobSim simulate_job sim_cap job_walls",
+    "walltime": "JobSim simulate_job sim_cap job_walls",
     "bar": "CONFIDENCE TARGET_REL_ERROR T_975 series_halfwidth length_halfwidth pilot_size_for "
     "WallForecast forecast",
     "wander": "WANDER_EXPONENT WANDER_HORIZON t_975 lag1 semivariogram SpeedBar SpeedWander "
@@ -55,7 +55,7 @@ _EXPORTS = {
     "model": "REPLAYS SPEED_BATCHES speed_stretches stretch_seconds PilotModel",
     "from_result": "FIELD_CONCURRENCY RATE_WINDOWS rate_halfwidth plan_from_result "
     "measured_concurrency natural_tokens_per_sample",
-    "compare": "plan_from_results same_model run_names",
+    "configurations": "plan_from_results same_model run_names",
     "decide": "BASIS Deadline Pricing Candidate parse_deadline parse_gpus",
     "pilot": "PARQUET_ROWS PILOT_ROWS PilotRun PilotInput read_pilot_input turn_count "
     "pilot_stream first_turn_requests PilotSink PilotStop run_pilot",

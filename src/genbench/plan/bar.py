@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from genbench.plan.jobsim import job_walls
+from genbench.plan.walltime import job_walls
 from genbench.plan.wander import SpeedBar, lag1
 
 if TYPE_CHECKING:

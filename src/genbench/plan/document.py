@@ -27,7 +27,7 @@ import orjson
 
 from genbench import __version__
 from genbench.errors import UsageError
-from genbench.result import write_json_atomic
+from genbench.run.result import write_json_atomic
 
 PLAN_SCHEMA = "genbench.plan"
 PLAN_SCHEMA_VERSION = 1

@@ -23,7 +23,7 @@ from genbench.plan.storage import (
 )
 from genbench.plan.units import duration
 from genbench.records import RequestRecord, read_records
-from genbench.result import REQUESTS_FILE
+from genbench.run.result import REQUESTS_FILE
 from genbench.stats import steady_window, token_events
 
 FIELD_CONCURRENCY = 32  # the field's burst was measured at C=32
@@ -84,6 +84,7 @@ def plan_from_result(
             else f"{bpt:.2f} bytes per output token (measured in the run's requests.jsonl) "
             f"+ {JSONL_OVERHEAD_BYTES} bytes per line; prompts not counted"
         ),
+        token_ids=bool((doc.get("check") or {}).get("token_ids")),
     )
     target = doc.get("target") or {}
     plan = new_plan_doc(

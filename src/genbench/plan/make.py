@@ -14,14 +14,11 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from genbench.aio import run_async
-from genbench.check import CheckReport, preflight
-from genbench.console import err
-from genbench.endpoint import Endpoint, endpoint
+from genbench.check.preflight import CheckReport, preflight
+from genbench.commands.console import err
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
 from genbench.generate.params import job_params
-from genbench.limits import fit_descriptors
-from genbench.plan.compare import plan_from_results
+from genbench.plan.configurations import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
 from genbench.plan.document import save_plan
 from genbench.plan.from_pilot import plan_from_pilot
@@ -39,10 +36,13 @@ from genbench.plan.pilot import (
 from genbench.plan.render import PilotProgress
 from genbench.plan.storage import HiddenStates, hidden_states, storage_from_tokens
 from genbench.plan.units import parse_counts
-from genbench.result import REQUESTS_FILE, load_result
-from genbench.run import prepare_out_dir
+from genbench.run.benchmark import prepare_out_dir
+from genbench.run.result import REQUESTS_FILE, load_result
 from genbench.settings import Setting, setting
-from genbench.think import ThinkMode, parse_dialect, parse_tags
+from genbench.transport.endpoint import Endpoint, endpoint
+from genbench.transport.eventloop import run_async
+from genbench.transport.open_files import fit_descriptors
+from genbench.transport.thinking import ThinkMode, parse_dialect, parse_tags
 
 DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
 DEFAULT_PILOT_C = 32
@@ -269,7 +269,7 @@ def _plan_pilot(
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out)
-    run = _run(pilot, args, check.model or "", console, check.think_mode())
+    run = _run(pilot, args, check.model or "", console, check.think_mode(), check.token_ids)
     doc = plan_from_pilot(
         run,
         concurrency,
@@ -285,7 +285,12 @@ def _plan_pilot(
 
 
 def _run(
-    pilot: _Pilot, args: PlanArgs, model: str, console: Console, think: ThinkMode | None = None
+    pilot: _Pilot,
+    args: PlanArgs,
+    model: str,
+    console: Console,
+    think: ThinkMode | None = None,
+    token_ids: str | None = None,
 ) -> PilotRun:
     """The warm-up and the pilot, with its progress on the console."""
     rows, stop, c = pilot.source.rows, pilot.stop, pilot.concurrency
@@ -326,6 +331,7 @@ def _run(
                 params=pilot.params,
                 turns=args.turns,
                 think=think,
+                token_ids=token_ids,
             )
         )
     except (KeyboardInterrupt, asyncio.CancelledError):

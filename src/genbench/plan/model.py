@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from genbench.errors import UsageError
-from genbench.plan.jobsim import simulate_job
-from genbench.plan.pool import Pool
+from genbench.plan.draws import Draws
 from genbench.plan.stepfit import DecodeRows, StepModel, decode_rows, fit_step
+from genbench.plan.walltime import simulate_job
 from genbench.plan.wander import SpeedWander
 from genbench.records import RequestRecord
 from genbench.stats import dist, summarize
@@ -44,7 +44,7 @@ class PilotModel:
     """Everything the forecast needs, learned from one pilot at concurrency C."""
 
     concurrency: int
-    pool: Pool
+    pool: Draws
     rows: DecodeRows
     step: StepModel
     pilot_requests: int
@@ -91,7 +91,7 @@ class PilotModel:
         sent = [r for r in records if r.t_send]
         if not sent:
             raise UsageError("the pilot sent no request")
-        pool = Pool.from_records(records, concurrency)
+        pool = Draws.from_records(records, concurrency)
         rows = decode_rows(records, concurrency)
         s = summarize(records, concurrency=concurrency, sustained=True)
         step = fit_step(rows)

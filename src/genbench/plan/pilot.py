@@ -15,8 +15,6 @@ from typing import Any
 
 import orjson
 
-from genbench.client import ChatRequest, Client, Timeouts
-from genbench.endpoint import Endpoint
 from genbench.errors import ErrorKind, InputFileError
 from genbench.generate.conversation import Conversation, turn_count
 from genbench.generate.input import Row, iter_rows, scan
@@ -25,8 +23,10 @@ from genbench.generate.servers import Server
 from genbench.load import run_phase
 from genbench.plan.bar import TARGET_REL_ERROR, length_halfwidth
 from genbench.records import RecordWriter, RequestRecord, read_records
-from genbench.result import REQUESTS_FILE
-from genbench.think import ThinkMode
+from genbench.run.result import REQUESTS_FILE
+from genbench.transport.client import ChatRequest, Client, Timeouts
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.thinking import ThinkMode
 
 __all__ = ["turn_count"]  # generate's, for the plan
 
@@ -174,6 +174,7 @@ async def run_pilot(
     params: dict[str, Any] | None = None,
     turns: str = "all",
     think: ThinkMode | None = None,
+    token_ids: str | None = None,
 ) -> PilotRun:
     """Run the pilot as the job will run, on generate's own path (`row_load`): C
     workers, sustained, natural lengths, each row a conversation sent as `genbench
@@ -188,10 +189,13 @@ async def run_pilot(
     With `warmup_s`, the `warmup` requests (cycled) first load the server at C for that
     long and are discarded: a server that sat idle runs slower for its first seconds
     of load (12-20% for ~20 s on the vLLM CPU test server), and a pilot is short enough
-    for that to bias the forecast of a job that runs warm for hours."""
+    for that to bias the forecast of a job that runs warm for hours.
+
+    `token_ids`: the dialect the server gives ids in (check's), kept as the job keeps them
+    (`--token-ids auto`), so the rows measured weigh what the job's will."""
     timeouts = Timeouts(connect=10.0, read=timeout, total=None)
     # the protocol-level transport `run` uses: the client's own CPU stays out of the pilot
-    client = Client(ep, model, timeouts=timeouts, keep_text=True, think=think)
+    client = Client(ep, model, timeouts=timeouts, keep_text=True, think=think, token_ids=token_ids)
     server = Server(ep, client, concurrency)
     writer = RecordWriter(out / REQUESTS_FILE) if out else None
     run = PilotRun(records=[], wall_s=0.0)

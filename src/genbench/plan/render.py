@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from genbench.plan.pilot import PilotStop
 
 
-def render(doc: dict[str, Any], console: Console) -> None:
+def print_plan(doc: dict[str, Any], console: Console) -> None:
     decision = doc.get("decision")
     if decision and len(decision["configurations"]) > 1:
         _render_comparison(doc, console)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from genbench.compare.runs import Run
 from genbench.report.figures import sweep_values
-from genbench.report.runs import Run
 
 
 def summary_cards(run: Run) -> list[tuple[str, str, str]]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from genbench.plan.document import PLAN_FILE, PLAN_SCHEMA, PLAN_SCHEMA_VERSION
 from genbench.plan.render import decision_tables
-from genbench.result import has_schema, read_document
+from genbench.run.result import has_schema, read_document
 
 
 def is_plan(path: str | Path) -> bool:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from genbench.compare.runs import Run, concurrencies
 from genbench.records import RequestRecord
-from genbench.report.runs import Run, concurrencies
 
 MAX_BARS = 400  # Gantt rows drawn at most; more requests are sampled evenly
 MAX_POINTS = 300  # points per CDF series

@@ -12,10 +12,10 @@ from html import escape
 from typing import Any
 
 from genbench import __version__, fmt
+from genbench.compare.runs import Run, workload_differences
 from genbench.report import cards, decision, inspection
 from genbench.report import figures as F
-from genbench.report.runs import Run, workload_differences
-from genbench.report.svg import WIDE, WIDTH, render, swatch
+from genbench.report.svg import WIDE, WIDTH, draw, swatch
 
 CSS = """
 :root { --fg:#1d2330; --muted:#5b6475; --line:#e3e6ec; --bg:#f5f6f8; }
@@ -90,7 +90,7 @@ def figure_html(fig: F.Figure) -> str:
     legend = _legend(fig) if fig.has_data else ""
     return (
         f'<figure class="{cls}" id="fig-{escape(fig.id)}"><h3>{escape(fig.title)}</h3>{sub}'
-        f"{legend}{render(fig, WIDE if fig.wide else WIDTH)}</figure>"
+        f"{legend}{draw(fig, WIDE if fig.wide else WIDTH)}</figure>"
     )
 
 
@@ -320,18 +320,24 @@ def page(
     focus: str | None,
     inspections: list[tuple[dict[str, Any], list[F.Figure]]] | None = None,
     plans: list[dict[str, Any]] | None = None,
+    jobs: list[tuple[str, str, str]] | None = None,
 ) -> str:
+    """The page; `jobs`: (label, path, section HTML) of each generate job drawn."""
     inspections = inspections or []
     plans = plans or []
+    jobs = jobs or []
     title = "genbench report — " + ", ".join(
         [r.label for r in runs]
         + [decision.label(doc) for doc in plans]
+        + [j[0] for j in jobs]
         + [inspection.label(doc) for doc, _ in inspections]
     )
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     what = [_count(runs)] if runs else []
     if plans:
         what.append(f"{len(plans)} plan{'s' if len(plans) != 1 else ''}")
+    if jobs:
+        what.append(f"{len(jobs)} generate job{'s' if len(jobs) != 1 else ''}")
     if inspections:
         what.append(f"{len(inspections)} data set{'s' if len(inspections) != 1 else ''}")
     parts = [
@@ -345,10 +351,12 @@ def page(
         parts.append(decision.section(doc))
     if runs:
         parts += _run_sections(runs, figs, focus)
+    parts += [j[2] for j in jobs]
     for doc, doc_figs in inspections:
         parts.append(inspection.section(doc, doc_figs, figure_html))
     files = [str(x.path) for r in runs for x in r.repeat_runs]
     files += [str(doc.get("_path", "")) for doc in plans]
+    files += [j[1] for j in jobs]
     files += [str(doc.get("_path", "")) for doc, _ in inspections]
     terms = (
         "<dl><dt>sustained tok/s</dt><dd>tokens arriving inside the steady window, "

@@ -11,9 +11,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from genbench.compare.runs import PALETTE
 from genbench.fmt import nbytes
 from genbench.report.figures import Figure, HBar, Series
-from genbench.report.runs import PALETTE
 
 LABELS = {
     "loops": "repetition loop",

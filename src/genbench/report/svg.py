@@ -163,7 +163,7 @@ def _path(s: Series, sx: Callable[[float], float], sy: Callable[[float], float])
     )
 
 
-def render(fig: Figure, width: int = WIDTH) -> str:
+def draw(fig: Figure, width: int = WIDTH) -> str:
     """The figure as one <svg> element (class "plot"), sized by its viewBox.
 
     A figure that spans the page is drawn on a wider canvas, not scaled up, so that

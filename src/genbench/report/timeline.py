@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from genbench.compare.runs import Run
 from genbench.report.figures import (
     FAIL_COLOR,
     MAX_BARS,
@@ -22,7 +23,6 @@ from genbench.report.figures import (
     throughput,
     token_split,
 )
-from genbench.report.runs import Run
 from genbench.stats import token_events
 
 

@@ -17,6 +17,13 @@ NO_METRICS = typer.Option(
     False, "--no-metrics", help="Serve no /metrics (like SGLang without --enable-metrics)."
 )
 
+TOKEN_IDS = typer.Option(
+    "none",
+    "--token-ids",
+    help="Token ids when a request asks: none (llama.cpp's chat), vllm (return_token_ids, "
+    "per chunk) or sglang (the sglext lists; see docs/sim.md).",
+)
+
 DRIFT = typer.Option(
     None,
     "--drift",
@@ -85,6 +92,7 @@ def sim(
     dialect: str = DIALECT,
     no_metrics: bool = NO_METRICS,
     drift: str | None = DRIFT,
+    token_ids: str = TOKEN_IDS,
 ) -> None:
     """Run the reference OpenAI-compatible server with known timing and injectable faults."""
     cfg = SimConfig(
@@ -93,11 +101,11 @@ def sim(
         thinking_tokens=thinking_tokens, reasoning_dialect=reasoning_dialect, spec_k=spec_k,
         spec_accept=spec_accept, output_len=output_len, seed=seed, api_key_env=api_key_env,
         faults=[parse_fault(f) for f in fault or []], drift=drift, dialect=dialect,
-        metrics=not no_metrics,
+        metrics=not no_metrics, token_ids=token_ids,
     ).validate()  # fmt: skip
 
-    from genbench.limits import raise_soft_limit
     from genbench.sim.server import run
+    from genbench.transport.open_files import raise_soft_limit
 
     raise_soft_limit()  # a server cannot know how many clients will connect: all it may
     run(cfg)

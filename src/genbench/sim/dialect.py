@@ -8,7 +8,7 @@ and `/metrics` from it, so a new kind is a new table entry, not branches in the 
 * `sglang`: what SGLang serves, as read from its source (sgl-project/sglang,
   `python/sglang/srt/entrypoints/http_server.py` at 0025436eab0556737d615b36a4dd3e1e26e82f3d
   and later renames; `python/sglang/srt/metrics/collector.py` at
-  00ae9c1590d2d0bb6c0bfff39e312c34ae3dd538; see genbench/metrics_names.py): `/health` and
+  00ae9c1590d2d0bb6c0bfff39e312c34ae3dd538; see genbench/check/metric_names.py): `/health` and
   `/health_generate` answering an empty 200 (503 when unhealthy), `/server_info` and its
   older spelling `/get_server_info` (server arguments, scheduler limits, per-rank
   `internal_states`, `version`), `/model_info` and `/get_model_info`, `/flush_cache`, the
@@ -28,22 +28,31 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
 
 from genbench import __version__
+from genbench.sim.config import SimConfig
 
-if TYPE_CHECKING:
-    from genbench.sim.server import SimServer
+
+class SimServer(Protocol):
+    """What a dialect reads of the server it speaks for (`genbench.sim.server.SimServer`):
+    a protocol, so that the dialect needs nothing from the module that imports it."""
+
+    cfg: SimConfig
+    sched: Any  # genbench.sim.scheduler.Scheduler, which imports this module
+    counts: dict[str, int]
+
+    def _active(self, kind: str, endpoint: str) -> bool: ...
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # (name without prefix, type, help, [(labels, value)])
-Row = tuple[str, str, str, list[tuple[str, float]]]
+MetricLine = tuple[str, str, str, list[tuple[str, float]]]
 
 
-def render_metrics(prefix: str, rows: list[Row]) -> web.Response:
+def render_metrics(prefix: str, rows: list[MetricLine]) -> web.Response:
     """Prometheus text exposition format, version 0.0.4."""
     lines: list[str] = []
     for name, kind, help_, samples in rows:
@@ -56,7 +65,7 @@ def render_metrics(prefix: str, rows: list[Row]) -> web.Response:
     )
 
 
-def sim_rows(srv: SimServer) -> list[Row]:
+def sim_rows(srv: SimServer) -> list[MetricLine]:
     """The sim's own counters and gauges (`sim:*`)."""
     s = srv.sched
     success = [(f'{{finish_reason="{k}"}}', v) for k, v in s.m_success.items()]
@@ -94,7 +103,7 @@ def _label(value: str) -> str:
     return orjson.dumps(value).decode()
 
 
-def sglang_rows(srv: SimServer) -> list[Row]:
+def sglang_rows(srv: SimServer) -> list[MetricLine]:
     """What SGLang's tokenizer and scheduler collectors expose, under their labels."""
     s, model = srv.sched, _label(srv.cfg.model)
     tok = f"{{model_name={model}}}"
@@ -215,7 +224,7 @@ class Dialect:
 
     owned_by: str  # the model card's owned_by, which check reads first
     prefix: str  # of its metric names
-    rows: Callable[[SimServer], list[Row]]
+    rows: Callable[[SimServer], list[MetricLine]]
     usage: Usage  # the usage object of an answer
     # path -> handler built from the server; None removes a shared route; "POST /path": a POST
     routes: Callable[[SimServer], dict[str, Handler | None]]

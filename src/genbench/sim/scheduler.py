@@ -11,9 +11,10 @@ from typing import Any
 
 import orjson
 
+from genbench.sim import ids
 from genbench.sim.config import SimConfig
 from genbench.sim.dialect import DIALECTS, Usage
-from genbench.sim.wire import (
+from genbench.sim.replies import (
     DONE,
     INF,
     MALFORMED,
@@ -114,11 +115,16 @@ class Scheduler:
     def start_decode(self, r: Req, t: float) -> None:
         """Prefill has ended at `t`: emit the first token now, then join the batch."""
         self.m_prompt += r.prompt_tokens
-        if r.stream and not r.sink.write(r.head + ROLE):  # type: ignore[union-attr]
+        if r.stream and not r.sink.write(r.head + self._first(r)):  # type: ignore[union-attr]
             self.drop(r, t)
             return
         if self._advance(r, 1, t):
             self.join(r, t)
+
+    @staticmethod
+    def _first(r: Req) -> bytes:
+        """The first chunk's tail: vLLM's carries the prompt's ids when asked."""
+        return ROLE if r.ids != "vllm" else ids.first_chunk_tail(r.prompt_ids)
 
     def join(self, r: Req, t: float) -> None:
         if r.dead:
@@ -144,19 +150,26 @@ class Scheduler:
             return True
         if r.script is not None:
             out = b""
+            tail = SUF[2:]
+            if r.ids == "vllm":  # the chunk's ids go with its first delta
+                word = r.script.word
+                chunk_ids = orjson.dumps([ids.word_id(word(i)) for i in range(e, e + k)])
+                tail = b',"finish_reason":null,"token_ids":' + chunk_ids + b"}]}\n\n"
             for think, answer in r.script.deltas(e, e + k):
                 delta = {self.cfg.reasoning_dialect: think} if think else {}
                 if answer:
                     delta["content"] = answer
-                out += r.head + orjson.dumps(delta) + SUF[2:]
+                out += r.head + orjson.dumps(delta) + tail
+                tail = SUF[2:]
             return r.sink.write(out)  # type: ignore[union-attr]
         span = self.vocab.span
+        suf = SUF if r.ids != "vllm" else ids.IDS_SUF + ids.text_ids(r.pos + e, k) + ids.IDS_END
         if e >= th:
-            body = r.pre_c + span(r.pos + e, k) + SUF
+            body = r.pre_c + span(r.pos + e, k) + suf
         elif e + k <= th:
-            body = r.pre_r + span(r.pos + e, k) + SUF
+            body = r.pre_r + span(r.pos + e, k) + suf
         else:
-            body = r.pre_r + span(r.pos + e, th - e) + MID + span(r.pos + th, e + k - th) + SUF
+            body = r.pre_r + span(r.pos + e, th - e) + MID + span(r.pos + th, e + k - th) + suf
         return r.sink.write(body)  # type: ignore[union-attr]
 
     def _advance(self, r: Req, k: int, t: float) -> bool:
@@ -218,6 +231,10 @@ class Scheduler:
                     "model": self.cfg.model, "choices": [], "usage": self.usage(r),
                 }  # fmt: skip
                 out += b"data: " + orjson.dumps(usage) + b"\n\n"
+            if r.ids == "sglang":  # SGLang's ids: once, whole, before [DONE]
+                head = {"id": r.id, "object": "chat.completion.chunk", "created": r.created,
+                        "model": self.cfg.model}  # fmt: skip
+                out += ids.sglext_chunk(head, r.prompt_ids, ids.generated(r))
             if not r.sink.write(out + DONE):  # type: ignore[union-attr]
                 self.drop(r, t)
                 return

@@ -32,12 +32,10 @@ from aiohttp import web
 
 from genbench import __version__
 from genbench.errors import UsageError
+from genbench.sim import ids
 from genbench.sim.config import TEXT_FAULTS, Fault, SimConfig
 from genbench.sim.dialect import DIALECTS, Handler, render_metrics, sim_rows
-from genbench.sim.scheduler import (
-    Scheduler,
-)
-from genbench.sim.wire import (
+from genbench.sim.replies import (
     ERROR_TYPES,
     INF,
     NOT_OPENAI_HTML,
@@ -52,6 +50,9 @@ from genbench.sim.wire import (
     clock,
     count_prompt,
     sleep_until,
+)
+from genbench.sim.scheduler import (
+    Scheduler,
 )
 
 __all__ = ["VOCAB", "SimServer", "Vocab", "run", "serve", "startup_line"]
@@ -180,7 +181,7 @@ class SimServer:
                 if request.transport is not None:
                     request.transport.close()
                 return web.Response()
-            return self._complete(r, "no-usage" in kinds)
+            return self._complete(r, "no-usage" in kinds, body)
         return await self._stream(request, r, active)
 
     def _plan(self, body: Any, n: int, active: list[Fault]) -> Req | web.Response:
@@ -197,6 +198,9 @@ class SimServer:
 
         messages = body["messages"]
         prompt = count_prompt(messages)
+        asked = ids.asked(cfg.token_ids, body)
+        if asked == "sglang-refused":
+            return self.error(400, ids.SGLANG_STREAM_REFUSED)
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         room = cfg.max_model_len - prompt
         if (max_tokens is not None and max_tokens > room) or room < 1:
@@ -246,6 +250,8 @@ class SimServer:
         if text_faults.keys() - {"ignore-prompt"}:
             r.script = Script(r.pos, thinking, text_faults)
         r.prompt_tokens = prompt
+        if asked is not None:
+            r.ids, r.prompt_ids = cfg.token_ids, ids.prompt_ids(messages)
         r.finish = finish
         r.id = "chatcmpl-" + os.urandom(12).hex()
         r.created = int(time.time())
@@ -325,7 +331,7 @@ class SimServer:
                 r.dead = True
                 s.release(r, clock())
 
-    def _complete(self, r: Req, no_usage: bool) -> web.Response:
+    def _complete(self, r: Req, no_usage: bool, body: dict[str, Any]) -> web.Response:
         """The non-streaming answer, built from the same tokens a stream would carry."""
         if r.outcome == "inband-error":
             return self.error(500, r.error_message)
@@ -348,6 +354,8 @@ class SimServer:
         }  # fmt: skip
         if not no_usage:
             out["usage"] = self.sched.usage(r)
+        if r.ids is not None:
+            ids.whole(r.ids, body, out, r.prompt_ids, ids.generated(r))
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
     def shutdown(self) -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from genbench.endpoint import Endpoint
 from genbench.errors import UsageError
-from genbench.result import REQUESTS_FILE, RESULT_FILE
-from genbench.run import Listener, RunConfig, RunState, execute_run
+from genbench.run.benchmark import RunConfig, RunListener, RunState, execute_run
+from genbench.run.result import REQUESTS_FILE, RESULT_FILE
+from genbench.transport.endpoint import Endpoint
 
 REPEAT_DIR = "repeat-{}"
 
@@ -29,7 +29,7 @@ async def execute_repeats(
     model: str | None,
     cfg: RunConfig,
     repeats: int,
-    listener: Listener,
+    listener: RunListener,
     target_extra: dict[str, Any] | None = None,
     check_timeout: float = 300.0,
 ) -> list[list[RunState]]:

@@ -3,7 +3,7 @@
 A side is one run, or several repeats of one measurement (`run --repeat`). A ratio
 alone invites reading 3% as "faster" when two runs of the same server differ by 3%. So
 every value comes with an estimate of how much it would move on a rerun, and a
-difference is called out only when it is larger than that noise (`genbench.noise`, and
+difference is called out only when it is larger than that noise (`genbench.compare.noise`, and
 docs/compare-and-report.md). Within one run, the relative standard error of a value is:
 
 * per-request metrics (decode tok/s, TTFT, ITL, TPOT, per-request tokens per
@@ -26,9 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from genbench import noise
-from genbench.errors import UsageError
-from genbench.estimates import (
+from genbench.compare import noise
+from genbench.compare.in_run import (
     _mean,
     _pct,
     bootstrap_rel,
@@ -37,9 +36,10 @@ from genbench.estimates import (
     itl_rel,
     tokens_per_chunk,
 )
-from genbench.noise import ALLOWANCE, FLOOR, Z, noise_rule
+from genbench.compare.noise import ALLOWANCE, FLOOR, Z, noise_rule
+from genbench.compare.runs import Run, concurrencies, lengths, workload_differences
+from genbench.errors import UsageError
 from genbench.records import RequestRecord
-from genbench.report.runs import Run, concurrencies, lengths, workload_differences
 
 __all__ = [
     "ALLOWANCE",
@@ -47,7 +47,7 @@ __all__ = [
     "Z",
     "Comparison",
     "Estimate",
-    "Row",
+    "MetricRow",
     "compare",
     "failures",
     "noise_rule",
@@ -63,7 +63,7 @@ class Estimate:
 
 
 @dataclass
-class Row:
+class MetricRow:
     key: str  # stable id for scripts, e.g. "sustained.c4.steady_tps"
     section: str  # single | throughput | latency | speculative
     label: str
@@ -214,9 +214,9 @@ LATENCY: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def build_rows(sides: list[Run], allowance: float = ALLOWANCE) -> list[Row]:
+def build_rows(sides: list[Run], allowance: float = ALLOWANCE) -> list[MetricRow]:
     """Every metric some side has, one estimate per repeat of each side, judged."""
-    rows: list[Row] = []
+    rows: list[MetricRow] = []
     every = [r for s in sides for r in s.repeat_runs]
 
     def add(
@@ -230,7 +230,7 @@ def build_rows(sides: list[Run], allowance: float = ALLOWANCE) -> list[Row]:
     ) -> None:
         reps = [[fn(r) for r in s.repeat_runs] for s in sides]
         if any(e is not None for side in reps for e in side):
-            rows.append(Row(key, section, label, unit, better, reps, group=group))
+            rows.append(MetricRow(key, section, label, unit, better, reps, group=group))
 
     _single_rows(add, every)
     _sweep_rows(add, every)
@@ -351,7 +351,7 @@ def failures(side: Run) -> dict[str, Any]:
 @dataclass
 class Comparison:
     runs: list[Run]  # one per side; a side's repeats are run.repeat_runs
-    rows: list[Row]
+    rows: list[MetricRow]
     differences: list[str]
     forced: bool
     allowance: float = ALLOWANCE

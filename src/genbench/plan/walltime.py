@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from genbench.plan.pool import Pool
+from genbench.plan.draws import Draws
 from genbench.plan.stepfit import StepModel
 
 
@@ -30,7 +30,7 @@ class _Workers:
         self,
         samples: int,
         concurrency: int,
-        pool: Pool,
+        pool: Draws,
         rng: np.random.Generator,
         order: Sequence[int] | None,
     ) -> None:
@@ -98,7 +98,7 @@ class _Workers:
 def simulate_job(
     samples: int,
     concurrency: int,
-    pool: Pool,
+    pool: Draws,
     step: StepModel,
     rng: np.random.Generator,
     order: Sequence[int] | None = None,
@@ -170,7 +170,7 @@ def sim_cap(concurrency: int) -> int:
 def job_walls(
     per_server: Sequence[int],
     concurrency: int,
-    pool: Pool,
+    pool: Draws,
     step: StepModel,
     rng: np.random.Generator,
     repeats: int = 1,

@@ -233,7 +233,7 @@ class Req:
         "sink", "head", "pre_c", "pre_r", "usage_chunk_ok", "prompt_tokens", "finish",
         "done", "events", "event_at", "stall", "outcome", "released", "dead", "malformed",
         "error_message", "script",
-        "id", "created",
+        "id", "created", "ids", "prompt_ids",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -248,6 +248,8 @@ class Req:
         self.malformed = False
         self.sink: PlainSink | SplitSink | None = None
         self.script: Script | None = None
+        self.ids: str | None = None  # the token-id dialect this request is answered in
+        self.prompt_ids: list[int] = []
 
 
 def check_body(body: dict[str, Any]) -> str | None:

@@ -1,9 +1,10 @@
 """One streaming chat-completion call -> one `RequestRecord`, over a keep-alive pool.
 
 `Client.chat` never raises for a failed request: every way a request can fail becomes an
-`ErrorKind` and a message on its record (the mapping is in `genbench.stream`). The
-response is read by `genbench.http1` and parsed by `genbench.stream.StreamParser` as it
-arrives, each chunk timestamped on the monotonic clock as it is read.
+`ErrorKind` and a message on its record (the mapping is in `genbench.transport.stream`). The
+response is read by `genbench.transport.connection` and parsed by
+`genbench.transport.stream.StreamParser` as it arrives, each chunk timestamped on the
+monotonic clock as it is read.
 
 `ConnectionPool` holds the keep-alive connections to one server. One pool serves every
 request genbench sends to that server: the chat requests of one or several clients, and
@@ -24,11 +25,11 @@ from urllib.parse import urlsplit
 import orjson
 
 from genbench import __version__
-from genbench.endpoint import Endpoint
 from genbench.errors import ErrorKind
-from genbench.http1 import Connection, Exchange
 from genbench.records import RequestRecord
-from genbench.stream import (
+from genbench.transport.connection import Connection, Exchange
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.stream import (
     Failure,
     StreamParser,
     connect_failure,
@@ -36,7 +37,8 @@ from genbench.stream import (
     status_failure,
     timeout_failure,
 )
-from genbench.think import Splitter, ThinkMode, ThinkState
+from genbench.transport.thinking import Splitter, ThinkMode, ThinkState
+from genbench.transport.token_ids import REQUEST_FIELDS, Ids
 
 _DNS_TTL = 300.0
 _STALE_RETRIES = 8
@@ -228,10 +230,14 @@ class Client:
         session: ConnectionPool | None = None,
         think: ThinkMode | ThinkState | None = None,
         keep_raw: bool = False,
+        token_ids: str | None = None,
     ) -> None:
         self.endpoint = endpoint
-        # thinking inline in content: split it (genbench.think); a ThinkState may be shared
-        # by several Clients, which then learn the dialect together
+        # ask for the token ids in this dialect (genbench.transport.token_ids: vllm, sglang) and
+        # keep them on the record; None: neither asked nor kept
+        self.token_ids = token_ids
+        # thinking inline in content: split it (genbench.transport.thinking); a ThinkState may be
+        # shared by several Clients, which then learn the dialect together
         self.think = ThinkState(think) if isinstance(think, ThinkMode) else think
         self.keep_raw = keep_raw  # and keep the content as sent, too (rec.raw)
         self.model = model
@@ -272,6 +278,8 @@ class Client:
         body["stream"] = self.stream
         if self.stream:
             body["stream_options"] = {"include_usage": True}
+        if self.token_ids is not None:
+            body.update(REQUEST_FIELDS[self.token_ids])
         return body
 
     def _request(self, req: ChatRequest) -> bytes:
@@ -302,8 +310,11 @@ class Client:
         rec.sent_at = time.time()
         rec.t_send = t0 = time.perf_counter()
         split = self.think.splitter(req.params, req.id) if self.think is not None else None
+        ids = Ids() if self.token_ids is not None else None
         parser = (
-            StreamParser(rec, t0, self.keep_text, split, self.keep_raw) if self.stream else None
+            StreamParser(rec, t0, self.keep_text, split, self.keep_raw, ids)
+            if self.stream
+            else None
         )
         tries: list[tuple[Connection, Exchange]] = []
         try:
@@ -323,7 +334,7 @@ class Client:
             self._abandon(tries, parser)
             self._fail(rec, timeout_failure(tries[-1][1].got_head if tries else False))
         else:
-            self._fail(rec, self._complete(rec, ex, parser, t0, split))
+            self._fail(rec, self._complete(rec, ex, parser, t0, split, ids))
         finally:
             if tries and tries[-1][1].got_head:
                 rec.http_status = tries[-1][1].status
@@ -340,6 +351,7 @@ class Client:
         parser: StreamParser | None,
         t0: float,
         split: Splitter | None = None,
+        ids: Ids | None = None,
     ) -> Failure | None:
         """The response is in (or the stream over): what it says, as a failure or None."""
         if ex.failure is not None:
@@ -352,7 +364,7 @@ class Client:
         if ex.status != 200:
             return status_failure(ex.status, body)
         now = time.perf_counter()
-        return parse_whole(rec, body, t0, now, self.keep_text, split, self.keep_raw)
+        return parse_whole(rec, body, t0, now, self.keep_text, split, self.keep_raw, ids)
 
     @staticmethod
     def _abandon(tries: list[tuple[Connection, Exchange]], parser: StreamParser | None) -> None:

@@ -29,7 +29,8 @@ from orjson import JSONDecodeError, loads
 
 from genbench.errors import ErrorKind, status_kind
 from genbench.records import ANSWER, THINKING, RequestRecord
-from genbench.think import Splitter, resplit, split_whole
+from genbench.transport.thinking import Splitter, resplit, split_whole
+from genbench.transport.token_ids import Ids
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
@@ -52,13 +53,14 @@ class Failure(Exception):
 class StreamParser:
     """One streamed response: SSE lines in, the record's fields out.
 
-    `text` is where each text-bearing chunk lands. With a `split` (`genbench.think`), the
-    thinking that arrives inline in `content` is told from the answer there, unless the
-    server fills a reasoning field itself. A chunk whose text is all tag, or held back as
-    the possible start of one, is no text chunk (the server's parser sends none for it).
+    `text` is where each text-bearing chunk lands. With a `split`
+    (`genbench.transport.thinking`), the thinking that arrives inline in `content` is told
+    from the answer there, unless the server fills a reasoning field itself. A chunk whose
+    text is all tag, or held back as the possible start of one, is no text chunk (the
+    server's parser sends none for it).
 
-    A watching `split` (the `none` dialect, `genbench.think`) gives answer until it sees the
-    dialect; then the reply so far is read again with the dialect's splitter, from its
+    A watching `split` (the `none` dialect, `genbench.transport.thinking`) gives answer until it
+    sees the dialect; then the reply so far is read again with the dialect's splitter, from its
     first chunk (`watched`), so the record is what that splitter would have made of it.
     While it watches, a chunk it holds back is an answer chunk all the same (its text
     comes with a later one), as the chunk is when nothing is split.
@@ -66,7 +68,7 @@ class StreamParser:
 
     __slots__ = (
         "rec", "t0", "buf", "kinds", "answer", "thinking", "done", "finished", "failure",
-        "split", "last", "raw", "watched",
+        "split", "last", "raw", "watched", "ids", "add_ids",
     )  # fmt: skip
 
     def __init__(
@@ -76,6 +78,7 @@ class StreamParser:
         keep_text: bool,
         split: Splitter | None = None,
         keep_raw: bool = False,
+        ids: Ids | None = None,
     ) -> None:
         self.rec = rec
         self.t0 = t0  # when the request was sent: chunk offsets are from here
@@ -96,6 +99,10 @@ class StreamParser:
         self.watched: array[int] | None = (
             array("I") if split is not None and split.watching else None
         )
+        # the server's token ids (genbench.transport.token_ids), when asked: a chunk's are appended
+        # to one array, 4 bytes an id
+        self.ids = ids
+        self.add_ids = ids.out.extend if ids is not None else None
 
     def feed(self, data: bytes, now: float) -> int:
         """Bytes of the body that arrived at `now`: MORE, DONE ([DONE] seen) or STOP (a
@@ -129,6 +136,8 @@ class StreamParser:
                         and not choice.get("finish_reason")
                         and not obj.get("usage")
                     ):
+                        if self.add_ids is not None:
+                            self._chunk_ids(obj, choice)
                         delta = choice.get("delta")
                         if not delta:
                             continue
@@ -157,6 +166,8 @@ class StreamParser:
             return Failure(ErrorKind.MALFORMED_CHUNK, "chunk is not a JSON object")
         rec = self.rec
         choices = obj.get("choices")
+        if self.ids is not None:
+            self.ids.event(obj, choices[0] if choices else None)
         if choices:
             choice = choices[0]
             delta = choice.get("delta")
@@ -177,6 +188,18 @@ class StreamParser:
         if usage:
             apply_usage(rec, usage)
         return None
+
+    def _chunk_ids(self, obj: dict[str, Any], choice: dict[str, Any]) -> None:
+        """A plain chunk's ids (vLLM: in its choice, some with no text), or the first
+        chunk's prompt ids (vLLM: at its top level)."""
+        t = choice.get("token_ids")
+        if t and type(t) is list:
+            try:
+                self.add_ids(t)  # type: ignore[misc]
+            except (TypeError, OverflowError):
+                self.ids.malformed()  # type: ignore[union-attr]
+        elif self.ids is not None:
+            self.ids.event(obj, choice)
 
     def text(self, rel: float, thinking: str | None, content: str | None) -> None:
         """A chunk with text arrived `rel` seconds after the request was sent."""
@@ -291,6 +314,8 @@ class StreamParser:
         if self.answer is not None:
             rec.text = "".join(self.answer)
             rec.reasoning = "".join(self.thinking or [])
+        if self.ids is not None:
+            keep_ids(rec, self.ids)
         split = self.split if self.split is not None and not self.split.watching else None
         if self.raw is not None and split is not None:  # a watcher that saw nothing split none
             rec.raw = "".join(self.raw)
@@ -312,6 +337,7 @@ def parse_whole(
     keep_text: bool,
     split: Splitter | None = None,
     keep_raw: bool = False,
+    ids: Ids | None = None,
 ) -> Failure | None:
     """A non-streamed response that arrived whole at `now`."""
     rec.t_end = now
@@ -345,11 +371,23 @@ def parse_whole(
         apply_usage(rec, obj["usage"])
     else:
         rec.tokens_estimated = True
+    if ids is not None:
+        ids.event(obj, choice)
+        keep_ids(rec, ids)
     if split is not None and rec.reasoning_tokens is None:
         share_by_chars(rec, len(thinking), len(content))
     if not rec.finish_reason:
         return Failure(ErrorKind.INCOMPLETE_STREAM, "response without a finish_reason")
     return None
+
+
+def keep_ids(rec: RequestRecord, ids: Ids) -> None:
+    """The reply's ids onto its record, as the arrays they came in (none: None)."""
+    if ids.bad is not None:
+        rec.token_ids_error = ids.bad
+    elif ids.seen:
+        rec.prompt_token_ids = ids.prompt
+        rec.token_ids = ids.out if (len(ids.out) or ids.whole) else None
 
 
 def apply_usage(rec: RequestRecord, usage: dict[str, Any]) -> None:
@@ -384,7 +422,7 @@ def estimate_thinking(rec: RequestRecord, tags: int) -> None:
     """Thinking split inline by genbench, the server counting only completion tokens:
     its tokens shared out by chunks (a chunk a token: exact without speculative decoding;
     the tag chunks count as answer, as a reasoning parser counts them), marked estimated
-    until the server's tokenizer counts the thinking text (`genbench.think_tokens`)."""
+    until the server's tokenizer counts the thinking text (`genbench.run.thinking_count`)."""
     thinking = rec.chunk_kinds.count(THINKING)
     chunks = len(rec.chunk_kinds) + tags
     total = rec.completion_tokens or 0

@@ -1,4 +1,5 @@
-"""docs/cli.md, generated from the command line itself: `python -m genbench.clidoc > docs/cli.md`.
+"""docs/cli.md, generated from the command line itself:
+`python -m genbench.commands.clidoc > docs/cli.md`.
 
 Why generated: a hand-written flag list drifts from the code the first time someone adds an
 option. The vocabulary below (one meaning per flag name, in every command) is the part a
@@ -12,7 +13,7 @@ import re
 import sys
 from typing import Any
 
-REGENERATE = "PYTHONPATH=src python -m genbench.clidoc > docs/cli.md"
+REGENERATE = "PYTHONPATH=src python -m genbench.commands.clidoc > docs/cli.md"
 
 RULES = """\
 # genbench command line
@@ -51,6 +52,7 @@ MEANINGS: dict[str, str] = {
     "--api-key-file": "File whose first line is the API key.",
     "--bootstrap": "Bootstrap replicates for the forecast's error bar.",
     "--bytes-per-token": "Output text bytes per token, when not measured.",
+    "--answers": "The answers' shape: conversations, OpenAI Batch output lines, or both.",
     "--concurrency": "Requests in flight per server; one or a list where the command sweeps.",
     "--config": "JSON or TOML file of the job's request fields.",
     "--connect-timeout": "Seconds to wait for a connection.",
@@ -84,6 +86,8 @@ MEANINGS: dict[str, str] = {
     "--max-batch": "Reference server: requests decoding at once.",
     "--max-model-len": "Reference server: context length.",
     "--max-tokens": "The job's output token cap per turn.",
+    "--metrics-host": "Address --metrics-port listens on (loopback unless you choose).",
+    "--metrics-port": "Serve the job's progress as Prometheus metrics on this port.",
     "--metrics-url": "A worker's /metrics URL, repeatable: their counters summed per phase.",
     "--min-tokens": "Rows with fewer output tokens count as short.",
     "--model": "The model's name: the one to request (sim: the one it serves).",
@@ -135,6 +139,8 @@ MEANINGS: dict[str, str] = {
     "--think-dialect": "Where thinking arrives, for when check and the replies cannot tell: "
     "auto, separate, inline, inline-opened or none.",
     "--keep-raw": "Write each answer also as generated, thinking and tags in it.",
+    "--token-ids": "Token ids the server generated, kept per turn (generate: auto, on, off; "
+    "sim: which engine's way it gives them: none, vllm, sglang).",
     "--thinking": "chat_template_kwargs.enable_thinking of the requests.",
     "--thinking-tokens": "Reference server: output tokens that go to the reasoning field.",
     "--timeout": "Seconds a request may go unanswered before it is abandoned.",
@@ -200,7 +206,7 @@ def problems() -> list[str]:
             key = long_name(opt)
             used.add(key)
             if key not in MEANINGS:
-                found.append(f"{cname} {key}: no meaning in genbench.clidoc.MEANINGS")
+                found.append(f"{cname} {key}: no meaning in genbench.commands.clidoc.MEANINGS")
             names = frozenset(opt.opts + opt.secondary_opts)
             for n in names:
                 first = seen.setdefault(n, (names, opt.is_flag, cname))
@@ -215,7 +221,7 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def render() -> str:
+def cli_markdown() -> str:
     """The whole of docs/cli.md."""
     from genbench.cli import ALIASES
 
@@ -253,7 +259,7 @@ def render() -> str:
 
 
 def main() -> None:
-    sys.stdout.write(render())
+    sys.stdout.write(cli_markdown())
 
 
 if __name__ == "__main__":

@@ -17,25 +17,36 @@ from pathlib import Path
 from typing import Any
 
 from genbench import __version__
-from genbench.check import CheckReport, preflight
-from genbench.client import ChatRequest, Client, Timeouts
-from genbench.endpoint import Endpoint
+from genbench.check.preflight import CheckReport, preflight
+from genbench.check.server_metrics import (
+    MetricsScraper,
+    compare_tokens,
+    scraper_for,
+    server_metrics_summary,
+)
 from genbench.errors import GenbenchError, UsageError
 from genbench.load import PhaseRun, ServerDown, run_phase
-from genbench.metrics import MetricsScraper, compare_tokens, scraper_for, server_metrics_summary
 from genbench.records import RecordWriter, RequestRecord
-from genbench.result import REQUESTS_FILE, RESULT_FILE, SCHEMA, SCHEMA_VERSION, write_json_atomic
-from genbench.selfcheck import LoopMonitor
-from genbench.stats import PhaseSummary, knee, summarize
-from genbench.think import DEFAULT_TAGS, SEPARATE, ThinkMode, ThinkState
-from genbench.think_tokens import ThinkingCounter, note_thinking
-from genbench.workload import (
+from genbench.run.result import (
+    REQUESTS_FILE,
+    RESULT_FILE,
+    SCHEMA,
+    SCHEMA_VERSION,
+    write_json_atomic,
+)
+from genbench.run.selfcheck import LoopMonitor
+from genbench.run.thinking_count import ThinkingCounter, note_thinking
+from genbench.run.workload import (
     BUILTIN_PROMPTS,
     WARMUP_PROMPT,
     PromptCycle,
     forced_length_params,
     messages,
 )
+from genbench.stats import PhaseSummary, knee, summarize
+from genbench.transport.client import ChatRequest, Client, Timeouts
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.thinking import DEFAULT_TAGS, SEPARATE, ThinkMode, ThinkState
 
 SHAPES = ("burst", "sustained")
 
@@ -108,7 +119,7 @@ class Phase:
         return d
 
 
-class Listener:
+class RunListener:
     """What the console (or a test) hears about progress. Default: nothing."""
 
     def phase_started(self, name: str, total: int | None, duration: float | None) -> None: ...
@@ -225,7 +236,7 @@ class Runner:
         cfg: RunConfig,
         state: RunState,
         server_kind: str | None,
-        listener: Listener,
+        listener: RunListener,
         metrics: MetricsScraper | None = None,
         think: ThinkMode | None = None,
     ) -> None:
@@ -234,7 +245,8 @@ class Runner:
         self.listener = listener
         self.writer = RecordWriter(state.out / REQUESTS_FILE)
         self.metrics = metrics
-        # check's dialect, or, where it saw none, the one the replies show (genbench.think)
+        # check's dialect, or, where it saw none, the one the replies show
+        # (genbench.transport.thinking)
         self.think = ThinkState(think) if think and think.dialect != SEPARATE else None
         self.counter: ThinkingCounter | None = None  # set in execute when it may be split
 
@@ -451,7 +463,7 @@ async def execute_run(
     model: str | None,
     cfg: RunConfig,
     out: Path,
-    listener: Listener,
+    listener: RunListener,
     target_extra: dict[str, Any] | None = None,
     check_timeout: float = 300.0,
     doc_extra: dict[str, Any] | None = None,

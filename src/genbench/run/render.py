@@ -12,10 +12,10 @@ from rich.table import Table
 
 from genbench.fmt import count, duration, ms, number, pct, rate
 from genbench.records import RequestRecord
-from genbench.run import Listener, Phase
+from genbench.run.benchmark import Phase, RunListener
 
 
-class ConsoleListener(Listener):
+class RunConsole(RunListener):
     """Live progress per phase, then one line per finished phase."""
 
     def __init__(self, console: Console) -> None:
@@ -272,7 +272,7 @@ def thinking_table(doc: dict[str, Any], console: Console) -> None:
         _thinking_rows(phases, console)
     info = doc.get("thinking") or {}
     if info.get("dialect"):
-        from genbench.think import ThinkMode, describe
+        from genbench.transport.thinking import ThinkMode, describe
 
         tags = info.get("tags") or ["<think>", "</think>"]
         line = describe(ThinkMode(info["dialect"], (tags[0], tags[1])), bool(info.get("learned")))

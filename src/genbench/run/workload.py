@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import count, cycle
 from typing import Any
 
-from genbench.client import ChatRequest
+from genbench.transport.client import ChatRequest
 
 # Diverse on purpose: code, science explanation, technical guide, reasoning, prose, data.
 BUILTIN_PROMPTS: list[tuple[str, str]] = [

@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from genbench.client import ConnectionPool
-from genbench.endpoint import Endpoint
-from genbench.metrics_names import (
+from genbench.check.metric_names import (
     COUNTERS,
     GAUGES,
     LABELLED,
@@ -31,8 +29,10 @@ from genbench.metrics_names import (
     RATIOS,
     dialect_of,
 )
-from genbench.router import ROUTER_KINDS
-from genbench.stream import Failure
+from genbench.check.router import ROUTER_KINDS
+from genbench.transport.client import ConnectionPool
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.stream import Failure
 
 __all__ = ["COUNTERS", "GAUGES", "LABELLED", "MetricsScraper", "Snapshot", "parse_prometheus"]
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import orjson
 
-from genbench.client import ConnectionPool
-from genbench.endpoint import Endpoint
 from genbench.records import RequestRecord
-from genbench.think import ThinkState
+from genbench.transport.client import ConnectionPool
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.thinking import ThinkState
 
 
 class ThinkingCounter:

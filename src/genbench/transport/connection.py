@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 from genbench.errors import ErrorKind
-from genbench.stream import (
+from genbench.transport.stream import (
     MAX_ERROR_BODY,
     Failure,
     StreamParser,
@@ -27,7 +27,7 @@ from genbench.stream import (
 )
 
 if TYPE_CHECKING:
-    from genbench.client import ConnectionPool
+    from genbench.transport.client import ConnectionPool
 
 _MAX_HEAD = 64 * 1024  # response headers larger than this are a protocol error
 _DRAIN_S = 0.5  # after [DONE], how long to wait for the end of the HTTP body

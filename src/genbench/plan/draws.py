@@ -14,7 +14,7 @@ from genbench.records import ErrorKind, RequestRecord
 
 
 @dataclass
-class Pool:
+class Draws:
     """What the pilot's requests say about the job's requests; bootstrap resamples it.
 
     One entry per successful request. A sample of several requests (a multi-turn row)
@@ -52,7 +52,7 @@ class Pool:
             return np.arange(len(self.output))
         return np.flatnonzero(np.r_[True, self.row_of[1:] != self.row_of[:-1]])
 
-    def resample(self, rng: np.random.Generator) -> Pool:
+    def resample(self, rng: np.random.Generator) -> Draws:
         if self.row_of is None:
             i = rng.integers(0, len(self.output), len(self.output))
             row_of = next_of = None
@@ -66,7 +66,7 @@ class Pool:
             row_of = np.repeat(np.arange(len(pick)), n)
             next_of = chain_next(row_of)
         fails = rng.binomial(self.attempts, self.fail_rate) if self.attempts else 0
-        return Pool(
+        return Draws(
             prompt=self.prompt[i],
             output=self.output[i],
             thinking=self.thinking[i],
@@ -85,7 +85,7 @@ class Pool:
         )
 
     @classmethod
-    def from_records(cls, records: Sequence[RequestRecord], concurrency: int) -> Pool:
+    def from_records(cls, records: Sequence[RequestRecord], concurrency: int) -> Draws:
         ok = [r for r in records if r.ok and r.completion_tokens and r.ttft is not None]
         if not ok:
             raise UsageError("the pilot has no successful request to learn from")

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import orjson
 
-from genbench.endpoint import Endpoint
 from genbench.errors import ExitCode, GenbenchError, model_missing, upstream_failed
 from genbench.records import ErrorKind, RequestRecord
-from genbench.stream import Failure, error_message_from_body
+from genbench.transport.endpoint import Endpoint
+from genbench.transport.stream import Failure, error_message_from_body
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 

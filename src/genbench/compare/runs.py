@@ -20,7 +20,7 @@ import orjson
 
 from genbench.errors import UsageError
 from genbench.records import RequestRecord, read_records
-from genbench.result import REQUESTS_FILE, load_result, repeat_dirs
+from genbench.run.result import REQUESTS_FILE, load_result, repeat_dirs
 
 # Tableau 10: distinct, colour-blind tolerant, readable on white. Run i always gets colour i.
 PALETTE = (

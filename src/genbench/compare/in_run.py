@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from genbench.compare.runs import Run
 from genbench.records import RequestRecord
-from genbench.report.runs import Run
 
 BOOTSTRAP = 1000
 SEED = 20240611

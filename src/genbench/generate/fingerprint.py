@@ -26,7 +26,8 @@ from typing import Any
 import orjson
 
 from genbench.generate.conversation import Conversation
-from genbench.generate.input import Row, line_key
+from genbench.generate.input import Row
+from genbench.generate.linekey import line_key
 from genbench.transport.client import ChatRequest
 
 __all__ = [

@@ -110,8 +110,8 @@ def ab(gb: list[str], src: Path, inp: Path, out: Path, url: str, rounds: int = 3
             env = {"PYTHONPATH": str(src)} if name == "A" else {}
             times[name].append(timed(cmd, env=env)[3])
     a, b = min(times["A"]), min(times["B"])
-    print(f"1ab. nothing to do, CPU s (best of {rounds}): before {a:.2f}, now {b:.2f}: "
-          f"{b / a:.2f}x")  # fmt: skip
+    print(f"1ab. nothing to do, CPU s (best of {rounds}): "
+          f"before {a:.2f}, now {b:.2f}: {b / a:.2f}x")
 
 
 def main() -> None:

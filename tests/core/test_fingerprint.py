@@ -72,3 +72,29 @@ def test_line_keys_and_salts():
     assert line_key(salt, line) == line_key(salt, line) != line_key(salt, line + b" ")
     assert line_key(salt, line) != line_key(job_salt({"temperature": 0.6}, True), line)
     assert all(line_key(s, b"") != 0 for s in range(100))  # 0 means unknown
+
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+
+
+def test_an_agentic_rows_tools_tool_choice_and_results_are_part_of_its_request():
+    msgs = [
+        {"role": "user", "content": "weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
+        {"role": "assistant", "content": "It is sunny."},
+    ]  # fmt: skip
+
+    def fp(tools=(TOOL,), choice=None, result="sunny", policy="replay"):
+        m = [dict(x) for x in msgs]
+        m[2]["content"] = result
+        r = Row("x", m, {}, 1, tools=list(tools), tool_choice=choice)
+        return row_fingerprint(r, {}, True, policy)
+
+    base = fp()
+    assert base == fp()
+    others = [fp(tools=()), fp(choice="required"), fp(result="rainy"), fp(policy="keep")]
+    assert base not in others and len(set(others)) == len(others)
+    assert job_salt({}, True, "keep") != job_salt({}, True) == job_salt({}, True, "replay")

@@ -32,6 +32,7 @@ from genbench.generate.job import JobConfig, JobResult, Listener, run_job
 from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.params import job_params
 from genbench.generate.servers import ServerSpec
+from genbench.generate.tools import POLICIES
 from genbench.plan.document import JobForecast, job_forecast, read_plan
 from genbench.transport.endpoint import load_api_key
 
@@ -344,6 +345,7 @@ def generate(
     turns: str = typer.Option(
         "all", "--turns", help="all: regenerate every assistant turn; last: only the final one."
     ),
+    tool_policy: str = common.TOOL_POLICY,
     think_tags: str = common.THINK_TAGS,
     think_dialect: str = common.THINK_DIALECT,
     keep_raw: bool = typer.Option(
@@ -442,6 +444,7 @@ def generate(
     if retries < 0 or retry_backoff < 0 or drain < 0:
         raise UsageError("--retries, --retry-backoff and --drain must be 0 or more")
     _choice("--turns", turns, ("all", "last"))
+    _choice("--tool-policy", tool_policy, POLICIES)
     _choice("--format", fmt, ("jsonl", "parquet"))
     _choice("--truncated", truncated, ("keep", "error"))
     _choice("--answers", answers, ("conversations", "batch", "both"))
@@ -449,6 +452,7 @@ def generate(
         raise UsageError("--answers batch writes JSON Lines: leave --format at jsonl")
     if is_batch_file(input):
         turns = "last"  # a Batch line is one request, sent as its body has it
+        tool_policy = "keep"  # its calls and results too: nothing replayed
     _choice("--token-ids", token_ids, ("auto", "on", "off"))
     if input_changed is not None:
         _choice("--input-changed", input_changed, ("regenerate", "keep"))
@@ -489,6 +493,7 @@ def generate(
         model=model,
         params=params,
         turns=turns,
+        tool_policy=tool_policy,
         fmt=fmt,
         shard=ShardSpec.parse(shard) if shard else None,
         shard_bytes=parse_size(shard_size),

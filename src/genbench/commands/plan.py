@@ -109,6 +109,7 @@ def plan(
         help="As the job's generate --turns: all (every user turn of a conversation "
         "answered in order) or last.",
     ),
+    tool_policy: str = common.TOOL_POLICY,
     warmup: float = typer.Option(
         20.0,
         "--warmup-time",

@@ -197,6 +197,14 @@ def run(
         help="A worker's /metrics, summed with the other --metrics-url's per phase (servers "
         "behind a router); repeatable. [default: the server's own /metrics]",
     ),
+    prompts: Path | None = typer.Option(
+        None,
+        "--workload",
+        metavar="FILE",
+        help="A prompt file (JSONL or Parquet, as generate's): its requests, one per assistant "
+        "turn with the history before it (an agentic row's tools, calls and results too), "
+        "in place of the built-in prompts. [default: the built-in prompts]",
+    ),
     versus: list[str] | None = typer.Option(
         None,
         "--versus",
@@ -235,6 +243,7 @@ def run(
     if extra_body is not None:
         cfg.extra_body = parse_extra_body(extra_body)
     cfg.metrics_urls = checked_metrics_urls(metrics_url or [])
+    cfg.prompts = str(prompts) if prompts is not None else None
     cfg.validate()
     common.descriptors(1 if "sweep" in cfg.skip else max(cfg.concurrency))
     console = err if json else out

@@ -152,13 +152,37 @@ class Conversation:
         return row_line(self.row.output_id, self.out, self.meta(model))
 
 
-def turn_count(row: Row, all_turns: bool) -> int:
-    """Requests one row makes: every user turn's answer with --turns all, else one."""
-    conv, n = Conversation(row, {}, all_turns), 0
-    while conv._advance():
-        n += 1
-        conv.waiting = False
-    return n
+    def expected_requests(self) -> int:
+        """Requests the row makes: every user turn's answer with --turns all, else one."""
+        n = 0
+        while self._advance():
+            n += 1
+            self.waiting = False
+        self.out, self.pos = [], 0
+        return n
+
+
+def start(
+    row: Row,
+    params: dict[str, Any],
+    all_turns: bool,
+    rid: str | None = None,
+    tool_policy: str = "replay",
+) -> Conversation:
+    """The row's conversation: an agentic row (tools, in the row or its params; calls,
+    results) is an `AgentConversation` under `tool_policy` (genbench.generate.agent)."""
+    tools = row.tools or "tools" in row.params
+    if tools or any(m["role"] == "tool" or "tool_calls" in m for m in row.messages):
+        from genbench.generate.agent import AgentConversation  # it builds on this module
+
+        return AgentConversation(row, params, all_turns, rid, tool_policy)
+    return Conversation(row, params, all_turns, rid)
+
+
+def turn_count(row: Row, all_turns: bool, tool_policy: str = "replay") -> int:
+    """Requests one row makes: every user turn's answer with --turns all, else one; an
+    agentic row's as its original made them (`AgentConversation.expected_requests`)."""
+    return start(row, {}, all_turns, tool_policy=tool_policy).expected_requests()
 
 
 Label = Callable[[int, Row], tuple[str, dict[str, Any]]]
@@ -171,16 +195,18 @@ def conversations(
     *,
     on_bad: Callable[[BadRow], None] | None = None,
     label: Label | None = None,
+    tool_policy: str = "replay",
 ) -> Iterator[Conversation]:
     """The rows as units for `load`, read lazily; a row that cannot be sent goes to
     `on_bad`. `label(n, row)` gives the n-th row's request id and what its records
-    carry in `extra` (default: the row's id, nothing)."""
+    carry in `extra` (default: the row's id, nothing); an agentic row regenerates its
+    calls under `tool_policy` (genbench.generate.agent)."""
     for n, row in enumerate(rows):
         if isinstance(row, BadRow):
             if on_bad is not None:
                 on_bad(row)
             continue
         rid, tag = label(n, row) if label else (row.id, {})
-        conv = Conversation(row, params, all_turns, rid)
+        conv = start(row, params, all_turns, rid, tool_policy)
         conv.tag = tag
         yield conv

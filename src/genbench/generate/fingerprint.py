@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from genbench.generate.conversation import Conversation
+from genbench.generate.conversation import Conversation, start
 from genbench.generate.input import Row
 from genbench.generate.linekey import line_key
 from genbench.transport.client import ChatRequest
@@ -68,22 +68,39 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     return dataclasses.MISSING
 
 
-def row_fingerprint(row: Row, params: dict[str, Any], all_turns: bool) -> int:
+def row_fingerprint(
+    row: Row, params: dict[str, Any], all_turns: bool, tool_policy: str = "replay"
+) -> int:
     """The fingerprint (an unsigned 64-bit int, never 0) of the requests `row` makes."""
-    conv = Conversation(row, params, all_turns)
+    conv = start(row, params, all_turns, tool_policy=tool_policy)
     h = hashlib.blake2b(digest_size=8)
+    if type(conv) is not Conversation:
+        # an agentic row: its later requests follow the target's calls, so what it asks is
+        # its first request and everything of the row that the others are made from
+        first = conv.next_request()
+        h.update(_dumps(_canonical(first)) if first is not None else b"")
+        h.update(_dumps([row.messages, row.tools, row.tool_choice, tool_policy, all_turns]))
+        return int.from_bytes(h.digest(), "big") or 1
     while (req := conv.next_request()) is not None:
-        h.update(orjson.dumps(_canonical(req), option=orjson.OPT_SORT_KEYS, default=str))
+        h.update(_dumps(_canonical(req)))
         h.update(b"\n")
         conv.out.append({"role": "assistant", "content": ""})  # the answer, as a placeholder
         conv.waiting = False
     return int.from_bytes(h.digest(), "big") or 1
 
 
-def job_salt(params: dict[str, Any], all_turns: bool) -> int:
+def _dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS, default=str)
+
+
+def job_salt(params: dict[str, Any], all_turns: bool, tool_policy: str = "replay") -> int:
     """What the line keys of this job are keyed by: changes with the job's sampling, its
-    `--turns` and the way genbench builds requests."""
-    return row_fingerprint(PROBE, params, all_turns)
+    `--turns`, its tool policy and the way genbench builds requests."""
+    fp = row_fingerprint(PROBE, params, all_turns).to_bytes(8, "big")
+    if tool_policy == "replay":  # the default leaves the keys of earlier jobs as they were
+        return int.from_bytes(fp, "big")
+    digest = hashlib.blake2b(fp + tool_policy.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") or 1
 
 
 def to_hex(fp: int) -> str:
@@ -112,11 +129,12 @@ class RequestCheck:
     all_turns: bool
     fps: Any  # id -> fingerprint: a mapping with .get (store.LazyFps)
     kept: dict[str, tuple[int, int]] = field(default_factory=dict)
+    tool_policy: str = "replay"
     changes: list[tuple[str, int, int]] = field(default_factory=list)  # (id, fp now, key)
     learned: dict[str, int] = field(default_factory=dict)  # id -> key, for the index
 
     def __post_init__(self) -> None:
-        self.salt = job_salt(self.params, self.all_turns)
+        self.salt = job_salt(self.params, self.all_turns, self.tool_policy)
 
     def key(self, raw: bytes) -> int:
         return line_key(self.salt, raw)
@@ -138,7 +156,7 @@ class RequestCheck:
         old = self.fps.get(row_id, 0)
         if not old:
             return False  # made by a genbench that kept no fingerprint: cannot tell
-        fp = row_fingerprint(row, self.params, self.all_turns)
+        fp = row_fingerprint(row, self.params, self.all_turns, self.tool_policy)
         k = self.kept.get(row_id)
         if fp == old:
             self.learned[row_id] = key  # the same request from another line: its new key

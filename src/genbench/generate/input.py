@@ -12,7 +12,9 @@ A row is an object with
     file keeps ids;
   * the prompt: `conversations` or `messages` (a list of {role, content}, or ShareGPT's
     {from, value}), or `prompt` (text) with an optional `system` (text);
-  * optional `params`: sampling fields for this row only (temperature, max_tokens, ...).
+  * optional `params`: sampling fields for this row only (temperature, max_tokens, ...);
+  * optional `tools` and `tool_choice`, and turns that call tools or carry their results
+    (`genbench.generate.tools` reads the shapes the common agentic data sets use).
 An OpenAI Batch request line (`custom_id`, `body`) is read as such a row (batch.py).
 """
 
@@ -35,13 +37,15 @@ from genbench.generate.input_files import jsonl_lines as _jsonl
 from genbench.generate.input_files import open_parquet as open_parquet  # inspect reads with it
 from genbench.generate.input_files import parquet_rows as _parquet
 from genbench.generate.linekey import _crc, line_key, raw_of
+from genbench.generate.linekey import fast_id as fast_id  # the store reads its ids with it
 from genbench.generate.params import check_row_params
 from genbench.generate.shard import ShardSpec
+from genbench.generate.tools import BadTool, link, row_tools, tool_turn, xlam_turns
 
 if TYPE_CHECKING:
     from genbench.generate.linekey import RequestCheck
 
-ROLES = ("system", "developer", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "chatgpt": "assistant", "bot": "assistant"}
 RAW_LIMIT = 2000  # characters of a bad line kept in the errors file
 
@@ -65,6 +69,8 @@ class Row:
     params: dict[str, Any]
     line: int
     out_id: str | int | None = None
+    tools: list[dict[str, Any]] | None = None  # the row's tool schema, sent with each request
+    tool_choice: Any = None
     src: int = 0  # the key of its input line (fingerprint.py), 0 when not computed
 
     @property
@@ -157,9 +163,14 @@ def _turns(value: Any, key: str) -> list[dict[str, Any]]:
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise _Bad(f"expected an object, got {type(item).__name__}", f"{key}[{i}]")
-        role = item.get("role")
+        role, src = item.get("role"), None
         if role is None and item.get("from") is not None:
-            role = SHAREGPT_ROLES.get(str(item["from"]).lower(), str(item["from"]).lower())
+            src = str(item["from"]).lower()
+            role = SHAREGPT_ROLES.get(src, src)
+        tool = tool_turn(item, role, src, f"{key}[{i}]")
+        if tool is not None:
+            out.append(tool)
+            continue
         if role not in ROLES:
             got = "no role" if role is None else f"role {role!r}"
             raise _Bad(f"{got}: expected one of {', '.join(ROLES)}", f"{key}[{i}].role")
@@ -172,6 +183,7 @@ def _turns(value: Any, key: str) -> list[dict[str, Any]]:
         out.append(turn)
     if not any(t["role"] == "user" for t in out):
         raise _Bad("no user turn to answer", key)
+    link(out, key)
     return out
 
 
@@ -179,6 +191,9 @@ def _messages(obj: dict[str, Any]) -> list[dict[str, Any]]:
     for key in PROMPT_KEYS:
         if obj.get(key) is not None:
             return _turns(obj[key], key)
+    xlam = xlam_turns(obj)
+    if xlam is not None:
+        return xlam
     prompt = obj.get("prompt")
     if prompt is None:
         raise _Bad(
@@ -220,6 +235,9 @@ def parse_row(obj: Any, line: int, row_id: str | None = None) -> Row:
     try:
         messages = _messages(obj)
         params = _params(obj)
+        tools, choice = row_tools(obj)
+    except BadTool as t:
+        raise _Bad(t.problem, t.field, row_id) from None
     except _Bad as b:
         b.id = row_id
         if obj.get(batch_api.MARK):
@@ -227,31 +245,9 @@ def parse_row(obj: Any, line: int, row_id: str | None = None) -> Row:
         raise
     raw = obj.get("id") if row_id is not None else None
     out_id = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
-    return Row(row_id or derive_id(messages, params), messages, params, line, out_id)
-
-
-def fast_id(s: bytes) -> str | None:
-    """The id of a line that starts with a plain string id (genbench's own output and most
-    generated files do), without parsing the rest: resume skips 1M done rows by this.
-    None when it cannot be sure (escapes, an integer id, another key first)."""
-    if s[:7] == b'{"id":"':
-        start = 7
-    elif s[:8] == b'{"id": "':
-        start = 8
-    elif s[:14] == b'{"custom_id":"':  # an OpenAI Batch request line (batch.py)
-        start = 14
-    else:
-        return None
-    end = s.find(b'"', start)
-    if end <= start:
-        return None
-    raw = s[start:end]
-    if b"\\" in raw:
-        return None
-    try:
-        return raw.decode()
-    except UnicodeDecodeError:
-        return None
+    # a row's tools are part of its content; a row without keeps the id it always had
+    key = derive_id(messages, params if tools is None else {**params, "tools": tools})
+    return Row(row_id or key, messages, params, line, out_id, tools, choice)
 
 
 def _decode(s: bytes) -> Any:

@@ -106,7 +106,9 @@ def open_parquet(path: Path) -> Any:
 def parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     pf = open_parquet(path)
     names = set(pf.schema_arrow.names)
-    cols = [c for c in ("id", *PROMPT_KEYS, "prompt", "system", "params") if c in names]
+    wanted = ("id", *PROMPT_KEYS, "prompt", "system", "params", "tools", "tool_choice",
+              "query", "answers")  # fmt: skip
+    cols = [c for c in wanted if c in names]
     if not cols:
         raise InputFileError(path, None, f"no usable columns (has: {', '.join(sorted(names))})")
     n = 0

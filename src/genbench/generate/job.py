@@ -51,6 +51,7 @@ class JobConfig:
     model: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     turns: str = "all"  # all | last
+    tool_policy: str = "replay"  # replay | keep: an agentic row's calls (generate/agent.py)
     fmt: str = "jsonl"  # jsonl | parquet
     shard: ShardSpec | None = None
     shard_bytes: int = 256 << 20
@@ -78,7 +79,10 @@ class JobConfig:
 
     def fingerprint(self, model: str) -> dict[str, Any]:
         fmt = "batch" if self.answers == "batch" else self.fmt  # Batch lines: another format
-        return {"model": model, "params": self.params, "turns": self.turns, "format": fmt}
+        fp = {"model": model, "params": self.params, "turns": self.turns, "format": fmt}
+        if self.tool_policy != "replay":  # the default leaves earlier jobs' fingerprints be
+            fp["tool_policy"] = self.tool_policy
+        return fp
 
     @property
     def shard_tag(self) -> str | None:
@@ -326,6 +330,7 @@ class Job:
             turns=cfg.turns,
             retries=retries,
             on_bad=self._write_bad,
+            tool_policy=cfg.tool_policy,
             on_record=self._on_record,
             keep_records=False,
             down_timeout=cfg.down_timeout,
@@ -405,7 +410,8 @@ class Job:
             entry["meta"] = conv.meta(self.model)
             self.store.write_error(conv.row.id, entry, info)
         else:
-            fp = row_fingerprint(conv.row, self.cfg.params, self.cfg.turns == "all")
+            cfg = self.cfg
+            fp = row_fingerprint(conv.row, cfg.params, cfg.turns == "all", cfg.tool_policy)
             conv.request = to_hex(fp)
             self.store.write_row(conv.row.id, self._row_line(conv), info, (fp, conv.row.src))
         self._t_last_done = time.perf_counter()

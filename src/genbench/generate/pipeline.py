@@ -196,11 +196,14 @@ def row_load(
     admit: Callable[[int], bool] | None = None,
     label: Label | None = None,
     on_bad: Callable[[BadRow], None] | None = None,
+    tool_policy: str = "replay",
     **load: Any,
 ) -> Load:
     """The load that sends `rows` as generate does: each row a conversation, failures
     handled by `RowPolicy`, finished rows to `sink`. `load` goes to `Load`
     (on_record, keep_records, down_timeout, drain)."""
-    units = conversations(rows, params, turns == "all", on_bad=on_bad, label=label)
+    units = conversations(
+        rows, params, turns == "all", on_bad=on_bad, label=label, tool_policy=tool_policy
+    )
     queue = WorkQueue(units, admit)
     return Load(slots, queue, RowPolicy(sink, retries), phase=phase, **load)

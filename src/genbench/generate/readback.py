@@ -34,7 +34,7 @@ import orjson
 
 from genbench.generate.durable import digest64, fsync_dir, index_entry, write_all, write_atomic
 from genbench.generate.fingerprint import from_hex
-from genbench.generate.input import fast_id
+from genbench.generate.linekey import fast_id
 
 
 @dataclass

@@ -34,7 +34,8 @@ def prepare(
     # sampling, turns and format now (the served model once the servers answered): a job
     # refused for its settings is not also asked about every row's request
     store.check_job(existing, cfg.fingerprint(cfg.model or _old_model(existing)), cfg.force)
-    check = RequestCheck(cfg.params, cfg.turns == "all", existing.fps, changes.read_kept(store))
+    kept = changes.read_kept(store)
+    check = RequestCheck(cfg.params, cfg.turns == "all", existing.fps, kept, cfg.tool_policy)
     res = scan(
         cfg.input,
         existing.done,

@@ -37,6 +37,13 @@ META_FIELDS: tuple[tuple[str, str], ...] = (
     ("latency_s", "float64"),
     ("sent_at", "float64"),
     ("finished_at", "float64"),
+    # agentic rows only (generate/agent.py); null for the others
+    ("tool_policy", "string"),
+    ("tool_calls", "int64"),
+    ("tool_call_turns", "int64"),
+    ("tool_call_tokens", "int64"),
+    ("tool_results_ran_out", "bool"),
+    ("tool_names_differ", "bool"),
     ("token_ids", "string"),  # exact | partial | none | mismatch | unchecked
     ("request", "string"),  # the fingerprint of the requests the row made (fingerprint.py)
 )
@@ -49,9 +56,18 @@ def json_default(v: Any) -> Any:
     return str(v)
 
 
-def row_line(row_id: str | int, conversations: list[dict[str, Any]], meta: dict[str, Any]) -> bytes:
-    """One output row: SpecForge's conversations format plus genbench's metadata."""
-    row = {"id": row_id, "conversations": conversations, "meta": meta}
+def row_line(
+    row_id: str | int,
+    conversations: list[dict[str, Any]],
+    meta: dict[str, Any],
+    tools: list[dict[str, Any]] | None = None,
+) -> bytes:
+    """One output row: SpecForge's conversations format plus genbench's metadata; an
+    agentic row's `tools` beside its turns (a trainer renders the template with them)."""
+    if tools:
+        row = {"id": row_id, "conversations": conversations, "tools": tools, "meta": meta}
+    else:
+        row = {"id": row_id, "conversations": conversations, "meta": meta}
     return orjson.dumps(row, default=json_default) + b"\n"
 
 
@@ -99,12 +115,17 @@ def turn_ids(row: Mapping[str, Any]) -> list[TurnIds]:
 def parquet_schema() -> Any:
     import pyarrow as pa
 
+    fn = pa.struct([("name", pa.string()), ("arguments", pa.string())])
+    call = pa.struct([("id", pa.string()), ("type", pa.string()), ("function", fn)])
     turn = pa.struct(
         [
             ("role", pa.string()),
             ("content", pa.string()),
             ("reasoning_content", pa.string()),
             ("raw", pa.string()),  # generate --keep-raw, where genbench split the thinking
+            ("tool_calls", pa.list_(call)),  # an assistant turn that calls tools
+            ("tool_call_id", pa.string()),  # a tool result: the call it answers
+            ("name", pa.string()),
             ("finish_reason", pa.string()),  # generated turns only
             ("prompt_token_ids", pa.list_(pa.int32())),
             ("token_ids", pa.list_(pa.int32())),
@@ -112,7 +133,9 @@ def parquet_schema() -> Any:
         ]
     )
     meta = pa.struct([(name, pa.type_for_alias(t)) for name, t in META_FIELDS])
-    return pa.schema([("id", pa.string()), ("conversations", pa.list_(turn)), ("meta", meta)])
+    fields = [("id", pa.string()), ("conversations", pa.list_(turn))]
+    # an agentic row's tools as their JSON text: every row's schema differs
+    return pa.schema([*fields, ("tools", pa.string()), ("meta", meta)])
 
 
 def _text(v: Any) -> str | None:
@@ -145,6 +168,8 @@ def _convert(src: str, dst: str, tmp: str, batch_rows: int) -> int:
             obj["id"] = str(obj["id"])  # one column type: integer ids become text
             for t in obj["conversations"]:
                 t["content"] = _text(t.get("content"))
+            if obj.get("tools") is not None:
+                obj["tools"] = _text(obj["tools"])
             batch.append(obj)
             if len(batch) >= batch_rows:
                 w.write_table(pa.Table.from_pylist(batch, schema=schema))

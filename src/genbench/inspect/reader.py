@@ -62,6 +62,7 @@ class Turn:
 
     thinking: str
     answer: str
+    calls: int = 0  # tool calls in the turn: an empty answer is no defect then
 
 
 @dataclass(slots=True)
@@ -134,7 +135,8 @@ def parse_row(obj: Any, nbytes: int) -> OutputRow:
         if t.get("role") == "assistant":
             answer = _text(t.get("content"), f"conversations[{i}].content")
             thinking = _text(t.get("reasoning_content"), f"conversations[{i}].reasoning_content")
-            turns.append(Turn(thinking, answer))
+            calls = t.get("tool_calls")
+            turns.append(Turn(thinking, answer, len(calls) if isinstance(calls, list) else 0))
     if not turns:
         raise _Bad("no assistant turn: not a generated row", "conversations")
     meta = obj.get("meta")
@@ -214,13 +216,17 @@ def _jsonl_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, 
         yield n, row, obj
 
 
-def parquet_batches(path: Path, columns: tuple[str, ...] | None = COLUMNS) -> Iterator[Any]:
-    """Record batches of a Parquet file, with one-line errors for what pyarrow refuses."""
+def parquet_batches(
+    path: Path, columns: tuple[str, ...] | None = COLUMNS, optional: tuple[str, ...] = ()
+) -> Iterator[Any]:
+    """Record batches of a Parquet file, with one-line errors for what pyarrow refuses;
+    the `optional` columns too where the file has them."""
     pf = open_parquet(path)
     if columns is not None:
         missing = [c for c in columns if c not in pf.schema_arrow.names]
         if missing:
             raise InputFileError(path, None, "no such column in generate's format", missing[0])
+        columns = (*columns, *(c for c in optional if c in pf.schema_arrow.names))
     try:
         yield from pf.iter_batches(batch_size=PARQUET_BATCH, columns=list(columns or ()) or None)
     except OSError as e:
@@ -229,7 +235,7 @@ def parquet_batches(path: Path, columns: tuple[str, ...] | None = COLUMNS) -> It
 
 def _parquet_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, Any]]:
     dumps = orjson.dumps
-    for batch in parquet_batches(path):
+    for batch in parquet_batches(path, optional=("tools",)):  # an agentic row's
         for obj in batch.to_pylist():
             n = stats.rows + 1
             try:

@@ -106,7 +106,8 @@ def _notes(
     if per > 1:
         notes.append(
             f"a sample is {per:.2f} requests on average (multi-turn rows, every user turn "
-            "answered in order as generate's --turns all does; --turns last: one each)"
+            "answered in order as generate's --turns all does; --turns last: one each; an "
+            "agentic row as many as its target's calls need)"
         )
     if abs(model.replay_err) > 0.05:
         notes.append(

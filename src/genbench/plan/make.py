@@ -90,6 +90,7 @@ class PlanArgs:
     gpus_per_server: str | None = None
     think_tags: str = "<think>,</think>"
     think_dialect: str = "auto"
+    tool_policy: str = "replay"  # as the job's generate --tool-policy
 
 
 @dataclass
@@ -203,6 +204,8 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
         positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.turns not in ("all", "last"):
         raise UsageError(f"--turns must be all or last, got {args.turns!r}")
+    if args.tool_policy not in ("replay", "keep"):
+        raise UsageError(f"--tool-policy must be replay or keep, got {args.tool_policy!r}")
     if args.speed_drift < 0:
         raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")
     if args.warmup < 0:
@@ -300,7 +303,7 @@ def _run(
     rnd = random.Random(args.seed + 1)
     warm = first_turn_requests(
         [rows[rnd.randrange(len(rows))] for _ in range(4 * c)], pilot.params, args.turns == "all",
-        "warm",
+        "warm", args.tool_policy,
     )  # fmt: skip
     size = (
         f"until ±{stop.target:.0%} (≥ {stop.min_requests}"
@@ -331,6 +334,7 @@ def _run(
                 params=pilot.params,
                 turns=args.turns,
                 think=think,
+                tool_policy=args.tool_policy,
                 token_ids=token_ids,
             )
         )
@@ -383,6 +387,7 @@ def _pilot_inputs(
         "pilot": run.samples,
         "pilot_requests": len(run.records),
         "turns": args.turns,
+        "tool_policy": args.tool_policy,
         "pilot_fixed": args.pilot,
         "target_error": stop.target if stop is not None else None,
         "pilot_min_time_s": stop.min_s if stop is not None else None,

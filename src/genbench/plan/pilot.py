@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import ErrorKind, InputFileError
-from genbench.generate.conversation import Conversation, turn_count
+from genbench.generate.conversation import Conversation, start, turn_count
 from genbench.generate.input import Row, iter_rows, scan
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.servers import Server
@@ -83,12 +83,16 @@ def pilot_stream(rows: Sequence[Row], seed: int) -> Iterator[Row]:
 
 
 def first_turn_requests(
-    rows: Sequence[Row], params: dict[str, Any], all_turns: bool, prefix: str
+    rows: Sequence[Row],
+    params: dict[str, Any],
+    all_turns: bool,
+    prefix: str,
+    tool_policy: str = "replay",
 ) -> list[ChatRequest]:
     """Each row's first request, as generate sends it (for the warm-up)."""
     out = []
     for i, row in enumerate(rows):
-        req = Conversation(row, params, all_turns, f"{prefix}-{i}").next_request()
+        req = start(row, params, all_turns, f"{prefix}-{i}", tool_policy).next_request()
         if req is not None:
             out.append(req)
     return out
@@ -149,6 +153,8 @@ class PilotSink:
         line = conv.line(self.model)
         if conv.last is not None:
             conv.last.extra["jsonl_bytes"] = len(line)
+            # the requests the row made: an agentic row's target decides how many
+            conv.last.extra["turns"] = conv.turns
         self.run.jsonl_bytes.append(len(line))
         if len(self.run.rows) < PARQUET_ROWS:
             self.run.rows.append(orjson.loads(line))
@@ -174,6 +180,7 @@ async def run_pilot(
     params: dict[str, Any] | None = None,
     turns: str = "all",
     think: ThinkMode | None = None,
+    tool_policy: str = "replay",
     token_ids: str | None = None,
 ) -> PilotRun:
     """Run the pilot as the job will run, on generate's own path (`row_load`): C
@@ -201,14 +208,15 @@ async def run_pilot(
     run = PilotRun(records=[], wall_s=0.0)
 
     def record(rec: RequestRecord) -> None:
-        rec.text = rec.reasoning = None
+        rec.text = rec.reasoning = rec.tool_calls = None
         if writer:
             writer.write(rec)
         if on_record:
             on_record(rec)
 
     def label(n: int, row: Row) -> tuple[str, dict[str, Any]]:
-        return f"pilot-{n}-line{row.line}", {"row": n, "turns": turn_count(row, turns == "all")}
+        want = turn_count(row, turns == "all", tool_policy)  # the last record says how many
+        return f"pilot-{n}-line{row.line}", {"row": n, "turns": want}
 
     load = row_load(
         [server],
@@ -218,6 +226,7 @@ async def run_pilot(
         turns=turns,
         retries=Retries(),
         phase="pilot",
+        tool_policy=tool_policy,
         admit=(lambda n: not stop.done()) if stop is not None else None,
         label=label,
         on_record=record,

@@ -100,6 +100,7 @@ def parquet_bytes_per_row(rows: list[dict[str, Any]]) -> float | None:
             **r,
             "id": str(r["id"]),
             "conversations": [{**t, "content": text(t["content"])} for t in r["conversations"]],
+            **({"tools": text(r["tools"])} if r.get("tools") is not None else {}),
         }
         for r in rows
     ]

@@ -241,6 +241,7 @@ class SimConfig:
     drift: str | None = None  # PCT:PERIOD, see Drift
     dialect: str = "sim"  # one of SERVER_DIALECTS
     metrics: bool = True  # False: no /metrics (SGLang started without --enable-metrics)
+    tool_calls: str | None = None  # N or LO:HI calls per conversation (sim/tools.py)
     token_ids: str = "none"  # one of TOKEN_ID_DIALECTS
 
     @property
@@ -342,6 +343,9 @@ class SimConfig:
         )
         self.output_len_dist()
         self.drift_model()
+        from genbench.sim.tools import parse_tool_calls  # it reads the sim's text
+
+        parse_tool_calls(self.tool_calls)
         if self.step_a <= 0:
             raise UsageError(
                 f"--per-seq-ms {self.per_seq_ms}: expected less than 1000/tps = "

@@ -233,7 +233,7 @@ class Req:
         "sink", "head", "pre_c", "pre_r", "usage_chunk_ok", "prompt_tokens", "finish",
         "done", "events", "event_at", "stall", "outcome", "released", "dead", "malformed",
         "error_message", "script",
-        "id", "created", "ids", "prompt_ids",
+        "id", "created", "ids", "prompt_ids", "tool",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -248,6 +248,7 @@ class Req:
         self.malformed = False
         self.sink: PlainSink | SplitSink | None = None
         self.script: Script | None = None
+        self.tool: Any = None  # a reply that is a tool call: its ToolScript (sim/tools.py)
         self.ids: str | None = None  # the token-id dialect this request is answered in
         self.prompt_ids: list[int] = []
 

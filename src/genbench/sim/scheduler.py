@@ -61,6 +61,7 @@ class Scheduler:
         self.m_draft_tokens = 0
         self.m_accepted = 0
         self.m_aborted = 0  # requests whose client went away (SGLang's aborted requests)
+        self.m_tool_calls = 0  # replies that were a tool call
         # acceptance over the last SPEC_LOG_STEPS decode steps, as SGLang's gauges show it
         self.spec_accept_length = 0.0
         self.spec_accept_rate = 0.0
@@ -148,6 +149,8 @@ class Scheduler:
             self.m_reason += nr
         if not r.stream:
             return True
+        if r.tool is not None:
+            return r.sink.write(r.tool.events(r.head, e, e + k))  # type: ignore[union-attr]
         if r.script is not None:
             out = b""
             tail = SUF[2:]
@@ -238,7 +241,8 @@ class Scheduler:
             if not r.sink.write(out + DONE):  # type: ignore[union-attr]
                 self.drop(r, t)
                 return
-        self.m_success[finish] += 1
+        self.m_success[finish] = self.m_success.get(finish, 0) + 1  # tool_calls, once seen
+        self.m_tool_calls += r.tool is not None
         self._end(r, "ok", t)
 
     def usage(self, r: Req) -> dict[str, Any]:

@@ -54,6 +54,7 @@ from genbench.sim.replies import (
 from genbench.sim.scheduler import (
     Scheduler,
 )
+from genbench.sim.tools import ToolScript, parse_tool_calls, plan_call
 
 __all__ = ["VOCAB", "SimServer", "Vocab", "run", "serve", "startup_line"]
 
@@ -76,6 +77,7 @@ class SimServer:
         self.counts = {"chat": 0, "models": 0, "health": 0}
         self.requests: set[Req] = set()
         self.dialect = DIALECTS[cfg.dialect]
+        self.tool_calls = parse_tool_calls(cfg.tool_calls)
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -241,7 +243,20 @@ class SimServer:
             thinking = total = max(1, min(cfg.thinking_tokens, cap))
             finish = "stop"
 
+        tool = None
+        if body.get("tools") and not text_faults and not body.get("ignore_eos"):  # forced: text
+            call = plan_call(body, cfg.seed, self.tool_calls)
+            if call is not None:
+                prefix = "call_" if cfg.dialect == "sglang" else "chatcmpl-tool-"
+                cid = prefix + os.urandom(8).hex()
+                tool = ToolScript(call, thinking, cfg.dialect, cfg.reasoning_dialect, cid)
+                total, finish = min(tool.tokens, cap), "tool_calls"
+                if tool.tokens > cap:
+                    finish = "length"
+                thinking = min(thinking, total)
+
         r = Req()
+        r.tool = tool
         r.n = n
         r.stream = bool(body.get("stream"))
         r.total = total
@@ -344,6 +359,9 @@ class SimServer:
         else:
             think, answer = span(r.pos, th).decode(), span(r.pos + th, r.emitted - th).decode()
         message: dict[str, Any] = {"role": "assistant", "content": answer}
+        if r.tool is not None:
+            think = r.tool.thought(0, r.reasoning_emitted)
+            message = {"role": "assistant", "content": None, "tool_calls": [r.tool.whole()]}
         if think:
             message[self.cfg.reasoning_dialect] = think
         out: dict[str, Any] = {

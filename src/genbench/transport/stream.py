@@ -31,6 +31,7 @@ from genbench.errors import ErrorKind, status_kind
 from genbench.records import ANSWER, THINKING, RequestRecord
 from genbench.transport.thinking import Splitter, resplit, split_whole
 from genbench.transport.token_ids import Ids
+from genbench.transport.tool_stream import ToolCalls
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
@@ -68,7 +69,7 @@ class StreamParser:
 
     __slots__ = (
         "rec", "t0", "buf", "kinds", "answer", "thinking", "done", "finished", "failure",
-        "split", "last", "raw", "watched", "ids", "add_ids",
+        "split", "last", "raw", "watched", "ids", "add_ids", "tools",
     )  # fmt: skip
 
     def __init__(
@@ -99,10 +100,11 @@ class StreamParser:
         self.watched: array[int] | None = (
             array("I") if split is not None and split.watching else None
         )
+        self.tools: ToolCalls | None = None  # the reply's tool calls, from delta.tool_calls
         # the server's token ids (genbench.transport.token_ids), when asked: a chunk's are appended
         # to one array, 4 bytes an id
         self.ids = ids
-        self.add_ids = ids.out.extend if ids is not None else None
+        self.add_ids = ids.out.fromlist if ids is not None else None
 
     def feed(self, data: bytes, now: float) -> int:
         """Bytes of the body that arrived at `now`: MORE, DONE ([DONE] seen) or STOP (a
@@ -136,8 +138,15 @@ class StreamParser:
                         and not choice.get("finish_reason")
                         and not obj.get("usage")
                     ):
-                        if self.add_ids is not None:
-                            self._chunk_ids(obj, choice)
+                        if self.add_ids is not None:  # the chunk's ids (vLLM), in place
+                            t = choice.get("token_ids")
+                            if t and type(t) is list:
+                                try:
+                                    self.add_ids(t)
+                                except (TypeError, OverflowError):
+                                    self.ids.malformed()  # type: ignore[union-attr]
+                            else:
+                                self.ids.event(obj, choice)  # type: ignore[union-attr]
                         delta = choice.get("delta")
                         if not delta:
                             continue
@@ -146,6 +155,8 @@ class StreamParser:
                             content = delta.get("content")
                             if thinking or content:
                                 self.text(rel, thinking, content)
+                            if calls := delta.get("tool_calls"):
+                                self.tool(rel, calls, bool(thinking or content))
                             continue
             failure = self._event(obj, rel)
             if failure is not None:
@@ -176,6 +187,8 @@ class StreamParser:
                 content = delta.get("content")
                 if thinking or content:
                     self.text(rel, thinking, content)
+                if calls := delta.get("tool_calls"):
+                    self.tool(rel, calls, bool(thinking or content))
             fr = choice.get("finish_reason")
             if fr:
                 rec.finish_reason = fr
@@ -188,18 +201,6 @@ class StreamParser:
         if usage:
             apply_usage(rec, usage)
         return None
-
-    def _chunk_ids(self, obj: dict[str, Any], choice: dict[str, Any]) -> None:
-        """A plain chunk's ids (vLLM: in its choice, some with no text), or the first
-        chunk's prompt ids (vLLM: at its top level)."""
-        t = choice.get("token_ids")
-        if t and type(t) is list:
-            try:
-                self.add_ids(t)  # type: ignore[misc]
-            except (TypeError, OverflowError):
-                self.ids.malformed()  # type: ignore[union-attr]
-        elif self.ids is not None:
-            self.ids.event(obj, choice)
 
     def text(self, rel: float, thinking: str | None, content: str | None) -> None:
         """A chunk with text arrived `rel` seconds after the request was sent."""
@@ -241,6 +242,24 @@ class StreamParser:
                 rec.ttft_thinking = rel
             if self.thinking is not None:
                 self.thinking.append(thinking)
+
+    def tool(self, rel: float, parts: Any, counted: bool) -> None:
+        """A chunk carrying tool-call fragments: joined by `ToolCalls`; the chunk is an
+        answer chunk (its tokens are output), once, when no text came with it."""
+        if self.tools is None:
+            self.tools = ToolCalls()
+            if self.watched is not None:
+                self._unsplit()  # a watcher meets a call: the reply is not inline thinking
+        self.tools.feed(parts)
+        if counted:
+            return
+        rec = self.rec
+        if rec.ttft is None:
+            rec.ttft = rel
+        if rec.ttft_answer is None:
+            rec.ttft_answer = rel
+        rec.chunk_offsets.append(rel)
+        self.kinds.append(_A)
 
     def _reread(self, rel: float, tail: str) -> None:
         """The watcher saw the dialect in the chunk at `rel`: every text field the reply set
@@ -314,6 +333,10 @@ class StreamParser:
         if self.answer is not None:
             rec.text = "".join(self.answer)
             rec.reasoning = "".join(self.thinking or [])
+        if self.tools is not None:
+            rec.tool_call_count = len(self.tools)
+            if self.answer is not None:
+                rec.tool_calls = self.tools.result()
         if self.ids is not None:
             keep_ids(rec, self.ids)
         split = self.split if self.split is not None and not self.split.watching else None
@@ -367,6 +390,11 @@ def parse_whole(
     if keep_text:
         rec.text, rec.reasoning = content, thinking
     rec.finish_reason = choice.get("finish_reason")
+    calls = msg.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        rec.tool_call_count = len(calls)
+        if keep_text:
+            rec.tool_calls = calls  # as the server sent them
     if obj.get("usage"):
         apply_usage(rec, obj["usage"])
     else:

@@ -405,7 +405,8 @@ class Job:
             entry["meta"] = conv.meta(self.model)
             self.store.write_error(conv.row.id, entry, info)
         else:
-            fp = row_fingerprint(conv.row, self.cfg.params, self.cfg.turns == "all")
+            cfg = self.cfg
+            fp = row_fingerprint(conv.row, cfg.params, cfg.turns == "all", cfg.tool_policy)
             conv.request = to_hex(fp)
             line = row_bytes(conv, self.model, self.cfg.fmt)
             self.store.write_row(conv.row.id, line, info, (fp, conv.row.src))

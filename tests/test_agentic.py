@@ -310,3 +310,26 @@ def test_a_job_killed_mid_conversation_resumes_each_row_exactly_once(agentic_fil
         conv = rows[f"a{i}"]["conversations"]
         made = [t for t in conv if t.get("tool_calls")]
         assert len(made) == 2 and rows[f"a{i}"]["meta"]["tool_calls"] == 2
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_token_ids_attach_to_every_generated_turn_calls_included(agentic_file, tmp_path, dialect):
+    """One training sample per generated turn: a call is one, its ids as served beside it."""
+    from genbench.generate.rows import turn_ids
+
+    out = tmp_path / "out"
+    served = ("--dialect", "sglang") if dialect == "sglang" else ()
+    args = (*SIM, "--tool-calls", "2", "--thinking-tokens", "2", "--token-ids", dialect, *served)
+    with SimProcess(*args) as sim:
+        generate(agentic_file, out, sim.url, "--token-ids", "on")
+    rows = rows_once(out)
+    for row in rows.values():
+        conv = row["conversations"]
+        gen = [i for i, t in enumerate(conv) if t.get("finish_reason")]
+        calls = [i for i in gen if conv[i].get("tool_calls")]
+        assert len(calls) == 2 and row["meta"]["token_ids"] == "exact"
+        samples = turn_ids(row)
+        assert [s.turn for s in samples] == gen and all(s.exact for s in samples)
+        for s in samples:  # a call's ids: 2 of thinking, its head, 8 argument fragments
+            if s.turn in calls:
+                assert len(s.generated) == 2 + 1 + 8 and s.generated[2] == 99

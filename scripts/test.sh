@@ -2,8 +2,9 @@
 # The test command, and the whole set-up a fresh machine needs: a browser for the report's
 # screenshot test (Debian's chromium), Debian's prometheus for the metrics test, genbench with its test extras in .venv, the core tests
 # (exact, in memory, seconds: a wrong formula fails here first), the vLLM CPU test server's own
-# environment (cached), the routers' (sglang-router, vllm-router; cached), then the rest of the
-# suite with the arguments given.
+# environment (cached) and the trainers' data pipelines on it (SpecForge, speculators; cached),
+# the routers' (sglang-router, vllm-router; cached), then the rest of the suite with the
+# arguments given.
 # Every server the tests use (the sim, llama.cpp, vLLM, the routers) is started by the tests.
 # As root it installs chromium itself; a non-root user runs `sudo apt-get install chromium` once.
 set -euo pipefail
@@ -51,6 +52,9 @@ fi
 .venv/bin/python -m pytest -m core -x -q tests/core
 if [ "${GENBENCH_SKIP_VLLM:-0}" != "1" ]; then
     bash scripts/vllm-test-server.sh setup
+    # SpecForge's and speculators' data pipelines on the vLLM venv's torch (cached; they read
+    # genbench export's files in tests/test_export_vllm.py)
+    bash scripts/trainers.sh setup
 fi
 # sglang-router and vllm-router, pinned, in their own cached venv (tests/fixtures_routers.py)
 if [ "${GENBENCH_SKIP_ROUTERS:-0}" != "1" ]; then

@@ -300,7 +300,10 @@ def render_result(r: JobResult, console: Console) -> None:
     if r.errors_file:
         console.print(f"  failures: {r.errors_file}")
     if r.status in ("interrupted", "servers_down"):
-        console.print("  rerun the same command to resume: finished rows are kept and skipped")
+        when = " once they are back" if r.status == "servers_down" else ""
+        console.print(
+            f"  rerun the same command{when} to resume: finished rows are kept and skipped"
+        )
 
 
 def generate(
@@ -391,7 +394,17 @@ def generate(
         False, "--retry-errors", help="Generate the rows of the errors file again."
     ),
     force: bool = typer.Option(
-        False, "--force", help="Resume even though the model or sampling changed."
+        False,
+        "--force",
+        help="Resume even though the model or sampling changed (rows made before are kept, "
+        "listed in stale.jsonl).",
+    ),
+    input_changed: str | None = typer.Option(
+        None,
+        "--input-changed",
+        help="Done rows whose request changed, or that are no longer in the input: "
+        "regenerate (old answers to replaced.jsonl) or keep (listed in stale.jsonl). "
+        "[default: refuse, saying which]",
     ),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N rows (a trial)."),
     progress_every: float = typer.Option(
@@ -441,6 +454,8 @@ def generate(
         turns = "last"  # a Batch line is one request, sent as its body has it
         tool_policy = "keep"  # its calls and results too: nothing replayed
     _choice("--token-ids", token_ids, ("auto", "on", "off"))
+    if input_changed is not None:
+        _choice("--input-changed", input_changed, ("regenerate", "keep"))
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
@@ -491,6 +506,7 @@ def generate(
         on_truncated=truncated,
         retry_errors=retry_errors,
         force=force,
+        input_changed=input_changed,
         limit=limit,
         think_tags=common.think_tags(think_tags),
         think_dialect=common.think_dialect(think_dialect),

@@ -13,6 +13,7 @@ from genbench.errors import UsageError
 from genbench.inspect import Settings, Thresholds, inspect_data
 from genbench.inspect.clean import parse_drop
 from genbench.inspect.detect import DEFAULT_TAGS
+from genbench.inspect.fidelity import DRIFT_SAMPLE
 from genbench.inspect.render import print_inspection
 
 D = Thresholds()
@@ -72,6 +73,17 @@ def inspect_cmd(
         None, "--layers-captured", help="Hidden-state storage: layers kept per token."
     ),
     dtype_bytes: int = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value."),
+    url: str | None = typer.Option(
+        None,
+        "--url",
+        help="A server with the job's tokenizer (vLLM: /detokenize, /tokenize): measure the "
+        "retokenization drift of the turns with ids.",
+    ),
+    drift_sample: int = typer.Option(
+        DRIFT_SAMPLE, "--drift-sample", help="Token fidelity: turns checked with --url."
+    ),
+    key_env: str = common.KEY_ENV,
+    key_file: Path | None = common.KEY_FILE,
     json: bool = common.JSON,
 ) -> None:
     """Check a generated set: loops, unclosed thinking, empty answers, leftover tags,
@@ -79,8 +91,9 @@ def inspect_cmd(
     for name, v in (("--min-tokens", min_tokens), ("--loop-window", loop_window),
                     ("--dup-min-chars", dup_min_chars), ("--examples", examples),
                     ("--hidden-size", hidden_size), ("--layers-captured", layers_captured),
-                    ("--dtype-bytes", dtype_bytes)):  # fmt: skip
+                    ("--dtype-bytes", dtype_bytes), ("--drift-sample", drift_sample)):  # fmt: skip
         common.positive(name, v)
+    tokenizer = common.endpoint(url, key_env, key_file) if url else None
     if not 0 < loop_cover <= 1:
         raise UsageError(f"--loop-cover must be in (0, 1], got {loop_cover}")
     if loop_repeats < 2:
@@ -108,9 +121,13 @@ def inspect_cmd(
             doc = inspect_data(
                 path, settings, drop=drop_names, out=out_dir, save=save,
                 progress=lambda n: status.update(f"reading {path}: {n:,} rows"),
+                tokenizer=tokenizer, drift_sample=drift_sample,
             )  # fmt: skip
     else:
-        doc = inspect_data(path, settings, drop=drop_names, out=out_dir, save=save)
+        doc = inspect_data(
+            path, settings, drop=drop_names, out=out_dir, save=save,
+            tokenizer=tokenizer, drift_sample=drift_sample,
+        )  # fmt: skip
     if json:
         print_inspection(doc, err)
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())

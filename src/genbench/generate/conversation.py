@@ -28,6 +28,7 @@ class Conversation:
         "row", "rid", "all_turns", "max_tokens", "params", "out", "pos", "waiting", "last_user",
         "attempts", "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated",
         "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "ids",
+        "request",
     )  # fmt: skip
 
     def __init__(
@@ -52,6 +53,7 @@ class Conversation:
         self.tag: dict[str, Any] = {}  # what every record of this row carries in `extra`
         # each generated turn's token-id status (genbench.transport.token_ids)
         self.ids: list[str] = []
+        self.request: str | None = None  # its requests' fingerprint, in meta (fingerprint.py)
 
     def _advance(self) -> bool:
         """Move through the row to the next turn to generate; False when the row is done."""
@@ -143,7 +145,7 @@ class Conversation:
             "sent_at": self.sent_at,
             "finished_at": round(time.time(), 3),
             "token_ids": row_status(self.ids),
-        }
+        } | ({"request": self.request} if self.request is not None else {})
 
     def line(self, model: str) -> bytes:
         """The row as the data file holds it."""

@@ -23,9 +23,12 @@ from genbench.check.router import ROUTER_KINDS
 from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
 from genbench.generate.batch import answer_line
 from genbench.generate.conversation import Conversation
-from genbench.generate.input import BadRow, InputScan, ShardSpec, iter_rows, scan
+from genbench.generate.durable import output_errors
+from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
+from genbench.generate.input import BadRow, InputScan, ShardSpec, iter_rows
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress, RowInfo
+from genbench.generate.resume import prepare
 from genbench.generate.servers import Server, ServerSpec
 from genbench.generate.store import Existing, Store
 from genbench.load import Load
@@ -72,6 +75,7 @@ class JobConfig:
     keep_raw: bool = False  # also write each answer's text as generated (turn["raw"])
     answers: str = "conversations"  # conversations | batch (OpenAI Batch output lines) | both
     token_ids: str = "auto"  # --token-ids: auto (where the server gives them), on, off
+    input_changed: str | None = None  # regenerate | keep: done rows whose request changed
 
     def fingerprint(self, model: str) -> dict[str, Any]:
         fmt = "batch" if self.answers == "batch" else self.fmt  # Batch lines: another format
@@ -121,11 +125,11 @@ class JobResult:
         return codes.get(self.status, ExitCode.OK)
 
 
+# the cause, once: the status is printed before it and the resume hint after it
 MESSAGES = {
     "complete": "all rows done",
-    "interrupted": "interrupted: rerun the same command to resume",
-    "servers_down": "every server was down for {down:g} s: rerun the same command to resume "
-    "when they are back",
+    "interrupted": "stopped before every row was done",
+    "servers_down": "every server was down for {down:g} s",
 }
 
 
@@ -151,37 +155,13 @@ class Job:
         self._stops = 0
         self._t_first_send: float | None = None
         self._t_last_done: float | None = None
+        self.check: RequestCheck | None = None
 
     # -- preparation ----------------------------------------------------------------------
 
     def prepare(self) -> tuple[Existing, InputScan]:
         """Local work only: the output directory, then the input. Fails before any request."""
-        cfg = self.cfg
-        self.store.check_directory()
-        if cfg.retry_errors:
-            moved = self.store.set_aside_errors()
-            if moved:
-                self.listener.note(f"--retry-errors: earlier failures moved to {moved}")
-        existing = self.store.load_existing()
-        for n in existing.notes:
-            self.listener.note(f"repaired {n}", "yellow")
-        if existing.duplicates:
-            self.listener.note(
-                f"{existing.duplicates} ids appear in more than one data file "
-                "(files merged by hand?); each counts once",
-                "yellow",
-            )
-        res = scan(
-            cfg.input,
-            existing.done,
-            existing.failed,
-            shard=cfg.shard,
-            skip_invalid=cfg.skip_invalid,
-            limit=cfg.limit,
-            known_bad=existing.failed,
-        )
-        # 1M done ids are not needed past this point: the run writes only res.todo
-        existing.done, existing.failed = set(), set()
+        existing, res, self.check = prepare(self.cfg, self.store, self.listener)
         return existing, res
 
     async def _preflight(self) -> list[CheckReport]:
@@ -256,6 +236,16 @@ class Job:
     # -- the job --------------------------------------------------------------------------
 
     async def run(self, handle_signals: bool = True) -> JobResult:
+        """The whole run, holding the output directory's lock (lock.py) from before the
+        first look at it to the end: a second process is refused before any request."""
+        self.store.check_directory()
+        self.store.lock.acquire()
+        try:
+            return await self._run(handle_signals)
+        finally:
+            self.store.lock.release()
+
+    async def _run(self, handle_signals: bool) -> JobResult:
         t0 = time.monotonic()
         cfg = self.cfg
         existing, res = self.prepare()
@@ -263,7 +253,6 @@ class Job:
         if not res.todo and not res.bad:
             self.progress = Progress(res.rows + len(res.bad), res.done, res.failed, [])
             if cfg.fmt == "parquet" and existing.jsonl_shards:
-                self.store.state.mkdir(parents=True, exist_ok=True)
                 await self.store.close(convert_all=True)
             why = "every row is already done" if res.rows else "the input has no rows"
             return self._result("nothing_to_do", why, t0)
@@ -308,24 +297,27 @@ class Job:
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         self.store.check_job(existing, job, cfg.force)
-        self.store.begin(existing, job)
+        with output_errors(self.store.out):
+            self.store.begin(existing, job)
         self._make_servers(reports)
-        self.store.open_log(
-            {  # what most records share: written once, left out of each line
-                "phase": "generate",
-                "server": self.servers[0].name,
-                "model": self.model,
-                "http_status": 200,
-                "finish_reason": "stop",
-                "extra": {"outcome": "done", "turn": 0},
-                "clock": time.time() - time.perf_counter(),
-            }
-        )
+        with output_errors(self.store.out):
+            self.store.open_log(
+                {  # what most records share: written once, left out of each line
+                    "phase": "generate",
+                    "server": self.servers[0].name,
+                    "model": self.model,
+                    "http_status": 200,
+                    "finish_reason": "stop",
+                    "extra": {"outcome": "done", "turn": 0},
+                    "clock": time.time() - time.perf_counter(),
+                }
+            )
         total = res.rows + len(res.bad)  # invalid rows found now count as failed ones
         self.progress = Progress(total, res.done, res.failed, [s.name for s in self.servers])
         rows = iter_rows(
-            cfg.input, res.todo, res.bad_lines, shard=cfg.shard, last_line=res.last_line
-        )
+            cfg.input, res.todo, res.bad_lines, shard=cfg.shard, last_line=res.last_line,
+            salt=self.check.salt if self.check else None,
+        )  # fmt: skip
         self.store.expect(res.todo)  # shared with the input pass: it shrinks as rows finish
         for b in res.bad:
             self._write_bad(b)
@@ -356,10 +348,13 @@ class Job:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self.request_stop)
         syncer = loop.create_task(self.store.run_syncer())
+        syncer.add_done_callback(self._syncer_ended)  # a full disk stops the job at once
         ticker = loop.create_task(self._ticker())
         status = "complete"
         try:
             await self.load.run()
+            if syncer.done() and not syncer.cancelled() and syncer.exception() is not None:
+                raise syncer.exception()  # type: ignore[misc]
             if self.load.stopped.is_set() or not self.load.queue.complete:
                 status = "interrupted"
         except ServerDown:
@@ -380,6 +375,12 @@ class Job:
                     for sig in (signal.SIGINT, signal.SIGTERM):
                         loop.remove_signal_handler(sig)
         return status
+
+    def _syncer_ended(self, task: asyncio.Task[None]) -> None:
+        """The syncer ends only by failing (a write refused): no more rows are sent, as
+        none could be kept; the job ends with its error (exit 12)."""
+        if not task.cancelled() and task.exception() is not None and self.load is not None:
+            self.load.stop(now=True)
 
     def request_stop(self) -> None:
         """Ctrl-C: stop sending, let in-flight rows finish for `drain` s. Twice: stop now."""
@@ -409,7 +410,9 @@ class Job:
             entry["meta"] = conv.meta(self.model)
             self.store.write_error(conv.row.id, entry, info)
         else:
-            self.store.write_row(conv.row.id, self._row_line(conv), info)
+            fp = row_fingerprint(conv.row, self.cfg.params, self.cfg.turns == "all")
+            conv.request = to_hex(fp)
+            self.store.write_row(conv.row.id, self._row_line(conv), info, (fp, conv.row.src))
         self._t_last_done = time.perf_counter()
         return self.store.take_shortage()
 

@@ -116,8 +116,7 @@ class RowPolicy(Policy):
             self._lost(conv, queue, self._backoff(conv.losses + 1))
         elif advice is Retry.NO:  # the request itself is the problem: retrying cannot help
             self._give_up(conv, queue, rec.error_message or f"HTTP {rec.http_status}")
-        elif conv.attempts >= self.r.retries:
-            conv.attempts += 1
+        elif conv.attempts >= self.r.retries:  # its 1 + `retries` charged requests are spent
             self._give_up(conv, queue, rec.error_message or str(kind))
         else:
             conv.attempts += 1

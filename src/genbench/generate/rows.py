@@ -45,6 +45,7 @@ META_FIELDS: tuple[tuple[str, str], ...] = (
     ("tool_results_ran_out", "bool"),
     ("tool_names_differ", "bool"),
     ("token_ids", "string"),  # exact | partial | none | mismatch | unchecked
+    ("request", "string"),  # the fingerprint of the requests the row made (fingerprint.py)
 )
 
 
@@ -145,11 +146,20 @@ def convert_to_parquet(src: str, dst: str, batch_rows: int = 1000) -> int:
     """JSONL shard -> Parquet, streamed in row groups; atomic; returns the rows written.
     Runs in a separate process. Content that is not text (a list of parts) is stored as
     its JSON text, so the schema stays fixed."""
+
+    tmp = dst + ".tmp"
+    try:
+        return _convert(src, dst, tmp, batch_rows)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # a full disk leaves no .tmp; the JSONL stays
+        raise
+
+
+def _convert(src: str, dst: str, tmp: str, batch_rows: int) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = parquet_schema()
-    tmp = dst + ".tmp"
     n = 0
     with pq.ParquetWriter(tmp, schema, compression="zstd") as w, open(src, "rb") as f:
         batch: list[dict[str, Any]] = []
@@ -175,11 +185,20 @@ def convert_to_parquet(src: str, dst: str, batch_rows: int = 1000) -> int:
     return n
 
 
-def parquet_ids(path: Path) -> list[str]:
+def parquet_ids(path: Path) -> tuple[list[str], list[int]]:
+    """A Parquet shard's ids and their requests' fingerprints (0 where it has none)."""
     import pyarrow.parquet as pq
 
     try:
-        col = pq.read_table(path, columns=["id"]).column("id")
+        pf = pq.ParquetFile(path)
+        names = pf.schema_arrow.names
+        meta = pf.schema_arrow.field("meta").type if "meta" in names else None
+        has_fp = meta is not None and meta.get_field_index("request") >= 0
+        table = pf.read(columns=["id", "meta.request"] if has_fp else ["id"])
     except Exception as e:  # pyarrow's own error types
         raise UsageError(f"{path}: cannot read its ids ({e})") from None
-    return [str(x) for x in col.to_pylist()]
+    ids = [str(x) for x in table.column("id").to_pylist()]
+    if not has_fp:
+        return ids, [0] * len(ids)
+    col = table.column("meta").combine_chunks().field("request").to_pylist()
+    return ids, [int(x, 16) if isinstance(x, str) else 0 for x in col]

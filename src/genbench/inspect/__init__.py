@@ -22,8 +22,10 @@ from genbench.errors import GenbenchError, UsageError
 from genbench.inspect.clean import WRITE_FAILED_EXIT, check_out, write_clean
 from genbench.inspect.detect import BIT, DEFECTS, Thresholds
 from genbench.inspect.document import INSPECT_FILE, Settings, build, storage
+from genbench.inspect.fidelity import DRIFT_SAMPLE, Fidelity, check_drift
 from genbench.inspect.reader import data_files
 from genbench.inspect.scan import scan
+from genbench.transport.endpoint import Endpoint
 
 __all__ = ["DEFECTS", "INSPECT_FILE", "Settings", "Thresholds", "default_save", "inspect_data"]
 
@@ -61,6 +63,15 @@ def follow_up(source: Path, out: Path) -> dict[str, str]:
     return cmds
 
 
+def drift(fid: Fidelity, tokenizer: Endpoint) -> dict[str, Any]:
+    """The sampled turns' round trip through the server's tokenizer (inspect/fidelity.py)."""
+    from genbench.transport.eventloop import run_async
+
+    if not fid.sample:
+        return {"url": tokenizer.root, "checked": 0, "note": "no turn with ids to check"}
+    return run_async(check_drift(fid.sample, tokenizer, fid.model))
+
+
 def inspect_data(
     path: Path,
     settings: Settings,
@@ -69,9 +80,12 @@ def inspect_data(
     out: Path | None = None,
     save: Path | None = None,
     progress: Callable[[int], None] | None = None,
+    tokenizer: Endpoint | None = None,
+    drift_sample: int = DRIFT_SAMPLE,
 ) -> dict[str, Any]:
     """Inspect a generate output (directory or file); with `drop`, write the clean copy to
-    `out`. Returns the document, saved as inspect.json (`save`, or the default place)."""
+    `out`; with `tokenizer` (a server), round-trip `drift_sample` turns' ids through its
+    tokenizer. Returns the document, saved as inspect.json (`save`, or the default place)."""
     files = data_files(path)
     if drop:
         if out is None:
@@ -79,10 +93,13 @@ def inspect_data(
         check_out(path, out)  # before the long pass, not after it
     elif out is not None:
         raise UsageError("--out needs --drop: which defects to leave out of the copy")
-    sc = scan(files, settings.thresholds, settings.examples, progress)
+    sample = drift_sample if tokenizer is not None else 0
+    sc = scan(files, settings.thresholds, settings.examples, progress, sample)
     if sc.rows == 0:
         raise UsageError(f"{path}: no rows to inspect")
     doc, an = build(path, sc, settings)
+    if tokenizer is not None and sc.fidelity is not None:
+        doc["fidelity"]["drift"] = drift(sc.fidelity, tokenizer)
     if drop and out is not None:
         manifest = write_clean(path, sc, an.flags, an.first_of, drop, out, doc["settings"])
         kept = (an.flags & sum(BIT[d] for d in drop)) == 0

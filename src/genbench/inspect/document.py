@@ -248,6 +248,7 @@ def build(source: Path, sc: Scan, s: Settings) -> tuple[dict[str, Any], Analysis
         "duplicates": {k: v for k, v in dups.items() if k != "first_of"} | {"method": DUP_METHOD},
         "servers": _servers(sc, a, share, s),
         "storage": storage(sc, a, None, s.hidden),
+        "fidelity": sc.fidelity.describe() if sc.fidelity is not None else None,
     }
     if sc.tools.rows:
         doc["tools"] = sc.tools.to_dict()

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from genbench.fmt import nbytes
 from genbench.inspect.detect import DEFECTS
+from genbench.inspect.fidelity import fidelity_lines
 
 LABELS = {
     "loops": "repetition loop",
@@ -166,6 +167,7 @@ def print_inspection(doc: dict[str, Any], console: Console) -> None:
     )
     _server_lines(doc, console)
     _tool_lines(doc, console)
+    fidelity_lines(doc.get("fidelity"), console)
     _storage_lines(doc, console)
     if doc.get("saved"):
         console.print(f"inspect: {doc['saved']}")

@@ -104,7 +104,7 @@ class StreamParser:
         # the server's token ids (genbench.transport.token_ids), when asked: a chunk's are appended
         # to one array, 4 bytes an id
         self.ids = ids
-        self.add_ids = ids.out.extend if ids is not None else None
+        self.add_ids = ids.out.fromlist if ids is not None else None
 
     def feed(self, data: bytes, now: float) -> int:
         """Bytes of the body that arrived at `now`: MORE, DONE ([DONE] seen) or STOP (a
@@ -138,8 +138,15 @@ class StreamParser:
                         and not choice.get("finish_reason")
                         and not obj.get("usage")
                     ):
-                        if self.add_ids is not None:
-                            self._chunk_ids(obj, choice)
+                        if self.add_ids is not None:  # the chunk's ids (vLLM), in place
+                            t = choice.get("token_ids")
+                            if t and type(t) is list:
+                                try:
+                                    self.add_ids(t)
+                                except (TypeError, OverflowError):
+                                    self.ids.malformed()  # type: ignore[union-attr]
+                            else:
+                                self.ids.event(obj, choice)  # type: ignore[union-attr]
                         delta = choice.get("delta")
                         if not delta:
                             continue
@@ -194,18 +201,6 @@ class StreamParser:
         if usage:
             apply_usage(rec, usage)
         return None
-
-    def _chunk_ids(self, obj: dict[str, Any], choice: dict[str, Any]) -> None:
-        """A plain chunk's ids (vLLM: in its choice, some with no text), or the first
-        chunk's prompt ids (vLLM: at its top level)."""
-        t = choice.get("token_ids")
-        if t and type(t) is list:
-            try:
-                self.add_ids(t)  # type: ignore[misc]
-            except (TypeError, OverflowError):
-                self.ids.malformed()  # type: ignore[union-attr]
-        elif self.ids is not None:
-            self.ids.event(obj, choice)
 
     def text(self, rel: float, thinking: str | None, content: str | None) -> None:
         """A chunk with text arrived `rel` seconds after the request was sent."""

@@ -45,7 +45,7 @@ EXACT, PARTIAL, NONE, MISMATCH, UNCHECKED = "exact", "partial", "none", "mismatc
 class Ids:
     """One reply's ids as they arrive: `prompt` and `out` (the generated ids, in order).
 
-    `out.extend` is what the stream parser calls per chunk with ids; anything else
+    `out.fromlist` is what the stream parser calls per chunk with ids; anything else
     (prompt ids, SGLang's whole lists, a malformed field) goes through `event`."""
 
     __slots__ = ("prompt", "out", "bad", "whole")
@@ -82,7 +82,9 @@ class Ids:
         if isinstance(out, list) and out and isinstance(out[0], list):
             out = out[0]  # one list per choice; genbench asks for one choice
         if out is not None:
-            self.out = array("i", out)
+            new = array("i", out)  # checked whole first: a bad list leaves `out` as it was
+            del self.out[:]  # the same array: the parser holds its `fromlist`
+            self.out.extend(new)
             self.whole = True
 
     def malformed(self) -> None:

@@ -333,3 +333,25 @@ def test_token_ids_attach_to_every_generated_turn_calls_included(agentic_file, t
         for s in samples:  # a call's ids: 2 of thinking, its head, 8 argument fragments
             if s.turn in calls:
                 assert len(s.generated) == 2 + 1 + 8 and s.generated[2] == 99
+
+
+def test_export_keeps_the_calls_results_and_tools_for_the_trainer(agentic_file, tmp_path):
+    out = tmp_path / "out"
+    with SimProcess(*SIM, "--tool-calls", "2", "--token-ids", "vllm") as sim:
+        generate(agentic_file, out, sim.url, "--token-ids", "on")
+    rows = rows_once(out)
+    text, tokens = tmp_path / "sf.jsonl", tmp_path / "tok.jsonl"
+    for fmt, dest in (("specforge", text), ("specforge-tokens", tokens)):
+        p = genbench("export", str(out), "--format", fmt, "-o", str(dest), "--min-tokens", "0")
+        assert p.returncode == 0, p.stderr
+    lines = {o["id"]: o for o in map(orjson.loads, text.read_bytes().splitlines())}
+    for rid, row in rows.items():
+        got = lines[rid]
+        assert got["tools"] == TOOLS  # the chat template's `tools`
+        want = [t for t in row["conversations"] if t["role"] in ("assistant", "tool")]
+        have = [t for t in got["conversations"] if t["role"] in ("assistant", "tool")]
+        assert [t.get("tool_calls") for t in have] == [t.get("tool_calls") for t in want]
+        assert [t.get("tool_call_id") for t in have] == [t.get("tool_call_id") for t in want]
+    # one token sample per generated turn: each call and each answer
+    turns = sum(1 for r in rows.values() for t in r["conversations"] if t.get("finish_reason"))
+    assert len(tokens.read_bytes().splitlines()) == turns

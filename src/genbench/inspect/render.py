@@ -166,8 +166,8 @@ def print_inspection(doc: dict[str, Any], console: Console) -> None:
         f"{doc['settings']['dup_min_chars']} chars"
     )
     _server_lines(doc, console)
-    _tool_lines(doc, console)
     fidelity_lines(doc.get("fidelity"), console)
+    _tool_lines(doc, console)
     _storage_lines(doc, console)
     if doc.get("saved"):
         console.print(f"inspect: {doc['saved']}")

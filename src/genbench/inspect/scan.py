@@ -170,8 +170,8 @@ def scan(
         jsonl = fs.kind == "jsonl"
         for line, row, obj in read_rows(path, fs):
             bits, details = examine(row, th)
-            tools.add(obj, row.id, path.name, line)
             fid.add(obj)
+            tools.add(obj, row.id, path.name, line)
             for name, detail in details:
                 if len(examples[name]) < max_examples:
                     examples[name].append(Example(row.id, path.name, line, detail))

@@ -355,3 +355,22 @@ def test_export_keeps_the_calls_results_and_tools_for_the_trainer(agentic_file, 
     # one token sample per generated turn: each call and each answer
     turns = sum(1 for r in rows.values() for t in r["conversations"] if t.get("finish_reason"))
     assert len(tokens.read_bytes().splitlines()) == turns
+
+
+def test_an_edited_tool_result_is_a_changed_request_on_resume(tmp_path):
+    """The results a row replays are part of what it asks: editing one is seen."""
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    rows = [agentic_row(i) for i in range(6)]
+    inp.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    with SimProcess(*SIM, "--tool-calls", "1") as sim:
+        generate(inp, out, sim.url)
+        rows[4]["messages"][3]["content"] = "an edited result"
+        inp.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+        p = genbench("generate", "-i", str(inp), "--out", str(out), "--url", sim.url)
+        assert p.returncode != 0 and "a4" in p.stderr, p.stderr
+        generate(inp, out, sim.url, "--input-changed", "regenerate")
+    again = [orjson.loads(x) for f in sorted(out.glob("data*.jsonl")) for x in f.read_bytes().splitlines()]  # noqa: E501
+    assert sorted(r["id"] for r in again) == [f"a{i}" for i in range(6)]  # each once
+    (a4,) = [r for r in again if r["id"] == "a4"]
+    results = [t["content"] for t in a4["conversations"] if t["role"] == "tool"]
+    assert results == ["an edited result"]

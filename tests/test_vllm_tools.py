@@ -1,4 +1,5 @@
 """Tool calls against the real engine: vLLM (CPU) with `tool_choice` naming a function.
+The call's turn is a generated turn like the answer's: vLLM's token ids come with it.
 vLLM 0.32 wants a tool parser set for it (the fixture starts one, hermes); its structured
 output then holds even the test's random-weight model to a `strict` function's schema,
 and a logit bias against the whitespace tokens keeps it from wandering in blanks between
@@ -18,6 +19,7 @@ import pytest
 from conftest import genbench
 from fixtures_vllm import REPO
 
+from genbench.generate.rows import turn_ids
 from genbench.records import RequestRecord, read_records
 from genbench.transport.stream import StreamParser
 
@@ -111,3 +113,8 @@ def test_vllm_regenerates_an_agentic_file_call_result_and_answer(vllm_tools_serv
         mine = [x for x in recs if x.id == r["id"]]
         assert len(mine) == 2 and all(x.ok for x in mine)  # the call's request and the answer's
         assert [x.tool_call_count for x in mine] == [1, 0]
+        # one training sample per generated turn, the call's too: vLLM's own ids beside it
+        samples = turn_ids(r)
+        assert [s.turn for s in samples] == [2, 4], r["meta"]
+        assert samples[0].generated and len(samples[0].generated) == mine[0].completion_tokens
+        assert r["meta"]["token_ids"] == "exact", (r["meta"], samples)

@@ -4,10 +4,11 @@ generated turn like an answer, so it keeps the ids the server generated it with,
 turn: each call and the final answer).
 
 The sim's ids are deterministic (genbench.sim.ids): a call's tokens are its thinking's
-words, the call's head (10), the arguments' opening (11), the argument's words and the
-closing (12). So each turn's ids are checked against the turn as the row keeps it (its
-thinking, its call's arguments, its text) and the conversation sent before it: a call's
-ids lost, a call's ids on the answer, a prompt from another turn, each fails here."""
+words, the call's head (99), then its argument fragments (`{"<parameter>": "`, the
+argument's words, `"}`), each its word's id. So each turn's ids are checked against the
+turn as the row keeps it (its thinking, its call's arguments, its text) and the
+conversation sent before it: a call's ids lost, a call's ids on the answer, a prompt
+from another turn, each fails here."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 from conftest import genbench
 
 from genbench.generate.rows import turn_ids
-from genbench.sim.ids import ARGS_CLOSE, ARGS_OPEN, CALL_HEAD, prompt_ids, word_id
+from genbench.sim.ids import prompt_ids, word_id
 
 # 8 thinking tokens: a call is 17 tokens, an answer 28 to 48, none short or cut
 SIM = ("--tps", "2000", "--per-seq-ms", "0.05", "--ttft-ms", "2", "--thinking-tokens", "8",
@@ -31,6 +32,7 @@ TOOLS = [
     for name, param in (("get_weather", "city"), ("search", "query"))
 ]  # fmt: skip
 N = 12
+HEAD = 99  # the sim's id of a call's head token
 
 
 def agentic_row(i: int) -> dict[str, Any]:
@@ -56,8 +58,10 @@ def expected_ids(turn: dict[str, Any]) -> list[int]:
     calls = turn.get("tool_calls")
     if not calls:
         return thought + [word_id(w) for w in (turn.get("content") or "").split()]
-    ((value,),) = [json.loads(c["function"]["arguments"]).values() for c in calls]
-    return [*thought, CALL_HEAD, ARGS_OPEN, *map(word_id, value.split()), ARGS_CLOSE]
+    (c,) = calls
+    ((param, value),) = json.loads(c["function"]["arguments"]).items()
+    frags = ['{"' + param + '": "', *value.split(), '"}']
+    return [*thought, HEAD, *map(word_id, frags)]
 
 
 def sent(conv: list[dict[str, Any]]) -> list[dict[str, Any]]:

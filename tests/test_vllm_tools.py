@@ -88,32 +88,6 @@ def test_vllm_streams_a_forced_call_in_its_own_shape_and_the_parser_joins_it(vll
     assert rec.tool_call_count == 1 and rec.completion_tokens
 
 
-def test_vllm_regenerates_an_agentic_file_call_result_and_answer(vllm_tools_server, tmp_path):
-    inp = tmp_path / "in.jsonl"
-    inp.write_bytes(b"".join(orjson.dumps(row(i)) + b"\n" for i in range(3)))
-    out = tmp_path / "out"
-    p = genbench("generate", "-i", str(inp), "--out", str(out), "--url", vllm_tools_server.url,
-                 "--max-tokens", "200", "--no-thinking", "--temperature", "0", "-c", "3",
-                 "--param", "logit_bias=" + json.dumps(no_blanks()), timeout=600)  # fmt: skip
-    assert p.returncode == 0, p.stderr[-3000:]
-    rows = [orjson.loads(line) for f in out.glob("data*.jsonl") for line in f.read_bytes().split(b"\n") if line]  # noqa: E501
-    assert sorted(r["id"] for r in rows) == ["v0", "v1", "v2"]
-    recs = read_records(out / ".genbench" / "requests.jsonl")
-    for r in rows:
-        i = int(r["id"][1:])
-        conv = r["conversations"]
-        assert [t["role"] for t in conv] == ["system", "user", "assistant", "tool", "assistant"]
-        (c,) = conv[2]["tool_calls"]  # the call, as vLLM sent it
-        assert c["function"]["name"] == "get_weather" and c["id"] != f"o{i}"
-        assert json.loads(c["function"]["arguments"])["city"] in CITY["enum"]
-        assert conv[3] == {"role": "tool", "tool_call_id": c["id"], "content": f"sunny, {10 + i} C"}
-        assert not conv[4].get("tool_calls")  # the final answer, in text
-        assert r["meta"]["tool_calls"] == 1 and r["meta"]["turns"] == 2
-        mine = [x for x in recs if x.id == r["id"]]
-        assert len(mine) == 2 and all(x.ok for x in mine)  # the call's request and the answer's
-        assert [x.tool_call_count for x in mine] == [1, 0]
-
-
 def _sent(conv: list[dict]) -> list[dict]:
     """The messages a turn was sent, as a request carries them (no earlier thinking)."""
     keep = ("role", "content", "tool_calls", "tool_call_id", "name")
@@ -172,3 +146,30 @@ def test_vllm_tool_call_turn_keeps_the_ids_vllm_generated_and_export_writes_it(
         s = written[sid]
         assert s["input_ids"] == prompt + gen and s["metadata"]["finish_reason"] == "stop"
         assert s["loss_mask"] == [0] * len(prompt) + [1] * len(gen)
+
+
+def test_vllm_regenerates_an_agentic_file_call_result_and_answer(vllm_tools_server, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(b"".join(orjson.dumps(row(i)) + b"\n" for i in range(3)))
+    out = tmp_path / "out"
+    p = genbench("generate", "-i", str(inp), "--out", str(out), "--url", vllm_tools_server.url,
+                 "--max-tokens", "200", "--no-thinking", "--temperature", "0", "-c", "3",
+                 "--param", "logit_bias=" + json.dumps(no_blanks()), timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [orjson.loads(line) for f in out.glob("data*.jsonl") for line in f.read_bytes().split(b"\n") if line]  # noqa: E501
+    assert sorted(r["id"] for r in rows) == ["v0", "v1", "v2"]
+    recs = read_records(out / ".genbench" / "requests.jsonl")
+    for r in rows:
+        i = int(r["id"][1:])
+        conv = r["conversations"]
+        assert [t["role"] for t in conv] == ["system", "user", "assistant", "tool", "assistant"]
+        (c,) = conv[2]["tool_calls"]  # the call, as vLLM sent it
+        assert c["function"]["name"] == "get_weather" and c["id"] != f"o{i}"
+        assert json.loads(c["function"]["arguments"])["city"] in CITY["enum"]
+        assert conv[3] == {"role": "tool", "tool_call_id": c["id"], "content": f"sunny, {10 + i} C"}
+        assert not conv[4].get("tool_calls")  # the final answer, in text
+        assert r["meta"]["tool_calls"] == 1 and r["meta"]["turns"] == 2
+        mine = [x for x in recs if x.id == r["id"]]
+        assert len(mine) == 2 and all(x.ok for x in mine)  # the call's request and the answer's
+        assert [x.tool_call_count for x in mine] == [1, 0]
+

@@ -6,11 +6,7 @@ A generated token is a word of the sim's text (`wire.TEXT`); its id is `word_id(
 it: per message `<start>` (1), its role, its words, `<end>` (2) and a newline (3), a
 prompt word's id `word_id` of it (a word outside `VOCAB` hashes above `ID_BASE + len`).
 One id per emitted token, as many as `usage.completion_tokens` (the sim sends no EOS id:
-it emits no EOS token). A reply that is a tool call (genbench.sim.tools) has ids for
-every token of it, as an engine's have (vLLM's `token_ids` ride every chunk whatever its
-delta, SGLang's `output_ids` are the whole generation): its thinking's words, `CALL_HEAD`
-for the call's head, `ARGS_OPEN` for `{"<parameter>": "`, the argument's words, and
-`ARGS_CLOSE` for `"}`.
+it emits no EOS token).
 
 Dialects, as read in each engine's source (genbench.transport.token_ids):
 
@@ -32,7 +28,6 @@ import orjson
 from genbench.sim.replies import TEXT, TEXT_LEN, VOCAB
 
 ID_BASE = 100
-CALL_HEAD, ARGS_OPEN, ARGS_CLOSE = 10, 11, 12  # a tool call's tokens that are no word
 _INDEX = {w: i for i, w in enumerate(VOCAB)}
 ROLE_IDS = {"system": 5, "developer": 5, "user": 6, "assistant": 7, "tool": 8}
 # the id of every token of the text, as the bytes a chunk carries
@@ -120,23 +115,10 @@ IDS_SUF = b'"},"finish_reason":null,"token_ids":['  # a chunk's tail, its ids af
 IDS_END = b"]}]}\n\n"
 
 
-def call_ids(thinking: list[str], args: list[str]) -> list[int]:
-    """A tool call's ids: its thinking's words, the head, then its argument fragments
-    (the first opens the object, the last closes it, the words between)."""
-    words = [word_id(w) for w in args[1:-1]]
-    return [*map(word_id, thinking), CALL_HEAD, ARGS_OPEN, *words, ARGS_CLOSE]
-
-
-def chunk_tail(chunk_ids: list[int]) -> bytes:
-    """A chunk's tail with its ids in its choice, as vLLM's return_token_ids puts them."""
-    return b',"finish_reason":null,"token_ids":' + orjson.dumps(chunk_ids) + b"}]}\n\n"
-
-
 def generated(r: Any) -> list[int]:
-    """Every id a request emitted so far (`wire.Req`): a tool call, a fault script or
-    plain text."""
+    """Every id a request emitted so far (`wire.Req`), fault script, call or plain text."""
     if r.tool is not None:
-        return r.tool.ids[: r.emitted]
+        return r.tool.token_ids(0, r.emitted)
     if r.script is not None:
         return [word_id(r.script.word(i)) for i in range(r.emitted)]
     return [TEXT_IDS[(r.pos + j) % TEXT_LEN] for j in range(r.emitted)]

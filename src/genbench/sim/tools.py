@@ -15,10 +15,7 @@ sim's `--thinking-tokens`), then one token for the call's head and one per argum
 fragment; the reply ends with finish_reason `tool_calls`. The head names the call
 (id, type, function name; vLLM sends no `arguments` in it, SGLang an empty one), the
 fragments carry only `function.arguments` (SGLang with `id`, `name` null, and `content`
-and `reasoning_content` null beside them). Every token of a call has its id
-(genbench.sim.ids.call_ids): under vLLM's `return_token_ids` each chunk carries its
-tokens' ids, the call's chunks as much as the thinking's, as vLLM's chat server attaches
-`token_ids` to every chunk whatever its delta; SGLang's `output_ids` hold them all.
+and `reasoning_content` null beside them).
 """
 
 from __future__ import annotations
@@ -29,11 +26,12 @@ from typing import Any
 import orjson
 
 from genbench.errors import UsageError
-from genbench.sim.ids import call_ids, chunk_tail
+from genbench.sim.ids import word_id
 from genbench.sim.replies import TEXT, TEXT_LEN
 
 ARG_WORDS = 6  # words in a call's argument value: a call is ARG_WORDS + 3 tokens
 _TAIL = b',"finish_reason":null}]}\n\n'
+HEAD_ID = 99  # the id of a call's head token (sim.ids: below its words' ids)
 
 
 def parse_tool_calls(spec: str | None) -> tuple[int, int] | None:
@@ -95,9 +93,7 @@ class ToolScript:
     """The tokens of a reply that is a call: `thinking` tokens of thinking, then the
     call's head, then its argument fragments."""
 
-    __slots__ = (
-        "thinking", "pos", "head", "frags", "dialect", "think_key", "call_id", "name", "ids",
-    )  # fmt: skip
+    __slots__ = ("thinking", "pos", "head", "frags", "dialect", "think_key", "call_id", "name")
 
     def __init__(
         self, call: tuple[str, str, int], thinking: int, dialect: str, think_key: str, cid: str
@@ -108,7 +104,6 @@ class ToolScript:
         self.frags = ['{"' + param + '": "', *words, '"}']
         self.thinking, self.pos, self.dialect, self.think_key = thinking, pos, dialect, think_key
         self.call_id, self.name = cid, name
-        self.ids = call_ids([self.thought(i, i + 1) for i in range(thinking)], self.frags)
 
     @property
     def tokens(self) -> int:
@@ -125,20 +120,36 @@ class ToolScript:
     def thought(self, start: int, end: int) -> str:
         return "".join(" " + TEXT[(self.pos + i) % TEXT_LEN] for i in range(start, end))
 
+    def token_ids(self, start: int, end: int) -> list[int]:
+        """The ids of tokens [start, end) (`sim.ids`): the thought's words, a marker for
+        the call's head, then each argument fragment's."""
+        out = []
+        for i in range(start, end):
+            j = i - self.thinking
+            if j < 0:
+                out.append(word_id(TEXT[(self.pos + i) % TEXT_LEN]))
+            else:
+                out.append(HEAD_ID if j == 0 else word_id(self.frags[j - 1]))
+        return out
+
     def events(self, head: bytes, start: int, end: int, with_ids: bool = False) -> bytes:
         """The SSE events that carry tokens [start, end): the thinking among them, then
-        the call's part; `with_ids`: each with its tokens' ids (vLLM's way)."""
+        the call's part; `with_ids` (vLLM's dialect) puts the chunk's ids in its first."""
         out = b""
+        tail = _TAIL
+        if with_ids:
+            tail = b',"finish_reason":null,"token_ids":%b}]}\n\n' % orjson.dumps(
+                self.token_ids(start, end)
+            )
         th = self.thinking
         if start < th:
             delta = {self.think_key: self.thought(start, min(end, th))}
-            tail = chunk_tail(self.ids[start : min(end, th)]) if with_ids else _TAIL
             out += head + orjson.dumps(delta) + tail
+            tail = _TAIL
         a, b = max(start, th) - th, end - th
         if b <= 0:
             return out
         args = "".join(self.frags[max(a, 1) - 1 : b - 1])
-        tail = chunk_tail(self.ids[max(start, th) : end]) if with_ids else _TAIL
         out += head + orjson.dumps(self._delta(a == 0, args)) + tail
         return out
 

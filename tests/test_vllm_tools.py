@@ -172,4 +172,3 @@ def test_vllm_regenerates_an_agentic_file_call_result_and_answer(vllm_tools_serv
         mine = [x for x in recs if x.id == r["id"]]
         assert len(mine) == 2 and all(x.ok for x in mine)  # the call's request and the answer's
         assert [x.tool_call_count for x in mine] == [1, 0]
-

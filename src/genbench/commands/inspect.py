@@ -9,8 +9,7 @@ import typer
 
 from genbench.commands import common
 from genbench.commands.console import err, out
-from genbench.errors import UsageError
-from genbench.inspect import Settings, Thresholds, inspect_data
+from genbench.inspect import SETTINGS_FLAGS, Thresholds, inspect_data, settings_from_flags
 from genbench.inspect.clean import parse_drop
 from genbench.inspect.detect import DEFAULT_TAGS
 from genbench.inspect.fidelity import DRIFT_SAMPLE
@@ -88,33 +87,10 @@ def inspect_cmd(
 ) -> None:
     """Check a generated set: loops, unclosed thinking, empty answers, leftover tags,
     garbled text, short rows, duplicates, an odd server; its storage; a clean copy."""
-    for name, v in (("--min-tokens", min_tokens), ("--loop-window", loop_window),
-                    ("--dup-min-chars", dup_min_chars), ("--examples", examples),
-                    ("--hidden-size", hidden_size), ("--layers-captured", layers_captured),
-                    ("--dtype-bytes", dtype_bytes), ("--drift-sample", drift_sample)):  # fmt: skip
-        common.positive(name, v)
+    flags = dict(locals())  # every option above, by name
+    settings = settings_from_flags(**{k: flags[k] for k in SETTINGS_FLAGS})
+    common.positive("--drift-sample", drift_sample)
     tokenizer = common.endpoint(url, key_env, key_file) if url else None
-    if not 0 < loop_cover <= 1:
-        raise UsageError(f"--loop-cover must be in (0, 1], got {loop_cover}")
-    if loop_repeats < 2:
-        raise UsageError(f"--loop-repeats must be at least 2, got {loop_repeats}")
-    if not 0 < server_alpha < 1 or not 0 <= server_effect <= 1:
-        raise UsageError("--server-alpha must be in (0, 1) and --server-effect in [0, 1]")
-    tag_list = tuple(t for t in (x.strip() for x in tags.split(",")) if t)
-    hidden = None
-    if hidden_size is not None or layers_captured is not None:
-        if hidden_size is None or layers_captured is None:
-            raise UsageError("hidden-state storage needs both --hidden-size and --layers-captured")
-        from genbench.plan import HiddenStates
-
-        hidden = HiddenStates(hidden_size, layers_captured, dtype_bytes)
-    settings = Settings(
-        Thresholds(min_tokens, loop_window, loop_cover, loop_repeats, dup_min_chars, tag_list),
-        server_alpha,
-        server_effect,
-        examples,
-        hidden,
-    )
     drop_names = parse_drop(drop) if drop is not None else None
     if err.is_terminal:
         with err.status(f"reading {path}") as status:

@@ -4,6 +4,7 @@
 #
 #   scripts/vllm-test-server.sh setup                 # venv + model (idempotent)
 #   scripts/vllm-test-server.sh start NAME PORT [--spec] [--no-reasoning-parser]
+#                                     [--tool-call-parser NAME]
 #                                                     # background; prints base URL
 #   scripts/vllm-test-server.sh stop NAME
 #   scripts/vllm-test-server.sh status
@@ -144,13 +145,15 @@ EOF
 
 cmd_start() {
     [[ $# -ge 2 ]] || usage
-    local name="$1" port="$2" spec=0 parser=1
+    local name="$1" port="$2" spec=0 parser=1 tools=""
     shift 2
     while [[ $# -gt 0 ]]; do
         case "$1" in
             --spec) spec=1 ;;
             # thinking arrives inline in `content`, as on a server started without one
             --no-reasoning-parser) parser=0 ;;
+            # vLLM 0.32 serves a tool_choice that names a function only with a tool parser
+            --tool-call-parser) [[ $# -ge 2 ]] || usage; tools="$2"; shift ;;
             *) die "unknown start option '$1'" ;;
         esac
         shift
@@ -184,6 +187,12 @@ cmd_start() {
     fi
     if [[ $spec == 1 ]]; then
         args+=(--speculative-config "$SPEC_CONFIG")
+    fi
+    if [[ -n $tools ]]; then
+        # no whitespace allowed between JSON tokens: a random-weight model held to a
+        # function's schema would otherwise wander in blanks until max_tokens
+        args+=(--enable-auto-tool-choice --tool-call-parser "$tools"
+               --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}')
     fi
 
     log "starting '$name' on 127.0.0.1:$port$([[ $spec == 1 ]] && echo ' (n-gram speculative decoding)')$([[ $parser == 0 ]] && echo ' (no reasoning parser)'); log: $logf"

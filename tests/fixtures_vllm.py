@@ -8,6 +8,8 @@ Fixtures (session scope), each yielding a :class:`VLLMServer`:
 * ``vllm_spec_server``: the same plus n-gram speculative decoding (4 draft tokens).
 * ``vllm_noparse_server``: no reasoning parser: the thinking arrives inline in ``content``
   (the chat template opened ``<think>``; the model's ``</think>`` ends it).
+* ``vllm_tools_server``: the plain server plus a tool parser (hermes) and auto tool choice:
+  vLLM 0.32 serves a ``tool_choice`` that names a function only with a parser set.
 
 They run ``scripts/vllm-test-server.sh setup`` once (installs vLLM into its own venv and builds
 the tiny model; minutes the first time, seconds after), start the server on a free loopback
@@ -124,12 +126,13 @@ def _setup_once() -> None:
     _setup_state["ok"] = time.monotonic() - t0
 
 
-def _start(kind: str, spec: bool, parser: bool = True) -> VLLMServer:
+def _start(kind: str, spec: bool, parser: bool = True, tools: str = "") -> VLLMServer:
     _setup_once()
     name = f"pytest-{kind}-{os.getpid()}"
     port = _free_port()
     cmd = ["bash", str(SCRIPT), "start", name, str(port)] + (["--spec"] if spec else [])
     cmd += [] if parser else ["--no-reasoning-parser"]
+    cmd += ["--tool-call-parser", tools] if tools else []
     log_path = RUN_DIR / f"vllm-{name}.log"
     try:
         # The server stays in this process's session (no setsid), which keeps streaming
@@ -172,14 +175,16 @@ def _stop(name: str) -> None:
     )
 
 
-def _server(kind: str, env_var: str, spec: bool, parser: bool = True) -> Iterator[VLLMServer]:
+def _server(
+    kind: str, env_var: str, spec: bool, parser: bool = True, tools: str = ""
+) -> Iterator[VLLMServer]:
     if _skip_requested():
         pytest.skip("GENBENCH_SKIP_VLLM=1: vLLM test server disabled")
     url = os.environ.get(env_var, "").strip()
     if url:
         yield _from_env(url, spec)
         return
-    server = _start(kind, spec, parser)
+    server = _start(kind, spec, parser, tools)
     try:
         yield server
     finally:
@@ -205,3 +210,9 @@ def vllm_spec_server() -> Iterator[VLLMServer]:
 def vllm_noparse_server() -> Iterator[VLLMServer]:
     """vLLM server without a reasoning parser: thinking arrives inline in content."""
     yield from _server("noparse", "GENBENCH_VLLM_NOPARSE_URL", spec=False, parser=False)
+
+
+@pytest.fixture(scope="session")
+def vllm_tools_server() -> Iterator[VLLMServer]:
+    """vLLM server with a tool parser (hermes) and auto tool choice, the reasoning parser on."""
+    yield from _server("tools", "GENBENCH_VLLM_TOOLS_URL", spec=False, tools="hermes")

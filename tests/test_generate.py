@@ -391,6 +391,9 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(sim, tmp_path):
     assert proc.wait(30) == 130
     stdout = (tmp_path / "stdout.txt").read_text()
     assert "rerun the same command to resume" in stdout
+    # each message says its cause once: the status, then the hint, once each
+    assert "interrupted: stopped before every row was done" in stdout
+    assert stdout.count("rerun the same command") == 1 and "interrupted: interrupted" not in stdout
     done = len(data_rows(out))
     assert 30 <= done < 300
     p = gen(inp, out, "--url", sim.url, "-c", "8")

@@ -8,6 +8,7 @@ manifest and indexes, a data set's Parquet, the report) goes through here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -24,11 +25,17 @@ def fsync_dir(path: Path) -> None:
 def write_atomic(path: Path, data: bytes) -> None:
     """Temporary file, fsync, rename, fsync the directory: never half a file."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    replace_durably(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # a full disk leaves no .tmp behind, and the old file as it was
+        raise
+    fsync_dir(path.parent)
 
 
 def replace_durably(tmp: str | Path, path: str | Path) -> None:

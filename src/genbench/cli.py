@@ -31,7 +31,7 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    """genbench: check, run, plan, generate, inspect, compare, report."""
+    """genbench: check, run, plan, generate, inspect, export, compare, report."""
 
 
 # name -> (module, function, help). Commands are imported only when needed: a `genbench sim`
@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "plan": ("genbench.commands.plan", "plan", None),
     "generate": ("genbench.commands.generate", "generate", None),
     "inspect": ("genbench.commands.inspect", "inspect_cmd", None),
+    "export": ("genbench.commands.export", "export_cmd", None),
     "compare": ("genbench.commands.compare", "compare_cmd", None),
     "report": ("genbench.commands.report", "report_cmd", None),
     "sim": (

@@ -80,6 +80,16 @@ class RequestRecord:
     # the content exactly as the server sent it, tags and all, where genbench split
     # thinking out of it and the caller asked to keep it (generate --keep-raw)
     raw: str | None = None
+    # the tools the reply called, as the server sent them (ids, names, arguments joined
+    # from their fragments), kept with the text; and how many there were, always counted
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_count: int = 0
+    # the ids the server generated and the prompt's ids it saw (generate --token-ids),
+    # 4 bytes an id; they go to the output row, never to a request log line
+    prompt_token_ids: Any = None
+    token_ids: Any = None
+    # why ids that came cannot be kept (malformed), else None
+    token_ids_error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # in place of the chunk arrays, in a compact record: n chunks, r of them thinking,
     # decode_s (first to last chunk: its mean gap is decode_s / (n - 1)), itl_p99
@@ -102,6 +112,14 @@ class RequestRecord:
         if self.completion_tokens is None:
             return None
         return self.completion_tokens - (self.reasoning_tokens or 0)
+
+    @property
+    def tool_tokens(self) -> int | None:
+        """A reply that only called tools: its answer tokens are the calls' (names and
+        arguments, by the server's usage); None where the reply also answered in text."""
+        if not self.tool_call_count or self.answer_chars:
+            return None
+        return self.answer_tokens
 
     @property
     def chunk_count(self) -> int:
@@ -140,9 +158,16 @@ class RequestRecord:
         return [b - a for a, b in zip(o, o[1:], strict=False)]
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        ids = self.prompt_token_ids, self.token_ids
+        self.prompt_token_ids = self.token_ids = None  # not in a log line: asdict copies
+        try:
+            d = asdict(self)
+        finally:
+            self.prompt_token_ids, self.token_ids = ids
+        for name in _IDS:
+            del d[name]
         d["chunk_offsets"] = [round(x, 6) for x in self.chunk_offsets]
-        for name in ("text", "reasoning", "raw", "chunks"):
+        for name in ("text", "reasoning", "raw", "chunks", "tool_calls"):
             if d[name] is None:
                 del d[name]
         if not self.extra:
@@ -190,10 +215,13 @@ class RequestRecord:
         return rec
 
 
+_IDS = ("prompt_token_ids", "token_ids", "token_ids_error")
 _COMPACT_FIELDS = [
     f
     for f in fields(RequestRecord)
-    if f.name not in ("chunk_offsets", "chunk_kinds", "text", "reasoning", "raw", "extra", "chunks")
+    if f.name
+    not in ("chunk_offsets", "chunk_kinds", "text", "reasoning", "raw", "extra", "chunks", *_IDS)
+    and f.name != "tool_calls"
 ]
 _TIMES = {"sent_at", "t_send", "t_end", "ttft", "ttft_answer", "ttft_thinking"}
 

@@ -27,10 +27,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("transport",),
     ("sim", "local"),
     ("check", "load"),
-    ("run", "generate"),
+    ("generate",),
+    ("run",),  # a run's --workload is read as generate reads its input
     ("plan",),
     ("inspect", "compare"),
-    ("report",),
+    ("report", "export"),
     ("cli",),
     ("commands",),
     ("__main__",),

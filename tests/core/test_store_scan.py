@@ -30,7 +30,17 @@ def shard(tmp_path: Path, content: bytes, index: bytes | None = None) -> tuple[P
 
 
 def index_of(idx: Path) -> list[dict]:
-    return [orjson.loads(x) for x in idx.read_bytes().splitlines()]
+    """The index's batches: end and ids (their content checks are tested on their own)."""
+    return [
+        {k: v for k, v in orjson.loads(x).items() if k in ("end", "ids")}
+        for x in idx.read_bytes().splitlines()
+    ]
+
+
+def indexed(idx: Path) -> tuple[int, list[str]]:
+    """What the index vouches for: up to which byte, which ids (in however many batches)."""
+    batches = index_of(idx)
+    return batches[-1]["end"], [i for b in batches for i in b["ids"]]
 
 
 A, B, C, D = line("a"), line("b"), line("c"), line("d")
@@ -41,7 +51,7 @@ def test_a_clean_shard_without_an_index(tmp_path):
     s = scan_jsonl_shard(data, idx)
     assert (s.ids, s.valid_bytes, s.notes) == (["a", "b", "c"], len(A + B + C), [])
     # the scan leaves an index of what it read, for the next resume
-    assert index_of(idx) == [{"end": len(A + B + C), "ids": ["a", "b", "c"]}]
+    assert indexed(idx) == (len(A + B + C), ["a", "b", "c"])
     s = scan_jsonl_shard(data, None)  # without an index path, none is written
     assert s.ids == ["a", "b", "c"]
 
@@ -60,7 +70,7 @@ def test_rows_written_after_the_last_index_update_are_found(tmp_path):
     s = scan_jsonl_shard(data, idx)
     assert s.ids == ["a", "b", "c"]
     assert s.valid_bytes == len(A + B + C)
-    assert index_of(idx) == [{"end": len(A + B + C), "ids": ["a", "b", "c"]}]
+    assert indexed(idx) == (len(A + B + C), ["a", "b", "c"])
 
 
 def test_a_torn_last_line_is_cut(tmp_path):
@@ -71,7 +81,7 @@ def test_a_torn_last_line_is_cut(tmp_path):
     assert s.valid_bytes == len(A + B)
     assert s.notes == [f"data-00000.jsonl: cut {len(torn)} bytes of an incomplete last line"]
     assert data.read_bytes() == A + B
-    assert index_of(idx) == [{"end": len(A + B), "ids": ["a", "b"]}]
+    assert indexed(idx) == (len(A + B), ["a", "b"])
 
 
 def test_without_repair_nothing_is_cut_or_rewritten(tmp_path):
@@ -96,14 +106,31 @@ def test_without_repair_nothing_is_cut_or_rewritten(tmp_path):
         b'"text"\n',
     ],
 )
-def test_a_line_that_is_not_a_row_of_ours_ends_the_shard(tmp_path, bad):
+def test_an_unreadable_line_between_rows_is_quarantined_and_the_rest_kept(tmp_path, bad):
     data, idx = shard(tmp_path, A + bad + C)
-    s = scan_jsonl_shard(data, idx)
-    # everything from the bad line on is cut: a row after it cannot be trusted either
-    assert s.ids == ["a"]
-    assert s.valid_bytes == len(A)
-    assert s.notes == [f"data-00000.jsonl: cut {len(bad + C)} bytes of an incomplete last line"]
-    assert data.read_bytes() == A
+    q = tmp_path / "quarantine.jsonl"
+    s = scan_jsonl_shard(data, idx, quarantine=q)
+    # the bad line goes, with its offset, to the quarantine file; the rows after it stay
+    assert s.ids == ["a", "c"] and s.quarantined == 1
+    assert data.read_bytes() == A + C and s.valid_bytes == len(A + C)
+    (entry,) = [orjson.loads(x) for x in q.read_bytes().splitlines()]
+    assert (entry["file"], entry["offset"], entry["length"]) == (data.name, len(A), len(bad))
+    assert entry["text"] == bad.rstrip(b"\n").decode()
+    (note,) = s.notes
+    assert f"an unreadable line at byte {len(A)} ({len(bad)} bytes) moved to quarantine" in note
+    assert "the rest of the file is kept" in note and "generated again" in note
+    assert indexed(idx) == (len(A + C), ["a", "c"])
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("bad", [b"{not json}\n", b'{"conversations": []}\n', b"\n"])
+def test_unreadable_lines_at_the_end_are_a_torn_tail_and_cut(tmp_path, bad):
+    data, idx = shard(tmp_path, A + B + bad + bad)
+    q = tmp_path / "quarantine.jsonl"
+    s = scan_jsonl_shard(data, idx, quarantine=q)
+    assert s.ids == ["a", "b"] and data.read_bytes() == A + B
+    assert s.notes == [f"data-00000.jsonl: cut {2 * len(bad)} bytes of an incomplete last line"]
+    assert not q.exists()
 
 
 def test_integer_ids_are_kept_as_text(tmp_path):
@@ -118,7 +145,7 @@ def test_an_index_beyond_the_file_is_trusted_only_up_to_the_file(tmp_path):
     data, idx = shard(tmp_path, A + B + C, index)
     s = scan_jsonl_shard(data, idx)
     assert s.ids == ["a", "b", "c"]
-    assert index_of(idx) == [{"end": len(A + B + C), "ids": ["a", "b", "c"]}]
+    assert indexed(idx) == (len(A + B + C), ["a", "b", "c"])
 
 
 def test_an_index_beyond_the_file_is_dropped_even_when_nothing_follows(tmp_path):
@@ -141,7 +168,7 @@ def test_an_index_off_a_line_boundary_is_not_about_this_file(tmp_path):
     data, idx = shard(tmp_path, A + B, index)
     s = scan_jsonl_shard(data, idx)
     assert s.ids == ["a", "b"]
-    assert index_of(idx) == [{"end": len(A + B), "ids": ["a", "b"]}]
+    assert indexed(idx) == (len(A + B), ["a", "b"])
 
 
 def test_the_index_is_read_up_to_its_first_bad_entry(tmp_path):
@@ -156,7 +183,7 @@ def test_the_index_is_read_up_to_its_first_bad_entry(tmp_path):
         data, idx = shard(tmp_path, A + B, ok + rest + batch(len(A + B), ["b"]))
         s = scan_jsonl_shard(data, idx)
         assert s.ids == ["a", "b"], rest  # b read from the file, not from the index
-        assert index_of(idx) == [{"end": len(A + B), "ids": ["a", "b"]}]
+        assert indexed(idx) == (len(A + B), ["a", "b"])
 
 
 def test_the_index_is_trusted_without_reading_what_it_covers(tmp_path):
@@ -216,7 +243,7 @@ def test_load_existing_scans_every_shard_and_the_errors(tmp_path):
     (out / "data-2of4-00000.jsonl").write_bytes(D)  # another --shard's file: not ours
     (out / "notes.txt").write_bytes(b"")
     ex = Store(out).load_existing()
-    assert ex.done == {"a", "b", "c"}
+    assert set(ex.done) == {"a", "b", "c"}
     assert ex.duplicates == 1
     assert ex.failed == {"f"}
     assert [p.name for p in ex.shards] == ["data-00000.jsonl", "data-00001.jsonl"]
@@ -228,12 +255,12 @@ def test_load_existing_scans_every_shard_and_the_errors(tmp_path):
     assert (out / "data-00001.jsonl").read_bytes() == C + line("b")
     # the other shard's files are its own
     ex2 = Store(out, shard_tag="2of4").load_existing()
-    assert ex2.done == {"d"} and ex2.failed == set()
+    assert set(ex2.done) == {"d"} and ex2.failed == set()
 
 
 def test_load_existing_of_no_directory_or_a_broken_job_file(tmp_path):
     ex = Store(tmp_path / "absent").load_existing()
-    assert (ex.done, ex.failed, ex.shards, ex.next_number, ex.job) == (set(), set(), [], 0, None)
+    assert (ex.done, ex.failed, ex.shards, ex.next_number, ex.job) == ({}, set(), [], 0, None)
     (tmp_path / "out" / ".genbench").mkdir(parents=True)
     (tmp_path / "out" / ".genbench" / "job.json").write_bytes(b"{torn")
     assert Store(tmp_path / "out").load_existing().job is None
@@ -245,16 +272,17 @@ def test_load_existing_finishes_an_interrupted_conversion(tmp_path):
     out = tmp_path / "out"
     (out / ".genbench").mkdir(parents=True)
     pq.write_table(pa.table({"id": ["a", "b"]}), out / "data-00000.parquet")
-    # converted, but the JSONL and its index were not yet deleted
+    # converted, but the JSONL was not yet deleted
     (out / "data-00000.jsonl").write_bytes(A + B)
     (out / ".genbench" / "data-00000.idx").write_bytes(batch(len(A + B), ["a", "b"]))
     (out / "data-00001.jsonl").write_bytes(C)
     ex = Store(out, fmt="parquet").load_existing()
-    assert ex.done == {"a", "b", "c"}
+    assert set(ex.done) == {"a", "b", "c"}
     assert [p.name for p in ex.shards] == ["data-00000.parquet", "data-00001.jsonl"]
     assert [p.name for p in ex.jsonl_shards] == ["data-00001.jsonl"]
     assert not (out / "data-00000.jsonl").exists()
-    assert not (out / ".genbench" / "data-00000.idx").exists()
+    # the index stays: the Parquet shard's rows keep their input lines' keys in it
+    assert (out / ".genbench" / "data-00000.idx").exists()
     assert ex.next_number == 2
 
 
@@ -267,9 +295,9 @@ def test_an_empty_batch_in_the_index_is_still_in_order(tmp_path):
 
 def test_a_blank_first_line_is_not_a_row(tmp_path):
     data, idx = shard(tmp_path, b"\n" + A + B)
-    s = scan_jsonl_shard(data, idx)
-    assert (s.ids, s.valid_bytes) == ([], 0)
-    assert data.read_bytes() == b""
+    s = scan_jsonl_shard(data, idx, quarantine=tmp_path / "q.jsonl")
+    assert (s.ids, s.valid_bytes, s.quarantined) == (["a", "b"], len(A + B), 1)
+    assert data.read_bytes() == A + B
 
 
 def resumable(tmp_path: Path) -> Path:
@@ -285,32 +313,28 @@ def resumable(tmp_path: Path) -> Path:
 def test_load_existing_repairs_what_it_scans(tmp_path):
     out = resumable(tmp_path)
     ex = Store(out).load_existing()
-    assert ex.done == {"a", "b", "c"}
+    assert set(ex.done) == {"a", "b", "c"}
     assert ex.duplicates == 2  # one in each shard
     assert ex.failed == {"f"}
     assert (out / "data-00001.jsonl").read_bytes() == C + line("b")
     assert (out / "errors.jsonl").read_bytes() == orjson.dumps({"id": "f"}) + b"\n"
     # the indexes now cover each shard
-    assert index_of(out / ".genbench" / "data-00000.idx") == [
-        {"end": len(A + B + A), "ids": ["a", "b", "a"]}
-    ]
-    assert index_of(out / ".genbench" / "data-00001.idx") == [
-        {"end": len(C + B), "ids": ["c", "b"]}
-    ]
+    assert indexed(out / ".genbench" / "data-00000.idx") == (len(A + B + A), ["a", "b", "a"])
+    assert indexed(out / ".genbench" / "data-00001.idx") == (len(C + B), ["c", "b"])
 
 
 def test_load_existing_without_repair_changes_nothing(tmp_path):
     out = resumable(tmp_path)
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     ex = Store(out).load_existing(repair=False)
-    assert ex.done == {"a", "b", "c"} and ex.failed == {"f"}
+    assert set(ex.done) == {"a", "b", "c"} and ex.failed == {"f"}
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_a_directory_without_shards_starts_at_shard_zero(tmp_path):
     (tmp_path / "out" / ".genbench").mkdir(parents=True)
     ex = Store(tmp_path / "out").load_existing()
-    assert (ex.next_number, ex.shards, ex.done) == (0, [], set())
+    assert (ex.next_number, ex.shards, ex.done) == (0, [], {})
 
 
 def test_a_converted_shard_without_an_index_is_finished_too(tmp_path):
@@ -321,7 +345,7 @@ def test_a_converted_shard_without_an_index_is_finished_too(tmp_path):
     pq.write_table(pa.table({"id": ["a"]}), out / "data-00000.parquet")
     (out / "data-00000.jsonl").write_bytes(A)  # left over, and it never had an index
     ex = Store(out, fmt="parquet").load_existing()
-    assert ex.done == {"a"} and not (out / "data-00000.jsonl").exists()
+    assert set(ex.done) == {"a"} and not (out / "data-00000.jsonl").exists()
 
 
 def test_an_index_torn_at_its_end(tmp_path):

@@ -33,6 +33,7 @@ from genbench.transport.failures import Failure, error_message_from_body
 from genbench.transport.health import NO_HEALTH
 from genbench.transport.stream import share_by_chars
 from genbench.transport.thinking import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
+from genbench.transport.token_ids import HOW, KIND_DIALECT, VLLM, check_turn
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
@@ -86,6 +87,10 @@ class CheckReport:
     think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
     think_dialect_set: str | None = None  # --think-dialect: the user's, not the reply's
     reasoning_source: str | None = None  # "estimate": genbench split it, shared the tokens
+    # how this server gives the token ids it generated (genbench.transport.token_ids: vllm, sglang),
+    # None when it gives none or none was asked (--token-ids off), and why not
+    token_ids: str | None = None
+    token_ids_note: str | None = None
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -343,8 +348,10 @@ async def preflight(
     max_tokens: int = 16,
     think_tags: tuple[str, str] = DEFAULT_TAGS,
     think_dialect: str = AUTO,
+    token_ids: str = "auto",
 ) -> CheckReport:
-    """Run every check; the report says what passed and, on failure, the diagnosis."""
+    """Run every check; the report says what passed and, on failure, the diagnosis.
+    `token_ids` (auto, on, off): whether to find out how the server gives token ids."""
     t0 = time.perf_counter()
     forced = None if think_dialect == AUTO else think_dialect
     rep = CheckReport(url=ep.base_url, think_tags=list(think_tags), think_dialect_set=forced)
@@ -353,7 +360,7 @@ async def preflight(
     timeouts = Timeouts(connect=connect_timeout, read=timeout, total=timeout)
     pool = ConnectionPool(ep.root)  # the GETs and the test request share its connections
     try:
-        await _checks(pool, ep, rep, model, timeouts, tiny, max_tokens, think_tags)
+        await _checks(pool, ep, rep, model, timeouts, tiny, max_tokens, think_tags, token_ids)
         rep.ok = True
     except PreflightFailed as pf:
         rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
@@ -373,6 +380,7 @@ async def _checks(
     tiny: bool,
     max_tokens: int,
     think_tags: tuple[str, str],
+    token_ids: str = "auto",
 ) -> None:
     """Health, models, identity, the test request: raises PreflightFailed at the first fault."""
     connect = timeouts.connect
@@ -398,8 +406,15 @@ async def _checks(
         # vllm-router forwards /metrics to one of its workers: not the sum run needs
         rep.metrics = MetricsProbe("ok", http_status=200, hint=ONE_WORKERS_METRICS)
     if tiny:
-        client = Client(ep, rep.model, timeouts=timeouts, session=pool, keep_text=True)
+        ask = ids_dialect(rep, token_ids)
+        client = Client(
+            ep, rep.model, timeouts=timeouts, session=pool, keep_text=True, token_ids=ask
+        )
         rec = await _tiny_through_router(client, max_tokens, rep)
+        if ask is not None and not rec.ok and rec.http_status in range(400, 500):
+            rep.token_ids_note = f"the server refused the request for ids ({rec.error_message})"
+            client.token_ids = ask = None  # the test request again, without asking
+            rec = await _tiny_through_router(client, max_tokens, rep)
         if not rec.ok:
             diag = request_diagnosis(ep, rec)
             raise PreflightFailed(model_diagnosis(rep.model, rep.models, rep.url, model, diag))
@@ -407,10 +422,52 @@ async def _checks(
             pool, ep, rep.model, rec, think_tags
         )
         _read_reply(rep, rec)
+        if token_ids != "off":
+            await _read_ids(rep, client, rec, ask, max_tokens)
     if rep.model not in rep.models:
         done = "but served: a router?" if tiny else "not tried (no test request)"
         listing = f"not listed by /v1/models ({served(rep.models)})"
         rep.notes.append(f"model '{rep.model}' is {listing}, {done}")
+
+
+def ids_dialect(rep: CheckReport, mode: str) -> str | None:
+    """How the test request asks for token ids: in the dialect of the server's kind; a
+    kind genbench does not know is asked apart (`_read_ids`), a llama.cpp not at all."""
+    if mode == "off":
+        return None
+    kind = rep.server.kind or ""
+    if kind in KIND_DIALECT:
+        if KIND_DIALECT[kind] is None:
+            rep.token_ids_note = f"{kind}'s chat endpoint returns no token ids"
+        return KIND_DIALECT[kind]
+    return None
+
+
+async def _read_ids(
+    rep: CheckReport, client: Client, rec: RequestRecord, ask: str | None, max_tokens: int
+) -> None:
+    """Did the test reply carry ids? A server of unknown kind is asked in a request of its
+    own (vLLM's field), so one that refuses the field fails only that."""
+    kind = rep.server.kind or ""
+    if ask is None and kind not in KIND_DIALECT and rep.token_ids_note is None:
+        client.token_ids = ask = VLLM
+        rec = await tiny_request(client, max_tokens)
+        if not rec.ok:
+            rep.token_ids_note = f"asked with return_token_ids: {rec.error_message}"
+            return
+    if ask is None:
+        return
+    if rec.token_ids_error is not None:
+        rep.token_ids_note = rec.token_ids_error
+    elif rec.token_ids is None or rec.prompt_token_ids is None:
+        rep.token_ids_note = f"asked for {HOW[ask]}, the server sent none"
+    else:
+        _, why = check_turn(rec.prompt_token_ids, rec.token_ids, rec.prompt_tokens,
+                                 rec.completion_tokens, rec.tokens_estimated)  # fmt: skip
+        if why is not None:
+            rep.token_ids_note = why
+        else:
+            rep.token_ids = ask
 
 
 async def _tiny_through_router(client: Client, max_tokens: int, rep: CheckReport) -> RequestRecord:

@@ -29,7 +29,8 @@ A flag name means one thing, with one kind of value, in every command that has i
 * **`-c/--concurrency`**: requests in flight per server, in every command that sends load.
   Where a command sweeps (`run`) it takes one number or a comma-separated list.
 * **`-o/--out`**: where a command that writes puts what it makes: a directory (`run`,
-  `plan`'s pilot, `generate`, `inspect`'s clean copy) or a file (`report`'s HTML).
+  `plan`'s pilot, `generate`, `inspect`'s clean copy) or a file (`report`'s HTML,
+  `export`'s trainer file).
 * **Counts and times are told apart by name**: `--warmup N` is a number of requests,
   `--warmup-time SECONDS` seconds of load; every other duration in seconds ends in
   `-time`, `-timeout` or is named for time (`--duration`, `--drain`, `--progress-every`).
@@ -52,6 +53,7 @@ MEANINGS: dict[str, str] = {
     "--api-key-file": "File whose first line is the API key.",
     "--bootstrap": "Bootstrap replicates for the forecast's error bar.",
     "--bytes-per-token": "Output text bytes per token, when not measured.",
+    "--answers": "The answers' shape: conversations, OpenAI Batch output lines, or both.",
     "--concurrency": "Requests in flight per server; one or a list where the command sweeps.",
     "--config": "JSON or TOML file of the job's request fields.",
     "--connect-timeout": "Seconds to wait for a connection.",
@@ -63,12 +65,13 @@ MEANINGS: dict[str, str] = {
     "--drop": "Defects to leave out of inspect's clean copy.",
     "--dtype-bytes": "Hidden-state storage: bytes per value.",
     "--dup-min-chars": "Duplicates: answers shorter than this are not compared.",
+    "--drift-sample": "Token fidelity: turns whose ids are round-tripped through the tokenizer.",
     "--duration": "Sustained load: seconds per concurrency.",
     "--examples": "Example ids kept per defect.",
     "--extra-body": "JSON object merged into every request.",
     "--fault": "A fault the reference server injects; repeatable.",
     "--force": "Go ahead despite a mismatch genbench would otherwise refuse.",
-    "--format": "Output file format: jsonl or parquet.",
+    "--format": "Output file format: jsonl or parquet (generate); the trainer's format (export).",
     "--from": "A `genbench run` result to forecast from; repeatable, to compare configurations.",
     "--gpus-per-server": "GPUs per server, for the job's cost.",
     "--hidden-size": "Hidden-state storage: the target model's hidden size.",
@@ -85,12 +88,14 @@ MEANINGS: dict[str, str] = {
     "--max-batch": "Reference server: requests decoding at once.",
     "--max-model-len": "Reference server: context length.",
     "--max-tokens": "The job's output token cap per turn.",
+    "--metrics-host": "Address --metrics-port listens on (loopback unless you choose).",
+    "--metrics-port": "Serve the job's progress as Prometheus metrics on this port.",
     "--metrics-url": "A worker's /metrics URL, repeatable: their counters summed per phase.",
-    "--min-tokens": "Rows with fewer output tokens count as short.",
+    "--min-tokens": "Rows (inspect) or generated turns (export) with fewer tokens are short.",
     "--model": "The model's name: the one to request (sim: the one it serves).",
     "--natural": "Let the model stop on its own instead of forcing the length.",
     "--no-metrics": "Reference server: serve no /metrics.",
-    "--out": "Where the command writes what it makes: a directory, or report's HTML file.",
+    "--out": "Where the command writes what it makes: a directory, or a file (report, export).",
     "--output-len": "Reference server: the natural output length distribution.",
     "--param": "Another request field of the job, KEY=JSON; repeatable.",
     "--per-seq-ms": "Reference server: milliseconds each sequence adds to a decode step.",
@@ -136,6 +141,10 @@ MEANINGS: dict[str, str] = {
     "--think-dialect": "Where thinking arrives, for when check and the replies cannot tell: "
     "auto, separate, inline, inline-opened or none.",
     "--keep-raw": "Write each answer also as generated, thinking and tags in it.",
+    "--keep-cut": "Export: keep the turns cut by max_tokens (left out by default).",
+    "--empty-system": "Export (specforge): an empty system turn where none was sent.",
+    "--token-ids": "Token ids the server generated, kept per turn (generate: auto, on, off; "
+    "sim: which engine's way it gives them: none, vllm, sglang).",
     "--thinking": "chat_template_kwargs.enable_thinking of the requests.",
     "--thinking-tokens": "Reference server: output tokens that go to the reasoning field.",
     "--timeout": "Seconds a request may go unanswered before it is abandoned.",
@@ -144,9 +153,14 @@ MEANINGS: dict[str, str] = {
     "--top-p": "Sampling top_p.",
     "--tps": "Reference server: decode tokens/s of one stream.",
     "--truncated": "What to do with rows cut by max_tokens: keep or error.",
+    "--input-changed": "What to do with done rows whose request changed or that left the "
+    "input: regenerate or keep.",
     "--ttft-ms": "Reference server: prefill milliseconds before the first token.",
+    "--tool-calls": "Reference server: tool calls a conversation makes before it answers.",
+    "--tool-policy": "Rows with tools: replay the calls (cached results fed back) or keep them.",
     "--turns": "Which assistant turns to generate: all or last.",
-    "--url": "Server base URL (generate: repeatable, one per server).",
+    "--workload": "A prompt file (as generate's) whose requests the benchmark sends.",
+    "--url": "Server base URL (generate: repeatable, one per server; inspect: its tokenizer).",
     "--url-file": "File of servers, one 'URL [CONCURRENCY]' per line.",
     "--version": "Print the version and exit.",
     "--versus": "A second server run alternately with --url, for a comparison.",

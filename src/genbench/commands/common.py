@@ -33,6 +33,14 @@ THINK_TAGS = typer.Option(
 )
 
 
+TOOL_POLICY = typer.Option(
+    "replay",
+    "--tool-policy",
+    help="Rows with tools: replay (the target calls again, the original results fed back "
+    "in order) or keep (the original calls and results kept, plain answers regenerated).",
+)
+
+
 THINK_DIALECT = typer.Option(
     "auto",
     "--think-dialect",

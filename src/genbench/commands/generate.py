@@ -26,10 +26,13 @@ from genbench.commands import common
 from genbench.commands.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import duration, duration_range, number, rate
+from genbench.generate.batch import BATCH_OUTPUT, is_batch_file, write_batch_output
 from genbench.generate.input import ShardSpec
 from genbench.generate.job import JobConfig, JobResult, Listener, run_job
+from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.params import job_params
 from genbench.generate.servers import ServerSpec
+from genbench.generate.tools import POLICIES
 from genbench.plan.document import JobForecast, job_forecast, read_plan
 from genbench.transport.endpoint import load_api_key
 
@@ -297,7 +300,10 @@ def render_result(r: JobResult, console: Console) -> None:
     if r.errors_file:
         console.print(f"  failures: {r.errors_file}")
     if r.status in ("interrupted", "servers_down"):
-        console.print("  rerun the same command to resume: finished rows are kept and skipped")
+        when = " once they are back" if r.status == "servers_down" else ""
+        console.print(
+            f"  rerun the same command{when} to resume: finished rows are kept and skipped"
+        )
 
 
 def generate(
@@ -339,6 +345,7 @@ def generate(
     turns: str = typer.Option(
         "all", "--turns", help="all: regenerate every assistant turn; last: only the final one."
     ),
+    tool_policy: str = common.TOOL_POLICY,
     think_tags: str = common.THINK_TAGS,
     think_dialect: str = common.THINK_DIALECT,
     keep_raw: bool = typer.Option(
@@ -347,7 +354,19 @@ def generate(
         help="Also write each answer as generated, thinking and tags in it, where genbench "
         "split it (turn field raw; see docs/generate.md).",
     ),
+    token_ids: str = typer.Option(
+        "auto",
+        "--token-ids",
+        help="Keep the token ids the server generated, and the prompt's: auto (where the "
+        "server gives them), on (refuse a server that cannot), off.",
+    ),
     fmt: str = typer.Option("jsonl", "--format", help="jsonl or parquet."),
+    answers: str = typer.Option(
+        "conversations",
+        "--answers",
+        help="conversations; batch: data files in OpenAI's Batch output shape instead; both: "
+        "conversations, and batch_output.jsonl beside them at the end of every run.",
+    ),
     shard_size: str = typer.Option("256MB", "--shard-size", help="Start a new file after this."),
     shard: str | None = typer.Option(
         None, "--shard", metavar="i/N", help="Take only this client's share of the ids."
@@ -375,7 +394,17 @@ def generate(
         False, "--retry-errors", help="Generate the rows of the errors file again."
     ),
     force: bool = typer.Option(
-        False, "--force", help="Resume even though the model or sampling changed."
+        False,
+        "--force",
+        help="Resume even though the model or sampling changed (rows made before are kept, "
+        "listed in stale.jsonl).",
+    ),
+    input_changed: str | None = typer.Option(
+        None,
+        "--input-changed",
+        help="Done rows whose request changed, or that are no longer in the input: "
+        "regenerate (old answers to replaced.jsonl) or keep (listed in stale.jsonl). "
+        "[default: refuse, saying which]",
     ),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N rows (a trial)."),
     progress_every: float = typer.Option(
@@ -386,6 +415,19 @@ def generate(
         "--plan",
         help="A plan.json (or its directory) from genbench plan: its forecast beside the "
         "live ETA, and at the end how far off it was.",
+    ),
+    metrics_port: int | None = typer.Option(
+        None,
+        "--metrics-port",
+        metavar="PORT",
+        help="Serve the job's progress as Prometheus metrics on http://HOST:PORT/metrics "
+        "while it runs (0: any free port). See docs/generate.md.",
+    ),
+    metrics_host: str = typer.Option(
+        "127.0.0.1",
+        "--metrics-host",
+        help="Address --metrics-port listens on: loopback unless you choose another "
+        "(0.0.0.0: every interface).",
     ),
     json: bool = common.JSON,
 ) -> None:
@@ -402,8 +444,18 @@ def generate(
     if retries < 0 or retry_backoff < 0 or drain < 0:
         raise UsageError("--retries, --retry-backoff and --drain must be 0 or more")
     _choice("--turns", turns, ("all", "last"))
+    _choice("--tool-policy", tool_policy, POLICIES)
     _choice("--format", fmt, ("jsonl", "parquet"))
     _choice("--truncated", truncated, ("keep", "error"))
+    _choice("--answers", answers, ("conversations", "batch", "both"))
+    if answers == "batch" and fmt != "jsonl":
+        raise UsageError("--answers batch writes JSON Lines: leave --format at jsonl")
+    if is_batch_file(input):
+        turns = "last"  # a Batch line is one request, sent as its body has it
+        tool_policy = "keep"  # its calls and results too: nothing replayed
+    _choice("--token-ids", token_ids, ("auto", "on", "off"))
+    if input_changed is not None:
+        _choice("--input-changed", input_changed, ("regenerate", "keep"))
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
@@ -441,6 +493,7 @@ def generate(
         model=model,
         params=params,
         turns=turns,
+        tool_policy=tool_policy,
         fmt=fmt,
         shard=ShardSpec.parse(shard) if shard else None,
         shard_bytes=parse_size(shard_size),
@@ -453,10 +506,13 @@ def generate(
         on_truncated=truncated,
         retry_errors=retry_errors,
         force=force,
+        input_changed=input_changed,
         limit=limit,
         think_tags=common.think_tags(think_tags),
         think_dialect=common.think_dialect(think_dialect),
         keep_raw=keep_raw,
+        answers=answers,
+        token_ids=token_ids,
     )
     console = err if json else out
     where = f" (shard {cfg.shard.index}/{cfg.shard.count})" if cfg.shard else ""
@@ -471,10 +527,23 @@ def generate(
         cs.pop() if len(cs) == 1 else None,
         down_timeout,
     )
+    exporter = None
+    if metrics_port is not None:
+        if not 0 <= metrics_port <= 65535:
+            raise UsageError(f"--metrics-port {metrics_port}: expected a port from 0 to 65535")
+        from genbench.generate.exporter import MetricsExporter
+
+        exporter = MetricsExporter(metrics_host, metrics_port)
+        console.print(f"  metrics: {exporter.start()}")
+    heard = [listener, RunNotes(output, cfg.shard_tag)] + ([exporter] if exporter else [])
     try:
-        result = common.run_async(run_job(cfg, listener))
+        result = common.run_async(run_job(cfg, Listeners(*heard)))
     finally:
         listener.stop()
+        if exporter is not None:
+            exporter.stop()
+    if answers == "both":
+        _write_batch_output(cfg, console)
     if json:
         doc = {**asdict(result), "exit_code": result.exit_code}
         if listener.forecast is not None:
@@ -482,6 +551,19 @@ def generate(
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     if result.exit_code:
         raise typer.Exit(result.exit_code)
+
+
+def _write_batch_output(cfg: JobConfig, console: Console) -> None:
+    """--answers both: batch_output.jsonl (one per --shard) from what the store holds now."""
+    from genbench.generate.store import Store
+
+    store = Store(cfg.output, shard_tag=cfg.shard_tag)
+    if not store.out.is_dir():
+        return
+    tag = f"-{cfg.shard_tag}" if cfg.shard_tag else ""
+    dest = cfg.output / BATCH_OUTPUT.replace(".jsonl", f"{tag}.jsonl")
+    n = write_batch_output(store.data_files(), store.errors_path, dest)
+    console.print(f"  batch output: {dest} ({n:,} lines)")
 
 
 def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -12,6 +12,7 @@ from genbench.commands.console import err, out
 from genbench.inspect import SETTINGS_FLAGS, Thresholds, inspect_data, settings_from_flags
 from genbench.inspect.clean import parse_drop
 from genbench.inspect.detect import DEFAULT_TAGS
+from genbench.inspect.fidelity import DRIFT_SAMPLE
 from genbench.inspect.render import print_inspection
 
 D = Thresholds()
@@ -71,21 +72,37 @@ def inspect_cmd(
         None, "--layers-captured", help="Hidden-state storage: layers kept per token."
     ),
     dtype_bytes: int = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value."),
+    url: str | None = typer.Option(
+        None,
+        "--url",
+        help="A server with the job's tokenizer (vLLM: /detokenize, /tokenize): measure the "
+        "retokenization drift of the turns with ids.",
+    ),
+    drift_sample: int = typer.Option(
+        DRIFT_SAMPLE, "--drift-sample", help="Token fidelity: turns checked with --url."
+    ),
+    key_env: str = common.KEY_ENV,
+    key_file: Path | None = common.KEY_FILE,
     json: bool = common.JSON,
 ) -> None:
     """Check a generated set: loops, unclosed thinking, empty answers, leftover tags,
     garbled text, short rows, duplicates, an odd server; its storage; a clean copy."""
     flags = dict(locals())  # every option above, by name
     settings = settings_from_flags(**{k: flags[k] for k in SETTINGS_FLAGS})
+    tokenizer = common.endpoint(url, key_env, key_file) if url else None
     drop_names = parse_drop(drop) if drop is not None else None
     if err.is_terminal:
         with err.status(f"reading {path}") as status:
             doc = inspect_data(
                 path, settings, drop=drop_names, out=out_dir, save=save,
                 progress=lambda n: status.update(f"reading {path}: {n:,} rows"),
+                tokenizer=tokenizer, drift_sample=drift_sample,
             )  # fmt: skip
     else:
-        doc = inspect_data(path, settings, drop=drop_names, out=out_dir, save=save)
+        doc = inspect_data(
+            path, settings, drop=drop_names, out=out_dir, save=save,
+            tokenizer=tokenizer, drift_sample=drift_sample,
+        )  # fmt: skip
     if json:
         print_inspection(doc, err)
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())

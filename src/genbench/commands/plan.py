@@ -153,6 +153,7 @@ def plan(
     param: list[str] | None = common.PARAM,
     config: Path | None = common.CONFIG,
     turns: str = TURNS,
+    tool_policy: str = common.TOOL_POLICY,
     warmup: float = WARMUP,
     seed: int = SEED,
     bootstrap: int = BOOTSTRAP,

@@ -100,6 +100,14 @@ METRICS_URL = typer.Option(
     help="A worker's /metrics, summed with the other --metrics-url's per phase (servers "
     "behind a router); repeatable. [default: the server's own /metrics]",
 )
+PROMPTS = typer.Option(
+    None,
+    "--workload",
+    metavar="FILE",
+    help="A prompt file (JSONL or Parquet, as generate's): its requests, one per assistant "
+    "turn with the history before it (an agentic row's tools, calls and results too), "
+    "in place of the built-in prompts. [default: the built-in prompts]",
+)
 VERSUS = typer.Option(
     None,
     "--versus",
@@ -136,6 +144,7 @@ def run(
     report: bool = REPORT,
     repeat: int = REPEAT,
     metrics_url: list[str] | None = METRICS_URL,
+    prompts: Path | None = PROMPTS,
     versus: list[str] | None = VERSUS,
 ) -> None:
     """Benchmark a server: warm-up, single stream by output length, concurrency sweep."""

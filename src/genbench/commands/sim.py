@@ -17,6 +17,13 @@ NO_METRICS = typer.Option(
     False, "--no-metrics", help="Serve no /metrics (like SGLang without --enable-metrics)."
 )
 
+TOKEN_IDS = typer.Option(
+    "none",
+    "--token-ids",
+    help="Token ids when a request asks: none (llama.cpp's chat), vllm (return_token_ids, "
+    "per chunk) or sglang (the sglext lists; see docs/sim.md).",
+)
+
 DRIFT = typer.Option(
     None,
     "--drift",
@@ -85,6 +92,14 @@ def sim(
     dialect: str = DIALECT,
     no_metrics: bool = NO_METRICS,
     drift: str | None = DRIFT,
+    tool_calls: str | None = typer.Option(
+        None,
+        "--tool-calls",
+        metavar="N|LO:HI",
+        help="Requests with tools: each conversation calls N (or LO..HI, seeded) tools, one "
+        "a reply, before it answers. [default: never, unless tool_choice forces a call]",
+    ),
+    token_ids: str = TOKEN_IDS,
 ) -> None:
     """Run the reference OpenAI-compatible server with known timing and injectable faults."""
     cfg = SimConfig(
@@ -93,7 +108,7 @@ def sim(
         thinking_tokens=thinking_tokens, reasoning_dialect=reasoning_dialect, spec_k=spec_k,
         spec_accept=spec_accept, output_len=output_len, seed=seed, api_key_env=api_key_env,
         faults=[parse_fault(f) for f in fault or []], drift=drift, dialect=dialect,
-        metrics=not no_metrics,
+        metrics=not no_metrics, token_ids=token_ids, tool_calls=tool_calls,
     ).validate()  # fmt: skip
 
     from genbench.sim.server import run

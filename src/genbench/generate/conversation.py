@@ -10,14 +10,14 @@ so a retry resumes at the turn that failed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from genbench.generate.input import BadRow, Row
+from genbench.generate.input import Row
 from genbench.generate.params import merge, split_max_tokens
 from genbench.generate.rows import row_line
 from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest
+from genbench.transport.token_ids import check_turn, row_status
 
 
 class Conversation:
@@ -26,7 +26,8 @@ class Conversation:
     __slots__ = (
         "row", "rid", "all_turns", "max_tokens", "params", "out", "pos", "waiting", "last_user",
         "attempts", "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated",
-        "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag",
+        "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "ids",
+        "request",
     )  # fmt: skip
 
     def __init__(
@@ -49,6 +50,9 @@ class Conversation:
         self.last: RequestRecord | None = None
         self.server = ""
         self.tag: dict[str, Any] = {}  # what every record of this row carries in `extra`
+        # each generated turn's token-id status (genbench.transport.token_ids)
+        self.ids: list[str] = []
+        self.request: str | None = None  # its requests' fingerprint, in meta (fingerprint.py)
 
     def _advance(self) -> bool:
         """Move through the row to the next turn to generate; False when the row is done."""
@@ -87,6 +91,8 @@ class Conversation:
         turn["reasoning_content"] = rec.reasoning or ""
         if rec.raw is not None:  # --keep-raw: the text as generated, tags and all
             turn["raw"] = rec.raw
+        turn["finish_reason"] = rec.finish_reason  # marks a generated turn
+        self._keep_ids(turn, rec)
         self.out.append(turn)
         self.waiting = False
         self.turns += 1
@@ -101,6 +107,24 @@ class Conversation:
         if self.ttft is None and rec.ttft is not None:
             self.ttft = rec.ttft
         self.latency += rec.e2e or 0.0
+
+    def _keep_ids(self, turn: dict[str, Any], rec: RequestRecord) -> None:
+        """The turn's ids as served (arrays: `rows.row_line` writes them as lists), and why
+        they cannot be trusted when they cannot."""
+        status, why = check_turn(
+            rec.prompt_token_ids, rec.token_ids, rec.prompt_tokens, rec.completion_tokens,
+            rec.tokens_estimated,
+        )  # fmt: skip
+        why = rec.token_ids_error or why
+        if rec.token_ids_error is not None:
+            status = "mismatch"
+        if rec.prompt_token_ids is not None:
+            turn["prompt_token_ids"] = rec.prompt_token_ids
+        if rec.token_ids is not None:
+            turn["token_ids"] = rec.token_ids
+        if why is not None:
+            turn["token_ids_error"] = why
+        self.ids.append(status)
 
     def meta(self, model: str) -> dict[str, Any]:
         return {
@@ -119,42 +143,19 @@ class Conversation:
             "latency_s": round(self.latency, 4),
             "sent_at": self.sent_at,
             "finished_at": round(time.time(), 3),
-        }
+            "token_ids": row_status(self.ids),
+        } | ({"request": self.request} if self.request is not None else {})
 
     def line(self, model: str) -> bytes:
         """The row as the data file holds it."""
         return row_line(self.row.output_id, self.out, self.meta(model))
 
 
-def turn_count(row: Row, all_turns: bool) -> int:
-    """Requests one row makes: every user turn's answer with --turns all, else one."""
-    conv, n = Conversation(row, {}, all_turns), 0
-    while conv._advance():
-        n += 1
-        conv.waiting = False
-    return n
-
-
-Label = Callable[[int, Row], tuple[str, dict[str, Any]]]
-
-
-def conversations(
-    rows: Iterable[Row | BadRow],
-    params: dict[str, Any],
-    all_turns: bool,
-    *,
-    on_bad: Callable[[BadRow], None] | None = None,
-    label: Label | None = None,
-) -> Iterator[Conversation]:
-    """The rows as units for `load`, read lazily; a row that cannot be sent goes to
-    `on_bad`. `label(n, row)` gives the n-th row's request id and what its records
-    carry in `extra` (default: the row's id, nothing)."""
-    for n, row in enumerate(rows):
-        if isinstance(row, BadRow):
-            if on_bad is not None:
-                on_bad(row)
-            continue
-        rid, tag = label(n, row) if label else (row.id, {})
-        conv = Conversation(row, params, all_turns, rid)
-        conv.tag = tag
-        yield conv
+    def expected_requests(self) -> int:
+        """Requests the row makes: every user turn's answer with --turns all, else one."""
+        n = 0
+        while self._advance():
+            n += 1
+            self.waiting = False
+        self.out, self.pos = [], 0
+        return n

@@ -12,28 +12,38 @@ A row is an object with
     file keeps ids;
   * the prompt: `conversations` or `messages` (a list of {role, content}, or ShareGPT's
     {from, value}), or `prompt` (text) with an optional `system` (text);
-  * optional `params`: sampling fields for this row only (temperature, max_tokens, ...).
+  * optional `params`: sampling fields for this row only (temperature, max_tokens, ...);
+  * optional `tools` and `tool_choice`, and turns that call tools or carry their results
+    (`genbench.generate.tools` reads the shapes the common agentic data sets use).
+An OpenAI Batch request line (`custom_id`, `body`) is read as such a row (batch.py).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-from collections.abc import Iterator
+import zlib
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from genbench.errors import InputFileError, UsageError
+from genbench.generate import batch as batch_api
+from genbench.generate.input_files import PROMPT_KEYS, check_stream
+from genbench.generate.input_files import check_exists as _check_exists
+from genbench.generate.input_files import check_kind as _not_what_it_says
+from genbench.generate.input_files import jsonl_lines as _jsonl
+from genbench.generate.input_files import open_parquet as open_parquet  # inspect reads with it
+from genbench.generate.input_files import parquet_rows as _parquet
 from genbench.generate.params import check_row_params
 from genbench.generate.shard import ShardSpec
+from genbench.generate.tools import BadTool, link, row_tools, tool_turn, xlam_turns
 
-ROLES = ("system", "developer", "user", "assistant")
+_crc = zlib.crc32
+ROLES = ("system", "developer", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "chatgpt": "assistant", "bot": "assistant"}
-PROMPT_KEYS = ("conversations", "messages")
-BOM = b"\xef\xbb\xbf"
 RAW_LIMIT = 2000  # characters of a bad line kept in the errors file
 
 
@@ -56,10 +66,25 @@ class Row:
     params: dict[str, Any]
     line: int
     out_id: str | int | None = None
+    tools: list[dict[str, Any]] | None = None  # the row's tool schema, sent with each request
+    tool_choice: Any = None
+    src: int = 0  # the key of its input line (fingerprint.py), 0 when not computed
 
     @property
     def output_id(self) -> str | int:
         return self.id if self.out_id is None else self.out_id
+
+
+class RequestCheck(Protocol):
+    """What the input scan asks about a done row whose line changed (fingerprint.py)."""
+
+    salt: int
+
+    def key(self, raw: bytes) -> int: ...
+    def kept_key(self, row_id: str) -> int: ...
+    def has_kept(self) -> bool: ...
+    def kept_gone(self, row_id: str) -> bool: ...
+    def changed(self, row_id: str, row: Row, key: int) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -96,10 +121,25 @@ class InputScan:
     bad: list[BadRow] = field(default_factory=list)
     bad_lines: set[int] = field(default_factory=set)
     last_line: int | None = None  # --limit: pass 2 stops here
+    removed: list[str] = field(default_factory=list)  # done ids no longer in the input
 
     @property
     def where(self) -> str:
         return "row" if self.kind == "parquet" else "line"
+
+
+def line_key(salt: int, raw: bytes) -> int:
+    """The key of an input line's bytes under a job's `salt` (fingerprint.py); never 0,
+    which means unknown: its length and a CRC-32 seeded by the salt. It only ever says
+    "this line is byte for byte the one the row was made from" (an edit of the same
+    length slips by once in 4 billion; the fingerprint decides every other case), and it
+    is on the resume's hot path (inline there, in `_Scan.row`): 0.2 us a line."""
+    return (len(raw) << 32 | _crc(raw, salt & 0xFFFFFFFF)) or 1
+
+
+def raw_of(item: bytes | dict[str, Any]) -> bytes:
+    """The bytes a row's line key is taken of: a JSONL line as it is, a Parquet row as JSON."""
+    return item if type(item) is bytes else orjson.dumps(item, default=str)
 
 
 def derive_id(messages: list[dict[str, Any]], params: dict[str, Any]) -> str:
@@ -146,9 +186,14 @@ def _turns(value: Any, key: str) -> list[dict[str, Any]]:
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise _Bad(f"expected an object, got {type(item).__name__}", f"{key}[{i}]")
-        role = item.get("role")
+        role, src = item.get("role"), None
         if role is None and item.get("from") is not None:
-            role = SHAREGPT_ROLES.get(str(item["from"]).lower(), str(item["from"]).lower())
+            src = str(item["from"]).lower()
+            role = SHAREGPT_ROLES.get(src, src)
+        tool = tool_turn(item, role, src, f"{key}[{i}]")
+        if tool is not None:
+            out.append(tool)
+            continue
         if role not in ROLES:
             got = "no role" if role is None else f"role {role!r}"
             raise _Bad(f"{got}: expected one of {', '.join(ROLES)}", f"{key}[{i}].role")
@@ -161,6 +206,7 @@ def _turns(value: Any, key: str) -> list[dict[str, Any]]:
         out.append(turn)
     if not any(t["role"] == "user" for t in out):
         raise _Bad("no user turn to answer", key)
+    link(out, key)
     return out
 
 
@@ -168,6 +214,9 @@ def _messages(obj: dict[str, Any]) -> list[dict[str, Any]]:
     for key in PROMPT_KEYS:
         if obj.get(key) is not None:
             return _turns(obj[key], key)
+    xlam = xlam_turns(obj)
+    if xlam is not None:
+        return xlam
     prompt = obj.get("prompt")
     if prompt is None:
         raise _Bad(
@@ -209,12 +258,19 @@ def parse_row(obj: Any, line: int, row_id: str | None = None) -> Row:
     try:
         messages = _messages(obj)
         params = _params(obj)
+        tools, choice = row_tools(obj)
+    except BadTool as t:
+        raise _Bad(t.problem, t.field, row_id) from None
     except _Bad as b:
         b.id = row_id
+        if obj.get(batch_api.MARK):
+            b.field = batch_api.field_name(b.field)
         raise
     raw = obj.get("id") if row_id is not None else None
     out_id = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
-    return Row(row_id or derive_id(messages, params), messages, params, line, out_id)
+    # a row's tools are part of its content; a row without keeps the id it always had
+    key = derive_id(messages, params if tools is None else {**params, "tools": tools})
+    return Row(row_id or key, messages, params, line, out_id, tools, choice)
 
 
 def fast_id(s: bytes) -> str | None:
@@ -225,6 +281,8 @@ def fast_id(s: bytes) -> str | None:
         start = 7
     elif s[:8] == b'{"id": "':
         start = 8
+    elif s[:14] == b'{"custom_id":"':  # an OpenAI Batch request line (batch.py)
+        start = 14
     else:
         return None
     end = s.find(b'"', start)
@@ -242,7 +300,7 @@ def fast_id(s: bytes) -> str | None:
 def _decode(s: bytes) -> Any:
     """JSON from one line, with the problem said plainly (encoding first: it explains most)."""
     try:
-        return orjson.loads(s)
+        obj = orjson.loads(s)
     except orjson.JSONDecodeError as e:
         try:
             s.decode("utf-8")
@@ -257,85 +315,58 @@ def _decode(s: bytes) -> Any:
             else ""
         )
         raise _Bad(f"not valid JSON ({e.msg} at column {e.colno}){hint}") from None
-
-
-# -- reading files --------------------------------------------------------------------------
-
-
-def _jsonl(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(line number, stripped bytes) of non-blank lines."""
-    opener: Any = gzip.open if path.name.lower().endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            for n, line in enumerate(f, 1):
-                s = line.strip()
-                if n == 1 and s.startswith(BOM):
-                    s = s[3:].strip()
-                if s:
-                    yield n, s
-    except OSError as e:  # e.g. a truncated gzip stream
-        raise InputFileError(path, None, f"cannot read it ({e.strerror or e})") from None
-
-
-def open_parquet(path: Path) -> Any:
-    """A `pyarrow.parquet.ParquetFile`, with one-line errors for a missing pyarrow and for
-    files pyarrow refuses (generate's input and inspect's reader both open through it)."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise UsageError(
-            f"{path}: reading Parquet needs pyarrow: pip install 'genbench[parquet]'"
-        ) from None
-    try:
-        return pq.ParquetFile(path)
-    except Exception as e:  # pyarrow raises its own error types for bad files
-        raise InputFileError(path, None, f"not a readable Parquet file ({e})") from None
-
-
-def _parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    pf = open_parquet(path)
-    names = set(pf.schema_arrow.names)
-    cols = [c for c in ("id", *PROMPT_KEYS, "prompt", "system", "params") if c in names]
-    if not cols:
-        raise InputFileError(path, None, f"no usable columns (has: {', '.join(sorted(names))})")
-    n = 0
-    for batch in pf.iter_batches(batch_size=2048, columns=cols):
-        for obj in batch.to_pylist():
-            n += 1
-            yield n, obj
-
-
-def _check_exists(path: Path) -> None:
-    if not path.exists():
-        raise UsageError(f"--input {path}: no such file")
-    if path.is_dir():
-        raise UsageError(f"--input {path}: is a directory, expected a .jsonl or .parquet file")
+    if batch_api.is_batch_line(obj):
+        try:
+            return batch_api.batch_row(obj)
+        except batch_api.BatchLineError as b:
+            cid = obj.get("custom_id")
+            raise _Bad(b.problem, b.field, cid if isinstance(cid, str) and cid else None) from None
+    return obj
 
 
 def scan(
     path: Path,
-    done: set[str] | frozenset[str] = frozenset(),
+    done: Collection[str] = frozenset(),
     failed: set[str] | frozenset[str] = frozenset(),
     *,
     shard: ShardSpec | None = None,
     skip_invalid: bool = False,
     limit: int | None = None,
     known_bad: set[str] | frozenset[str] = frozenset(),
+    check: RequestCheck | None = None,
 ) -> InputScan:
     """First pass: validate every row, count, find duplicates; raise on the first problem
     unless `skip_invalid`. Rows whose id is in `done` or `failed` (this shard's output of
     earlier runs) are counted, not validated: resume must be fast. `known_bad`: keys ('id'
-    or 'line:N') of the errors file, so invalid rows are not reported twice."""
+    or 'line:N') of the errors file, so invalid rows are not reported twice. With
+    `check` (and `done` a dict of id -> line key), a done row whose line changed has its
+    request compared (`RequestCheck`): a changed one is to do again, and the done ids
+    the input no longer has are `removed`."""
     _check_exists(path)
-    sc = _Scan(InputScan(path=path, kind=input_kind(path)), shard or ShardSpec(1, 1), limit)
+    kind = input_kind(path)
+    _not_what_it_says(path, kind)
+    sc = _Scan(InputScan(path=path, kind=kind), shard or ShardSpec(1, 1), limit)
     sc.done, sc.failed, sc.skip_invalid, sc.known_bad = done, failed, skip_invalid, known_bad
     # Ids of earlier runs are used up as they are met, so meeting one again is a duplicate;
     # new ids live in res.todo and invalid ones in bad_ids: no separate set of all ids.
-    sc.left_done, sc.left_failed = set(done), set(failed)
-    rows: Iterator[tuple[int, Any]] = _parquet(path) if sc.res.kind == "parquet" else _jsonl(path)
-    for n, item in rows:
-        if sc.row(n, item):
-            break
+    sc.left_done = dict(done) if isinstance(done, dict) else dict.fromkeys(done, 0)
+    sc.left_failed, sc.check = set(failed), check
+    sc.salt = check.salt & 0xFFFFFFFF if check is not None else None
+    sc.kept = check is not None and check.has_kept()
+    rows: Iterator[tuple[int, Any]] = _parquet(path) if kind == "parquet" else _jsonl(path)
+    seen = 0
+    try:
+        for n, item in rows:
+            seen += 1
+            if sc.row(n, item):
+                break
+    except RowError:
+        check_stream(path)  # a corrupt gzip is the file's fault, not the row's
+        raise
+    if not seen:
+        raise InputFileError(path, None, "no rows (the file is empty or blank)")
+    if sc.res.last_line is None:  # read to the end: what was not met is not in the input
+        sc.res.removed = [i for i in sc.left_done if check is None or not check.kept_gone(i)]
     return sc.res
 
 
@@ -345,8 +376,12 @@ class _Scan:
     def __init__(self, res: InputScan, shard: ShardSpec, limit: int | None) -> None:
         self.res, self.shard, self.limit = res, shard, limit
         self.bad_ids: set[str] = set()
-        self.done = self.failed = self.known_bad = frozenset[str]()
-        self.left_done: set[str] = set()
+        self.done: Collection[str] = frozenset()
+        self.failed = self.known_bad = frozenset[str]()
+        self.left_done: dict[str, int] = {}
+        self.check: RequestCheck | None = None
+        self.salt: int | None = None
+        self.kept = False  # rows kept by --input-changed keep: their own keys
         self.left_failed: set[str] = set()
         self.skip_invalid = False
 
@@ -354,10 +389,14 @@ class _Scan:
         res = self.res
         if type(item) is bytes:
             fid = fast_id(item)
-            if fid is not None and fid in self.left_done:  # the hot path of a resume
-                self.left_done.remove(fid)
-                res.done += 1
-                return self.full(n)
+            if fid is not None and (src := self.left_done.get(fid)) is not None:
+                salt = self.salt  # the hot path of a resume: line_key, inline
+                if salt is None or src == (k := len(item) << 32 | _crc(item, salt) or 1) or (
+                    self.kept and self.check is not None and self.check.kept_key(fid) == k
+                ):
+                    del self.left_done[fid]
+                    res.done += 1
+                    return self.full(n)
         try:
             obj = _decode(item) if type(item) is bytes else item
             row_id = _id_of(obj) if isinstance(obj, dict) else None
@@ -369,10 +408,16 @@ class _Scan:
         if not self.shard.owns(rid):
             return False
         res.derived += derived is not None
-        if self.earlier(rid):
-            return self.full(n)
+        try:
+            if self.earlier(rid, n, obj, derived, item):
+                return self.full(n)
+        except _Bad as b:
+            self.bad(n, b, item)
+            return False
         if rid in res.todo or rid in self.bad_ids or rid in self.done or rid in self.failed:
-            self.bad(n, self.dup(rid, n, derived is not None), item)
+            b = self.dup(rid, n, derived is not None)
+            b.field = batch_api.field_name(b.field) if obj.get(batch_api.MARK) else b.field
+            self.bad(n, b, item)
             return False
         if derived is None:
             try:
@@ -383,9 +428,26 @@ class _Scan:
         res.todo.add(rid)
         return self.full(n)
 
-    def earlier(self, row_id: str) -> bool:
+    def same_line(self, row_id: str, item: Any) -> bool:
+        """The done row's input line is byte for byte the one it was made from (or there is
+        nothing to compare): its request cannot have changed."""
+        if self.check is None:
+            return True
+        key = self.check.key(raw_of(item))
+        return key == self.left_done[row_id] or self.check.kept_key(row_id) == key
+
+    def earlier(self, row_id: str, n: int, obj: Any, derived: Row | None, item: Any) -> bool:
+        """A row done or failed in an earlier run (True), or one to do: new, or done for a
+        request that has changed since (then in `todo`, and in `check.changed`)."""
         if row_id in self.left_done:
-            self.left_done.remove(row_id)
+            if not self.same_line(row_id, item):
+                assert self.check is not None
+                row = derived or parse_row(obj, n, row_id)
+                if self.check.changed(row_id, row, self.check.key(raw_of(item))):
+                    del self.left_done[row_id]
+                    self.res.todo.add(row_id)
+                    return True  # counted as a row of the input; done again, or kept
+            del self.left_done[row_id]
             self.res.done += 1
             return True
         if row_id in self.left_failed:
@@ -448,9 +510,11 @@ def iter_rows(
     *,
     shard: ShardSpec | None = None,
     last_line: int | None = None,
+    salt: int | None = None,
 ) -> Iterator[Row | BadRow]:
     """Second pass: the rows whose id is in `todo`, in file order. A row that no longer
-    parses (the file changed since `scan`) comes back as a BadRow."""
+    parses (the file changed since `scan`) comes back as a BadRow. With `salt`, each row
+    carries the key of its line (`Row.src`)."""
     kind = input_kind(path)
     shard = shard or ShardSpec(1, 1)
     rows: Iterator[tuple[int, Any]] = _parquet(path) if kind == "parquet" else _jsonl(path)
@@ -471,4 +535,6 @@ def iter_rows(
             yield BadRow(n, b.id, "changed since it was checked: " + b.problem, b.field, _raw(item))
             continue
         if row.id in todo and shard.owns(row.id):
+            if salt is not None:
+                row.src = line_key(salt, raw_of(item))
             yield row

@@ -21,10 +21,14 @@ from genbench import __version__, fmt
 from genbench.check.preflight import CheckReport, preflight
 from genbench.check.router import ROUTER_KINDS
 from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
+from genbench.generate.batch import answer_line
 from genbench.generate.conversation import Conversation
-from genbench.generate.input import BadRow, InputScan, ShardSpec, iter_rows, scan
+from genbench.generate.durable import output_errors
+from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
+from genbench.generate.input import BadRow, InputScan, ShardSpec, iter_rows
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress, RowInfo
+from genbench.generate.resume import prepare
 from genbench.generate.servers import Server, ServerSpec
 from genbench.generate.store import Existing, Store
 from genbench.load import Load
@@ -32,6 +36,7 @@ from genbench.records import RequestRecord
 from genbench.transport.client import Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import DEFAULT_TAGS, ThinkMode, ThinkState
+from genbench.transport.token_ids import describe as describe_ids
 
 
 @dataclass
@@ -43,6 +48,7 @@ class JobConfig:
     model: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     turns: str = "all"  # all | last
+    tool_policy: str = "replay"  # replay | keep: an agentic row's calls (generate/agent.py)
     fmt: str = "jsonl"  # jsonl | parquet
     shard: ShardSpec | None = None
     shard_bytes: int = 256 << 20
@@ -64,9 +70,16 @@ class JobConfig:
     think_tags: tuple[str, str] = DEFAULT_TAGS  # thinking inline in content: its tags
     think_dialect: str = "auto"  # --think-dialect: where thinking arrives, or auto
     keep_raw: bool = False  # also write each answer's text as generated (turn["raw"])
+    answers: str = "conversations"  # conversations | batch (OpenAI Batch output lines) | both
+    token_ids: str = "auto"  # --token-ids: auto (where the server gives them), on, off
+    input_changed: str | None = None  # regenerate | keep: done rows whose request changed
 
     def fingerprint(self, model: str) -> dict[str, Any]:
-        return {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
+        fmt = "batch" if self.answers == "batch" else self.fmt  # Batch lines: another format
+        fp = {"model": model, "params": self.params, "turns": self.turns, "format": fmt}
+        if self.tool_policy != "replay":  # the default leaves earlier jobs' fingerprints be
+            fp["tool_policy"] = self.tool_policy
+        return fp
 
     @property
     def shard_tag(self) -> str | None:
@@ -79,6 +92,7 @@ class Listener:
     def planned(self, info: dict[str, Any]) -> None: ...
     def note(self, text: str, style: str = "") -> None: ...
     def tick(self, snap: dict[str, Any]) -> None: ...
+    def record(self, rec: RequestRecord) -> None: ...  # every request, as it ends
     def finished(self, result: JobResult) -> None: ...
 
 
@@ -108,11 +122,11 @@ class JobResult:
         return codes.get(self.status, ExitCode.OK)
 
 
+# the cause, once: the status is printed before it and the resume hint after it
 MESSAGES = {
     "complete": "all rows done",
-    "interrupted": "interrupted: rerun the same command to resume",
-    "servers_down": "every server was down for {down:g} s: rerun the same command to resume "
-    "when they are back",
+    "interrupted": "stopped before every row was done",
+    "servers_down": "every server was down for {down:g} s",
 }
 
 
@@ -138,44 +152,21 @@ class Job:
         self._stops = 0
         self._t_first_send: float | None = None
         self._t_last_done: float | None = None
+        self.check: RequestCheck | None = None
 
     # -- preparation ----------------------------------------------------------------------
 
     def prepare(self) -> tuple[Existing, InputScan]:
         """Local work only: the output directory, then the input. Fails before any request."""
-        cfg = self.cfg
-        self.store.check_directory()
-        if cfg.retry_errors:
-            moved = self.store.set_aside_errors()
-            if moved:
-                self.listener.note(f"--retry-errors: earlier failures moved to {moved}")
-        existing = self.store.load_existing()
-        for n in existing.notes:
-            self.listener.note(f"repaired {n}", "yellow")
-        if existing.duplicates:
-            self.listener.note(
-                f"{existing.duplicates} ids appear in more than one data file "
-                "(files merged by hand?); each counts once",
-                "yellow",
-            )
-        res = scan(
-            cfg.input,
-            existing.done,
-            existing.failed,
-            shard=cfg.shard,
-            skip_invalid=cfg.skip_invalid,
-            limit=cfg.limit,
-            known_bad=existing.failed,
-        )
-        # 1M done ids are not needed past this point: the run writes only res.todo
-        existing.done, existing.failed = set(), set()
+        existing, res, self.check = prepare(self.cfg, self.store, self.listener)
         return existing, res
 
     async def _preflight(self) -> list[CheckReport]:
         cfg = self.cfg
         eps = [Endpoint.parse(s.url, cfg.api_key) for s in cfg.servers]
         timeout = min(cfg.timeout, 120.0)
-        think = {"think_tags": cfg.think_tags, "think_dialect": cfg.think_dialect}
+        think = {"think_tags": cfg.think_tags, "think_dialect": cfg.think_dialect,
+                 "token_ids": cfg.token_ids}  # fmt: skip
         checks = (preflight(ep, cfg.model, timeout=timeout, connect_timeout=3.0, **think)
                   for ep in eps)  # fmt: skip
         reports = await asyncio.gather(*checks)
@@ -191,6 +182,7 @@ class Job:
             listing = ", ".join(f"{r.url} serves {r.model}" for r in ok)
             raise UsageError(f"the servers serve different models ({listing}): choose --model")
         self.model = ok[0].model or ""
+        refuse_without_ids(cfg.token_ids, ok)
         return list(reports)
 
     def _make_servers(self, reports: list[CheckReport]) -> None:
@@ -198,6 +190,7 @@ class Job:
         timeouts = Timeouts(connect=cfg.connect_timeout, read=cfg.timeout)
         # one model: a server not up yet speaks the dialect the others showed
         seen = next((r.think_mode() for r in reports if r.ok), None)
+        ids_seen = next((r.token_ids for r in reports if r.ok and r.token_ids), None)
         for spec, rep in zip(cfg.servers, reports, strict=True):
             ep = Endpoint.parse(spec.url, cfg.api_key)
             mode = rep.think_mode() if rep.ok else seen
@@ -205,8 +198,13 @@ class Job:
             # the protocol-level transport `run` uses: fewer CPU-seconds per chunk
             client = Client(
                 ep, self.model, timeouts=timeouts, keep_text=True, think=think,
-                keep_raw=cfg.keep_raw,
+                keep_raw=cfg.keep_raw, token_ids=rep.token_ids if rep.ok else ids_seen,
             )  # fmt: skip
+            if rep.ok and cfg.token_ids != "off":
+                self.listener.note(
+                    f"{ep.base_url}: token ids {describe_ids(rep.token_ids, rep.token_ids_note)}",
+                    "" if rep.token_ids else "yellow",
+                )
             router = rep.server.kind in ROUTER_KINDS
             srv = Server(
                 ep, client, spec.concurrency, on_change=self._server_changed, router=router
@@ -235,6 +233,16 @@ class Job:
     # -- the job --------------------------------------------------------------------------
 
     async def run(self, handle_signals: bool = True) -> JobResult:
+        """The whole run, holding the output directory's lock (lock.py) from before the
+        first look at it to the end: a second process is refused before any request."""
+        self.store.check_directory()
+        self.store.lock.acquire()
+        try:
+            return await self._run(handle_signals)
+        finally:
+            self.store.lock.release()
+
+    async def _run(self, handle_signals: bool) -> JobResult:
         t0 = time.monotonic()
         cfg = self.cfg
         existing, res = self.prepare()
@@ -242,7 +250,6 @@ class Job:
         if not res.todo and not res.bad:
             self.progress = Progress(res.rows + len(res.bad), res.done, res.failed, [])
             if cfg.fmt == "parquet" and existing.jsonl_shards:
-                self.store.state.mkdir(parents=True, exist_ok=True)
                 await self.store.close(convert_all=True)
             why = "every row is already done" if res.rows else "the input has no rows"
             return self._result("nothing_to_do", why, t0)
@@ -287,24 +294,27 @@ class Job:
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         self.store.check_job(existing, job, cfg.force)
-        self.store.begin(existing, job)
+        with output_errors(self.store.out):
+            self.store.begin(existing, job)
         self._make_servers(reports)
-        self.store.open_log(
-            {  # what most records share: written once, left out of each line
-                "phase": "generate",
-                "server": self.servers[0].name,
-                "model": self.model,
-                "http_status": 200,
-                "finish_reason": "stop",
-                "extra": {"outcome": "done", "turn": 0},
-                "clock": time.time() - time.perf_counter(),
-            }
-        )
+        with output_errors(self.store.out):
+            self.store.open_log(
+                {  # what most records share: written once, left out of each line
+                    "phase": "generate",
+                    "server": self.servers[0].name,
+                    "model": self.model,
+                    "http_status": 200,
+                    "finish_reason": "stop",
+                    "extra": {"outcome": "done", "turn": 0},
+                    "clock": time.time() - time.perf_counter(),
+                }
+            )
         total = res.rows + len(res.bad)  # invalid rows found now count as failed ones
         self.progress = Progress(total, res.done, res.failed, [s.name for s in self.servers])
         rows = iter_rows(
-            cfg.input, res.todo, res.bad_lines, shard=cfg.shard, last_line=res.last_line
-        )
+            cfg.input, res.todo, res.bad_lines, shard=cfg.shard, last_line=res.last_line,
+            salt=self.check.salt if self.check else None,
+        )  # fmt: skip
         self.store.expect(res.todo)  # shared with the input pass: it shrinks as rows finish
         for b in res.bad:
             self._write_bad(b)
@@ -317,6 +327,7 @@ class Job:
             turns=cfg.turns,
             retries=retries,
             on_bad=self._write_bad,
+            tool_policy=cfg.tool_policy,
             on_record=self._on_record,
             keep_records=False,
             down_timeout=cfg.down_timeout,
@@ -334,10 +345,13 @@ class Job:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self.request_stop)
         syncer = loop.create_task(self.store.run_syncer())
+        syncer.add_done_callback(self._syncer_ended)  # a full disk stops the job at once
         ticker = loop.create_task(self._ticker())
         status = "complete"
         try:
             await self.load.run()
+            if syncer.done() and not syncer.cancelled() and syncer.exception() is not None:
+                raise syncer.exception()  # type: ignore[misc]
             if self.load.stopped.is_set() or not self.load.queue.complete:
                 status = "interrupted"
         except ServerDown:
@@ -358,6 +372,12 @@ class Job:
                     for sig in (signal.SIGINT, signal.SIGTERM):
                         loop.remove_signal_handler(sig)
         return status
+
+    def _syncer_ended(self, task: asyncio.Task[None]) -> None:
+        """The syncer ends only by failing (a write refused): no more rows are sent, as
+        none could be kept; the job ends with its error (exit 12)."""
+        if not task.cancelled() and task.exception() is not None and self.load is not None:
+            self.load.stop(now=True)
 
     def request_stop(self) -> None:
         """Ctrl-C: stop sending, let in-flight rows finish for `drain` s. Twice: stop now."""
@@ -387,9 +407,16 @@ class Job:
             entry["meta"] = conv.meta(self.model)
             self.store.write_error(conv.row.id, entry, info)
         else:
-            self.store.write_row(conv.row.id, conv.line(self.model), info)
+            fp = row_fingerprint(conv.row, self.cfg.params, self.cfg.turns == "all")
+            conv.request = to_hex(fp)
+            self.store.write_row(conv.row.id, self._row_line(conv), info, (fp, conv.row.src))
         self._t_last_done = time.perf_counter()
         return self.store.take_shortage()
+
+    def _row_line(self, conv: Conversation) -> bytes:
+        if self.cfg.answers != "batch":
+            return conv.line(self.model)
+        return answer_line(conv.row.output_id, conv.out, conv.meta(self.model))
 
     def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> str | None:
         entry = self._error_entry(conv, kind, why)
@@ -431,6 +458,7 @@ class Job:
         self.store.log_request(rec)
         if self.progress is not None:
             self.progress.on_record(rec)
+        self.listener.record(rec)
 
     def _on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
         if self.progress is not None:
@@ -482,6 +510,21 @@ class Job:
             errors_file=str(self.store.errors_path) if self.store.errors_path.exists() else None,
             snapshot=snap,
         )
+
+
+def refuse_without_ids(mode: str, reports: list[CheckReport]) -> None:
+    """`--token-ids on`: every server must give them; one that cannot stops the job now,
+    before any request, in one line (exit 10: its responses lack what the job needs)."""
+    if mode != "on":
+        return
+    for r in reports:
+        if r.token_ids is None:
+            why = r.token_ids_note or "it sent none"
+            raise GenbenchError(
+                f"{r.url}: --token-ids on, but this server gives no token ids ({why}); "
+                "use --token-ids auto to keep the text and mark the rows",
+                ExitCode.BAD_RESPONSE,
+            )
 
 
 async def run_job(cfg: JobConfig, listener: Listener | None = None) -> JobResult:

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from genbench.errors import ErrorKind, Retry, descriptor_advice, no_worker_left, retry_for
-from genbench.generate.conversation import Conversation, Label, conversations
+from genbench.generate.conversation import Conversation
 from genbench.generate.input import BadRow, Row
+from genbench.generate.units import Label, conversations
 from genbench.load import Load, Policy, Slot, WorkQueue
 from genbench.records import RequestRecord
 
@@ -149,10 +150,10 @@ class RowPolicy(Policy):
     async def _on_retry(
         self, conv: Conversation, rec: RequestRecord, slot: Slot, q: WorkQueue
     ) -> None:
-        conv.attempts += 1
-        if conv.attempts > self.r.retries:
+        if conv.attempts >= self.r.retries:  # its 1 + `retries` charged requests are spent
             self._give_up(conv, q, rec.error_message or str(rec.error_kind or ErrorKind.OTHER))
         else:
+            conv.attempts += 1
             self._back(conv, q, "retry", self._backoff(conv.attempts))
 
     def _backoff(self, attempt: int) -> float:
@@ -229,11 +230,14 @@ def row_load(
     admit: Callable[[int], bool] | None = None,
     label: Label | None = None,
     on_bad: Callable[[BadRow], None] | None = None,
+    tool_policy: str = "replay",
     **load: Any,
 ) -> Load:
     """The load that sends `rows` as generate does: each row a conversation, failures
     handled by `RowPolicy`, finished rows to `sink`. `load` goes to `Load`
     (on_record, keep_records, down_timeout, drain)."""
-    units = conversations(rows, params, turns == "all", on_bad=on_bad, label=label)
+    units = conversations(
+        rows, params, turns == "all", on_bad=on_bad, label=label, tool_policy=tool_policy
+    )
     queue = WorkQueue(units, admit)
     return Load(slots, queue, RowPolicy(sink, retries), phase=phase, **load)

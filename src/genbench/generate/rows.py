@@ -1,10 +1,18 @@
 """An output row: SpecForge's `conversations` plus genbench's metadata, as one JSONL line
-or one Parquet row (a full JSONL shard is converted in a separate process). Written here
-(`row_line`) and parsed back here (`parse_row`, what `inspect` reads), side by side."""
+or one Parquet row (a full JSONL shard is converted in a separate process).
+
+Each generated assistant turn also carries the ids the server generated and the prompt
+ids it saw (`token_ids`, `prompt_token_ids`: JSON arrays of ints; Parquet list<int32>),
+its `finish_reason`, and `token_ids_error` when its ids cannot be trusted; the row's
+`meta.token_ids` sums them up (genbench.transport.token_ids). `turn_ids` is the one reader of them
+every consumer uses (the trainer export, inspect). The row is written here (`row_line`) and
+parsed back here (`parse_row`, what `inspect` reads), side by side."""
 
 from __future__ import annotations
 
 import os
+from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,27 +39,105 @@ META_FIELDS: tuple[tuple[str, str], ...] = (
     ("latency_s", "float64"),
     ("sent_at", "float64"),
     ("finished_at", "float64"),
+    # agentic rows only (generate/agent.py); null for the others
+    ("tool_policy", "string"),
+    ("tool_calls", "int64"),
+    ("tool_call_turns", "int64"),
+    ("tool_call_tokens", "int64"),
+    ("tool_results_ran_out", "bool"),
+    ("tool_names_differ", "bool"),
+    ("token_ids", "string"),  # exact | partial | none | mismatch | unchecked
+    ("request", "string"),  # the fingerprint of the requests the row made (fingerprint.py)
 )
 
 
-def row_line(row_id: str | int, conversations: list[dict[str, Any]], meta: dict[str, Any]) -> bytes:
-    """One output row: SpecForge's conversations format plus genbench's metadata."""
-    return orjson.dumps({"id": row_id, "conversations": conversations, "meta": meta}) + b"\n"
+def json_default(v: Any) -> Any:
+    """orjson's fallback: a turn's ids are kept as arrays (4 bytes an id) until written."""
+    if isinstance(v, array):
+        return v.tolist()
+    return str(v)
+
+
+def row_line(
+    row_id: str | int,
+    conversations: list[dict[str, Any]],
+    meta: dict[str, Any],
+    tools: list[dict[str, Any]] | None = None,
+) -> bytes:
+    """One output row: SpecForge's conversations format plus genbench's metadata; an
+    agentic row's `tools` beside its turns (a trainer renders the template with them)."""
+    if tools:
+        row = {"id": row_id, "conversations": conversations, "tools": tools, "meta": meta}
+    else:
+        row = {"id": row_id, "conversations": conversations, "meta": meta}
+    return orjson.dumps(row, default=json_default) + b"\n"
+
+
+@dataclass(frozen=True)
+class TurnIds:
+    """One generated assistant turn's ids: one training sample (prompt ids, then the
+    generated ids the loss is taken on). `prompt`/`generated` are None where the server
+    gave none; `error` says why ids that are there cannot be trusted."""
+
+    turn: int  # the turn's index in the row's `conversations`
+    prompt: list[int] | None
+    generated: list[int] | None
+    finish_reason: str | None
+    error: str | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.prompt is not None and self.generated is not None and self.error is None
+
+
+def turn_ids(row: Mapping[str, Any]) -> list[TurnIds]:
+    """Every generated assistant turn of an output row (a JSONL line parsed, or a Parquet
+    row as pyarrow's `to_pylist` gives it), in order, with its ids as lists of ints.
+    A generated turn is one with a `finish_reason`; assistant turns kept from the input
+    (`--turns last`) have none and are not returned."""
+    out = []
+    for i, t in enumerate(row.get("conversations") or ()):
+        if not isinstance(t, Mapping) or t.get("role") != "assistant":
+            continue
+        if t.get("finish_reason") is None:
+            continue
+        prompt, gen = t.get("prompt_token_ids"), t.get("token_ids")
+        out.append(
+            TurnIds(
+                i,
+                None if prompt is None else list(prompt),
+                None if gen is None else list(gen),
+                t.get("finish_reason"),
+                t.get("token_ids_error"),
+            )
+        )
+    return out
 
 
 def parquet_schema() -> Any:
     import pyarrow as pa
 
+    fn = pa.struct([("name", pa.string()), ("arguments", pa.string())])
+    call = pa.struct([("id", pa.string()), ("type", pa.string()), ("function", fn)])
     turn = pa.struct(
         [
             ("role", pa.string()),
             ("content", pa.string()),
             ("reasoning_content", pa.string()),
             ("raw", pa.string()),  # generate --keep-raw, where genbench split the thinking
+            ("tool_calls", pa.list_(call)),  # an assistant turn that calls tools
+            ("tool_call_id", pa.string()),  # a tool result: the call it answers
+            ("name", pa.string()),
+            ("finish_reason", pa.string()),  # generated turns only
+            ("prompt_token_ids", pa.list_(pa.int32())),
+            ("token_ids", pa.list_(pa.int32())),
+            ("token_ids_error", pa.string()),
         ]
     )
     meta = pa.struct([(name, pa.type_for_alias(t)) for name, t in META_FIELDS])
-    return pa.schema([("id", pa.string()), ("conversations", pa.list_(turn)), ("meta", meta)])
+    fields = [("id", pa.string()), ("conversations", pa.list_(turn))]
+    # an agentic row's tools as their JSON text: every row's schema differs
+    return pa.schema([*fields, ("tools", pa.string()), ("meta", meta)])
 
 
 def _text(v: Any) -> str | None:
@@ -62,11 +148,20 @@ def convert_to_parquet(src: str, dst: str, batch_rows: int = 1000) -> int:
     """JSONL shard -> Parquet, streamed in row groups; atomic; returns the rows written.
     Runs in a separate process. Content that is not text (a list of parts) is stored as
     its JSON text, so the schema stays fixed."""
+
+    tmp = dst + ".tmp"
+    try:
+        return _convert(src, dst, tmp, batch_rows)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # a full disk leaves no .tmp; the JSONL stays
+        raise
+
+
+def _convert(src: str, dst: str, tmp: str, batch_rows: int) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = parquet_schema()
-    tmp = dst + ".tmp"
     n = 0
     with pq.ParquetWriter(tmp, schema, compression="zstd") as w, open(src, "rb") as f:
         batch: list[dict[str, Any]] = []
@@ -75,6 +170,8 @@ def convert_to_parquet(src: str, dst: str, batch_rows: int = 1000) -> int:
             obj["id"] = str(obj["id"])  # one column type: integer ids become text
             for t in obj["conversations"]:
                 t["content"] = _text(t.get("content"))
+            if obj.get("tools") is not None:
+                obj["tools"] = _text(obj["tools"])
             batch.append(obj)
             if len(batch) >= batch_rows:
                 w.write_table(pa.Table.from_pylist(batch, schema=schema))
@@ -89,14 +186,23 @@ def convert_to_parquet(src: str, dst: str, batch_rows: int = 1000) -> int:
     return n
 
 
-def parquet_ids(path: Path) -> list[str]:
+def parquet_ids(path: Path) -> tuple[list[str], list[int]]:
+    """A Parquet shard's ids and their requests' fingerprints (0 where it has none)."""
     import pyarrow.parquet as pq
 
     try:
-        col = pq.read_table(path, columns=["id"]).column("id")
+        pf = pq.ParquetFile(path)
+        names = pf.schema_arrow.names
+        meta = pf.schema_arrow.field("meta").type if "meta" in names else None
+        has_fp = meta is not None and meta.get_field_index("request") >= 0
+        table = pf.read(columns=["id", "meta.request"] if has_fp else ["id"])
     except Exception as e:  # pyarrow's own error types
         raise UsageError(f"{path}: cannot read its ids ({e})") from None
-    return [str(x) for x in col.to_pylist()]
+    ids = [str(x) for x in table.column("id").to_pylist()]
+    if not has_fp:
+        return ids, [0] * len(ids)
+    col = table.column("meta").combine_chunks().field("request").to_pylist()
+    return ids, [int(x, 16) if isinstance(x, str) else 0 for x in col]
 
 
 # -- the row read back ----------------------------------------------------------------------
@@ -108,6 +214,7 @@ class Turn:
 
     thinking: str
     answer: str
+    calls: int = 0  # tool calls in the turn: an empty answer is no defect then
 
 
 @dataclass(slots=True)
@@ -173,7 +280,8 @@ def parse_row(obj: Any, nbytes: int) -> OutputRow:
             answer = _read_text(t.get("content"), f"conversations[{i}].content")
             where = f"conversations[{i}].reasoning_content"
             thinking = _read_text(t.get("reasoning_content"), where)
-            turns.append(Turn(thinking, answer))
+            calls = t.get("tool_calls")
+            turns.append(Turn(thinking, answer, len(calls) if isinstance(calls, list) else 0))
     if not turns:
         raise RowFormatError("no assistant turn: not a generated row", "conversations")
     meta = obj.get("meta")

@@ -5,8 +5,12 @@ Layout (PREFIX is `data`, or `data-2of4` under `--shard 2/4`; `errors` likewise)
     DIR/PREFIX-00000.jsonl           finished rows, one JSON object per line, `id` first
     DIR/PREFIX-00000.parquet         the same shard once converted (--format parquet)
     DIR/errors.jsonl                 rows that failed, one per line, with the error kind
+    DIR/quarantine.jsonl             unreadable lines found inside a data file (readback.py)
+    DIR/replaced.jsonl, stale.jsonl  rows of an input changed since (changes.py)
+    DIR/.genbench/lock               one writer at a time (lock.py)
     DIR/.genbench/job.json           the settings the job started with (model, sampling)
-    DIR/.genbench/PREFIX-00000.idx   which ids that shard holds, up to which byte (advisory)
+    DIR/.genbench/PREFIX-00000.idx   which ids that shard holds, up to which byte, their
+                                     requests' fingerprints, content checks (advisory)
     DIR/.genbench/requests.jsonl     every request sent, failed attempts and retries
                                      included: compact records (records.py)
 
@@ -25,10 +29,8 @@ practice (the kernel completes a write() unless the kill lands while it copies a
 multi-page batch); a power loss may leave a torn or garbled tail. Either way the next
 run cuts an incomplete or unreadable tail off before appending (`scan_jsonl_shard`), and
 a line that is not a complete row of ours is never counted. The data files are the
-truth; the index only makes resume fast: an id is trusted from the index only if the
-index's byte offset lies within the data file, on a line boundary, and the part of a
-shard after the last indexed offset is read line by line. A full shard is fsynced and
-never written again.
+truth; the index only makes resume fast, and is trusted only as far as the data file
+proves it (readback.py). A full shard is fsynced and never written again.
 
 Exactly once: an id is written at most once per run (the engine hands each id out once
 and `write_row` refuses a second write), and resume skips every id found in a data
@@ -58,7 +60,7 @@ from typing import Any
 
 import orjson
 
-from genbench.errors import OutOfDescriptors, UsageError, descriptor_advice
+from genbench.errors import OutOfDescriptors, OutputError, UsageError, descriptor_advice
 from genbench.generate.durable import (
     AppendFile,
     Pending,
@@ -66,12 +68,21 @@ from genbench.generate.durable import (
     cut_torn_tail,
     flush,
     fsync_dir,
+    output_errors,
     scan_errors,
-    scan_jsonl_shard,
     write_atomic,
     write_failed,
 )
-from genbench.generate.rows import META_FIELDS, convert_to_parquet, parquet_ids, row_line
+from genbench.generate.fingerprint import LazyFps
+from genbench.generate.lock import OutputLock
+from genbench.generate.readback import index_keys, scan_jsonl_shard
+from genbench.generate.rows import (
+    META_FIELDS,
+    convert_to_parquet,
+    json_default,
+    parquet_ids,
+    row_line,
+)
 from genbench.generate.rows import parquet_schema as parquet_schema
 from genbench.records import RecordWriter, RequestRecord
 
@@ -89,7 +100,8 @@ FINGERPRINT_KEYS = ("model", "params", "turns", "format")
 class Existing:
     """What a previous run left: ids done, keys failed, where to append next."""
 
-    done: set[str] = field(default_factory=set)
+    done: dict[str, int] = field(default_factory=dict)  # id -> its input line's key (or 0)
+    fps: LazyFps = field(default_factory=lambda: LazyFps())  # id -> its request's fingerprint
     failed: set[str] = field(default_factory=set)
     shards: list[Path] = field(default_factory=list)
     jsonl_shards: list[Path] = field(default_factory=list)
@@ -97,6 +109,7 @@ class Existing:
     notes: list[str] = field(default_factory=list)
     duplicates: int = 0
     job: dict[str, Any] | None = None
+
 
 
 class Store:
@@ -118,14 +131,17 @@ class Store:
         tag = f"-{shard_tag}" if shard_tag else ""
         self.prefix = "data" + tag
         self.errors_path = out / f"errors{tag}.jsonl"
+        self.quarantine_path = out / f"quarantine{tag}.jsonl"
         self.state = out / STATE_DIR
         self.job_path = self.state / f"job{tag}.json"
         self.requests_path = self.state / f"requests{tag}.jsonl"
+        self.lock = OutputLock(out, self.state, f"lock{tag}")
         self.log: RecordWriter | None = None
         self._dir_fd: int | None = None
         self.reserve = Reserve()
         self._reserve_seen = 0
-        self._waiting: deque[tuple[bool, bytes, Pending]] = deque()  # (error?, line, item)
+        # (error?, line, item, (request fingerprint, line key))
+        self._waiting: deque[tuple[bool, bytes, Pending, tuple[int, int]]] = deque()
         self.short: str | None = None
         self.fmt = fmt
         self.shard_bytes = shard_bytes
@@ -163,7 +179,7 @@ class Store:
     def check_directory(self) -> None:
         """Refuse a directory that has files but is not a genbench generate output."""
         if self.out.exists() and not self.out.is_dir():
-            raise UsageError(f"--out {self.out}: exists and is not a directory")
+            raise OutputError(f"--out {self.out}: exists and is a file, not a directory")
         if self.out.is_dir() and not (self.out / STATE_DIR).is_dir():
             others = [p.name for p in self.out.iterdir()]
             if others:
@@ -194,18 +210,22 @@ class Store:
             files = found[number]
             if "parquet" in files:
                 if "jsonl" in files:  # converted, but the JSONL was not yet deleted
-                    files["jsonl"].unlink()
-                    self.index_path(files["jsonl"]).unlink(missing_ok=True)
-                ids = parquet_ids(files["parquet"])
+                    files["jsonl"].unlink()  # its index stays: the line keys of its rows
+                ids, fps = parquet_ids(files["parquet"])
+                keys = index_keys(self.index_path(files["parquet"]))  # kept at conversion
+                srcs = [keys.get(i, 0) for i in ids]
                 ex.shards.append(files["parquet"])
             else:
-                scan = scan_jsonl_shard(files["jsonl"], self.index_path(files["jsonl"]), repair)
-                ids = scan.ids
+                scan = scan_jsonl_shard(
+                    files["jsonl"], self.index_path(files["jsonl"]), repair, self.quarantine_path
+                )
+                ids, fps, srcs = scan.ids, scan.fps, scan.srcs
                 ex.notes.extend(scan.notes)
                 ex.shards.append(files["jsonl"])
                 ex.jsonl_shards.append(files["jsonl"])
             before = len(ex.done)
-            ex.done.update(ids)
+            ex.done.update(zip(ids, srcs, strict=True))
+            ex.fps.add(ids, fps)
             ex.duplicates += len(ids) - (len(ex.done) - before)
         ex.next_number = max(found, default=-1) + 1
         ex.failed, notes = scan_errors(self.errors_path, repair)
@@ -288,11 +308,14 @@ class Store:
         if self.log is not None:
             self.log.write(rec)
 
-    def write_row(self, row_id: str, line: bytes, info: Any = None) -> bool:
-        """Append one finished row; False (and nothing written) if the id was written."""
+    def write_row(
+        self, row_id: str, line: bytes, info: Any = None, keys: tuple[int, int] = (0, 0)
+    ) -> bool:
+        """Append one finished row; False (and nothing written) if the id was written.
+        `keys`: its request's fingerprint and its input line's key, for the index."""
         if not self._claim(row_id):
             return False
-        self._waiting.append((False, line, (row_id, info)))
+        self._waiting.append((False, line, (row_id, info), keys))
         self._place()
         self.rows_written += 1
         self._note_pending(len(line))
@@ -301,8 +324,8 @@ class Store:
     def write_error(self, key: str, entry: dict[str, Any], info: Any = None) -> None:
         if self._expected is not None:
             self._expected.discard(key)
-        line = orjson.dumps(entry, default=str) + b"\n"
-        self._waiting.append((True, line, (key, info)))
+        line = orjson.dumps(entry, default=json_default) + b"\n"
+        self._waiting.append((True, line, (key, info), (0, 0)))
         self._place()
         self._note_pending(len(line))
 
@@ -311,7 +334,7 @@ class Store:
         no descriptor left to open one, they wait in memory for the next sync, which
         closes full shards, and `short` says so."""
         while self._waiting:
-            error, line, item = self._waiting[0]
+            error, line, item, keys = self._waiting[0]
             try:
                 if error and self.errors is None:
                     self.errors = AppendFile(self.errors_path, None, self.reserve)
@@ -324,7 +347,7 @@ class Store:
                 return
             f = self.errors if error else self.current
             assert f is not None
-            f.write(line, item)
+            f.write(line, item, keys)
             self._waiting.popleft()
 
     def take_shortage(self) -> str | None:
@@ -413,8 +436,7 @@ class Store:
 
         def done(f: asyncio.Future[Any]) -> None:
             if not f.cancelled() and f.exception() is None:
-                path.unlink(missing_ok=True)
-                self.index_path(path).unlink(missing_ok=True)
+                path.unlink(missing_ok=True)  # the index stays: its rows' line keys
                 self.converted.append(dst)
 
         fut.add_done_callback(done)
@@ -433,9 +455,10 @@ class Store:
                 break
         if self._waiting:
             raise OutOfDescriptors(f"{len(self._waiting)} rows not written to {self.out}")
-        for f in (self.errors, self.log):
-            if f is not None:
-                f.close()
+        with output_errors(self.out):
+            for f in (self.errors, self.log):
+                if f is not None:
+                    f.close()
         if self._dir_fd is not None:
             os.close(self._dir_fd)
             self._dir_fd = None
@@ -448,6 +471,8 @@ class Store:
             if self._conversions:
                 results = await asyncio.gather(*self._conversions, return_exceptions=True)
                 for r in results:
+                    if isinstance(r, OSError):  # a full disk: the JSONL shard is kept
+                        raise write_failed(self.out, r) from None
                     if isinstance(r, BaseException):
                         raise UsageError(f"converting a shard to Parquet failed: {r}") from r
         finally:

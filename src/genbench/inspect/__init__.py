@@ -22,8 +22,10 @@ from genbench.errors import GenbenchError, UsageError, positive
 from genbench.inspect.clean import WRITE_FAILED_EXIT, check_out, write_clean
 from genbench.inspect.detect import BIT, DEFECTS, Thresholds
 from genbench.inspect.document import INSPECT_FILE, Settings, build, storage
+from genbench.inspect.fidelity import DRIFT_SAMPLE, Fidelity, check_drift
 from genbench.inspect.reader import data_files
 from genbench.inspect.scan import scan
+from genbench.transport.endpoint import Endpoint
 
 __all__ = [
     "DEFECTS", "INSPECT_FILE", "SETTINGS_FLAGS", "Settings", "Thresholds", "default_save",
@@ -64,6 +66,15 @@ def follow_up(source: Path, out: Path) -> dict[str, str]:
     return cmds
 
 
+def drift(fid: Fidelity, tokenizer: Endpoint) -> dict[str, Any]:
+    """The sampled turns' round trip through the server's tokenizer (inspect/fidelity.py)."""
+    from genbench.transport.eventloop import run_async
+
+    if not fid.sample:
+        return {"url": tokenizer.root, "checked": 0, "note": "no turn with ids to check"}
+    return run_async(check_drift(fid.sample, tokenizer, fid.model))
+
+
 def inspect_data(
     path: Path,
     settings: Settings,
@@ -72,9 +83,12 @@ def inspect_data(
     out: Path | None = None,
     save: Path | None = None,
     progress: Callable[[int], None] | None = None,
+    tokenizer: Endpoint | None = None,
+    drift_sample: int = DRIFT_SAMPLE,
 ) -> dict[str, Any]:
     """Inspect a generate output (directory or file); with `drop`, write the clean copy to
-    `out`. Returns the document, saved as inspect.json (`save`, or the default place)."""
+    `out`; with `tokenizer` (a server), round-trip `drift_sample` turns' ids through its
+    tokenizer. Returns the document, saved as inspect.json (`save`, or the default place)."""
     files = data_files(path)
     if drop:
         if out is None:
@@ -82,10 +96,13 @@ def inspect_data(
         check_out(path, out)  # before the long pass, not after it
     elif out is not None:
         raise UsageError("--out needs --drop: which defects to leave out of the copy")
-    sc = scan(files, settings.thresholds, settings.examples, progress)
+    sample = drift_sample if tokenizer is not None else 0
+    sc = scan(files, settings.thresholds, settings.examples, progress, sample)
     if sc.rows == 0:
         raise UsageError(f"{path}: no rows to inspect")
     doc, an = build(path, sc, settings)
+    if tokenizer is not None and sc.fidelity is not None:
+        doc["fidelity"]["drift"] = drift(sc.fidelity, tokenizer)
     if drop and out is not None:
         manifest = write_clean(path, sc, an.flags, an.first_of, drop, out, doc["settings"])
         kept = (an.flags & sum(BIT[d] for d in drop)) == 0
@@ -117,6 +134,7 @@ def inspect_data(
 SETTINGS_FLAGS = (
     "min_tokens", "loop_window", "loop_cover", "loop_repeats", "dup_min_chars", "tags",
     "server_alpha", "server_effect", "examples", "hidden_size", "layers_captured", "dtype_bytes",
+    "drift_sample",
 )  # fmt: skip
 
 
@@ -134,12 +152,13 @@ def settings_from_flags(
     hidden_size: int | None,
     layers_captured: int | None,
     dtype_bytes: int,
+    drift_sample: int,
 ) -> Settings:
     """`genbench inspect`'s thresholds, each checked (a UsageError names the flag)."""
     for name, v in (("--min-tokens", min_tokens), ("--loop-window", loop_window),
                     ("--dup-min-chars", dup_min_chars), ("--examples", examples),
                     ("--hidden-size", hidden_size), ("--layers-captured", layers_captured),
-                    ("--dtype-bytes", dtype_bytes)):  # fmt: skip
+                    ("--dtype-bytes", dtype_bytes), ("--drift-sample", drift_sample)):  # fmt: skip
         positive(name, v)
     if not 0 < loop_cover <= 1:
         raise UsageError(f"--loop-cover must be in (0, 1], got {loop_cover}")

@@ -28,7 +28,8 @@ import numpy as np
 import orjson
 
 from genbench.atomic import replace_durably
-from genbench.errors import GenbenchError, UsageError
+from genbench.errors import OutputError, UsageError
+from genbench.generate.lock import OutputLock, refuse_if_held
 from genbench.generate.store import STATE_DIR
 from genbench.inspect.detect import BIT, DEFECTS
 from genbench.inspect.reader import FileStats, parquet_batches, raw_lines
@@ -65,6 +66,7 @@ def check_out(source: Path, out: Path) -> None:
             f"--out {out}: inside the set being inspected; the original is never written to: "
             "choose a new directory"
         )
+    refuse_if_held(out, out / STATE_DIR)  # a generate writing there is named, not "not empty"
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {out}: exists and is not an empty directory")
 
@@ -195,8 +197,10 @@ def write_clean(
         mask |= BIT[name]
     drop = (flags & mask) != 0
     check_out(source, out)
+    lock = OutputLock(out, out / STATE_DIR)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire()  # one writer: a generate or another --drop started now is refused
         d = _Dropped(out, sc, flags & mask, first_of)
         files, start = [], 0
         for fs in sc.files:
@@ -226,9 +230,12 @@ def write_clean(
         man.write(orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
         man.close()
     except OSError as e:
-        raise GenbenchError(
+        for tmp in out.glob("*.tmp") if out.is_dir() else ():
+            tmp.unlink(missing_ok=True)  # no half-written file left behind
+        raise OutputError(
             f"--out {out}: cannot write the clean copy ({e.strerror or e}); the original is "
-            "untouched",
-            WRITE_FAILED_EXIT,
+            "untouched"
         ) from None
+    finally:
+        lock.release(remove_empty=False)
     return manifest

@@ -135,7 +135,10 @@ def unclosed(turn: Turn, truncated: bool) -> bool:
 
 
 def empty(turn: Turn, truncated: bool) -> bool:
-    """No answer: blank content, or nothing after a closed inline thought."""
+    """No answer: blank content, or nothing after a closed inline thought (a turn that
+    calls tools answers with its calls)."""
+    if turn.calls:
+        return False
     answer = turn.answer
     if "</think>" in answer:
         answer = answer[answer.rfind("</think>") + len("</think>") :]

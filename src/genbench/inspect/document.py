@@ -167,6 +167,7 @@ def storage(
 ) -> dict[str, Any]:
     """Bytes of the set (measured) and of its hidden states, with plan's arithmetic: the
     rows' own bytes per row and prompt + output tokens, through plan's StorageModel."""
+    from genbench.generate.rows import turn_ids
     from genbench.plan import StorageModel, parquet_bytes_per_row  # plan's imports are heavy
 
     def pick(x: np.ndarray) -> np.ndarray:
@@ -196,6 +197,8 @@ def storage(
             )
             + "; hidden-state tokens: prompt + output tokens of every row"
         )
+    if any(t.generated is not None for r in sc.sample for t in turn_ids(r)):
+        basis += "; the rows' token ids (prompt and generated) are in their bytes"
     prompt = pick(a["prompt"])
     output = int(pick(a["completion"]).sum())
     prompt_tokens = int(prompt[prompt >= 0].sum())
@@ -245,7 +248,10 @@ def build(source: Path, sc: Scan, s: Settings) -> tuple[dict[str, Any], Analysis
         "duplicates": {k: v for k, v in dups.items() if k != "first_of"} | {"method": DUP_METHOD},
         "servers": _servers(sc, a, share, s),
         "storage": storage(sc, a, None, s.hidden),
+        "fidelity": sc.fidelity.describe() if sc.fidelity is not None else None,
     }
+    if sc.tools.rows:
+        doc["tools"] = sc.tools.to_dict()
     return doc, Analysis(flags, dups["first_of"], a)
 
 

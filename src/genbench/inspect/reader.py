@@ -122,13 +122,17 @@ def _jsonl_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, 
         yield n, row, obj
 
 
-def parquet_batches(path: Path, columns: tuple[str, ...] | None = COLUMNS) -> Iterator[Any]:
-    """Record batches of a Parquet file, with one-line errors for what pyarrow refuses."""
+def parquet_batches(
+    path: Path, columns: tuple[str, ...] | None = COLUMNS, optional: tuple[str, ...] = ()
+) -> Iterator[Any]:
+    """Record batches of a Parquet file, with one-line errors for what pyarrow refuses;
+    the `optional` columns too where the file has them."""
     pf = open_parquet(path)
     if columns is not None:
         missing = [c for c in columns if c not in pf.schema_arrow.names]
         if missing:
             raise InputFileError(path, None, "no such column in generate's format", missing[0])
+        columns = (*columns, *(c for c in optional if c in pf.schema_arrow.names))
     try:
         yield from pf.iter_batches(batch_size=PARQUET_BATCH, columns=list(columns or ()) or None)
     except OSError as e:
@@ -137,7 +141,7 @@ def parquet_batches(path: Path, columns: tuple[str, ...] | None = COLUMNS) -> It
 
 def _parquet_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, Any]]:
     dumps = orjson.dumps
-    for batch in parquet_batches(path):
+    for batch in parquet_batches(path, optional=("tools",)):  # an agentic row's
         for obj in batch.to_pylist():
             n = stats.rows + 1
             try:

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from genbench.fmt import nbytes
 from genbench.inspect.detect import DEFECTS
+from genbench.inspect.fidelity import fidelity_lines
 
 LABELS = {
     "loops": "repetition loop",
@@ -128,6 +129,26 @@ def _storage_lines(doc: dict[str, Any], console: Console) -> None:
             console.print(f"  {cmd}", soft_wrap=True)
 
 
+def _tool_lines(doc: dict[str, Any], console: Console) -> None:
+    """Agentic rows: calls per row, and the rows whose calls need a look."""
+    t = doc.get("tools")
+    if not t:
+        return
+    per = ", ".join(f"{k}: {v:,}" for k, v in t["calls_per_row"].items())
+    console.print(
+        f"tool calls: {t['calls']:,} generated in {t['rows']:,} agentic rows "
+        f"(rows by calls made: {per})"
+    )
+    console.print(
+        f"  arguments not JSON: {t['bad_arguments']:,} rows; results ran out: "
+        f"{t['results_ran_out']:,}; undeclared tools called: {t['undeclared']:,}; "
+        f"other functions than the original: {t['names_differ']:,}"
+    )
+    for kind, examples in t["examples"].items():
+        for ex in examples[:2]:
+            console.print(f"  {kind}: {ex['id']} ({ex['file']}:{ex['line']}): {ex['detail']}")
+
+
 def print_inspection(doc: dict[str, Any], console: Console) -> None:
     files = doc["source"]["files"]
     console.print(
@@ -145,6 +166,8 @@ def print_inspection(doc: dict[str, Any], console: Console) -> None:
         f"{doc['settings']['dup_min_chars']} chars"
     )
     _server_lines(doc, console)
+    fidelity_lines(doc.get("fidelity"), console)
+    _tool_lines(doc, console)
     _storage_lines(doc, console)
     if doc.get("saved"):
         console.print(f"inspect: {doc['saved']}")

@@ -21,7 +21,9 @@ import orjson
 
 from genbench.inspect.detect import BIT, DEFECTS, Thresholds, answer_keys, examine
 from genbench.inspect.distribution import duplicates
+from genbench.inspect.fidelity import Fidelity
 from genbench.inspect.reader import FileStats, kind_of, read_rows
+from genbench.inspect.tools import ToolTally
 
 PARQUET_SAMPLE = 1000  # rows kept (reservoir) to measure Parquet bytes per row of a JSONL set
 
@@ -101,6 +103,8 @@ class Scan:
     examples: dict[str, list[Example]]
     sample: list[Any]  # decoded rows, for the Parquet size estimate of a JSONL set
     where: array = field(default_factory=lambda: array("Q"))  # (file index << 40) | line
+    fidelity: Fidelity | None = None  # the token ids' counts (inspect/fidelity.py)
+    tools: ToolTally = field(default_factory=ToolTally)  # agentic rows' calls
 
     @property
     def rows(self) -> int:
@@ -145,8 +149,11 @@ def scan(
     th: Thresholds,
     max_examples: int = 5,
     progress: Callable[[int], None] | None = None,
+    drift_sample: int = 0,
 ) -> Scan:
-    """Read every row of `files` once; examine it; keep its numbers."""
+    """Read every row of `files` once; examine it; keep its numbers (and `drift_sample`
+    turns' ids, for the tokenizer's round trip)."""
+    fid = Fidelity(th.min_tokens, drift_sample)
     cols, ids = Columns(), Ids()
     servers: dict[str, int] = {}
     finishes: dict[str, int] = {}
@@ -154,6 +161,7 @@ def scan(
     stats: list[FileStats] = []
     sample: list[Any] = []
     where = array("Q")
+    tools = ToolTally(max_examples=max_examples)
     rng = random.Random(0)
     n = 0
     for fi, path in enumerate(files):
@@ -162,6 +170,8 @@ def scan(
         jsonl = fs.kind == "jsonl"
         for line, row, obj in read_rows(path, fs):
             bits, details = examine(row, th)
+            fid.add(obj)
+            tools.add(obj, row.id, path.name, line)
             for name, detail in details:
                 if len(examples[name]) < max_examples:
                     examples[name].append(Example(row.id, path.name, line, detail))
@@ -191,4 +201,6 @@ def scan(
             n += 1
             if progress is not None and not n & 0xFFF:
                 progress(n)
-    return Scan(stats, cols, ids, list(servers), list(finishes), examples, sample, where)
+    return Scan(
+        stats, cols, ids, list(servers), list(finishes), examples, sample, where, fid, tools
+    )

@@ -137,7 +137,9 @@ def complete_samples(ok: Sequence[RequestRecord]) -> list[list[RequestRecord]]:
     out = []
     for g in groups.values():
         g.sort(key=lambda r: (r.extra or {}).get("turn", 0))
-        want = (g[0].extra or {}).get("turns", 1)
+        # the last record's count: an agentic row makes as many requests as its target's
+        # calls need, which only its end knows (earlier records carry the expected count)
+        want = (g[-1].extra or {}).get("turns", 1)
         if [(r.extra or {}).get("turn", 0) for r in g] == list(range(want)):
             out.append(g)
     return out

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from genbench import fmt
+from genbench.generate.rows import turn_ids
 from genbench.plan.bar import (
     CONFIDENCE,
     TARGET_REL_ERROR,
@@ -50,11 +51,13 @@ def plan_from_pilot(
     every = forecast(model, jobs, boot=boot, seed=seed, drift=drift)
     fc, fc_m = every[: len(samples)], (every[len(samples) :] if servers > 1 else None)
     jsonl = float(np.mean(run.jsonl_bytes)) if run.jsonl_bytes else JSONL_OVERHEAD_BYTES
+    ids = any(t.generated is not None for r in run.rows for t in turn_ids(r))
     storage = StorageModel(
         jsonl,
         parquet_bytes_per_row(run.rows),
         f"measured on the pilot's {len(run.rows)} outputs, as genbench generate writes them "
-        "(JSONL; Parquet with zstd)",
+        "(JSONL; Parquet with zstd)"
+        + ("; token ids included (the server gives them: generate keeps them)" if ids else ""),
         hidden,
     )
     plan = new_plan_doc("pilot", source, inputs)
@@ -103,7 +106,8 @@ def _notes(
     if per > 1:
         notes.append(
             f"a sample is {per:.2f} requests on average (multi-turn rows, every user turn "
-            "answered in order as generate's --turns all does; --turns last: one each)"
+            "answered in order as generate's --turns all does; --turns last: one each; an "
+            "agentic row as many as its target's calls need)"
         )
     if abs(model.replay_err) > 0.05:
         notes.append(

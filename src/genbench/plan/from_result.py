@@ -84,6 +84,7 @@ def plan_from_result(
             else f"{bpt:.2f} bytes per output token (measured in the run's requests.jsonl) "
             f"+ {JSONL_OVERHEAD_BYTES} bytes per line; prompts not counted"
         ),
+        token_ids=bool((doc.get("check") or {}).get("token_ids")),
     )
     target = doc.get("target") or {}
     plan = new_plan_doc(

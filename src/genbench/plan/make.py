@@ -108,6 +108,7 @@ class PlanArgs:
     gpus_per_server: str | None = None
     think_tags: str = "<think>,</think>"
     think_dialect: str = "auto"
+    tool_policy: str = "replay"  # as the job's generate --tool-policy
 
 
 @dataclass
@@ -221,6 +222,8 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
         positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.turns not in ("all", "last"):
         raise UsageError(f"--turns must be all or last, got {args.turns!r}")
+    if args.tool_policy not in ("replay", "keep"):
+        raise UsageError(f"--tool-policy must be replay or keep, got {args.tool_policy!r}")
     if args.speed_drift < 0:
         raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")
     if args.warmup < 0:
@@ -287,7 +290,7 @@ def _plan_pilot(
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out)
-    run = _run(pilot, args, check.model or "", watch, check.think_mode())
+    run = _run(pilot, args, check.model or "", watch, check.think_mode(), check.token_ids)
     doc = plan_from_pilot(
         run,
         concurrency,
@@ -303,7 +306,12 @@ def _plan_pilot(
 
 
 def _run(
-    pilot: _Pilot, args: PlanArgs, model: str, watch: PilotWatch, think: ThinkMode | None = None
+    pilot: _Pilot,
+    args: PlanArgs,
+    model: str,
+    watch: PilotWatch,
+    think: ThinkMode | None = None,
+    token_ids: str | None = None,
 ) -> PilotRun:
     """The warm-up and the pilot, its progress told to `watch`."""
     rows, stop, c = pilot.source.rows, pilot.stop, pilot.concurrency
@@ -313,7 +321,7 @@ def _run(
     rnd = random.Random(args.seed + 1)
     warm = first_turn_requests(
         [rows[rnd.randrange(len(rows))] for _ in range(4 * c)], pilot.params, args.turns == "all",
-        "warm",
+        "warm", args.tool_policy,
     )  # fmt: skip
     size = (
         f"until ±{stop.target:.0%} (≥ {stop.min_requests}"
@@ -344,6 +352,8 @@ def _run(
                 params=pilot.params,
                 turns=args.turns,
                 think=think,
+                tool_policy=args.tool_policy,
+                token_ids=token_ids,
             )
         )
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -394,6 +404,7 @@ def _pilot_inputs(
         "pilot": run.samples,
         "pilot_requests": len(run.records),
         "turns": args.turns,
+        "tool_policy": args.tool_policy,
         "pilot_fixed": args.pilot,
         "target_error": stop.target if stop is not None else None,
         "pilot_min_time_s": stop.min_s if stop is not None else None,

@@ -16,10 +16,11 @@ from typing import Any
 import orjson
 
 from genbench.errors import ErrorKind, InputFileError
-from genbench.generate.conversation import Conversation, turn_count
+from genbench.generate.conversation import Conversation
 from genbench.generate.input import Row, iter_rows, scan
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.servers import Server
+from genbench.generate.units import start, turn_count
 from genbench.load import run_phase
 from genbench.plan.bar import TARGET_REL_ERROR, length_halfwidth
 from genbench.records import RecordWriter, RequestRecord, read_records
@@ -83,12 +84,16 @@ def pilot_stream(rows: Sequence[Row], seed: int) -> Iterator[Row]:
 
 
 def first_turn_requests(
-    rows: Sequence[Row], params: dict[str, Any], all_turns: bool, prefix: str
+    rows: Sequence[Row],
+    params: dict[str, Any],
+    all_turns: bool,
+    prefix: str,
+    tool_policy: str = "replay",
 ) -> list[ChatRequest]:
     """Each row's first request, as generate sends it (for the warm-up)."""
     out = []
     for i, row in enumerate(rows):
-        req = Conversation(row, params, all_turns, f"{prefix}-{i}").next_request()
+        req = start(row, params, all_turns, f"{prefix}-{i}", tool_policy).next_request()
         if req is not None:
             out.append(req)
     return out
@@ -149,6 +154,8 @@ class PilotSink:
         line = conv.line(self.model)
         if conv.last is not None:
             conv.last.extra["jsonl_bytes"] = len(line)
+            # the requests the row made: an agentic row's target decides how many
+            conv.last.extra["turns"] = conv.turns
         self.run.jsonl_bytes.append(len(line))
         if len(self.run.rows) < PARQUET_ROWS:
             self.run.rows.append(orjson.loads(line))
@@ -174,6 +181,8 @@ async def run_pilot(
     params: dict[str, Any] | None = None,
     turns: str = "all",
     think: ThinkMode | None = None,
+    tool_policy: str = "replay",
+    token_ids: str | None = None,
 ) -> PilotRun:
     """Run the pilot as the job will run, on generate's own path (`row_load`): C
     workers, sustained, natural lengths, each row a conversation sent as `genbench
@@ -188,23 +197,27 @@ async def run_pilot(
     With `warmup_s`, the `warmup` requests (cycled) first load the server at C for that
     long and are discarded: a server that sat idle runs slower for its first seconds
     of load (12-20% for ~20 s on the vLLM CPU test server), and a pilot is short enough
-    for that to bias the forecast of a job that runs warm for hours."""
+    for that to bias the forecast of a job that runs warm for hours.
+
+    `token_ids`: the dialect the server gives ids in (check's), kept as the job keeps them
+    (`--token-ids auto`), so the rows measured weigh what the job's will."""
     timeouts = Timeouts(connect=10.0, read=timeout, total=None)
     # the protocol-level transport `run` uses: the client's own CPU stays out of the pilot
-    client = Client(ep, model, timeouts=timeouts, keep_text=True, think=think)
+    client = Client(ep, model, timeouts=timeouts, keep_text=True, think=think, token_ids=token_ids)
     server = Server(ep, client, concurrency)
     writer = RecordWriter(out / REQUESTS_FILE) if out else None
     run = PilotRun(records=[], wall_s=0.0)
 
     def record(rec: RequestRecord) -> None:
-        rec.text = rec.reasoning = None
+        rec.text = rec.reasoning = rec.tool_calls = None
         if writer:
             writer.write(rec)
         if on_record:
             on_record(rec)
 
     def label(n: int, row: Row) -> tuple[str, dict[str, Any]]:
-        return f"pilot-{n}-line{row.line}", {"row": n, "turns": turn_count(row, turns == "all")}
+        want = turn_count(row, turns == "all", tool_policy)  # the last record says how many
+        return f"pilot-{n}-line{row.line}", {"row": n, "turns": want}
 
     load = row_load(
         [server],
@@ -214,6 +227,7 @@ async def run_pilot(
         turns=turns,
         retries=Retries(),
         phase="pilot",
+        tool_policy=tool_policy,
         admit=(lambda n: not stop.done()) if stop is not None else None,
         label=label,
         on_record=record,

@@ -13,6 +13,9 @@ from genbench.errors import UsageError
 
 ASSUMED_BYTES_PER_TOKEN = 4.0  # English text with a Llama-style tokenizer, when nothing measured
 JSONL_OVERHEAD_BYTES = 400  # id, generate's metadata and JSON punctuation per output line
+# a kept token id in JSONL: its digits and a comma (6-digit ids of a ~150K vocabulary),
+# when no output was measured (a pilot measures the rows as written, ids and all)
+ASSUMED_ID_BYTES = 7.0
 
 
 @dataclass(frozen=True)
@@ -54,15 +57,21 @@ def storage_from_tokens(
     bytes_per_token: float | None,
     hidden: HiddenStates | None,
     basis: str | None = None,
+    token_ids: bool = False,
 ) -> StorageModel:
     """Without outputs to measure: text bytes from a bytes-per-token figure, plus a fixed
-    per-line overhead; the prompt is not counted (it was not seen)."""
+    per-line overhead; the prompt is not counted (it was not seen). With `token_ids` (the
+    server gives them, so generate keeps them) each output token's id too."""
     bpt = bytes_per_token or ASSUMED_BYTES_PER_TOKEN
     why = basis or (
         f"{bpt:g} bytes per output token ("
         + ("given" if bytes_per_token else "assumed")
         + f") + {JSONL_OVERHEAD_BYTES} bytes per line; prompts not counted"
     )
+    if token_ids:
+        bpt += ASSUMED_ID_BYTES
+        why += f"; + {ASSUMED_ID_BYTES:g} bytes per output token for its id (assumed; the "
+        why += "server gives ids, generate keeps them)"
     return StorageModel(tokens_per_sample * bpt + JSONL_OVERHEAD_BYTES, None, why, hidden)
 
 
@@ -91,6 +100,7 @@ def parquet_bytes_per_row(rows: list[dict[str, Any]]) -> float | None:
             **r,
             "id": str(r["id"]),
             "conversations": [{**t, "content": text(t["content"])} for t in r["conversations"]],
+            **({"tools": text(r["tools"])} if r.get("tools") is not None else {}),
         }
         for r in rows
     ]

@@ -11,7 +11,9 @@ from genbench.errors import UsageError
 from genbench.inspect.document import is_inspection, load_inspect
 from genbench.report import decision, inspection
 from genbench.report.figures import MAX_BARS, Figure, focus_phase
-from genbench.report.html import page
+from genbench.report.html import figure_html, page
+from genbench.report.job import is_job
+from genbench.report.job_page import job_sections
 from genbench.report.timeline import all_figures
 
 REPORT_FILE = "report.html"
@@ -23,6 +25,7 @@ def build(
     max_bars: int = MAX_BARS,
     inspections: list[dict[str, Any]] | None = None,
     plans: list[dict[str, Any]] | None = None,
+    jobs: list[Path] | None = None,
 ) -> tuple[str, list[Figure]]:
     """The page as a string, and its figures; `phase` picks the phase of the timeline plots.
     `inspections` (inspect.json documents) each add a data-set section, `plans` (plan.json
@@ -34,8 +37,25 @@ def build(
     docs = inspections or []
     ins_figs = [inspection.figures(doc, i) for i, doc in enumerate(docs)]
     focus = focus_phase(runs, phase) if runs else None
-    html = page(runs, figs, focus, list(zip(docs, ins_figs, strict=True)), plans or [])
-    return html, figs + [f for fs in ins_figs for f in fs]
+    drawn = [(p, *one) for p in jobs or [] for one in job_sections(p, figure_html)]
+    sections = [(name, str(p), html) for p, name, html, _ in drawn]  # generate jobs' logs
+    html = page(runs, figs, focus, list(zip(docs, ins_figs, strict=True)), plans or [], sections)
+    return html, figs + [f for fs in ins_figs for f in fs] + [f for *_, fs in drawn for f in fs]
+
+
+def split_jobs(paths: list[Path]) -> tuple[list[Path], list[Path]]:
+    """Generate output directories (their request logs are drawn) apart from the rest; one
+    with an inspect.json stays in the rest too, for its data-set section."""
+    rest: list[Path] = []
+    jobs: list[Path] = []
+    for p in paths:
+        if is_job(p):
+            jobs.append(p)
+            if is_inspection(p):
+                rest.append(p)
+        else:
+            rest.append(p)
+    return rest, jobs
 
 
 def split_plans(paths: list[str] | list[Path]) -> tuple[list[Path], list[dict[str, Any]]]:
@@ -62,7 +82,8 @@ def split_inputs(paths: list[str] | list[Path]) -> tuple[list[Path], list[dict[s
             docs.append(load_inspect(p))
         elif p.is_dir() and (p / ".genbench").is_dir() and not (p / "result.json").exists():
             raise UsageError(
-                f"{p}: a generate output without inspect.json: run `genbench inspect {p}` first"
+                f"{p}: a generate output with no request log yet (nothing was sent): "
+                "nothing to draw"
             )
         else:
             runs.append(p)
@@ -80,9 +101,10 @@ def write_report(
     """Load the runs (or sides of repeats), plans and inspections, write the HTML atomically,
     and the PNGs when asked."""
     rest, plans = split_plans(paths)
+    rest, jobs = split_jobs(rest)
     run_paths, docs = split_inputs(rest)
     runs = load_sides(run_paths) if run_paths else []
-    html, figs = build(runs, phase, max_bars, docs, plans)
+    html, figs = build(runs, phase, max_bars, docs, plans, jobs)
     if png_dir is not None:
         from genbench.report.png import export
 

@@ -312,18 +312,24 @@ def page(
     focus: str | None,
     inspections: list[tuple[dict[str, Any], list[F.Figure]]] | None = None,
     plans: list[dict[str, Any]] | None = None,
+    jobs: list[tuple[str, str, str]] | None = None,
 ) -> str:
+    """The page; `jobs`: (label, path, section HTML) of each generate job drawn."""
     inspections = inspections or []
     plans = plans or []
+    jobs = jobs or []
     title = "genbench report — " + ", ".join(
         [r.label for r in runs]
         + [decision.label(doc) for doc in plans]
+        + [j[0] for j in jobs]
         + [inspection.label(doc) for doc, _ in inspections]
     )
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     what = [_count(runs)] if runs else []
     if plans:
         what.append(f"{len(plans)} plan{'s' if len(plans) != 1 else ''}")
+    if jobs:
+        what.append(f"{len(jobs)} generate job{'s' if len(jobs) != 1 else ''}")
     if inspections:
         what.append(f"{len(inspections)} data set{'s' if len(inspections) != 1 else ''}")
     parts = [
@@ -337,10 +343,12 @@ def page(
         parts.append(decision.section(doc))
     if runs:
         parts += _run_sections(runs, figs, focus)
+    parts += [j[2] for j in jobs]
     for doc, doc_figs in inspections:
         parts.append(inspection.section(doc, doc_figs, figure_html))
     files = [str(x.path) for r in runs for x in r.repeat_runs]
     files += [str(doc.get("_path", "")) for doc in plans]
+    files += [j[1] for j in jobs]
     files += [str(doc.get("_path", "")) for doc, _ in inspections]
     terms = (
         "<dl><dt>sustained tok/s</dt><dd>tokens arriving inside the steady window, "

@@ -141,11 +141,26 @@ def _tiles(doc: dict[str, Any]) -> str:
         ("hidden states", nbytes(st.get("hidden_state_bytes")),
          f"{_num((st.get('tokens') or {}).get('hidden_state'))} tokens"),
     ]  # fmt: skip
+    tiles += _fidelity_tiles(doc.get("fidelity"))
     return "".join(
         f'<div class="tile"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
         f'<div class="d">{escape(d)}</div></div>'
         for k, v, d in tiles
     )
+
+
+def _fidelity_tiles(f: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """Token-exact rows, and the drift when inspect measured it (inspect/fidelity.py)."""
+    if not f:
+        return []
+    cut, short = f"{f['turns_cut']:,}", f"{f['turns_short']:,}"
+    exact = f"{f['rows_token_exact']:,} of {f['rows']:,}"
+    out = [("token-exact rows", exact, f"turns cut {cut}, under {f['min_tokens']} ids {short}")]
+    d = f.get("drift") or {}
+    if d.get("checked"):
+        of = f"{d['drifted']:,} of {d['checked']:,} turns re-tokenize to other ids"
+        out.append(("retokenization drift", _pct(d["rate"]), of))
+    return out
 
 
 def _defect_rows(doc: dict[str, Any]) -> list[list[str]]:

@@ -27,6 +27,7 @@ from genbench.check.server_metrics import (
 from genbench.errors import GenbenchError, UsageError
 from genbench.load import PhaseRun, ServerDown, run_phase
 from genbench.records import RecordWriter, RequestRecord
+from genbench.run.prompt_file import PromptFile, cycle_for, read_prompt_file
 from genbench.run.result import (
     REQUESTS_FILE,
     RESULT_FILE,
@@ -39,7 +40,6 @@ from genbench.run.thinking_count import ThinkingCounter, note_thinking
 from genbench.run.workload import (
     BUILTIN_PROMPTS,
     WARMUP_PROMPT,
-    PromptCycle,
     forced_length_params,
     messages,
 )
@@ -71,6 +71,7 @@ class RunConfig:
     think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
     think_dialect: str = "auto"  # --think-dialect
     metrics_urls: list[str] = field(default_factory=list)  # --metrics-url: workers', summed
+    prompts: str | None = None  # --workload: a prompt file's requests, not the built-in prompts
 
     def validate(self) -> None:
         if not self.lengths and "single" not in self.skip:
@@ -154,6 +155,7 @@ class RunState:
             "sweep": {},
         }
         self.phases: list[Phase] = []
+        self.prompts: PromptFile | None = None  # --workload: its requests, not the built-in ones
 
     def add(self, phase: Phase) -> None:
         self.phases.append(phase)
@@ -418,7 +420,7 @@ class Runner:
             force = not cfg.natural
             if "single" not in cfg.skip:
                 for n in cfg.lengths:
-                    reqs = PromptCycle(f"single{n}", n, self._params(n, force))
+                    reqs = cycle_for(self.state.prompts, f"single{n}", n, self._params(n, force))
                     await self._phase(
                         client,
                         f"single-{n}",
@@ -440,12 +442,12 @@ class Runner:
         n = cfg.sweep_tokens
         for c in cfg.concurrency:
             if "burst" in cfg.shapes:
-                reqs = PromptCycle(f"burst{c}", n, self._params(n, force))
+                reqs = cycle_for(self.state.prompts, f"burst{c}", n, self._params(n, force))
                 await self._phase(
                     client, f"burst-c{c}", "burst", reqs, c, n, max_requests=c, force=force
                 )
             if "sustained" in cfg.shapes:
-                reqs = PromptCycle(f"sustained{c}", n, self._params(n, force))
+                reqs = cycle_for(self.state.prompts, f"sustained{c}", n, self._params(n, force))
                 total = None if cfg.duration else c * cfg.requests_per_slot
                 await self._phase(
                     client,
@@ -474,6 +476,7 @@ async def execute_run(
 
     `doc_extra` adds top-level fields to result.json (a repeat's index, see execute_repeats)."""
     cfg.validate()
+    prompts = read_prompt_file(Path(cfg.prompts)) if cfg.prompts else None  # before preflight
     think = {"think_tags": tuple(cfg.think_tags[:2]), "think_dialect": cfg.think_dialect}
     check = await preflight(ep, model, timeout=check_timeout, **think)
     if not check.ok:
@@ -488,6 +491,8 @@ async def execute_run(
         **(target_extra or {}),
     }
     state = RunState(out, cfg, target)
+    if prompts is not None:
+        state.prompts, state.doc["workload"] = prompts, prompts.describe(cfg.natural)
     mode = check.think_mode()
     from_usage = "server usage" if mode.dialect == SEPARATE else None
     state.doc["thinking"] = {"dialect": mode.dialect, "tags": list(mode.tags),

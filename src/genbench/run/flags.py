@@ -5,6 +5,7 @@ with a one-line error naming it."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
@@ -20,6 +21,7 @@ CONFIG_FLAGS = (
     "url", "natural", "temperature", "timeout", "thinking", "think_tags", "think_dialect",
     "quick", "lengths", "concurrency", "shape", "skip", "sweep_tokens", "requests_per_slot",
     "duration", "prompts_per_length", "warmup", "warmup_tokens", "extra_body", "metrics_url",
+    "prompts",
 )  # fmt: skip
 
 
@@ -121,6 +123,7 @@ def run_config(
     warmup_tokens: int | None,
     extra_body: str | None,
     metrics_url: list[str] | None,
+    prompts: Path | None,
 ) -> RunConfig:
     """`genbench run`'s flags as the run's config, each checked (a UsageError names it)."""
     cfg = RunConfig(natural=natural, temperature=temperature, timeout=timeout, thinking=thinking)
@@ -153,6 +156,7 @@ def run_config(
     if extra_body is not None:
         cfg.extra_body = parse_extra_body(extra_body)
     cfg.metrics_urls = checked_metrics_urls(metrics_url or [])
+    cfg.prompts = str(prompts) if prompts is not None else None
     cfg.validate()
     return cfg
 

@@ -18,6 +18,8 @@ from genbench.errors import UsageError
 REASONING_DIALECTS = ("reasoning_content", "reasoning")
 # whose endpoints and metric names the sim serves (genbench.sim.dialect has each one's table)
 SERVER_DIALECTS = ("sim", "sglang")
+# how the sim gives token ids when asked (genbench.sim.ids): none (llama.cpp), vLLM's, SGLang's
+TOKEN_ID_DIALECTS = ("none", "vllm", "sglang")
 
 # Fault kinds and the keys each accepts besides `rate` and `after`, with defaults.
 FAULT_KEYS: dict[str, dict[str, Any]] = {
@@ -239,6 +241,8 @@ class SimConfig:
     drift: str | None = None  # PCT:PERIOD, see Drift
     dialect: str = "sim"  # one of SERVER_DIALECTS
     metrics: bool = True  # False: no /metrics (SGLang started without --enable-metrics)
+    tool_calls: str | None = None  # N or LO:HI calls per conversation (sim/tools.py)
+    token_ids: str = "none"  # one of TOKEN_ID_DIALECTS
 
     @property
     def step_b(self) -> float:
@@ -321,12 +325,27 @@ class SimConfig:
                 repr(self.reasoning_dialect),
                 "reasoning_content with --dialect sglang (the field SGLang sends)",
             )
+        need(
+            self.token_ids in TOKEN_ID_DIALECTS,
+            "--token-ids",
+            repr(self.token_ids),
+            " or ".join(TOKEN_ID_DIALECTS),
+        )
+        need(
+            self.token_ids != "sglang" or self.dialect == "sglang",
+            "--token-ids",
+            repr(self.token_ids),
+            "sglang ids with --dialect sglang (clients ask a server by its kind)",
+        )
         need(1 <= self.spec_k <= 64, "--spec-k", self.spec_k, "an integer in 1..64")
         need(
             0 <= self.spec_accept <= 1, "--spec-accept", self.spec_accept, "a probability in [0, 1]"
         )
         self.output_len_dist()
         self.drift_model()
+        from genbench.sim.tools import parse_tool_calls  # it reads the sim's text
+
+        parse_tool_calls(self.tool_calls)
         if self.step_a <= 0:
             raise UsageError(
                 f"--per-seq-ms {self.per_seq_ms}: expected less than 1000/tps = "

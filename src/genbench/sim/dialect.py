@@ -75,6 +75,7 @@ def sim_rows(srv: SimServer) -> list[MetricLine]:
         ("prompt_tokens_total", "counter", "Prefilled prompt tokens.", [("", s.m_prompt)]),
         ("generation_tokens_total", "counter", "Generated tokens.", [("", s.m_gen)]),
         ("reasoning_tokens_total", "counter", "Generated thinking tokens.", [("", s.m_reason)]),
+        ("tool_calls_total", "counter", "Replies that were a tool call.", [("", s.m_tool_calls)]),
         ("request_success_total", "counter", "Requests finished normally.", success),
         ("spec_decode_num_drafts_total", "counter", "Speculative drafts.", [("", s.m_drafts)]),
         ("spec_decode_num_draft_tokens_total", "counter", "Speculative draft tokens.",

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from genbench.sim import ids
 from genbench.sim.config import SimConfig
 from genbench.sim.dialect import DIALECTS, Usage
 from genbench.sim.replies import (
@@ -60,6 +61,7 @@ class Scheduler:
         self.m_draft_tokens = 0
         self.m_accepted = 0
         self.m_aborted = 0  # requests whose client went away (SGLang's aborted requests)
+        self.m_tool_calls = 0  # replies that were a tool call
         # acceptance over the last SPEC_LOG_STEPS decode steps, as SGLang's gauges show it
         self.spec_accept_length = 0.0
         self.spec_accept_rate = 0.0
@@ -114,11 +116,16 @@ class Scheduler:
     def start_decode(self, r: Req, t: float) -> None:
         """Prefill has ended at `t`: emit the first token now, then join the batch."""
         self.m_prompt += r.prompt_tokens
-        if r.stream and not r.sink.write(r.head + ROLE):  # type: ignore[union-attr]
+        if r.stream and not r.sink.write(r.head + self._first(r)):  # type: ignore[union-attr]
             self.drop(r, t)
             return
         if self._advance(r, 1, t):
             self.join(r, t)
+
+    @staticmethod
+    def _first(r: Req) -> bytes:
+        """The first chunk's tail: vLLM's carries the prompt's ids when asked."""
+        return ROLE if r.ids != "vllm" else ids.first_chunk_tail(r.prompt_ids)
 
     def join(self, r: Req, t: float) -> None:
         if r.dead:
@@ -142,21 +149,30 @@ class Scheduler:
             self.m_reason += nr
         if not r.stream:
             return True
+        if r.tool is not None:
+            return r.sink.write(r.tool.events(r.head, e, e + k))  # type: ignore[union-attr]
         if r.script is not None:
             out = b""
+            tail = SUF[2:]
+            if r.ids == "vllm":  # the chunk's ids go with its first delta
+                word = r.script.word
+                chunk_ids = orjson.dumps([ids.word_id(word(i)) for i in range(e, e + k)])
+                tail = b',"finish_reason":null,"token_ids":' + chunk_ids + b"}]}\n\n"
             for think, answer in r.script.deltas(e, e + k):
                 delta = {self.cfg.reasoning_dialect: think} if think else {}
                 if answer:
                     delta["content"] = answer
-                out += r.head + orjson.dumps(delta) + SUF[2:]
+                out += r.head + orjson.dumps(delta) + tail
+                tail = SUF[2:]
             return r.sink.write(out)  # type: ignore[union-attr]
         span = self.vocab.span
+        suf = SUF if r.ids != "vllm" else ids.IDS_SUF + ids.text_ids(r.pos + e, k) + ids.IDS_END
         if e >= th:
-            body = r.pre_c + span(r.pos + e, k) + SUF
+            body = r.pre_c + span(r.pos + e, k) + suf
         elif e + k <= th:
-            body = r.pre_r + span(r.pos + e, k) + SUF
+            body = r.pre_r + span(r.pos + e, k) + suf
         else:
-            body = r.pre_r + span(r.pos + e, th - e) + MID + span(r.pos + th, e + k - th) + SUF
+            body = r.pre_r + span(r.pos + e, th - e) + MID + span(r.pos + th, e + k - th) + suf
         return r.sink.write(body)  # type: ignore[union-attr]
 
     def _advance(self, r: Req, k: int, t: float) -> bool:
@@ -218,10 +234,15 @@ class Scheduler:
                     "model": self.cfg.model, "choices": [], "usage": self.usage(r),
                 }  # fmt: skip
                 out += b"data: " + orjson.dumps(usage) + b"\n\n"
+            if r.ids == "sglang":  # SGLang's ids: once, whole, before [DONE]
+                head = {"id": r.id, "object": "chat.completion.chunk", "created": r.created,
+                        "model": self.cfg.model}  # fmt: skip
+                out += ids.sglext_chunk(head, r.prompt_ids, ids.generated(r))
             if not r.sink.write(out + DONE):  # type: ignore[union-attr]
                 self.drop(r, t)
                 return
-        self.m_success[finish] += 1
+        self.m_success[finish] = self.m_success.get(finish, 0) + 1  # tool_calls, once seen
+        self.m_tool_calls += r.tool is not None
         self._end(r, "ok", t)
 
     def usage(self, r: Req) -> dict[str, Any]:

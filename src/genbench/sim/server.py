@@ -32,6 +32,7 @@ from aiohttp import web
 
 from genbench import __version__
 from genbench.errors import UsageError
+from genbench.sim import ids
 from genbench.sim.config import TEXT_FAULTS, Fault, SimConfig
 from genbench.sim.dialect import DIALECTS, Handler, render_metrics, sim_rows
 from genbench.sim.replies import (
@@ -53,6 +54,7 @@ from genbench.sim.replies import (
 from genbench.sim.scheduler import (
     Scheduler,
 )
+from genbench.sim.tools import ToolScript, parse_tool_calls, plan_call
 
 __all__ = ["VOCAB", "SimServer", "Vocab", "run", "serve", "startup_line"]
 
@@ -75,6 +77,7 @@ class SimServer:
         self.counts = {"chat": 0, "models": 0, "health": 0}
         self.requests: set[Req] = set()
         self.dialect = DIALECTS[cfg.dialect]
+        self.tool_calls = parse_tool_calls(cfg.tool_calls)
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -180,7 +183,7 @@ class SimServer:
                 if request.transport is not None:
                     request.transport.close()
                 return web.Response()
-            return self._complete(r, "no-usage" in kinds)
+            return self._complete(r, "no-usage" in kinds, body)
         return await self._stream(request, r, active)
 
     def _plan(self, body: Any, n: int, active: list[Fault]) -> Req | web.Response:
@@ -197,6 +200,9 @@ class SimServer:
 
         messages = body["messages"]
         prompt = count_prompt(messages)
+        asked = ids.asked(cfg.token_ids, body)
+        if asked == "sglang-refused":
+            return self.error(400, ids.SGLANG_STREAM_REFUSED)
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         room = cfg.max_model_len - prompt
         if (max_tokens is not None and max_tokens > room) or room < 1:
@@ -237,7 +243,20 @@ class SimServer:
             thinking = total = max(1, min(cfg.thinking_tokens, cap))
             finish = "stop"
 
+        tool = None
+        if body.get("tools") and not text_faults and not body.get("ignore_eos"):  # forced: text
+            call = plan_call(body, cfg.seed, self.tool_calls)
+            if call is not None:
+                prefix = "call_" if cfg.dialect == "sglang" else "chatcmpl-tool-"
+                cid = prefix + os.urandom(8).hex()
+                tool = ToolScript(call, thinking, cfg.dialect, cfg.reasoning_dialect, cid)
+                total, finish = min(tool.tokens, cap), "tool_calls"
+                if tool.tokens > cap:
+                    finish = "length"
+                thinking = min(thinking, total)
+
         r = Req()
+        r.tool = tool
         r.n = n
         r.stream = bool(body.get("stream"))
         r.total = total
@@ -246,6 +265,8 @@ class SimServer:
         if text_faults.keys() - {"ignore-prompt"}:
             r.script = Script(r.pos, thinking, text_faults)
         r.prompt_tokens = prompt
+        if asked is not None:
+            r.ids, r.prompt_ids = cfg.token_ids, ids.prompt_ids(messages)
         r.finish = finish
         r.id = "chatcmpl-" + os.urandom(12).hex()
         r.created = int(time.time())
@@ -325,7 +346,7 @@ class SimServer:
                 r.dead = True
                 s.release(r, clock())
 
-    def _complete(self, r: Req, no_usage: bool) -> web.Response:
+    def _complete(self, r: Req, no_usage: bool, body: dict[str, Any]) -> web.Response:
         """The non-streaming answer, built from the same tokens a stream would carry."""
         if r.outcome == "inband-error":
             return self.error(500, r.error_message)
@@ -338,6 +359,9 @@ class SimServer:
         else:
             think, answer = span(r.pos, th).decode(), span(r.pos + th, r.emitted - th).decode()
         message: dict[str, Any] = {"role": "assistant", "content": answer}
+        if r.tool is not None:
+            think = r.tool.thought(0, r.reasoning_emitted)
+            message = {"role": "assistant", "content": None, "tool_calls": [r.tool.whole()]}
         if think:
             message[self.cfg.reasoning_dialect] = think
         out: dict[str, Any] = {
@@ -348,6 +372,8 @@ class SimServer:
         }  # fmt: skip
         if not no_usage:
             out["usage"] = self.sched.usage(r)
+        if r.ids is not None:
+            ids.whole(r.ids, body, out, r.prompt_ids, ids.generated(r))
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
     def shutdown(self) -> None:

@@ -38,6 +38,7 @@ from genbench.transport.failures import (
 )
 from genbench.transport.stream import StreamParser, parse_whole
 from genbench.transport.thinking import Splitter, ThinkMode, ThinkState
+from genbench.transport.token_ids import REQUEST_FIELDS, Ids
 
 _DNS_TTL = 300.0
 _STALE_RETRIES = 8
@@ -229,8 +230,12 @@ class Client:
         session: ConnectionPool | None = None,
         think: ThinkMode | ThinkState | None = None,
         keep_raw: bool = False,
+        token_ids: str | None = None,
     ) -> None:
         self.endpoint = endpoint
+        # ask for the token ids in this dialect (genbench.transport.token_ids: vllm, sglang) and
+        # keep them on the record; None: neither asked nor kept
+        self.token_ids = token_ids
         # thinking inline in content: split it (genbench.transport.thinking); a ThinkState may be
         # shared by several Clients, which then learn the dialect together
         self.think = ThinkState(think) if isinstance(think, ThinkMode) else think
@@ -273,6 +278,8 @@ class Client:
         body["stream"] = self.stream
         if self.stream:
             body["stream_options"] = {"include_usage": True}
+        if self.token_ids is not None:
+            body.update(REQUEST_FIELDS[self.token_ids])
         return body
 
     def _request(self, req: ChatRequest) -> bytes:
@@ -303,8 +310,11 @@ class Client:
         rec.sent_at = time.time()
         rec.t_send = t0 = time.perf_counter()
         split = self.think.splitter(req.params, req.id) if self.think is not None else None
+        ids = Ids() if self.token_ids is not None else None
         parser = (
-            StreamParser(rec, t0, self.keep_text, split, self.keep_raw) if self.stream else None
+            StreamParser(rec, t0, self.keep_text, split, self.keep_raw, ids)
+            if self.stream
+            else None
         )
         tries: list[tuple[Connection, Exchange]] = []
         try:
@@ -324,7 +334,7 @@ class Client:
             self._abandon(tries, parser)
             self._fail(rec, timeout_failure(tries[-1][1].got_head if tries else False))
         else:
-            self._fail(rec, self._complete(rec, ex, parser, t0, split))
+            self._fail(rec, self._complete(rec, ex, parser, t0, split, ids))
         finally:
             if tries and tries[-1][1].got_head:
                 rec.http_status = tries[-1][1].status
@@ -341,6 +351,7 @@ class Client:
         parser: StreamParser | None,
         t0: float,
         split: Splitter | None = None,
+        ids: Ids | None = None,
     ) -> Failure | None:
         """The response is in (or the stream over): what it says, as a failure or None."""
         if ex.failure is not None:
@@ -353,7 +364,7 @@ class Client:
         if ex.status != 200:
             return status_failure(ex.status, body)
         now = time.perf_counter()
-        return parse_whole(rec, body, t0, now, self.keep_text, split, self.keep_raw)
+        return parse_whole(rec, body, t0, now, self.keep_text, split, self.keep_raw, ids)
 
     @staticmethod
     def _abandon(tries: list[tuple[Connection, Exchange]], parser: StreamParser | None) -> None:

@@ -41,6 +41,8 @@ from genbench.transport.failures import (
     timeout_failure,
 )
 from genbench.transport.thinking import Splitter, resplit, split_whole
+from genbench.transport.token_ids import Ids
+from genbench.transport.tool_stream import ToolCalls
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
@@ -68,7 +70,7 @@ class StreamParser:
 
     __slots__ = (
         "rec", "t0", "buf", "kinds", "answer", "thinking", "done", "finished", "failure",
-        "split", "last", "raw", "watched",
+        "split", "last", "raw", "watched", "ids", "add_ids", "tools",
     )  # fmt: skip
 
     def __init__(
@@ -78,6 +80,7 @@ class StreamParser:
         keep_text: bool,
         split: Splitter | None = None,
         keep_raw: bool = False,
+        ids: Ids | None = None,
     ) -> None:
         self.rec = rec
         self.t0 = t0  # when the request was sent: chunk offsets are from here
@@ -98,6 +101,11 @@ class StreamParser:
         self.watched: array[int] | None = (
             array("I") if split is not None and split.watching else None
         )
+        self.tools: ToolCalls | None = None  # the reply's tool calls, from delta.tool_calls
+        # the server's token ids (genbench.transport.token_ids), when asked: a chunk's are appended
+        # to one array, 4 bytes an id
+        self.ids = ids
+        self.add_ids = ids.out.fromlist if ids is not None else None
 
     def feed(self, data: bytes, now: float) -> int:
         """Bytes of the body that arrived at `now`: MORE, DONE ([DONE] seen) or STOP (a
@@ -131,6 +139,15 @@ class StreamParser:
                         and not choice.get("finish_reason")
                         and not obj.get("usage")
                     ):
+                        if self.add_ids is not None:  # the chunk's ids (vLLM), in place
+                            t = choice.get("token_ids")
+                            if t and type(t) is list:
+                                try:
+                                    self.add_ids(t)
+                                except (TypeError, OverflowError):
+                                    self.ids.malformed()  # type: ignore[union-attr]
+                            else:
+                                self.ids.event(obj, choice)  # type: ignore[union-attr]
                         delta = choice.get("delta")
                         if not delta:
                             continue
@@ -139,6 +156,8 @@ class StreamParser:
                             content = delta.get("content")
                             if thinking or content:
                                 self.text(rel, thinking, content)
+                            if calls := delta.get("tool_calls"):
+                                self.tool(rel, calls, bool(thinking or content))
                             continue
             failure = self._event(obj, rel)
             if failure is not None:
@@ -159,6 +178,8 @@ class StreamParser:
             return not_an_object_failure()
         rec = self.rec
         choices = obj.get("choices")
+        if self.ids is not None:
+            self.ids.event(obj, choices[0] if choices else None)
         if choices:
             choice = choices[0]
             delta = choice.get("delta")
@@ -167,6 +188,8 @@ class StreamParser:
                 content = delta.get("content")
                 if thinking or content:
                     self.text(rel, thinking, content)
+                if calls := delta.get("tool_calls"):
+                    self.tool(rel, calls, bool(thinking or content))
             fr = choice.get("finish_reason")
             if fr:
                 rec.finish_reason = fr
@@ -220,6 +243,24 @@ class StreamParser:
                 rec.ttft_thinking = rel
             if self.thinking is not None:
                 self.thinking.append(thinking)
+
+    def tool(self, rel: float, parts: Any, counted: bool) -> None:
+        """A chunk carrying tool-call fragments: joined by `ToolCalls`; the chunk is an
+        answer chunk (its tokens are output), once, when no text came with it."""
+        if self.tools is None:
+            self.tools = ToolCalls()
+            if self.watched is not None:
+                self._unsplit()  # a watcher meets a call: the reply is not inline thinking
+        self.tools.feed(parts)
+        if counted:
+            return
+        rec = self.rec
+        if rec.ttft is None:
+            rec.ttft = rel
+        if rec.ttft_answer is None:
+            rec.ttft_answer = rel
+        rec.chunk_offsets.append(rel)
+        self.kinds.append(_A)
 
     def _reread(self, rel: float, tail: str) -> None:
         """The watcher saw the dialect in the chunk at `rel`: every text field the reply set
@@ -293,6 +334,12 @@ class StreamParser:
         if self.answer is not None:
             rec.text = "".join(self.answer)
             rec.reasoning = "".join(self.thinking or [])
+        if self.tools is not None:
+            rec.tool_call_count = len(self.tools)
+            if self.answer is not None:
+                rec.tool_calls = self.tools.result()
+        if self.ids is not None:
+            keep_ids(rec, self.ids)
         split = self.split if self.split is not None and not self.split.watching else None
         if self.raw is not None and split is not None:  # a watcher that saw nothing split none
             rec.raw = "".join(self.raw)
@@ -314,6 +361,7 @@ def parse_whole(
     keep_text: bool,
     split: Splitter | None = None,
     keep_raw: bool = False,
+    ids: Ids | None = None,
 ) -> Failure | None:
     """A non-streamed response that arrived whole at `now`."""
     rec.t_end = now
@@ -339,15 +387,32 @@ def parse_whole(
     if keep_text:
         rec.text, rec.reasoning = content, thinking
     rec.finish_reason = choice.get("finish_reason")
+    calls = msg.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        rec.tool_call_count = len(calls)
+        if keep_text:
+            rec.tool_calls = calls  # as the server sent them
     if obj.get("usage"):
         apply_usage(rec, obj["usage"])
     else:
         rec.tokens_estimated = True
+    if ids is not None:
+        ids.event(obj, choice)
+        keep_ids(rec, ids)
     if split is not None and rec.reasoning_tokens is None:
         share_by_chars(rec, len(thinking), len(content))
     if not rec.finish_reason:
         return incomplete_failure("response without a finish_reason")
     return None
+
+
+def keep_ids(rec: RequestRecord, ids: Ids) -> None:
+    """The reply's ids onto its record, as the arrays they came in (none: None)."""
+    if ids.bad is not None:
+        rec.token_ids_error = ids.bad
+    elif ids.seen:
+        rec.prompt_token_ids = ids.prompt
+        rec.token_ids = ids.out if (len(ids.out) or ids.whole) else None
 
 
 def apply_usage(rec: RequestRecord, usage: dict[str, Any]) -> None:

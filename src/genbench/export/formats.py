@@ -1,0 +1,107 @@
+"""What each trainer reads, one line at a time.
+
+* `specforge-tokens`: SpecForge's pre-tokenized rows (`data.prompts_path`): one line per
+  generated turn, `input_ids` = the prompt ids the server saw + the ids it generated,
+  `loss_mask` 0 over the prompt and 1 over the generated ids, `id` = `ROW#TURN`.
+* `speculators`: vllm-project/speculators' "speculator format" (what its
+  response-regeneration script writes and `prepare_data.py --data` passes through): the
+  same sample, plus `primary_id` (the row) and `metadata`.
+* `specforge`: SpecForge's conversations file (`data.train_data_path`): one line per row,
+  `id` and `conversations` only (every other column would reach the chat template as a
+  keyword), the system turn made explicit, the thinking as `reasoning_content`. The
+  trainer re-tokenizes it; the token formats are what the target generated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from genbench.export.samples import Sample
+
+TOKENS, SPECFORGE, SPECULATORS = "specforge-tokens", "specforge", "speculators"
+FORMATS = (TOKENS, SPECFORGE, SPECULATORS)
+TOKEN_EXACT = frozenset({TOKENS, SPECULATORS})
+
+
+def token_line(s: Sample) -> bytes:
+    """A SpecForge pre-tokenized row."""
+    assert s.prompt is not None and s.generated is not None
+    return (
+        orjson.dumps(
+            {
+                "id": s.id,
+                "input_ids": s.prompt + s.generated,
+                "loss_mask": [0] * len(s.prompt) + [1] * len(s.generated),
+            }
+        )
+        + b"\n"
+    )
+
+
+def speculators_line(s: Sample, meta: Mapping[str, Any]) -> bytes:
+    """A speculators-format row; `metadata` keeps one type per field, for a datasets column."""
+    assert s.prompt is not None and s.generated is not None
+    return (
+        orjson.dumps(
+            {
+                "id": s.id,
+                "primary_id": str(s.row_id),
+                "input_ids": s.prompt + s.generated,
+                "loss_mask": [0] * len(s.prompt) + [1] * len(s.generated),
+                "metadata": {
+                    "turn": s.turn,
+                    "finish_reason": s.finish_reason,
+                    "server": str(meta.get("server") or ""),
+                    "model": str(meta.get("model") or ""),
+                },
+            }
+        )
+        + b"\n"
+    )
+
+
+@dataclass
+class TextRow:
+    """One row of the conversations file, and what making it showed."""
+
+    line: bytes | None  # None: no generated turn left to train on
+    turns: int  # generated turns written
+    system: str  # "sent" | "empty" (none was sent; an empty one written) | "none"
+    history: int  # assistant turns written that genbench did not generate (the input's)
+
+
+def _message(m: Mapping[str, Any]) -> dict[str, Any]:
+    out = {"role": m.get("role"), "content": m.get("content") or ""}
+    if m.get("role") == "assistant" and m.get("reasoning_content"):
+        out["reasoning_content"] = m["reasoning_content"]
+    return out
+
+
+def text_row(
+    row: Mapping[str, Any], samples: list[Sample], left: set[int], empty_system: bool
+) -> TextRow:
+    """The row as a SpecForge conversation, cut before its first generated turn that is left
+    out (`left`: those turns' indices; a later turn's prompt held it, so it cannot stay)."""
+    conv = [m for m in row.get("conversations") or [] if isinstance(m, Mapping)]
+    stop = min(left) if left else len(conv)
+    keep = conv[:stop]
+    while keep and keep[-1].get("role") != "assistant":
+        keep.pop()  # a question whose answer is left out teaches nothing
+    generated = {s.turn for s in samples}
+    turns = sum(1 for i in range(len(keep)) if i in generated)
+    if turns == 0:
+        return TextRow(None, 0, "none", 0)
+    history = sum(
+        1 for i, m in enumerate(keep) if m.get("role") == "assistant" and i not in generated
+    )
+    msgs = [_message(m) for m in keep]
+    system = "sent" if msgs[0]["role"] == "system" else "none"
+    if system == "none" and empty_system:
+        msgs.insert(0, {"role": "system", "content": ""})
+        system = "empty"
+    line = orjson.dumps({"id": str(row.get("id")), "conversations": msgs}) + b"\n"
+    return TextRow(line, turns, system, history)

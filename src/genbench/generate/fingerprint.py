@@ -1,0 +1,157 @@
+"""The request a row makes, as a fingerprint: what lets a resumed job see an edited input.
+
+A row's fingerprint is a 64-bit hash of every request the job builds for it (the
+`ChatRequest`s of its conversation, in order: messages, max_tokens, sampling and any
+other field a request carries), the answers it generates replaced by a placeholder, so
+it says what was *asked*, not what came back. It is built by the same code that builds
+the requests (`Conversation.next_request`): a field added to requests is covered the
+day it is added, and a field left at its empty default does not change old
+fingerprints (empty values are left out).
+
+Computing it means parsing and normalising the row (microseconds), too slow for every
+row of a 1M-row resume. So the store also keeps, per row, a *line key*: the input line's
+length and a CRC-32 seeded by the job's *salt* (the fingerprint of a fixed synthetic row
+under this job's sampling and `--turns`). Same bytes, same salt: same request, no
+parsing. Anything else (a reformatted line, new job settings, a newer genbench) falls
+back to the fingerprint itself, which decides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from genbench.generate.conversation import Conversation
+from genbench.generate.input import Row, line_key
+from genbench.transport.client import ChatRequest
+
+__all__ = [
+    "LazyFps", "RequestCheck", "from_hex", "job_salt", "line_key", "row_fingerprint", "to_hex",
+]  # fmt: skip
+
+PROBE = Row(  # the synthetic row behind the salt: a system prompt and two user turns
+    "genbench-salt",
+    [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "v"},
+    ],
+    {},
+    0,
+)
+
+
+def _canonical(req: ChatRequest) -> dict[str, Any]:
+    """The request's fields that say what is asked: its id is the row's key, not part of
+    the request, and empty fields are left out (a new field's default changes nothing)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(req):
+        v = getattr(req, f.name)
+        if f.name != "id" and v is not None and v != {} and v != []:
+            out[f.name] = v
+    return out
+
+
+def row_fingerprint(row: Row, params: dict[str, Any], all_turns: bool) -> int:
+    """The fingerprint (an unsigned 64-bit int, never 0) of the requests `row` makes."""
+    conv = Conversation(row, params, all_turns)
+    h = hashlib.blake2b(digest_size=8)
+    while (req := conv.next_request()) is not None:
+        h.update(orjson.dumps(_canonical(req), option=orjson.OPT_SORT_KEYS, default=str))
+        h.update(b"\n")
+        conv.out.append({"role": "assistant", "content": ""})  # the answer, as a placeholder
+        conv.waiting = False
+    return int.from_bytes(h.digest(), "big") or 1
+
+
+def job_salt(params: dict[str, Any], all_turns: bool) -> int:
+    """What the line keys of this job are keyed by: changes with the job's sampling, its
+    `--turns` and the way genbench builds requests."""
+    return row_fingerprint(PROBE, params, all_turns)
+
+
+def to_hex(fp: int) -> str:
+    return f"{fp:016x}"
+
+
+def from_hex(text: Any) -> int:
+    """A fingerprint read back from a row's meta; 0 when absent or unreadable."""
+    if not isinstance(text, str):
+        return 0
+    try:
+        return int(text, 16)
+    except ValueError:
+        return 0
+
+
+@dataclass
+class RequestCheck:
+    """The input scan's judge of done rows whose input line changed (`input.scan`).
+
+    `fps`: the fingerprint each done row was made with (0: unknown, a row of an older
+    genbench: trusted). `kept`: rows kept by `--input-changed keep`, with the fingerprint
+    and line key they were kept for (fingerprint 0: kept although not in the input)."""
+
+    params: dict[str, Any]
+    all_turns: bool
+    fps: Any  # id -> fingerprint: a mapping with .get (store.LazyFps)
+    kept: dict[str, tuple[int, int]] = field(default_factory=dict)
+    changes: list[tuple[str, int, int]] = field(default_factory=list)  # (id, fp now, key)
+
+    def __post_init__(self) -> None:
+        self.salt = job_salt(self.params, self.all_turns)
+
+    def key(self, raw: bytes) -> int:
+        return line_key(self.salt, raw)
+
+    def has_kept(self) -> bool:
+        return bool(self.kept)
+
+    def kept_key(self, row_id: str) -> int:
+        k = self.kept.get(row_id)
+        return k[1] if k else 0
+
+    def kept_gone(self, row_id: str) -> bool:
+        k = self.kept.get(row_id)
+        return k is not None and k[0] == 0
+
+    def changed(self, row_id: str, row: Row, key: int) -> bool:
+        """Whether the row's request is not the one its answer was made for (nor one
+        kept for it); if so, noted in `changes`."""
+        old = self.fps.get(row_id, 0)
+        if not old:
+            return False  # made by a genbench that kept no fingerprint: cannot tell
+        fp = row_fingerprint(row, self.params, self.all_turns)
+        k = self.kept.get(row_id)
+        if fp == old or (k is not None and k[0] == fp):
+            return False
+        self.changes.append((row_id, fp, key))
+        return True
+
+
+class LazyFps:
+    """id -> request fingerprint of the done rows, built on first use: a resume whose
+    input lines are all as they were never needs it (1M entries cost ~0.2 s, ~80 MB)."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[list[str], list[int]]] = []
+        self._map: dict[str, int] | None = None
+
+    def add(self, ids: list[str], fps: list[int]) -> None:
+        self.parts.append((ids, fps))
+        self._map = None
+
+    def get(self, row_id: str, default: int = 0) -> int:
+        if self._map is None:
+            self._map = {}
+            for ids, fps in self.parts:
+                self._map.update(zip(ids, fps, strict=True))
+        return self._map.get(row_id, default)
+
+    def __getitem__(self, row_id: str) -> int:
+        return self.get(row_id)

@@ -1,0 +1,121 @@
+"""Listeners beside the console: several heard at once, and the job's own notes on disk.
+
+`Listeners` passes everything the job says to each listener in order (the console first:
+it adds the plan's course to the snapshot the others then see). `RunNotes` appends one
+line when a run of the job starts sending and one when it ends to `.genbench/runs.jsonl`:
+what the request log cannot say by itself (how many rows the job has, how many were done
+before, the plan's forecast and its bar), so `genbench report OUT_DIR` can draw the ETA
+against the plan long after the job ended.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from genbench.generate.job import JobResult, Listener
+from genbench.records import RequestRecord
+
+RUNS_FILE = "runs.jsonl"
+
+
+class Listeners(Listener):
+    """Each listener hears everything, in the order given."""
+
+    def __init__(self, *listeners: Listener) -> None:
+        self.all = listeners
+
+    def planned(self, info: dict[str, Any]) -> None:
+        for one in self.all:
+            one.planned(info)
+
+    def note(self, text: str, style: str = "") -> None:
+        for one in self.all:
+            one.note(text, style)
+
+    def tick(self, snap: dict[str, Any]) -> None:
+        for one in self.all:
+            one.tick(snap)
+
+    def record(self, rec: RequestRecord) -> None:
+        for one in self.all:
+            one.record(rec)
+
+    def finished(self, result: JobResult) -> None:
+        for one in self.all:
+            one.finished(result)
+
+
+class RunNotes(Listener):
+    """Appends this run's start (at its first tick: the store exists by then) and end."""
+
+    def __init__(self, out_dir: Path, shard_tag: str | None = None) -> None:
+        self.path = runs_path(out_dir, shard_tag)
+        self.info: dict[str, Any] = {}
+        self.started = False
+
+    def planned(self, info: dict[str, Any]) -> None:
+        self.info = info
+
+    def tick(self, snap: dict[str, Any]) -> None:
+        if self.started or not self.path.parent.is_dir():
+            return
+        self.started = True
+        plan = snap.get("plan")
+        band = {k: plan.get(k) for k in ("seconds", "lo_s", "hi_s")} if plan else None
+        i = self.info
+        self._append({
+            "event": "start",
+            "at": round(time.time() - snap["elapsed_s"], 3),
+            "total": snap["total"],
+            "done_before": i.get("done_before", 0),
+            "failed_before": i.get("failed_before", 0),
+            "todo": i.get("todo"),
+            "plan": band,
+        })  # fmt: skip
+
+    def finished(self, result: JobResult) -> None:
+        if not self.started:
+            return
+        self._append({
+            "event": "end",
+            "at": round(time.time(), 3),
+            "status": result.status,
+            "done": result.done,
+            "failed": result.failed,
+            "sending_s": round(result.sending_s, 3),
+        })  # fmt: skip
+
+    def _append(self, doc: dict[str, Any]) -> None:
+        try:
+            with open(self.path, "ab") as f:
+                f.write(orjson.dumps(doc) + b"\n")
+        except OSError:
+            pass  # notes for the report: never worth stopping a job over
+
+
+def runs_path(out_dir: Path, shard_tag: str | None = None) -> Path:
+    """runs.jsonl, or runs-<i>of<N>.jsonl for one --shard (as the request log is named)."""
+    tag = f"-{shard_tag}" if shard_tag else ""
+    return out_dir / ".genbench" / RUNS_FILE.replace(".jsonl", f"{tag}.jsonl")
+
+
+def read_runs(out_dir: Path, shard_tag: str | None = None) -> list[dict[str, Any]]:
+    """The notes of every run of the job, oldest first; a torn or bad line is skipped."""
+    path = runs_path(out_dir, shard_tag)
+    runs: list[dict[str, Any]] = []
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return runs
+    for line in data.splitlines():
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(doc, dict):
+            runs.append(doc)
+    return runs

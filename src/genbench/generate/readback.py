@@ -1,0 +1,308 @@
+"""Reading a JSONL shard back on resume: the data over the index, always.
+
+The index (`.genbench/PREFIX-NNNNN.idx`, one line per fsynced batch: its end offset, ids,
+request fingerprints and line keys, a 64-bit hash of the batch's bytes and the file's
+mtime once they were on disk) makes resume fast: 1M ids come from it without reading the
+data. It is trusted only as far as the data file proves it:
+
+  * its batches' ends must go forward, lie within the file and end on a line boundary;
+  * when the file's size and mtime are what the last batch recorded, nothing touched the
+    file since: the index is trusted without reading the data (the fast path);
+  * otherwise (a crash between a write and its index entry, a hand edit, a restored
+    backup) every batch's bytes are hashed and compared, and the file is read line by
+    line from the first batch whose bytes changed.
+
+Read line by line, an unreadable line with good rows after it (storage corruption, a
+hand edit) is moved, with its byte offset, to the quarantine file beside the errors
+file, and the rest of the file is kept (rewritten under a temporary name, fsynced and
+renamed); its id is then not done and is generated again. Unreadable lines at the end
+of the file are a torn tail (a crash mid-write) and are cut, as before. Bit rot that
+leaves size and mtime as they were is not seen by the fast path (hashing every shard
+on every resume costs about 0.5 s per GB: benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from genbench.generate.durable import digest64, fsync_dir, index_entry, write_all, write_atomic
+from genbench.generate.fingerprint import from_hex
+from genbench.generate.input import fast_id
+
+
+@dataclass
+class ShardScan:
+    """What a shard holds: its ids in file order, with each row's request fingerprint and
+    line key (0 where unknown), where it ends, and what was repaired."""
+
+    ids: list[str]
+    valid_bytes: int
+    notes: list[str] = field(default_factory=list)
+    fps: list[int] = field(default_factory=list)
+    srcs: list[int] = field(default_factory=list)
+    quarantined: int = 0
+
+
+@dataclass
+class _Batch:
+    start: int
+    end: int
+    ids: list[str]
+    fps: list[int]
+    srcs: list[int]
+    digest: int
+    mtime: int
+    raw: bytes
+
+
+def _read_index(idx: Path) -> list[_Batch]:
+    batches: list[_Batch] = []
+    start = 0
+    try:
+        with open(idx, "rb") as f:
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    obj = orjson.loads(line)
+                    end, ids = int(obj["end"]), list(obj["ids"])
+                    zeros = [0] * len(ids)
+                    fps, srcs = obj.get("req") or zeros, obj.get("src") or zeros
+                    digest, mtime = int(obj.get("hash", 0)), int(obj.get("mtime", 0))
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    break
+                if len(fps) != len(ids) or len(srcs) != len(ids):
+                    break
+                batches.append(_Batch(start, end, ids, fps, srcs, digest, mtime, line))
+                start = end
+    except FileNotFoundError:
+        pass
+    return batches
+
+
+def index_keys(idx: Path) -> dict[str, int]:
+    """id -> line key, from an index (a Parquet shard keeps its JSONL's index for them)."""
+    return {i: k for b in _read_index(idx) for i, k in zip(b.ids, b.srcs, strict=True) if k}
+
+
+def line_id(line: bytes) -> tuple[str | None, int]:
+    """The id of one data line and its request fingerprint; (None, 0) if unreadable."""
+    try:
+        obj = orjson.loads(line)
+        row_id = obj["id"]
+        meta = obj.get("meta")
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return None, 0
+    fp = from_hex(meta.get("request")) if isinstance(meta, dict) else 0
+    if isinstance(row_id, int) and not isinstance(row_id, bool):
+        return str(row_id), fp  # the input's integer ids are kept as integers
+    return (row_id, fp) if isinstance(row_id, str) else (None, 0)
+
+
+def _trusted(path: Path, batches: list[_Batch], st: os.stat_result) -> int:
+    """How many batches the data file vouches for (see the module's docstring)."""
+    used = 0
+    size = st.st_size
+    # batches while their ends go forward within the file: one that claims bytes the file
+    # does not have, and all after it, are not (the index is then rewritten)
+    while used < len(batches) and batches[used].start <= batches[used].end <= size:
+        used += 1
+    if not used:
+        return 0
+    with open(path, "rb") as f:
+        f.seek(batches[used - 1].end - 1)
+        if batches[used - 1].end and f.read(1) != b"\n":
+            return 0  # not a line boundary: the index is not about this file
+        last = batches[used - 1]
+        if used == len(batches) and last.end == size and last.mtime == st.st_mtime_ns:
+            return used  # nothing wrote to the file since its last batch: the fast path
+        for i, b in enumerate(batches[:used]):
+            if b.digest:  # an index of an older genbench has none: trusted as it was
+                f.seek(b.start)
+                if digest64(f.read(b.end - b.start)) != b.digest:
+                    return i  # the bytes of this batch changed: read from its start
+    return used
+
+
+def scan_jsonl_shard(
+    path: Path, idx: Path | None, repair: bool = True, quarantine: Path | None = None
+) -> ShardScan:
+    """The ids a JSONL shard holds; cut a torn tail and move unreadable lines with good
+    rows after them to `quarantine` (when `repair`)."""
+    st = path.stat()
+    size = st.st_size
+    batches = _read_index(idx) if idx is not None else []
+    used = _trusted(path, batches, st)
+    keep = batches[:used]
+    pos = keep[-1].end if keep else 0
+    ids = [i for b in keep for i in b.ids]
+    fps = [x for b in keep for x in b.fps]
+    srcs = [x for b in keep for x in b.srcs]
+    known = {i: s for b in batches[used:] for i, s in zip(b.ids, b.srcs, strict=True) if s}
+    tail = _read_lines(path, pos)
+    for _, rid, fp in tail.good:
+        ids.append(rid)
+        fps.append(fp)
+        srcs.append(known.get(rid, 0))
+    notes: list[str] = []
+    end = tail.end
+    if end < size:
+        notes.append(f"{path.name}: cut {size - end} bytes of an incomplete last line")
+    if tail.bad:
+        notes += [_quarantine_note(path, off, line, quarantine) for off, line in tail.bad]
+    scan = ShardScan(ids, end, notes, fps, srcs, len(tail.bad))
+    if not repair:
+        return scan
+    if tail.bad:
+        scan.valid_bytes = _rewrite_without(path, pos, end, tail.bad, quarantine)
+    elif end < size:
+        os.truncate(path, end)
+    stale = used < len(batches) or end < size or bool(tail.bad)
+    moved = bool(keep) and keep[-1].mtime not in (0, st.st_mtime_ns)  # verified, re-stamp
+    if idx is not None and (tail.good or stale or moved):
+        _rewrite_index(path, idx, keep, tail, fps, srcs)
+    return scan
+
+
+def _rewrite_index(
+    path: Path, idx: Path, keep: list[_Batch], tail: _Lines, fps: list[int], srcs: list[int]
+) -> None:
+    """The trusted batches as they were, and one batch for what was read line by line;
+    the last batch records the file's mtime now, so the next resume takes the fast path."""
+    new = path.stat()
+    n = len(tail.good)
+    if n:
+        keys = list(zip(fps[-n:], srcs[-n:], strict=True))
+        rows = [r for _, r, _ in tail.good]
+        last = index_entry(new.st_size, rows, keys, tail.digest or 1, new.st_mtime_ns)
+        head = b"".join(b.raw for b in keep)
+    elif keep:
+        head, last = b"".join(b.raw for b in keep[:-1]), _restamp(keep[-1], new.st_mtime_ns)
+    else:
+        head = last = b""
+    write_atomic(idx, head + last)
+
+
+def _restamp(b: _Batch, mtime: int) -> bytes:
+    obj = orjson.loads(b.raw)
+    if "mtime" in obj:
+        obj["mtime"] = mtime
+    return orjson.dumps(obj) + b"\n"
+
+
+@dataclass
+class _Lines:
+    good: list[tuple[int, str, int]]  # (offset, id, fingerprint) of readable rows
+    bad: list[tuple[int, bytes]]  # unreadable lines with a good row after them
+    end: int  # where the readable part ends: a torn or unreadable tail starts here
+    digest: int  # of the good rows' bytes from the start offset, as they will be
+
+
+def _read_lines(path: Path, pos: int) -> _Lines:
+    """The rows from byte `pos` on, line by line."""
+    good: list[tuple[int, str, int]] = []
+    bad: list[tuple[int, bytes]] = []
+    pending: list[tuple[int, bytes]] = []  # unreadable, and no good row after them yet
+    end = pos
+    h = hashlib.blake2b(digest_size=8)
+    with open(path, "rb") as f:
+        f.seek(pos)
+        for line in f:
+            if not line.endswith(b"\n"):
+                break
+            rid, fp = line_id(line)
+            if rid is None:
+                pending.append((pos, line))
+            else:
+                bad += pending
+                pending = []
+                good.append((pos, rid, fp))
+                h.update(line)
+                end = pos + len(line)
+            pos += len(line)
+    return _Lines(good, bad, end, int.from_bytes(h.digest(), "big"))
+
+
+def _quarantine_note(path: Path, off: int, line: bytes, quarantine: Path | None) -> str:
+    rid = fast_id(line)
+    row = f"its row {rid!r}" if rid else "its row (the id is unreadable too)"
+    where = quarantine.name if quarantine is not None else "quarantine"
+    return (
+        f"{path.name}: an unreadable line at byte {off:,} ({len(line):,} bytes) moved to "
+        f"{where}; the rest of the file is kept and {row} is generated again"
+    )
+
+
+def _rewrite_without(
+    path: Path, start: int, end: int, bad: list[tuple[int, bytes]], quarantine: Path | None
+) -> int:
+    """Move the `bad` lines to the quarantine file (fsynced first), then replace the data
+    file by a copy without them and without the torn tail from `end`; its new size."""
+    if quarantine is not None:
+        at = round(time.time(), 3)
+        append_synced(
+            quarantine,
+            [
+                orjson.dumps(
+                    {
+                        "file": path.name,
+                        "offset": off,
+                        "length": len(line),
+                        "id": fast_id(line),
+                        "text": line.rstrip(b"\n").decode("utf-8", "replace"),
+                        "quarantined_at": at,
+                    }
+                )
+                + b"\n"
+                for off, line in bad
+            ],
+        )
+    return drop_lines(path, [(off, len(line)) for off, line in bad], end)
+
+
+def append_synced(path: Path, lines: list[bytes]) -> None:
+    """Append lines to a file and fsync it: before the data file loses them."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        write_all(fd, b"".join(lines))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def drop_lines(path: Path, drops: list[tuple[int, int]], end: int) -> int:
+    """Replace `path` by a copy of its bytes up to `end` without the (offset, length)
+    spans in `drops` (sorted): a temporary file, fsynced, renamed. Returns the new size."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(path, "rb") as src, open(tmp, "wb") as dst:
+            pos = 0
+            for off, n in [*drops, (end, 0)]:
+                _copy_bytes(src, dst, off - pos)
+                src.seek(off + n)
+                pos = off + n
+            dst.flush()
+            os.fsync(dst.fileno())
+            size = dst.tell()
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+    return size
+
+
+def _copy_bytes(src: Any, dst: Any, n: int, block: int = 1 << 20) -> None:
+    while n > 0:
+        chunk = src.read(min(block, n))
+        if not chunk:
+            break
+        dst.write(chunk)
+        n -= len(chunk)

@@ -1,0 +1,76 @@
+"""What a run finds before it sends anything: the output directory as earlier runs left
+it (repaired), the input checked against it, and what changed between them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from genbench.generate import changes
+from genbench.generate.durable import output_errors
+from genbench.generate.fingerprint import LazyFps, RequestCheck
+from genbench.generate.input import InputScan, ShardSpec, scan
+from genbench.generate.store import Existing, Store
+
+
+class PrepareConfig(Protocol):
+    """What `prepare` reads of the job's config (`genbench.generate.job.JobConfig`): a
+    protocol, so that this module needs nothing from the job that calls it."""
+
+    input: Path
+    turns: str
+    shard: ShardSpec | None
+    skip_invalid: bool
+    retry_errors: bool
+    force: bool
+    limit: int | None
+
+
+class PrepareNotes(Protocol):
+    """Where `prepare` says what it found (`genbench.generate.job.Listener`)."""
+
+    def note(self, text: str, style: str = "") -> None: ...
+
+
+def prepare(
+    cfg: PrepareConfig, store: Store, listener: PrepareNotes
+) -> tuple[Existing, InputScan, RequestCheck]:
+    """Local work only: the output directory, then the input. Fails before any request."""
+    with output_errors(store.out):  # a repair on a full disk: one line, exit 12
+        if cfg.retry_errors:
+            moved = store.set_aside_errors()
+            if moved:
+                listener.note(f"--retry-errors: earlier failures moved to {moved}")
+        existing = store.load_existing()
+    for n in existing.notes:
+        listener.note(f"repaired {n}", "yellow")
+    if existing.duplicates:  # every id once: the first copy stays
+        with output_errors(store.out):
+            listener.note(changes.drop_duplicates(store, existing), "yellow")
+    # sampling, turns and format now (the served model once the servers answered): a job
+    # refused for its settings is not also asked about every row's request
+    store.check_job(existing, cfg.fingerprint(cfg.model or _old_model(existing)), cfg.force)
+    check = RequestCheck(cfg.params, cfg.turns == "all", existing.fps, changes.read_kept(store))
+    res = scan(
+        cfg.input,
+        existing.done,
+        existing.failed,
+        shard=cfg.shard,
+        skip_invalid=cfg.skip_invalid,
+        limit=cfg.limit,
+        known_bad=existing.failed,
+        check=check,
+    )
+    policy = cfg.input_changed or ("keep" if cfg.force else None)
+    with output_errors(store.out):
+        note = changes.settle(store, existing, res, check, policy)
+    if note:
+        listener.note(note, "yellow")
+    # 1M done ids are not needed past this point: the run writes only res.todo
+    existing.done, existing.fps, existing.failed = {}, LazyFps(), set()
+    check.fps, check.kept = LazyFps(), {}
+    return existing, res, check
+
+
+def _old_model(existing: Existing) -> Any:
+    return (existing.job or {}).get("model")

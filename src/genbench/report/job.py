@@ -1,0 +1,264 @@
+"""The report of a generate job: its history drawn from the request log (joblog.py).
+
+Rows/s and tokens/s over time per server, each server's up/down timeline (its down
+intervals, with the rows requeued off it), failures by kind over time, where the job was
+headed (elapsed + the live ETA, as the panel computed it) against the plan's bar, and the
+distributions of latency and length. Same figures, same page, as the run report.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from genbench import fmt
+from genbench.compare.runs import PALETTE
+from genbench.generate.listeners import read_runs
+from genbench.report.figures import FAIL_COLOR, Band, Figure, HBar, Series
+from genbench.report.joblog import EDGES, JobHistory, read_job_log
+
+ETA_WINDOW_S = 300.0  # the panel's: generate/progress.py
+REQUESTS = "requests.jsonl"
+
+
+def shard_tags(path: Path) -> list[str | None]:
+    """The request logs of a generate output: None for the job's own, a tag ('1of4') for
+    each --shard's (each is drawn as a job of its own: its own rows, rates and ETA)."""
+    state = path / ".genbench"
+    if not path.is_dir() or not state.is_dir():
+        return []
+    tags: list[str | None] = []
+    for p in sorted(state.glob("requests*.jsonl")):
+        rest = p.name.removeprefix("requests").removesuffix(".jsonl")
+        if rest == "":
+            tags.insert(0, None)
+        elif re.fullmatch(r"-\d+of\d+", rest):
+            tags.append(rest[1:])
+    return tags
+
+
+def is_job(path: Path) -> bool:
+    return bool(shard_tags(path))
+
+
+def load_job(path: Path, tag: str | None = None) -> tuple[JobHistory, list[dict[str, Any]]]:
+    """The job's (or one shard's) history and its runs' notes (none for older jobs)."""
+    log = REQUESTS.replace(".jsonl", f"-{tag}.jsonl" if tag else ".jsonl")
+    return read_job_log(path / ".genbench" / log), read_runs(path, tag)
+
+
+class _Axis:
+    """Time since the job's first request, in a unit that suits its length."""
+
+    def __init__(self, h: JobHistory) -> None:
+        self.t0 = h.start
+        span = h.end - h.start
+        self.unit, self.name = (3600.0, "hours") if span > 3 * 3600 else (
+            (60.0, "minutes") if span > 300 else (1.0, "seconds"))  # fmt: skip
+
+    def __call__(self, t: float) -> float:
+        return (t - self.t0) / self.unit
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} since the job's first request"
+
+
+# the run report's colours without its reds: red is a server down, here
+COLORS = tuple(c for c in PALETTE if c not in ("#e15759", "#ff9da7"))
+
+
+def _color(i: int) -> str:
+    return COLORS[i % len(COLORS)]
+
+
+def _down_bands(h: JobHistory, ax: _Axis) -> list[Band]:
+    bands = []
+    for i, s in enumerate(h.servers.values()):
+        for a, z, n in s.downs:
+            bands.append(Band(ax(a), ax(z), f"{_short(s.name)} down ({n} requeued)", _color(i),
+                              0.14))  # fmt: skip
+    return bands
+
+
+def rate_figure(h: JobHistory, ax: _Axis, metric: str) -> Figure:
+    """Rows/s (metric 'done') or tokens/s ('tokens') per server over time."""
+    rows = metric == "done"
+    fig = Figure(f"job_{'rows' if rows else 'tokens'}", "Rows/s over time" if rows else
+                 "Tokens/s over time", f"per server, in {fmt.duration(h.bins.width)} bins; "
+                 "shaded: a server down", ax.label, "rows/s" if rows else "tokens/s",
+                 wide=True)  # fmt: skip
+    b = h.bins
+    xs = [ax(t + b.width / 2) for t in b.starts()]
+    total = np.zeros(b.n)
+    for i, name in enumerate(h.servers):
+        ys = np.asarray(b.series(metric, name)) / b.width
+        total += ys
+        fig.series.append(Series(_short(name), _color(i), xs, ys.tolist(), marker="none"))
+    if len(h.servers) > 1:
+        fig.series.append(Series("all servers", "#333", xs, total.tolist(), dash="dash",
+                                 marker="none"))  # fmt: skip
+    if not rows:
+        think = sum(np.asarray(b.series("thinking", n)) for n in h.servers) / b.width
+        fig.series.append(Series("thinking, all servers", "#777", xs, list(think), dash="dot",
+                                 marker="none"))  # fmt: skip
+    fig.bands = _down_bands(h, ax)
+    if not b.n:
+        fig.empty = "no requests in the log"
+    return fig
+
+
+def servers_figure(h: JobHistory, ax: _Axis) -> Figure:
+    """Each server's timeline: up while its runs ran, red while down."""
+    names = list(h.servers)
+    fig = Figure("job_servers", "Servers up and down", "coloured: up while the job ran; red: "
+                 "down (from the failure that took it out to the next request sent to it)",
+                 ax.label, wide=True, y_categories=[_short(n) for n in names],
+                 height=max(160, 60 + 44 * len(names)))  # fmt: skip
+    for i, name in enumerate(names):
+        s = h.servers[name]
+        cuts = sorted((a, z) for a, z, _ in s.downs)
+        for a, z in h.runs:
+            for lo, hi in _minus(a, z, cuts):
+                fig.bars.append(HBar(i, ax(lo), ax(hi), _color(i), 0.85, f"{_short(name)} up, "
+                                     f"{fmt.duration(hi - lo)}"))  # fmt: skip
+        for a, z, n in s.downs:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a))
+            tip = f"{_short(name)} down {fmt.duration(z - a)} from {when}; {n} rows requeued"
+            fig.bars.append(HBar(i, ax(a), ax(z), FAIL_COLOR, 1.0, tip,
+                                 f"down {fmt.duration(z - a)}, {n} requeued"))  # fmt: skip
+    fig.legend = [("up", _color(0), ""), ("down", FAIL_COLOR, "")]
+    if not fig.bars:
+        fig.empty = "no requests in the log"
+    return fig
+
+
+def _minus(a: float, z: float, cuts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """[a, z] without the intervals in `cuts` (sorted)."""
+    out, at = [], a
+    for lo, hi in cuts:
+        if hi <= at or lo >= z:
+            continue
+        if lo > at:
+            out.append((at, lo))
+        at = max(at, hi)
+    if at < z:
+        out.append((at, z))
+    return out
+
+
+def failures_figure(h: JobHistory, ax: _Axis) -> Figure:
+    b = h.bins
+    per = 60.0 if b.width < 3600 else 3600.0
+    unit = "minute" if per == 60 else "hour"
+    fig = Figure("job_failures", "Failures over time", f"failed requests per {unit}, by kind; "
+                 "dashed: rows requeued (their server went away), dotted: retries", ax.label,
+                 f"per {unit}", wide=True)  # fmt: skip
+    xs = [ax(t + b.width / 2) for t in b.starts()]
+    scale = per / b.width
+    for i, kind in enumerate(b.keys("failures")):
+        ys = [v * scale for v in b.series("failures", kind)]
+        fig.series.append(Series(kind, _color(i + 3), xs, ys, marker="none"))
+    for metric, dash, color in (("requeued", "dash", "#333"), ("retry", "dot", "#777")):
+        ys = sum(np.asarray(b.series(metric, n)) for n in h.servers) * scale
+        if np.any(ys):
+            fig.series.append(Series("rows requeued" if metric == "requeued" else "retries",
+                                     color, xs, list(ys), dash=dash, marker="none"))  # fmt: skip
+    fig.bands = _down_bands(h, ax)
+    if not fig.series:
+        fig.series.append(Series("no failures", _color(2), xs, [0.0] * len(xs), marker="none"))
+    return fig
+
+
+def eta_figure(h: JobHistory, ax: _Axis, notes: list[dict[str, Any]]) -> Figure:
+    """Where each run was headed (elapsed + ETA, the panel's formula, from the bins)
+    against the plan's forecast and its bar, in hours of the run."""
+    fig = Figure("job_eta", "ETA against the plan", "each run's projected duration (elapsed + "
+                 "ETA at the rate of the last 5 minutes); grey: the plan's forecast and its "
+                 "95% bar", ax.label, f"projected run duration ({ax.name})", wide=True)  # fmt: skip
+    b = h.bins
+    starts = np.asarray(b.starts())
+    ended = sum(np.asarray(b.series("done", n)) + np.asarray(b.series("failed", n))
+                for n in h.servers)  # fmt: skip
+    window = max(1, round(ETA_WINDOW_S / b.width))
+    for k, note in enumerate(n for n in notes if n.get("event") == "start"):
+        run = next(((a, z) for a, z in h.runs if z >= note["at"] and a >= note["at"] - 60), None)
+        if run is None or not b.n:
+            continue
+        inside = (starts + b.width > run[0]) & (starts <= run[1])
+        idx = np.nonzero(inside)[0]
+        if not len(idx):
+            continue
+        cum = np.cumsum(np.where(inside, ended, 0.0))
+        left = note["total"] - note.get("done_before", 0) - note.get("failed_before", 0) - cum
+        recent = cum - np.concatenate([np.zeros(window), cum[:-window]])[: len(cum)]
+        span = np.minimum(window, np.arange(len(cum)) - idx[0] + 1) * b.width  # so far
+        xs, ys = [], []
+        for i in idx:
+            if recent[i] > 0:
+                t = min(starts[i] + b.width, run[1])
+                xs.append(ax(t))
+                ys.append((t - note["at"] + max(left[i], 0) * span[i] / recent[i]) / ax.unit)
+        fig.series.append(Series(f"run {k + 1}", _color(k), xs, ys, marker="none"))
+        plan = note.get("plan") or {}
+        for key, dash in (("seconds", ""), ("lo_s", "dash"), ("hi_s", "dash")):
+            if plan.get(key) is not None:
+                label = "plan" if key == "seconds" else "plan's bar"
+                y = plan[key] / ax.unit
+                fig.series.append(Series(label, "#888", [ax(run[0]), ax(run[1])], [y, y],
+                                         dash=dash, marker="none"))  # fmt: skip
+    if not fig.series:
+        fig.empty = ("no run notes (.genbench/runs.jsonl): the job ran on an older genbench"
+                     if not notes else "too few rows for an ETA")  # fmt: skip
+    return fig
+
+
+def cdf_figure(h: JobHistory, fid: str, title: str, keys: list[tuple[str, str]],
+               x_label: str) -> Figure:  # fmt: skip
+    fig = Figure(fid, title, "cumulative share of answered requests (log scale)", x_label,
+                 "share of requests", x_log=True, y_max=1.0)  # fmt: skip
+    for i, (key, label) in enumerate(keys):
+        counts = h.hist[key]
+        total = counts.sum()
+        if not total:
+            continue
+        nz = np.nonzero(counts)[0]
+        ys = np.cumsum(counts)[nz] / total
+        fig.series.append(Series(label, _color(i), EDGES[key][nz + 1].tolist(), ys.tolist(),
+                                 step=True, marker="none"))  # fmt: skip
+    if not fig.series:
+        fig.empty = "no answered requests"
+    return fig
+
+
+def figures(h: JobHistory, notes: list[dict[str, Any]], tag: str | None = None
+            ) -> list[Figure]:  # fmt: skip
+    """The job's figures; a shard's ids end in its tag, so that each is unique on the page."""
+    ax = _Axis(h)
+    figs = [
+        rate_figure(h, ax, "done"),
+        rate_figure(h, ax, "tokens"),
+        servers_figure(h, ax),
+        failures_figure(h, ax),
+        eta_figure(h, ax, notes),
+        cdf_figure(h, "job_latency", "Latency", [("ttft_s", "time to first token"),
+                   ("latency_s", "whole request")], "seconds"),  # fmt: skip
+        cdf_figure(h, "job_lengths", "Lengths", [("completion_tokens", "output tokens"),
+                   ("reasoning_tokens", "thinking tokens")], "tokens"),  # fmt: skip
+    ]
+    for f in figs if tag else []:
+        f.id += f"_{tag}"
+        f.title += f" (shard {tag.replace('of', '/')})"
+    return figs
+
+
+def _short(url: str) -> str:
+    return url.removeprefix("http://").removeprefix("https://").removesuffix("/v1")
+
+
+def label(path: Path, tag: str | None = None) -> str:
+    return f"job {path.name or path}" + (f", shard {tag.replace('of', '/')}" if tag else "")

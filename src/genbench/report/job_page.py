@@ -1,0 +1,99 @@
+"""The job's section of the report page: its cards, figures and per-server table."""
+
+from __future__ import annotations
+
+import time
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from genbench import fmt
+from genbench.report.figures import FAIL_COLOR, Figure
+from genbench.report.job import _short, figures, label, load_job, shard_tags
+from genbench.report.joblog import JobHistory
+
+
+def _tiles(h: JobHistory, notes: list[dict[str, Any]]) -> str:
+    s = h.servers.values()
+    rows, failed = sum(x.rows for x in s), sum(x.failed for x in s)
+    span = max(h.end - h.start, 1e-9)
+    sending = sum(z - a for a, z in h.runs)
+    downs = sum(len(x.downs) for x in s)
+    ends = [n for n in notes if n.get("event") == "end"]
+    status = ends[-1]["status"].replace("_", " ") if ends else "—"
+    tokens = sum(x.tokens for x in s)
+    tiles = [
+        ("rows done", f"{rows:,}", f"{failed:,} failed, in {len(h.runs)} run(s)"),
+        ("rows/s", fmt.number(rows / max(sending, 1e-9), 2), "over the time the job ran"),
+        ("tokens/s", fmt.rate(tokens / max(sending, 1e-9)), f"{tokens:,} tokens"),
+        ("ran", fmt.duration(sending), f"over {fmt.duration(span)}; last: {status}"),
+        ("requests", f"{h.records:,}", f"{sum(h.kinds.values()):,} failed"),
+        ("server downs", f"{downs:,}", f"{sum(x.requeued for x in s):,} rows requeued"),
+    ]
+    return "".join(
+        f'<div class="tile"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
+        f'<div class="d">{escape(d)}</div></div>'
+        for k, v, d in tiles
+    )
+
+
+def _server_table(h: JobHistory) -> str:
+    head = ["server", "requests", "rows", "failed", "requeued", "retries", "downs", "down for",
+            "tokens", "down intervals"]  # fmt: skip
+    body = []
+    for s in h.servers.values():
+        down_s = sum(z - a for a, z, _ in s.downs)
+        spans = "; ".join(
+            f"{time.strftime('%m-%d %H:%M:%S', time.localtime(a))} for {fmt.duration(z - a)} "
+            f"({n} requeued)"
+            for a, z, n in s.downs[:8]
+        ) + ("; …" if len(s.downs) > 8 else "")
+        cells = [escape(_short(s.name)), f"{s.requests:,}", f"{s.rows:,}", f"{s.failed:,}",
+                 f"{s.requeued:,}", f"{s.retries:,}", f"{len(s.downs):,}",
+                 fmt.duration(down_s) if s.downs else "—", f"{s.tokens:,}",
+                 escape(spans) or "—"]  # fmt: skip
+        body.append(
+            "<tr>" + "".join(f"<td class='t'>{c}</td>" if i in (0, 9) else f"<td>{c}</td>"
+                             for i, c in enumerate(cells)) + "</tr>"  # fmt: skip
+        )
+    th = "".join(f"<th class='t'>{c}</th>" if i in (0, 9) else f"<th>{c}</th>"
+                 for i, c in enumerate(head))  # fmt: skip
+    return f'<div class="tablewrap"><table><tr>{th}</tr>{"".join(body)}</table></div>'
+
+
+def section(path: Path, h: JobHistory, notes: list[dict[str, Any]], figs: list[Figure],
+            figure_html: Any, tag: str | None = None) -> str:  # fmt: skip
+    """The HTML of one job; `figure_html` draws a figure as the page does."""
+    by_id = {f.id.removesuffix(f"_{tag}") if tag else f.id: f for f in figs}
+    name = label(path, tag)
+    kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(h.kinds.items(), key=lambda kv: -kv[1]))
+    colour = FAIL_COLOR if kinds else "#2ca02c"
+    return "".join([
+        f"<h2>Generate job: {escape(name)}</h2><p class='lead'>The job's history from "
+        f"its request log ({escape(str(h.path))}, {h.records:,} requests): how fast it went "
+        "on each server, when a server was down and what became of its rows, which failures "
+        "came when, and where the job was headed against its plan.</p>",
+        f"<section class='cards'><div class='card' style='--run:{colour}'>"
+        f"<h3>{escape(name)}</h3><div class='meta'>{escape(h.model)} · "
+        f"{len(h.servers)} server(s) · {escape(str(path))}</div>"
+        f"<div class='tiles'>{_tiles(h, notes)}</div></div></section>",
+        "<div class='grid'>" + "".join(figure_html(by_id[k]) for k in
+                                       ("job_rows", "job_tokens", "job_servers")) + "</div>",
+        "<h3>Servers</h3>" + _server_table(h),
+        f"<p class='note'>failed requests by kind: {escape(kinds or 'none')}</p>",
+        "<div class='grid'>" + "".join(figure_html(by_id[k]) for k in
+                                       ("job_failures", "job_eta")) + "</div>",
+        "<h3>Latency and length</h3><div class='grid'>" + "".join(
+            figure_html(by_id[k]) for k in ("job_latency", "job_lengths")) + "</div>",
+    ])  # fmt: skip
+
+
+def job_sections(path: Path, figure_html: Any) -> list[tuple[str, str, list[Figure]]]:
+    """Read the job at `path` and draw its sections, one per request log (a --shard's
+    each): (label, HTML, figures)."""
+    out = []
+    for tag in shard_tags(path):
+        h, notes = load_job(path, tag)
+        figs = figures(h, notes, tag)
+        out.append((label(path, tag), section(path, h, notes, figs, figure_html, tag), figs))
+    return out

@@ -1,0 +1,85 @@
+"""The job report's streamed pass over a request log: fixed-size bins whose width doubles,
+down intervals read from the records, and the runs of a resumed job, on records written
+through the job's own compact RecordWriter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from genbench.records import RecordWriter, RequestRecord
+from genbench.report.joblog import Bins, read_job_log
+
+pytestmark = pytest.mark.core
+CLOCK = 1_800_000_000.0
+A, B = "http://a:8000/v1", "http://b:8000/v1"
+
+
+def test_bins_double_in_width_and_keep_every_sum():
+    b = Bins(width=1.0, max_bins=4)
+    for t in (0.5, 1.5, 2.5, 3.5):
+        b.add(b.index(t), "done", "a")
+    assert (b.width, b.series("done", "a")) == (1.0, [1, 1, 1, 1])
+    b.add(b.index(4.0), "done", "a", 2)  # past the last bin: pairs summed, width 2
+    assert (b.width, b.n, b.series("done", "a")) == (2.0, 3, [2, 2, 2])
+    b.add(b.index(17.0), "done", "a")  # twice more: width 8
+    assert (b.width, b.series("done", "a")) == (8.0, [6, 0, 1])
+    assert sum(b.series("done", "a")) == 7 and b.starts() == [0.0, 8.0, 16.0]
+    b.add(b.index(-3.0), "done", "a")  # a moment before the first bin: the first
+    assert b.series("done", "a")[0] == 7
+
+
+def rec(i: int, server: str, t: float, e2e: float = 1.0, kind: str | None = None,
+        outcome: str = "done", **kw) -> RequestRecord:  # fmt: skip
+    tokens = None if kind else 10
+    return RequestRecord(f"r{i}", phase="generate", server=server, model="m", t_send=t,
+                         t_end=t + e2e, sent_at=t + CLOCK, error_kind=kind,
+                         completion_tokens=tokens, extra={"outcome": outcome, "turn": 0},
+                         **kw)  # fmt: skip
+
+
+def write(path: Path, runs: list[list[RequestRecord]], clocks: list[float]) -> None:
+    for recs, clock in zip(runs, clocks, strict=True):
+        defaults = {"phase": "generate", "server": A, "model": "m", "clock": clock,
+                    "extra": {"outcome": "done", "turn": 0}}  # fmt: skip
+        with RecordWriter(path, compact=True, defaults=defaults) as w:
+            for r in recs:
+                w.write(r)
+
+
+def test_a_server_is_down_from_the_failure_that_took_it_out_to_the_next_request_sent(tmp_path):
+    recs = [rec(0, A, 0.0), rec(1, B, 0.0), rec(2, B, 0.5, 4.5, "disconnected", "requeued"),
+            rec(3, B, 1.0, 4.2, "disconnected", "requeued"),  # in flight too: same interval
+            rec(4, A, 5.0), rec(5, B, 2.0, 8.0, "disconnected", "retry"),  # alive: no down
+            rec(6, A, 6.0, 1.0, "local_limit", "requeued"),  # our descriptors: A is fine
+            rec(7, B, 20.0), rec(8, A, 21.0, 1.0, "upstream", "requeued",
+                                 error_message="worker went away"),  # router: one worker
+            rec(9, A, 23.0, 1.0, "upstream", "requeued",
+                error_message="No available workers (all circuits open or unhealthy)")]  # fmt: skip
+    path = tmp_path / "requests.jsonl"
+    write(path, [recs], [CLOCK])
+    h = read_job_log(path)
+    b = h.servers[B]
+    assert b.downs == [[pytest.approx(CLOCK + 5.0), pytest.approx(CLOCK + 20.0), 2]]
+    assert (b.requeued, b.retries, b.rows) == (2, 1, 2)
+    a = h.servers[A]  # the router saying no worker is left: down until the log ends
+    assert a.downs == [[pytest.approx(CLOCK + 24.0), pytest.approx(CLOCK + 24.0), 1]]
+    assert a.requeued == 3 and h.records == 10
+    assert h.kinds == {"disconnected": 3, "local_limit": 1, "upstream": 2}
+    assert sum(h.bins.series("done", A)) == 2 and sum(h.bins.series("tokens", B)) == 20
+
+
+def test_runs_of_a_resumed_job_line_up_on_the_wall_clock(tmp_path):
+    """A reboot between runs resets the monotonic clock: each run's own `clock` puts its
+    records back on the wall clock; a server down when a run ended is down until then."""
+    path = tmp_path / "requests.jsonl"
+    first = [rec(0, A, 100.0), rec(1, B, 100.0, 2.0, "connect_refused", "requeued")]
+    second = [rec(2, A, 5.0), rec(3, B, 6.0)]  # 1000 s later, on a new monotonic clock
+    for r in second:
+        r.sent_at = r.t_send + CLOCK + 1095.0
+    write(path, [first, second], [CLOCK, CLOCK + 1095.0])
+    h = read_job_log(path)
+    assert h.runs == [(CLOCK + 100, CLOCK + 102), (CLOCK + 1100, CLOCK + 1102)]
+    assert h.servers[B].downs == [[CLOCK + 102, CLOCK + 102, 1]]  # ended with its run
+    assert h.hist["latency_s"].sum() == 3 and h.hist["completion_tokens"].sum() == 3

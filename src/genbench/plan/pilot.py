@@ -19,8 +19,8 @@ from genbench.errors import ErrorKind, InputFileError
 from genbench.generate.conversation import Conversation
 from genbench.generate.input import Row, iter_rows, scan
 from genbench.generate.pipeline import Retries, row_load
+from genbench.generate.row_units import start, turn_count
 from genbench.generate.servers import Server
-from genbench.generate.units import start, turn_count
 from genbench.load import run_phase
 from genbench.plan.bar import TARGET_REL_ERROR, length_halfwidth
 from genbench.records import RecordWriter, RequestRecord, read_records

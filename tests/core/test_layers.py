@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("sim", "local"),
     ("check", "load"),
     ("generate",),
-    ("run",),
+    ("run",),  # a run's --workload is read as generate reads its input
     ("plan",),
     ("inspect", "compare"),
     ("report", "export"),

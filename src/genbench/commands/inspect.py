@@ -18,69 +18,88 @@ from genbench.inspect.render import print_inspection
 D = Thresholds()
 
 
+DROP = typer.Option(
+    None,
+    "--drop",
+    help="Defects to leave out of a clean copy: loops,unclosed,empty,tags,garbled,short,dup "
+    "(or all). Needs --out.",
+)
+OUT_DIR = typer.Option(
+    None,
+    "--out",
+    "-o",
+    help="Directory for the clean copy (new or empty); the original is only read.",
+)
+SAVE = typer.Option(
+    None,
+    "--save",
+    help="Where to write inspect.json. [default: DIR/inspect.json, or "
+    "FILE.inspect.json beside a file]",
+)
+MIN_TOKENS = typer.Option(
+    D.min_tokens, "--min-tokens", help="Rows with fewer output tokens are too short (short)."
+)
+LOOP_WINDOW = typer.Option(
+    D.loop_window, "--loop-window", help="Loops: chars at the end of a text examined."
+)
+LOOP_COVER = typer.Option(
+    D.loop_cover, "--loop-cover", help="Loops: share of the window the repetition covers."
+)
+LOOP_REPEATS = typer.Option(
+    D.loop_repeats, "--loop-repeats", help="Loops: times the unit repeats at least."
+)
+DUP_MIN_CHARS = typer.Option(
+    D.dup_min_chars, "--dup-min-chars", help="Duplicates: shorter answers are not compared."
+)
+TAGS = typer.Option(
+    ",".join(DEFAULT_TAGS), "--tags", help="Leftover tags: comma-separated strings to find."
+)
+SERVER_ALPHA = typer.Option(
+    0.001, "--server-alpha", help="Servers: p-value below which a difference is not noise."
+)
+SERVER_EFFECT = typer.Option(
+    0.1, "--server-effect", help="Servers: smallest |rank-biserial effect| worth naming."
+)
+EXAMPLES = typer.Option(5, "--examples", help="Example ids kept per defect.")
+HIDDEN_SIZE = typer.Option(
+    None, "--hidden-size", help="Hidden-state storage: the target model's hidden size."
+)
+LAYERS_CAPTURED = typer.Option(
+    None, "--layers-captured", help="Hidden-state storage: layers kept per token."
+)
+DTYPE_BYTES = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value.")
+URL = typer.Option(
+    None,
+    "--url",
+    help="A server with the job's tokenizer (vLLM: /detokenize, /tokenize): measure the "
+    "retokenization drift of the turns with ids.",
+)
+DRIFT_SAMPLE = typer.Option(
+    DRIFT_SAMPLE, "--drift-sample", help="Token fidelity: turns checked with --url."
+)
+
+
 def inspect_cmd(
     path: Path = typer.Argument(
         ..., help="A genbench generate output directory, or one of its JSONL/Parquet files."
     ),
-    drop: str | None = typer.Option(
-        None,
-        "--drop",
-        help="Defects to leave out of a clean copy: loops,unclosed,empty,tags,garbled,short,dup "
-        "(or all). Needs --out.",
-    ),
-    out_dir: Path | None = typer.Option(
-        None,
-        "--out",
-        "-o",
-        help="Directory for the clean copy (new or empty); the original is only read.",
-    ),
-    save: Path | None = typer.Option(
-        None,
-        "--save",
-        help="Where to write inspect.json. [default: DIR/inspect.json, or "
-        "FILE.inspect.json beside a file]",
-    ),  # fmt: skip
-    min_tokens: int = typer.Option(
-        D.min_tokens, "--min-tokens", help="Rows with fewer output tokens are too short (short)."
-    ),
-    loop_window: int = typer.Option(
-        D.loop_window, "--loop-window", help="Loops: chars at the end of a text examined."
-    ),
-    loop_cover: float = typer.Option(
-        D.loop_cover, "--loop-cover", help="Loops: share of the window the repetition covers."
-    ),
-    loop_repeats: int = typer.Option(
-        D.loop_repeats, "--loop-repeats", help="Loops: times the unit repeats at least."
-    ),
-    dup_min_chars: int = typer.Option(
-        D.dup_min_chars, "--dup-min-chars", help="Duplicates: shorter answers are not compared."
-    ),
-    tags: str = typer.Option(
-        ",".join(DEFAULT_TAGS), "--tags", help="Leftover tags: comma-separated strings to find."
-    ),
-    server_alpha: float = typer.Option(
-        0.001, "--server-alpha", help="Servers: p-value below which a difference is not noise."
-    ),
-    server_effect: float = typer.Option(
-        0.1, "--server-effect", help="Servers: smallest |rank-biserial effect| worth naming."
-    ),
-    examples: int = typer.Option(5, "--examples", help="Example ids kept per defect."),
-    hidden_size: int | None = typer.Option(
-        None, "--hidden-size", help="Hidden-state storage: the target model's hidden size."
-    ),
-    layers_captured: int | None = typer.Option(
-        None, "--layers-captured", help="Hidden-state storage: layers kept per token."
-    ),
-    dtype_bytes: int = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value."),
-    url: str | None = typer.Option(
-        None,
-        "--url",
-        help="A server with the job's tokenizer (vLLM: /detokenize, /tokenize): measure the "
-        "retokenization drift of the turns with ids.",
-    ),
-    drift_sample: int = typer.Option(
-        DRIFT_SAMPLE, "--drift-sample", help="Token fidelity: turns checked with --url."
-    ),
+    drop: str | None = DROP,
+    out_dir: Path | None = OUT_DIR,
+    save: Path | None = SAVE,  # fmt: skip
+    min_tokens: int = MIN_TOKENS,
+    loop_window: int = LOOP_WINDOW,
+    loop_cover: float = LOOP_COVER,
+    loop_repeats: int = LOOP_REPEATS,
+    dup_min_chars: int = DUP_MIN_CHARS,
+    tags: str = TAGS,
+    server_alpha: float = SERVER_ALPHA,
+    server_effect: float = SERVER_EFFECT,
+    examples: int = EXAMPLES,
+    hidden_size: int | None = HIDDEN_SIZE,
+    layers_captured: int | None = LAYERS_CAPTURED,
+    dtype_bytes: int = DTYPE_BYTES,
+    url: str | None = URL,
+    drift_sample: int = DRIFT_SAMPLE,
     key_env: str = common.KEY_ENV,
     key_file: Path | None = common.KEY_FILE,
     json: bool = common.JSON,

@@ -32,73 +32,93 @@ DRIFT = typer.Option(
 )
 
 
+HOST = typer.Option("127.0.0.1", "--host", help="Address to bind.")
+PORT = typer.Option(8000, "--port", help="Port to bind; 0 picks a free one.")
+MODEL = typer.Option("genbench-sim", "--model", help="Model name served and accepted.")
+TPS = typer.Option(50.0, "--tps", help="Decode tokens/s of a single stream.")
+PER_SEQ_MS = typer.Option(
+    0.5,
+    "--per-seq-ms",
+    help="Milliseconds each decoding sequence adds to a decode step (batching cost).",
+)
+TTFT_MS = typer.Option(
+    100.0, "--ttft-ms", help="Prefill time in ms before the first token (after queueing)."
+)
+PREFILL_TPS = typer.Option(
+    None, "--prefill-tps", help="Also add prompt_tokens / PREFILL_TPS seconds of prefill."
+)
+MAX_BATCH = typer.Option(
+    256, "--max-batch", help="Requests prefilling or decoding at once; the rest queue."
+)
+MAX_MODEL_LEN = typer.Option(
+    32768, "--max-model-len", help="Context length: prompt + max_tokens must fit."
+)
+THINKING_TOKENS = typer.Option(
+    0, "--thinking-tokens", help="First N output tokens go to the reasoning field."
+)
+REASONING_DIALECT = typer.Option(
+    "reasoning_content",
+    "--reasoning-dialect",
+    help="Field for thinking text: reasoning_content (SGLang, llama.cpp) or reasoning (vLLM).",
+)
+SPEC_K = typer.Option(
+    1, "--spec-k", help="Tokens per decode chunk (speculative decoding, all accepted)."
+)
+SPEC_ACCEPT = typer.Option(
+    1.0,
+    "--spec-accept",
+    help="Draft acceptance probability; < 1 gives 1 + Binomial(K-1, P) tokens per chunk.",
+)
+OUTPUT_LEN = typer.Option(
+    "fixed:256",
+    "--output-len",
+    help="Natural output length: fixed:N, uniform:LO:HI or lognormal:MEDIAN:SIGMA.",
+)
+SEED = typer.Option(0, "--seed", help="Seed for output lengths, faults and acceptance.")
+API_KEY_ENV = typer.Option(
+    None,
+    "--api-key-env",
+    help="Name of an env var holding the API key; if set and non-empty, /v1/* need it.",
+)
+FAULT = typer.Option(
+    None,
+    "--fault",
+    help="Inject a fault, KIND[:key=value,...]; repeatable. Kinds: refuse, die, http, "
+    "stall-first, stall-mid, inband-error, malformed, truncate, no-usage, not-openai, "
+    "unhealthy, split, loop, unclosed, empty-answer, inline-think, garble, ignore-prompt; "
+    "match=TEXT limits one to requests containing TEXT. See docs/sim.md.",
+)
+TOOL_CALLS = typer.Option(
+    None,
+    "--tool-calls",
+    metavar="N|LO:HI",
+    help="Requests with tools: each conversation calls N (or LO..HI, seeded) tools, one "
+    "a reply, before it answers. [default: never, unless tool_choice forces a call]",
+)
+
+
 def sim(
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
-    port: int = typer.Option(8000, "--port", help="Port to bind; 0 picks a free one."),
-    model: str = typer.Option("genbench-sim", "--model", help="Model name served and accepted."),
-    tps: float = typer.Option(50.0, "--tps", help="Decode tokens/s of a single stream."),
-    per_seq_ms: float = typer.Option(
-        0.5,
-        "--per-seq-ms",
-        help="Milliseconds each decoding sequence adds to a decode step (batching cost).",
-    ),  # fmt: skip
-    ttft_ms: float = typer.Option(
-        100.0, "--ttft-ms", help="Prefill time in ms before the first token (after queueing)."
-    ),
-    prefill_tps: float | None = typer.Option(
-        None, "--prefill-tps", help="Also add prompt_tokens / PREFILL_TPS seconds of prefill."
-    ),
-    max_batch: int = typer.Option(
-        256, "--max-batch", help="Requests prefilling or decoding at once; the rest queue."
-    ),
-    max_model_len: int = typer.Option(
-        32768, "--max-model-len", help="Context length: prompt + max_tokens must fit."
-    ),
-    thinking_tokens: int = typer.Option(
-        0, "--thinking-tokens", help="First N output tokens go to the reasoning field."
-    ),
-    reasoning_dialect: str = typer.Option(
-        "reasoning_content",
-        "--reasoning-dialect",
-        help="Field for thinking text: reasoning_content (SGLang, llama.cpp) or reasoning (vLLM).",
-    ),  # fmt: skip
-    spec_k: int = typer.Option(
-        1, "--spec-k", help="Tokens per decode chunk (speculative decoding, all accepted)."
-    ),
-    spec_accept: float = typer.Option(
-        1.0,
-        "--spec-accept",
-        help="Draft acceptance probability; < 1 gives 1 + Binomial(K-1, P) tokens per chunk.",
-    ),  # fmt: skip
-    output_len: str = typer.Option(
-        "fixed:256",
-        "--output-len",
-        help="Natural output length: fixed:N, uniform:LO:HI or lognormal:MEDIAN:SIGMA.",
-    ),  # fmt: skip
-    seed: int = typer.Option(0, "--seed", help="Seed for output lengths, faults and acceptance."),
-    api_key_env: str | None = typer.Option(
-        None,
-        "--api-key-env",
-        help="Name of an env var holding the API key; if set and non-empty, /v1/* need it.",
-    ),  # fmt: skip
-    fault: list[str] | None = typer.Option(
-        None,
-        "--fault",
-        help="Inject a fault, KIND[:key=value,...]; repeatable. Kinds: refuse, die, http, "
-        "stall-first, stall-mid, inband-error, malformed, truncate, no-usage, not-openai, "
-        "unhealthy, split, loop, unclosed, empty-answer, inline-think, garble, ignore-prompt; "
-        "match=TEXT limits one to requests containing TEXT. See docs/sim.md.",
-    ),  # fmt: skip
+    host: str = HOST,
+    port: int = PORT,
+    model: str = MODEL,
+    tps: float = TPS,
+    per_seq_ms: float = PER_SEQ_MS,  # fmt: skip
+    ttft_ms: float = TTFT_MS,
+    prefill_tps: float | None = PREFILL_TPS,
+    max_batch: int = MAX_BATCH,
+    max_model_len: int = MAX_MODEL_LEN,
+    thinking_tokens: int = THINKING_TOKENS,
+    reasoning_dialect: str = REASONING_DIALECT,  # fmt: skip
+    spec_k: int = SPEC_K,
+    spec_accept: float = SPEC_ACCEPT,  # fmt: skip
+    output_len: str = OUTPUT_LEN,  # fmt: skip
+    seed: int = SEED,
+    api_key_env: str | None = API_KEY_ENV,  # fmt: skip
+    fault: list[str] | None = FAULT,  # fmt: skip
     dialect: str = DIALECT,
     no_metrics: bool = NO_METRICS,
     drift: str | None = DRIFT,
-    tool_calls: str | None = typer.Option(
-        None,
-        "--tool-calls",
-        metavar="N|LO:HI",
-        help="Requests with tools: each conversation calls N (or LO..HI, seeded) tools, one "
-        "a reply, before it answers. [default: never, unless tool_choice forces a call]",
-    ),
+    tool_calls: str | None = TOOL_CALLS,
     token_ids: str = TOKEN_IDS,
 ) -> None:
     """Run the reference OpenAI-compatible server with known timing and injectable faults."""

@@ -25,9 +25,10 @@ from typing import Any
 
 import orjson
 
-from genbench.generate.conversation import Conversation, start
+from genbench.generate.conversation import Conversation
 from genbench.generate.input import Row
 from genbench.generate.linekey import line_key
+from genbench.generate.row_units import start
 from genbench.transport.client import ChatRequest
 
 __all__ = [

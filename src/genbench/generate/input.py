@@ -24,7 +24,7 @@ import hashlib
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -41,9 +41,6 @@ from genbench.generate.linekey import fast_id as fast_id  # the store reads its 
 from genbench.generate.params import check_row_params
 from genbench.generate.shard import ShardSpec
 from genbench.generate.tools import BadTool, link, row_tools, tool_turn, xlam_turns
-
-if TYPE_CHECKING:
-    from genbench.generate.linekey import RequestCheck
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "chatgpt": "assistant", "bot": "assistant"}
@@ -76,6 +73,17 @@ class Row:
     @property
     def output_id(self) -> str | int:
         return self.id if self.out_id is None else self.out_id
+
+class RequestCheck(Protocol):
+    """What the input scan asks about a done row whose line changed (fingerprint.py)."""
+
+    salt: int
+
+    def key(self, raw: bytes) -> int: ...
+    def kept_key(self, row_id: str) -> int: ...
+    def has_kept(self) -> bool: ...
+    def kept_gone(self, row_id: str) -> bool: ...
+    def changed(self, row_id: str, row: Row, key: int) -> bool: ...
 
 
 @dataclass(slots=True)

@@ -8,12 +8,9 @@ input scan asks a `RequestCheck` about any other line.
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import orjson
-
-if TYPE_CHECKING:
-    from genbench.generate.input import Row
 
 _crc = zlib.crc32
 
@@ -54,15 +51,3 @@ def line_key(salt: int, raw: bytes) -> int:
 def raw_of(item: bytes | dict[str, Any]) -> bytes:
     """The bytes a row's line key is taken of: a JSONL line as it is, a Parquet row as JSON."""
     return item if type(item) is bytes else orjson.dumps(item, default=str)
-
-
-class RequestCheck(Protocol):
-    """What the input scan asks about a done row whose line changed (fingerprint.py)."""
-
-    salt: int
-
-    def key(self, raw: bytes) -> int: ...
-    def kept_key(self, row_id: str) -> int: ...
-    def has_kept(self) -> bool: ...
-    def kept_gone(self, row_id: str) -> bool: ...
-    def changed(self, row_id: str, row: Row, key: int) -> bool: ...

@@ -3,21 +3,38 @@ it (repaired), the input checked against it, and what changed between them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from genbench.generate import changes
 from genbench.generate.durable import output_errors
 from genbench.generate.fingerprint import LazyFps, RequestCheck
-from genbench.generate.input import InputScan, scan
+from genbench.generate.input import InputScan, ShardSpec, scan
 from genbench.generate.readback import rekey_index
 from genbench.generate.store import Existing, Store
 
-if TYPE_CHECKING:
-    from genbench.generate.job import JobConfig, Listener
+
+class PrepareConfig(Protocol):
+    """What `prepare` reads of the job's config (`genbench.generate.job.JobConfig`): a
+    protocol, so that this module needs nothing from the job that calls it."""
+
+    input: Path
+    turns: str
+    shard: ShardSpec | None
+    skip_invalid: bool
+    retry_errors: bool
+    force: bool
+    limit: int | None
+
+
+class PrepareNotes(Protocol):
+    """Where `prepare` says what it found (`genbench.generate.job.Listener`)."""
+
+    def note(self, text: str, style: str = "") -> None: ...
 
 
 def prepare(
-    cfg: JobConfig, store: Store, listener: Listener
+    cfg: PrepareConfig, store: Store, listener: PrepareNotes
 ) -> tuple[Existing, InputScan, RequestCheck]:
     """Local work only: the output directory, then the input. Fails before any request."""
     with output_errors(store.out):  # a repair on a full disk: one line, exit 12

@@ -134,6 +134,7 @@ def inspect_data(
 SETTINGS_FLAGS = (
     "min_tokens", "loop_window", "loop_cover", "loop_repeats", "dup_min_chars", "tags",
     "server_alpha", "server_effect", "examples", "hidden_size", "layers_captured", "dtype_bytes",
+    "drift_sample",
 )  # fmt: skip
 
 
@@ -151,12 +152,13 @@ def settings_from_flags(
     hidden_size: int | None,
     layers_captured: int | None,
     dtype_bytes: int,
+    drift_sample: int,
 ) -> Settings:
     """`genbench inspect`'s thresholds, each checked (a UsageError names the flag)."""
     for name, v in (("--min-tokens", min_tokens), ("--loop-window", loop_window),
                     ("--dup-min-chars", dup_min_chars), ("--examples", examples),
                     ("--hidden-size", hidden_size), ("--layers-captured", layers_captured),
-                    ("--dtype-bytes", dtype_bytes)):  # fmt: skip
+                    ("--dtype-bytes", dtype_bytes), ("--drift-sample", drift_sample)):  # fmt: skip
         positive(name, v)
     if not 0 < loop_cover <= 1:
         raise UsageError(f"--loop-cover must be in (0, 1], got {loop_cover}")

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from genbench.sim.replies import TEXT, TEXT_LEN, VOCAB
+from genbench.sim.text import TEXT, TEXT_LEN, VOCAB
 
 ID_BASE = 100
 _INDEX = {w: i for i, w in enumerate(VOCAB)}

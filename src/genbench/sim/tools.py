@@ -27,7 +27,7 @@ import orjson
 
 from genbench.errors import UsageError
 from genbench.sim.ids import word_id
-from genbench.sim.replies import TEXT, TEXT_LEN
+from genbench.sim.text import TEXT, TEXT_LEN
 
 ARG_WORDS = 6  # words in a call's argument value: a call is ARG_WORDS + 3 tokens
 _TAIL = b',"finish_reason":null}]}\n\n'

@@ -27,7 +27,8 @@ from genbench.records import ErrorKind, RequestRecord
 from genbench.transport.client import ChatRequest, Client, ConnectionPool
 from genbench.transport.connection import Exchange
 from genbench.transport.endpoint import Endpoint
-from genbench.transport.stream import Failure, StreamParser
+from genbench.transport.failures import Failure
+from genbench.transport.stream import StreamParser
 
 pytestmark = pytest.mark.asyncio
 

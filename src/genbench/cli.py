@@ -46,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "compare": ("genbench.commands.compare", "compare_cmd", None),
     "report": ("genbench.commands.report", "report_cmd", None),
     "sim": (
-        "genbench.sim.command",
+        "genbench.commands.sim",
         "sim",
         "Run the reference OpenAI-compatible server with known timing and faults.",
     ),

@@ -179,6 +179,13 @@ def retry_for(kind: ErrorKind, http_status: int | None = None) -> Retry:
     return kind.retry
 
 
+def may_come_back(kind: ErrorKind, http_status: int | None = None) -> bool:
+    """A failure of the server, not of the request or its configuration: the server is gone,
+    or a retry (after /health, where the table says so) can help. A server that fails so at
+    the start of a job is left out and polled back; any other failure stops the job."""
+    return kind.server_gone or retry_for(kind, http_status) is not Retry.NO
+
+
 class GenbenchError(Exception):
     """An error genbench explains in one line and exits with `exit_code`."""
 

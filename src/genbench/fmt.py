@@ -15,6 +15,8 @@ quantity looks the same everywhere:
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
+from typing import Any
 
 MISSING = "—"
 _TOKEN_UNITS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
@@ -107,3 +109,12 @@ def pct(x: float | None, signed: bool = False) -> str:
 def number(x: float | None, digits: int = 1) -> str:
     """A plain number with separators and fixed decimals."""
     return MISSING if _missing(x) else f"{x:,.{digits}f}"
+
+
+def when(iso: Any) -> str:
+    """'2026-01-31T09:15:02+00:00' as '2026-01-31 09:15 UTC'."""
+    try:
+        t = datetime.fromisoformat(str(iso)).astimezone(UTC)
+    except ValueError:
+        return str(iso or "")
+    return t.strftime("%Y-%m-%d %H:%M UTC")

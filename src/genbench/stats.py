@@ -24,9 +24,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from functools import lru_cache
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Any
 
 from genbench.records import THINKING, RequestRecord
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PCTS = (50, 90, 99)
 
@@ -36,10 +41,76 @@ def percentile(values: Sequence[float], p: float) -> float | None:
     if not values:
         return None
     xs = sorted(values)
-    k = (len(xs) - 1) * p / 100.0
+    return _between(xs, (len(xs) - 1) * p / 100.0)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """`percentile` with q a fraction (0.5 the median); the values must not be empty."""
+    xs = sorted(values)
+    return _between(xs, (len(xs) - 1) * q)
+
+
+def _between(xs: list[float], k: float) -> float:
+    """The sorted values read at fractional rank k, linearly between its neighbours."""
     lo = math.floor(k)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+# -- Student t and resamples: the one copy every interval in genbench uses ------------------
+
+
+@lru_cache(maxsize=1024)
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile for any df >= 1 (fractional too, as Welch gives).
+
+    The CDF is the integral of the density from 0 (Simpson's rule: the density is smooth,
+    and the 95% quantile is under 13 for df >= 1), inverted by bisection."""
+    import numpy as np  # here: most commands never need a t quantile
+
+    if not 0.5 <= p < 1:
+        raise ValueError(f"p={p}: expected 0.5 <= p < 1")
+    if df == math.inf or df > 1e7:
+        return NormalDist().inv_cdf(p)
+    if df <= 0:
+        raise ValueError(f"df={df}: expected > 0")
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def cdf(x: float) -> float:
+        ts = np.linspace(0.0, x, 2001)
+        dens = np.exp(log_c - (df + 1) / 2 * np.log1p(ts * ts / df))
+        h = x / 2000
+        area = h / 3 * (dens[0] + dens[-1] + 4 * dens[1:-1:2].sum() + 2 * dens[2:-1:2].sum())
+        return 0.5 + float(area)
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        lo, hi = hi, hi * 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if cdf(mid) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+# the degrees of freedom of a printed t table: the plan reads t there (`t_975`)
+T_DFS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 20, 30)
+
+
+def t_975(df: int) -> float:
+    """Student t's 97.5% quantile as a printed table gives it, which the plan's bars were
+    built on: 3 decimals, the nearest tabulated df at or below; 1.96 past 30."""
+    if df > 30:
+        return 1.96
+    return round(t_quantile(0.975, max(d for d in T_DFS if d <= max(df, 1))), 3)
+
+
+def resample_index(rng: np.random.Generator, n: int, boot: int | None = None) -> np.ndarray:
+    """Indices of a bootstrap resample of n items (with replacement): one resample, or
+    `boot` of them as the rows of a matrix."""
+    return rng.integers(0, n, n if boot is None else (boot, n))
 
 
 def dist(values: Iterable[float | None]) -> dict[str, float | None]:
@@ -332,3 +403,13 @@ class RecentRates:
         step = (end - start) / k
         sub = [self.totals(start + i * step, start + (i + 1) * step)[what] / step for i in range(k)]
         return rate, sub, step
+
+
+def cluster_index(starts: np.ndarray, lens: np.ndarray, pick: np.ndarray) -> np.ndarray:
+    """A cluster bootstrap's items: cluster c holds the items starts[c] .. starts[c] +
+    lens[c] - 1; the items of the picked clusters, concatenated in the order picked (a
+    row's turns, a request's gaps, kept together)."""
+    import numpy as np
+
+    n = lens[pick]
+    return np.repeat(starts[pick] - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))

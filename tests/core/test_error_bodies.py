@@ -19,7 +19,7 @@ from genbench.errors import (
     status_kind,
 )
 from genbench.transport.endpoint import Endpoint
-from genbench.transport.stream import status_failure
+from genbench.transport.failures import status_failure
 
 pytestmark = pytest.mark.core
 

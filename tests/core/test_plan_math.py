@@ -12,7 +12,6 @@ from synthetic import rec
 
 from genbench.errors import UsageError
 from genbench.plan import (
-    T_975,
     DecodeRows,
     Draws,
     HiddenStates,
@@ -37,6 +36,7 @@ from genbench.plan import (
     simulate_job,
     speed_stretches,
     storage_from_tokens,
+    t_975,
     worker_gap,
 )
 
@@ -420,7 +420,7 @@ def test_lag1_autocorrelation():
 def test_batch_means_halfwidth():
     # 1 3 2 4: mean 2.5, sd sqrt(5/3), se relative sqrt(5/3)/2.5/sqrt(4) = sqrt(5/3)/5;
     # 3 degrees of freedom: t = 3.182; lag-1 -0.35 is clipped to 0: no inflation
-    assert T_975[3] == 3.182
+    assert t_975(3) == 3.182
     assert series_halfwidth([1.0, 3.0, 2.0, 4.0]) == pytest.approx(
         3.182 * math.sqrt(5 / 3) / 5, rel=1e-12
     )

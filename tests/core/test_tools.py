@@ -11,8 +11,8 @@ import pytest
 
 from genbench.errors import InputFileError
 from genbench.generate.agent import AgentConversation
-from genbench.generate.conversation import start, turn_count
 from genbench.generate.input import parse_row, scan
+from genbench.generate.row_units import start, turn_count
 from genbench.records import RequestRecord
 from genbench.transport.stream import StreamParser, parse_whole
 

@@ -2,19 +2,20 @@
 
 A transport failure, an HTTP status with the server's own words (a 404 that says the model
 does not exist is a model problem, a router's 5xx for its worker is said as such), a
-failed test request, said of the model when /v1/models did not list it.
+failed test request, said of the model when /v1/models did not list it. A failure's exit
+code is its kind's, from `genbench.errors`' table: check keeps only the wording.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
-from genbench.errors import ExitCode, GenbenchError, model_missing, upstream_failed
+from genbench.errors import ExitCode, GenbenchError, model_missing, status_kind, upstream_failed
 from genbench.records import ErrorKind, RequestRecord
 from genbench.transport.endpoint import Endpoint
-from genbench.transport.stream import Failure, error_message_from_body
+from genbench.transport.failures import Failure, error_message_from_body
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
@@ -24,6 +25,8 @@ class Diagnosis:
     exit_code: int
     message: str
     upstream: bool = False  # a router answered that its worker failed: another may not
+    kind: ErrorKind | None = None  # the failure's kind, when a request failed
+    http_status: int | None = None
 
 
 class PreflightFailed(GenbenchError):
@@ -40,36 +43,43 @@ def where(ep: Endpoint) -> str:
 
 def transport_diagnosis(ep: Endpoint, failure: Failure, what: str) -> Diagnosis:
     kind = failure.kind
+    return Diagnosis(kind.exit_code, _transport_words(ep, failure, what), kind=kind)
+
+
+def _transport_words(ep: Endpoint, failure: Failure, what: str) -> str:
+    kind = failure.kind
     host = where(ep)
     if kind is ErrorKind.CONNECT_REFUSED:
-        return Diagnosis(
-            Exit.REFUSED,
+        return (
             f"connection refused at {host}: nothing is listening there. "
-            "Is the server running? Was it killed (e.g. out of memory)?",
+            "Is the server running? Was it killed (e.g. out of memory)?"
         )
     if kind is ErrorKind.DNS:
-        return Diagnosis(
-            Exit.DNS,
+        return (
             f"unknown host '{host.rsplit(':', 1)[0]}': the name does not "
-            "resolve. Check the spelling of --url.",
+            "resolve. Check the spelling of --url."
         )
     if kind in (ErrorKind.CONNECT_TIMEOUT, ErrorKind.READ_TIMEOUT, ErrorKind.TOTAL_TIMEOUT):
-        return Diagnosis(
-            Exit.TIMEOUT,
+        return (
             f"no answer from {host} to {what} in time: the host may be "
-            "unreachable (firewall, wrong address) or the server hung.",
+            "unreachable (firewall, wrong address) or the server hung."
         )
     if kind is ErrorKind.DISCONNECTED:
-        return Diagnosis(
-            Exit.SERVER_ERROR,
+        return (
             f"{host} closed the connection during {what}: the "
-            "server crashed or is not an HTTP server.",
+            "server crashed or is not an HTTP server."
         )
-    return Diagnosis(Exit.REQUEST_FAILED, f"{what} at {host} failed: {ep.redact(failure.message)}")
+    return f"{what} at {host} failed: {ep.redact(failure.message)}"
 
 
 def status_diagnosis(ep: Endpoint, path: str, status: int, body: bytes) -> Diagnosis:
-    msg = ep.redact(error_message_from_body(body, limit=200))
+    msg = error_message_from_body(body, limit=200)
+    diag = _status_words(ep, path, status, ep.redact(msg))
+    diag.kind, diag.http_status = status_kind(status, msg), status
+    return diag
+
+
+def _status_words(ep: Endpoint, path: str, status: int, msg: str) -> Diagnosis:
     url = ep.redact(path)
     if status in (401, 403):
         hint = (
@@ -103,7 +113,6 @@ def status_diagnosis(ep: Endpoint, path: str, status: int, body: bytes) -> Diagn
 def request_diagnosis(ep: Endpoint, rec: RequestRecord) -> Diagnosis:
     kind = rec.error_kind
     msg = rec.error_message or ""
-    host = where(ep)
     if kind in (ErrorKind.HTTP_STATUS, ErrorKind.UPSTREAM) and rec.http_status:
         body_msg = msg.split(": ", 1)[1] if ": " in msg else msg
         return status_diagnosis(
@@ -112,34 +121,36 @@ def request_diagnosis(ep: Endpoint, rec: RequestRecord) -> Diagnosis:
             rec.http_status,
             orjson.dumps({"error": {"message": body_msg}}),
         )
+    code = kind.exit_code if kind is not None else Exit.REQUEST_FAILED
+    return Diagnosis(code, _request_words(where(ep), kind, msg), kind=kind)
+
+
+def _request_words(host: str, kind: ErrorKind | None, msg: str) -> str:
     if kind == ErrorKind.CONNECT_REFUSED:
-        return Diagnosis(
-            Exit.REFUSED,
+        return (
             f"connection refused at {host} during the test request: "
-            "the server stopped (killed, e.g. out of memory?)",
+            "the server stopped (killed, e.g. out of memory?)"
         )
     if kind in (
         ErrorKind.READ_TIMEOUT,
         ErrorKind.TOTAL_TIMEOUT,
         ErrorKind.CONNECT_TIMEOUT,
     ):
-        return Diagnosis(
-            Exit.TIMEOUT,
+        return (
             f"the test request to {host} timed out ({msg}): the server "
             "accepts connections but does not generate. Raise --timeout for a "
-            "reasoning model that thinks long, or check the server's log.",
+            "reasoning model that thinks long, or check the server's log."
         )
     if kind == ErrorKind.INBAND_ERROR:
-        return Diagnosis(Exit.SERVER_ERROR, f"the server sent an error inside the stream: {msg}")
+        return f"the server sent an error inside the stream: {msg}"
     if kind == ErrorKind.MALFORMED_CHUNK:
-        return Diagnosis(Exit.BAD_RESPONSE, f"the server's stream is not OpenAI-shaped: {msg}")
+        return f"the server's stream is not OpenAI-shaped: {msg}"
     if kind in (ErrorKind.INCOMPLETE_STREAM, ErrorKind.DISCONNECTED):
-        return Diagnosis(
-            Exit.REQUEST_FAILED,
+        return (
             f"the test request's stream broke off ({msg}): the "
-            "server may have crashed mid-request.",
+            "server may have crashed mid-request."
         )
-    return Diagnosis(Exit.REQUEST_FAILED, f"the test request failed ({kind}): {msg}")
+    return f"the test request failed ({kind}): {msg}"
 
 
 def served(models: list[str]) -> str:
@@ -155,16 +166,16 @@ def model_diagnosis(
     if diag.upstream:
         return diag
     if model not in models:
-        return Diagnosis(
-            diag.exit_code,
-            f"model '{model}' is not listed by /v1/models at {url} ({served(models)}) "
+        return replace(
+            diag,
+            message=f"model '{model}' is not listed by /v1/models at {url} ({served(models)}) "
             f"and the test request failed: {diag.message}",
         )
     if diag.exit_code == Exit.MODEL and not wanted:
         said = diag.message.rstrip(".")
-        return Diagnosis(
-            diag.exit_code,
-            f"{said}. /v1/models lists '{model}' but it is not served under that "
+        return replace(
+            diag,
+            message=f"{said}. /v1/models lists '{model}' but it is not served under that "
             "name (a router that could not learn its workers' model?): name it with --model",
         )
     return diag

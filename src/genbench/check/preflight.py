@@ -25,11 +25,13 @@ from genbench.check.diagnosis import (
 )
 from genbench.check.metric_names import dialect_of, metrics_off_hint
 from genbench.check.router import ONE_WORKERS_METRICS, identify_router, router_notes
-from genbench.errors import ExitCode
+from genbench.errors import ExitCode, may_come_back
 from genbench.records import ErrorKind, RequestRecord
 from genbench.transport.client import ChatRequest, Client, ConnectionPool, Timeouts
 from genbench.transport.endpoint import Endpoint
-from genbench.transport.stream import Failure, error_message_from_body, share_by_chars
+from genbench.transport.failures import Failure, error_message_from_body
+from genbench.transport.health import NO_HEALTH
+from genbench.transport.stream import share_by_chars
 from genbench.transport.thinking import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 from genbench.transport.token_ids import KIND_DIALECT, VLLM, ask_for, reply_ids
 
@@ -92,8 +94,21 @@ class CheckReport:
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
+    # the failure's kind and HTTP status, when a request failed (not written: `to_dict`)
+    failed_kind: ErrorKind | None = None
+    failed_status: int | None = None
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        del d["failed_kind"], d["failed_status"]
+        return d
+
+    @property
+    def may_come_back(self) -> bool:
+        """The check failed on the server, not on the request or the configuration
+        (`genbench.errors.may_come_back`): a job leaves the server out and polls it back."""
+        kind = self.failed_kind
+        return not self.ok and kind is not None and may_come_back(kind, self.failed_status)
 
     def think_mode(self) -> ThinkMode:
         """How the run that follows reads thinking: the dialect this check saw."""
@@ -136,14 +151,16 @@ async def _health(pool: ConnectionPool, ep: Endpoint, timeout: float, path: str 
         raise PreflightFailed(transport_diagnosis(ep, f, f"GET {path}")) from None
     if status == 200:
         return "ok"
-    if status in (404, 405, 401, 403):
+    if status in NO_HEALTH:
         return "absent"
     if status == 503:
         msg = error_message_from_body(body, limit=160)
         raise PreflightFailed(
             Diagnosis(
-                Exit.SERVER_ERROR,
+                ErrorKind.HTTP_STATUS.exit_code,
                 f"{where(ep)} answers {path} with 503: {NOT_READY[path]} ({msg})",
+                kind=ErrorKind.HTTP_STATUS,
+                http_status=503,
             )
         )
     raise PreflightFailed(status_diagnosis(ep, ep.root + path, status, body))
@@ -347,6 +364,7 @@ async def preflight(
         rep.ok = True
     except PreflightFailed as pf:
         rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
+        rep.failed_kind, rep.failed_status = pf.diagnosis.kind, pf.diagnosis.http_status
     finally:
         await pool.close()
         rep.elapsed_s = time.perf_counter() - t0

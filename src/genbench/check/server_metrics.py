@@ -32,7 +32,7 @@ from genbench.check.metric_names import (
 from genbench.check.router import ROUTER_KINDS
 from genbench.transport.client import ConnectionPool
 from genbench.transport.endpoint import Endpoint
-from genbench.transport.stream import Failure
+from genbench.transport.failures import Failure
 
 __all__ = ["COUNTERS", "GAUGES", "LABELLED", "MetricsScraper", "Snapshot", "parse_prometheus"]
 

@@ -1,4 +1,7 @@
-"""Options shared by the commands that talk to a server, and their validation."""
+"""Options shared by the commands, declared once, and their validation. Three groups: the
+server (URL, MODEL, KEY_ENV, KEY_FILE), thinking (THINK_TAGS, THINK_DIALECT) and sampling
+(MAX_TOKENS, TEMPERATURE, TOP_P, TOP_K, THINKING, PARAM, CONFIG: a job's request fields,
+which `plan` and `generate` both take)."""
 
 from __future__ import annotations
 
@@ -44,6 +47,27 @@ THINK_DIALECT = typer.Option(
     metavar="DIALECT",
     help="Where thinking arrives: auto (check's reply, then the replies, tell), separate, "
     "inline, inline-opened (the template opens <think>: text starts inside it) or none.",
+)
+
+# -- sampling: the request fields of a job (plan's pilot, generate), defaults the server's
+MAX_TOKENS = typer.Option(
+    None, "--max-tokens", help="The job's max_tokens. [default: none, natural length]"
+)
+TEMPERATURE = typer.Option(
+    None, "--temperature", help="The job's temperature. [default: the server's]"
+)
+TOP_P = typer.Option(None, "--top-p", help="The job's top_p. [default: the server's]")
+TOP_K = typer.Option(None, "--top-k", help="The job's top_k. [default: the server's]")
+THINKING = typer.Option(
+    None,
+    "--thinking/--no-thinking",
+    help="The job's chat_template_kwargs.enable_thinking. [default: the server's choice]",
+)
+PARAM = typer.Option(
+    None, "--param", help="Another request field of the job, KEY=JSON; repeatable."
+)
+CONFIG = typer.Option(
+    None, "--config", help="The job's JSON or TOML file of request fields, as generate's."
 )
 
 

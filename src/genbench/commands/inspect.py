@@ -9,8 +9,7 @@ import typer
 
 from genbench.commands import common
 from genbench.commands.console import err, out
-from genbench.errors import UsageError
-from genbench.inspect import Settings, Thresholds, inspect_data
+from genbench.inspect import SETTINGS_FLAGS, Thresholds, inspect_data, settings_from_flags
 from genbench.inspect.clean import parse_drop
 from genbench.inspect.detect import DEFAULT_TAGS
 from genbench.inspect.fidelity import DRIFT_SAMPLE
@@ -19,102 +18,98 @@ from genbench.inspect.render import print_inspection
 D = Thresholds()
 
 
+DROP = typer.Option(
+    None,
+    "--drop",
+    help="Defects to leave out of a clean copy: loops,unclosed,empty,tags,garbled,short,dup "
+    "(or all). Needs --out.",
+)
+OUT_DIR = typer.Option(
+    None,
+    "--out",
+    "-o",
+    help="Directory for the clean copy (new or empty); the original is only read.",
+)
+SAVE = typer.Option(
+    None,
+    "--save",
+    help="Where to write inspect.json. [default: DIR/inspect.json, or "
+    "FILE.inspect.json beside a file]",
+)
+MIN_TOKENS = typer.Option(
+    D.min_tokens, "--min-tokens", help="Rows with fewer output tokens are too short (short)."
+)
+LOOP_WINDOW = typer.Option(
+    D.loop_window, "--loop-window", help="Loops: chars at the end of a text examined."
+)
+LOOP_COVER = typer.Option(
+    D.loop_cover, "--loop-cover", help="Loops: share of the window the repetition covers."
+)
+LOOP_REPEATS = typer.Option(
+    D.loop_repeats, "--loop-repeats", help="Loops: times the unit repeats at least."
+)
+DUP_MIN_CHARS = typer.Option(
+    D.dup_min_chars, "--dup-min-chars", help="Duplicates: shorter answers are not compared."
+)
+TAGS = typer.Option(
+    ",".join(DEFAULT_TAGS), "--tags", help="Leftover tags: comma-separated strings to find."
+)
+SERVER_ALPHA = typer.Option(
+    0.001, "--server-alpha", help="Servers: p-value below which a difference is not noise."
+)
+SERVER_EFFECT = typer.Option(
+    0.1, "--server-effect", help="Servers: smallest |rank-biserial effect| worth naming."
+)
+EXAMPLES = typer.Option(5, "--examples", help="Example ids kept per defect.")
+HIDDEN_SIZE = typer.Option(
+    None, "--hidden-size", help="Hidden-state storage: the target model's hidden size."
+)
+LAYERS_CAPTURED = typer.Option(
+    None, "--layers-captured", help="Hidden-state storage: layers kept per token."
+)
+DTYPE_BYTES = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value.")
+URL = typer.Option(
+    None,
+    "--url",
+    help="A server with the job's tokenizer (vLLM: /detokenize, /tokenize): measure the "
+    "retokenization drift of the turns with ids.",
+)
+DRIFT_SAMPLE = typer.Option(
+    DRIFT_SAMPLE, "--drift-sample", help="Token fidelity: turns checked with --url."
+)
+
+
 def inspect_cmd(
     path: Path = typer.Argument(
         ..., help="A genbench generate output directory, or one of its JSONL/Parquet files."
     ),
-    drop: str | None = typer.Option(
-        None,
-        "--drop",
-        help="Defects to leave out of a clean copy: loops,unclosed,empty,tags,garbled,short,dup "
-        "(or all). Needs --out.",
-    ),
-    out_dir: Path | None = typer.Option(
-        None,
-        "--out",
-        "-o",
-        help="Directory for the clean copy (new or empty); the original is only read.",
-    ),
-    save: Path | None = typer.Option(
-        None,
-        "--save",
-        help="Where to write inspect.json. [default: DIR/inspect.json, or "
-        "FILE.inspect.json beside a file]",
-    ),  # fmt: skip
-    min_tokens: int = typer.Option(
-        D.min_tokens, "--min-tokens", help="Rows with fewer output tokens are too short (short)."
-    ),
-    loop_window: int = typer.Option(
-        D.loop_window, "--loop-window", help="Loops: chars at the end of a text examined."
-    ),
-    loop_cover: float = typer.Option(
-        D.loop_cover, "--loop-cover", help="Loops: share of the window the repetition covers."
-    ),
-    loop_repeats: int = typer.Option(
-        D.loop_repeats, "--loop-repeats", help="Loops: times the unit repeats at least."
-    ),
-    dup_min_chars: int = typer.Option(
-        D.dup_min_chars, "--dup-min-chars", help="Duplicates: shorter answers are not compared."
-    ),
-    tags: str = typer.Option(
-        ",".join(DEFAULT_TAGS), "--tags", help="Leftover tags: comma-separated strings to find."
-    ),
-    server_alpha: float = typer.Option(
-        0.001, "--server-alpha", help="Servers: p-value below which a difference is not noise."
-    ),
-    server_effect: float = typer.Option(
-        0.1, "--server-effect", help="Servers: smallest |rank-biserial effect| worth naming."
-    ),
-    examples: int = typer.Option(5, "--examples", help="Example ids kept per defect."),
-    hidden_size: int | None = typer.Option(
-        None, "--hidden-size", help="Hidden-state storage: the target model's hidden size."
-    ),
-    layers_captured: int | None = typer.Option(
-        None, "--layers-captured", help="Hidden-state storage: layers kept per token."
-    ),
-    dtype_bytes: int = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value."),
-    url: str | None = typer.Option(
-        None,
-        "--url",
-        help="A server with the job's tokenizer (vLLM: /detokenize, /tokenize): measure the "
-        "retokenization drift of the turns with ids.",
-    ),
-    drift_sample: int = typer.Option(
-        DRIFT_SAMPLE, "--drift-sample", help="Token fidelity: turns checked with --url."
-    ),
+    drop: str | None = DROP,
+    out_dir: Path | None = OUT_DIR,
+    save: Path | None = SAVE,  # fmt: skip
+    min_tokens: int = MIN_TOKENS,
+    loop_window: int = LOOP_WINDOW,
+    loop_cover: float = LOOP_COVER,
+    loop_repeats: int = LOOP_REPEATS,
+    dup_min_chars: int = DUP_MIN_CHARS,
+    tags: str = TAGS,
+    server_alpha: float = SERVER_ALPHA,
+    server_effect: float = SERVER_EFFECT,
+    examples: int = EXAMPLES,
+    hidden_size: int | None = HIDDEN_SIZE,
+    layers_captured: int | None = LAYERS_CAPTURED,
+    dtype_bytes: int = DTYPE_BYTES,
+    url: str | None = URL,
+    drift_sample: int = DRIFT_SAMPLE,
     key_env: str = common.KEY_ENV,
     key_file: Path | None = common.KEY_FILE,
     json: bool = common.JSON,
 ) -> None:
     """Check a generated set: loops, unclosed thinking, empty answers, leftover tags,
     garbled text, short rows, duplicates, an odd server; its storage; a clean copy."""
-    for name, v in (("--min-tokens", min_tokens), ("--loop-window", loop_window),
-                    ("--dup-min-chars", dup_min_chars), ("--examples", examples),
-                    ("--hidden-size", hidden_size), ("--layers-captured", layers_captured),
-                    ("--dtype-bytes", dtype_bytes), ("--drift-sample", drift_sample)):  # fmt: skip
-        common.positive(name, v)
+    flags = dict(locals())  # every option above, by name
+    settings = settings_from_flags(**{k: flags[k] for k in SETTINGS_FLAGS})
+    common.positive("--drift-sample", drift_sample)
     tokenizer = common.endpoint(url, key_env, key_file) if url else None
-    if not 0 < loop_cover <= 1:
-        raise UsageError(f"--loop-cover must be in (0, 1], got {loop_cover}")
-    if loop_repeats < 2:
-        raise UsageError(f"--loop-repeats must be at least 2, got {loop_repeats}")
-    if not 0 < server_alpha < 1 or not 0 <= server_effect <= 1:
-        raise UsageError("--server-alpha must be in (0, 1) and --server-effect in [0, 1]")
-    tag_list = tuple(t for t in (x.strip() for x in tags.split(",")) if t)
-    hidden = None
-    if hidden_size is not None or layers_captured is not None:
-        if hidden_size is None or layers_captured is None:
-            raise UsageError("hidden-state storage needs both --hidden-size and --layers-captured")
-        from genbench.plan import HiddenStates
-
-        hidden = HiddenStates(hidden_size, layers_captured, dtype_bytes)
-    settings = Settings(
-        Thresholds(min_tokens, loop_window, loop_cover, loop_repeats, dup_min_chars, tag_list),
-        server_alpha,
-        server_effect,
-        examples,
-        hidden,
-    )
     drop_names = parse_drop(drop) if drop is not None else None
     if err.is_terminal:
         with err.status(f"reading {path}") as status:

@@ -11,6 +11,7 @@ import numpy as np
 
 from genbench.compare.runs import Run
 from genbench.records import RequestRecord
+from genbench.stats import cluster_index, resample_index
 
 BOOTSTRAP = 1000
 SEED = 20240611
@@ -29,7 +30,7 @@ def bootstrap_rel(
         return None
     n = len(xs)
     boot = int(min(BOOTSTRAP, max(200, 4e6 // n)))  # fewer resamples of very many requests
-    idx = _rng().integers(0, n, size=(boot, n))
+    idx = resample_index(_rng(), n, boot)
     stats = stat(xs[idx])
     return float(np.std(stats) / abs(point))
 
@@ -78,11 +79,9 @@ def _itl_boot(records: Sequence[RequestRecord]) -> dict[float, float] | None:
     boot = 200
     stats = np.empty((boot, len(ITL_PCTS)))
     for b in range(boot):
-        pick = rng.integers(0, len(gaps), size=len(gaps))
-        n = lens[pick]
+        pick = resample_index(rng, len(gaps))
         # the gaps of the picked requests, concatenated, as indices into `flat`
-        first = np.repeat(starts[pick] - (np.cumsum(n) - n), n)
-        stats[b] = np.percentile(flat[first + np.arange(n.sum())], ITL_PCTS)
+        stats[b] = np.percentile(flat[cluster_index(starts, lens, pick)], ITL_PCTS)
     return {p: float(sd) for p, sd in zip(ITL_PCTS, np.std(stats, axis=0), strict=True)}
 
 
@@ -94,7 +93,7 @@ def burst_rel(records: Sequence[RequestRecord], point: float | None) -> float | 
     tok = np.array([r.completion_tokens for r in ok], dtype=float)
     t0 = np.array([r.t_send for r in ok])
     t1 = np.array([r.t_end for r in ok], dtype=float)
-    idx = _rng().integers(0, len(ok), size=(BOOTSTRAP, len(ok)))
+    idx = resample_index(_rng(), len(ok), BOOTSTRAP)
     wall = t1[idx].max(axis=1) - t0[idx].min(axis=1)
     stats = tok[idx].sum(axis=1) / np.where(wall > 0, wall, np.nan)
     stats = stats[np.isfinite(stats)]

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from statistics import NormalDist
 
 import numpy as np
+
+from genbench.stats import t_quantile
 
 Z = 2.0  # one run per side: about a 95% interval from the runs' own errors
 FLOOR = 0.01  # differences under 1% are never called: timer and scheduler jitter
@@ -52,39 +53,6 @@ def noise_rule(allowance: float = ALLOWANCE) -> str:
         "over requests (per-request metrics, burst tok/s, tokens per chunk for acceptance "
         "length), steady-window halves (sustained tok/s)"
     )
-
-
-@lru_cache(maxsize=1024)
-def t_quantile(p: float, df: float) -> float:
-    """Student's t quantile for any df >= 1 (fractional too, as Welch gives).
-
-    The CDF is the integral of the density from 0 (Simpson's rule: the density is smooth,
-    and the 95% quantile is under 13 for df >= 1), inverted by bisection."""
-    if not 0.5 <= p < 1:
-        raise ValueError(f"p={p}: expected 0.5 <= p < 1")
-    if df == math.inf or df > 1e7:
-        return NormalDist().inv_cdf(p)
-    if df <= 0:
-        raise ValueError(f"df={df}: expected > 0")
-    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-
-    def cdf(x: float) -> float:
-        ts = np.linspace(0.0, x, 2001)
-        dens = np.exp(log_c - (df + 1) / 2 * np.log1p(ts * ts / df))
-        h = x / 2000
-        area = h / 3 * (dens[0] + dens[-1] + 4 * dens[1:-1:2].sum() + 2 * dens[2:-1:2].sum())
-        return 0.5 + float(area)
-
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < p:
-        lo, hi = hi, hi * 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if cdf(mid) < p:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
 
 
 @dataclass(frozen=True)

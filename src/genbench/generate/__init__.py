@@ -11,6 +11,7 @@ The job is split so each part can be reasoned about (and tested) alone:
 * `pipeline` rows through load, and what a failed request means for its row;
 * `servers`  the pool of servers (load slots): which are up, which are polled back;
 * `progress` durable counts, and rates and the ETA from the request records (`stats`);
+* `wander`   how the speed wandered: the ETA's range, and the plan's (`plan.bar`);
 * `job`      one run: input, preflight, the load, the store;
 * `batch`    OpenAI Batch API request files in, Batch output lines out;
 * `exporter` the job's progress on /metrics for Prometheus (`--metrics-port`);

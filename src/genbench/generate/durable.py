@@ -20,7 +20,10 @@ from typing import Any
 
 import orjson
 
+from genbench.atomic import fsync_dir, write_atomic
 from genbench.errors import OutOfDescriptors, OutputError
+
+__all__ = ["fsync_dir", "write_atomic"]  # the store finds them here too
 
 Pending = tuple[str, Any]  # (id, what the caller wants back once it is durable)
 
@@ -29,30 +32,6 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temporary file, fsync, rename, fsync the directory: never half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()  # a full disk leaves no .tmp behind, and the old file as it was
-        raise
-    fsync_dir(path.parent)
 
 
 @contextlib.contextmanager

@@ -37,9 +37,6 @@ from genbench.transport.client import Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import DEFAULT_TAGS, ThinkMode, ThinkState
 
-# preflight failures that mean "not up yet" rather than "misconfigured"
-DOWN_EXITS = {ExitCode.REFUSED, ExitCode.TIMEOUT, ExitCode.SERVER_ERROR}
-
 
 @dataclass
 class JobConfig:
@@ -172,7 +169,7 @@ class Job:
         reports = await asyncio.gather(*checks)
         ok = [r for r in reports if r.ok]
         for r in reports:
-            if not r.ok and r.exit_code not in DOWN_EXITS:
+            if not r.ok and not r.may_come_back:  # misconfigured, not down
                 raise GenbenchError(f"{r.url}: {r.diagnosis}", r.exit_code)
         if not ok:
             first = reports[0]
@@ -402,7 +399,8 @@ class Job:
             entry["meta"] = conv.meta(self.model)
             self.store.write_error(conv.row.id, entry, info)
         else:
-            fp = row_fingerprint(conv.row, self.cfg.params, self.cfg.turns == "all")
+            cfg = self.cfg
+            fp = row_fingerprint(conv.row, cfg.params, cfg.turns == "all", cfg.tool_policy)
             conv.request = to_hex(fp)
             line = row_bytes(conv, self.model, self.cfg.fmt)
             self.store.write_row(conv.row.id, line, info, (fp, conv.row.src))

@@ -37,12 +37,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from genbench.errors import ErrorKind, Retry, descriptor_advice, no_worker_left, retry_for
-from genbench.generate.conversation import Conversation, Label, conversations
+from genbench.generate.conversation import Conversation
 from genbench.generate.input import BadRow, Row
+from genbench.generate.row_units import Label, conversations
 from genbench.load import Load, Policy, Slot, WorkQueue
 from genbench.records import RequestRecord
 
 REGROW_S = 30.0
+
+# what a failed request does (`RowPolicy._on_<step>`): kinds with a step of their own, then,
+# for a server that is not gone, the retry advice of `genbench.errors`' table
+ON_KIND = {ErrorKind.LOCAL_LIMIT: "short", ErrorKind.UPSTREAM: "upstream"}
+ON_ADVICE = {Retry.PROBE: "probe", Retry.NO: "give_up", Retry.YES: "retry"}
 
 
 class RowSink(Protocol):
@@ -98,29 +104,57 @@ class RowPolicy(Policy):
     async def _failed(
         self, conv: Conversation, rec: RequestRecord, slot: Slot, queue: WorkQueue
     ) -> None:
+        """What a failed request does to its row and its server: looked up by its kind
+        (`ON_KIND`), else the server gone, else by the table's retry advice (`ON_ADVICE`)."""
         kind = rec.error_kind or ErrorKind.OTHER
-        advice = retry_for(kind, rec.http_status)
-        if kind is ErrorKind.LOCAL_LIMIT:
-            self._short_of_descriptors(slot, f"{slot.name}: {rec.error_message}")
-            self._back(conv, queue, "requeued", 0.5)
-        elif kind.server_gone or (advice is Retry.PROBE and not await slot.probe()):
-            slot.mark_down(f"{kind}: {rec.error_message}", rec)
-            self._lost(conv, queue, 0.0)
-        elif kind is ErrorKind.UPSTREAM and no_worker_left(rec.error_message or ""):
+        step = ON_KIND.get(kind) or ("down" if kind.server_gone else None)
+        step = step or ON_ADVICE[retry_for(kind, rec.http_status)]
+        await getattr(self, f"_on_{step}")(conv, rec, slot, queue)
+
+    async def _on_short(
+        self, conv: Conversation, rec: RequestRecord, slot: Slot, q: WorkQueue
+    ) -> None:
+        self._short_of_descriptors(slot, f"{slot.name}: {rec.error_message}")
+        self._back(conv, q, "requeued", 0.5)
+
+    async def _on_down(
+        self, conv: Conversation, rec: RequestRecord, slot: Slot, q: WorkQueue
+    ) -> None:
+        slot.mark_down(f"{rec.error_kind or ErrorKind.OTHER}: {rec.error_message}", rec)
+        self._lost(conv, q, 0.0)
+
+    async def _on_probe(
+        self, conv: Conversation, rec: RequestRecord, slot: Slot, q: WorkQueue
+    ) -> None:
+        """The server may have died: its /health decides between down and a retry."""
+        step = self._on_retry if await slot.probe() else self._on_down
+        await step(conv, rec, slot, q)
+
+    async def _on_upstream(
+        self, conv: Conversation, rec: RequestRecord, slot: Slot, q: WorkQueue
+    ) -> None:
+        if no_worker_left(rec.error_message or ""):
             # every worker behind the router is out: the router is down as a server is
-            slot.mark_down(f"{kind}: {rec.error_message}", rec)
-            self._lost(conv, queue, 0.0)
-        elif kind is ErrorKind.UPSTREAM:
+            await self._on_down(conv, rec, slot, q)
+        else:
             # a router's worker went away (or none is free): a server lost, not the row's
             # fault; the router sends it elsewhere, after a backoff in case none is left
-            self._lost(conv, queue, self._backoff(conv.losses + 1))
-        elif advice is Retry.NO:  # the request itself is the problem: retrying cannot help
-            self._give_up(conv, queue, rec.error_message or f"HTTP {rec.http_status}")
-        elif conv.attempts >= self.r.retries:  # its 1 + `retries` charged requests are spent
-            self._give_up(conv, queue, rec.error_message or str(kind))
+            self._lost(conv, q, self._backoff(conv.losses + 1))
+
+    async def _on_give_up(
+        self, conv: Conversation, rec: RequestRecord, slot: Slot, q: WorkQueue
+    ) -> None:
+        # the request itself is the problem: retrying cannot help
+        self._give_up(conv, q, rec.error_message or f"HTTP {rec.http_status}")
+
+    async def _on_retry(
+        self, conv: Conversation, rec: RequestRecord, slot: Slot, q: WorkQueue
+    ) -> None:
+        if conv.attempts >= self.r.retries:  # its 1 + `retries` charged requests are spent
+            self._give_up(conv, q, rec.error_message or str(rec.error_kind or ErrorKind.OTHER))
         else:
             conv.attempts += 1
-            self._back(conv, queue, "retry", self._backoff(conv.attempts))
+            self._back(conv, q, "retry", self._backoff(conv.attempts))
 
     def _backoff(self, attempt: int) -> float:
         base = min(self.r.max_backoff, self.r.backoff * 2 ** (attempt - 1))

@@ -7,7 +7,7 @@ records that ended a row (written, or sent to the errors file); tokens/s the ser
 usage counts of the requests that ended in the window, thinking apart from answer.
 
 ETA = rows remaining / rows per second over the last `eta_window` seconds. Its range is
-the plan's model of the server's speed (`plan.wander.SpeedWander`), with the last
+the plan's model of the server's speed (`generate.wander.SpeedWander`), with the last
 `eta_window` seconds as the pilot and the rest of the job as the job: the rate in
 ETA_PARTS sub-windows, how it scattered and wandered across them, carried over the time
 left. A job whose rate wanders (a shared host, longer prompts later in the file, a server
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from genbench.plan.wander import SpeedWander
+from genbench.generate.wander import SpeedWander
 from genbench.records import RequestRecord
 from genbench.stats import RecentRates
 

@@ -3,20 +3,38 @@ it (repaired), the input checked against it, and what changed between them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from genbench.generate import changes
 from genbench.generate.durable import output_errors
 from genbench.generate.fingerprint import LazyFps, RequestCheck
-from genbench.generate.input import InputScan, scan
+from genbench.generate.input import InputScan, ShardSpec, scan
+from genbench.generate.readback import rekey_index
 from genbench.generate.store import Existing, Store
 
-if TYPE_CHECKING:
-    from genbench.generate.job import JobConfig, Listener
+
+class PrepareConfig(Protocol):
+    """What `prepare` reads of the job's config (`genbench.generate.job.JobConfig`): a
+    protocol, so that this module needs nothing from the job that calls it."""
+
+    input: Path
+    turns: str
+    shard: ShardSpec | None
+    skip_invalid: bool
+    retry_errors: bool
+    force: bool
+    limit: int | None
+
+
+class PrepareNotes(Protocol):
+    """Where `prepare` says what it found (`genbench.generate.job.Listener`)."""
+
+    def note(self, text: str, style: str = "") -> None: ...
 
 
 def prepare(
-    cfg: JobConfig, store: Store, listener: Listener
+    cfg: PrepareConfig, store: Store, listener: PrepareNotes
 ) -> tuple[Existing, InputScan, RequestCheck]:
     """Local work only: the output directory, then the input. Fails before any request."""
     with output_errors(store.out):  # a repair on a full disk: one line, exit 12
@@ -33,7 +51,8 @@ def prepare(
     # sampling, turns and format now (the served model once the servers answered): a job
     # refused for its settings is not also asked about every row's request
     store.check_job(existing, cfg.fingerprint(cfg.model or _old_model(existing)), cfg.force)
-    check = RequestCheck(cfg.params, cfg.turns == "all", existing.fps, changes.read_kept(store))
+    kept = changes.read_kept(store)
+    check = RequestCheck(cfg.params, cfg.turns == "all", existing.fps, kept, cfg.tool_policy)
     res = scan(
         cfg.input,
         existing.done,
@@ -49,6 +68,10 @@ def prepare(
         note = changes.settle(store, existing, res, check, policy)
     if note:
         listener.note(note, "yellow")
+    if check.learned:  # checked the slow way once: the fast way next time
+        with output_errors(store.out):
+            for idx in sorted({store.index_path(p) for p in store.data_files()}):
+                rekey_index(idx, check.learned, existing.fps)
     # 1M done ids are not needed past this point: the run writes only res.todo
     existing.done, existing.fps, existing.failed = {}, LazyFps(), set()
     check.fps, check.kept = LazyFps(), {}

@@ -5,7 +5,8 @@ Each generated assistant turn also carries the ids the server generated and the 
 ids it saw (`token_ids`, `prompt_token_ids`: JSON arrays of ints; Parquet list<int32>),
 its `finish_reason`, and `token_ids_error` when its ids cannot be trusted; the row's
 `meta.token_ids` sums them up (genbench.transport.token_ids). `turn_ids` is the one reader of them
-every consumer uses (the trainer export, inspect)."""
+every consumer uses (the trainer export, inspect). The row is written here (`row_line`) and
+parsed back here (`parse_row`, what `inspect` reads), side by side."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from typing import Any
 
 import orjson
 
+from genbench.atomic import replace_durably
 from genbench.errors import UsageError
-from genbench.generate.durable import fsync_dir
 
+MAX_COUNT = 1 << 31  # token counts are read back as int32
 META_FIELDS: tuple[tuple[str, str], ...] = (
     ("server", "string"),
     ("model", "string"),
@@ -180,8 +182,7 @@ def _convert(src: str, dst: str, tmp: str, batch_rows: int) -> int:
             n += len(batch)
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
-    os.replace(tmp, dst)
-    fsync_dir(Path(dst).parent)
+    replace_durably(tmp, dst)
     return n
 
 
@@ -202,3 +203,105 @@ def parquet_ids(path: Path) -> tuple[list[str], list[int]]:
         return ids, [0] * len(ids)
     col = table.column("meta").combine_chunks().field("request").to_pylist()
     return ids, [int(x, 16) if isinstance(x, str) else 0 for x in col]
+
+
+# -- the row read back ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Turn:
+    """One assistant turn: its thinking (reasoning_content) and its answer (content)."""
+
+    thinking: str
+    answer: str
+    calls: int = 0  # tool calls in the turn: an empty answer is no defect then
+
+
+@dataclass(slots=True)
+class OutputRow:
+    """What inspect needs of one output row; `where` is its line (JSONL) or row (Parquet)."""
+
+    id: str | int
+    turns: list[Turn]
+    completion_tokens: int
+    reasoning_tokens: int | None
+    prompt_tokens: int | None
+    finish_reason: str | None
+    server: str
+    truncated: bool
+    nbytes: int
+
+
+class RowFormatError(Exception):
+    """A row that is not in generate's format: the problem and the field it is in."""
+
+    def __init__(self, problem: str, field: str | None = None) -> None:
+        super().__init__(problem)
+        self.problem, self.field = problem, field
+
+
+def _read_text(v: Any, where: str) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, list):  # a list of parts: its text, as generate stores it in Parquet
+        return orjson.dumps(v).decode()
+    raise RowFormatError(f"expected text, got {type(v).__name__}", where)
+
+
+def _count(meta: dict[str, Any], key: str, required: bool) -> int | None:
+    v = meta.get(key)
+    if v is None:
+        if required:
+            raise RowFormatError("missing: generate writes it for every row", f"meta.{key}")
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < MAX_COUNT:
+        raise RowFormatError(f"expected a count (an integer >= 0), got {v!r}", f"meta.{key}")
+    return v
+
+
+def parse_row(obj: Any, nbytes: int) -> OutputRow:
+    """Validate one decoded row of generate's format; raises RowFormatError naming the field."""
+    if not isinstance(obj, dict):
+        raise RowFormatError(f"expected a JSON object per line, got {type(obj).__name__}")
+    rid = obj.get("id")
+    if rid is None or isinstance(rid, bool) or not isinstance(rid, str | int) or rid == "":
+        raise RowFormatError("missing or not text/an integer", "id")
+    conv = obj.get("conversations")
+    if not isinstance(conv, list):
+        raise RowFormatError("missing or not a list of turns", "conversations")
+    turns: list[Turn] = []
+    for i, t in enumerate(conv):
+        if not isinstance(t, dict):
+            what = f"expected an object, got {type(t).__name__}"
+            raise RowFormatError(what, f"conversations[{i}]")
+        if t.get("role") == "assistant":
+            answer = _read_text(t.get("content"), f"conversations[{i}].content")
+            where = f"conversations[{i}].reasoning_content"
+            thinking = _read_text(t.get("reasoning_content"), where)
+            calls = t.get("tool_calls")
+            turns.append(Turn(thinking, answer, len(calls) if isinstance(calls, list) else 0))
+    if not turns:
+        raise RowFormatError("no assistant turn: not a generated row", "conversations")
+    meta = obj.get("meta")
+    if not isinstance(meta, dict):
+        raise RowFormatError("missing or not an object (generate's per-row metadata)", "meta")
+    if "finish_reason" not in meta:
+        raise RowFormatError("missing: generate writes it for every row", "meta.finish_reason")
+    finish = meta["finish_reason"]
+    if finish is not None and not isinstance(finish, str):
+        raise RowFormatError(f"expected text, got {finish!r}", "meta.finish_reason")
+    truncated = meta.get("truncated")
+    server = meta.get("server")
+    return OutputRow(
+        id=rid,
+        turns=turns,
+        completion_tokens=_count(meta, "completion_tokens", True) or 0,
+        reasoning_tokens=_count(meta, "reasoning_tokens", False),
+        prompt_tokens=_count(meta, "prompt_tokens", False),
+        finish_reason=finish,
+        server=server if isinstance(server, str) and server else "unknown",
+        truncated=bool(truncated) if truncated is not None else finish == "length",
+        nbytes=nbytes,
+    )

@@ -23,7 +23,7 @@ from genbench.load import Slot
 from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest, Client
 from genbench.transport.endpoint import Endpoint
-from genbench.transport.stream import Failure
+from genbench.transport.health import answers
 from genbench.transport.token_ids import describe
 
 
@@ -117,18 +117,7 @@ class Server(Slot):
 
     async def _health(self) -> bool:
         # through the client's pool: a dead server's connections have left it already
-        get, ep, timeout = self.client.pool.get, self.endpoint, self.probe_timeout
-        try:
-            status, _, _ = await get(ep.root + "/health", timeout, ep.headers())
-            if status == 200:
-                return True
-            if status not in (401, 403, 404, 405):
-                return False
-            # no /health (or behind auth): the model list tells whether it serves
-            status, _, _ = await get(ep.base_url + "/models", timeout, ep.headers())
-            return status == 200
-        except Failure:
-            return False
+        return await answers(self.client.pool, self.endpoint, self.probe_timeout)
 
     async def close(self) -> None:
         for t in (self._poller, self._probe):

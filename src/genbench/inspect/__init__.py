@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from genbench.errors import GenbenchError, UsageError
+from genbench.errors import GenbenchError, UsageError, positive
 from genbench.inspect.clean import WRITE_FAILED_EXIT, check_out, write_clean
 from genbench.inspect.detect import BIT, DEFECTS, Thresholds
 from genbench.inspect.document import INSPECT_FILE, Settings, build, storage
@@ -27,7 +27,10 @@ from genbench.inspect.reader import data_files
 from genbench.inspect.scan import scan
 from genbench.transport.endpoint import Endpoint
 
-__all__ = ["DEFECTS", "INSPECT_FILE", "Settings", "Thresholds", "default_save", "inspect_data"]
+__all__ = [
+    "DEFECTS", "INSPECT_FILE", "SETTINGS_FLAGS", "Settings", "Thresholds", "default_save",
+    "inspect_data", "settings_from_flags",
+]  # fmt: skip
 
 
 def default_save(path: Path) -> Path:
@@ -125,3 +128,56 @@ def inspect_data(
             f"could not write {target} ({e.strerror or e}): use --save PATH"
         )
     return doc
+
+
+# the flags of `genbench inspect` that `settings_from_flags` reads
+SETTINGS_FLAGS = (
+    "min_tokens", "loop_window", "loop_cover", "loop_repeats", "dup_min_chars", "tags",
+    "server_alpha", "server_effect", "examples", "hidden_size", "layers_captured", "dtype_bytes",
+    "drift_sample",
+)  # fmt: skip
+
+
+def settings_from_flags(
+    *,
+    min_tokens: int,
+    loop_window: int,
+    loop_cover: float,
+    loop_repeats: int,
+    dup_min_chars: int,
+    tags: str,
+    server_alpha: float,
+    server_effect: float,
+    examples: int,
+    hidden_size: int | None,
+    layers_captured: int | None,
+    dtype_bytes: int,
+    drift_sample: int,
+) -> Settings:
+    """`genbench inspect`'s thresholds, each checked (a UsageError names the flag)."""
+    for name, v in (("--min-tokens", min_tokens), ("--loop-window", loop_window),
+                    ("--dup-min-chars", dup_min_chars), ("--examples", examples),
+                    ("--hidden-size", hidden_size), ("--layers-captured", layers_captured),
+                    ("--dtype-bytes", dtype_bytes), ("--drift-sample", drift_sample)):  # fmt: skip
+        positive(name, v)
+    if not 0 < loop_cover <= 1:
+        raise UsageError(f"--loop-cover must be in (0, 1], got {loop_cover}")
+    if loop_repeats < 2:
+        raise UsageError(f"--loop-repeats must be at least 2, got {loop_repeats}")
+    if not 0 < server_alpha < 1 or not 0 <= server_effect <= 1:
+        raise UsageError("--server-alpha must be in (0, 1) and --server-effect in [0, 1]")
+    tag_list = tuple(t for t in (x.strip() for x in tags.split(",")) if t)
+    hidden = None
+    if hidden_size is not None or layers_captured is not None:
+        if hidden_size is None or layers_captured is None:
+            raise UsageError("hidden-state storage needs both --hidden-size and --layers-captured")
+        from genbench.plan import HiddenStates
+
+        hidden = HiddenStates(hidden_size, layers_captured, dtype_bytes)
+    return Settings(
+        Thresholds(min_tokens, loop_window, loop_cover, loop_repeats, dup_min_chars, tag_list),
+        server_alpha,
+        server_effect,
+        examples,
+        hidden,
+    )

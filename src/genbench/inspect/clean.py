@@ -27,6 +27,7 @@ from typing import IO, Any
 import numpy as np
 import orjson
 
+from genbench.atomic import replace_durably
 from genbench.errors import OutputError, UsageError
 from genbench.generate.lock import OutputLock, refuse_if_held
 from genbench.generate.store import STATE_DIR
@@ -88,7 +89,7 @@ class _Atomic:
         self.raw.flush()
         os.fsync(self.raw.fileno())
         self.raw.close()
-        os.replace(self.tmp, self.path)
+        replace_durably(self.tmp, self.path)
 
 
 def _reasons(bits: int) -> list[str]:
@@ -161,7 +162,7 @@ def _copy_parquet(fs: FileStats, start: int, drop: np.ndarray, out: Path, d: _Dr
             i += n
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
-    os.replace(tmp, out / fs.path.name)
+    replace_durably(tmp, out / fs.path.name)
     return kept
 
 

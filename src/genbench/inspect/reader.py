@@ -6,10 +6,11 @@ both JSONL and Parquet (a conversion that finished but whose JSONL was not yet r
 is read once, as Parquet. Rows are parsed one by one (JSONL) or in record batches
 (Parquet), so memory does not grow with the file.
 
-A row that is not in generate's format stops the reading with one line naming the file,
-the line (or Parquet row) and the field. The one exception is an incomplete last line of
-a JSONL shard, which a job still running or killed mid-write leaves: it is skipped and
-said so, as generate's resume would cut it.
+A row's format is written and parsed side by side in `genbench.generate.rows`; this
+module finds the files and reads them. A row that is not in generate's format stops the
+reading with one line naming the file, the line (or Parquet row) and the field. The one
+exception is an incomplete last line of a JSONL shard, which a job still running or killed
+mid-write leaves: it is skipped and said so, as generate's resume would cut it.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ import orjson
 
 from genbench.errors import InputFileError, UsageError
 from genbench.generate.input import open_parquet
+from genbench.generate.rows import OutputRow, RowFormatError, parse_row
 
 SHARD_RE = re.compile(r"^data(?:-[A-Za-z0-9]+)*-(\d{5})\.(jsonl|parquet)$")
 PARQUET_BATCH = 1024
 COLUMNS = ("id", "conversations", "meta")
-MAX_COUNT = 1 << 31  # token counts are kept as int32
 
 
 def kind_of(path: Path) -> str:
@@ -56,30 +57,6 @@ def data_files(path: Path) -> list[Path]:
     return [files.get("parquet") or files["jsonl"] for _, files in sorted(shards.items())]
 
 
-@dataclass(slots=True)
-class Turn:
-    """One assistant turn: its thinking (reasoning_content) and its answer (content)."""
-
-    thinking: str
-    answer: str
-    calls: int = 0  # tool calls in the turn: an empty answer is no defect then
-
-
-@dataclass(slots=True)
-class OutputRow:
-    """What inspect needs of one output row; `where` is its line (JSONL) or row (Parquet)."""
-
-    id: str | int
-    turns: list[Turn]
-    completion_tokens: int
-    reasoning_tokens: int | None
-    prompt_tokens: int | None
-    finish_reason: str | None
-    server: str
-    truncated: bool
-    nbytes: int
-
-
 @dataclass
 class FileStats:
     """What reading one file found: rows, bytes, and notes (a skipped incomplete line)."""
@@ -89,77 +66,6 @@ class FileStats:
     rows: int = 0
     bytes: int = 0
     notes: list[str] = field(default_factory=list)
-
-
-class _Bad(Exception):
-    def __init__(self, problem: str, field: str | None = None) -> None:
-        super().__init__(problem)
-        self.problem, self.field = problem, field
-
-
-def _text(v: Any, where: str) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, str):
-        return v
-    if isinstance(v, list):  # a list of parts: its text, as generate stores it in Parquet
-        return orjson.dumps(v).decode()
-    raise _Bad(f"expected text, got {type(v).__name__}", where)
-
-
-def _count(meta: dict[str, Any], key: str, required: bool) -> int | None:
-    v = meta.get(key)
-    if v is None:
-        if required:
-            raise _Bad("missing: generate writes it for every row", f"meta.{key}")
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < MAX_COUNT:
-        raise _Bad(f"expected a count (an integer >= 0), got {v!r}", f"meta.{key}")
-    return v
-
-
-def parse_row(obj: Any, nbytes: int) -> OutputRow:
-    """Validate one decoded row of generate's format; raises _Bad naming the field."""
-    if not isinstance(obj, dict):
-        raise _Bad(f"expected a JSON object per line, got {type(obj).__name__}")
-    rid = obj.get("id")
-    if rid is None or isinstance(rid, bool) or not isinstance(rid, str | int) or rid == "":
-        raise _Bad("missing or not text/an integer", "id")
-    conv = obj.get("conversations")
-    if not isinstance(conv, list):
-        raise _Bad("missing or not a list of turns", "conversations")
-    turns: list[Turn] = []
-    for i, t in enumerate(conv):
-        if not isinstance(t, dict):
-            raise _Bad(f"expected an object, got {type(t).__name__}", f"conversations[{i}]")
-        if t.get("role") == "assistant":
-            answer = _text(t.get("content"), f"conversations[{i}].content")
-            thinking = _text(t.get("reasoning_content"), f"conversations[{i}].reasoning_content")
-            calls = t.get("tool_calls")
-            turns.append(Turn(thinking, answer, len(calls) if isinstance(calls, list) else 0))
-    if not turns:
-        raise _Bad("no assistant turn: not a generated row", "conversations")
-    meta = obj.get("meta")
-    if not isinstance(meta, dict):
-        raise _Bad("missing or not an object (generate's per-row metadata)", "meta")
-    if "finish_reason" not in meta:
-        raise _Bad("missing: generate writes it for every row", "meta.finish_reason")
-    finish = meta["finish_reason"]
-    if finish is not None and not isinstance(finish, str):
-        raise _Bad(f"expected text, got {finish!r}", "meta.finish_reason")
-    truncated = meta.get("truncated")
-    server = meta.get("server")
-    return OutputRow(
-        id=rid,
-        turns=turns,
-        completion_tokens=_count(meta, "completion_tokens", True) or 0,
-        reasoning_tokens=_count(meta, "reasoning_tokens", False),
-        prompt_tokens=_count(meta, "prompt_tokens", False),
-        finish_reason=finish,
-        server=server if isinstance(server, str) and server else "unknown",
-        truncated=bool(truncated) if truncated is not None else finish == "length",
-        nbytes=nbytes,
-    )
 
 
 def _json_problem(line: bytes) -> str:
@@ -209,7 +115,7 @@ def _jsonl_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, 
             raise InputFileError(path, n, _json_problem(line)) from None
         try:
             row = parse_row(obj, len(line) + (0 if line.endswith(b"\n") else 1))
-        except _Bad as b:
+        except RowFormatError as b:
             raise InputFileError(path, n, b.problem, b.field) from None
         stats.rows += 1
         stats.bytes += row.nbytes
@@ -240,7 +146,7 @@ def _parquet_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow
             n = stats.rows + 1
             try:
                 row = parse_row(obj, len(dumps(obj)) + 1)  # the line generate wrote for it
-            except _Bad as b:
+            except RowFormatError as b:
                 raise InputFileError(f"{path}, row {n}", None, b.problem, b.field) from None
             stats.rows = n
             yield n, row, obj

@@ -28,7 +28,7 @@ from genbench.inspect.tools import ToolTally
 PARQUET_SAMPLE = 1000  # rows kept (reservoir) to measure Parquet bytes per row of a JSONL set
 
 
-class Ids:
+class RowIds:
     """Every row's id, packed: its JSON text in one bytearray, and where each one ends."""
 
     def __init__(self) -> None:
@@ -97,7 +97,7 @@ class Scan:
 
     files: list[FileStats]
     cols: Columns
-    ids: Ids
+    ids: RowIds
     servers: list[str]
     finishes: list[str]
     examples: dict[str, list[Example]]
@@ -154,7 +154,7 @@ def scan(
     """Read every row of `files` once; examine it; keep its numbers (and `drift_sample`
     turns' ids, for the tokenizer's round trip)."""
     fid = Fidelity(th.min_tokens, drift_sample)
-    cols, ids = Columns(), Ids()
+    cols, ids = Columns(), RowIds()
     servers: dict[str, int] = {}
     finishes: dict[str, int] = {}
     examples: dict[str, list[Example]] = {d: [] for d in DEFECTS}

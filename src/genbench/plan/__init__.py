@@ -22,14 +22,14 @@ replaying the pilot. The error bar adds a bootstrap over the pilot's requests
 (lengths, TTFT, failures), the server's speed over stretches of the pilot, and
 the replay's own error. docs/plan.md says what is and is not modelled.
 
-One concern per module: `units` (counts and their display), `storage`, `draws` (the
-pilot's requests as the simulation draws them), `stepfit` (the server's step time),
-`walltime` (the job simulated), `model` (what one pilot says), `wander` (how the server's
-speed moved during it, carried over the job), `bar` (the forecast and its 95% bar), a
-module per source of a plan (`from_rate`, `from_result`, `pilot` with `from_pilot`,
-`configurations` for several results), `decide` (servers for a deadline, cost, the fastest
-configuration), `document` (plan.json written and read back), `render` (the console), and
-`make` (the command's flags to a plan).
+One concern per module: `units` (counts and their display), `storage`, `draws` (the pilot's
+requests as the simulation draws them), `stepfit` (the server's step time), `walltime` (the
+job simulated), `model` (what one pilot says), `generate.wander` (how the server's speed
+moved during it, carried over the job: generate's live ETA uses it too), `bar` (the forecast
+and its 95% bar), a module per source of a plan (`from_rate`, `from_result`, `pilot` with
+`from_pilot`, `configurations` for several results), `decide` (servers for a deadline, cost,
+the fastest configuration), `document` (plan.json written and read back), `render` (the
+console), and `make` (the command's flags to a plan).
 
 Names are imported from their module on first use, so that `genbench generate`, which
 reads plans (`document`), does not load numpy and the pilot's client with them.
@@ -48,10 +48,10 @@ _EXPORTS = {
     "draws": "Draws chain_next complete_samples worker_gap",
     "stepfit": "StepModel DecodeRows decode_rows fit_step",
     "walltime": "JobSim simulate_job sim_cap job_walls",
-    "bar": "CONFIDENCE TARGET_REL_ERROR T_975 series_halfwidth length_halfwidth pilot_size_for "
+    "bar": "CONFIDENCE TARGET_REL_ERROR series_halfwidth length_halfwidth pilot_size_for "
     "WallForecast forecast",
-    "wander": "WANDER_EXPONENT WANDER_HORIZON t_975 lag1 semivariogram SpeedBar SpeedWander "
-    "window_gap_variance",
+    "genbench.generate.wander": "WANDER_EXPONENT WANDER_HORIZON t_975 lag1 semivariogram "
+    "SpeedBar SpeedWander window_gap_variance",
     "model": "REPLAYS SPEED_BATCHES speed_stretches stretch_seconds PilotModel",
     "from_result": "FIELD_CONCURRENCY RATE_WINDOWS rate_halfwidth plan_from_result "
     "measured_concurrency natural_tokens_per_sample",
@@ -72,7 +72,8 @@ def __getattr__(name: str) -> Any:
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    path = module if module.startswith("genbench.") else f"{__name__}.{module}"
+    return getattr(importlib.import_module(path), name)
 
 
 def __dir__() -> list[str]:

@@ -12,17 +12,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from genbench.generate.wander import SpeedBar, lag1
 from genbench.plan.walltime import job_walls
-from genbench.plan.wander import SpeedBar, lag1
+from genbench.stats import t_975
 
 if TYPE_CHECKING:
     from genbench.plan.model import PilotModel
 
 CONFIDENCE = 0.95
 TARGET_REL_ERROR = 0.05  # the pilot size that gives a ±5% bar is reported
-T_975 = {  # Student t, 97.5% quantile, by degrees of freedom (batch means with ≤ 10 batches)
-    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262
-}  # fmt: skip
 
 
 def series_halfwidth(values: Sequence[float]) -> float:
@@ -37,7 +35,8 @@ def series_halfwidth(values: Sequence[float]) -> float:
         return 0.0
     rho = min(max(lag1(v), 0.0), 0.9)
     se = float(v.std(ddof=1) / v.mean() / math.sqrt(len(v)))
-    return T_975[min(len(v) - 1, max(T_975))] * se * math.sqrt((1 + rho) / (1 - rho))
+    t = t_975(min(len(v) - 1, 9))  # batch means with at most 10 batches
+    return t * se * math.sqrt((1 + rho) / (1 - rho))
 
 
 def length_halfwidth(count: int, total: float, squares: float) -> float:

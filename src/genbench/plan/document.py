@@ -23,11 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from genbench import __version__
 from genbench.errors import UsageError
-from genbench.run.result import write_json_atomic
+from genbench.run.result import read_document, write_json_atomic
 
 PLAN_SCHEMA = "genbench.plan"
 PLAN_SCHEMA_VERSION = 1
@@ -119,28 +117,7 @@ class JobForecast:
 def read_plan(path: Path) -> dict[str, Any]:
     """plan.json (or a directory holding one), checked to be a plan this genbench reads."""
     file = path / PLAN_FILE if path.is_dir() else path
-    try:
-        doc = orjson.loads(file.read_bytes())
-    except FileNotFoundError:
-        raise UsageError(f"--plan {file}: no such file") from None
-    except OSError as e:
-        raise UsageError(f"--plan {file}: cannot read it ({e.strerror or e})") from None
-    except orjson.JSONDecodeError as e:
-        raise UsageError(f"--plan {file}: not JSON ({e})") from None
-    if not isinstance(doc, dict) or doc.get("schema") != PLAN_SCHEMA:
-        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-        raise UsageError(
-            f"--plan {file}: field 'schema' is {got!r}, not {PLAN_SCHEMA!r}: "
-            "not a plan written by genbench plan"
-        )
-    version = doc.get("schema_version")
-    if not isinstance(version, int) or version > PLAN_SCHEMA_VERSION:
-        raise UsageError(
-            f"--plan {file}: field 'schema_version' is {version!r}; this genbench reads "
-            f"plans up to version {PLAN_SCHEMA_VERSION} (upgrade genbench)"
-        )
-    doc["_path"] = str(file)
-    return doc
+    return read_document(file, PLAN_SCHEMA, PLAN_SCHEMA_VERSION, "plan", flag="--plan")
 
 
 def _num(x: Any) -> float | None:

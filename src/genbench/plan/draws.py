@@ -11,6 +11,7 @@ import numpy as np
 
 from genbench.errors import UsageError
 from genbench.records import ErrorKind, RequestRecord
+from genbench.stats import cluster_index, resample_index
 
 
 @dataclass
@@ -54,28 +55,26 @@ class Draws:
 
     def resample(self, rng: np.random.Generator) -> Draws:
         if self.row_of is None:
-            i = rng.integers(0, len(self.output), len(self.output))
+            i = resample_index(rng, len(self.output))
             row_of = next_of = None
         else:  # whole samples, their requests together
             heads = self.heads
             lens = np.diff(np.r_[heads, len(self.output)])
-            pick = rng.integers(0, len(heads), len(heads))
-            n = lens[pick]
-            starts = np.cumsum(n) - n
-            i = np.repeat(heads[pick] - starts, n) + np.arange(int(n.sum()))
-            row_of = np.repeat(np.arange(len(pick)), n)
+            pick = resample_index(rng, len(heads))
+            i = cluster_index(heads, lens, pick)
+            row_of = np.repeat(np.arange(len(pick)), lens[pick])
             next_of = chain_next(row_of)
         fails = rng.binomial(self.attempts, self.fail_rate) if self.attempts else 0
         return Draws(
             prompt=self.prompt[i],
             output=self.output[i],
             thinking=self.thinking[i],
-            ttft=self.ttft[rng.integers(0, len(self.ttft), len(self.ttft))],
-            first_ttft=self.first_ttft[rng.integers(0, len(self.first_ttft), len(self.first_ttft))],
+            ttft=self.ttft[resample_index(rng, len(self.ttft))],
+            first_ttft=self.first_ttft[resample_index(rng, len(self.first_ttft))],
             attempts=self.attempts,
             fail_rate=min(fails / self.attempts, 0.95) if self.attempts else 0.0,
             fail_s=(
-                self.fail_s[rng.integers(0, len(self.fail_s), len(self.fail_s))]
+                self.fail_s[resample_index(rng, len(self.fail_s))]
                 if len(self.fail_s)
                 else self.fail_s
             ),

@@ -9,13 +9,9 @@ import random
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
-
-import typer
-from rich.console import Console
+from typing import Any, Protocol
 
 from genbench.check.preflight import CheckReport, preflight
-from genbench.commands.console import err
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
 from genbench.generate.params import job_params
 from genbench.plan.configurations import plan_from_results
@@ -33,9 +29,9 @@ from genbench.plan.pilot import (
     read_pilot_input,
     run_pilot,
 )
-from genbench.plan.render import PilotProgress
 from genbench.plan.storage import HiddenStates, hidden_states, storage_from_tokens
 from genbench.plan.units import parse_counts
+from genbench.records import RequestRecord
 from genbench.run.benchmark import prepare_out_dir
 from genbench.run.result import REQUESTS_FILE, load_result
 from genbench.settings import Setting, setting
@@ -46,6 +42,28 @@ from genbench.transport.thinking import ThinkMode, parse_dialect, parse_tags
 
 DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
 DEFAULT_PILOT_C = 32
+
+
+class PilotWatch(Protocol):
+    """What the plan tells while it works (`genbench.plan.render.PlanConsole` shows it): a
+    line of news (console markup), and the pilot's requests as they end."""
+
+    def say(self, line: str) -> None: ...
+
+    def pilot_started(self, total: int | None, stop: PilotStop | None) -> None: ...
+
+    def record(self, rec: RequestRecord) -> None: ...
+
+    def pilot_ended(self) -> None: ...
+
+
+class PilotInterrupted(GenbenchError):
+    """The pilot was interrupted (Ctrl-C): its records so far are kept."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+    def __init__(self, out: Path) -> None:
+        super().__init__(f"pilot records so far in {out}")
 
 
 @dataclass
@@ -106,7 +124,7 @@ class _Ask:
         return self.deadline is not None or self.pricing is not None
 
 
-def make_plan(args: PlanArgs, console: Console) -> tuple[dict[str, Any], Path | None]:
+def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path | None]:
     """The plan document, and the plan.json it was saved to (None: the arithmetic's is not
     saved). A bad flag or input is a UsageError before any request is sent."""
     counts, hidden = _check(args)
@@ -143,7 +161,7 @@ def make_plan(args: PlanArgs, console: Console) -> tuple[dict[str, Any], Path | 
             raise UsageError("--prompts needs --url: the server to run the pilot on")
         if args.tokens_per_sample is not None:
             raise UsageError("--tokens-per-sample does not apply to a pilot: it measures them")
-        doc, where = _plan_pilot(args, counts, hidden, console)
+        doc, where = _plan_pilot(args, counts, hidden, watch)
     if ask.wanted and "decision" not in doc:
         doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
     doc["notes"].extend(ask.notes)
@@ -232,7 +250,7 @@ class _Pilot:
 
 
 def _plan_pilot(
-    args: PlanArgs, counts: list[int], hidden: HiddenStates | None, console: Console
+    args: PlanArgs, counts: list[int], hidden: HiddenStates | None, watch: PilotWatch
 ) -> tuple[dict[str, Any], Path]:
     """Check the prompts and the server, run the pilot, and plan from what it saw (the plan
     and the directory it is to be saved in)."""
@@ -272,7 +290,7 @@ def _plan_pilot(
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out)
-    run = _run(pilot, args, check.model or "", console, check.think_mode(), check.token_ids)
+    run = _run(pilot, args, check.model or "", watch, check.think_mode(), check.token_ids)
     doc = plan_from_pilot(
         run,
         concurrency,
@@ -291,11 +309,11 @@ def _run(
     pilot: _Pilot,
     args: PlanArgs,
     model: str,
-    console: Console,
+    watch: PilotWatch,
     think: ThinkMode | None = None,
     token_ids: str | None = None,
 ) -> PilotRun:
-    """The warm-up and the pilot, with its progress on the console."""
+    """The warm-up and the pilot, its progress told to `watch`."""
     rows, stop, c = pilot.source.rows, pilot.stop, pilot.concurrency
     stream = pilot_stream(rows, args.seed)
     # open-ended: until the bar is reached, at most every row once; fixed: K draws
@@ -312,12 +330,12 @@ def _run(
         if stop is not None
         else str(pilot.size)
     )
-    console.print(
+    watch.say(
         f"[bold]genbench plan[/] pilot: {size} of {pilot.source.total:,} rows from "
         f"{args.prompts} at C={c} on {pilot.ep.base_url} → {pilot.out}"
         + (f" (after {args.warmup:g} s of warm-up)" if args.warmup else "")
     )
-    bar = PilotProgress(console, pilot.size if stop is None else None, stop)
+    watch.pilot_started(pilot.size if stop is None else None, stop)
     try:
         run = run_async(
             run_pilot(
@@ -326,7 +344,7 @@ def _run(
                 items,
                 c,
                 pilot.out,
-                bar.record,
+                watch.record,
                 timeout=args.timeout,
                 warmup=warm,
                 warmup_s=args.warmup,
@@ -339,14 +357,13 @@ def _run(
             )
         )
     except (KeyboardInterrupt, asyncio.CancelledError):
-        bar.stop()
-        err.print(f"[red]interrupted[/]: pilot records so far in {pilot.out}")
-        raise typer.Exit(ExitCode.INTERRUPTED) from None
+        watch.pilot_ended()
+        raise PilotInterrupted(pilot.out) from None
     except ServerDown as e:
-        bar.stop()
+        watch.pilot_ended()
         raise GenbenchError(f"{e}; pilot records so far in {pilot.out}", e.exit_code) from None
     finally:
-        bar.stop()
+        watch.pilot_ended()
     if not any(r.ok for r in run.records):
         kinds = sorted({r.error_kind or "?" for r in run.records})
         raise GenbenchError(f"every pilot request failed ({', '.join(kinds)}); see {pilot.out}")
@@ -356,7 +373,7 @@ def _run(
         "prompts": "every prompt in the file was sent",
         "size": "",
     }[run.stopped]
-    console.print(
+    watch.say(
         f"  pilot done: {len(run.records)} requests in {run.wall_s:.1f} s"
         + (f" ({why})" if why else "")
         + "; simulating the job …"

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from genbench.errors import UsageError
+from genbench.generate.wander import SpeedWander
 from genbench.plan.draws import Draws
 from genbench.plan.stepfit import DecodeRows, StepModel, decode_rows, fit_step
 from genbench.plan.walltime import simulate_job
-from genbench.plan.wander import SpeedWander
 from genbench.records import RequestRecord
 from genbench.stats import dist, summarize
 

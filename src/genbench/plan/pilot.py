@@ -16,9 +16,10 @@ from typing import Any
 import orjson
 
 from genbench.errors import ErrorKind, InputFileError
-from genbench.generate.conversation import Conversation, start, turn_count
+from genbench.generate.conversation import Conversation
 from genbench.generate.input import Row, iter_rows, scan
 from genbench.generate.pipeline import Retries, row_load
+from genbench.generate.row_units import start, turn_count
 from genbench.generate.servers import Server
 from genbench.load import run_phase
 from genbench.plan.bar import TARGET_REL_ERROR, length_halfwidth
@@ -243,10 +244,15 @@ async def run_pilot(
         if writer:
             writer.close()
     run.samples = load.queue.taken
+    return _ended(run, stop, read_records(out / REQUESTS_FILE) if out else phase.records)
+
+
+def _ended(run: PilotRun, stop: PilotStop | None, records: list[RequestRecord]) -> PilotRun:
+    """The pilot is over: why it stopped, its records, and its wall time."""
     run.stopped = stop.reason or "prompts" if stop is not None else "size"
     if stop is not None and stop.reason:
         run.stopped_at = {"answered": stop.at_count, "length_halfwidth": stop.at_halfwidth}
-    run.records = read_records(out / REQUESTS_FILE) if out else phase.records
+    run.records = records
     sent = [r for r in run.records if r.t_send]
     if sent:
         run.wall_s = max(r.t_end or r.t_send for r in sent) - min(r.t_send for r in sent)

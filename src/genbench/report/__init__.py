@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+from genbench.atomic import write_atomic
 from genbench.compare.runs import Run, load_sides
 from genbench.errors import UsageError
 from genbench.inspect.document import is_inspection, load_inspect
@@ -109,11 +109,9 @@ def write_report(
         from genbench.report.png import export
 
         export(figs, png_dir)
-    tmp = out.with_name(out.name + ".tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(html, encoding="utf-8")
-        os.replace(tmp, out)
+        write_atomic(out, html.encode("utf-8"))
     except OSError as e:
         raise UsageError(f"-o {out}: cannot write it ({e.strerror or e})") from None
     return out

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from genbench.plan.document import PLAN_FILE, PLAN_SCHEMA, PLAN_SCHEMA_VERSION
-from genbench.plan.render import decision_tables
+from genbench.plan.tables import decision_tables
 from genbench.run.result import has_schema, read_document
 
 

@@ -8,13 +8,13 @@ can never disagree about what the data was, and tests can inspect it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from genbench.compare.runs import Run, concurrencies
 from genbench.records import RequestRecord
+from genbench.stats import quantile
 
 MAX_BARS = 400  # Gantt rows drawn at most; more requests are sampled evenly
 MAX_POINTS = 300  # points per CDF series
@@ -98,14 +98,6 @@ def dodge(i: int, n: int, log: bool) -> float:
     """A factor (log axis) or offset that sets run i's marks beside, not on, the others'."""
     shift = (i - (n - 1) / 2) * 0.035
     return 2**shift if log else shift
-
-
-def quantile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    k = (len(s) - 1) * q
-    lo = math.floor(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 # --- throughput and per-request rate vs concurrency ---------------------------------------

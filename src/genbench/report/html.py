@@ -13,6 +13,7 @@ from typing import Any
 
 from genbench import __version__, fmt
 from genbench.compare.runs import Run, workload_differences
+from genbench.fmt import when
 from genbench.report import cards, decision, inspection
 from genbench.report import figures as F
 from genbench.report.svg import WIDE, WIDTH, draw, swatch
@@ -115,15 +116,6 @@ def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> str:
 def _tag(run: Run) -> str:
     label = run.label + (" r1" if len(run.repeats) > 1 else "")
     return f'<span class="runtag" style="--run:{run.color}"></span>{escape(label)}'
-
-
-def when(iso: Any) -> str:
-    """'2026-01-31T09:15:02+00:00' as '2026-01-31 09:15 UTC'."""
-    try:
-        t = datetime.fromisoformat(str(iso)).astimezone(UTC)
-    except ValueError:
-        return str(iso or "")
-    return t.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def card(run: Run) -> str:

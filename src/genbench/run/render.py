@@ -13,6 +13,7 @@ from rich.table import Table
 from genbench.fmt import count, duration, ms, number, pct, rate
 from genbench.records import RequestRecord
 from genbench.run.benchmark import Phase, RunListener
+from genbench.run.session import RunOutcome
 
 
 class RunConsole(RunListener):
@@ -79,10 +80,30 @@ class RunConsole(RunListener):
     def note(self, text: str) -> None:
         self.console.print(f"  [dim]{text}[/]")
 
+    def say(self, line: str) -> None:
+        self.console.print(line)
+
+    def stopped(self) -> None:
+        self._stop()
+
     def _stop(self) -> None:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+def print_outcome(done: RunOutcome, console: Console) -> None:
+    """After a run: its summary tables, or its repeats' (several sides are compared by the
+    command, through compare's renderer); then where the results are."""
+    if not done.repeated:
+        render_summary(done.states[0][0].doc, console)
+        out = done.out
+        console.print(f"results: {out / 'result.json'}, {out / 'requests.jsonl'}")
+        return
+    if len(done.dirs) == 1:
+        render_repeats([s.doc for s in done.states[0]], console)
+    dirs = ", ".join(str(d) for d in done.dirs)
+    console.print(f"results: {dirs} ({done.repeats} repeats each)")
 
 
 def render_summary(doc: dict[str, Any], console: Console) -> None:

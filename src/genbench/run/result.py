@@ -7,12 +7,12 @@ The schema is documented in docs/results.md.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from genbench.atomic import write_atomic
 from genbench.errors import UsageError
 
 SCHEMA = "genbench.result"
@@ -22,14 +22,8 @@ REQUESTS_FILE = "requests.jsonl"
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write to a temporary file, fsync, rename: a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """The document as indented JSON, written atomically (`genbench.atomic`)."""
+    write_atomic(path, orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
 def result_path(path: str | Path) -> Path:
@@ -64,26 +58,33 @@ def load_result(path: str | Path) -> dict[str, Any]:
     return read_document(p, SCHEMA, SCHEMA_VERSION, "result")
 
 
-def read_document(p: Path, schema: str, version: int, what: str) -> dict[str, Any]:
+def read_document(
+    p: Path, schema: str, version: int, what: str, flag: str | None = None
+) -> dict[str, Any]:
     """A genbench JSON document (result, plan, inspection) with its path in `_path`; one
-    line naming the file when it is unreadable, not ours, or of a newer schema version."""
+    line naming the file (after the flag that named it, if any) when it is unreadable, not
+    ours, or of a newer schema version. The one reader of every schema'd document."""
+    where = f"{flag} {p}" if flag else f"{p}"
     try:
         obj = orjson.loads(p.read_bytes())
     except FileNotFoundError:
-        raise UsageError(f"{p}: no such file") from None
+        raise UsageError(f"{where}: no such file") from None
     except orjson.JSONDecodeError as e:
-        raise UsageError(f"{p}: not a genbench {what} (not JSON: {e})") from None
+        raise UsageError(f"{where}: not a genbench {what} (not JSON: {e})") from None
     except OSError as e:
-        raise UsageError(f"{p}: cannot read it ({e.strerror or e})") from None
+        raise UsageError(f"{where}: cannot read it ({e.strerror or e})") from None
     if not isinstance(obj, dict) or obj.get("schema") != schema:
-        raise UsageError(f'{p}: not a genbench {what} (no "schema": "{schema}" field)')
+        got = obj.get("schema") if isinstance(obj, dict) else type(obj).__name__
+        raise UsageError(
+            f"{where}: not a genbench {what} (field 'schema' is {got!r}, not {schema!r})"
+        )
     got = obj.get("schema_version")
     if not isinstance(got, int):
-        raise UsageError(f"{p}: field 'schema_version' is missing or not an integer")
+        raise UsageError(f"{where}: field 'schema_version' is missing or not an integer")
     if got > version:
         raise UsageError(
-            f"{p}: {what} schema version {got} is newer than this genbench reads "
-            f"({version}): upgrade genbench"
+            f"{where}: {what} schema version {got} is newer than this genbench reads "
+            f"(field 'schema_version' is {got}, up to {version}): upgrade genbench"
         )
     obj["_path"] = str(p)
     return obj

@@ -37,7 +37,7 @@ from genbench import __version__
 from genbench.sim.config import SimConfig
 
 
-class SimServer(Protocol):
+class DialectHost(Protocol):
     """What a dialect reads of the server it speaks for (`genbench.sim.server.SimServer`):
     a protocol, so that the dialect needs nothing from the module that imports it."""
 
@@ -65,7 +65,7 @@ def render_metrics(prefix: str, rows: list[MetricLine]) -> web.Response:
     )
 
 
-def sim_rows(srv: SimServer) -> list[MetricLine]:
+def sim_rows(srv: DialectHost) -> list[MetricLine]:
     """The sim's own counters and gauges (`sim:*`)."""
     s = srv.sched
     success = [(f'{{finish_reason="{k}"}}', v) for k, v in s.m_success.items()]
@@ -104,7 +104,7 @@ def _label(value: str) -> str:
     return orjson.dumps(value).decode()
 
 
-def sglang_rows(srv: SimServer) -> list[MetricLine]:
+def sglang_rows(srv: DialectHost) -> list[MetricLine]:
     """What SGLang's tokenizer and scheduler collectors expose, under their labels."""
     s, model = srv.sched, _label(srv.cfg.model)
     tok = f"{{model_name={model}}}"
@@ -156,7 +156,7 @@ def sglang_usage(prompt: int, completion: int, reasoning: int | None) -> dict[st
 class SGLangEndpoints:
     """SGLang's native endpoints, answered from the sim's state."""
 
-    def __init__(self, srv: SimServer) -> None:
+    def __init__(self, srv: DialectHost) -> None:
         self.srv = srv
 
     async def health(self, request: web.Request) -> web.Response:
@@ -225,17 +225,17 @@ class Dialect:
 
     owned_by: str  # the model card's owned_by, which check reads first
     prefix: str  # of its metric names
-    rows: Callable[[SimServer], list[MetricLine]]
+    rows: Callable[[DialectHost], list[MetricLine]]
     usage: Usage  # the usage object of an answer
     # path -> handler built from the server; None removes a shared route; "POST /path": a POST
-    routes: Callable[[SimServer], dict[str, Handler | None]]
+    routes: Callable[[DialectHost], dict[str, Handler | None]]
 
 
-def _sim_routes(srv: SimServer) -> dict[str, Handler | None]:
+def _sim_routes(srv: DialectHost) -> dict[str, Handler | None]:
     return {}
 
 
-def _sglang_routes(srv: SimServer) -> dict[str, Handler | None]:
+def _sglang_routes(srv: DialectHost) -> dict[str, Handler | None]:
     e = SGLangEndpoints(srv)
     return {
         "/version": None,

@@ -10,27 +10,13 @@ from array import array
 from typing import Any
 
 from genbench.sim.config import Fault
+from genbench.sim.text import TEXT, TEXT_LEN, VOCAB
 
 clock = time.monotonic  # CLOCK_MONOTONIC, the same clock as time.perf_counter on Linux
 
 INF = 1 << 62
 # How far (seconds) the decode loop may fall behind its schedule and still catch up.
 MAX_CATCH_UP = 0.1
-
-_WORDS = (
-    "the of and to in is that it for on with as was by at be this from or an are "
-    "not but have one all were can which when there more will out some time into "
-    "about other would these only then first could like over also after most made "
-    "new many such way even well back good much through long great where just each"
-)
-VOCAB = _WORDS.split()  # 66 ASCII words: nothing to JSON-escape
-# The text every answer is a window of: words drawn at random (fixed seed) from VOCAB, so no
-# answer repeats itself within TEXT_LEN tokens. A plain rotation of VOCAB would repeat every
-# 66 words, and a repetition-loop detector would rightly call every answer a loop. Long, so
-# that two prompts rarely start at the same place (a duplicate-answer detector would be right
-# about those too).
-TEXT_LEN = 65536
-TEXT = [VOCAB[i] for i in random.Random("genbench-sim-text").choices(range(len(VOCAB)), k=TEXT_LEN)]
 
 ERROR_TYPES = {
     400: "BadRequestError",

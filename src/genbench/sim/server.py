@@ -206,14 +206,7 @@ class SimServer:
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         room = cfg.max_model_len - prompt
         if (max_tokens is not None and max_tokens > room) or room < 1:
-            asked = prompt + (max_tokens or 1)
-            return self.error(
-                400,
-                f"This model's maximum context length is {cfg.max_model_len} tokens. However, "
-                f"you requested {asked} tokens ({prompt} in the messages, "
-                f"{max_tokens or 0} in the completion). Please reduce the length of the "
-                "messages or completion.",
-            )
+            return self._too_long(prompt, max_tokens)
 
         # the same messages (and seed) always give the same length and text; ignore-prompt
         # answers every request it hits as if they all had one (empty) prompt
@@ -245,11 +238,8 @@ class SimServer:
 
         tool = None
         if body.get("tools") and not text_faults and not body.get("ignore_eos"):  # forced: text
-            call = plan_call(body, cfg.seed, self.tool_calls)
-            if call is not None:
-                prefix = "call_" if cfg.dialect == "sglang" else "chatcmpl-tool-"
-                cid = prefix + os.urandom(8).hex()
-                tool = ToolScript(call, thinking, cfg.dialect, cfg.reasoning_dialect, cid)
+            tool = self._tool(body, thinking)
+            if tool is not None:
                 total, finish = min(tool.tokens, cap), "tool_calls"
                 if tool.tokens > cap:
                     finish = "length"
@@ -270,18 +260,29 @@ class SimServer:
         r.finish = finish
         r.id = "chatcmpl-" + os.urandom(12).hex()
         r.created = int(time.time())
-        opts = body.get("stream_options") or {}
-        r.usage_chunk_ok = (
-            all(f.kind != "no-usage" for f in active)
-            and isinstance(opts, dict)
-            and bool(opts.get("include_usage"))
-        )
-        timed = [(f["at"], f) for f in active if "at" in f.params and f.kind not in TEXT_FAULTS]
-        r.events = sorted(timed, key=lambda e: -e[0])
-        r.event_at = r.events[-1][0] if r.events else INF
-        r.stall = sum(f["seconds"] for f in active if f.kind == "stall-first")
-        r.done = asyncio.get_running_loop().create_future()
+        _in_flight(r, body, active)
         return r
+
+    def _too_long(self, prompt: int, max_tokens: int | None) -> web.Response:
+        """vLLM's answer to a request past the context length."""
+        cfg = self.cfg
+        asked = prompt + (max_tokens or 1)
+        return self.error(
+            400,
+            f"This model's maximum context length is {cfg.max_model_len} tokens. However, "
+            f"you requested {asked} tokens ({prompt} in the messages, "
+            f"{max_tokens or 0} in the completion). Please reduce the length of the "
+            "messages or completion.",
+        )
+
+    def _tool(self, body: dict[str, Any], thinking: int) -> ToolScript | None:
+        """The tool call this request answers with, if the script calls one."""
+        cfg = self.cfg
+        call = plan_call(body, cfg.seed, self.tool_calls)
+        if call is None:
+            return None
+        cid = ("call_" if cfg.dialect == "sglang" else "chatcmpl-tool-") + os.urandom(8).hex()
+        return ToolScript(call, thinking, cfg.dialect, cfg.reasoning_dialect, cid)
 
     async def _stream(
         self, request: web.Request, r: Req, active: list[Fault]
@@ -477,3 +478,18 @@ def run(cfg: SimConfig) -> None:
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(serve(cfg))
+
+
+def _in_flight(r: Req, body: dict[str, Any], active: list[Fault]) -> None:
+    """What happens to the request while it streams: its usage chunk, its timed faults."""
+    opts = body.get("stream_options") or {}
+    r.usage_chunk_ok = (
+        all(f.kind != "no-usage" for f in active)
+        and isinstance(opts, dict)
+        and bool(opts.get("include_usage"))
+    )
+    timed = [(f["at"], f) for f in active if "at" in f.params and f.kind not in TEXT_FAULTS]
+    r.events = sorted(timed, key=lambda e: -e[0])
+    r.event_at = r.events[-1][0] if r.events else INF
+    r.stall = sum(f["seconds"] for f in active if f.kind == "stall-first")
+    r.done = asyncio.get_running_loop().create_future()

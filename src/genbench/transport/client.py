@@ -1,7 +1,7 @@
 """One streaming chat-completion call -> one `RequestRecord`, over a keep-alive pool.
 
 `Client.chat` never raises for a failed request: every way a request can fail becomes an
-`ErrorKind` and a message on its record (the mapping is in `genbench.transport.stream`). The
+`ErrorKind` and a message on its record (the mapping is in `genbench.transport.failures`). The
 response is read by `genbench.transport.connection` and parsed by
 `genbench.transport.stream.StreamParser` as it arrives, each chunk timestamped on the
 monotonic clock as it is read.
@@ -29,14 +29,14 @@ from genbench.errors import ErrorKind
 from genbench.records import RequestRecord
 from genbench.transport.connection import Connection, Exchange
 from genbench.transport.endpoint import Endpoint
-from genbench.transport.stream import (
+from genbench.transport.failures import (
     Failure,
-    StreamParser,
+    cancelled_failure,
     connect_failure,
-    parse_whole,
     status_failure,
     timeout_failure,
 )
+from genbench.transport.stream import StreamParser, parse_whole
 from genbench.transport.thinking import Splitter, ThinkMode, ThinkState
 from genbench.transport.token_ids import REQUEST_FIELDS, Ids
 
@@ -326,7 +326,7 @@ class Client:
         except asyncio.CancelledError:
             rec.t_end = time.perf_counter()
             self._abandon(tries, parser)
-            self._fail(rec, Failure(ErrorKind.CANCELLED, "cancelled"))
+            self._fail(rec, cancelled_failure())
             raise
         except Failure as f:
             self._fail(rec, f)

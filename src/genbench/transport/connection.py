@@ -15,19 +15,17 @@ import asyncio
 import contextlib
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from genbench.errors import ErrorKind
-from genbench.transport.stream import (
+from genbench.transport.failures import (
     MAX_ERROR_BODY,
     Failure,
-    StreamParser,
+    bad_chunking_failure,
     lost_failure,
+    protocol_failure,
     read_timeout_failure,
 )
-
-if TYPE_CHECKING:
-    from genbench.transport.client import ConnectionPool
+from genbench.transport.stream import StreamParser
 
 _MAX_HEAD = 64 * 1024  # response headers larger than this are a protocol error
 _DRAIN_S = 0.5  # after [DONE], how long to wait for the end of the HTTP body
@@ -141,13 +139,13 @@ class Exchange:
             i = head.find(b"\r\n\r\n", start)
             if i < 0:
                 if len(head) > _MAX_HEAD:
-                    self.fail(Failure(ErrorKind.OTHER, "response headers larger than 64 KiB"))
+                    self.fail(protocol_failure("response headers larger than 64 KiB"))
                 return b""
             rest = bytes(head[i + 4 :])
             try:
                 status, headers = parse_head(bytes(head[:i]))
             except ValueError as e:
-                self.fail(Failure(ErrorKind.OTHER, f"bad HTTP response: {e}"))
+                self.fail(protocol_failure(f"bad HTTP response: {e}"))
                 return b""
             if not 100 <= status < 200:
                 break
@@ -180,7 +178,7 @@ class Exchange:
             try:
                 self.left = int(headers["content-length"])
             except ValueError:
-                self.fail(Failure(ErrorKind.OTHER, "bad HTTP response: bad Content-Length"))
+                self.fail(protocol_failure("bad HTTP response: bad Content-Length"))
                 return False
             self.mode = _LENGTH
         elif status in (204, 304):
@@ -244,7 +242,7 @@ class Exchange:
         return out
 
     def _bad_chunking(self, what: str) -> list[bytes]:
-        self.fail(Failure(ErrorKind.DISCONNECTED, f"bad chunked encoding: {what}"))
+        self.fail(bad_chunking_failure(what))
         return []
 
     def _stream_over(self) -> None:
@@ -290,12 +288,21 @@ class Exchange:
             self.fail(lost_failure(self.got_head, exc))
 
 
+class Idle(Protocol):
+    """Where a connection goes when its exchange ends: `genbench.transport.client`'s
+    `ConnectionPool`, seen as the connection needs it (no import back: no cycle)."""
+
+    def put(self, conn: Connection) -> None: ...
+
+    def discard(self, conn: Connection) -> None: ...
+
+
 class Connection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection of a `ConnectionPool`."""
 
     __slots__ = ("pool", "reused", "transport", "ex", "closed", "last_read", "watchdog", "timeout")
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: Idle) -> None:
         self.pool = pool
         self.reused = False  # taken from the pool's idle set for this exchange
         self.transport: asyncio.Transport | None = None
@@ -322,7 +329,7 @@ class Connection(asyncio.Protocol):
         try:
             ex.feed(data, now)
         except Exception as e:  # a chunk that breaks the parser (e.g. "choices": [1])
-            ex.fail(Failure(ErrorKind.OTHER, f"{type(e).__name__}: {e}"))
+            ex.fail(protocol_failure(f"{type(e).__name__}: {e}"))
         if ex.finished or (ex.stopped and not ex.reusable):
             self._end_exchange()
 

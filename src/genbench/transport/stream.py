@@ -12,23 +12,34 @@ SSE: OpenAI-compatible servers send one JSON object per `data:` line. Lines are 
 over a carried buffer, so a read may end anywhere, even inside `data:`; one optional
 space after the colon is dropped, as the SSE specification says.
 
-Below the parser is the one mapping of everything that can go wrong with a request
-(HTTP status, timeouts, OS errors while connecting, a broken connection) to an
-`ErrorKind` and the message a person reads: `Failure`.
+What a failure is called (its `ErrorKind` and the line a person reads) is decided in
+`genbench.transport.failures`, for the parser as for the connection.
 """
 
 from __future__ import annotations
 
-import errno
-import socket
 from array import array
 from typing import Any
 
 import orjson
 from orjson import JSONDecodeError, loads
 
-from genbench.errors import ErrorKind, status_kind
 from genbench.records import ANSWER, THINKING, RequestRecord
+from genbench.transport.failures import (
+    MAX_ERROR_BODY,
+    Failure,
+    connect_failure,
+    error_message_from_body,
+    inband_failure,
+    incomplete_failure,
+    lost_failure,
+    malformed_failure,
+    no_choices_failure,
+    not_an_object_failure,
+    read_timeout_failure,
+    status_failure,
+    timeout_failure,
+)
 from genbench.transport.thinking import Splitter, resplit, split_whole
 from genbench.transport.token_ids import Ids
 from genbench.transport.tool_stream import ToolCalls
@@ -36,19 +47,9 @@ from genbench.transport.tool_stream import ToolCalls
 _DATA = b"data:"
 _DONE = b"[DONE]"
 _A, _R = ord(ANSWER), ord(THINKING)
-MAX_ERROR_BODY = 64 * 1024
 
 # what `StreamParser.feed` tells the transport: read on, the stream ended, stop reading
 MORE, DONE, STOP = 0, 1, 2
-
-
-class Failure(Exception):
-    """Why a request failed: its kind and the one line a person reads."""
-
-    def __init__(self, kind: ErrorKind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
 
 
 class StreamParser:
@@ -124,7 +125,7 @@ class StreamParser:
             try:
                 obj = loads(payload)
             except JSONDecodeError:
-                return self._stop(now, _malformed(payload))
+                return self._stop(now, malformed_failure(payload))
             # The common chunk (one choice, a delta, no finish_reason, no usage) is handled
             # here; every other one by `_event`, which does the same and more.
             if type(obj) is dict:
@@ -172,7 +173,7 @@ class StreamParser:
     def _event(self, obj: Any, rel: float) -> Failure | None:
         """Any chunk: text, finish_reason, usage, or an error event."""
         if not isinstance(obj, dict):
-            return Failure(ErrorKind.MALFORMED_CHUNK, "chunk is not a JSON object")
+            return not_an_object_failure()
         rec = self.rec
         choices = obj.get("choices")
         if self.ids is not None:
@@ -194,7 +195,7 @@ class StreamParser:
         elif "error" in obj:
             err = obj["error"]
             msg = err.get("message") if isinstance(err, dict) else str(err)
-            return Failure(ErrorKind.INBAND_ERROR, f"error event in stream: {msg}")
+            return inband_failure(msg)
         usage = obj.get("usage")
         if usage:
             apply_usage(rec, usage)
@@ -346,7 +347,7 @@ class StreamParser:
             estimate_thinking(rec, split.tags_seen)
         if not self.finished:
             why = "[DONE] without a finish_reason" if self.done else "stream ended before finish"
-            return Failure(ErrorKind.INCOMPLETE_STREAM, why)
+            return incomplete_failure(why)
         return None
 
 
@@ -365,13 +366,9 @@ def parse_whole(
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
-        snippet = body[:80].decode("utf-8", "replace")
-        return Failure(ErrorKind.MALFORMED_CHUNK, f"response is not JSON: {snippet!r}")
+        return malformed_failure(body, "response")
     if not isinstance(obj, dict) or not obj.get("choices"):
-        msg = error_message_from_body(body) if isinstance(obj, dict) else "not an object"
-        inband = isinstance(obj, dict) and "error" in obj
-        kind = ErrorKind.INBAND_ERROR if inband else ErrorKind.MALFORMED_CHUNK
-        return Failure(kind, f"response has no choices: {msg}")
+        return no_choices_failure(obj, body)
     choice = obj["choices"][0]
     msg = choice.get("message") or {}
     content = msg.get("content") or ""
@@ -402,7 +399,7 @@ def parse_whole(
     if split is not None and rec.reasoning_tokens is None:
         share_by_chars(rec, len(thinking), len(content))
     if not rec.finish_reason:
-        return Failure(ErrorKind.INCOMPLETE_STREAM, "response without a finish_reason")
+        return incomplete_failure("response without a finish_reason")
     return None
 
 
@@ -446,88 +443,8 @@ def estimate_thinking(rec: RequestRecord, tags: int) -> None:
     rec.reasoning_source = "estimate"
 
 
-def _malformed(payload: bytes) -> Failure:
-    snippet = payload[:80].decode("utf-8", "replace")
-    return Failure(ErrorKind.MALFORMED_CHUNK, f"chunk is not JSON: {snippet!r}")
-
-
-# -- what went wrong: the one mapping to error kinds ------------------------------------------
-
-
-def error_message_from_body(body: bytes, limit: int = 300) -> str:
-    """The human part of an error body: OpenAI `error.message`, FastAPI `detail`, or the text."""
-    text = body[:MAX_ERROR_BODY].decode("utf-8", "replace").strip()
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict):
-        err = obj.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            text = str(err["message"])
-        elif isinstance(err, str):
-            text = err
-        elif obj.get("message"):
-            text = str(obj["message"])
-        elif obj.get("detail"):
-            text = str(obj["detail"])
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def status_failure(status: int, body: bytes) -> Failure:
-    """A response other than 200, with the server's own words."""
-    message = error_message_from_body(body)
-    return Failure(status_kind(status, message), f"HTTP {status}: " + message)
-
-
-def read_timeout_failure() -> Failure:
-    return Failure(ErrorKind.READ_TIMEOUT, "no data from the server within the read timeout")
-
-
-def timeout_failure(got_head: bool) -> Failure:
-    """The request's total timeout (or a GET's) ran out: after the response began, or before."""
-    if got_head:
-        return Failure(ErrorKind.TOTAL_TIMEOUT, "request exceeded its total timeout")
-    return Failure(ErrorKind.CONNECT_TIMEOUT, "connecting timed out")
-
-
-def lost_failure(got_head: bool, exc: BaseException | None) -> Failure:
-    """The connection closed under a request."""
-    if not got_head:
-        why = "the server closed the connection before responding"
-    else:
-        why = "the connection closed before the response was complete"
-    if exc is not None:
-        why += f" ({type(exc).__name__}: {exc})"
-    return Failure(ErrorKind.DISCONNECTED, why)
-
-
-def connect_failure(exc: OSError, host: str, port: int) -> Failure:
-    """Connecting failed. Running out of file descriptors or ports is this machine's limit,
-    not the server's: it must not take a healthy server out of a job."""
-    if isinstance(exc, socket.gaierror):
-        return Failure(ErrorKind.DNS, f"cannot resolve {host}: {exc.strerror or exc}")
-    if isinstance(exc, TimeoutError):
-        return Failure(ErrorKind.CONNECT_TIMEOUT, "connecting timed out")
-    if exc.errno in (errno.EMFILE, errno.ENFILE):
-        import resource  # not on Windows, where these errors do not arise
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        which = "this process" if exc.errno == errno.EMFILE else "the system"
-        return Failure(
-            ErrorKind.LOCAL_LIMIT,
-            f"this machine ran out of file descriptors ({which}; ulimit -n is {soft}) "
-            "opening a connection: not a server problem. Raise ulimit -n or lower the "
-            "concurrency.",
-        )
-    if exc.errno == errno.EADDRNOTAVAIL:
-        return Failure(
-            ErrorKind.LOCAL_LIMIT,
-            f"this machine has no local port free to connect to {host}:{port}: not a server "
-            "problem. Lower the concurrency, or widen net.ipv4.ip_local_port_range.",
-        )
-    refused = isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED
-    what = "connection refused" if refused else (exc.strerror or str(exc))
-    # refused or unreachable: nothing answers there
-    return Failure(ErrorKind.CONNECT_REFUSED, f"Cannot connect to host {host}:{port} [{what}]")
+__all__ = [  # the failures are named here too, where the transport has always found them
+    "MAX_ERROR_BODY", "Failure", "StreamParser", "apply_usage", "connect_failure",
+    "error_message_from_body", "estimate_thinking", "estimate_tokens", "lost_failure",
+    "parse_whole", "read_timeout_failure", "share_by_chars", "status_failure", "timeout_failure",
+]  # fmt: skip

@@ -18,21 +18,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from genbench.stats import t_975
+
 WANDER_EXPONENT = 0.5  # how the speed's spread grows with the time between two stretches
 WANDER_HORIZON = 1.0  # ... for up to this many pilot lengths (what it saw), then no more
-T_975 = {  # Student t, 97.5% quantile, by degrees of freedom
-    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-    10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042,
-}  # fmt: skip
-
-
-def t_975(df: int) -> float:
-    """Student t's 97.5% quantile (the nearest tabulated df at or below; 1.96 past 30)."""
-    if df > 30:
-        return 1.96
-    return T_975[max(d for d in T_975 if d <= max(df, 1))]
-
-
 def lag1(values: Sequence[float]) -> float:
     """Lag-1 autocorrelation of a series (0 with fewer than 3 values)."""
     v = [x for x in values if math.isfinite(x)]

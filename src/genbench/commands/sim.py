@@ -1,0 +1,138 @@
+"""`genbench sim`: the flags of the reference server, validated before anything is bound."""
+
+from __future__ import annotations
+
+import typer
+
+from genbench.sim.config import SimConfig, parse_fault
+
+# whose server the sim plays (genbench/sim/dialect.py)
+DIALECT = typer.Option(
+    "sim",
+    "--dialect",
+    help="Whose endpoints and metric names to serve: sim (genbench's own) or sglang "
+    "(/server_info, /health_generate, sglang:* metrics; see docs/sim.md).",
+)
+NO_METRICS = typer.Option(
+    False, "--no-metrics", help="Serve no /metrics (like SGLang without --enable-metrics)."
+)
+
+TOKEN_IDS = typer.Option(
+    "none",
+    "--token-ids",
+    help="Token ids when a request asks: none (llama.cpp's chat), vllm (return_token_ids, "
+    "per chunk) or sglang (the sglext lists; see docs/sim.md).",
+)
+
+DRIFT = typer.Option(
+    None,
+    "--drift",
+    metavar="PCT:PERIOD",
+    help="Make the speed wander: times 1 + PCT/100 · sin(2π·t/PERIOD + phase from --seed).",
+)
+
+
+HOST = typer.Option("127.0.0.1", "--host", help="Address to bind.")
+PORT = typer.Option(8000, "--port", help="Port to bind; 0 picks a free one.")
+MODEL = typer.Option("genbench-sim", "--model", help="Model name served and accepted.")
+TPS = typer.Option(50.0, "--tps", help="Decode tokens/s of a single stream.")
+PER_SEQ_MS = typer.Option(
+    0.5,
+    "--per-seq-ms",
+    help="Milliseconds each decoding sequence adds to a decode step (batching cost).",
+)
+TTFT_MS = typer.Option(
+    100.0, "--ttft-ms", help="Prefill time in ms before the first token (after queueing)."
+)
+PREFILL_TPS = typer.Option(
+    None, "--prefill-tps", help="Also add prompt_tokens / PREFILL_TPS seconds of prefill."
+)
+MAX_BATCH = typer.Option(
+    256, "--max-batch", help="Requests prefilling or decoding at once; the rest queue."
+)
+MAX_MODEL_LEN = typer.Option(
+    32768, "--max-model-len", help="Context length: prompt + max_tokens must fit."
+)
+THINKING_TOKENS = typer.Option(
+    0, "--thinking-tokens", help="First N output tokens go to the reasoning field."
+)
+REASONING_DIALECT = typer.Option(
+    "reasoning_content",
+    "--reasoning-dialect",
+    help="Field for thinking text: reasoning_content (SGLang, llama.cpp) or reasoning (vLLM).",
+)
+SPEC_K = typer.Option(
+    1, "--spec-k", help="Tokens per decode chunk (speculative decoding, all accepted)."
+)
+SPEC_ACCEPT = typer.Option(
+    1.0,
+    "--spec-accept",
+    help="Draft acceptance probability; < 1 gives 1 + Binomial(K-1, P) tokens per chunk.",
+)
+OUTPUT_LEN = typer.Option(
+    "fixed:256",
+    "--output-len",
+    help="Natural output length: fixed:N, uniform:LO:HI or lognormal:MEDIAN:SIGMA.",
+)
+SEED = typer.Option(0, "--seed", help="Seed for output lengths, faults and acceptance.")
+API_KEY_ENV = typer.Option(
+    None,
+    "--api-key-env",
+    help="Name of an env var holding the API key; if set and non-empty, /v1/* need it.",
+)
+FAULT = typer.Option(
+    None,
+    "--fault",
+    help="Inject a fault, KIND[:key=value,...]; repeatable. Kinds: refuse, die, http, "
+    "stall-first, stall-mid, inband-error, malformed, truncate, no-usage, not-openai, "
+    "unhealthy, split, loop, unclosed, empty-answer, inline-think, garble, ignore-prompt; "
+    "match=TEXT limits one to requests containing TEXT. See docs/sim.md.",
+)
+TOOL_CALLS = typer.Option(
+    None,
+    "--tool-calls",
+    metavar="N|LO:HI",
+    help="Requests with tools: each conversation calls N (or LO..HI, seeded) tools, one "
+    "a reply, before it answers. [default: never, unless tool_choice forces a call]",
+)
+
+
+def sim(
+    host: str = HOST,
+    port: int = PORT,
+    model: str = MODEL,
+    tps: float = TPS,
+    per_seq_ms: float = PER_SEQ_MS,  # fmt: skip
+    ttft_ms: float = TTFT_MS,
+    prefill_tps: float | None = PREFILL_TPS,
+    max_batch: int = MAX_BATCH,
+    max_model_len: int = MAX_MODEL_LEN,
+    thinking_tokens: int = THINKING_TOKENS,
+    reasoning_dialect: str = REASONING_DIALECT,  # fmt: skip
+    spec_k: int = SPEC_K,
+    spec_accept: float = SPEC_ACCEPT,  # fmt: skip
+    output_len: str = OUTPUT_LEN,  # fmt: skip
+    seed: int = SEED,
+    api_key_env: str | None = API_KEY_ENV,  # fmt: skip
+    fault: list[str] | None = FAULT,  # fmt: skip
+    dialect: str = DIALECT,
+    no_metrics: bool = NO_METRICS,
+    drift: str | None = DRIFT,
+    tool_calls: str | None = TOOL_CALLS,
+    token_ids: str = TOKEN_IDS,
+) -> None:
+    """Run the reference OpenAI-compatible server with known timing and injectable faults."""
+    cfg = SimConfig(
+        host=host, port=port, model=model, tps=tps, per_seq_ms=per_seq_ms, ttft_ms=ttft_ms,
+        prefill_tps=prefill_tps, max_batch=max_batch, max_model_len=max_model_len,
+        thinking_tokens=thinking_tokens, reasoning_dialect=reasoning_dialect, spec_k=spec_k,
+        spec_accept=spec_accept, output_len=output_len, seed=seed, api_key_env=api_key_env,
+        faults=[parse_fault(f) for f in fault or []], drift=drift, dialect=dialect,
+        metrics=not no_metrics, token_ids=token_ids, tool_calls=tool_calls,
+    ).validate()  # fmt: skip
+
+    from genbench.sim.server import run
+    from genbench.transport.open_files import raise_soft_limit
+
+    raise_soft_limit()  # a server cannot know how many clients will connect: all it may
+    run(cfg)

@@ -1,0 +1,168 @@
+"""`genbench run`'s flags, read into a `RunConfig`: the defaults of a plain, a quick and a
+local-demo run (which the help reads too, so it cannot drift), and every flag checked
+with a one-line error naming it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from genbench.check.server_metrics import metrics_target
+from genbench.errors import UsageError
+from genbench.run.benchmark import RunConfig
+from genbench.transport.thinking import parse_dialect, parse_tags
+
+T = TypeVar("T")
+# the flags `run_config` reads (the command's others choose what to run, not how)
+CONFIG_FLAGS = (
+    "url", "natural", "temperature", "timeout", "thinking", "think_tags", "think_dialect",
+    "quick", "lengths", "concurrency", "shape", "skip", "sweep_tokens", "requests_per_slot",
+    "duration", "prompts_per_length", "warmup", "warmup_tokens", "extra_body", "metrics_url",
+    "prompts",
+)  # fmt: skip
+
+
+def parse_int_list(flag: str, text: str) -> list[int]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise UsageError(f"{flag} '{text}' is empty: expected numbers like 1,4,8")
+    out_: list[int] = []
+    for t in items:
+        try:
+            v = int(t)
+        except ValueError:
+            raise UsageError(f"{flag}: '{t}' is not a whole number (in '{text}')") from None
+        if v <= 0:
+            raise UsageError(f"{flag}: {v} must be positive (in '{text}')")
+        out_.append(v)
+    return out_
+
+
+def parse_extra_body(text: str) -> dict[str, Any]:
+    try:
+        body = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise UsageError(f"--extra-body is not valid JSON ({e}): {text!r}") from None
+    if not isinstance(body, dict):
+        raise UsageError(f"--extra-body must be a JSON object, got {text!r}")
+    reserved = {"model", "messages", "stream", "stream_options"} & body.keys()
+    if reserved:
+        raise UsageError(f"--extra-body may not set {', '.join(sorted(reserved))}")
+    return body
+
+
+def local_defaults(cfg: RunConfig, quick: bool) -> None:
+    """The local demo target is a CPU model: shorter outputs keep the default run in minutes."""
+    cfg.lengths = [128, 256] if quick else [128, 256, 512]
+    cfg.concurrency = [1, 4, 16] if quick else [1, 4, 8, 16, 32]
+    cfg.sweep_tokens = 64 if quick else 128
+    cfg.prompts_per_length = 2 if quick else 3
+    cfg.requests_per_slot = 2 if quick else 3
+    cfg.warmup = 1
+
+
+def quick_defaults(cfg: RunConfig) -> None:
+    cfg.lengths = [256, 1024]
+    cfg.concurrency = [1, 8, 32]
+    cfg.sweep_tokens = 256
+    cfg.prompts_per_length = 2
+    cfg.requests_per_slot = 2
+    cfg.warmup = 1
+
+
+def default_text(attr: str) -> str:
+    """'[default: 1024,2048,4096; --quick 256,1024; local demo 128,256,512]', read from the
+    configs themselves so the help cannot drift from what a run does."""
+    plain, quick, local = RunConfig(), RunConfig(), RunConfig()
+    quick_defaults(quick)
+    local_defaults(local, quick=False)
+
+    def text(cfg: RunConfig) -> str:
+        v = getattr(cfg, attr)
+        return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+
+    parts = [text(plain)]
+    if text(quick) != text(plain):
+        parts.append(f"--quick {text(quick)}")
+    if text(local) != text(plain):
+        parts.append(f"local demo {text(local)}")
+    return f"[default: {'; '.join(parts)}]"
+
+
+def checked_metrics_urls(urls: list[str]) -> list[str]:
+    for u in urls:
+        try:
+            metrics_target(u)
+        except UsageError as e:
+            raise UsageError(f"--metrics-url: {e}".replace("--url ", "")) from None
+    return list(urls)
+
+
+def run_config(
+    *,
+    url: str | None,
+    natural: bool,
+    temperature: float,
+    timeout: float,
+    thinking: bool | None,
+    think_tags: str,
+    think_dialect: str,
+    quick: bool,
+    lengths: str | None,
+    concurrency: str | None,
+    shape: str,
+    skip: str,
+    sweep_tokens: int | None,
+    requests_per_slot: int | None,
+    duration: float | None,
+    prompts_per_length: int | None,
+    warmup: int | None,
+    warmup_tokens: int | None,
+    extra_body: str | None,
+    metrics_url: list[str] | None,
+    prompts: Path | None,
+) -> RunConfig:
+    """`genbench run`'s flags as the run's config, each checked (a UsageError names it)."""
+    cfg = RunConfig(natural=natural, temperature=temperature, timeout=timeout, thinking=thinking)
+    cfg.think_tags = list(_checked(parse_tags, think_tags))
+    cfg.think_dialect = _checked(parse_dialect, think_dialect)
+    local = url is None
+    if local:
+        local_defaults(cfg, quick)
+    elif quick:
+        quick_defaults(cfg)
+    if lengths is not None:
+        cfg.lengths = parse_int_list("--lengths", lengths)
+    if concurrency is not None:
+        cfg.concurrency = parse_int_list("--concurrency", concurrency)
+    cfg.shapes = [s.strip() for s in shape.split(",") if s.strip()]
+    cfg.skip = [s.strip() for s in skip.split(",") if s.strip()]
+    for s in cfg.skip:
+        if s not in ("warmup", "single", "sweep"):
+            raise UsageError(f"--skip: '{s}' is not one of warmup, single, sweep")
+    for name, v in (
+        ("sweep_tokens", sweep_tokens),
+        ("requests_per_slot", requests_per_slot),
+        ("duration", duration),
+        ("prompts_per_length", prompts_per_length),
+        ("warmup", warmup),
+        ("warmup_tokens", warmup_tokens),
+    ):
+        if v is not None:
+            setattr(cfg, name, v)
+    if extra_body is not None:
+        cfg.extra_body = parse_extra_body(extra_body)
+    cfg.metrics_urls = checked_metrics_urls(metrics_url or [])
+    cfg.prompts = str(prompts) if prompts is not None else None
+    cfg.validate()
+    return cfg
+
+
+def _checked(parse: Callable[[str], T], text: str) -> T:
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None

@@ -1,0 +1,195 @@
+"""The import rules of docs/architecture.md, checked on the source: no module imports from
+a layer above its own, no two packages of one layer import each other, no import cycle
+(imports made only for type checking count: a reader follows them too), typer only in the
+command line and rich only there and in the packages' renderers (`render.py`), which no
+other package reads.
+
+The graph is read with `ast` from src/genbench, so the check needs nothing installed and
+sees every import, those inside functions too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.core
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "genbench"
+
+# bottom up; a unit is a top-level module or a package of src/genbench (docs/architecture.md)
+LAYERS: list[tuple[str, ...]] = [
+    ("genbench", "errors", "fmt"),
+    ("records", "settings", "atomic"),
+    ("stats",),
+    ("transport",),
+    ("sim", "local"),
+    ("check", "load"),
+    ("generate",),
+    ("run",),  # a run's --workload is read as generate reads its input
+    ("plan",),
+    ("inspect", "compare"),
+    ("report", "export"),
+    ("cli",),
+    ("commands",),
+    ("__main__",),
+]
+LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
+# a command imports the shared parts of commands/, never another command
+# (watch: the job's metrics and Batch options, generate's own, no command of its own)
+COMMANDS_SHARED = {
+    "genbench.commands.common", "genbench.commands.console", "genbench.commands.watch",
+}  # fmt: skip
+TYPER_AT = ("cli", "commands")  # where typer may be imported
+RICH_AT = ("cli", "commands")  # ... and rich, besides the packages' render.py
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for p in SRC.rglob("*.py"):
+        parts = list(p.relative_to(SRC.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = p
+    return mods
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> tuple[set[str], set[str]]:
+    """The genbench modules `name` imports, and the outside packages it imports."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    ours: set[str] = set()
+    outside: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [(a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            targets = [(base, a.name) for a in node.names]
+        else:
+            continue
+        for module, member in targets:
+            if module != "genbench" and not module.startswith("genbench."):
+                outside.add(module.split(".")[0])
+            elif member is not None and f"{module}.{member}" in MODULES:
+                ours.add(f"{module}.{member}")
+            elif module in MODULES:
+                ours.add(module)
+    ours.discard(name)
+    return ours, outside
+
+
+GRAPH: dict[str, set[str]] = {}
+OUTSIDE: dict[str, set[str]] = {}
+for _name, _path in MODULES.items():
+    GRAPH[_name], OUTSIDE[_name] = _imports(_name, _path)
+
+
+def unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_every_unit_has_a_layer():
+    assert {unit(m) for m in MODULES} - set(LAYER_OF) == set()
+
+
+def test_no_import_against_the_layers():
+    wrong = []
+    for module, targets in GRAPH.items():
+        mine = unit(module)
+        for target in targets:
+            theirs = unit(target)
+            if theirs == mine:
+                continue
+            if LAYER_OF[theirs] >= LAYER_OF[mine]:
+                wrong.append(f"{module} imports {target} ({theirs} is not below {mine})")
+    assert wrong == []
+
+
+def test_a_command_imports_no_other_command():
+    wrong = [
+        f"{m} imports {t}"
+        for m, targets in GRAPH.items()
+        if unit(m) == "commands"
+        for t in targets
+        if unit(t) == "commands" and t not in COMMANDS_SHARED
+    ]
+    assert wrong == []
+
+
+def test_typer_and_rich_stay_in_the_command_line():
+    wrong = []
+    for module, outside in OUTSIDE.items():
+        u = unit(module)
+        if "typer" in outside and u not in TYPER_AT:
+            wrong.append(f"{module} imports typer")
+        renderer = module.endswith(".render")
+        if "rich" in outside and u not in RICH_AT and not renderer:
+            wrong.append(f"{module} imports rich")
+    assert wrong == []
+
+
+def test_a_renderer_is_read_by_its_package_and_the_commands():
+    """What the console shows is drawn in a package's render.py; another package that
+    needs the same shaping takes it from a module of text, not from the console's."""
+    wrong = [
+        f"{m} imports {t}"
+        for m, targets in GRAPH.items()
+        for t in targets
+        if t.endswith(".render") and unit(m) not in (unit(t), "commands")
+    ]
+    assert wrong == []
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle():
+    assert cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

@@ -66,8 +66,9 @@ from ceiling_servers import MODEL, StampServer, nginx  # noqa: E402
 from peer_clients import Phase, wait_for_go  # noqa: E402
 
 VLLM_PY = Path(os.environ.get("GENBENCH_VLLM_VENV", REPO / ".cache/vllm-venv")) / "bin/python"
-# "+asyncio": the same client on asyncio's own event loop instead of uvloop
-GENBENCH_CLIENTS = ("genbench", "genbench+asyncio")
+# "+asyncio": the same client on asyncio's own event loop instead of uvloop; "+ids": asking
+# for vLLM's token ids and keeping them (against a server that sends them: stamp_server.py)
+GENBENCH_CLIENTS = ("genbench", "genbench+asyncio", "genbench+ids")
 PEERS = ("vllm", "vllm-cli", "urllib")
 BASELINES: dict[str, tuple[Path, str]] = {}  # "genbench@REV" -> (its tree, its client's name)
 
@@ -81,7 +82,10 @@ async def run_genbench(a: argparse.Namespace) -> dict[str, Any]:
     from genbench.transport.client import ChatRequest, Client, Timeouts
     from genbench.transport.endpoint import Endpoint
 
-    client = Client(Endpoint.parse(a.url), MODEL, timeouts=Timeouts(connect=30, read=600))
+    ids = "vllm" if a.client == "genbench+ids" else None
+    client = Client(
+        Endpoint.parse(a.url), MODEL, timeouts=Timeouts(connect=30, read=600), token_ids=ids
+    )
 
     def mk(key: str) -> ChatRequest:
         return ChatRequest(
@@ -114,6 +118,7 @@ async def run_genbench(a: argparse.Namespace) -> dict[str, Any]:
         output_tokens=sum(r.completion_tokens or 0 for r in ok),
         chars=sum(r.answer_chars for r in ok),
         chars_by_key={r.id: r.answer_chars for r in ok},
+        ids_kept=sum(len(getattr(r, "token_ids", None) or ()) for r in ok),
         loop_lag_p99_s=sc.loop_lag_p99_s,
     )
     if a.arrivals:
@@ -145,6 +150,8 @@ def worker_main(argv: list[str]) -> None:
 
         res = uvloop.run(run_genbench(a))
     res.update(client=a.client, concurrency=a.concurrency, procs=1)
+    # the event loop may leave stdout non-blocking: a long result line was then cut short
+    os.set_blocking(sys.stdout.fileno(), True)
     print(json.dumps(res), flush=True)
 
 

@@ -20,6 +20,10 @@ Modes:
     GET /stamps  -> JSON {key: {"recv": t, "sends": [t, ...]}} for finished streams, then
                     forgets them (key: the content of the request's last message)
 
+A request with `return_token_ids` gets vLLM's ids with its chunks: the prompt's at the top
+level of the first chunk, each token's (6-digit ids, as from a ~150K vocabulary) in its
+chunk's choice.
+
 Standalone on purpose (stdlib, optional uvloop): it also runs from vLLM's venv.
 """
 
@@ -54,7 +58,7 @@ class Render:
         self.model = model.encode()
         self.thinking = thinking
         self.created = str(int(time.time())).encode()
-        self._bodies: dict[tuple[int, bool], list[bytes]] = {}
+        self._bodies: dict[tuple[int, bool, bool], list[bytes]] = {}
 
     def _head(self, rid: bytes) -> bytes:
         return (
@@ -62,15 +66,22 @@ class Render:
             + self.created + b',"model":"' + self.model + b'","choices":[{"index":0,"delta":'
         )  # fmt: skip
 
-    def messages(self, n: int, usage: bool, prompt_tokens: int = 8) -> list[bytes]:
+    def messages(
+        self, n: int, usage: bool, prompt_tokens: int = 8, ids: bool = False
+    ) -> list[bytes]:
         """The SSE messages of a response of n tokens: one per write in `tokens` mode.
 
         Message 0 is the role chunk together with token 0 (vLLM writes them back to back);
         the last token chunk carries finish_reason, then usage and [DONE] follow it."""
-        key = (n, usage)
+        key = (n, usage, ids)
         if key in self._bodies:
             return self._bodies[key]
         head = self._head(b"%024x" % (n * 7919 + usage))
+        # vLLM's return_token_ids: after finish_reason in each choice, and the prompt's
+        tok = (lambda i: b',"token_ids":[%d]' % (100003 + i * 7919 % 50000)) if ids else None
+        prompt = b',"prompt_token_ids":[%s]' % b",".join(
+            b"%d" % (100000 + j * 31) for j in range(prompt_tokens)
+        )
         out: list[bytes] = []
         for i in range(n):
             word = WORDS[i % len(WORDS)]
@@ -79,11 +90,12 @@ class Render:
             fin = b'"length","stop_reason":null' if last else b"null"
             msg = sse(
                 head + b'{"' + field + b'":"' + word + b'"},"logprobs":null,"finish_reason":'
-                + fin + b"}]}"
+                + fin + (tok(i) if tok else b"") + b"}]}"
             )  # fmt: skip
             if i == 0:
                 role = head + b'{"role":"assistant","content":""},"logprobs":null,'
-                msg = sse(role + b'"finish_reason":null}]}') + msg
+                first = b'"finish_reason":null}]' + (prompt if ids else b"") + b"}"
+                msg = sse(role + first) + msg
             if last:
                 if usage:
                     u = b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
@@ -124,12 +136,12 @@ class Server:
         self.running: list[Stream] = []
         self.stamps: dict[str, dict[str, object]] = {}
         self.wake: asyncio.Event | None = None
-        self._bulk: dict[tuple[int, bool, str], bytes] = {}
+        self._bulk: dict[tuple[int, bool, str, bool], bytes] = {}
 
-    def bulk_response(self, n: int, usage: bool) -> bytes:
-        key = (n, usage, self.args.framing)
+    def bulk_response(self, n: int, usage: bool, ids: bool = False) -> bytes:
+        key = (n, usage, self.args.framing, ids)
         if key not in self._bulk:
-            msgs = self.render.messages(n, usage)
+            msgs = self.render.messages(n, usage, ids=ids)
             if self.args.framing == "length":
                 body = b"".join(msgs)
                 head = SSE_HEAD + b"Content-Length: %d\r\n\r\n" % len(body)
@@ -186,17 +198,19 @@ class Server:
         n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)  # type: ignore[arg-type]
         opts = body.get("stream_options") or {}
         usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+        ids = bool(body.get("return_token_ids"))
         key = request_key(body)
         if self.args.mode == "bulk":
             assert proto.transport is not None
-            proto.transport.write(self.bulk_response(n, usage))
+            proto.transport.write(self.bulk_response(n, usage, ids))
             proto.busy = False
             if self.args.framing == "eof":
                 proto.transport.close()
             return
         assert proto.transport is not None
         proto.transport.write(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
-        self.joining.append(Stream(proto, self.render.messages(n, usage), key, recv))
+        msgs = self.render.messages(n, usage, ids=ids)
+        self.joining.append(Stream(proto, msgs, key, recv))
         assert self.wake is not None
         self.wake.set()
 

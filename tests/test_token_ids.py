@@ -82,7 +82,8 @@ def assert_token_exact(row: dict[str, Any], turns: int) -> None:
 )
 def test_every_turn_keeps_the_ids_the_server_sent(sim_factory, tmp_path, dialect, fmt):
     pytest.importorskip("pyarrow")
-    extra = ("--dialect", "sglang") if dialect == "sglang" else ()
+    # vLLM's chunks carry several ids each under speculative decoding (--spec-k)
+    extra = ("--dialect", "sglang") if dialect == "sglang" else ("--spec-k", "3")
     # LOOP rows take the sim's slow path (a fault script), the others its pre-encoded one
     sim = sim_factory(*SIM, "--token-ids", dialect, *extra, "--fault", "loop:at=3,match=LOOP")
     rows = rows_in(12) + rows_in(3, tag="LOOP")[:3]
@@ -211,3 +212,21 @@ def test_plans_storage_forecast_counts_the_ids(sim_factory, tmp_path):
     st = json.loads(p.stdout)["storage"]
     assert st["jsonl_bytes"] == pytest.approx(size)
     assert "token ids" in st["basis"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "want"),
+    [(("--token-ids", "vllm"), "vllm"), (("--token-ids", "sglang", "--dialect", "sglang"),
+     "sglang"), ((), None)],
+    ids=["vllm", "sglang", "none"],
+)
+def test_check_says_whether_and_how_the_server_gives_ids(sim_factory, flags, want):
+    sim = sim_factory(*SIM, *flags)
+    p = genbench("check", "--url", sim.url, "--json", timeout=60)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["token_ids"] == want
+    assert (doc["token_ids_note"] is None) == (want is not None)
+    p = genbench("check", "--url", sim.url, timeout=60)
+    line = next(x for x in p.stdout.splitlines() if "token ids" in x)
+    assert ("yes" in line) == (want is not None) and ("not token-exact" in line) == (not want)

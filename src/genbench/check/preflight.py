@@ -33,7 +33,7 @@ from genbench.transport.failures import Failure, error_message_from_body
 from genbench.transport.health import NO_HEALTH
 from genbench.transport.stream import share_by_chars
 from genbench.transport.thinking import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
-from genbench.transport.token_ids import HOW, KIND_DIALECT, VLLM, check_turn
+from genbench.transport.token_ids import KIND_DIALECT, VLLM, ask_for, reply_ids
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
@@ -406,7 +406,7 @@ async def _checks(
         # vllm-router forwards /metrics to one of its workers: not the sum run needs
         rep.metrics = MetricsProbe("ok", http_status=200, hint=ONE_WORKERS_METRICS)
     if tiny:
-        ask = ids_dialect(rep, token_ids)
+        ask, rep.token_ids_note = ask_for(rep.server.kind, token_ids)
         client = Client(
             ep, rep.model, timeouts=timeouts, session=pool, keep_text=True, token_ids=ask
         )
@@ -430,44 +430,19 @@ async def _checks(
         rep.notes.append(f"model '{rep.model}' is {listing}, {done}")
 
 
-def ids_dialect(rep: CheckReport, mode: str) -> str | None:
-    """How the test request asks for token ids: in the dialect of the server's kind; a
-    kind genbench does not know is asked apart (`_read_ids`), a llama.cpp not at all."""
-    if mode == "off":
-        return None
-    kind = rep.server.kind or ""
-    if kind in KIND_DIALECT:
-        if KIND_DIALECT[kind] is None:
-            rep.token_ids_note = f"{kind}'s chat endpoint returns no token ids"
-        return KIND_DIALECT[kind]
-    return None
-
-
 async def _read_ids(
     rep: CheckReport, client: Client, rec: RequestRecord, ask: str | None, max_tokens: int
 ) -> None:
     """Did the test reply carry ids? A server of unknown kind is asked in a request of its
     own (vLLM's field), so one that refuses the field fails only that."""
-    kind = rep.server.kind or ""
-    if ask is None and kind not in KIND_DIALECT and rep.token_ids_note is None:
+    if ask is None and rep.server.kind not in KIND_DIALECT and rep.token_ids_note is None:
         client.token_ids = ask = VLLM
         rec = await tiny_request(client, max_tokens)
         if not rec.ok:
             rep.token_ids_note = f"asked with return_token_ids: {rec.error_message}"
             return
-    if ask is None:
-        return
-    if rec.token_ids_error is not None:
-        rep.token_ids_note = rec.token_ids_error
-    elif rec.token_ids is None or rec.prompt_token_ids is None:
-        rep.token_ids_note = f"asked for {HOW[ask]}, the server sent none"
-    else:
-        _, why = check_turn(rec.prompt_token_ids, rec.token_ids, rec.prompt_tokens,
-                                 rec.completion_tokens, rec.tokens_estimated)  # fmt: skip
-        if why is not None:
-            rep.token_ids_note = why
-        else:
-            rep.token_ids = ask
+    if ask is not None:
+        rep.token_ids, rep.token_ids_note = reply_ids(rec, ask)
 
 
 async def _tiny_through_router(client: Client, max_tokens: int, rep: CheckReport) -> RequestRecord:

@@ -29,14 +29,13 @@ from genbench.generate.input import BadRow, InputScan, ShardSpec, iter_rows
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress, RowInfo
 from genbench.generate.resume import prepare
-from genbench.generate.servers import Server, ServerSpec
+from genbench.generate.servers import Server, ServerSpec, check_token_ids
 from genbench.generate.store import Existing, Store
 from genbench.load import Load
 from genbench.records import RequestRecord
 from genbench.transport.client import Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import DEFAULT_TAGS, ThinkMode, ThinkState
-from genbench.transport.token_ids import describe as describe_ids
 
 
 @dataclass
@@ -180,7 +179,7 @@ class Job:
             listing = ", ".join(f"{r.url} serves {r.model}" for r in ok)
             raise UsageError(f"the servers serve different models ({listing}): choose --model")
         self.model = ok[0].model or ""
-        refuse_without_ids(cfg.token_ids, ok)
+        check_token_ids(cfg.token_ids, ok, self.listener.note)  # `on`: refuses one without
         return list(reports)
 
     def _make_servers(self, reports: list[CheckReport]) -> None:
@@ -198,11 +197,6 @@ class Job:
                 ep, self.model, timeouts=timeouts, keep_text=True, think=think,
                 keep_raw=cfg.keep_raw, token_ids=rep.token_ids if rep.ok else ids_seen,
             )  # fmt: skip
-            if rep.ok and cfg.token_ids != "off":
-                self.listener.note(
-                    f"{ep.base_url}: token ids {describe_ids(rep.token_ids, rep.token_ids_note)}",
-                    "" if rep.token_ids else "yellow",
-                )
             router = rep.server.kind in ROUTER_KINDS
             srv = Server(
                 ep, client, spec.concurrency, on_change=self._server_changed, router=router
@@ -505,21 +499,6 @@ class Job:
             errors_file=str(self.store.errors_path) if self.store.errors_path.exists() else None,
             snapshot=snap,
         )
-
-
-def refuse_without_ids(mode: str, reports: list[CheckReport]) -> None:
-    """`--token-ids on`: every server must give them; one that cannot stops the job now,
-    before any request, in one line (exit 10: its responses lack what the job needs)."""
-    if mode != "on":
-        return
-    for r in reports:
-        if r.token_ids is None:
-            why = r.token_ids_note or "it sent none"
-            raise GenbenchError(
-                f"{r.url}: --token-ids on, but this server gives no token ids ({why}); "
-                "use --token-ids auto to keep the text and mark the rows",
-                ExitCode.BAD_RESPONSE,
-            )
 
 
 async def run_job(cfg: JobConfig, listener: Listener | None = None) -> JobResult:

@@ -16,12 +16,35 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from genbench.errors import ExitCode, GenbenchError
 from genbench.load import Slot
 from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest, Client
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.health import answers
+from genbench.transport.token_ids import describe
+
+
+def check_token_ids(mode: str, reports: list[Any], note: Callable[[str, str], None]) -> None:
+    """What `--token-ids` makes of the servers that answered their check (`CheckReport`s):
+    a note each, how it gives ids or why it gives none. `on` refuses, before any request
+    and in one line, a server that gives none (exit 10: its answers lack what the job
+    needs)."""
+    if mode == "off":
+        return
+    for r in reports:
+        if mode == "on" and r.token_ids is None:
+            raise GenbenchError(
+                f"{r.url}: --token-ids on, but this server gives no token ids "
+                f"({r.token_ids_note or 'it sent none'}); use --token-ids auto to keep the "
+                "text and mark the rows",
+                ExitCode.BAD_RESPONSE,
+            )
+    for r in reports:
+        note(f"{r.url}: token ids {describe(r.token_ids, r.token_ids_note)}",
+             "" if r.token_ids else "yellow")  # fmt: skip
 
 
 @dataclass(frozen=True)

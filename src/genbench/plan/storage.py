@@ -13,9 +13,10 @@ from genbench.errors import UsageError
 
 ASSUMED_BYTES_PER_TOKEN = 4.0  # English text with a Llama-style tokenizer, when nothing measured
 JSONL_OVERHEAD_BYTES = 400  # id, generate's metadata and JSON punctuation per output line
-# a kept token id in JSONL: its digits and a comma (6-digit ids of a ~150K vocabulary),
-# when no output was measured (a pilot measures the rows as written, ids and all)
-ASSUMED_ID_BYTES = 7.0
+# a kept token id in JSONL, its digits and a comma, when no output was measured (a pilot
+# measures the rows as written, ids and all): 4.9 (32K vocabulary) to 5.5 (152K) bytes
+# measured on model-like ids, 7 for uniform 6-digit ones (benchmarks/token_ids_encoding.py)
+ASSUMED_ID_BYTES = 6.0
 
 
 @dataclass(frozen=True)

@@ -102,9 +102,7 @@ class StreamParser:
             array("I") if split is not None and split.watching else None
         )
         self.tools: ToolCalls | None = None  # the reply's tool calls, from delta.tool_calls
-        # the server's token ids (genbench.transport.token_ids), when asked: a chunk's are appended
-        # to one array, 4 bytes an id
-        self.ids = ids
+        self.ids = ids  # the server's token ids when asked (genbench.transport.token_ids)
         self.add_ids = ids.out.fromlist if ids is not None else None
 
     def feed(self, data: bytes, now: float) -> int:
@@ -339,7 +337,7 @@ class StreamParser:
             if self.answer is not None:
                 rec.tool_calls = self.tools.result()
         if self.ids is not None:
-            keep_ids(rec, self.ids)
+            self.ids.keep(rec)
         split = self.split if self.split is not None and not self.split.watching else None
         if self.raw is not None and split is not None:  # a watcher that saw nothing split none
             rec.raw = "".join(self.raw)
@@ -397,22 +395,12 @@ def parse_whole(
     else:
         rec.tokens_estimated = True
     if ids is not None:
-        ids.event(obj, choice)
-        keep_ids(rec, ids)
+        ids.whole_response(obj, choice, rec)
     if split is not None and rec.reasoning_tokens is None:
         share_by_chars(rec, len(thinking), len(content))
     if not rec.finish_reason:
         return incomplete_failure("response without a finish_reason")
     return None
-
-
-def keep_ids(rec: RequestRecord, ids: Ids) -> None:
-    """The reply's ids onto its record, as the arrays they came in (none: None)."""
-    if ids.bad is not None:
-        rec.token_ids_error = ids.bad
-    elif ids.seen:
-        rec.prompt_token_ids = ids.prompt
-        rec.token_ids = ids.out if (len(ids.out) or ids.whole) else None
 
 
 def apply_usage(rec: RequestRecord, usage: dict[str, Any]) -> None:

@@ -95,6 +95,19 @@ class Ids:
     def seen(self) -> bool:
         return self.prompt is not None or len(self.out) > 0 or self.bad is not None
 
+    def whole_response(self, obj: dict[str, Any], choice: Any, rec: Any) -> None:
+        """A non-streamed response's ids onto its record."""
+        self.event(obj, choice)
+        self.keep(rec)
+
+    def keep(self, rec: Any) -> None:
+        """The reply's ids onto its `RequestRecord`, as the arrays they came in (none: None)."""
+        if self.bad is not None:
+            rec.token_ids_error = self.bad
+        elif self.seen:
+            rec.prompt_token_ids = self.prompt
+            rec.token_ids = self.out if (len(self.out) or self.whole) else None
+
 
 def check_turn(
     prompt: array[int] | list[int] | None,
@@ -152,6 +165,27 @@ HOW = {
     VLLM: "vLLM's return_token_ids",
     SGLANG: "SGLang's sglext ids",
 }
+
+
+def ask_for(kind: str | None, mode: str) -> tuple[str | None, str | None]:
+    """How check's test request asks a server of this kind for ids (None: not in it; a
+    kind not in KIND_DIALECT is asked apart), and why none can come, when known."""
+    if mode == "off" or kind not in KIND_DIALECT:
+        return None, None
+    dialect = KIND_DIALECT[kind]
+    return dialect, None if dialect else f"{kind}'s chat endpoint returns no token ids"
+
+
+def reply_ids(rec: Any, ask: str) -> tuple[str | None, str | None]:
+    """What a reply asked in dialect `ask` (a `RequestRecord`) says of the server: the
+    dialect it gives ids in, or None and why."""
+    if rec.token_ids_error is not None:
+        return None, rec.token_ids_error
+    if rec.token_ids is None or rec.prompt_token_ids is None:
+        return None, f"asked for {HOW[ask]}, the server sent none"
+    _, why = check_turn(rec.prompt_token_ids, rec.token_ids, rec.prompt_tokens,
+                        rec.completion_tokens, rec.tokens_estimated)  # fmt: skip
+    return (ask, None) if why is None else (None, why)
 
 
 def describe(dialect: str | None, note: str | None) -> str:

@@ -310,3 +310,67 @@ def test_a_job_killed_mid_conversation_resumes_each_row_exactly_once(agentic_fil
         conv = rows[f"a{i}"]["conversations"]
         made = [t for t in conv if t.get("tool_calls")]
         assert len(made) == 2 and rows[f"a{i}"]["meta"]["tool_calls"] == 2
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_token_ids_attach_to_every_generated_turn_calls_included(agentic_file, tmp_path, dialect):
+    """One training sample per generated turn: a call is one, its ids as served beside it."""
+    from genbench.generate.rows import turn_ids
+
+    out = tmp_path / "out"
+    served = ("--dialect", "sglang") if dialect == "sglang" else ()
+    args = (*SIM, "--tool-calls", "2", "--thinking-tokens", "2", "--token-ids", dialect, *served)
+    with SimProcess(*args) as sim:
+        generate(agentic_file, out, sim.url, "--token-ids", "on")
+    rows = rows_once(out)
+    for row in rows.values():
+        conv = row["conversations"]
+        gen = [i for i, t in enumerate(conv) if t.get("finish_reason")]
+        calls = [i for i in gen if conv[i].get("tool_calls")]
+        assert len(calls) == 2 and row["meta"]["token_ids"] == "exact"
+        samples = turn_ids(row)
+        assert [s.turn for s in samples] == gen and all(s.exact for s in samples)
+        for s in samples:  # a call's ids: 2 of thinking, its head, 8 argument fragments
+            if s.turn in calls:
+                assert len(s.generated) == 2 + 1 + 8 and s.generated[2] == 99
+
+
+def test_export_keeps_the_calls_results_and_tools_for_the_trainer(agentic_file, tmp_path):
+    out = tmp_path / "out"
+    with SimProcess(*SIM, "--tool-calls", "2", "--token-ids", "vllm") as sim:
+        generate(agentic_file, out, sim.url, "--token-ids", "on")
+    rows = rows_once(out)
+    text, tokens = tmp_path / "sf.jsonl", tmp_path / "tok.jsonl"
+    for fmt, dest in (("specforge", text), ("specforge-tokens", tokens)):
+        p = genbench("export", str(out), "--format", fmt, "-o", str(dest), "--min-tokens", "0")
+        assert p.returncode == 0, p.stderr
+    lines = {o["id"]: o for o in map(orjson.loads, text.read_bytes().splitlines())}
+    for rid, row in rows.items():
+        got = lines[rid]
+        assert got["tools"] == TOOLS  # the chat template's `tools`
+        want = [t for t in row["conversations"] if t["role"] in ("assistant", "tool")]
+        have = [t for t in got["conversations"] if t["role"] in ("assistant", "tool")]
+        assert [t.get("tool_calls") for t in have] == [t.get("tool_calls") for t in want]
+        assert [t.get("tool_call_id") for t in have] == [t.get("tool_call_id") for t in want]
+    # one token sample per generated turn: each call and each answer
+    turns = sum(1 for r in rows.values() for t in r["conversations"] if t.get("finish_reason"))
+    assert len(tokens.read_bytes().splitlines()) == turns
+
+
+def test_an_edited_tool_result_is_a_changed_request_on_resume(tmp_path):
+    """The results a row replays are part of what it asks: editing one is seen."""
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    rows = [agentic_row(i) for i in range(6)]
+    inp.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    with SimProcess(*SIM, "--tool-calls", "1") as sim:
+        generate(inp, out, sim.url)
+        rows[4]["messages"][3]["content"] = "an edited result"
+        inp.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+        p = genbench("generate", "-i", str(inp), "--out", str(out), "--url", sim.url)
+        assert p.returncode != 0 and "a4" in p.stderr, p.stderr
+        generate(inp, out, sim.url, "--input-changed", "regenerate")
+    again = [orjson.loads(x) for f in sorted(out.glob("data*.jsonl")) for x in f.read_bytes().splitlines()]  # noqa: E501
+    assert sorted(r["id"] for r in again) == [f"a{i}" for i in range(6)]  # each once
+    (a4,) = [r for r in again if r["id"] == "a4"]
+    results = [t["content"] for t in a4["conversations"] if t["role"] == "tool"]
+    assert results == ["an edited result"]

@@ -170,3 +170,25 @@ def test_body_fields_become_the_rows_params_and_the_fast_path_knows_custom_ids(t
     write_lines(inp, batch_lines(3))
     res = scan(inp, done={"task-1"})
     assert res.rows == 3 and res.done == 1 and res.todo == {"task-0", "task-2"}
+
+
+def test_failed_lines_come_back_in_batch_shape_too(sim, tmp_path):
+    inp = tmp_path / "batch.jsonl"
+    lines = batch_lines(4)
+    for x in lines[2:]:
+        x["body"]["max_tokens"] = 10**6  # past the sim's context: a 400, not worth a retry
+    write_lines(inp, lines)
+    for answers in ("batch", "both"):
+        out = tmp_path / answers
+        p = gen(inp, out, "--url", sim.url, "--answers", answers)
+        assert p.returncode == 0, p.stderr
+        name = "batch_errors.jsonl" if answers == "batch" else BATCH_OUTPUT
+        got = {x["custom_id"]: x for x in batch_output(out / name)}
+        failed = {k: v for k, v in got.items() if v["error"] is not None}
+        assert sorted(failed) == ["task-2", "task-3"]
+        for x in failed.values():
+            assert x["response"]["status_code"] == 400 and x["response"]["body"] is None
+            assert x["error"]["code"] == "http_status" and x["error"]["message"]
+        answered = sorted(x["custom_id"] for x in data_rows(out)) if answers == "batch" else \
+            sorted(k for k, v in got.items() if v["error"] is None)  # fmt: skip
+        assert answered == ["task-0", "task-1"]

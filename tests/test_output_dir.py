@@ -239,8 +239,13 @@ def test_a_reformatted_input_is_not_a_changed_one(quick, tmp_path):
     assert gen(inp, out, quick.url, "--temperature", "0.5").returncode == 0
     inp.write_text("".join(json.dumps(r, indent=None, separators=(" ,", " : ")) + "\n"
                            for r in reversed(rows)))  # fmt: skip
+    idx = out / ".genbench" / "data-00000.idx"
+    keys = [k for b in map(orjson.loads, idx.read_bytes().splitlines()) for k in b["src"]]
     p = gen(inp, out, quick.url, "--temperature", "0.5")
     assert p.returncode == 0 and "nothing to do" in p.stdout, p.stderr
+    # checked the slow way once, the rows have their new lines' keys for the next resume
+    again = [k for b in map(orjson.loads, idx.read_bytes().splitlines()) for k in b["src"]]
+    assert len(again) == 10 and not set(again) & set(keys)
     # a row's own sampling is part of its request
     rows[2]["params"] = {"max_tokens": 5}
     write_rows(inp, rows)
@@ -465,3 +470,40 @@ def test_a_read_only_file_system_and_a_path_that_is_a_file_are_exit_12(quick, tm
     for where in (afile, afile / "out"):
         p = gen(inp, where, quick.url)
         assert p.returncode == 12 and "a file" in one_error_line(p), p.stderr
+
+
+def test_parquet_shards_are_rewritten_without_the_old_answers(quick, tmp_path):
+    pytest.importorskip("pyarrow")
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    rows = [{"id": f"r{i}", "prompt": f"question {i} " + "x" * 300} for i in range(30)]
+    write_rows(inp, rows)
+    args = ("--format", "parquet", "--shard-size", "4k")
+    assert gen(inp, out, quick.url, *args).returncode == 0
+    assert len(list(out.glob("data-*.parquet"))) > 2
+    rows[7]["prompt"] = "question 7, edited"
+    write_rows(inp, rows)
+    assert gen(inp, out, quick.url, *args).returncode == 2
+    p = gen(inp, out, quick.url, *args, "--input-changed", "regenerate")
+    assert p.returncode == 0, p.stderr
+    got = answers(out)
+    assert len(data_rows(out)) == 30 and got["r7"] == "question 7, edited"
+    (aside,) = [orjson.loads(x) for x in (out / "replaced.jsonl").read_bytes().splitlines()]
+    assert aside["row"]["id"] == "r7" and aside["file"].endswith(".parquet")
+    assert gen(inp, out, quick.url, *args).returncode == 0
+
+
+def test_an_output_of_an_older_genbench_without_fingerprints_resumes_as_before(quick, tmp_path):
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(10))
+    assert gen(inp, out, quick.url).returncode == 0
+    data, idx = out / "data-00000.jsonl", out / ".genbench" / "data-00000.idx"
+    old = []
+    for line in data.read_bytes().splitlines():
+        row = orjson.loads(line)
+        del row["meta"]["request"]
+        old.append(orjson.dumps(row) + b"\n")
+    data.write_bytes(b"".join(old))
+    idx.write_bytes(orjson.dumps({"end": data.stat().st_size, "ids": [f"r{i}" for i in range(10)]}))
+    write_rows(inp, [*prompts(10)[:3], {"id": "r3", "prompt": "edited"}, *prompts(10)[4:]])
+    p = gen(inp, out, quick.url)  # rows without a fingerprint cannot be compared: trusted
+    assert p.returncode == 0 and "nothing to do" in p.stdout, p.stderr

@@ -1,4 +1,5 @@
 """Tool calls against the real engine: vLLM (CPU) with `tool_choice` naming a function.
+The call's turn is a generated turn like the answer's: vLLM's token ids come with it.
 vLLM 0.32 wants a tool parser set for it (the fixture starts one, hermes); its structured
 output then holds even the test's random-weight model to a `strict` function's schema,
 and a logit bias against the whitespace tokens keeps it from wandering in blanks between
@@ -18,6 +19,7 @@ import pytest
 from conftest import genbench
 from fixtures_vllm import REPO
 
+from genbench.generate.rows import turn_ids
 from genbench.records import RequestRecord, read_records
 from genbench.transport.stream import StreamParser
 
@@ -87,6 +89,66 @@ def test_vllm_streams_a_forced_call_in_its_own_shape_and_the_parser_joins_it(vll
     assert rec.tool_call_count == 1 and rec.completion_tokens
 
 
+def _sent(conv: list[dict]) -> list[dict]:
+    """The messages a turn was sent, as a request carries them (no earlier thinking)."""
+    keep = ("role", "content", "tool_calls", "tool_call_id", "name")
+    return [{k: m[k] for k in keep if k in m} for m in conv]
+
+
+def test_vllm_tool_call_turn_keeps_the_ids_vllm_generated_and_export_writes_it(
+    vllm_tools_server, tmp_path
+):
+    """With `--token-ids on`, the forced call's turn keeps vLLM's own ids: the ids the tool
+    parser held back (`<tool_call>`, the name's JSON, `</tool_call>`) and EOS with the ones
+    it streamed as the call. vLLM says so itself: its /detokenize of the kept ids is the
+    Hermes block whose JSON is the call the parser gave (the raw arguments inside it), then
+    EOS; its /tokenize of the messages the turn was sent, with the tools, is the kept prompt.
+    A chunk's ids lost or out of order fail the one, another turn's prompt the other. The
+    call turn is then one sample of `genbench export`: its prompt ids and generated ids."""
+    server = vllm_tools_server
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(b"".join(orjson.dumps(row(i)) + b"\n" for i in range(2)))
+    out = tmp_path / "out"
+    p = genbench("generate", "-i", str(inp), "--out", str(out), "--url", server.url,
+                 "--max-tokens", "200", "--no-thinking", "--temperature", "0", "-c", "2",
+                 "--token-ids", "on", "--param", "logit_bias=" + json.dumps(no_blanks()),
+                 timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [orjson.loads(line) for f in out.glob("data*.jsonl") for line in f.read_bytes().split(b"\n") if line]  # noqa: E501
+    assert len(rows) == 2
+    samples = {}
+    for r in rows:
+        conv = r["conversations"]
+        got = turn_ids(r)
+        assert [t.turn for t in got] == [2, 4], r["id"]  # the call's turn and the answer's
+        call, answer = got
+        assert call.exact and answer.exact and r["meta"]["token_ids"] == "exact", r["meta"]
+        (c,) = conv[2]["tool_calls"]
+        text = httpx.post(f"{server.root}/detokenize", timeout=60, json={
+            "model": server.model, "tokens": call.generated}).json()["prompt"]  # fmt: skip
+        assert text.startswith("<tool_call>") and text.endswith("</tool_call><|im_end|>"), text
+        block = text[len("<tool_call>") : -len("</tool_call><|im_end|>")]
+        assert c["function"]["arguments"] in block, (block, c)
+        args = json.loads(c["function"]["arguments"])
+        assert json.loads(block) == {"name": "get_weather", "arguments": args}
+        for t in got:
+            tok = httpx.post(f"{server.root}/tokenize", timeout=60, json={
+                "model": server.model, "messages": _sent(conv[: t.turn]), "tools": TOOLS,
+                "add_generation_prompt": True,
+                "chat_template_kwargs": {"enable_thinking": False}}).json()  # fmt: skip
+            assert tok["tokens"] == t.prompt, (r["id"], t.turn)
+        samples[f"{r['id']}#2"] = (call.prompt, call.generated)
+    x = tmp_path / "x.jsonl"
+    p = genbench("export", str(out), "-o", str(x), "--format", "speculators", timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = [orjson.loads(line) for line in x.read_bytes().splitlines()]
+    written = {s["id"]: s for s in lines}
+    for sid, (prompt, gen) in samples.items():  # the answers, cut at max_tokens, left out
+        s = written[sid]
+        assert s["input_ids"] == prompt + gen and s["metadata"]["finish_reason"] == "stop"
+        assert s["loss_mask"] == [0] * len(prompt) + [1] * len(gen)
+
+
 def test_vllm_regenerates_an_agentic_file_call_result_and_answer(vllm_tools_server, tmp_path):
     inp = tmp_path / "in.jsonl"
     inp.write_bytes(b"".join(orjson.dumps(row(i)) + b"\n" for i in range(3)))
@@ -111,3 +173,8 @@ def test_vllm_regenerates_an_agentic_file_call_result_and_answer(vllm_tools_serv
         mine = [x for x in recs if x.id == r["id"]]
         assert len(mine) == 2 and all(x.ok for x in mine)  # the call's request and the answer's
         assert [x.tool_call_count for x in mine] == [1, 0]
+        # one training sample per generated turn, the call's too: vLLM's own ids beside it
+        samples = turn_ids(r)
+        assert [s.turn for s in samples] == [2, 4], r["meta"]
+        assert samples[0].generated and len(samples[0].generated) == mine[0].completion_tokens
+        assert r["meta"]["token_ids"] == "exact", (r["meta"], samples)

@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from test_generate import line_count, popen, prompts, wait_for, write_rows
+from test_generate import gen, line_count, popen, prompts, wait_for, write_rows
 from tests_helpers import free_port
 
 from genbench.sim.process import SimProcess
 
-SCRAPE_S = 1.0
+SCRAPE_S = 2.0  # the tolerance too: the rows on disk within one scrape interval
 SLOW_SIM = ("--tps", "300", "--per-seq-ms", "0.5", "--ttft-ms", "20", "--output-len",
             "uniform:40:80", "--thinking-tokens", "10")  # fmt: skip
 
@@ -109,13 +109,16 @@ def test_prometheus_scrapes_the_job_and_its_rows_done_are_the_rows_on_disk(tmp_p
     inp, out = tmp_path / "in.jsonl", tmp_path / "out"
     write_rows(inp, prompts(600))
     with SimProcess(*SLOW_SIM) as sim:
+        # a first run does 100 rows: the watched run resumes, and counts them as done
+        first = gen(inp, out, "--url", sim.url, "-c", "8", "--limit", "100")
+        assert first.returncode == 0 and line_count(out) == 100, first.stderr
         job = popen(tmp_path, "-i", str(inp), "-o", str(out), "--url", sim.url, "-c", "4",
                     "--metrics-port", str(port), "--progress-every", "1")  # fmt: skip
         prom = Prometheus(tmp_path, f"127.0.0.1:{port}")
         disk = DiskWatch(out)
         try:
             wait_for(prom.ready, 60, "prometheus ready")
-            wait_for(lambda: line_count(out) >= 20, 60, "20 rows written")
+            wait_for(lambda: line_count(out) >= 120, 60, "20 rows more written")
             body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
             names = {f.name for f in text_string_to_metric_families(body.decode())}
             assert {"genbench_rows_done", "genbench_rows_remaining", "genbench_tokens",
@@ -124,7 +127,7 @@ def test_prometheus_scrapes_the_job_and_its_rows_done_are_the_rows_on_disk(tmp_p
 
             def scraped_some() -> bool:
                 got = prom.query("genbench_rows_done_total")
-                return bool(got) and float(got[0]["value"][1]) >= 20
+                return bool(got) and float(got[0]["value"][1]) >= 120
 
             wait_for(scraped_some, 60, "a scrape with rows done")
             got = prom.query("genbench_rows_done_total")
@@ -199,3 +202,46 @@ def test_the_documented_alert_rule_is_one_prometheus_loads(tmp_path):
     p = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")],
                        capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_every_metric_is_named_by_the_conventions_and_listed_in_the_docs():
+    """Fed a full snapshot (a plan, a server down, a failed request), the exporter's every
+    family starts with genbench_, has its unit in its name where it has one, counters end
+    in _total, and docs/generate.md lists each."""
+    import re
+
+    from prometheus_client import generate_latest
+
+    from genbench.errors import ErrorKind
+    from genbench.generate.exporter import MetricsExporter
+    from genbench.records import RequestRecord
+
+    e = MetricsExporter()
+    e.planned({"input": "in.jsonl", "output": "out", "shard": None})
+    server = {"url": "http://a/v1", "state": "down", "down_s": 3.0, "in_flight": 0,
+              "concurrency": 4, "downs": 1, "rows_per_s": None, "tokens_per_s": None}
+    e.tick({"total": 10, "done": 3, "failed": 1, "truncated_this_run": 0, "remaining": 6,
+            "elapsed_s": 5.0, "tokens": 100, "thinking_tokens": 30, "rows_per_s": 0.5,
+            "tokens_per_s": 20.0, "thinking_tokens_per_s": 5.0, "answer_tokens_per_s": 15.0,
+            "eta_s": 12, "eta_lo_s": 10, "eta_hi_s": 15, "all_down_s": 3.0, "servers": [server],
+            "plan": {"seconds": 20, "lo_s": 15, "hi_s": 25, "on_course_s": 17,
+                     "verdict": "inside"}})  # fmt: skip
+    for outcome in ("requeued", "retry"):
+        e.record(RequestRecord("r", server="http://a/v1", error_kind=ErrorKind.DISCONNECTED,
+                               extra={"outcome": outcome}))  # fmt: skip
+    text = generate_latest(e.registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "generate.md").read_text()
+    listed = set(re.findall(r"`(genbench_\w+?)(?:\{[^}]*\})?`", doc))
+    for name, fam in families.items():
+        full = name + ("_total" if fam.type == "counter" else "")
+        assert full.startswith("genbench_"), full
+        assert "_created" not in full  # no noise series beside each counter
+        if fam.type == "counter":
+            assert text.count(f"# TYPE {full} counter") == 1, full
+        if "seconds" in full or "timestamp" in full:
+            assert full.endswith("_seconds"), full
+        assert full in listed or name + "_info" in listed, f"{full} is not in docs/generate.md"
+    assert 'genbench_request_failures_total{kind="disconnected",server="http://a/v1"} 2.0' in text
+    assert 'genbench_server_up{server="http://a/v1"} 0.0' in text
+    assert 'genbench_plan_verdict{verdict="inside"} 1.0' in text

@@ -83,3 +83,18 @@ def test_runs_of_a_resumed_job_line_up_on_the_wall_clock(tmp_path):
     assert h.runs == [(CLOCK + 100, CLOCK + 102), (CLOCK + 1100, CLOCK + 1102)]
     assert h.servers[B].downs == [[CLOCK + 102, CLOCK + 102, 1]]  # ended with its run
     assert h.hist["latency_s"].sum() == 3 and h.hist["completion_tokens"].sum() == 3
+
+
+TORN = b'{"defaults": {}}\n{"id": "r0", "t_send": 1.0, "t_e'
+
+
+@pytest.mark.parametrize("content", [b"", b'{"defaults": {"server": "http://a/v1"}}\n', TORN])
+def test_a_log_with_no_finished_request_draws_figures_that_say_so(tmp_path, content):
+    from genbench.report.job import figures
+
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(content)  # a job that sent nothing yet, or whose first line is torn
+    h = read_job_log(path)
+    assert h.records == 0 and h.runs == []
+    figs = figures(h, [])
+    assert len(figs) == 7 and all(f.empty and not f.has_data for f in figs)

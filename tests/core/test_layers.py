@@ -38,7 +38,10 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 # a command imports the shared parts of commands/, never another command
-COMMANDS_SHARED = {"genbench.commands.common", "genbench.commands.console"}
+# (watch: the job's metrics and Batch options, generate's own, no command of its own)
+COMMANDS_SHARED = {
+    "genbench.commands.common", "genbench.commands.console", "genbench.commands.watch",
+}  # fmt: skip
 TYPER_AT = ("cli", "commands")  # where typer may be imported
 RICH_AT = ("cli", "commands")  # ... and rich, besides the packages' render.py
 

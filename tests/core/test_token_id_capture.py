@@ -181,3 +181,86 @@ def test_parquet_keeps_the_ids_as_int32_lists() -> None:
     back = table.to_pylist()[0]
     assert [t.generated for t in turn_ids(back)] == [GEN, [5, 6, 7]]
     assert turn_ids(back)[0].prompt == PROMPT
+
+
+# A forced call as vLLM 0.32 streams it (the CPU test server, hermes parser): the
+# `<tool_call>` and name tokens held back by the parser come as chunks with ids and an
+# empty delta, then the head and the argument fragments each with their ids, `</tool_call>`
+# ids again without a delta, the EOS id in the finishing chunk.
+CALL_GEN = [30, 412, 81, 4, 93, 4, 69, 95, 95, 30, 17, 2]
+CALL_ARGS = '{"city":"Paris"}'
+
+
+def vllm_call_body() -> bytes:
+    head = {"id": "chatcmpl-tool-1", "type": "function", "index": 0,
+            "function": {"name": "get_weather"}}  # fmt: skip
+
+    def frag(args: str) -> dict[str, Any]:
+        return {"content": None, "tool_calls": [{"index": 0, "function": {"arguments": args}}]}
+
+    usage = {"prompt_tokens": 7, "completion_tokens": len(CALL_GEN)}
+    return b"".join(
+        [
+            chunk({"role": "assistant", "content": ""}, prompt_token_ids=PROMPT),
+            chunk({}, [30]),
+            chunk({}, [412, 81]),
+            chunk({"content": None, "tool_calls": [head]}, [4]),
+            chunk(frag('{"city":'), [93, 4]),
+            chunk(frag('"Paris"'), [69]),
+            chunk(frag("}"), [95]),
+            chunk({}, [95, 30, 17]),
+            chunk({}, [2], choice={"finish_reason": "stop"}),
+            b"data: " + orjson.dumps({**HEAD, "choices": [], "usage": usage}) + b"\n\n",
+            b"data: [DONE]\n\n",
+        ]
+    )
+
+
+def sglang_call_body() -> bytes:
+    """SGLang's shapes: the ids once, whole, in the sglext chunk (here framed as the named
+    `sglext_ids` event SGLang sends on request), after the call's chunks."""
+    head = {"id": "call_1", "index": 0, "type": "function",
+            "function": {"name": "get_weather", "arguments": ""}}  # fmt: skip
+    frag = {"id": None, "index": 0, "type": "function",
+            "function": {"name": None, "arguments": CALL_ARGS}}  # fmt: skip
+    nulls = {"role": None, "content": None, "reasoning_content": None}
+    ext = {"input_ids": PROMPT, "output_ids": [CALL_GEN]}
+    usage = {"prompt_tokens": 7, "completion_tokens": len(CALL_GEN)}
+    return b"".join(
+        [
+            chunk({"role": "assistant", "content": ""}),
+            chunk({**nulls, "tool_calls": [head]}),
+            chunk({**nulls, "tool_calls": [frag]}),
+            chunk({}, choice={"finish_reason": "tool_calls"}),
+            b"event: sglext_ids\ndata: "
+            + orjson.dumps({**HEAD, "choices": [], "sglext": ext})
+            + b"\n\n",
+            b"data: " + orjson.dumps({**HEAD, "choices": [], "usage": usage}) + b"\n\n",
+            b"data: [DONE]\n\n",
+        ]
+    )
+
+
+@pytest.mark.parametrize("body", [vllm_call_body(), sglang_call_body()], ids=["vllm", "sglang"])
+def test_a_tool_call_keeps_every_id_it_was_generated_with(body: bytes) -> None:
+    for cut in range(1, len(body), 5):
+        rec = parse(body, [cut])
+        assert rec.tool_call_count == 1 and rec.tool_calls is not None
+        assert rec.tool_calls[0]["function"] == {"name": "get_weather", "arguments": CALL_ARGS}
+        assert list(rec.prompt_token_ids) == PROMPT
+        assert list(rec.token_ids) == CALL_GEN  # the held-back tokens and EOS included
+        counts = (rec.prompt_tokens, rec.completion_tokens, rec.tokens_estimated)
+        assert check_turn(rec.prompt_token_ids, rec.token_ids, *counts) == (EXACT, None)
+
+
+def test_a_whole_tool_call_reply_gives_its_ids() -> None:
+    fn = {"name": "get_weather", "arguments": CALL_ARGS}
+    msg = {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
+                                                                "function": fn}]}  # fmt: skip
+    usage = {"prompt_tokens": 7, "completion_tokens": len(CALL_GEN)}
+    obj = {"choices": [{"message": msg, "finish_reason": "tool_calls", "token_ids": CALL_GEN}],
+           "prompt_token_ids": PROMPT, "usage": usage}  # fmt: skip
+    rec = RequestRecord(id="r")
+    assert parse_whole(rec, orjson.dumps(obj), 0.0, 0.5, True, ids=Ids()) is None
+    assert rec.tool_call_count == 1 and list(rec.token_ids) == CALL_GEN
+    assert check_turn(rec.prompt_token_ids, rec.token_ids, 7, len(CALL_GEN), False)[0] == EXACT

@@ -22,14 +22,12 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from genbench.commands import common
+from genbench.commands import common, watch
 from genbench.commands.console import err, out
 from genbench.errors import UsageError
 from genbench.fmt import duration, duration_range, number, rate
-from genbench.generate.batch import BATCH_OUTPUT, is_batch_file, write_batch_output
 from genbench.generate.input import ShardSpec
 from genbench.generate.job import JobConfig, JobResult, Listener, run_job
-from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.params import job_params
 from genbench.generate.servers import ServerSpec
 from genbench.generate.tools import POLICIES
@@ -361,12 +359,7 @@ def generate(
         "server gives them), on (refuse a server that cannot), off.",
     ),
     fmt: str = typer.Option("jsonl", "--format", help="jsonl or parquet."),
-    answers: str = typer.Option(
-        "conversations",
-        "--answers",
-        help="conversations; batch: data files in OpenAI's Batch output shape instead; both: "
-        "conversations, and batch_output.jsonl beside them at the end of every run.",
-    ),
+    answers: str = watch.ANSWERS,
     shard_size: str = typer.Option("256MB", "--shard-size", help="Start a new file after this."),
     shard: str | None = typer.Option(
         None, "--shard", metavar="i/N", help="Take only this client's share of the ids."
@@ -416,19 +409,8 @@ def generate(
         help="A plan.json (or its directory) from genbench plan: its forecast beside the "
         "live ETA, and at the end how far off it was.",
     ),
-    metrics_port: int | None = typer.Option(
-        None,
-        "--metrics-port",
-        metavar="PORT",
-        help="Serve the job's progress as Prometheus metrics on http://HOST:PORT/metrics "
-        "while it runs (0: any free port). See docs/generate.md.",
-    ),
-    metrics_host: str = typer.Option(
-        "127.0.0.1",
-        "--metrics-host",
-        help="Address --metrics-port listens on: loopback unless you choose another "
-        "(0.0.0.0: every interface).",
-    ),
+    metrics_port: int | None = watch.METRICS_PORT,
+    metrics_host: str = watch.METRICS_HOST,
     json: bool = common.JSON,
 ) -> None:
     """Regenerate a prompt file with the target model: resumable, exactly once, many servers."""
@@ -447,12 +429,9 @@ def generate(
     _choice("--tool-policy", tool_policy, POLICIES)
     _choice("--format", fmt, ("jsonl", "parquet"))
     _choice("--truncated", truncated, ("keep", "error"))
-    _choice("--answers", answers, ("conversations", "batch", "both"))
-    if answers == "batch" and fmt != "jsonl":
-        raise UsageError("--answers batch writes JSON Lines: leave --format at jsonl")
-    if is_batch_file(input):
-        turns = "last"  # a Batch line is one request, sent as its body has it
-        tool_policy = "keep"  # its calls and results too: nothing replayed
+    fmt, turns = watch.answers_format(answers, fmt, input, turns)
+    if watch.is_batch_file(input):
+        tool_policy = "keep"  # a Batch line's calls and results too: nothing replayed
     _choice("--token-ids", token_ids, ("auto", "on", "off"))
     if input_changed is not None:
         _choice("--input-changed", input_changed, ("regenerate", "keep"))
@@ -511,7 +490,6 @@ def generate(
         think_tags=common.think_tags(think_tags),
         think_dialect=common.think_dialect(think_dialect),
         keep_raw=keep_raw,
-        answers=answers,
         token_ids=token_ids,
     )
     console = err if json else out
@@ -527,23 +505,13 @@ def generate(
         cs.pop() if len(cs) == 1 else None,
         down_timeout,
     )
-    exporter = None
-    if metrics_port is not None:
-        if not 0 <= metrics_port <= 65535:
-            raise UsageError(f"--metrics-port {metrics_port}: expected a port from 0 to 65535")
-        from genbench.generate.exporter import MetricsExporter
-
-        exporter = MetricsExporter(metrics_host, metrics_port)
-        console.print(f"  metrics: {exporter.start()}")
-    heard = [listener, RunNotes(output, cfg.shard_tag)] + ([exporter] if exporter else [])
+    heard, exporter = watch.listeners(listener, cfg, metrics_host, metrics_port, console)
     try:
-        result = common.run_async(run_job(cfg, Listeners(*heard)))
+        result = common.run_async(run_job(cfg, heard))
     finally:
         listener.stop()
-        if exporter is not None:
-            exporter.stop()
-    if answers == "both":
-        _write_batch_output(cfg, console)
+        watch.stop(exporter)
+    watch.batch_output(cfg, answers, console)
     if json:
         doc = {**asdict(result), "exit_code": result.exit_code}
         if listener.forecast is not None:
@@ -551,19 +519,6 @@ def generate(
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     if result.exit_code:
         raise typer.Exit(result.exit_code)
-
-
-def _write_batch_output(cfg: JobConfig, console: Console) -> None:
-    """--answers both: batch_output.jsonl (one per --shard) from what the store holds now."""
-    from genbench.generate.store import Store
-
-    store = Store(cfg.output, shard_tag=cfg.shard_tag)
-    if not store.out.is_dir():
-        return
-    tag = f"-{cfg.shard_tag}" if cfg.shard_tag else ""
-    dest = cfg.output / BATCH_OUTPUT.replace(".jsonl", f"{tag}.jsonl")
-    n = write_batch_output(store.data_files(), store.errors_path, dest)
-    console.print(f"  batch output: {dest} ({n:,} lines)")
 
 
 def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -100,7 +100,7 @@ METRICS_URL = typer.Option(
     help="A worker's /metrics, summed with the other --metrics-url's per phase (servers "
     "behind a router); repeatable. [default: the server's own /metrics]",
 )
-PROMPTS = typer.Option(
+WORKLOAD = typer.Option(
     None,
     "--workload",
     metavar="FILE",
@@ -144,7 +144,7 @@ def run(
     report: bool = REPORT,
     repeat: int = REPEAT,
     metrics_url: list[str] | None = METRICS_URL,
-    prompts: Path | None = PROMPTS,
+    prompts: Path | None = WORKLOAD,
     versus: list[str] | None = VERSUS,
 ) -> None:
     """Benchmark a server: warm-up, single stream by output length, concurrency sweep."""

@@ -8,7 +8,9 @@
   same sample, plus `primary_id` (the row) and `metadata`.
 * `specforge`: SpecForge's conversations file (`data.train_data_path`): one line per row,
   `id` and `conversations` only (every other column would reach the chat template as a
-  keyword), the system turn made explicit, the thinking as `reasoning_content`. The
+  keyword; an agentic row's `tools` does, as the template's `tools`), the system turn made
+  explicit, the thinking as `reasoning_content`, a call's `tool_calls` and a result's
+  `tool_call_id` kept. The
   trainer re-tokenizes it; the token formats are what the target generated.
 """
 
@@ -78,6 +80,9 @@ def _message(m: Mapping[str, Any]) -> dict[str, Any]:
     out = {"role": m.get("role"), "content": m.get("content") or ""}
     if m.get("role") == "assistant" and m.get("reasoning_content"):
         out["reasoning_content"] = m["reasoning_content"]
+    for key in ("tool_calls", "tool_call_id", "name"):  # an agentic row's calls and results
+        if m.get(key):
+            out[key] = m[key]
     return out
 
 
@@ -103,5 +108,8 @@ def text_row(
     if system == "none" and empty_system:
         msgs.insert(0, {"role": "system", "content": ""})
         system = "empty"
-    line = orjson.dumps({"id": str(row.get("id")), "conversations": msgs}) + b"\n"
-    return TextRow(line, turns, system, history)
+    out: dict[str, Any] = {"id": str(row.get("id")), "conversations": msgs}
+    tools = row.get("tools")
+    if tools:  # the template's `tools` keyword: an agentic row's schema (Parquet: its text)
+        out["tools"] = orjson.loads(tools) if isinstance(tools, str) else tools
+    return TextRow(orjson.dumps(out) + b"\n", turns, system, history)

@@ -12,7 +12,10 @@ The job is split so each part can be reasoned about (and tested) alone:
 * `servers`  the pool of servers (load slots): which are up, which are polled back;
 * `progress` durable counts, and rates and the ETA from the request records (`stats`);
 * `wander`   how the speed wandered: the ETA's range, and the plan's (`plan.bar`);
-* `job`      one run: input, preflight, the load, the store.
+* `job`      one run: input, preflight, the load, the store;
+* `batch`    OpenAI Batch API request files in, Batch output lines out;
+* `exporter` the job's progress on /metrics for Prometheus (`--metrics-port`);
+* `listeners` several listeners at once, and `runlog` the notes each run leaves.
 
 docs/generate.md describes the formats and guarantees for users.
 """

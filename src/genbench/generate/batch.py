@@ -12,7 +12,8 @@ The answers come back in the Batch output shape, one line per `custom_id`:
 `{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`, `body`
 a `chat.completion` object. With `--answers batch` the data files hold these lines
 instead of conversations (their `id` is the `custom_id`, which is what lets the job
-resume and write each row once); with `--answers both` the conversations stay and
+resume and write each row once), and the failed rows go to `batch_errors.jsonl` in the
+same shape at the end of every run; with `--answers both` the conversations stay and
 `batch_output.jsonl` is written beside them from the data and errors files at the end of
 every run, interrupted ones included, so it always holds each finished `custom_id` once.
 """
@@ -32,6 +33,7 @@ from genbench.generate.durable import fsync_dir
 CHAT_URL = "/v1/chat/completions"
 JOB_FIELDS = ("model", "stream", "stream_options")  # the job's own, not the row's
 BATCH_OUTPUT = "batch_output.jsonl"
+BATCH_ERRORS = "batch_errors.jsonl"  # --answers batch: the failed rows, in Batch shape
 MARK = "\x00batch"  # a key no JSON row of another format holds: this row came from a Batch line
 
 
@@ -125,6 +127,14 @@ def answer_line(row_id: str | int, conversations: list[dict[str, Any]], meta: di
         "response": {"status_code": 200, "request_id": f"genbench-{row_id}", "body": body},
         "error": None,
     }) + b"\n"  # fmt: skip
+
+
+def row_bytes(conv: Any, model: str, fmt: str) -> bytes:
+    """A finished row as the data file holds it: a Batch output line in format `batch`
+    (`--answers batch`), else the conversations line (`Conversation.line`)."""
+    if fmt != "batch":
+        return conv.line(model)
+    return answer_line(conv.row.output_id, conv.out, conv.meta(model))
 
 
 def error_line(entry: dict[str, Any]) -> bytes:

@@ -26,7 +26,9 @@ from typing import Any
 import orjson
 
 from genbench.generate.conversation import Conversation
-from genbench.generate.input import Row, line_key
+from genbench.generate.input import Row
+from genbench.generate.linekey import line_key
+from genbench.generate.row_units import start
 from genbench.transport.client import ChatRequest
 
 __all__ = [
@@ -48,31 +50,58 @@ PROBE = Row(  # the synthetic row behind the salt: a system prompt and two user 
 
 def _canonical(req: ChatRequest) -> dict[str, Any]:
     """The request's fields that say what is asked: its id is the row's key, not part of
-    the request, and empty fields are left out (a new field's default changes nothing)."""
+    the request, and fields at their default or empty are left out (a field added to
+    requests changes no fingerprint made before, until a row sets it)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(req):
         v = getattr(req, f.name)
-        if f.name != "id" and v is not None and v != {} and v != []:
-            out[f.name] = v
+        if f.name == "id" or v is None or v == {} or v == [] or v == _default(f):
+            continue
+        out[f.name] = v
     return out
 
 
-def row_fingerprint(row: Row, params: dict[str, Any], all_turns: bool) -> int:
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def row_fingerprint(
+    row: Row, params: dict[str, Any], all_turns: bool, tool_policy: str = "replay"
+) -> int:
     """The fingerprint (an unsigned 64-bit int, never 0) of the requests `row` makes."""
-    conv = Conversation(row, params, all_turns)
+    conv = start(row, params, all_turns, tool_policy=tool_policy)
     h = hashlib.blake2b(digest_size=8)
+    if type(conv) is not Conversation:
+        # an agentic row: its later requests follow the target's calls, so what it asks is
+        # its first request and everything of the row that the others are made from
+        first = conv.next_request()
+        h.update(_dumps(_canonical(first)) if first is not None else b"")
+        h.update(_dumps([row.messages, row.tools, row.tool_choice, tool_policy, all_turns]))
+        return int.from_bytes(h.digest(), "big") or 1
     while (req := conv.next_request()) is not None:
-        h.update(orjson.dumps(_canonical(req), option=orjson.OPT_SORT_KEYS, default=str))
+        h.update(_dumps(_canonical(req)))
         h.update(b"\n")
         conv.out.append({"role": "assistant", "content": ""})  # the answer, as a placeholder
         conv.waiting = False
     return int.from_bytes(h.digest(), "big") or 1
 
 
-def job_salt(params: dict[str, Any], all_turns: bool) -> int:
+def _dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS, default=str)
+
+
+def job_salt(params: dict[str, Any], all_turns: bool, tool_policy: str = "replay") -> int:
     """What the line keys of this job are keyed by: changes with the job's sampling, its
-    `--turns` and the way genbench builds requests."""
-    return row_fingerprint(PROBE, params, all_turns)
+    `--turns`, its tool policy and the way genbench builds requests."""
+    fp = row_fingerprint(PROBE, params, all_turns).to_bytes(8, "big")
+    if tool_policy == "replay":  # the default leaves the keys of earlier jobs as they were
+        return int.from_bytes(fp, "big")
+    digest = hashlib.blake2b(fp + tool_policy.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") or 1
 
 
 def to_hex(fp: int) -> str:
@@ -101,10 +130,12 @@ class RequestCheck:
     all_turns: bool
     fps: Any  # id -> fingerprint: a mapping with .get (store.LazyFps)
     kept: dict[str, tuple[int, int]] = field(default_factory=dict)
+    tool_policy: str = "replay"
     changes: list[tuple[str, int, int]] = field(default_factory=list)  # (id, fp now, key)
+    learned: dict[str, int] = field(default_factory=dict)  # id -> key, for the index
 
     def __post_init__(self) -> None:
-        self.salt = job_salt(self.params, self.all_turns)
+        self.salt = job_salt(self.params, self.all_turns, self.tool_policy)
 
     def key(self, raw: bytes) -> int:
         return line_key(self.salt, raw)
@@ -126,9 +157,12 @@ class RequestCheck:
         old = self.fps.get(row_id, 0)
         if not old:
             return False  # made by a genbench that kept no fingerprint: cannot tell
-        fp = row_fingerprint(row, self.params, self.all_turns)
+        fp = row_fingerprint(row, self.params, self.all_turns, self.tool_policy)
         k = self.kept.get(row_id)
-        if fp == old or (k is not None and k[0] == fp):
+        if fp == old:
+            self.learned[row_id] = key  # the same request from another line: its new key
+            return False
+        if k is not None and k[0] == fp:
             return False
         self.changes.append((row_id, fp, key))
         return True

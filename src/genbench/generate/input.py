@@ -21,7 +21,6 @@ An OpenAI Batch request line (`custom_id`, `body`) is read as such a row (batch.
 from __future__ import annotations
 
 import hashlib
-import zlib
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,11 +36,12 @@ from genbench.generate.input_files import check_kind as _not_what_it_says
 from genbench.generate.input_files import jsonl_lines as _jsonl
 from genbench.generate.input_files import open_parquet as open_parquet  # inspect reads with it
 from genbench.generate.input_files import parquet_rows as _parquet
+from genbench.generate.linekey import _crc, line_key, raw_of
+from genbench.generate.linekey import fast_id as fast_id  # the store reads its ids with it
 from genbench.generate.params import check_row_params
 from genbench.generate.shard import ShardSpec
 from genbench.generate.tools import BadTool, link, row_tools, tool_turn, xlam_turns
 
-_crc = zlib.crc32
 ROLES = ("system", "developer", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "chatgpt": "assistant", "bot": "assistant"}
 RAW_LIMIT = 2000  # characters of a bad line kept in the errors file
@@ -126,20 +126,6 @@ class InputScan:
     @property
     def where(self) -> str:
         return "row" if self.kind == "parquet" else "line"
-
-
-def line_key(salt: int, raw: bytes) -> int:
-    """The key of an input line's bytes under a job's `salt` (fingerprint.py); never 0,
-    which means unknown: its length and a CRC-32 seeded by the salt. It only ever says
-    "this line is byte for byte the one the row was made from" (an edit of the same
-    length slips by once in 4 billion; the fingerprint decides every other case), and it
-    is on the resume's hot path (inline there, in `_Scan.row`): 0.2 us a line."""
-    return (len(raw) << 32 | _crc(raw, salt & 0xFFFFFFFF)) or 1
-
-
-def raw_of(item: bytes | dict[str, Any]) -> bytes:
-    """The bytes a row's line key is taken of: a JSONL line as it is, a Parquet row as JSON."""
-    return item if type(item) is bytes else orjson.dumps(item, default=str)
 
 
 def derive_id(messages: list[dict[str, Any]], params: dict[str, Any]) -> str:
@@ -271,30 +257,6 @@ def parse_row(obj: Any, line: int, row_id: str | None = None) -> Row:
     # a row's tools are part of its content; a row without keeps the id it always had
     key = derive_id(messages, params if tools is None else {**params, "tools": tools})
     return Row(row_id or key, messages, params, line, out_id, tools, choice)
-
-
-def fast_id(s: bytes) -> str | None:
-    """The id of a line that starts with a plain string id (genbench's own output and most
-    generated files do), without parsing the rest: resume skips 1M done rows by this.
-    None when it cannot be sure (escapes, an integer id, another key first)."""
-    if s[:7] == b'{"id":"':
-        start = 7
-    elif s[:8] == b'{"id": "':
-        start = 8
-    elif s[:14] == b'{"custom_id":"':  # an OpenAI Batch request line (batch.py)
-        start = 14
-    else:
-        return None
-    end = s.find(b'"', start)
-    if end <= start:
-        return None
-    raw = s[start:end]
-    if b"\\" in raw:
-        return None
-    try:
-        return raw.decode()
-    except UnicodeDecodeError:
-        return None
 
 
 def _decode(s: bytes) -> Any:

@@ -21,7 +21,7 @@ from genbench import __version__, fmt
 from genbench.check.preflight import CheckReport, preflight
 from genbench.check.router import ROUTER_KINDS
 from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
-from genbench.generate.batch import answer_line
+from genbench.generate.batch import row_bytes
 from genbench.generate.conversation import Conversation
 from genbench.generate.durable import output_errors
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
@@ -49,7 +49,7 @@ class JobConfig:
     params: dict[str, Any] = field(default_factory=dict)
     turns: str = "all"  # all | last
     tool_policy: str = "replay"  # replay | keep: an agentic row's calls (generate/agent.py)
-    fmt: str = "jsonl"  # jsonl | parquet
+    fmt: str = "jsonl"  # jsonl | parquet | batch (JSONL of OpenAI Batch output lines)
     shard: ShardSpec | None = None
     shard_bytes: int = 256 << 20
     skip_invalid: bool = False
@@ -70,13 +70,11 @@ class JobConfig:
     think_tags: tuple[str, str] = DEFAULT_TAGS  # thinking inline in content: its tags
     think_dialect: str = "auto"  # --think-dialect: where thinking arrives, or auto
     keep_raw: bool = False  # also write each answer's text as generated (turn["raw"])
-    answers: str = "conversations"  # conversations | batch (OpenAI Batch output lines) | both
     token_ids: str = "auto"  # --token-ids: auto (where the server gives them), on, off
     input_changed: str | None = None  # regenerate | keep: done rows whose request changed
 
     def fingerprint(self, model: str) -> dict[str, Any]:
-        fmt = "batch" if self.answers == "batch" else self.fmt  # Batch lines: another format
-        fp = {"model": model, "params": self.params, "turns": self.turns, "format": fmt}
+        fp = {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
         if self.tool_policy != "replay":  # the default leaves earlier jobs' fingerprints be
             fp["tool_policy"] = self.tool_policy
         return fp
@@ -407,16 +405,13 @@ class Job:
             entry["meta"] = conv.meta(self.model)
             self.store.write_error(conv.row.id, entry, info)
         else:
-            fp = row_fingerprint(conv.row, self.cfg.params, self.cfg.turns == "all")
+            cfg = self.cfg
+            fp = row_fingerprint(conv.row, cfg.params, cfg.turns == "all", cfg.tool_policy)
             conv.request = to_hex(fp)
-            self.store.write_row(conv.row.id, self._row_line(conv), info, (fp, conv.row.src))
+            line = row_bytes(conv, self.model, self.cfg.fmt)
+            self.store.write_row(conv.row.id, line, info, (fp, conv.row.src))
         self._t_last_done = time.perf_counter()
         return self.store.take_shortage()
-
-    def _row_line(self, conv: Conversation) -> bytes:
-        if self.cfg.answers != "batch":
-            return conv.line(self.model)
-        return answer_line(conv.row.output_id, conv.out, conv.meta(self.model))
 
     def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> str | None:
         entry = self._error_entry(conv, kind, why)

@@ -17,9 +17,8 @@ from typing import Any
 import orjson
 
 from genbench.generate.job import JobResult, Listener
+from genbench.generate.runlog import runs_path
 from genbench.records import RequestRecord
-
-RUNS_FILE = "runs.jsonl"
 
 
 class Listeners(Listener):
@@ -95,27 +94,3 @@ class RunNotes(Listener):
                 f.write(orjson.dumps(doc) + b"\n")
         except OSError:
             pass  # notes for the report: never worth stopping a job over
-
-
-def runs_path(out_dir: Path, shard_tag: str | None = None) -> Path:
-    """runs.jsonl, or runs-<i>of<N>.jsonl for one --shard (as the request log is named)."""
-    tag = f"-{shard_tag}" if shard_tag else ""
-    return out_dir / ".genbench" / RUNS_FILE.replace(".jsonl", f"{tag}.jsonl")
-
-
-def read_runs(out_dir: Path, shard_tag: str | None = None) -> list[dict[str, Any]]:
-    """The notes of every run of the job, oldest first; a torn or bad line is skipped."""
-    path = runs_path(out_dir, shard_tag)
-    runs: list[dict[str, Any]] = []
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return runs
-    for line in data.splitlines():
-        try:
-            doc = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(doc, dict):
-            runs.append(doc)
-    return runs

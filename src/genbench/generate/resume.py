@@ -10,6 +10,7 @@ from genbench.generate import changes
 from genbench.generate.durable import output_errors
 from genbench.generate.fingerprint import LazyFps, RequestCheck
 from genbench.generate.input import InputScan, ShardSpec, scan
+from genbench.generate.readback import rekey_index
 from genbench.generate.store import Existing, Store
 
 
@@ -50,7 +51,8 @@ def prepare(
     # sampling, turns and format now (the served model once the servers answered): a job
     # refused for its settings is not also asked about every row's request
     store.check_job(existing, cfg.fingerprint(cfg.model or _old_model(existing)), cfg.force)
-    check = RequestCheck(cfg.params, cfg.turns == "all", existing.fps, changes.read_kept(store))
+    kept = changes.read_kept(store)
+    check = RequestCheck(cfg.params, cfg.turns == "all", existing.fps, kept, cfg.tool_policy)
     res = scan(
         cfg.input,
         existing.done,
@@ -66,6 +68,10 @@ def prepare(
         note = changes.settle(store, existing, res, check, policy)
     if note:
         listener.note(note, "yellow")
+    if check.learned:  # checked the slow way once: the fast way next time
+        with output_errors(store.out):
+            for idx in sorted({store.index_path(p) for p in store.data_files()}):
+                rekey_index(idx, check.learned, existing.fps)
     # 1M done ids are not needed past this point: the run writes only res.todo
     existing.done, existing.fps, existing.failed = {}, LazyFps(), set()
     check.fps, check.kept = LazyFps(), {}

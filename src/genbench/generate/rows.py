@@ -1,12 +1,12 @@
 """An output row: SpecForge's `conversations` plus genbench's metadata, as one JSONL line
-or one Parquet row (a full JSONL shard is converted in a separate process).
+or one Parquet row (a full JSONL shard is converted in a separate process). Written here
+(`row_line`) and parsed back here (`parse_row`, what `inspect` reads), side by side.
 
 Each generated assistant turn also carries the ids the server generated and the prompt
 ids it saw (`token_ids`, `prompt_token_ids`: JSON arrays of ints; Parquet list<int32>),
 its `finish_reason`, and `token_ids_error` when its ids cannot be trusted; the row's
-`meta.token_ids` sums them up (genbench.transport.token_ids). `turn_ids` is the one reader of them
-every consumer uses (the trainer export, inspect). The row is written here (`row_line`) and
-parsed back here (`parse_row`, what `inspect` reads), side by side."""
+`meta.token_ids` sums them up (genbench.transport.token_ids). `turn_ids` is the one reader
+of them every consumer uses (the trainer export, inspect)."""
 
 from __future__ import annotations
 

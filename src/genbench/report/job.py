@@ -17,7 +17,7 @@ import numpy as np
 
 from genbench import fmt
 from genbench.compare.runs import PALETTE
-from genbench.generate.listeners import read_runs
+from genbench.generate.runlog import read_runs
 from genbench.report.figures import FAIL_COLOR, Band, Figure, HBar, Series
 from genbench.report.joblog import EDGES, JobHistory, read_job_log
 
@@ -103,13 +103,18 @@ def rate_figure(h: JobHistory, ax: _Axis, metric: str) -> Figure:
         fig.series.append(Series("all servers", "#333", xs, total.tolist(), dash="dash",
                                  marker="none"))  # fmt: skip
     if not rows:
-        think = sum(np.asarray(b.series("thinking", n)) for n in h.servers) / b.width
+        think = _total(b, "thinking", h) / b.width
         fig.series.append(Series("thinking, all servers", "#777", xs, list(think), dash="dot",
                                  marker="none"))  # fmt: skip
     fig.bands = _down_bands(h, ax)
     if not b.n:
         fig.empty = "no requests in the log"
     return fig
+
+
+def _total(b: Any, metric: str, h: JobHistory) -> np.ndarray:
+    """A metric's bins summed over the servers."""
+    return sum((np.asarray(b.series(metric, n)) for n in h.servers), np.zeros(b.n))
 
 
 def servers_figure(h: JobHistory, ax: _Axis) -> Figure:
@@ -164,13 +169,15 @@ def failures_figure(h: JobHistory, ax: _Axis) -> Figure:
         ys = [v * scale for v in b.series("failures", kind)]
         fig.series.append(Series(kind, _color(i + 3), xs, ys, marker="none"))
     for metric, dash, color in (("requeued", "dash", "#333"), ("retry", "dot", "#777")):
-        ys = sum(np.asarray(b.series(metric, n)) for n in h.servers) * scale
+        ys = _total(b, metric, h) * scale
         if np.any(ys):
             fig.series.append(Series("rows requeued" if metric == "requeued" else "retries",
                                      color, xs, list(ys), dash=dash, marker="none"))  # fmt: skip
     fig.bands = _down_bands(h, ax)
     if not fig.series:
         fig.series.append(Series("no failures", _color(2), xs, [0.0] * len(xs), marker="none"))
+    if not b.n:
+        fig.empty = "no requests in the log"
     return fig
 
 
@@ -182,8 +189,7 @@ def eta_figure(h: JobHistory, ax: _Axis, notes: list[dict[str, Any]]) -> Figure:
                  "95% bar", ax.label, f"projected run duration ({ax.name})", wide=True)  # fmt: skip
     b = h.bins
     starts = np.asarray(b.starts())
-    ended = sum(np.asarray(b.series("done", n)) + np.asarray(b.series("failed", n))
-                for n in h.servers)  # fmt: skip
+    ended = _total(b, "done", h) + _total(b, "failed", h)
     window = max(1, round(ETA_WINDOW_S / b.width))
     for k, note in enumerate(n for n in notes if n.get("event") == "start"):
         run = next(((a, z) for a, z in h.runs if z >= note["at"] and a >= note["at"] - 60), None)

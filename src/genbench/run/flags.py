@@ -123,7 +123,7 @@ def run_config(
     warmup_tokens: int | None,
     extra_body: str | None,
     metrics_url: list[str] | None,
-    prompts: Path | None,
+    prompts: Path | None = None,
 ) -> RunConfig:
     """`genbench run`'s flags as the run's config, each checked (a UsageError names it)."""
     cfg = RunConfig(natural=natural, temperature=temperature, timeout=timeout, thinking=thinking)

@@ -116,7 +116,9 @@ IDS_END = b"]}]}\n\n"
 
 
 def generated(r: Any) -> list[int]:
-    """Every id a request emitted so far (`wire.Req`), fault script or plain text."""
+    """Every id a request emitted so far (`wire.Req`), fault script, call or plain text."""
+    if r.tool is not None:
+        return r.tool.token_ids(0, r.emitted)
     if r.script is not None:
         return [word_id(r.script.word(i)) for i in range(r.emitted)]
     return [TEXT_IDS[(r.pos + j) % TEXT_LEN] for j in range(r.emitted)]

@@ -150,7 +150,8 @@ class Scheduler:
         if not r.stream:
             return True
         if r.tool is not None:
-            return r.sink.write(r.tool.events(r.head, e, e + k))  # type: ignore[union-attr]
+            events = r.tool.events(r.head, e, e + k, r.ids == "vllm")
+            return r.sink.write(events)  # type: ignore[union-attr]
         if r.script is not None:
             out = b""
             tail = SUF[2:]

@@ -26,10 +26,12 @@ from typing import Any
 import orjson
 
 from genbench.errors import UsageError
+from genbench.sim.ids import word_id
 from genbench.sim.text import TEXT, TEXT_LEN
 
 ARG_WORDS = 6  # words in a call's argument value: a call is ARG_WORDS + 3 tokens
 _TAIL = b',"finish_reason":null}]}\n\n'
+HEAD_ID = 99  # the id of a call's head token (sim.ids: below its words' ids)
 
 
 def parse_tool_calls(spec: str | None) -> tuple[int, int] | None:
@@ -118,19 +120,37 @@ class ToolScript:
     def thought(self, start: int, end: int) -> str:
         return "".join(" " + TEXT[(self.pos + i) % TEXT_LEN] for i in range(start, end))
 
-    def events(self, head: bytes, start: int, end: int) -> bytes:
+    def token_ids(self, start: int, end: int) -> list[int]:
+        """The ids of tokens [start, end) (`sim.ids`): the thought's words, a marker for
+        the call's head, then each argument fragment's."""
+        out = []
+        for i in range(start, end):
+            j = i - self.thinking
+            if j < 0:
+                out.append(word_id(TEXT[(self.pos + i) % TEXT_LEN]))
+            else:
+                out.append(HEAD_ID if j == 0 else word_id(self.frags[j - 1]))
+        return out
+
+    def events(self, head: bytes, start: int, end: int, with_ids: bool = False) -> bytes:
         """The SSE events that carry tokens [start, end): the thinking among them, then
-        the call's part."""
+        the call's part; `with_ids` (vLLM's dialect) puts the chunk's ids in its first."""
         out = b""
+        tail = _TAIL
+        if with_ids:
+            tail = b',"finish_reason":null,"token_ids":%b}]}\n\n' % orjson.dumps(
+                self.token_ids(start, end)
+            )
         th = self.thinking
         if start < th:
             delta = {self.think_key: self.thought(start, min(end, th))}
-            out += head + orjson.dumps(delta) + _TAIL
+            out += head + orjson.dumps(delta) + tail
+            tail = _TAIL
         a, b = max(start, th) - th, end - th
         if b <= 0:
             return out
         args = "".join(self.frags[max(a, 1) - 1 : b - 1])
-        out += head + orjson.dumps(self._delta(a == 0, args)) + _TAIL
+        out += head + orjson.dumps(self._delta(a == 0, args)) + tail
         return out
 
     def _delta(self, first: bool, args: str) -> dict[str, Any]:

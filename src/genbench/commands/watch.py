@@ -1,0 +1,92 @@
+"""`genbench generate`'s options for watching a job and for the shape of its answers.
+
+`--metrics-port` / `--metrics-host` serve the job's progress to Prometheus while it runs
+(generate/exporter.py); every job notes its runs for the report (generate/listeners.py);
+`--answers` writes OpenAI Batch output lines instead of, or beside, the conversations
+(generate/batch.py). Kept apart from generate.py, which holds the job's other options.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from genbench.errors import UsageError
+from genbench.generate.batch import BATCH_ERRORS, BATCH_OUTPUT, is_batch_file, write_batch_output
+from genbench.generate.job import JobConfig, Listener
+from genbench.generate.listeners import Listeners, RunNotes
+
+ANSWERS = typer.Option(
+    "conversations",
+    "--answers",
+    help="conversations; batch: data files in OpenAI's Batch output shape instead; both: "
+    "conversations, and batch_output.jsonl beside them at the end of every run.",
+)
+METRICS_PORT = typer.Option(
+    None,
+    "--metrics-port",
+    metavar="PORT",
+    help="Serve the job's progress as Prometheus metrics on http://HOST:PORT/metrics while "
+    "it runs (0: any free port). See docs/generate.md.",
+)
+METRICS_HOST = typer.Option(
+    "127.0.0.1",
+    "--metrics-host",
+    help="Address --metrics-port listens on: loopback unless you choose another (0.0.0.0: "
+    "every interface).",
+)
+SHAPES = ("conversations", "batch", "both")
+
+
+def answers_format(answers: str, fmt: str, input: Path, turns: str) -> tuple[str, str]:
+    """The job's data format and turns for `--answers`: Batch output lines are a format of
+    their own on disk (a job keeps one); a Batch request line is one request, sent as its
+    body has it, so every turn but the last is context."""
+    if answers not in SHAPES:
+        raise UsageError(f"--answers '{answers}': expected one of {', '.join(SHAPES)}")
+    if answers == "batch" and fmt != "jsonl":
+        raise UsageError("--answers batch writes JSON Lines: leave --format at jsonl")
+    return ("batch" if answers == "batch" else fmt), ("last" if is_batch_file(input) else turns)
+
+
+def listeners(console_listener: Listener, cfg: JobConfig, host: str, port: int | None,
+              console: Console) -> tuple[Listener, Any]:  # fmt: skip
+    """Who hears the job: the console, the run notes, and the exporter when asked (started
+    here, so a port in use fails before any request); (listener, exporter or None)."""
+    exporter = None
+    if port is not None:
+        if not 0 <= port <= 65535:
+            raise UsageError(f"--metrics-port {port}: expected a port from 0 to 65535")
+        from genbench.generate.exporter import MetricsExporter
+
+        exporter = MetricsExporter(host, port)
+        console.print(f"  metrics: {exporter.start()}")
+    heard = [console_listener, RunNotes(cfg.output, cfg.shard_tag)]
+    return Listeners(*heard, *([exporter] if exporter else [])), exporter
+
+
+def stop(exporter: Any) -> None:
+    if exporter is not None:
+        exporter.stop()
+
+
+def batch_output(cfg: JobConfig, answers: str, console: Console) -> None:
+    """At the end of a run, from what the store holds now (one file per --shard):
+    --answers both: batch_output.jsonl, every finished row; --answers batch (the data files
+    are the output): batch_errors.jsonl, the failed rows in Batch shape, when there are."""
+    from genbench.generate.store import Store
+
+    store = Store(cfg.output, shard_tag=cfg.shard_tag)
+    if answers == "conversations" or not store.out.is_dir():
+        return
+    tag = f"-{cfg.shard_tag}" if cfg.shard_tag else ""
+    name = BATCH_OUTPUT if answers == "both" else BATCH_ERRORS
+    if answers == "batch" and not store.errors_path.exists():
+        return
+    dest = cfg.output / name.replace(".jsonl", f"{tag}.jsonl")
+    data = store.data_files() if answers == "both" else []
+    n = write_batch_output(data, store.errors_path, dest)
+    console.print(f"  batch {'output' if data else 'errors'}: {dest} ({n:,} lines)")

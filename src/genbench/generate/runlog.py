@@ -1,0 +1,39 @@
+"""`.genbench/runs.jsonl`: one line when a run of a job starts sending, one when it ends.
+
+What the request log cannot say by itself (the job's rows, those done before the run,
+the plan's forecast and bar), written by `listeners.RunNotes` and read by the job's
+report. Nothing heavy is imported here: the report reads it without the job's machinery.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+RUNS_FILE = "runs.jsonl"
+
+
+def runs_path(out_dir: Path, shard_tag: str | None = None) -> Path:
+    """runs.jsonl, or runs-<i>of<N>.jsonl for one --shard (as the request log is named)."""
+    tag = f"-{shard_tag}" if shard_tag else ""
+    return out_dir / ".genbench" / RUNS_FILE.replace(".jsonl", f"{tag}.jsonl")
+
+
+def read_runs(out_dir: Path, shard_tag: str | None = None) -> list[dict[str, Any]]:
+    """The notes of every run of the job, oldest first; a torn or bad line is skipped."""
+    path = runs_path(out_dir, shard_tag)
+    runs: list[dict[str, Any]] = []
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return runs
+    for line in data.splitlines():
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(doc, dict):
+            runs.append(doc)
+    return runs

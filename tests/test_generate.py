@@ -691,7 +691,7 @@ def test_params_precedence_and_checks(tmp_path):
 
 
 def test_url_file_and_sizes(tmp_path):
-    from genbench.commands.generate import parse_size, read_url_file
+    from genbench.generate.flags import parse_size, read_url_file
 
     f = tmp_path / "servers.txt"
     f.write_text("# cluster a\nhttp://a:8000/v1 128\n\nhttp://b:8000/v1  # default C\n")
@@ -768,7 +768,7 @@ def test_the_panel_says_when_the_jobs_speed_leaves_the_plans_range():
     inside it nothing more is said, outside it the panel and the JSON line say so."""
     from rich.console import Console
 
-    from genbench.commands.generate import render
+    from genbench.generate.render import panel as render
     from genbench.plan.document import JobForecast
 
     f = JobForecast("p.json", "pilot", 100_000, 1, 5000.0, 4500.0, 5500.0, "b", None)
@@ -806,7 +806,7 @@ def test_with_every_server_down_the_eta_is_held_and_the_panel_says_so():
     would grow the ETA without end, so it is held, and the panel says why and until when."""
     from rich.console import Console
 
-    from genbench.commands.generate import render
+    from genbench.generate.render import panel as render
 
     now = [0.0]
     prog = Progress(1000, 0, 0, ["s"], clock=lambda: now[0])

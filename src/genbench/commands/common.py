@@ -67,7 +67,7 @@ PARAM = typer.Option(
     None, "--param", help="Another request field of the job, KEY=JSON; repeatable."
 )
 CONFIG = typer.Option(
-    None, "--config", help="The job's JSON or TOML file of request fields, as generate's."
+    None, "--config", help="The job's JSON or TOML file of request fields (flags override it)."
 )
 
 

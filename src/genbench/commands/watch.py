@@ -8,14 +8,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 
 from genbench.errors import UsageError
-from genbench.generate.batch import BATCH_ERRORS, BATCH_OUTPUT, is_batch_file, write_batch_output
+from genbench.generate.batch import BATCH_ERRORS, BATCH_OUTPUT, write_batch_output
 from genbench.generate.job import JobConfig, Listener
 from genbench.generate.listeners import Listeners, RunNotes
 
@@ -38,20 +37,6 @@ METRICS_HOST = typer.Option(
     help="Address --metrics-port listens on: loopback unless you choose another (0.0.0.0: "
     "every interface).",
 )
-SHAPES = ("conversations", "batch", "both")
-
-
-def answers_format(answers: str, fmt: str, input: Path, turns: str) -> tuple[str, str]:
-    """The job's data format and turns for `--answers`: Batch output lines are a format of
-    their own on disk (a job keeps one); a Batch request line is one request, sent as its
-    body has it, so every turn but the last is context."""
-    if answers not in SHAPES:
-        raise UsageError(f"--answers '{answers}': expected one of {', '.join(SHAPES)}")
-    if answers == "batch" and fmt != "jsonl":
-        raise UsageError("--answers batch writes JSON Lines: leave --format at jsonl")
-    return ("batch" if answers == "batch" else fmt), ("last" if is_batch_file(input) else turns)
-
-
 def listeners(console_listener: Listener, cfg: JobConfig, host: str, port: int | None,
               console: Console) -> tuple[Listener, Any]:  # fmt: skip
     """Who hears the job: the console, the run notes, and the exporter when asked (started

@@ -1,0 +1,182 @@
+"""`genbench generate`'s flags, read into a `JobConfig`: every flag checked with a one-line
+error naming it, before the input is opened or a server asked."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from genbench.errors import UsageError, positive
+from genbench.generate.batch import is_batch_file
+from genbench.generate.input import ShardSpec
+from genbench.generate.job import JobConfig
+from genbench.generate.params import job_params
+from genbench.generate.servers import ServerSpec
+from genbench.generate.tools import POLICIES
+from genbench.transport.endpoint import Endpoint, load_api_key
+from genbench.transport.open_files import fit_descriptors
+from genbench.transport.thinking import parse_dialect, parse_tags
+
+ANSWERS = ("conversations", "batch", "both")
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'256MB', '1G', '500k', '1048576' -> bytes (binary units)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise UsageError(f"--shard-size '{text}': expected a size like 256MB or 1GB")
+    n = float(m[1]) * _UNITS[(m[2] or "").lower()[:1]]
+    if n < 4096:
+        raise UsageError(f"--shard-size '{text}': must be at least 4KB")
+    return int(n)
+
+
+def read_url_file(path: Path, default_c: int) -> list[ServerSpec]:
+    """One server per line: `URL [CONCURRENCY]`; blank lines and # comments are skipped."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--url-file {path}: cannot read it ({e})") from None
+    specs: list[ServerSpec] = []
+    for n, line in enumerate(lines, 1):
+        parts = line.split("#", 1)[0].split()
+        if not parts:
+            continue
+        c = default_c
+        if len(parts) > 2:
+            raise UsageError(f"{path}, line {n}: expected 'URL [CONCURRENCY]'")
+        if len(parts) == 2:
+            try:
+                c = int(parts[1])
+            except ValueError:
+                c = 0
+            if c < 1:
+                raise UsageError(f"{path}, line {n}: concurrency '{parts[1]}' is not a number >= 1")
+        specs.append(ServerSpec(parts[0], c))
+    if not specs:
+        raise UsageError(f"--url-file {path}: no URLs in it")
+    return specs
+
+
+def job_config(
+    *,
+    input: Path,
+    output: Path,
+    url: list[str] | None,
+    url_file: Path | None,
+    model: str | None,
+    api_key_env: str,
+    api_key_file: Path | None,
+    concurrency: int,
+    max_tokens: int | None,
+    temperature: float | None,
+    top_p: float | None,
+    top_k: int | None,
+    thinking: bool | None,
+    param: list[str] | None,
+    config: Path | None,
+    turns: str,
+    tool_policy: str,
+    think_tags: str,
+    think_dialect: str,
+    keep_raw: bool,
+    token_ids: str,
+    fmt: str,
+    answers: str,
+    shard_size: str,
+    shard: str | None,
+    skip_invalid: bool,
+    retries: int,
+    retry_backoff: float,
+    timeout: float,
+    down_timeout: float,
+    drain: float,
+    truncated: str,
+    retry_errors: bool,
+    force: bool,
+    input_changed: str | None,
+    limit: int | None,
+    progress_every: float,
+) -> JobConfig:
+    """The job the flags ask for, each flag checked (a UsageError names it); the servers'
+    URLs parsed and the open-file limit fitted to their streams before anything is sent."""
+    _check_flags(locals())
+    fmt, turns, tool_policy = _answers_format(answers, fmt, input, turns, tool_policy)
+    servers = [ServerSpec(u, concurrency) for u in url or []]
+    if url_file is not None:
+        servers += read_url_file(url_file, concurrency)
+    if not servers:
+        raise UsageError("no server: give --url URL (repeatable) or --url-file FILE")
+    for s in servers:
+        Endpoint.parse(s.url)  # a bad URL fails now, with its own message
+    fit_descriptors(sum(s.concurrency for s in servers), len(servers), "-c/--concurrency")
+    params = job_params(
+        config=config, temperature=temperature, top_p=top_p, top_k=top_k,
+        max_tokens=max_tokens, thinking=thinking, extra=param,
+    )  # fmt: skip
+    return JobConfig(
+        input=input, output=output, servers=servers,
+        api_key=load_api_key(api_key_env, api_key_file), model=model, params=params,
+        turns=turns, tool_policy=tool_policy, fmt=fmt,
+        shard=ShardSpec.parse(shard) if shard else None, shard_bytes=parse_size(shard_size),
+        skip_invalid=skip_invalid, retries=retries, retry_backoff=retry_backoff,
+        timeout=timeout, down_timeout=down_timeout, drain=drain, on_truncated=truncated,
+        retry_errors=retry_errors, force=force, input_changed=input_changed, limit=limit,
+        think_tags=_checked(parse_tags, think_tags),
+        think_dialect=_checked(parse_dialect, think_dialect),
+        keep_raw=keep_raw, token_ids=token_ids,
+    )  # fmt: skip
+
+
+def _check_flags(f: dict[str, Any]) -> None:
+    for name in ("concurrency", "max_tokens", "timeout", "down_timeout", "limit",
+                 "progress_every"):  # fmt: skip
+        positive("--" + name.replace("_", "-"), f[name])
+    if f["retries"] < 0 or f["retry_backoff"] < 0 or f["drain"] < 0:
+        raise UsageError("--retries, --retry-backoff and --drain must be 0 or more")
+    _choice("--turns", f["turns"], ("all", "last"))
+    _choice("--tool-policy", f["tool_policy"], POLICIES)
+    _choice("--format", f["fmt"], ("jsonl", "parquet"))
+    _choice("--truncated", f["truncated"], ("keep", "error"))
+    _choice("--answers", f["answers"], ANSWERS)
+    _choice("--token-ids", f["token_ids"], ("auto", "on", "off"))
+    if f["input_changed"] is not None:
+        _choice("--input-changed", f["input_changed"], ("regenerate", "keep"))
+    if f["fmt"] == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise UsageError(
+                "--format parquet needs pyarrow: pip install 'genbench[parquet]'"
+            ) from None
+
+
+def _answers_format(
+    answers: str, fmt: str, input: Path, turns: str, tool_policy: str
+) -> tuple[str, str, str]:
+    """The job's data format, turns and tool policy for `--answers` and the input: Batch
+    output lines are a format of their own on disk (a job keeps one); a Batch request line
+    is one request, sent as its body has it, so every turn but the last is context and its
+    calls and results are history (nothing replayed)."""
+    if answers == "batch" and fmt != "jsonl":
+        raise UsageError("--answers batch writes JSON Lines: leave --format at jsonl")
+    if is_batch_file(input):
+        turns, tool_policy = "last", "keep"
+    return ("batch" if answers == "batch" else fmt), turns, tool_policy
+
+
+def _checked(parse: Any, text: str) -> Any:
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise UsageError(f"{flag} '{value}': expected one of {', '.join(allowed)}")

@@ -1,0 +1,262 @@
+"""`genbench generate` on the console: the live panel on a terminal, a JSON progress line
+every --progress-every seconds elsewhere (logs, CI: a job under nohup or a scheduler is
+followed with `tail -f`), and how the job ended."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from genbench.fmt import duration, duration_range, number, rate
+from genbench.generate.job import JobConfig, JobResult, Listener
+
+
+def print_start(cfg: JobConfig, console: Console) -> None:
+    where = f" (shard {cfg.shard.index}/{cfg.shard.count})" if cfg.shard else ""
+    console.print(f"[bold]genbench generate[/] {cfg.input} → {cfg.output}{where}")
+
+
+def one_concurrency(cfg: JobConfig) -> int | None:
+    """The servers' one concurrency, None where they differ (the plan's is compared)."""
+    cs = {s.concurrency for s in cfg.servers}
+    return cs.pop() if len(cs) == 1 else None
+
+
+class JobConsole(Listener):
+    """Live panel on a terminal; JSON progress lines on stderr otherwise. `forecast_for(todo)`
+    is the plan's forecast for the rows to do (`plan.document.job_forecast`), when the job
+    has a plan: the command makes it, so this package reads no plan itself."""
+
+    def __init__(
+        self,
+        console: Console,
+        progress_every: float,
+        quiet_json: bool,
+        forecast_for: Callable[[int], Any] | None = None,
+        concurrency: int | None = None,
+        down_timeout: float | None = None,
+    ) -> None:
+        self.console = console
+        self.down_timeout = down_timeout
+        self.every = progress_every
+        self.live: Live | None = None
+        self.last_line = 0.0
+        self.quiet_json = quiet_json
+        self.forecast_for, self.concurrency = forecast_for, concurrency
+        self.forecast: Any = None  # plan.document.JobForecast
+        self.plan_outcome: dict[str, Any] | None = None
+
+    def planned(self, info: dict[str, Any]) -> None:
+        c = self.console
+        if self.forecast_for is not None:
+            self.forecast = self.forecast_for(info["todo"])
+        c.print(f"  input: {info['rows']:,} rows" + _derived(info["derived_ids"]))
+        if info["done_before"] or info["failed_before"]:
+            failed = (
+                f", {info['failed_before']:,} failed earlier (--retry-errors to try them again)"
+                if info["failed_before"]
+                else ""
+            )
+            c.print(
+                f"  resuming: {info['done_before']:,} rows already done{failed}; "
+                f"{info['todo']:,} to go"
+            )
+        if info["invalid"]:
+            c.print(f"  [yellow]{info['invalid']:,} invalid rows go to the errors file[/]")
+        f = self.forecast
+        if f is not None:
+            c.print(f"  plan: {_forecast_text(f)} ({f.basis}; {f.path})")
+            if None not in (f.concurrency, self.concurrency) and f.concurrency != self.concurrency:
+                c.print(
+                    f"  [yellow]the plan forecast C={f.concurrency} and this job runs "
+                    f"C={self.concurrency} per server: it is a forecast for another load[/]"
+                )
+
+    def note(self, text: str, style: str = "") -> None:
+        line = f"  [{style}]{text}[/]" if style else f"  {text}"
+        self.console.print(line)
+
+    def tick(self, snap: dict[str, Any]) -> None:
+        f = self.forecast
+        if f is not None:
+            snap["plan"] = f.course(
+                snap["elapsed_s"], snap.get("eta_s"), snap.get("eta_lo_s"), snap.get("eta_hi_s")
+            )
+        if self.console.is_terminal:
+            if self.live is None:
+                self.live = Live(
+                    console=self.console, refresh_per_second=4, transient=True, auto_refresh=False
+                )
+                self.live.start()
+            self.live.update(panel(snap, self.down_timeout), refresh=True)
+            return
+        now = time.monotonic()
+        if now - self.last_line >= self.every:
+            self.last_line = now
+            line = orjson.dumps({"event": "progress", **snap}).decode()
+            print(line, file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    def finished(self, result: JobResult) -> None:
+        self.stop()
+        if not self.console.is_terminal and result.snapshot and result.status != "nothing_to_do":
+            snap = dict(result.snapshot)
+            if self.forecast is not None:  # the last line too says where the job ended up
+                e = snap.get
+                snap["plan"] = self.forecast.course(
+                    e("elapsed_s") or 0.0, e("eta_s"), e("eta_lo_s"), e("eta_hi_s")
+                )
+            line = orjson.dumps({"event": "progress", **snap}).decode()
+            print(line, file=sys.stderr, flush=True)
+        print_result(result, self.console)
+        f = self.forecast
+        if f is not None and result.status == "complete" and result.sending_s > 0:
+            self.plan_outcome = o = f.outcome(result.sending_s)
+            inside = {True: ", inside its bar", False: ", [red]outside its bar[/]", None: ""}
+            self.console.print(
+                f"  plan: {_forecast_text(f)}; the job took {duration(result.sending_s)}: "
+                f"the forecast was {o['error']:+.1%} off{inside[o['inside_bar']]}"
+            )
+
+
+def _with_bar(seconds: float, lo: float | None, hi: float | None, none: str = "") -> str:
+    """'5.2 h (4.9 – 5.5 h)', or the time and `none` when there is no bar."""
+    bar = f" ({duration_range(lo, hi)})" if lo is not None and hi is not None else none
+    return duration(seconds) + bar
+
+
+def _forecast_text(f: Any) -> str:
+    return f"{_with_bar(f.seconds, f.lo_s, f.hi_s, ' (no bar)')} for {f.rows:,} rows"
+
+
+def _derived(n: int) -> str:
+    if not n:
+        return ""
+    return (
+        f" ({n:,} without an 'id': genbench derived a stable one from each row's content, "
+        "a hash of its messages)"
+    )
+
+
+def panel(snap: dict[str, Any], down_timeout: float | None = None) -> Group:
+    """The live panel: rows, rates, the ETA (and the plan's), each server's state."""
+    total = snap["total"] or 1
+    resolved = snap["done"] + snap["failed"]
+    bar = Table.grid(padding=(0, 1))
+    bar.add_row(
+        ProgressBar(total=total, completed=resolved, width=40),
+        Text(f"{resolved:,}/{snap['total']:,} rows ({resolved / total:.1%})"),
+        Text(
+            f"failed {snap['failed']:,}  truncated {snap['truncated_this_run']:,}",
+            style="red" if snap["failed"] else "",
+        ),
+    )
+    eta = snap.get("eta_s")
+    err_s = snap.get("eta_err_s")
+    eta_text = "ETA " + duration(eta) + (f" ± {duration(err_s)}" if err_s is not None else "")
+    all_down = snap.get("all_down_s")
+    if all_down is not None:
+        eta_text += "  (held while no server is up)"
+    elif eta is not None and snap["remaining"]:
+        eta_text += (
+            "  (finishes ~" + time.strftime("%a %H:%M", time.localtime(time.time() + eta)) + ")"
+        )
+    rates = Text(
+        f"{number(snap['rows_per_s'], 2)} rows/s   {rate(snap['tokens_per_s'])} "
+        f"(thinking {rate(snap['thinking_tokens_per_s'])}, answer "
+        f"{rate(snap['answer_tokens_per_s'])})"
+    )
+    plan = snap.get("plan")
+    if plan:
+        eta_text += "   plan " + _with_bar(plan["seconds"], plan["lo_s"], plan["hi_s"])
+    eta_line = Text(f"{eta_text}   elapsed {duration(snap['elapsed_s'])}")
+    course = _course(plan) if plan else None
+    t = Table(box=None, padding=(0, 2), show_edge=False)
+    for col in ("server", "state", "in flight", "rows/s", "tok/s"):
+        t.add_column(col, justify="left" if col in ("server", "state") else "right")
+    for s in snap["servers"]:
+        state = (
+            "[green]up[/]"
+            if s["state"] == "up"
+            else f"[red]down {duration(s['down_s'])}[/] (polling)"
+        )
+        t.add_row(
+            s["url"],
+            state,
+            f"{s['in_flight']}/{s['concurrency']}",
+            number(s["rows_per_s"], 2),
+            rate(s["tokens_per_s"], ""),
+        )
+    lines = [bar, rates, eta_line] + ([course] if course is not None else [])
+    if all_down is None:
+        return Group(*lines, t)
+    gives_up = f", gives up after {duration(down_timeout)}" if down_timeout else ""
+    down_line = Text(f"all servers down for {duration(all_down)}; waiting{gives_up}", style="red")
+    return Group(*lines, down_line, t)
+
+
+def _course(plan: dict[str, Any]) -> Text | None:
+    """Where the job is headed against the plan's range, once there is an ETA: a line only
+    when it is not inside (`JobForecast.course`)."""
+    verdict, on = plan.get("verdict"), plan.get("on_course_s")
+    if verdict not in ("outside", "unsure") or on is None:
+        return None
+    span = duration_range(plan["on_course_lo_s"], plan["on_course_hi_s"])
+    plan_range = duration_range(plan["lo_s"], plan["hi_s"])
+    way = "slower" if on > plan["hi_s"] else "faster"
+    if verdict == "outside":
+        return Text(
+            f"the job's speed has left the plan's range: it runs {way} than the plan allowed, "
+            f"on course for {duration(on)} ({span}) against the plan's {plan_range}",
+            style="red",
+        )
+    return Text(
+        f"on course for {duration(on)}, outside the plan's {plan_range} (the ETA's own "
+        f"range, {span}, still reaches it)",
+        style="yellow",
+    )
+
+
+def print_result(r: JobResult, console: Console) -> None:
+    """How the job ended: rows, tokens, files, and what to do next."""
+    colour = {"complete": "green", "nothing_to_do": "green"}.get(r.status, "red")
+    console.print(f"[{colour}]{r.status.replace('_', ' ')}[/]: {r.message}")
+    console.print(
+        f"  rows: {r.done:,} done, {r.failed:,} failed of {r.total:,}"
+        + (
+            f" (this run: {r.done_this_run:,} done, {r.failed_this_run:,} failed, "
+            f"{r.truncated_this_run:,} cut by max_tokens)"
+            if r.done_this_run or r.failed_this_run
+            else ""
+        )
+    )
+    if r.sending_s > 0 and r.tokens:
+        console.print(
+            f"  tokens: {r.tokens:,} ({r.thinking_tokens:,} thinking) in "
+            f"{duration(r.sending_s)}: {rate(r.tokens / r.sending_s)}"
+        )
+    if r.thinking:
+        console.print(f"  thinking: {r.thinking}")
+    if r.files:
+        shown = r.files if len(r.files) <= 3 else [r.files[0], "…", r.files[-1]]
+        console.print(f"  data: {len(r.files)} files: {', '.join(shown)}")
+    if r.errors_file:
+        console.print(f"  failures: {r.errors_file}")
+    if r.status in ("interrupted", "servers_down"):
+        when = " once they are back" if r.status == "servers_down" else ""
+        console.print(
+            f"  rerun the same command{when} to resume: finished rows are kept and skipped"
+        )

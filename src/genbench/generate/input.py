@@ -74,17 +74,6 @@ class Row:
     def output_id(self) -> str | int:
         return self.id if self.out_id is None else self.out_id
 
-class RequestCheck(Protocol):
-    """What the input scan asks about a done row whose line changed (fingerprint.py)."""
-
-    salt: int
-
-    def key(self, raw: bytes) -> int: ...
-    def kept_key(self, row_id: str) -> int: ...
-    def has_kept(self) -> bool: ...
-    def kept_gone(self, row_id: str) -> bool: ...
-    def changed(self, row_id: str, row: Row, key: int) -> bool: ...
-
 
 class RequestCheck(Protocol):
     """What the input scan asks about a done row whose line changed (fingerprint.py)."""

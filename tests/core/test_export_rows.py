@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from genbench.errors import InputFileError, UsageError
+from genbench.errors import GenbenchError, InputFileError, UsageError
 from genbench.export import Rules, default_out, export_data, summary_path
 
 pytestmark = pytest.mark.core
@@ -191,8 +191,10 @@ def test_rows_written_before_ids_were_kept_export_as_text_only(tmp_path) -> None
         "meta": {"completion_tokens": 40, "finish_reason": "length", "turns": 1},
     }
     src = write_rows(tmp_path, [legacy, cut])
-    doc = export_data(src, "specforge-tokens", tmp_path / "t.jsonl", Rules())
-    assert doc["written"] == 0 and doc["counted"]["no_ids"] == 2 and doc["counted"]["cut"] == 1
+    with pytest.raises(GenbenchError, match="no generated turn has token ids") as e:
+        export_data(src, "specforge-tokens", tmp_path / "t.jsonl", Rules())
+    assert e.value.exit_code == 1 and "--format specforge" in str(e.value)
+    assert not (tmp_path / "t.jsonl").exists()  # no empty file for the trainer
     doc = export_data(src, "specforge", tmp_path / "c.jsonl", Rules())
     assert lines(tmp_path / "c.jsonl") == [
         {

@@ -16,7 +16,7 @@ LABELS = {
     "unclosed": "thinking never closed",
     "empty": "empty answer",
     "tags": "leftover tags",
-    "garbled": "U+FFFD (garbled text)",
+    "garbled": "U+FFFD replacement characters",
     "short": "too short to supervise",
     "dup": "duplicate answer",
 }
@@ -147,6 +147,9 @@ def _tool_lines(doc: dict[str, Any], console: Console) -> None:
     for kind, examples in t["examples"].items():
         for ex in examples[:2]:
             console.print(f"  {kind}: {ex['id']} ({ex['file']}:{ex['line']}): {ex['detail']}")
+        more = t.get(kind, len(examples)) - min(len(examples), 2)
+        if more > 0:  # every one is counted above; inspect.json keeps a few more examples
+            console.print(f"  {kind}: +{more:,} more (examples: tools.examples in inspect.json)")
 
 
 def print_inspection(doc: dict[str, Any], console: Console) -> None:

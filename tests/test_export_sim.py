@@ -188,3 +188,8 @@ def test_a_server_without_usage_gives_unchecked_rows_with_their_prompt_count(
     p = genbench("inspect", str(out), "--save", str(tmp_path / "j.json"))
     line = next(x for x in p.stdout.splitlines() if x.startswith("token ids"))
     assert line.startswith("token ids: 0 of 6 rows token-exact, 6 unchecked")
+    run("inspect", str(out))  # inspect.json in the directory, for the report
+    html = tmp_path / "r.html"
+    p = genbench("report", str(out), "-o", str(html))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "unchecked (no usage) 6" in html.read_text()

@@ -188,6 +188,12 @@ def test_a_server_without_usage_gives_unchecked_rows_with_their_prompt_count(
     p = genbench("inspect", str(out), "--save", str(tmp_path / "j.json"))
     line = next(x for x in p.stdout.splitlines() if x.startswith("token ids"))
     assert line.startswith("token ids: 0 of 6 rows token-exact, 6 unchecked")
+    target = tmp_path / "t.jsonl"
+    p = genbench("export", str(out), "-o", str(target), "--keep-cut", "--min-tokens", "0")
+    assert p.returncode == 0, p.stderr
+    assert "6 samples written with ids no usage checked" in p.stdout
+    doc = json.loads((tmp_path / "t.jsonl.export.json").read_text())
+    assert doc["ids"]["unchecked_samples"] == doc["written"] == 6
     run("inspect", str(out))  # inspect.json in the directory, for the report
     html = tmp_path / "r.html"
     p = genbench("report", str(out), "-o", str(html))

@@ -108,7 +108,9 @@ def test_token_rows_are_prompt_then_generated_ids_with_the_mask_on_the_generated
     assert doc["left_out"] == {"no_ids": 1, "mismatch": 1, "cut": 2, "short": 2}
     assert doc["counted"] == {"no_ids": 1, "mismatch": 1, "cut": 2, "short": 2}
     assert doc["rows_without_a_sample"] == 4
-    assert doc["ids"] == {"written": 23 + 24, "supervised": 41, "longest_sample": 24}
+    assert doc["ids"] == {
+        "written": 23 + 24, "supervised": 41, "longest_sample": 24, "unchecked_samples": 0
+    }  # fmt: skip
 
 
 def test_the_rules_keep_what_the_user_asks_and_still_count_it(tmp_path) -> None:

@@ -138,3 +138,14 @@ def test_the_console_says_how_many_more_tool_examples_and_labels_once(tmp_path) 
     assert "results_ran_out: +1 more" in text
     assert "the results ran out after 1 call" in text and "after 1 calls" not in text
     assert "U+FFFD replacement characters (garbled)" in text and "(garbled text)" not in text
+
+
+def test_one_row_is_said_in_the_singular(tmp_path) -> None:
+    d = job_dir(tmp_path, [good("a")])
+    doc = inspect_data(d, Settings())
+    con = Console(width=400, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    print_inspection(doc, con)
+    text = con.export_text()
+    assert ": 1 row in 1 file" in text and "of 1 row have" in text
+    assert "storage: 1 row," in text and "token ids: 1 of 1 row token-exact" in text
+    assert "1 rows" not in text

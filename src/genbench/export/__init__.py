@@ -71,6 +71,7 @@ class Counts:
     longest: int = 0  # ids of the longest sample written
     system: Counter[str] = field(default_factory=Counter)
     history: int = 0
+    unchecked: int = 0  # samples written of rows whose ids no usage checked
     history_kept_calls: int = 0  # of `history`: original calls kept by --tool-policy keep
 
 
@@ -95,6 +96,8 @@ def _row_lines(
             c.rows_left_out += 1
         meta = obj.get("meta") or {}
         lines = [token_line(s) if fmt == TOKENS else speculators_line(s, meta) for s in kept]
+        if meta.get("token_ids") == "unchecked":  # the server's ids, no usage to check them
+            c.unchecked += len(kept)
         for s in kept:
             _count_sample(s, c)
         c.turns_written += len(kept)
@@ -222,6 +225,7 @@ def document(
     }
     if fmt in TOKEN_EXACT:
         doc["ids"] = {"written": c.ids, "supervised": c.supervised, "longest_sample": c.longest}
+        doc["ids"]["unchecked_samples"] = c.unchecked
         del doc["left_out"]["after_left_out"]
     else:
         doc["system"] = {k: c.system.get(k, 0) for k in ("sent", "empty", "none")}

@@ -65,6 +65,12 @@ def print_export(doc: dict[str, Any], console: Console) -> None:
             f"ids: {ids['written']:,} written, {ids['supervised']:,} supervised; the longest "
             f"sample has {ids['longest_sample']:,}"
         )
+        if ids.get("unchecked_samples"):
+            console.print(
+                f"[yellow]note:[/] {_n(ids['unchecked_samples'], 'sample')} written with ids no "
+                "usage checked (meta.token_ids unchecked: the server sent no usage); inspect "
+                "--url round-trips them through its tokenizer"
+            )
         if fmt == TOKENS and ids["longest_sample"] > SPECFORGE_MAX_LENGTH:
             console.print(
                 f"[yellow]note:[/] SpecForge cuts samples at data.max_length "

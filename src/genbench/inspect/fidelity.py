@@ -251,7 +251,9 @@ def fidelity_lines(f: dict[str, Any] | None, console: Any) -> None:
     by = ", ".join(f"{k} {v:,}" for k, v in f["rows_by_token_ids"].items())
     unchecked = f.get("rows_unchecked", 0)
     console.print(
-        f"token ids: {f['rows_token_exact']:,} of {f['rows']:,} rows token-exact"
+        f"token ids: {f['rows_token_exact']:,} of {f['rows']:,} row"
+        + ("" if f["rows"] == 1 else "s")
+        + " token-exact"
         + (
             f", {unchecked:,} unchecked (ids kept, but the server sent no usage to count "
             "them against)"

@@ -22,6 +22,11 @@ LABELS = {
 }
 
 
+def _n(n: int, word: str) -> str:
+    """`1 row`, `2 rows`: a count and its noun."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
 def _tokens(d: dict[str, Any], key: str) -> str:
     v = d.get(key)
     return "—" if v is None else f"{v:,.0f}"
@@ -56,7 +61,7 @@ def _dist_table(doc: dict[str, Any]) -> Table:
 
 def _defect_table(doc: dict[str, Any]) -> Table:
     n = doc["rows"]
-    t = Table(title=f"defects ({doc['rows_with_defects']:,} of {n:,} rows have at least one)",
+    t = Table(title=f"defects ({doc['rows_with_defects']:,} of {_n(n, 'row')} have at least one)",
               title_justify="left")  # fmt: skip
     t.add_column("defect (--drop name)")
     t.add_column("rows", justify="right")
@@ -106,7 +111,7 @@ def _storage_lines(doc: dict[str, Any], console: Console) -> None:
     st = doc["storage"]
     tok = st["tokens"]
     line = (
-        f"storage: {st['rows']:,} rows, {tok['output']:,} output + {tok['prompt']:,} prompt "
+        f"storage: {_n(st['rows'], 'row')}, {tok['output']:,} output + {tok['prompt']:,} prompt "
         f"tokens; JSONL {nbytes(st['jsonl_bytes'])}, Parquet {nbytes(st['parquet_bytes'])}"
     )
     if st.get("hidden_state_bytes") is not None:
@@ -155,8 +160,8 @@ def _tool_lines(doc: dict[str, Any], console: Console) -> None:
 def print_inspection(doc: dict[str, Any], console: Console) -> None:
     files = doc["source"]["files"]
     console.print(
-        f"[bold]genbench inspect[/] {doc['source']['path']}: {doc['rows']:,} rows in "
-        f"{len(files)} file{'s' if len(files) != 1 else ''}"
+        f"[bold]genbench inspect[/] {doc['source']['path']}: {_n(doc['rows'], 'row')} in "
+        f"{_n(len(files), 'file')}"
     )
     for note in doc["source"]["notes"] + doc.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")

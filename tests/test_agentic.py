@@ -374,3 +374,41 @@ def test_an_edited_tool_result_is_a_changed_request_on_resume(tmp_path):
     (a4,) = [r for r in again if r["id"] == "a4"]
     results = [t["content"] for t in a4["conversations"] if t["role"] == "tool"]
     assert results == ["an edited result"]
+
+
+@pytest.mark.parametrize("policy", ["replay", "keep"])
+def test_export_keeps_calls_ids_and_tools_under_both_policies_sglang(tmp_path, policy):
+    """SGLang's dialect and ids, either policy: every call, call id and the row's tools
+    reach the conversations file; under `keep` the input's calls are history, and the
+    note says --tool-policy keep kept them (the job ran with --turns all)."""
+    inp, out, dest = tmp_path / "in.jsonl", tmp_path / "out", tmp_path / "sf.jsonl"
+    inp.write_bytes(b"".join(orjson.dumps(agentic_row(i)) + b"\n" for i in range(12)))
+    args = (*SIM, "--tool-calls", "2", "--dialect", "sglang", "--token-ids", "sglang")
+    with SimProcess(*args) as sim:
+        generate(inp, out, sim.url, "--tool-policy", policy, "--max-tokens", "64")
+    rows = {r["id"]: r for f in sorted(out.glob("data*.jsonl")) for r in map(orjson.loads, f.read_bytes().splitlines())}  # noqa: E501
+    p = genbench("export", str(out), "--format", "specforge", "-o", str(dest), "--keep-cut",
+                 "--min-tokens", "0")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    lines = {o["id"]: o for o in map(orjson.loads, dest.read_bytes().splitlines())}
+    assert sorted(lines) == sorted(rows)
+    for rid, row in rows.items():
+        got = lines[rid]
+        assert got["tools"] == TOOLS
+        want = [t for t in row["conversations"] if t["role"] in ("assistant", "tool")]
+        have = [t for t in got["conversations"] if t["role"] in ("assistant", "tool")]
+        assert [t.get("tool_calls") for t in have] == [t.get("tool_calls") for t in want]
+        assert [t.get("tool_call_id") for t in have] == [t.get("tool_call_id") for t in want]
+        calls = [c for t in have for c in t.get("tool_calls") or ()]
+        assert calls and all(c["id"] for c in calls)
+        if policy == "keep":  # the input's own calls, as history (and what the target made)
+            orig = {f"orig_{rid[1:]}_{k}" for k in range(calls_of(int(rid[1:])))}
+            assert orig <= {c["id"] for c in calls}
+    history = [x for x in p.stdout.splitlines() if "came from the input" in x]
+    if policy == "keep":
+        (note,) = history
+        n = sum(calls_of(i) for i in range(12))
+        assert f"{n} original tool calls (--tool-policy keep)" in note
+        assert "--turns last" not in note
+    else:
+        assert history == []

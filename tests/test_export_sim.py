@@ -156,3 +156,46 @@ def test_the_report_shows_the_token_exact_rows(job) -> None:
     n = len(job["with_ids"])
     tile = '<div class="k">token-exact rows</div><div class="v">' + f"{n:,} of {N:,}</div>"
     assert tile in html.read_text()
+
+
+def test_a_server_without_usage_gives_unchecked_rows_with_their_prompt_count(
+    tmp_path, sim_factory
+) -> None:
+    """No usage (vLLM's ids all the same): the rows are unchecked, counted apart from the
+    token-exact ones, and their prompt count is the prompt ids' length, not 0."""
+    sim = sim_factory(*FAST, "--token-ids", "vllm", "--fault", "no-usage")
+    inp, out = tmp_path / "p.jsonl", tmp_path / "out"
+    inp.write_text(
+        "".join(
+            json.dumps({"id": f"u{i}", "conversations": [{"role": "user", "content": f"q {i}"}]})
+            + "\n"
+            for i in range(6)
+        )
+    )
+    p = genbench("generate", "-i", str(inp), "-o", str(out), "--url", sim.url, "--max-tokens",
+                 "40", timeout=180)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [orjson.loads(x) for f in sorted(out.glob("data-*.jsonl")) for x in f.read_bytes().splitlines()]  # noqa: E501
+    assert len(rows) == 6
+    for r in rows:
+        (t,) = turn_ids(r)
+        assert r["meta"]["token_ids"] == "unchecked" and r["meta"]["tokens_estimated"]
+        assert r["meta"]["prompt_tokens"] == len(t.prompt) > 0
+    doc = run("inspect", str(out), "--save", str(tmp_path / "i.json"))
+    f = doc["fidelity"]
+    assert (f["rows_token_exact"], f["rows_unchecked"], f["turns_unchecked"]) == (0, 6, 6)
+    assert f["turns_token_exact"] == 0 and doc["storage"]["tokens"]["prompt"] > 0
+    p = genbench("inspect", str(out), "--save", str(tmp_path / "j.json"))
+    line = next(x for x in p.stdout.splitlines() if x.startswith("token ids"))
+    assert line.startswith("token ids: 0 of 6 rows token-exact, 6 unchecked")
+    target = tmp_path / "t.jsonl"
+    p = genbench("export", str(out), "-o", str(target), "--keep-cut", "--min-tokens", "0")
+    assert p.returncode == 0, p.stderr
+    assert "6 samples written with ids no usage checked" in p.stdout
+    doc = json.loads((tmp_path / "t.jsonl.export.json").read_text())
+    assert doc["ids"]["unchecked_samples"] == doc["written"] == 6
+    run("inspect", str(out))  # inspect.json in the directory, for the report
+    html = tmp_path / "r.html"
+    p = genbench("report", str(out), "-o", str(html))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "unchecked (no usage) 6" in html.read_text()

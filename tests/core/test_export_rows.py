@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from genbench.errors import InputFileError, UsageError
+from genbench.errors import GenbenchError, InputFileError, UsageError
 from genbench.export import Rules, default_out, export_data, summary_path
 
 pytestmark = pytest.mark.core
@@ -108,7 +108,9 @@ def test_token_rows_are_prompt_then_generated_ids_with_the_mask_on_the_generated
     assert doc["left_out"] == {"no_ids": 1, "mismatch": 1, "cut": 2, "short": 2}
     assert doc["counted"] == {"no_ids": 1, "mismatch": 1, "cut": 2, "short": 2}
     assert doc["rows_without_a_sample"] == 4
-    assert doc["ids"] == {"written": 23 + 24, "supervised": 41, "longest_sample": 24}
+    assert doc["ids"] == {
+        "written": 23 + 24, "supervised": 41, "longest_sample": 24, "unchecked_samples": 0
+    }  # fmt: skip
 
 
 def test_the_rules_keep_what_the_user_asks_and_still_count_it(tmp_path) -> None:
@@ -191,8 +193,10 @@ def test_rows_written_before_ids_were_kept_export_as_text_only(tmp_path) -> None
         "meta": {"completion_tokens": 40, "finish_reason": "length", "turns": 1},
     }
     src = write_rows(tmp_path, [legacy, cut])
-    doc = export_data(src, "specforge-tokens", tmp_path / "t.jsonl", Rules())
-    assert doc["written"] == 0 and doc["counted"]["no_ids"] == 2 and doc["counted"]["cut"] == 1
+    with pytest.raises(GenbenchError, match="no generated turn has token ids") as e:
+        export_data(src, "specforge-tokens", tmp_path / "t.jsonl", Rules())
+    assert e.value.exit_code == 1 and "--format specforge" in str(e.value)
+    assert not (tmp_path / "t.jsonl").exists()  # no empty file for the trainer
     doc = export_data(src, "specforge", tmp_path / "c.jsonl", Rules())
     assert lines(tmp_path / "c.jsonl") == [
         {

@@ -25,6 +25,7 @@ from typing import Any
 
 from genbench import __version__
 from genbench.errors import GenbenchError, UsageError
+from genbench.export.checks import Repeats, nothing_written
 from genbench.export.formats import (
     FORMATS,
     TOKEN_EXACT,
@@ -70,6 +71,8 @@ class Counts:
     longest: int = 0  # ids of the longest sample written
     system: Counter[str] = field(default_factory=Counter)
     history: int = 0
+    unchecked: int = 0  # samples written of rows whose ids no usage checked
+    history_kept_calls: int = 0  # of `history`: original calls kept by --tool-policy keep
 
 
 def _row_lines(
@@ -93,6 +96,8 @@ def _row_lines(
             c.rows_left_out += 1
         meta = obj.get("meta") or {}
         lines = [token_line(s) if fmt == TOKENS else speculators_line(s, meta) for s in kept]
+        if meta.get("token_ids") == "unchecked":  # the server's ids, no usage to check them
+            c.unchecked += len(kept)
         for s in kept:
             _count_sample(s, c)
         c.turns_written += len(kept)
@@ -106,6 +111,7 @@ def _row_lines(
     c.turns_written += tr.turns
     c.system[tr.system] += 1
     c.history += tr.history
+    c.history_kept_calls += tr.history_kept_calls
     return [tr.line]
 
 
@@ -148,6 +154,7 @@ def export_data(
     files = [f for src in sources for f in data_files(src)]
     _check_out(files, out)
     c = Counts()
+    repeats = Repeats()
     stats: list[FileStats] = []
     tmp = out.with_name(out.name + ".tmp")
     try:
@@ -156,6 +163,8 @@ def export_data(
                 fs = FileStats(path, kind_of(path))
                 stats.append(fs)
                 for _, _row, obj in read_rows(path, fs):
+                    if not repeats.first(obj.get("id")):
+                        continue  # an earlier source's row of this id was written
                     lines = _row_lines(obj, fmt, rules, empty_system, c)
                     c.written += len(lines)
                     f.writelines(lines)
@@ -165,6 +174,8 @@ def export_data(
             os.fsync(f.fileno())
         if c.rows == 0:
             raise UsageError(f"{', '.join(map(str, sources))}: no rows to export")
+        if c.written == 0:  # never an empty file for the trainer, nor one over a good file
+            raise nothing_written(fmt in TOKEN_EXACT, dict(c.left_out), c.rows, rules.min_tokens)
         os.replace(tmp, out)
     except OSError as e:
         raise GenbenchError(
@@ -173,6 +184,7 @@ def export_data(
     finally:
         tmp.unlink(missing_ok=True)
     doc = document(sources, fmt, out, rules, empty_system, c, stats)
+    doc["repeated"] = repeats.describe()
     _save(doc)
     return doc
 
@@ -213,10 +225,15 @@ def document(
     }
     if fmt in TOKEN_EXACT:
         doc["ids"] = {"written": c.ids, "supervised": c.supervised, "longest_sample": c.longest}
+        doc["ids"]["unchecked_samples"] = c.unchecked
         del doc["left_out"]["after_left_out"]
     else:
         doc["system"] = {k: c.system.get(k, 0) for k in ("sent", "empty", "none")}
         doc["history_turns"] = c.history
+        doc["history_by_cause"] = {
+            "tool_policy_keep": c.history_kept_calls,  # the input's calls, kept as history
+            "turns_last": c.history - c.history_kept_calls,  # earlier turns kept as written
+        }
     doc["summary"] = str(summary_path(out))
     return doc
 

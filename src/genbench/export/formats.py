@@ -74,6 +74,7 @@ class TextRow:
     turns: int  # generated turns written
     system: str  # "sent" | "empty" (none was sent; an empty one written) | "none"
     history: int  # assistant turns written that genbench did not generate (the input's)
+    history_kept_calls: int = 0  # of them, the original calls `--tool-policy keep` kept
 
 
 def _message(m: Mapping[str, Any]) -> dict[str, Any]:
@@ -100,9 +101,10 @@ def text_row(
     turns = sum(1 for i in range(len(keep)) if i in generated)
     if turns == 0:
         return TextRow(None, 0, "none", 0)
-    history = sum(
-        1 for i, m in enumerate(keep) if m.get("role") == "assistant" and i not in generated
-    )
+    past = [m for i, m in enumerate(keep) if m.get("role") == "assistant" and i not in generated]
+    meta = row.get("meta")
+    keep_policy = isinstance(meta, Mapping) and meta.get("tool_policy") == "keep"
+    kept_calls = sum(1 for m in past if m.get("tool_calls")) if keep_policy else 0
     msgs = [_message(m) for m in keep]
     system = "sent" if msgs[0]["role"] == "system" else "none"
     if system == "none" and empty_system:
@@ -112,4 +114,4 @@ def text_row(
     tools = row.get("tools")
     if tools:  # the template's `tools` keyword: an agentic row's schema (Parquet: its text)
         out["tools"] = orjson.loads(tools) if isinstance(tools, str) else tools
-    return TextRow(orjson.dumps(out) + b"\n", turns, system, history)
+    return TextRow(orjson.dumps(out) + b"\n", turns, system, len(past), kept_calls)

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
+from genbench.export.checks import Repeats
 from genbench.export.formats import SPECFORGE, SPECULATORS, TOKEN_EXACT, TOKENS
 
 # what to give the trainer, per format
@@ -17,6 +18,11 @@ GIVE = {
 }
 # SpecForge's data.max_length when a config does not set it: longer samples are cut
 SPECFORGE_MAX_LENGTH = 2048
+
+
+def _n(n: int, word: str) -> str:
+    """`1 row`, `2 rows`: a count and its noun."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def _reasons(counts: dict[str, int], min_tokens: int) -> str:
@@ -34,20 +40,19 @@ def _reasons(counts: dict[str, int], min_tokens: int) -> str:
 def print_export(doc: dict[str, Any], console: Console) -> None:
     """What was written, what was left out and why, and what to give the trainer."""
     fmt, rules = doc["format"], doc["rules"]
-    unit = "samples" if fmt in TOKEN_EXACT else "conversations"
+    unit = "sample" if fmt in TOKEN_EXACT else "conversation"
     console.print(
-        f"[bold]genbench export[/] {', '.join(doc['source']['paths'])}: {doc['rows']:,} rows, "
-        f"{doc['turns']:,} generated turns -> {doc['written']:,} {unit} "
-        f"({doc['turns_written']:,} turns) in {doc['out']} ({fmt})"
+        f"[bold]genbench export[/] {', '.join(doc['source']['paths'])}: "
+        f"{_n(doc['rows'], 'row')}, {_n(doc['turns'], 'generated turn')} -> "
+        f"{_n(doc['written'], unit)} ({_n(doc['turns_written'], 'turn')}) in {doc['out']} "
+        f"({fmt})"
     )
     for note in doc["source"]["notes"]:
         console.print(f"[yellow]note:[/] {note}")
+    repeated = Repeats(rows=doc["repeated"]["rows"], examples=doc["repeated"]["examples"])
+    if repeated.line():
+        console.print(f"[yellow]note:[/] {repeated.line()}")
     console.print(f"left out: {_reasons(doc['left_out'], rules['min_tokens'])}")
-    if doc["written"] == 0:
-        console.print(
-            "[yellow]note:[/] nothing written: every generated turn was left out (see above; "
-            "--keep-cut and --min-tokens change the rules)"
-        )
     counted = {k: v for k, v in doc["counted"].items() if v}
     cut_rule = "kept (--keep-cut)" if rules["keep_cut"] else "left out"
     console.print(
@@ -60,6 +65,12 @@ def print_export(doc: dict[str, Any], console: Console) -> None:
             f"ids: {ids['written']:,} written, {ids['supervised']:,} supervised; the longest "
             f"sample has {ids['longest_sample']:,}"
         )
+        if ids.get("unchecked_samples"):
+            console.print(
+                f"[yellow]note:[/] {_n(ids['unchecked_samples'], 'sample')} written with ids no "
+                "usage checked (meta.token_ids unchecked: the server sent no usage); inspect "
+                "--url round-trips them through its tokenizer"
+            )
         if fmt == TOKENS and ids["longest_sample"] > SPECFORGE_MAX_LENGTH:
             console.print(
                 f"[yellow]note:[/] SpecForge cuts samples at data.max_length "
@@ -73,9 +84,21 @@ def print_export(doc: dict[str, Any], console: Console) -> None:
             f"written), {sy['none']:,} none sent (SpecForge adds its template's own)"
         )
         if doc["history_turns"]:
-            console.print(
-                f"[yellow]note:[/] {doc['history_turns']:,} assistant turns came from the input, "
-                "not the server (--turns last): set SpecForge's data.train_only_last_turn"
-            )
+            console.print(f"[yellow]note:[/] {_history(doc)}")
     console.print(GIVE[fmt].format(out=doc["out"]), soft_wrap=True)
     console.print(f"summary: {doc['summary']}")
+
+
+def _history(doc: dict[str, Any]) -> str:
+    """Where the assistant turns genbench did not generate came from, by cause."""
+    by = doc.get("history_by_cause") or {"turns_last": doc["history_turns"]}
+    causes = []
+    if by.get("tool_policy_keep"):
+        causes.append(f"{_n(by['tool_policy_keep'], 'original tool call')} (--tool-policy keep)")
+    if by.get("turns_last"):
+        causes.append(f"{_n(by['turns_last'], 'earlier turn')} kept as written (--turns last)")
+    n = doc["history_turns"]
+    return (
+        f"{_n(n, 'assistant turn')} came from the input, not the server: {', '.join(causes)}; "
+        "SpecForge supervises every assistant turn unless data.train_only_last_turn is set"
+    )

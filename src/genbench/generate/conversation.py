@@ -96,7 +96,7 @@ class Conversation:
         self.out.append(turn)
         self.waiting = False
         self.turns += 1
-        self.prompt_tokens += rec.prompt_tokens or 0
+        self.prompt_tokens += _prompt_tokens(rec)
         self.tokens += rec.completion_tokens or 0
         self.thinking += rec.reasoning_tokens or 0
         # estimated: no usage, or thinking split by genbench and its tokens shared out
@@ -159,3 +159,11 @@ class Conversation:
             self.waiting = False
         self.out, self.pos = [], 0
         return n
+
+
+def _prompt_tokens(rec: RequestRecord) -> int:
+    """The server's prompt count (`usage`); where it sent no usage, the length of the prompt
+    ids it gave (its own tokenization, so not an estimate); 0 where it gave neither."""
+    if rec.prompt_tokens is not None:
+        return rec.prompt_tokens
+    return len(rec.prompt_token_ids) if rec.prompt_token_ids is not None else 0

@@ -215,6 +215,7 @@ class Turn:
     thinking: str
     answer: str
     calls: int = 0  # tool calls in the turn: an empty answer is no defect then
+    at: int = 0  # its index in the row's conversations: the TURN of export's ROW#TURN
 
 
 @dataclass(slots=True)
@@ -281,7 +282,8 @@ def parse_row(obj: Any, nbytes: int) -> OutputRow:
             where = f"conversations[{i}].reasoning_content"
             thinking = _read_text(t.get("reasoning_content"), where)
             calls = t.get("tool_calls")
-            turns.append(Turn(thinking, answer, len(calls) if isinstance(calls, list) else 0))
+            n_calls = len(calls) if isinstance(calls, list) else 0
+            turns.append(Turn(thinking, answer, n_calls, i))
     if not turns:
         raise RowFormatError("no assistant turn: not a generated row", "conversations")
     meta = obj.get("meta")

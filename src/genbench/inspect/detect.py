@@ -185,8 +185,8 @@ def examine(row: OutputRow, th: Thresholds) -> tuple[int, list[tuple[str, str]]]
     bits = 0
     details: list[tuple[str, str]] = []
     many = len(row.turns) > 1
-    for k, turn in enumerate(row.turns):
-        where = f"turn {k + 1}: " if many else ""
+    for turn in row.turns:
+        where = f"turn #{turn.at}: " if many else ""  # #N: conversations[N], export's ROW#N
         if not bits & BIT["loops"] and (found := turn_loop(turn, th)):
             part, loop = found
             bits |= BIT["loops"]
@@ -208,7 +208,8 @@ def examine(row: OutputRow, th: Thresholds) -> tuple[int, list[tuple[str, str]]]
             details.append(("tags", f"{where}contains {tag}"))
         if not bits & BIT["garbled"] and (bad := garbled(turn)):
             bits |= BIT["garbled"]
-            details.append(("garbled", f"{where}{bad} U+FFFD replacement char(s)"))
+            chars = "char" if bad == 1 else "chars"
+            details.append(("garbled", f"{where}{bad} U+FFFD replacement {chars}"))
     if short(row, th):
         bits |= BIT["short"]
         details.append(("short", f"{row.completion_tokens} output tokens < {th.min_tokens}"))

@@ -49,9 +49,11 @@ class Fidelity:
     sample_size: int = 0
     rows: int = 0
     rows_exact: int = 0
+    rows_unchecked: int = 0  # meta.token_ids `unchecked`: ids, but no usage to check them
     by_meta: Counter[str] = field(default_factory=Counter)
     turns: int = 0
     exact: int = 0
+    unchecked: int = 0  # turns with ids of an unchecked row
     no_ids: int = 0
     mismatch: int = 0
     cut: int = 0
@@ -73,6 +75,9 @@ class Fidelity:
         self.turns += len(found)
         conv = row.get("conversations") or []
         all_exact = bool(found)
+        # ids kept but the server sent no usage to count them against: their own count,
+        # never token-exact (the row's status says it; a row without one is judged by ids)
+        unchecked = status == "unchecked"
         for t in found:
             self.cut += t.finish_reason == "length"
             if t.prompt is None or t.generated is None:
@@ -84,9 +89,14 @@ class Fidelity:
                 self.mismatch += 1
                 all_exact = False
                 continue
-            self.exact += 1
+            if unchecked:
+                self.unchecked += 1
+                all_exact = False
+            else:
+                self.exact += 1
             self._keep(row.get("id"), t.turn, t.generated, conv[t.turn])
         self.rows_exact += all_exact
+        self.rows_unchecked += unchecked
 
     def _keep(self, rid: Any, turn: int, ids: list[int], msg: Any) -> None:
         n = self.with_ids
@@ -110,9 +120,11 @@ class Fidelity:
             "rows": self.rows,
             "rows_token_exact": self.rows_exact,
             "rows_not_token_exact": self.rows - self.rows_exact,
+            "rows_unchecked": self.rows_unchecked,
             "rows_by_token_ids": dict(sorted(self.by_meta.items())),
             "turns": self.turns,
             "turns_token_exact": self.exact,
+            "turns_unchecked": self.unchecked,
             "turns_without_ids": self.no_ids,
             "turns_ids_mismatch": self.mismatch,
             "turns_cut": self.cut,
@@ -145,10 +157,22 @@ class TokenizerError(Exception):
     """The server did not tokenize: it has no such endpoint, or refused the request."""
 
 
+def _status_line(status: int, body: bytes) -> str:
+    """`HTTP 404: Not Found`: the server's words, without its status said twice."""
+    from genbench.transport.failures import error_message_from_body
+
+    words = error_message_from_body(body, 200)
+    for head in (f"{status}:", str(status)):  # a body of "404: Not Found"
+        if words.startswith(head):
+            words = words[len(head) :].strip()
+            break
+    return f"HTTP {status}: {words}" if words else f"HTTP {status}"
+
+
 async def _post(pool: Any, url: str, headers: dict[str, str], body: dict[str, Any]) -> Any:
     status, _, raw = await pool.get(url, 60.0, headers, json=body)
     if status != 200:
-        raise TokenizerError(f"{url}: HTTP {status} {raw[:200].decode(errors='replace')}")
+        raise TokenizerError(f"{url}: {_status_line(status, raw)}")
     return orjson.loads(raw)
 
 
@@ -225,10 +249,21 @@ def fidelity_lines(f: dict[str, Any] | None, console: Any) -> None:
     if not f:
         return
     by = ", ".join(f"{k} {v:,}" for k, v in f["rows_by_token_ids"].items())
+    unchecked = f.get("rows_unchecked", 0)
     console.print(
-        f"token ids: {f['rows_token_exact']:,} of {f['rows']:,} rows token-exact "
-        f"(meta.token_ids: {by}); {f['turns']:,} generated turns: {f['turns_token_exact']:,} "
-        f"exact, {f['turns_without_ids']:,} without ids, {f['turns_ids_mismatch']:,} ids "
+        f"token ids: {f['rows_token_exact']:,} of {f['rows']:,} row"
+        + ("" if f["rows"] == 1 else "s")
+        + " token-exact"
+        + (
+            f", {unchecked:,} unchecked (ids kept, but the server sent no usage to count "
+            "them against)"
+            if unchecked
+            else ""
+        )
+        + f" (meta.token_ids: {by}); {f['turns']:,} generated turns: "
+        f"{f['turns_token_exact']:,} exact, "
+        + (f"{f['turns_unchecked']:,} unchecked, " if f.get("turns_unchecked") else "")
+        + f"{f['turns_without_ids']:,} without ids, {f['turns_ids_mismatch']:,} ids "
         f"mismatched; {f['turns_cut']:,} cut by max_tokens, {f['turns_short']:,} with fewer "
         f"than {f['min_tokens']} ids"
     )

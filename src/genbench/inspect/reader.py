@@ -106,17 +106,47 @@ def raw_lines(path: Path, stats: FileStats) -> Iterator[tuple[int, bytes]]:
         raise InputFileError(path, None, f"cannot read it ({e.strerror or e})") from None
 
 
+BATCH_SHAPE = (
+    "a Batch output (genbench generate --answers batch): its lines are OpenAI Batch "
+    "answers, not conversations; generate with --answers both for a data set the trainers "
+    "and inspect read (the conversations, and batch_output.jsonl beside them)"
+)
+
+
+def _is_batch_answer(obj: Any) -> bool:
+    """A line of the OpenAI Batch output shape (`custom_id`, `response`), not a row."""
+    return isinstance(obj, dict) and "custom_id" in obj and "conversations" not in obj
+
+
+def repair_hint(path: Path) -> str:
+    """What repairs an unreadable line of a generate output's JSONL shard: generate's own
+    resume moves it to the quarantine file and generates its row again (readback.py)."""
+    m = SHARD_RE.match(path.name)
+    if not m or m[2] != "jsonl" or not (path.parent / ".genbench").is_dir():
+        return ""
+    tag = path.name[len("data") : path.name.rindex("-")]
+    return (
+        f"; rerunning the job's genbench generate with --out {path.parent} repairs it (the "
+        f"line goes to quarantine{tag}.jsonl, a torn last line is cut, and its row is "
+        "generated again)"
+    )
+
+
 def _jsonl_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, Any]]:
     loads = orjson.loads
     for n, line in raw_lines(path, stats):
         try:
             obj = loads(line)
         except orjson.JSONDecodeError:
-            raise InputFileError(path, n, _json_problem(line)) from None
+            raise InputFileError(path, n, _json_problem(line) + repair_hint(path)) from None
         try:
             row = parse_row(obj, len(line) + (0 if line.endswith(b"\n") else 1))
         except RowFormatError as b:
-            raise InputFileError(path, n, b.problem, b.field) from None
+            if _is_batch_answer(obj):
+                raise UsageError(f"{path}: {BATCH_SHAPE}") from None
+            # a line without an id is one generate's resume cannot place: it sets it aside
+            hint = repair_hint(path) if b.field == "id" or not isinstance(obj, dict) else ""
+            raise InputFileError(path, n, b.problem + hint, b.field) from None
         stats.rows += 1
         stats.bytes += row.nbytes
         yield n, row, obj

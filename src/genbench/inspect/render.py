@@ -16,10 +16,15 @@ LABELS = {
     "unclosed": "thinking never closed",
     "empty": "empty answer",
     "tags": "leftover tags",
-    "garbled": "U+FFFD (garbled text)",
+    "garbled": "U+FFFD replacement characters",
     "short": "too short to supervise",
     "dup": "duplicate answer",
 }
+
+
+def _n(n: int, word: str) -> str:
+    """`1 row`, `2 rows`: a count and its noun."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def _tokens(d: dict[str, Any], key: str) -> str:
@@ -56,7 +61,7 @@ def _dist_table(doc: dict[str, Any]) -> Table:
 
 def _defect_table(doc: dict[str, Any]) -> Table:
     n = doc["rows"]
-    t = Table(title=f"defects ({doc['rows_with_defects']:,} of {n:,} rows have at least one)",
+    t = Table(title=f"defects ({doc['rows_with_defects']:,} of {_n(n, 'row')} have at least one)",
               title_justify="left")  # fmt: skip
     t.add_column("defect (--drop name)")
     t.add_column("rows", justify="right")
@@ -106,7 +111,7 @@ def _storage_lines(doc: dict[str, Any], console: Console) -> None:
     st = doc["storage"]
     tok = st["tokens"]
     line = (
-        f"storage: {st['rows']:,} rows, {tok['output']:,} output + {tok['prompt']:,} prompt "
+        f"storage: {_n(st['rows'], 'row')}, {tok['output']:,} output + {tok['prompt']:,} prompt "
         f"tokens; JSONL {nbytes(st['jsonl_bytes'])}, Parquet {nbytes(st['parquet_bytes'])}"
     )
     if st.get("hidden_state_bytes") is not None:
@@ -147,13 +152,16 @@ def _tool_lines(doc: dict[str, Any], console: Console) -> None:
     for kind, examples in t["examples"].items():
         for ex in examples[:2]:
             console.print(f"  {kind}: {ex['id']} ({ex['file']}:{ex['line']}): {ex['detail']}")
+        more = t.get(kind, len(examples)) - min(len(examples), 2)
+        if more > 0:  # every one is counted above; inspect.json keeps a few more examples
+            console.print(f"  {kind}: +{more:,} more (examples: tools.examples in inspect.json)")
 
 
 def print_inspection(doc: dict[str, Any], console: Console) -> None:
     files = doc["source"]["files"]
     console.print(
-        f"[bold]genbench inspect[/] {doc['source']['path']}: {doc['rows']:,} rows in "
-        f"{len(files)} file{'s' if len(files) != 1 else ''}"
+        f"[bold]genbench inspect[/] {doc['source']['path']}: {_n(doc['rows'], 'row')} in "
+        f"{_n(len(files), 'file')}"
     )
     for note in doc["source"]["notes"] + doc.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")

@@ -58,7 +58,8 @@ class ToolTally:
         if calls and not arguments_parse(calls):
             found.append(("bad_arguments", "a call's arguments are not a JSON object"))
         if meta.get("tool_results_ran_out"):
-            found.append(("results_ran_out", f"the results ran out after {made} calls"))
+            calls_made = f"{made} call" + ("" if made == 1 else "s")
+            found.append(("results_ran_out", f"the results ran out after {calls_made}"))
         if tools is not None:
             names = sorted({_name(c) for c in calls} - declared(tools) - {None})
             if names:

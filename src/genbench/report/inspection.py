@@ -20,7 +20,7 @@ LABELS = {
     "unclosed": "thinking never closed",
     "empty": "empty answer",
     "tags": "leftover tags",
-    "garbled": "U+FFFD (garbled)",
+    "garbled": "U+FFFD replacement characters",
     "short": "too short",
     "dup": "duplicate answer",
 }
@@ -155,7 +155,10 @@ def _fidelity_tiles(f: dict[str, Any] | None) -> list[tuple[str, str, str]]:
         return []
     cut, short = f"{f['turns_cut']:,}", f"{f['turns_short']:,}"
     exact = f"{f['rows_token_exact']:,} of {f['rows']:,}"
-    out = [("token-exact rows", exact, f"turns cut {cut}, under {f['min_tokens']} ids {short}")]
+    note = f"turns cut {cut}, under {f['min_tokens']} ids {short}"
+    if f.get("rows_unchecked"):  # ids, but no usage to check them: never token-exact
+        note = f"unchecked (no usage) {f['rows_unchecked']:,}; " + note
+    out = [("token-exact rows", exact, note)]
     d = f.get("drift") or {}
     if d.get("checked"):
         of = f"{d['drifted']:,} of {d['checked']:,} turns re-tokenize to other ids"

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from conftest import genbench
 
-from genbench.check.preflight import Exit, ServerInfo, _read_identity
+from genbench.check.identity import ServerInfo, _read_identity
+from genbench.check.preflight import Exit
 from genbench.errors import UsageError
 from genbench.records import read_records
 from genbench.sim.config import SimConfig
@@ -252,7 +253,7 @@ def test_server_info_in_either_shape_gives_the_same_details() -> None:
 async def test_identify_asks_at_most_six_paths_of_an_unknown_server() -> None:
     from aiohttp import web
 
-    from genbench.check.preflight import identify
+    from genbench.check.identity import identify
     from genbench.transport.client import ConnectionPool
     from genbench.transport.endpoint import Endpoint
 

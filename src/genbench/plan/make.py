@@ -32,8 +32,7 @@ from genbench.plan.pilot import (
 from genbench.plan.storage import HiddenStates, hidden_states, storage_from_tokens
 from genbench.plan.units import parse_counts
 from genbench.records import RequestRecord
-from genbench.run.benchmark import prepare_out_dir
-from genbench.run.result import REQUESTS_FILE, load_result
+from genbench.run.result import REQUESTS_FILE, load_result, prepare_out_dir
 from genbench.settings import Setting, setting
 from genbench.transport.endpoint import Endpoint, endpoint
 from genbench.transport.eventloop import run_async

@@ -33,6 +33,7 @@ from genbench.run.result import (
     RESULT_FILE,
     SCHEMA,
     SCHEMA_VERSION,
+    prepare_out_dir,
     write_json_atomic,
 )
 from genbench.run.selfcheck import LoopMonitor
@@ -199,25 +200,6 @@ class RunState:
                 "knee": knee(points),
             }
         self.doc["sweep"] = sweep
-
-
-def prepare_out_dir(out: Path) -> None:
-    """A fresh or empty directory; never overwrite another run."""
-    if out.exists():
-        if not out.is_dir():
-            raise UsageError(f"--out {out}: exists and is not a directory")
-        if (out / RESULT_FILE).exists() or (out / REQUESTS_FILE).exists():
-            raise UsageError(f"--out {out}: already holds a run (result.json); choose another")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out {out}: cannot create it ({e.strerror or e})") from None
-
-
-def default_out_dir(model: str | None) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in (model or "run"))[-40:]
-    return Path("genbench-runs") / f"{stamp}-{safe}"
 
 
 def check_context(cfg: RunConfig, check: CheckReport) -> None:

@@ -7,6 +7,7 @@ The schema is documented in docs/results.md.
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,22 @@ def has_schema(path: str | Path, file_name: str, schema: str) -> bool:
     except OSError:
         return False
     return f'"schema": "{schema}"'.encode() in head or f'"schema":"{schema}"'.encode() in head
+
+
+def prepare_out_dir(out: Path) -> None:
+    """A fresh or empty directory; never overwrite another run."""
+    if out.exists():
+        if not out.is_dir():
+            raise UsageError(f"--out {out}: exists and is not a directory")
+        if (out / RESULT_FILE).exists() or (out / REQUESTS_FILE).exists():
+            raise UsageError(f"--out {out}: already holds a run (result.json); choose another")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot create it ({e.strerror or e})") from None
+
+
+def default_out_dir(model: str | None) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in (model or "run"))[-40:]
+    return Path("genbench-runs") / f"{stamp}-{safe}"

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from genbench.errors import ExitCode, GenbenchError
-from genbench.run.benchmark import RunConfig, RunListener, RunState, default_out_dir, execute_run
+from genbench.run.benchmark import RunConfig, RunListener, RunState, execute_run
+from genbench.run.result import default_out_dir
 from genbench.transport.endpoint import Endpoint, endpoint
 from genbench.transport.eventloop import run_async
 

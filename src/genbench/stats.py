@@ -308,10 +308,13 @@ def summarize(
 
 
 def knee(points: Sequence[tuple[int, float | None]], min_gain: float = 0.10) -> int | None:
-    """The concurrency after which throughput grows by less than `min_gain` per step."""
+    """The lowest concurrency that no higher level beats by `min_gain` or more: where
+    throughput stopped growing for good. Looking only at the next step would claim a knee
+    that a later level contradicts (a flat step, then +40% further up); None when the
+    highest level still paid (no knee within the sweep)."""
     pts = [(c, r) for c, r in sorted(points) if r]
-    for (c, r), (_, r_next) in zip(pts, pts[1:], strict=False):
-        if r_next < r * (1 + min_gain):
+    for i, (c, r) in enumerate(pts[:-1]):
+        if max(r_later for _, r_later in pts[i + 1 :]) < r * (1 + min_gain):
             return c
     return None
 

@@ -217,8 +217,12 @@ def _sweep_table(doc: dict[str, Any], console: Console) -> None:
     for shape, info in (doc.get("sweep") or {}).items():
         if info.get("knee"):
             console.print(
-                f"  {shape}: throughput stops growing after C={info['knee']} (next step adds < 10%)"
+                f"  {shape}: throughput stops growing after C={info['knee']} "
+                "(no higher level adds 10% or more)"
             )
+        elif info.get("knee_unstable"):
+            levels = ", ".join(f"C={c}" for c in info["knee_unstable"])
+            console.print(f"  {shape}: no knee claimed: the steady window is unstable at {levels}")
     if any(p["kind"] == "sustained" and p["summary"].get("steady_stable") is False for p in phases):
         console.print(
             "  * steady window unstable (halves differ > 5%): use more --requests-per-slot "

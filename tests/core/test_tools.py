@@ -150,8 +150,11 @@ def test_tools_text_that_does_not_parse_says_so_and_where(tmp_path):
 
 def test_arguments_that_do_not_parse_or_are_no_object_fail_naming_the_call(tmp_path):
     field = "field 'messages[2].tool_calls[0].function.arguments'"
-    for args, says in (("{city: Paris", "JSON text does not parse: unexpected character"),
-                       ('["Paris"]', "expected the JSON text of an object, got a list")):  # fmt: skip
+    cases = (
+        ("{city: Paris", "JSON text does not parse: unexpected character"),
+        ('["Paris"]', "expected the JSON text of an object, got a list"),
+    )
+    for args, says in cases:
         row = agentic(1)
         row["messages"][2]["tool_calls"][0]["function"]["arguments"] = args
         msg = _refused(tmp_path, row)

@@ -119,6 +119,13 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
             "[yellow]local demo target: a tiny random-weight model on llama.cpp; the "
             "numbers show the method, not a real model's speed[/]"
         )
+    wl = doc.get("workload") or {}
+    if wl.get("prompts") == "file":  # --workload: say whose requests these numbers are
+        agentic = f", {wl.get('agentic_rows', 0):,} agentic" if wl.get("agentic_rows") else ""
+        console.print(
+            f"  workload {wl.get('path')}: {wl.get('rows', 0):,} rows{agentic}, "
+            f"{wl.get('requests', 0):,} requests (one per assistant turn)"
+        )
     probe = (target.get("check") or {}).get("metrics") or {}
     if probe.get("status") == "absent":
         console.print(f"  [yellow]no server counters[/]: no /metrics; {probe.get('hint')}")

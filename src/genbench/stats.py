@@ -319,6 +319,23 @@ def knee(points: Sequence[tuple[int, float | None]], min_gain: float = 0.10) -> 
     return None
 
 
+def sweep_of(shape: str, rows: Sequence[Any]) -> dict[str, Any]:
+    """One shape's sweep: tok/s by concurrency and its knee. An unstable steady window
+    is no level to read a knee from, so a sustained sweep with one names those levels
+    instead of claiming a knee."""
+    key = "steady_tps" if shape == "sustained" else "output_tps"
+    points = [(p.concurrency, getattr(p.summary, key)) for p in rows]
+    shaky = [p.concurrency for p in rows if p.summary.steady_stable is False]
+    shaky = shaky if shape == "sustained" else []
+    out: dict[str, Any] = {
+        "by_concurrency": {str(c): r for c, r in points},
+        "knee": None if shaky else knee(points),
+    }
+    if shaky:
+        out["knee_unstable"] = shaky
+    return out
+
+
 RATE_FIELDS = ("requests", "units", "tokens", "thinking_tokens")
 
 

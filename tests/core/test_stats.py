@@ -408,8 +408,8 @@ def test_a_summary_as_a_document():
 
 
 def test_an_unstable_sustained_sweep_names_its_levels_instead_of_a_knee():
-    from genbench.run.benchmark import Phase, sweep_of
-    from genbench.stats import PhaseSummary
+    from genbench.run.benchmark import Phase
+    from genbench.stats import PhaseSummary, sweep_of
 
     def phase(c: int, tps: float, stable: bool) -> Phase:
         s = PhaseSummary(steady_tps=tps, output_tps=tps, steady_stable=stable)

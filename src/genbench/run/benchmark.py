@@ -43,7 +43,7 @@ from genbench.run.workload import (
     forced_length_params,
     messages,
 )
-from genbench.stats import PhaseSummary, knee, summarize
+from genbench.stats import PhaseSummary, summarize, sweep_of
 from genbench.transport.client import ChatRequest, Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import DEFAULT_TAGS, SEPARATE, ThinkMode, ThinkState
@@ -194,23 +194,6 @@ class RunState:
                 continue
             sweep[shape] = sweep_of(shape, rows)
         self.doc["sweep"] = sweep
-
-
-def sweep_of(shape: str, rows: list[Any]) -> dict[str, Any]:
-    """One shape's sweep: tok/s by concurrency and its knee. An unstable steady window
-    is no level to read a knee from, so a sustained sweep with one names those levels
-    instead of claiming a knee."""
-    key = "steady_tps" if shape == "sustained" else "output_tps"
-    points = [(p.concurrency, getattr(p.summary, key)) for p in rows]
-    shaky = [p.concurrency for p in rows if p.summary.steady_stable is False]
-    shaky = shaky if shape == "sustained" else []
-    out: dict[str, Any] = {
-        "by_concurrency": {str(c): r for c, r in points},
-        "knee": None if shaky else knee(points),
-    }
-    if shaky:
-        out["knee_unstable"] = shaky
-    return out
 
 
 def prepare_out_dir(out: Path) -> None:

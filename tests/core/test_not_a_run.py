@@ -37,6 +37,8 @@ def test_a_directory_that_is_there_is_named_for_what_it_is(tmp_path):
     job = tmp_path / "out"
     (job / ".genbench").mkdir(parents=True)
     (job / ".genbench" / "job.json").write_text("{}")
+    assert "a generate output with no request log yet, not a run" in _refusal(job)
+    (job / ".genbench" / "requests.jsonl").write_text("")
     msg = _refusal(job)
     assert msg.startswith(f"{job}: a generate output, not a run"), msg
     assert f"genbench report {job}" in msg and "plan --prompts" in msg, msg

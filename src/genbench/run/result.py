@@ -68,6 +68,8 @@ def not_a_run(p: Path) -> str:
         return "not a run directory"
     want = "this command reads a run's result.json (genbench run --out DIR writes one)"
     if (p / ".genbench" / "job.json").exists():
+        if not any((p / ".genbench").glob("requests*.jsonl")):
+            return f"a generate output with no request log yet, not a run: {want}"
         return (
             f"a generate output, not a run: {want}; `genbench report {p}` draws the job, "
             f"`genbench inspect {p}` checks its data, and `genbench plan --prompts FILE "

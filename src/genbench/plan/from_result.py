@@ -202,7 +202,10 @@ def _run_rates(
             f"{status}: {said}): run it again to the end, then plan from it"
         )
     if status not in (None, "complete"):
-        notes.append(f"the run stopped early (status {status}): rated from the levels it finished")
+        notes.append(
+            f"the run {'has not finished' if status == 'running' else 'stopped early'} "
+            f"(status {status}): rated from the levels it finished"
+        )
     if not sustained:
         raise UsageError(
             f"{path}: field 'sweep.sustained' has no steady rate: plan needs a sustained "

@@ -218,7 +218,11 @@ def test_run_measures_on_the_files_agentic_requests(agentic_file, tmp_path):
         p = genbench("run", "--url", sim.url, "--workload", str(agentic_file), *flags,
                      "--out", str(out), timeout=300)  # fmt: skip
         assert p.returncode == 0, p.stderr[-3000:]
+        said = p.stdout + p.stderr  # the console names the workload, start and summary
+        assert f"(workload {agentic_file})" in said, said[-3000:]
+        assert f"workload {agentic_file}: {N} rows, {N} agentic" in said, said[-3000:]
         p = genbench("run", "--url", sim.url, *flags, "--out", str(builtin), timeout=300)
+        assert "workload" not in p.stdout, p.stdout[-3000:]
         assert p.returncode == 0, p.stderr[-3000:]
     # a run on the file and one on the built-in prompts measured different workloads
     p = genbench("compare", str(builtin), str(out))

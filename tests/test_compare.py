@@ -208,7 +208,7 @@ def test_bad_inputs_are_one_line_errors(runs, tmp_path):
     )
     empty_dir = tmp_path / "empty"
     empty_dir.mkdir()
-    _one_line_error(genbench("compare", good, str(empty_dir)), "no such file or run directory")
+    _one_line_error(genbench("compare", good, str(empty_dir)), "an empty directory, not a run")
     other_json = tmp_path / "package.json"
     other_json.write_text('{"name": "left-pad"}')
     _one_line_error(genbench("compare", good, str(other_json)), "not a genbench result")

@@ -163,3 +163,6 @@ def test_each_shard_of_a_job_is_drawn_as_a_job_of_its_own(tmp_path):
     assert len(ids) == len(set(ids))  # every figure once on the page
     assert {f"{f}_1of2" for f in JOB_PLOTS} | {f"{f}_2of2" for f in JOB_PLOTS} <= set(ids)
     assert "Generate job: job out, shard 1/2" in html and "job out, shard 2/2" in html
+    # a job run without --plan has no plan to draw the ETA against: the panel says so
+    assert "ETA against the plan" not in html and "no --plan to hold it against" in html
+    assert "the plan's forecast" not in html

@@ -190,6 +190,10 @@ def test_server_killed_mid_run_ends_fast_with_partial_results(sim_factory, tmp_p
     assert phase(doc, "single-50")["summary"]["ok"] == 3
     recs = read_records(out / "requests.jsonl")
     assert len(recs) == sum(ph["summary"]["requests"] for ph in doc["phases"])
+    # a plan from it names the run's status and the phase it died in, not a missing shape
+    p = genbench("plan", "--from", str(out), "--samples", "1000", "--tokens-per-sample", "99")
+    assert p.returncode == 2 and "the run was cut short" in p.stderr, p.stderr
+    assert "status' is server_down" in p.stderr and "--shape sustained" not in p.stderr
 
 
 @pytest.mark.parametrize(

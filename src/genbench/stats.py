@@ -308,12 +308,32 @@ def summarize(
 
 
 def knee(points: Sequence[tuple[int, float | None]], min_gain: float = 0.10) -> int | None:
-    """The concurrency after which throughput grows by less than `min_gain` per step."""
+    """The lowest concurrency that no higher level beats by `min_gain` or more: where
+    throughput stopped growing for good. Looking only at the next step would claim a knee
+    that a later level contradicts (a flat step, then +40% further up); None when the
+    highest level still paid (no knee within the sweep)."""
     pts = [(c, r) for c, r in sorted(points) if r]
-    for (c, r), (_, r_next) in zip(pts, pts[1:], strict=False):
-        if r_next < r * (1 + min_gain):
+    for i, (c, r) in enumerate(pts[:-1]):
+        if max(r_later for _, r_later in pts[i + 1 :]) < r * (1 + min_gain):
             return c
     return None
+
+
+def sweep_of(shape: str, rows: Sequence[Any]) -> dict[str, Any]:
+    """One shape's sweep: tok/s by concurrency and its knee. An unstable steady window
+    is no level to read a knee from, so a sustained sweep with one names those levels
+    instead of claiming a knee."""
+    key = "steady_tps" if shape == "sustained" else "output_tps"
+    points = [(p.concurrency, getattr(p.summary, key)) for p in rows]
+    shaky = [p.concurrency for p in rows if p.summary.steady_stable is False]
+    shaky = shaky if shape == "sustained" else []
+    out: dict[str, Any] = {
+        "by_concurrency": {str(c): r for c, r in points},
+        "knee": None if shaky else knee(points),
+    }
+    if shaky:
+        out["knee_unstable"] = shaky
+    return out
 
 
 RATE_FIELDS = ("requests", "units", "tokens", "thinking_tokens")

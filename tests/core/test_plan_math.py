@@ -1051,3 +1051,11 @@ def test_a_request_that_starts_decoding_at_an_intervals_midpoint_is_counted():
     assert rows.x.tolist() == [[2.0, 4.0, 6.0], [1.0, 3.0, 5.5], [1.0, 2.0, 3.5]]
     assert rows.y.tolist() == [1.0, 1.0, 1.0]
     assert rows.start.tolist() == [11.0, 11.5, 12.0]
+
+
+def test_a_pilot_longer_than_its_file_says_draws_not_more_rows_than_there_are():
+    from genbench.plan.pilot import draws_of
+
+    assert draws_of(200, 3000) == "200 of 3,000 rows"
+    assert draws_of(30, 7) == "30 draws from the 7 rows (some twice)"
+    assert draws_of(5, 1) == "5 draws from the 1 row (some twice)"

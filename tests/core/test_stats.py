@@ -350,6 +350,10 @@ def test_knee_is_the_last_concurrency_that_still_paid():
     # levels without a rate are left out: 1 -> 4 is +100%, 4 -> 8 +1%
     assert knee([(1, 100.0), (2, None), (4, 200.0), (8, 202.0)]) == 4
     assert knee([(1, 100.0)]) is None
+    # the local demo: C=2 adds < 10% over C=1, but C=8/16 are 47-50% above it
+    demo = [(1, 380.0), (2, 400.0), (4, 530.0), (8, 559.0), (16, 571.0)]
+    assert knee(demo) == 4  # 571 < 530 * 1.1: nothing above C=4 paid
+    assert knee([(1, 380.0), (2, 400.0), (8, 559.0), (16, 571.0)]) == 8
     assert knee([]) is None
 
 
@@ -401,3 +405,19 @@ def test_thinking_tokens_add_up_over_the_window_and_failures_anywhere_are_skippe
 def test_a_summary_as_a_document():
     d = summarize(sustained_phase(), concurrency=2, sustained=True).to_dict()
     assert d["output_tokens"] == 21 and d["steady_window_s"] == (2.0, 6.5)
+
+
+def test_an_unstable_sustained_sweep_names_its_levels_instead_of_a_knee():
+    from genbench.run.benchmark import Phase
+    from genbench.stats import PhaseSummary, sweep_of
+
+    def phase(c: int, tps: float, stable: bool) -> Phase:
+        s = PhaseSummary(steady_tps=tps, output_tps=tps, steady_stable=stable)
+        return Phase(f"sustained-c{c}", "sustained", c, 256, s)
+
+    demo = [(1, 380.0), (2, 400.0), (4, 530.0), (8, 559.0), (16, 571.0)]
+    shaky = sweep_of("sustained", [phase(c, r, c == 2) for c, r in demo])
+    assert shaky["knee"] is None and shaky["knee_unstable"] == [1, 4, 8, 16]
+    steady = sweep_of("sustained", [phase(c, r, True) for c, r in demo])
+    assert steady["knee"] == 4 and "knee_unstable" not in steady
+    assert steady["by_concurrency"]["8"] == 559.0

@@ -130,6 +130,55 @@ def test_arguments_not_text_and_a_result_with_no_call_fail_naming_the_field(tmp_
         assert f"{inp}, line 1: field '{field}'" in str(e.value) and says in str(e.value)
 
 
+def _refused(tmp_path: Path, row: dict) -> str:
+    inp = tmp_path / "in.jsonl"
+    _write(inp, [row])
+    with pytest.raises(InputFileError) as e:
+        scan(inp)
+    msg = str(e.value)
+    assert msg.startswith(f"{inp}, line 1: field '") and "\n" not in msg, msg
+    return msg
+
+
+def test_tools_text_that_does_not_parse_says_so_and_where(tmp_path):
+    row = agentic(1)
+    row["tools"] = "[{not json"
+    msg = _refused(tmp_path, row)
+    assert "field 'tools': the JSON text of a list of tools does not parse" in msg, msg
+    assert "line 1 column 3" in msg, msg
+
+
+def test_arguments_that_do_not_parse_or_are_no_object_fail_naming_the_call(tmp_path):
+    field = "field 'messages[2].tool_calls[0].function.arguments'"
+    cases = (
+        ("{city: Paris", "JSON text does not parse: unexpected character"),
+        ('["Paris"]', "expected the JSON text of an object, got a list"),
+    )
+    for args, says in cases:
+        row = agentic(1)
+        row["messages"][2]["tool_calls"][0]["function"]["arguments"] = args
+        msg = _refused(tmp_path, row)
+        assert f"{field}: " in msg and says in msg, msg
+    row = agentic(1)
+    row["messages"][2]["tool_calls"][0]["function"]["arguments"] = ""
+    assert parse_row(row, 1).messages[2]["tool_calls"][0]["function"]["arguments"] == ""
+
+
+def test_two_calls_of_one_turn_with_the_same_id_fail_naming_the_second(tmp_path):
+    row = agentic(1)
+    row["messages"][2]["tool_calls"].append(call("c0", args='{"city": "Rome"}'))
+    msg = _refused(tmp_path, row)
+    assert "field 'messages[2].tool_calls[1].id': 'c0' is also the id of call 0" in msg, msg
+
+
+def test_a_structured_result_is_sent_as_its_json_text_and_text_parts_as_their_text():
+    row = agentic(2)
+    row["messages"][3]["content"] = {"temp": 18}
+    row["messages"][5]["content"] = [{"type": "text", "text": "18"}, {"type": "text", "text": "C"}]
+    msgs = parse_row(row, 1).messages
+    assert msgs[3]["content"] == '{"temp":18}' and msgs[5]["content"] == "18C"
+
+
 # -- the stream -----------------------------------------------------------------------------
 
 

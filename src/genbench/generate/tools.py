@@ -24,7 +24,10 @@ Shapes read (docs/generate.md has an example of each):
 
 Calls read from ShareGPT or Hermes text get ids `call_<turn>_<k>`, and the results after
 them are paired with them in order. A result that answers no call before it, a result
-without `tool_call_id`, or `arguments` that are not text is a bad row, named by field.
+without `tool_call_id`, `arguments` that are not the JSON text of an object, two calls of
+one turn with the same id, or a `tools` text that does not parse is a bad row, named by
+field. A result whose content is structured (an object, a number) is sent as its JSON
+text; one that is a list of text parts, as their text.
 """
 
 from __future__ import annotations
@@ -69,6 +72,20 @@ def _json(value: Any) -> Any:
         return value
 
 
+def _json_list(value: Any, what: str, field: str) -> list[Any]:
+    """A list, or the JSON text of one: text that looks like JSON but does not parse is
+    named as such, with orjson's position, not as "text"."""
+    if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError as e:
+            raise BadTool(f"the JSON text of {what} does not parse: {e}", field) from None
+    value = _json(value)
+    if not isinstance(value, list):
+        raise BadTool(f"expected {what} (or its JSON text), got {_kind(value)}", field)
+    return value
+
+
 # -- the row's tools ----------------------------------------------------------------------
 
 
@@ -78,10 +95,7 @@ def row_tools(obj: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, Any]:
     raw = obj.get("tools")
     tools = None
     if raw not in (None, "", []):
-        value = _json(raw)
-        if not isinstance(value, list):
-            what = f"expected a list of tools (or its JSON text), got {_kind(value)}"
-            raise BadTool(what, "tools")
+        value = _json_list(raw, "a list of tools", "tools")
         tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(value)]
     choice = obj.get("tool_choice")
     if choice is not None:
@@ -143,10 +157,7 @@ def xlam_turns(obj: dict[str, Any]) -> list[dict[str, Any]] | None:
     the user's query and an assistant turn making those calls; None for another shape."""
     if not isinstance(obj.get("query"), str) or obj.get("answers") is None:
         return None
-    answers = _json(obj["answers"])
-    if not isinstance(answers, list):
-        what = f"expected a list of calls (or its JSON text), got {_kind(answers)}"
-        raise BadTool(what, "answers")
+    answers = _json_list(obj["answers"], "a list of calls", "answers")
     calls = [_loose_call(c, f"answers[{k}]") for k, c in enumerate(answers)]
     for k, c in enumerate(calls):
         c["id"] = f"call_1_{k}"
@@ -180,6 +191,7 @@ def tool_turn(item: dict[str, Any], role: str, sharegpt: str | None, where: str)
         if not isinstance(raw, list):
             raise BadTool(f"expected a list of calls, got {_kind(raw)}", f"{where}.tool_calls")
         calls = [_call(c, f"{where}.tool_calls[{k}]") for k, c in enumerate(raw)]
+        _distinct_ids(calls, f"{where}.tool_calls")
         content = item.get("content")
         turn = {"role": "assistant", "content": content if isinstance(content, str) else ""}
         if isinstance(item.get("reasoning_content"), str):
@@ -195,7 +207,9 @@ def _result(item: dict[str, Any], where: str) -> dict[str, Any]:
         content = item.get("value")
     if content is None:
         raise BadTool("missing content", f"{where}.content")
-    if not isinstance(content, str):
+    if _text_parts(content):
+        content = "".join(p["text"] for p in content)  # OpenAI's content parts
+    elif not isinstance(content, str):
         content = orjson.dumps(content).decode()  # a structured result: its JSON text
     m = _RESPONSE_TAG.match(content)
     turn: dict[str, Any] = {"role": "tool", "content": m.group(1) if m else content}
@@ -226,6 +240,7 @@ def _call(c: Any, where: str) -> dict[str, Any]:
             f"expected the arguments' JSON text (as servers send them), got {_kind(args)}",
             f"{where}.function.arguments",
         )
+    _arguments_object(args, f"{where}.function.arguments")
     cid = c.get("id")
     if not isinstance(cid, str) or not cid:
         raise BadTool("missing: a call needs an id for its result to answer", f"{where}.id")
@@ -239,8 +254,45 @@ def _loose_call(c: Any, where: str) -> dict[str, Any]:
     if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not c["name"]:
         raise BadTool("expected a call {\"name\": ..., \"arguments\": {...}}", where)
     args = c.get("arguments", c.get("parameters", {}))
+    if isinstance(args, str):
+        _arguments_object(args, f"{where}.arguments")
     text = args if isinstance(args, str) else orjson.dumps(args).decode()
     return {"id": "", "type": "function", "function": {"name": c["name"], "arguments": text}}
+
+
+def _arguments_object(args: str, field: str) -> None:
+    """Arguments must be the JSON text of an object (what a tool is called with; a
+    server's template decodes them): text that does not parse, or parses to something
+    else, is a bad row. Empty text is a call without arguments."""
+    if not args.strip():
+        return
+    try:
+        value = orjson.loads(args)
+    except orjson.JSONDecodeError as e:
+        raise BadTool(f"the arguments' JSON text does not parse: {e}", field) from None
+    if not isinstance(value, dict):
+        raise BadTool(f"expected the JSON text of an object, got {_kind(value)}", field)
+
+
+def _distinct_ids(calls: list[dict[str, Any]], where: str) -> None:
+    """Two calls of one turn with the same id: a result could not say which it answers."""
+    seen: dict[str, int] = {}
+    for k, c in enumerate(calls):
+        if c["id"] in seen:
+            raise BadTool(
+                f"{c['id']!r} is also the id of call {seen[c['id']]}: "
+                "a result could not say which call it answers",
+                f"{where}[{k}].id",
+            )
+        seen[c["id"]] = k
+
+
+def _text_parts(content: Any) -> bool:
+    """A list of OpenAI text parts (`[{"type": "text", "text": ...}]`)."""
+    return isinstance(content, list) and bool(content) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        for p in content
+    )
 
 
 def _hermes_calls(content: str, where: str) -> tuple[str, list[dict[str, Any]]] | None:

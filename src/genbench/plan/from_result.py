@@ -190,6 +190,22 @@ def _run_rates(
     """The run's rates and the bytes per token its requests.jsonl measured; a UsageError
     naming the field when the run cannot give a forecast."""
     sustained = _by_c(doc, "sustained")
+    status = doc.get("status")
+    if not sustained and status not in (None, "complete"):
+        # the run stopped before its sustained phases: say that, not "no sustained phase"
+        said = doc.get("status_message") or "no message"
+        how = "was cut short"
+        if status == "running":
+            how = "has not finished (still going, or killed)"
+        raise UsageError(
+            f"{path}: the run {how} before any sustained phase (field 'status' is "
+            f"{status}: {said}): run it again to the end, then plan from it"
+        )
+    if status not in (None, "complete"):
+        notes.append(
+            f"the run {'has not finished' if status == 'running' else 'stopped early'} "
+            f"(status {status}): rated from the levels it finished"
+        )
     if not sustained:
         raise UsageError(
             f"{path}: field 'sweep.sustained' has no steady rate: plan needs a sustained "

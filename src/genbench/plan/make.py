@@ -24,6 +24,7 @@ from genbench.plan.pilot import (
     PilotInput,
     PilotRun,
     PilotStop,
+    draws_of,
     first_turn_requests,
     pilot_stream,
     read_pilot_input,
@@ -325,12 +326,12 @@ def _run(
     size = (
         f"until ±{stop.target:.0%} (≥ {stop.min_requests}"
         + (f", ≥ {stop.min_s:g} s" if stop.min_s else "")
-        + f", ≤ {stop.max_s:g} s)"
+        + f", ≤ {stop.max_s:g} s) of {pilot.source.total:,} rows"
         if stop is not None
-        else str(pilot.size)
+        else draws_of(pilot.size, pilot.source.total)
     )
     watch.say(
-        f"[bold]genbench plan[/] pilot: {size} of {pilot.source.total:,} rows from "
+        f"[bold]genbench plan[/] pilot: {size} from "
         f"{args.prompts} at C={c} on {pilot.ep.base_url} → {pilot.out}"
         + (f" (after {args.warmup:g} s of warm-up)" if args.warmup else "")
     )

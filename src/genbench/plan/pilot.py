@@ -83,6 +83,14 @@ def pilot_stream(rows: Sequence[Row], seed: int) -> Iterator[Row]:
         yield rows[rnd.randrange(len(rows))]
 
 
+def draws_of(draws: int, total: int) -> str:
+    """The pilot's size beside its file's: "200 of 3,000 rows", or, when it draws more than
+    the file holds, "30 draws from the 7 rows" (each row sent once, then again at random)."""
+    if draws <= total:
+        return f"{draws:,} of {total:,} rows"
+    return f"{draws:,} draws from the {total:,} row{'s' if total != 1 else ''} (some twice)"
+
+
 def first_turn_requests(
     rows: Sequence[Row],
     params: dict[str, Any],

@@ -38,7 +38,7 @@ def summary_cards(run: Run) -> list[tuple[str, str, str]]:
             cards.append(("repeats", f"{n}", f"peak {lo:,.0f}–{hi:,.0f} tok/s"))
     knee = ((d.get("sweep") or {}).get("sustained") or {}).get("knee")
     if knee:
-        cards.append(("knee", f"C={knee}", "next step adds < 10%"))
+        cards.append(("knee", f"C={knee}", "no higher level adds 10%"))
     lows = [p for p in run.kind("single")] or run.kind("sustained")[:1]
     if lows:
         t = ((lows[0].get("summary") or {}).get("ttft_s") or {}).get("p50")

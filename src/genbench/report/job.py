@@ -220,6 +220,9 @@ def eta_figure(h: JobHistory, ax: _Axis, notes: list[dict[str, Any]]) -> Figure:
     if not fig.series:
         fig.empty = ("no run notes (.genbench/runs.jsonl): the job ran on an older genbench"
                      if not notes else "too few rows for an ETA")  # fmt: skip
+    if not any(s.label == "plan" for s in fig.series):  # no --plan: the ETA alone
+        fig.title = "Projected duration (ETA; no --plan to hold it against)"
+        fig.subtitle = fig.subtitle.split("; grey:")[0]
     return fig
 
 

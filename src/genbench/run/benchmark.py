@@ -44,7 +44,7 @@ from genbench.run.workload import (
     forced_length_params,
     messages,
 )
-from genbench.stats import PhaseSummary, knee, summarize
+from genbench.stats import PhaseSummary, summarize, sweep_of
 from genbench.transport.client import ChatRequest, Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import DEFAULT_TAGS, SEPARATE, ThinkMode, ThinkState
@@ -193,12 +193,7 @@ class RunState:
             rows = [p for p in self.phases if p.kind == shape]
             if not rows:
                 continue
-            key = "steady_tps" if shape == "sustained" else "output_tps"
-            points = [(p.concurrency, getattr(p.summary, key)) for p in rows]
-            sweep[shape] = {
-                "by_concurrency": {str(c): r for c, r in points},
-                "knee": knee(points),
-            }
+            sweep[shape] = sweep_of(shape, rows)
         self.doc["sweep"] = sweep
 
 

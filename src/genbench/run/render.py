@@ -119,6 +119,13 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
             "[yellow]local demo target: a tiny random-weight model on llama.cpp; the "
             "numbers show the method, not a real model's speed[/]"
         )
+    wl = doc.get("workload") or {}
+    if wl.get("prompts") == "file":  # --workload: say whose requests these numbers are
+        agentic = f", {wl.get('agentic_rows', 0):,} agentic" if wl.get("agentic_rows") else ""
+        console.print(
+            f"  workload {wl.get('path')}: {wl.get('rows', 0):,} rows{agentic}, "
+            f"{wl.get('requests', 0):,} requests (one per assistant turn)"
+        )
     probe = (target.get("check") or {}).get("metrics") or {}
     if probe.get("status") == "absent":
         console.print(f"  [yellow]no server counters[/]: no /metrics; {probe.get('hint')}")
@@ -217,8 +224,12 @@ def _sweep_table(doc: dict[str, Any], console: Console) -> None:
     for shape, info in (doc.get("sweep") or {}).items():
         if info.get("knee"):
             console.print(
-                f"  {shape}: throughput stops growing after C={info['knee']} (next step adds < 10%)"
+                f"  {shape}: throughput stops growing after C={info['knee']} "
+                "(no higher level adds 10% or more)"
             )
+        elif info.get("knee_unstable"):
+            levels = ", ".join(f"C={c}" for c in info["knee_unstable"])
+            console.print(f"  {shape}: no knee claimed: the steady window is unstable at {levels}")
     if any(p["kind"] == "sustained" and p["summary"].get("steady_stable") is False for p in phases):
         console.print(
             "  * steady window unstable (halves differ > 5%): use more --requests-per-slot "

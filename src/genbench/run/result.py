@@ -55,8 +55,33 @@ def load_result(path: str | Path) -> dict[str, Any]:
                 f"{path}: holds {len(reps)} repeats ({reps[0].name} … {reps[-1].name}), not one "
                 "run: give one of them (compare and report take the whole directory)"
             )
-        raise UsageError(f"{path}: no such file or run directory")
+        raise UsageError(f"{path}: {not_a_run(Path(path))}")
     return read_document(p, SCHEMA, SCHEMA_VERSION, "result")
+
+
+def not_a_run(p: Path) -> str:
+    """Why `p` holds no run, as a person would say it: what the directory is (a generate
+    output, a plan, a plain folder) and what to give instead, not "no such file" for a
+    directory that is there."""
+    if not p.exists():
+        return "no such file or run directory"
+    if not p.is_dir():
+        return "not a run directory"
+    want = "this command reads a run's result.json (genbench run --out DIR writes one)"
+    if (p / ".genbench" / "job.json").exists():
+        if not any((p / ".genbench").glob("requests*.jsonl")):
+            return f"a generate output with no request log yet, not a run: {want}"
+        return (
+            f"a generate output, not a run: {want}; `genbench report {p}` draws the job, "
+            f"`genbench inspect {p}` checks its data, and `genbench plan --prompts FILE "
+            "--url URL` forecasts a job from a pilot"
+        )
+    if (p / "plan.json").exists():
+        return f"holds a plan (plan.json), not a run: {want}; `genbench report {p}` shows the plan"
+    if (p / "inspect.json").exists():
+        return f"holds an inspection (inspect.json), not a run: {want}"
+    what = "an empty directory" if not any(p.iterdir()) else "a directory with no result.json"
+    return f"{what}, not a run: {want}"
 
 
 def read_document(

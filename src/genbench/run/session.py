@@ -86,7 +86,8 @@ def run_benchmark(
         out = out_dir or default_out_dir(model or ("local" if not urls else None))
         if not repeated:
             targets = [("", eps[0], out)]
-            listener.say(f"[bold]genbench run[/] {eps[0].base_url} → {out}")
+            wl = f" (workload {cfg.prompts})" if cfg.prompts else ""
+            listener.say(f"[bold]genbench run[/] {eps[0].base_url} → {out}{wl}")
             state = _drive(execute_run(eps[0], model, cfg, out, listener, extra), listener, out)
             return RunOutcome(out, targets, [[state]], 1, False)
         from genbench.run.repeats import execute_repeats
@@ -97,7 +98,8 @@ def run_benchmark(
             for label, ep in zip(labels, eps, strict=True)
         ]
         for _, ep, d in targets:
-            listener.say(f"[bold]genbench run[/] {ep.base_url} → {d}/repeat-1 … {repeats}")
+            wl = f" (workload {cfg.prompts})" if cfg.prompts else ""
+            listener.say(f"[bold]genbench run[/] {ep.base_url} → {d}/repeat-1 … {repeats}{wl}")
         coro = execute_repeats(targets, model, cfg, repeats, listener, extra)
         sides = _drive(coro, listener, out)
     return RunOutcome(out, targets, sides, repeats, True)

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from genbench.fmt import duration, duration_range, number, rate
+from genbench.generate.ending import LABELS, rows
 from genbench.generate.job import JobConfig, JobResult, Listener
 
 
@@ -59,7 +60,11 @@ class JobConsole(Listener):
         c = self.console
         if self.forecast_for is not None:
             self.forecast = self.forecast_for(info["todo"])
-        c.print(f"  input: {info['rows']:,} rows" + _derived(info["derived_ids"]))
+        left, n = info.get("left"), info["rows"]
+        if left:  # --limit took the first rows of a longer input
+            c.print(f"  input: {n:,} of {n + info['invalid'] + left:,} rows (--limit)")
+        else:
+            c.print(f"  input: {rows(n)}" + _derived(info["derived_ids"]))
         if info["done_before"] or info["failed_before"]:
             failed = (
                 f", {info['failed_before']:,} failed earlier (--retry-errors to try them again)"
@@ -232,8 +237,10 @@ def _course(plan: dict[str, Any]) -> Text | None:
 
 def print_result(r: JobResult, console: Console) -> None:
     """How the job ended: rows, tokens, files, and what to do next."""
-    colour = {"complete": "green", "nothing_to_do": "green"}.get(r.status, "red")
-    console.print(f"[{colour}]{r.status.replace('_', ' ')}[/]: {r.message}")
+    colour = {"complete": "green", "nothing_to_do": "green", "limit": "green",
+              "some_failed": "yellow"}.get(r.status, "red")  # fmt: skip
+    label = LABELS.get(r.status, r.status.replace("_", " "))
+    console.print(f"[{colour}]{label}[/]: {r.message}")
     console.print(
         f"  rows: {r.done:,} done, {r.failed:,} failed of {r.total:,}"
         + (
@@ -253,6 +260,9 @@ def print_result(r: JobResult, console: Console) -> None:
     if r.files:
         shown = r.files if len(r.files) <= 3 else [r.files[0], "…", r.files[-1]]
         console.print(f"  data: {len(r.files)} files: {', '.join(shown)}")
+    if r.failure:
+        f = r.failure
+        console.print(f"  most common failure: {f['kind']} ({rows(f['rows'])}): {f['message']}")
     if r.errors_file:
         console.print(f"  failures: {r.errors_file}")
     if r.status in ("interrupted", "servers_down"):

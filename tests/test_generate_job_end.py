@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from conftest import genbench
 
 from genbench.sim.process import SimProcess
@@ -201,3 +202,35 @@ def test_one_row_is_one_row(tmp_path):
         inp = write(tmp_path / "in.jsonl", plain_rows(1))
         p = gen(inp, tmp_path / "out", sim.url)
     assert p.returncode == 0 and "input: 1 row\n" in p.stdout, p.stdout
+
+
+def test_the_batch_shape_promises_no_token_ids_and_metrics_host_alone_is_ignored(tmp_path):
+    with SimProcess(*SIM, "--token-ids", "vllm") as sim:
+        inp = write(tmp_path / "in.jsonl", plain_rows(2))
+        p = gen(inp, tmp_path / "b", sim.url, "--answers", "batch", "--token-ids", "on")
+        assert p.returncode == 2 and "--answers both" in p.stderr, p.stderr
+        p = gen(inp, tmp_path / "b", sim.url, "--answers", "batch",
+                "--metrics-host", "0.0.0.0")  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        assert "token ids: not kept (the Batch shape" in p.stdout
+        assert "rows keep the ids" not in p.stdout
+        assert "--metrics-host 0.0.0.0 is ignored without --metrics-port" in p.stdout
+        assert "batch errors" not in p.stdout  # nothing failed
+
+
+def test_the_sims_start_line_shows_its_ids_and_calls():
+    with SimProcess(*SIM, "--token-ids", "vllm", "--tool-calls", "1:3") as sim:
+        assert "token-ids vllm, tool-calls 1:3" in sim.line
+
+
+@pytest.mark.vllm
+def test_vllm_without_a_tool_parser_stops_an_agentic_job_before_it_starts(vllm_server, tmp_path):
+    """The plain test server has no --enable-auto-tool-choice: vLLM's own refusal, once."""
+    inp = write(tmp_path / "in.jsonl", [*plain_rows(2), agentic_row(0)])
+    out = tmp_path / "out"
+    p = gen(inp, out, vllm_server.url, "--max-tokens", "8")
+    assert p.returncode == 9, p.stdout + p.stderr
+    said = "refuses a request with the input's tools"
+    (line,) = [ln for ln in p.stderr.splitlines() if said in ln]
+    assert "HTTP 400" in line and "--enable-auto-tool-choice" in line, line
+    assert not data(out) and "Traceback" not in p.stderr

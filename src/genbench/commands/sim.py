@@ -93,8 +93,9 @@ TOOL_CALLS = typer.Option(
     None,
     "--tool-calls",
     metavar="N|LO:HI",
-    help="Requests with tools: each conversation calls N (or LO..HI, seeded) tools, one "
-    "a reply, before it answers. [default: never, unless tool_choice forces a call]",
+    help="Requests with tools: each conversation calls N tools (LO:HI: a number from LO "
+    "to HI, seeded), one a reply, before it answers. [default: never, unless tool_choice "
+    "forces a call]",
 )
 
 

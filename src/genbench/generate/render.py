@@ -72,11 +72,12 @@ class JobConsole(Listener):
                 else ""
             )
             c.print(
-                f"  resuming: {info['done_before']:,} rows already done{failed}; "
+                f"  resuming: {rows(info['done_before'])} already done{failed}; "
                 f"{info['todo']:,} to go"
             )
         if info["invalid"]:
-            c.print(f"  [yellow]{info['invalid']:,} invalid rows go to the errors file[/]")
+            n_bad = info["invalid"]
+            c.print(f"  [yellow]invalid rows, to the errors file: {n_bad:,}[/]")
         f = self.forecast
         if f is not None:
             c.print(f"  plan: {_forecast_text(f)} ({f.basis}; {f.path})")

@@ -424,6 +424,7 @@ def startup_line(cfg: SimConfig, port: int, auth: bool = False) -> str:
         f"genbench sim listening on http://{_url_host(cfg.host)}:{port}/v1 "
         f"(model {cfg.model}, tps {cfg.tps}, per-seq-ms {cfg.per_seq_ms}, "
         f"ttft-ms {cfg.ttft_ms}, max-batch {cfg.max_batch}, "
+        f"token-ids {cfg.token_ids}, tool-calls {cfg.tool_calls or 'none'}, "
         f"api key {'required' if auth else 'not required'}, faults: {faults})"
     )
 

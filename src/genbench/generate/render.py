@@ -129,7 +129,8 @@ class JobConsole(Listener):
             print(line, file=sys.stderr, flush=True)
         print_result(result, self.console)
         f = self.forecast
-        if f is not None and result.status == "complete" and result.sending_s > 0:
+        ended = result.status in ("complete", "some_failed", "limit")
+        if f is not None and ended and result.sending_s > 0:
             self.plan_outcome = o = f.outcome(result.sending_s)
             inside = {True: ", inside its bar", False: ", [red]outside its bar[/]", None: ""}
             self.console.print(

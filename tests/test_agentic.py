@@ -18,6 +18,7 @@ import orjson
 import pytest
 from conftest import genbench
 
+from genbench.generate.tool_probe import PROMPT as PROBE_PROMPT
 from genbench.records import read_records
 from genbench.sim.process import SimProcess
 
@@ -37,6 +38,16 @@ def sim_metric(root: str, name: str) -> float:
     m = re.search(rf"^sim:{name} (\S+)", text, re.M)
     assert m, f"the sim exports {name}"
     return float(m[1])
+
+
+def job_calls(sim: SimProcess) -> float:
+    """The calls the sim made for the job's rows: its count less the one its preflight's
+    tool check got (the same request again, answered the same: the sim is seeded)."""
+    made = sim_metric(sim.root, "tool_calls_total")
+    body = {"messages": [{"role": "user", "content": PROBE_PROMPT}], "max_tokens": 16,
+            "temperature": 0, "tools": TOOLS, "stream": False}  # fmt: skip
+    assert httpx.post(sim.url + "/chat/completions", json=body, timeout=30).status_code == 200
+    return 2 * made - sim_metric(sim.root, "tool_calls_total")
 
 
 def calls_of(i: int) -> int:
@@ -107,7 +118,7 @@ def test_replay_regenerates_the_calls_and_splices_the_results_in_order(
     sim_args = (*SIM, "--tool-calls", "2", "--thinking-tokens", "3", "--dialect", dialect)
     with SimProcess(*sim_args) as sim:
         generate(agentic_file, out, sim.url)
-        sim_calls = sim_metric(sim.root, "tool_calls_total")
+        sim_calls = job_calls(sim)
     rows = rows_once(out)
     ran_out = 0
     for i in range(N):
@@ -148,7 +159,7 @@ def test_keep_holds_the_original_calls_and_regenerates_the_answer(agentic_file, 
     out = tmp_path / "out"
     with SimProcess(*SIM, "--tool-calls", "3") as sim:
         generate(agentic_file, out, sim.url, "--tool-policy", "keep", "--turns", "last")
-        sim_calls = sim_metric(sim.root, "tool_calls_total")
+        sim_calls = job_calls(sim)
     rows = rows_once(out)
     src = {f"a{i}": agentic_row(i)["messages"] for i in range(N)}
     calls = 0
@@ -273,7 +284,7 @@ def test_a_seeded_number_of_calls_per_conversation_is_what_inspect_counts(agenti
         out = tmp_path / run_
         with SimProcess(*SIM, "--tool-calls", "0:3", "--seed", "7") as sim:
             generate(agentic_file, out, sim.url)
-            sim_calls = sim_metric(sim.root, "tool_calls_total")
+            sim_calls = job_calls(sim)
         rows = rows_once(out)
         tools = inspect_tools(out)
         assert tools["calls"] == sim_calls == sum(r["meta"]["tool_calls"] for r in rows.values())

@@ -88,7 +88,8 @@ def test_a_batch_file_killed_then_resumed_holds_every_custom_id_once(sim, tmp_pa
     # more lines, answered in conversations: refused, a data file holds one shape
     write_lines(inp, batch_lines(n + 1, temperature=0.7))
     p = gen(inp, out, "--url", sim.url, "--answers", "conversations")
-    assert p.returncode != 0 and "different settings (format was" in p.stderr
+    assert p.returncode != 0
+    assert "different settings (--answers was batch, now conversations)" in p.stderr
 
 
 def test_both_an_interrupted_run_writes_what_is_done_and_the_rerun_the_rest(sim, tmp_path):

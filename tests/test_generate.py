@@ -217,7 +217,8 @@ def test_truncated_rows_can_go_to_the_errors_file(sim, tmp_path):
     write_rows(inp, prompts(6))
     out = tmp_path / "out"
     p = gen(inp, out, "--url", sim.url, "--max-tokens", "2", "--truncated", "error")
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 11, p.stderr  # every row failed: truncated's exit code
+    assert "every row failed (6 rows, none done)" in p.stdout
     assert data_rows(out) == []
     errs = error_rows(out)
     assert sorted(e["id"] for e in errs) == [f"r{i}" for i in range(6)]

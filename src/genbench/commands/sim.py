@@ -85,15 +85,17 @@ FAULT = typer.Option(
     "--fault",
     help="Inject a fault, KIND[:key=value,...]; repeatable. Kinds: refuse, die, http, "
     "stall-first, stall-mid, inband-error, malformed, truncate, no-usage, not-openai, "
-    "unhealthy, split, loop, unclosed, empty-answer, inline-think, garble, ignore-prompt; "
+    "unhealthy, no-tools, split, loop, unclosed, empty-answer, inline-think, garble, "
+    "ignore-prompt; "
     "match=TEXT limits one to requests containing TEXT. See docs/sim.md.",
 )
 TOOL_CALLS = typer.Option(
     None,
     "--tool-calls",
     metavar="N|LO:HI",
-    help="Requests with tools: each conversation calls N (or LO..HI, seeded) tools, one "
-    "a reply, before it answers. [default: never, unless tool_choice forces a call]",
+    help="Requests with tools: each conversation calls N tools (LO:HI: a number from LO "
+    "to HI, seeded), one a reply, before it answers. [default: never, unless tool_choice "
+    "forces a call]",
 )
 
 

@@ -31,8 +31,9 @@ METRICS_PORT = typer.Option(
     help="Serve the job's progress as Prometheus metrics on http://HOST:PORT/metrics while "
     "it runs (0: any free port). See docs/generate.md.",
 )
+DEFAULT_METRICS_HOST = "127.0.0.1"
 METRICS_HOST = typer.Option(
-    "127.0.0.1",
+    DEFAULT_METRICS_HOST,
     "--metrics-host",
     help="Address --metrics-port listens on: loopback unless you choose another (0.0.0.0: "
     "every interface).",
@@ -42,6 +43,8 @@ def listeners(console_listener: Listener, cfg: JobConfig, host: str, port: int |
     """Who hears the job: the console, the run notes, and the exporter when asked (started
     here, so a port in use fails before any request); (listener, exporter or None)."""
     exporter = None
+    if port is None and host != DEFAULT_METRICS_HOST:
+        console.print(f"  [yellow]--metrics-host {host} is ignored without --metrics-port[/]")
     if port is not None:
         if not 0 <= port <= 65535:
             raise UsageError(f"--metrics-port {port}: expected a port from 0 to 65535")
@@ -74,4 +77,4 @@ def batch_output(cfg: JobConfig, answers: str, console: Console) -> None:
     dest = cfg.output / name.replace(".jsonl", f"{tag}.jsonl")
     data = store.data_files() if answers == "both" else []
     n = write_batch_output(data, store.errors_path, dest)
-    console.print(f"  batch {'output' if data else 'errors'}: {dest} ({n:,} lines)")
+    console.print(f"  batch {'output' if data else 'errors'}: {dest} ({n:,} line{'s' * (n != 1)})")

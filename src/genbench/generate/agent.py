@@ -10,6 +10,9 @@ again and what is kept (docs/generate.md shows both on one row):
     again, until it answers without a call or the results run out. A call the results
     cannot answer (more calls than results, or a parallel call with too few left) ends
     the row: that call is the row's last turn, and `meta.tool_results_ran_out` says so.
+    A call cut by max_tokens (finish_reason `length`) is not answered either: its
+    arguments may be half written, so no cached result is fed to it; the row ends with
+    it, and `meta.tool_call_cut` says so.
     `--turns last` replays the last user turn only, the turns before it kept as they
     are; `--turns all` replays every user turn, each with its own results.
   * `keep`: the original calls and results stay as history; only the assistant turns
@@ -47,7 +50,7 @@ class AgentConversation(Conversation):
 
     __slots__ = (
         "policy", "results", "names", "made", "calls", "call_turns", "call_tokens",
-        "ran_out", "differ", "last_prompt",
+        "ran_out", "differ", "last_prompt", "cut",
     )  # fmt: skip
 
     def __init__(
@@ -68,7 +71,7 @@ class AgentConversation(Conversation):
         self.names: list[str] = []  # the functions the original called in the segment
         self.made: list[str] = []  # and those the target called there
         self.calls = self.call_turns = self.call_tokens = 0
-        self.ran_out = self.differ = False
+        self.ran_out = self.differ = self.cut = False
         msgs = row.messages
         self.last_prompt = max(i for i, m in enumerate(msgs) if m["role"] in _PROMPTS)
 
@@ -174,8 +177,13 @@ class AgentConversation(Conversation):
         self.calls += len(calls)
         self.call_turns += 1
         self.call_tokens += rec.tool_tokens or 0
-        if self.policy == "replay":
-            self._feed(calls)
+        if self.policy != "replay":
+            return
+        if rec.finish_reason == "length":  # a call cut by max_tokens: no result answers it
+            self.cut = True
+            self.pos = len(self.row.messages)  # the row ends with this call
+            return
+        self._feed(calls)
 
     def _feed(self, calls: list[dict[str, Any]]) -> None:
         """The target called: the next cached results answer its calls, matched to the
@@ -209,6 +217,7 @@ class AgentConversation(Conversation):
             tool_call_tokens=self.call_tokens,
             tool_results_ran_out=self.ran_out,
             tool_names_differ=self.differ,
+            tool_call_cut=self.cut,
         )
         return out
 

@@ -107,6 +107,7 @@ def job_config(
     URLs parsed and the open-file limit fitted to their streams before anything is sent."""
     _check_flags(locals())
     fmt, turns, tool_policy = _answers_format(answers, fmt, input, turns, tool_policy)
+    token_ids = _batch_ids(answers, token_ids)
     servers = [ServerSpec(u, concurrency) for u in url or []]
     if url_file is not None:
         servers += read_url_file(url_file, concurrency)
@@ -129,7 +130,7 @@ def job_config(
         retry_errors=retry_errors, force=force, input_changed=input_changed, limit=limit,
         think_tags=_checked(parse_tags, think_tags),
         think_dialect=_checked(parse_dialect, think_dialect),
-        keep_raw=keep_raw, token_ids=token_ids,
+        keep_raw=keep_raw, token_ids=token_ids, answers=answers,
     )  # fmt: skip
 
 
@@ -168,6 +169,21 @@ def _answers_format(
     if is_batch_file(input):
         turns, tool_policy = "last", "keep"
     return ("batch" if answers == "batch" else fmt), turns, tool_policy
+
+
+def _batch_ids(answers: str, token_ids: str) -> str:
+    """OpenAI's Batch output shape has no place for token ids: `--answers batch` asks for
+    none (auto) or is refused with them required (on); `--answers both` keeps them in the
+    conversations, beside batch_output.jsonl."""
+    if answers != "batch":
+        return token_ids
+    if token_ids == "on":
+        raise UsageError(
+            "--token-ids on: --answers batch writes OpenAI's Batch shape, which keeps no "
+            "token ids; use --answers both (the conversations keep them, batch_output.jsonl "
+            "beside them)"
+        )
+    return "off"
 
 
 def _checked(parse: Any, text: str) -> Any:

@@ -30,7 +30,7 @@ import orjson
 
 from genbench.errors import InputFileError, UsageError
 from genbench.generate import batch as batch_api
-from genbench.generate.input_files import PROMPT_KEYS, check_stream
+from genbench.generate.input_files import PROMPT_KEYS, check_stream, rows_after
 from genbench.generate.input_files import check_exists as _check_exists
 from genbench.generate.input_files import check_kind as _not_what_it_says
 from genbench.generate.input_files import jsonl_lines as _jsonl
@@ -121,6 +121,8 @@ class InputScan:
     bad: list[BadRow] = field(default_factory=list)
     bad_lines: set[int] = field(default_factory=set)
     last_line: int | None = None  # --limit: pass 2 stops here
+    left: int | None = None  # --limit: the file's rows after it (None: not counted)
+    tools: tuple[list[dict[str, Any]], Any] | None = None  # a row to do's tools and choice
     removed: list[str] = field(default_factory=list)  # done ids no longer in the input
 
     @property
@@ -327,6 +329,8 @@ def scan(
         raise
     if not seen:
         raise InputFileError(path, None, "no rows (the file is empty or blank)")
+    if sc.res.last_line is not None and sc.shard.count == 1:  # --limit: the rows after it
+        sc.res.left = rows_after(path, kind, rows, seen)
     if sc.res.last_line is None:  # read to the end: what was not met is not in the input
         sc.res.removed = [i for i in sc.left_done if check is None or not check.kept_gone(i)]
     return sc.res
@@ -383,10 +387,12 @@ class _Scan:
             return False
         if derived is None:
             try:
-                parse_row(obj, n, row_id)
+                derived = parse_row(obj, n, row_id)
             except _Bad as b:
                 self.bad(n, b, item)
                 return False
+        if derived.tools and res.tools is None:  # the preflight tries them (tool_probe.py)
+            res.tools = (derived.tools, derived.tool_choice)
         res.todo.add(rid)
         return self.full(n)
 

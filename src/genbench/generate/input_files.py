@@ -118,6 +118,14 @@ def parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield n, obj
 
 
+def rows_after(path: Path, kind: str, rest: Iterator[Any], seen: int) -> int:
+    """The rows of the file after the first `seen` (--limit stopped there): a Parquet
+    file's from its metadata, a JSONL file's non-blank lines counted, not decoded."""
+    if kind == "parquet":
+        return max(0, open_parquet(path).metadata.num_rows - seen)
+    return sum(1 for _ in rest)
+
+
 def check_exists(path: Path) -> None:
     if not path.exists():
         raise UsageError(f"--input {path}: no such file")

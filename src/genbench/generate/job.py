@@ -24,6 +24,8 @@ from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, Usag
 from genbench.generate.batch import row_bytes
 from genbench.generate.conversation import Conversation
 from genbench.generate.durable import output_errors
+from genbench.generate.ending import Failures, ending, failed_exit
+from genbench.generate.ending import rows as row_count
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
 from genbench.generate.input import BadRow, InputScan, ShardSpec, iter_rows
 from genbench.generate.pipeline import Retries, row_load
@@ -31,6 +33,7 @@ from genbench.generate.progress import Progress, RowInfo
 from genbench.generate.resume import prepare
 from genbench.generate.servers import Server, ServerSpec, check_token_ids
 from genbench.generate.store import Existing, Store
+from genbench.generate.tool_probe import probe_tools
 from genbench.load import Load
 from genbench.records import RequestRecord
 from genbench.transport.client import Client, Timeouts
@@ -71,11 +74,15 @@ class JobConfig:
     keep_raw: bool = False  # also write each answer's text as generated (turn["raw"])
     token_ids: str = "auto"  # --token-ids: auto (where the server gives them), on, off
     input_changed: str | None = None  # regenerate | keep: done rows whose request changed
+    answers: str = "conversations"  # --answers: conversations | batch | both
 
     def fingerprint(self, model: str) -> dict[str, Any]:
+        """The settings job.json keeps: those store.FINGERPRINT_KEYS names are compared on
+        resume; token_ids and answers are kept to name a change (generate/jobfile.py)."""
         fp = {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
         if self.tool_policy != "replay":  # the default leaves earlier jobs' fingerprints be
             fp["tool_policy"] = self.tool_policy
+        fp["token_ids"], fp["answers"] = self.token_ids, self.answers
         return fp
 
     @property
@@ -112,19 +119,14 @@ class JobResult:
     files: list[str] = field(default_factory=list)
     errors_file: str | None = None
     snapshot: dict[str, Any] = field(default_factory=dict)
+    failure: dict[str, Any] | None = None  # this run's most common: {kind, rows, message}
 
     @property
     def exit_code(self) -> int:
+        if self.status == "failed":  # every row failed: its most common kind's exit code
+            return failed_exit(self.failure)
         codes = {"interrupted": ExitCode.INTERRUPTED, "servers_down": ExitCode.REFUSED}
         return codes.get(self.status, ExitCode.OK)
-
-
-# the cause, once: the status is printed before it and the resume hint after it
-MESSAGES = {
-    "complete": "all rows done",
-    "interrupted": "stopped before every row was done",
-    "servers_down": "every server was down for {down:g} s",
-}
 
 
 class Job:
@@ -150,6 +152,7 @@ class Job:
         self._t_first_send: float | None = None
         self._t_last_done: float | None = None
         self.check: RequestCheck | None = None
+        self.failures = Failures()  # this run's failed rows, by kind (ending.py)
 
     # -- preparation ----------------------------------------------------------------------
 
@@ -188,6 +191,9 @@ class Job:
         # one model: a server not up yet speaks the dialect the others showed
         seen = next((r.think_mode() for r in reports if r.ok), None)
         ids_seen = next((r.token_ids for r in reports if r.ok and r.token_ids), None)
+        if cfg.fmt == "batch":  # flags.py asked for none: say so, not "rows keep the ids"
+            self.listener.note("token ids: not kept (the Batch shape of --answers batch has no "
+                               "place for them; --answers both keeps them)")  # fmt: skip
         for spec, rep in zip(cfg.servers, reports, strict=True):
             ep = Endpoint.parse(spec.url, cfg.api_key)
             mode = rep.think_mode() if rep.ok else seen
@@ -246,9 +252,15 @@ class Job:
             why = "every row is already done" if res.rows else "the input has no rows"
             return self._result("nothing_to_do", why, t0)
         reports = await self._preflight()
+        if res.tools is not None:  # agentic rows: a server that refuses tools stops us now
+            ep = Endpoint.parse(next(r for r in reports if r.ok).url, cfg.api_key)
+            await probe_tools(ep, self.model, *res.tools, timeout=min(cfg.timeout, 120.0))
         self._begin(existing, res, reports)
         status = await self._send(handle_signals)
-        message = MESSAGES[status].format(down=cfg.down_timeout)
+        done = self.progress.done if self.progress else 0
+        status, message = ending(
+            status, self.failures, done, res.failed, res.left, res.rows, cfg.down_timeout
+        )
         return self._result(status, message, t0)
 
     def _announce(self, existing: Existing, res: InputScan) -> None:
@@ -265,6 +277,7 @@ class Job:
                 "derived_ids": res.derived,
                 "shards_found": len(existing.shards),
                 "shard": cfg.shard_tag,
+                "left": res.left,  # --limit: the input's rows after the ones it took
             }
         )
         before = (existing.job or {}).get("input")
@@ -380,7 +393,7 @@ class Job:
             n = sum(s.in_flight for s in self.servers)
             if n:
                 self.listener.note(
-                    f"stopping: waiting up to {self.cfg.drain:g} s for {n} rows in flight "
+                    f"stopping: waiting up to {self.cfg.drain:g} s for {row_count(n)} in flight "
                     "(Ctrl-C again to stop now)",
                     "yellow",
                 )
@@ -395,6 +408,7 @@ class Job:
         if conv.truncated and self.cfg.on_truncated == "error":
             why = "cut by max_tokens (finish_reason length)"
             entry = self._error_entry(conv, ErrorKind.TRUNCATED, why)
+            self.failures.add(ErrorKind.TRUNCATED, why)
             entry["conversations"] = conv.out
             entry["meta"] = conv.meta(self.model)
             self.store.write_error(conv.row.id, entry, info)
@@ -409,6 +423,7 @@ class Job:
 
     def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> str | None:
         entry = self._error_entry(conv, kind, why)
+        self.failures.add(kind, why)
         self.store.write_error(conv.row.id, entry, RowInfo(conv.server, 0, 0))
         return self.store.take_shortage()
 
@@ -439,6 +454,7 @@ class Job:
             "raw": b.raw,
             "failed_at": round(time.time(), 3),
         }
+        self.failures.add(ErrorKind.INVALID_INPUT, entry["error"])
         self.store.write_error(b.id if b.id is not None else f"line:{b.line}", entry)
 
     def _on_record(self, rec: RequestRecord) -> None:
@@ -498,6 +514,7 @@ class Job:
             files=files,
             errors_file=str(self.store.errors_path) if self.store.errors_path.exists() else None,
             snapshot=snap,
+            failure=self.failures.most_common(),
         )
 
 

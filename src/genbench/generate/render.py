@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from genbench.fmt import duration, duration_range, number, rate
+from genbench.generate.ending import LABELS, rows
 from genbench.generate.job import JobConfig, JobResult, Listener
 
 
@@ -59,7 +60,11 @@ class JobConsole(Listener):
         c = self.console
         if self.forecast_for is not None:
             self.forecast = self.forecast_for(info["todo"])
-        c.print(f"  input: {info['rows']:,} rows" + _derived(info["derived_ids"]))
+        left, n = info.get("left"), info["rows"]
+        if left:  # --limit took the first rows of a longer input
+            c.print(f"  input: {n:,} of {n + info['invalid'] + left:,} rows (--limit)")
+        else:
+            c.print(f"  input: {rows(n)}" + _derived(info["derived_ids"]))
         if info["done_before"] or info["failed_before"]:
             failed = (
                 f", {info['failed_before']:,} failed earlier (--retry-errors to try them again)"
@@ -67,11 +72,12 @@ class JobConsole(Listener):
                 else ""
             )
             c.print(
-                f"  resuming: {info['done_before']:,} rows already done{failed}; "
+                f"  resuming: {rows(info['done_before'])} already done{failed}; "
                 f"{info['todo']:,} to go"
             )
         if info["invalid"]:
-            c.print(f"  [yellow]{info['invalid']:,} invalid rows go to the errors file[/]")
+            n_bad = info["invalid"]
+            c.print(f"  [yellow]invalid rows, to the errors file: {n_bad:,}[/]")
         f = self.forecast
         if f is not None:
             c.print(f"  plan: {_forecast_text(f)} ({f.basis}; {f.path})")
@@ -123,7 +129,8 @@ class JobConsole(Listener):
             print(line, file=sys.stderr, flush=True)
         print_result(result, self.console)
         f = self.forecast
-        if f is not None and result.status == "complete" and result.sending_s > 0:
+        ended = result.status in ("complete", "some_failed", "limit")
+        if f is not None and ended and result.sending_s > 0:
             self.plan_outcome = o = f.outcome(result.sending_s)
             inside = {True: ", inside its bar", False: ", [red]outside its bar[/]", None: ""}
             self.console.print(
@@ -232,8 +239,10 @@ def _course(plan: dict[str, Any]) -> Text | None:
 
 def print_result(r: JobResult, console: Console) -> None:
     """How the job ended: rows, tokens, files, and what to do next."""
-    colour = {"complete": "green", "nothing_to_do": "green"}.get(r.status, "red")
-    console.print(f"[{colour}]{r.status.replace('_', ' ')}[/]: {r.message}")
+    colour = {"complete": "green", "nothing_to_do": "green", "limit": "green",
+              "some_failed": "yellow"}.get(r.status, "red")  # fmt: skip
+    label = LABELS.get(r.status, r.status.replace("_", " "))
+    console.print(f"[{colour}]{label}[/]: {r.message}")
     console.print(
         f"  rows: {r.done:,} done, {r.failed:,} failed of {r.total:,}"
         + (
@@ -253,6 +262,9 @@ def print_result(r: JobResult, console: Console) -> None:
     if r.files:
         shown = r.files if len(r.files) <= 3 else [r.files[0], "…", r.files[-1]]
         console.print(f"  data: {len(r.files)} files: {', '.join(shown)}")
+    if r.failure:
+        f = r.failure
+        console.print(f"  most common failure: {f['kind']} ({rows(f['rows'])}): {f['message']}")
     if r.errors_file:
         console.print(f"  failures: {r.errors_file}")
     if r.status in ("interrupted", "servers_down"):

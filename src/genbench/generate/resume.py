@@ -10,6 +10,7 @@ from genbench.generate import changes
 from genbench.generate.durable import output_errors
 from genbench.generate.fingerprint import LazyFps, RequestCheck
 from genbench.generate.input import InputScan, ShardSpec, scan
+from genbench.generate.jobfile import token_ids_change
 from genbench.generate.readback import rekey_index
 from genbench.generate.store import Existing, Store
 
@@ -25,6 +26,7 @@ class PrepareConfig(Protocol):
     retry_errors: bool
     force: bool
     limit: int | None
+    token_ids: str
 
 
 class PrepareNotes(Protocol):
@@ -51,6 +53,9 @@ def prepare(
     # sampling, turns and format now (the served model once the servers answered): a job
     # refused for its settings is not also asked about every row's request
     store.check_job(existing, cfg.fingerprint(cfg.model or _old_model(existing)), cfg.force)
+    ids_note = token_ids_change(existing.job, cfg.token_ids, cfg.force)
+    if ids_note:
+        listener.note(ids_note, "yellow")
     kept = changes.read_kept(store)
     check = RequestCheck(cfg.params, cfg.turns == "all", existing.fps, kept, cfg.tool_policy)
     res = scan(

@@ -46,6 +46,7 @@ META_FIELDS: tuple[tuple[str, str], ...] = (
     ("tool_call_tokens", "int64"),
     ("tool_results_ran_out", "bool"),
     ("tool_names_differ", "bool"),
+    ("tool_call_cut", "bool"),
     ("token_ids", "string"),  # exact | partial | none | mismatch | unchecked
     ("request", "string"),  # the fingerprint of the requests the row made (fingerprint.py)
 )

@@ -74,6 +74,7 @@ from genbench.generate.durable import (
     write_failed,
 )
 from genbench.generate.fingerprint import LazyFps
+from genbench.generate.jobfile import job_setting, setting_change
 from genbench.generate.lock import OutputLock
 from genbench.generate.readback import index_keys, scan_jsonl_shard
 from genbench.generate.rows import (
@@ -93,7 +94,8 @@ SCHEMA = "genbench.generate"
 SCHEMA_VERSION = 1
 SHARD_DIGITS = 5
 # Settings that change what the data set contains: a resumed job must not mix them.
-FINGERPRINT_KEYS = ("model", "params", "turns", "format")
+# (a job.json without tool_policy was made with its default: jobfile.job_setting)
+FINGERPRINT_KEYS = ("model", "params", "turns", "format", "tool_policy")
 
 
 @dataclass
@@ -249,13 +251,13 @@ class Store:
         old = existing.job
         if old is None or force:
             return
-        changed = [k for k in FINGERPRINT_KEYS if old.get(k) != job.get(k)]
+        changed = [k for k in FINGERPRINT_KEYS if job_setting(old, k) != job_setting(job, k)]
         if changed:
-            k = changed[0]
+            name, was, now = setting_change(old, job, changed[0])
             raise UsageError(
-                f"--out {self.out} holds a job made with different settings ({k} was "
-                f"{_show(old.get(k))}, now {_show(job.get(k))}): use a new --out, or "
-                "--force to continue with the new settings"
+                f"--out {self.out} holds a job made with different settings ({name} was "
+                f"{was}, now {now}): use a new --out, or --force to continue with the new "
+                "settings"
             )
 
     def begin(self, existing: Existing, job: dict[str, Any]) -> None:
@@ -483,6 +485,3 @@ class Store:
     def data_files(self) -> list[Path]:
         return sorted(p for p in self.out.iterdir() if self._shard_re.match(p.name))
 
-
-def _show(v: Any) -> str:
-    return orjson.dumps(v).decode() if not isinstance(v, str) else v

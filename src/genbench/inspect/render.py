@@ -146,7 +146,8 @@ def _tool_lines(doc: dict[str, Any], console: Console) -> None:
     )
     console.print(
         f"  arguments not JSON: {t['bad_arguments']:,} rows; results ran out: "
-        f"{t['results_ran_out']:,}; undeclared tools called: {t['undeclared']:,}; "
+        f"{t['results_ran_out']:,}; calls cut by max_tokens: {t.get('call_cut', 0):,}; "
+        f"undeclared tools called: {t['undeclared']:,}; "
         f"other functions than the original: {t['names_differ']:,}"
     )
     for kind, examples in t["examples"].items():

@@ -9,6 +9,8 @@ call in its assistant turns), and whether
     max_tokens mid-call, or a model that writes broken JSON);
   * the original's results ran out before the target stopped calling
     (`results_ran_out`, generate's `meta.tool_results_ran_out`: the row ends in a call);
+  * the row ends in a call cut by max_tokens, left unanswered (`call_cut`, generate's
+    `meta.tool_call_cut`);
   * a call names a function the row's `tools` does not declare (`undeclared`);
   * the target called other functions than the original did, in order (`names_differ`).
 """
@@ -23,7 +25,7 @@ import orjson
 
 from genbench.generate.tools import arguments_parse, declared
 
-KINDS = ("bad_arguments", "results_ran_out", "undeclared", "names_differ")
+KINDS = ("bad_arguments", "results_ran_out", "call_cut", "undeclared", "names_differ")
 
 
 @dataclass
@@ -58,8 +60,9 @@ class ToolTally:
         if calls and not arguments_parse(calls):
             found.append(("bad_arguments", "a call's arguments are not a JSON object"))
         if meta.get("tool_results_ran_out"):
-            calls_made = f"{made} call" + ("" if made == 1 else "s")
-            found.append(("results_ran_out", f"the results ran out after {calls_made}"))
+            found.append(("results_ran_out", f"the results ran out after {_calls(made)}"))
+        if meta.get("tool_call_cut"):
+            found.append(("call_cut", f"its last call (of {_calls(made)}) was cut by max_tokens"))
         if tools is not None:
             names = sorted({_name(c) for c in calls} - declared(tools) - {None})
             if names:
@@ -81,6 +84,10 @@ class ToolTally:
             **{k: self.counts.get(k, 0) for k in KINDS},
             "examples": self.examples,
         }
+
+
+def _calls(n: int) -> str:
+    return f"{n:,} call" + ("" if n == 1 else "s")
 
 
 def _tools(raw: Any) -> list[dict[str, Any]] | None:

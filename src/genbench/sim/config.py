@@ -34,6 +34,7 @@ FAULT_KEYS: dict[str, dict[str, Any]] = {
     "no-usage": {},
     "not-openai": {},
     "unhealthy": {},
+    "no-tools": {},
     "split": {"min": 1, "max": 64, "pause_ms": 0.0},
     # faults in what is said, not in how: the rows inspect must find (docs/inspect.md)
     "loop": {"at": 20, "period": 8},

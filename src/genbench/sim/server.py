@@ -59,6 +59,16 @@ from genbench.sim.tools import ToolScript, parse_tool_calls, plan_call
 __all__ = ["VOCAB", "SimServer", "Vocab", "run", "serve", "startup_line"]
 
 
+# vLLM's answer to a request with tools when it was started without a tool parser
+NO_TOOL_PARSER = (
+    '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+)
+
+
+def _asks_tools(body: Any) -> bool:
+    return isinstance(body, dict) and bool(body.get("tools")) and body.get("tool_choice") != "none"
+
+
 class SimServer:
     """The aiohttp application around one Scheduler."""
 
@@ -174,6 +184,8 @@ class SimServer:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError as e:
             return self.error(400, f"Invalid JSON body: {e}")
+        if "no-tools" in kinds and _asks_tools(body):  # vLLM without a tool parser
+            return self.error(400, NO_TOOL_PARSER)
         r = self._plan(body, n, active)
         if isinstance(r, web.Response):
             return r
@@ -412,6 +424,7 @@ def startup_line(cfg: SimConfig, port: int, auth: bool = False) -> str:
         f"genbench sim listening on http://{_url_host(cfg.host)}:{port}/v1 "
         f"(model {cfg.model}, tps {cfg.tps}, per-seq-ms {cfg.per_seq_ms}, "
         f"ttft-ms {cfg.ttft_ms}, max-batch {cfg.max_batch}, "
+        f"token-ids {cfg.token_ids}, tool-calls {cfg.tool_calls or 'none'}, "
         f"api key {'required' if auth else 'not required'}, faults: {faults})"
     )
 

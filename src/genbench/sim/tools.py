@@ -2,7 +2,7 @@
 call, streamed in `delta.tool_calls` fragments the way vLLM and SGLang send them.
 
 When it calls (`--tool-calls N` or `LO:HI`, docs/sim.md): a conversation (the messages
-up to its last user turn) makes N calls (or a number in LO..HI drawn from it and
+up to its last user turn) makes N calls (or, with `LO:HI`, a number from LO to HI drawn from it and
 `--seed`), one per reply, before it answers in text; the calls it has made are the
 `tool` results after that user turn. `tool_choice` is obeyed: `none` never calls, a
 named function or `required` always calls (as a server's forced call does, until the

@@ -1,0 +1,67 @@
+"""The settings a job keeps in `.genbench/job.json`, as a resumed run compares them.
+
+`store.Store.check_job` refuses a resume whose model, sampling, turns, format or tool
+policy changed (a data set must not mix them); this module names such a change the way
+the person set it (the flag, both values), reads a key an older job.json lacks as the
+default it had, and says what a change of `--token-ids` means for the rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from genbench.errors import UsageError
+
+# what a job.json made before a setting was kept had: that setting's default then
+DEFAULTS = {"tool_policy": "replay"}
+
+
+def job_setting(job: dict[str, Any], key: str) -> Any:
+    """A setting of job.json, a key it lacks read as its default of the time."""
+    return job.get(key, DEFAULTS.get(key))
+
+
+def setting_change(old: dict[str, Any], new: dict[str, Any], key: str) -> tuple[str, str, str]:
+    """A changed setting as the person set it: (its name, was, now). The data format
+    `batch` is `--answers batch`, so a change to or from it names --answers (a job.json
+    older than its `answers` key was made with conversations or both)."""
+    if key == "format" and "batch" in (old.get(key), new.get(key)):
+        return "--answers", _answers(old), _answers(new)
+    if key == "tool_policy":
+        return "--tool-policy", str(job_setting(old, key)), str(job_setting(new, key))
+    return key, _show(old.get(key)), _show(new.get(key))
+
+
+def _answers(job: dict[str, Any]) -> str:
+    fallback = "batch" if job.get("format") == "batch" else "conversations"
+    return str(job.get("answers") or fallback)
+
+
+def _show(v: Any) -> str:
+    return orjson.dumps(v).decode() if not isinstance(v, str) else v
+
+
+def token_ids_change(old: dict[str, Any] | None, new: str, force: bool) -> str | None:
+    """A resume that changes --token-ids: None when it does not (or the job.json is older
+    than the key); a note when the rows keep ids as before (auto and on both keep them
+    where the server gives them); refused without --force when it turns them off or on,
+    since the data set would then mix token-exact rows with text-only ones unmarked by
+    any setting. With --force: the note says so (rows made before keep what they had)."""
+    was = (old or {}).get("token_ids")
+    if was is None or was == new:
+        return None
+    line = f"--token-ids was {was}, now {new}"
+    if (was == "off") == (new == "off"):
+        return f"{line}: rows keep token ids where the server gives them, as before"
+    if not force:
+        raise UsageError(
+            f"{line}: the rows made before {'have none' if was == 'off' else 'keep theirs'} "
+            f"and the new ones would {'keep them' if was == 'off' else 'have none'}, a data "
+            f"set of both; resume with --token-ids {was}, or --force to mix them"
+        )
+    return (
+        f"{line} (--force): rows made before keep what they had, the new ones "
+        + ("keep token ids where the server gives them" if was == "off" else "have none")
+    )

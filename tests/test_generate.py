@@ -29,7 +29,8 @@ from tests_helpers import closed_port_url
 
 from genbench.errors import ErrorKind
 from genbench.generate.input import Row, ShardSpec, derive_id, scan
-from genbench.generate.job import Job, JobConfig, Listener
+from genbench.generate.job import Job, Listener
+from genbench.generate.jobconfig import JobConfig
 from genbench.generate.params import job_params, merge
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress

@@ -15,7 +15,8 @@ from rich.console import Console
 
 from genbench.errors import UsageError
 from genbench.generate.batch import BATCH_ERRORS, BATCH_OUTPUT, write_batch_output
-from genbench.generate.job import JobConfig, Listener
+from genbench.generate.job import Listener
+from genbench.generate.jobconfig import JobConfig
 from genbench.generate.listeners import Listeners, RunNotes
 
 ANSWERS = typer.Option(

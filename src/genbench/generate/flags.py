@@ -10,7 +10,7 @@ from typing import Any
 from genbench.errors import UsageError, positive
 from genbench.generate.batch import is_batch_file
 from genbench.generate.input import ShardSpec
-from genbench.generate.job import JobConfig
+from genbench.generate.jobconfig import JobConfig
 from genbench.generate.params import job_params
 from genbench.generate.servers import ServerSpec
 from genbench.generate.tools import POLICIES

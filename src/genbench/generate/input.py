@@ -30,20 +30,20 @@ import orjson
 
 from genbench.errors import InputFileError, UsageError
 from genbench.generate import batch as batch_api
-from genbench.generate.input_files import PROMPT_KEYS, check_stream, rows_after
 from genbench.generate.input_files import check_exists as _check_exists
 from genbench.generate.input_files import check_kind as _not_what_it_says
+from genbench.generate.input_files import check_stream, rows_after
 from genbench.generate.input_files import jsonl_lines as _jsonl
 from genbench.generate.input_files import open_parquet as open_parquet  # inspect reads with it
 from genbench.generate.input_files import parquet_rows as _parquet
 from genbench.generate.linekey import _crc, line_key, raw_of
 from genbench.generate.linekey import fast_id as fast_id  # the store reads its ids with it
+from genbench.generate.messages import BadField as _Bad
+from genbench.generate.messages import messages as read_messages
 from genbench.generate.params import check_row_params
 from genbench.generate.shard import ShardSpec
-from genbench.generate.tools import BadTool, link, row_tools, tool_turn, xlam_turns
+from genbench.generate.tools import BadTool, row_tools
 
-ROLES = ("system", "developer", "user", "assistant", "tool")
-SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "chatgpt": "assistant", "bot": "assistant"}
 RAW_LIMIT = 2000  # characters of a bad line kept in the errors file
 
 
@@ -101,12 +101,6 @@ class BadRow:
         return f"field '{self.field}': {self.problem}" if self.field else self.problem
 
 
-class _Bad(Exception):
-    def __init__(self, problem: str, field: str | None = None, id: str | None = None) -> None:
-        super().__init__(problem)
-        self.problem, self.field, self.id = problem, field, id
-
-
 @dataclass
 class InputScan:
     """What the first pass found. `todo` holds the ids still to generate in this shard."""
@@ -157,72 +151,6 @@ def _id_of(obj: dict[str, Any]) -> str | None:
     return text
 
 
-def _content(value: Any, where: str, role: str) -> Any:
-    if value is None:
-        if role == "assistant":
-            return ""
-        raise _Bad("missing content", where)
-    if isinstance(value, str | list):
-        return value
-    raise _Bad(f"expected text or a list of parts, got {type(value).__name__}", where)
-
-
-def _turns(value: Any, key: str) -> list[dict[str, Any]]:
-    if not isinstance(value, list) or not value:
-        raise _Bad("expected a non-empty list of {role, content}", key)
-    out: list[dict[str, Any]] = []
-    for i, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise _Bad(f"expected an object, got {type(item).__name__}", f"{key}[{i}]")
-        role, src = item.get("role"), None
-        if role is None and item.get("from") is not None:
-            src = str(item["from"]).lower()
-            role = SHAREGPT_ROLES.get(src, src)
-        tool = tool_turn(item, role, src, f"{key}[{i}]")
-        if tool is not None:
-            out.append(tool)
-            continue
-        if role not in ROLES:
-            got = "no role" if role is None else f"role {role!r}"
-            raise _Bad(f"{got}: expected one of {', '.join(ROLES)}", f"{key}[{i}].role")
-        raw = item.get("content")
-        if raw is None:
-            raw = item.get("value")
-        turn = {"role": role, "content": _content(raw, f"{key}[{i}].content", role)}
-        if role == "assistant" and isinstance(item.get("reasoning_content"), str):
-            turn["reasoning_content"] = item["reasoning_content"]
-        out.append(turn)
-    if not any(t["role"] == "user" for t in out):
-        raise _Bad("no user turn to answer", key)
-    link(out, key)
-    return out
-
-
-def _messages(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    for key in PROMPT_KEYS:
-        if obj.get(key) is not None:
-            return _turns(obj[key], key)
-    xlam = xlam_turns(obj)
-    if xlam is not None:
-        return xlam
-    prompt = obj.get("prompt")
-    if prompt is None:
-        raise _Bad(
-            "no prompt: expected 'conversations' or 'messages' (a list of {role, content}) "
-            "or 'prompt' (text)"
-        )
-    if not isinstance(prompt, str):
-        raise _Bad(f"expected text, got {type(prompt).__name__}", "prompt")
-    msgs: list[dict[str, Any]] = []
-    system = obj.get("system")
-    if system is not None:
-        if not isinstance(system, str):
-            raise _Bad(f"expected text, got {type(system).__name__}", "system")
-        msgs.append({"role": "system", "content": system})
-    msgs.append({"role": "user", "content": prompt})
-    return msgs
-
-
 def _params(obj: dict[str, Any]) -> dict[str, Any]:
     raw = obj.get("params")
     if raw is None:
@@ -244,7 +172,7 @@ def parse_row(obj: Any, line: int, row_id: str | None = None) -> Row:
     if row_id is None:
         row_id = _id_of(obj)
     try:
-        messages = _messages(obj)
+        messages = read_messages(obj)
         params = _params(obj)
         tools, choice = row_tools(obj)
     except BadTool as t:

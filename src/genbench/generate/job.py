@@ -14,7 +14,6 @@ import signal
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from genbench import __version__, fmt
@@ -27,67 +26,19 @@ from genbench.generate.durable import output_errors
 from genbench.generate.ending import Failures, ending, failed_exit
 from genbench.generate.ending import rows as row_count
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
-from genbench.generate.input import BadRow, InputScan, ShardSpec, iter_rows
+from genbench.generate.input import BadRow, InputScan, iter_rows
+from genbench.generate.jobconfig import JobConfig
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress, RowInfo
 from genbench.generate.resume import prepare
-from genbench.generate.servers import Server, ServerSpec, check_token_ids
+from genbench.generate.servers import Server, check_token_ids
 from genbench.generate.store import Existing, Store
 from genbench.generate.tool_probe import probe_tools
 from genbench.load import Load
 from genbench.records import RequestRecord
 from genbench.transport.client import Client, Timeouts
 from genbench.transport.endpoint import Endpoint
-from genbench.transport.thinking import DEFAULT_TAGS, ThinkMode, ThinkState
-
-
-@dataclass
-class JobConfig:
-    input: Path
-    output: Path
-    servers: list[ServerSpec]
-    api_key: str | None = None
-    model: str | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-    turns: str = "all"  # all | last
-    tool_policy: str = "replay"  # replay | keep: an agentic row's calls (generate/agent.py)
-    fmt: str = "jsonl"  # jsonl | parquet | batch (JSONL of OpenAI Batch output lines)
-    shard: ShardSpec | None = None
-    shard_bytes: int = 256 << 20
-    skip_invalid: bool = False
-    retries: int = 3
-    retry_backoff: float = 1.0
-    max_backoff: float = 60.0
-    max_server_losses: int = 8
-    timeout: float = 600.0
-    connect_timeout: float = 10.0
-    down_timeout: float = 1800.0
-    drain: float = 10.0
-    on_truncated: str = "keep"  # keep | error
-    retry_errors: bool = False
-    force: bool = False
-    limit: int | None = None
-    sync_interval: float = 1.0
-    tick: float = 0.5
-    think_tags: tuple[str, str] = DEFAULT_TAGS  # thinking inline in content: its tags
-    think_dialect: str = "auto"  # --think-dialect: where thinking arrives, or auto
-    keep_raw: bool = False  # also write each answer's text as generated (turn["raw"])
-    token_ids: str = "auto"  # --token-ids: auto (where the server gives them), on, off
-    input_changed: str | None = None  # regenerate | keep: done rows whose request changed
-    answers: str = "conversations"  # --answers: conversations | batch | both
-
-    def fingerprint(self, model: str) -> dict[str, Any]:
-        """The settings job.json keeps: those store.FINGERPRINT_KEYS names are compared on
-        resume; token_ids and answers are kept to name a change (generate/jobfile.py)."""
-        fp = {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
-        if self.tool_policy != "replay":  # the default leaves earlier jobs' fingerprints be
-            fp["tool_policy"] = self.tool_policy
-        fp["token_ids"], fp["answers"] = self.token_ids, self.answers
-        return fp
-
-    @property
-    def shard_tag(self) -> str | None:
-        return self.shard.tag if self.shard and self.shard.count > 1 else None
+from genbench.transport.thinking import ThinkMode, ThinkState
 
 
 class Listener:

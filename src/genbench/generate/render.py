@@ -18,7 +18,8 @@ from rich.text import Text
 
 from genbench.fmt import duration, duration_range, number, rate
 from genbench.generate.ending import LABELS, rows
-from genbench.generate.job import JobConfig, JobResult, Listener
+from genbench.generate.job import JobResult, Listener
+from genbench.generate.jobconfig import JobConfig
 
 
 def print_start(cfg: JobConfig, console: Console) -> None:

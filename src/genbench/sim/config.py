@@ -362,3 +362,18 @@ class SimConfig:
         drift = self.drift_model()
         d["drift_phase_rad"] = drift.phase if drift else None
         return d
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def startup_line(cfg: SimConfig, port: int, auth: bool = False) -> str:
+    faults = ", ".join(f.kind for f in cfg.faults) or "none"
+    return (
+        f"genbench sim listening on http://{_url_host(cfg.host)}:{port}/v1 "
+        f"(model {cfg.model}, tps {cfg.tps}, per-seq-ms {cfg.per_seq_ms}, "
+        f"ttft-ms {cfg.ttft_ms}, max-batch {cfg.max_batch}, "
+        f"token-ids {cfg.token_ids}, tool-calls {cfg.tool_calls or 'none'}, "
+        f"api key {'required' if auth else 'not required'}, faults: {faults})"
+    )

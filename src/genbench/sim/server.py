@@ -33,7 +33,7 @@ from aiohttp import web
 from genbench import __version__
 from genbench.errors import UsageError
 from genbench.sim import ids
-from genbench.sim.config import TEXT_FAULTS, Fault, SimConfig
+from genbench.sim.config import TEXT_FAULTS, Fault, SimConfig, startup_line
 from genbench.sim.dialect import DIALECTS, Handler, render_metrics, sim_rows
 from genbench.sim.replies import (
     ERROR_TYPES,
@@ -412,21 +412,6 @@ class SimServer:
                 app.router.add_get(path, handler)
         app.router.add_post("/v1/chat/completions", self.chat)
         return app
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
-def startup_line(cfg: SimConfig, port: int, auth: bool = False) -> str:
-    faults = ", ".join(f.kind for f in cfg.faults) or "none"
-    return (
-        f"genbench sim listening on http://{_url_host(cfg.host)}:{port}/v1 "
-        f"(model {cfg.model}, tps {cfg.tps}, per-seq-ms {cfg.per_seq_ms}, "
-        f"ttft-ms {cfg.ttft_ms}, max-batch {cfg.max_batch}, "
-        f"token-ids {cfg.token_ids}, tool-calls {cfg.tool_calls or 'none'}, "
-        f"api key {'required' if auth else 'not required'}, faults: {faults})"
-    )
 
 
 def _bind(cfg: SimConfig, reuse: bool) -> socket.socket:

@@ -106,6 +106,11 @@ def pct(x: float | None, signed: bool = False) -> str:
     return f"{x:+.1%}" if signed else f"{x:.1%}"
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 row`, `2 rows`: a count and its noun (the plural by an s)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def number(x: float | None, digits: int = 1) -> str:
     """A plain number with separators and fixed decimals."""
     return MISSING if _missing(x) else f"{x:,.{digits}f}"

@@ -63,3 +63,9 @@ def test_ms_pct_count():
     assert fmt.pct(0.1234) == "12.3%"
     assert fmt.pct(-0.145, signed=True) == "-14.5%"
     assert fmt.count(1400) == "1,400"
+
+
+def test_a_count_and_its_noun():
+    assert fmt.counted(1, "row") == "1 row"
+    assert fmt.counted(0, "row") == "0 rows"
+    assert fmt.counted(1234, "generated turn") == "1,234 generated turns"

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from genbench.export.checks import Repeats
 from genbench.export.formats import SPECFORGE, SPECULATORS, TOKEN_EXACT, TOKENS
+from genbench.fmt import counted as _n  # `1 row`, `2 rows`
 
 # what to give the trainer, per format
 GIVE = {
@@ -18,11 +19,6 @@ GIVE = {
 }
 # SpecForge's data.max_length when a config does not set it: longer samples are cut
 SPECFORGE_MAX_LENGTH = 2048
-
-
-def _n(n: int, word: str) -> str:
-    """`1 row`, `2 rows`: a count and its noun."""
-    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def _reasons(counts: dict[str, int], min_tokens: int) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from genbench.errors import ErrorKind, ExitCode
+from genbench.fmt import counted
 
 # the cause, once: the status is printed before it and the resume hint after it
 MESSAGES = {
@@ -25,7 +26,7 @@ LABELS = {"some_failed": "done, with failures", "limit": "done"}
 
 
 def rows(n: int) -> str:
-    return f"{n:,} row" + ("" if n == 1 else "s")
+    return counted(n, "row")
 
 
 @dataclass

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from genbench.fmt import counted
 from genbench.generate.rows import turn_ids
 
 DRIFT_EXAMPLES = 5
@@ -206,7 +207,7 @@ async def check_drift(
 ) -> dict[str, Any]:
     """Round-trip each sampled turn's ids through the server's tokenizer; the drift rate."""
     from genbench.transport.client import ConnectionPool
-    from genbench.transport.stream import Failure
+    from genbench.transport.failures import Failure
 
     pool = ConnectionPool(ep.root)
     sem = asyncio.Semaphore(concurrency)
@@ -251,9 +252,7 @@ def fidelity_lines(f: dict[str, Any] | None, console: Any) -> None:
     by = ", ".join(f"{k} {v:,}" for k, v in f["rows_by_token_ids"].items())
     unchecked = f.get("rows_unchecked", 0)
     console.print(
-        f"token ids: {f['rows_token_exact']:,} of {f['rows']:,} row"
-        + ("" if f["rows"] == 1 else "s")
-        + " token-exact"
+        f"token ids: {f['rows_token_exact']:,} of {counted(f['rows'], 'row')} token-exact"
         + (
             f", {unchecked:,} unchecked (ids kept, but the server sent no usage to count "
             "them against)"

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from genbench.fmt import counted as _n  # `1 row`, `2 rows`
 from genbench.fmt import nbytes
 from genbench.inspect.detect import DEFECTS
 from genbench.inspect.fidelity import fidelity_lines
@@ -20,11 +21,6 @@ LABELS = {
     "short": "too short to supervise",
     "dup": "duplicate answer",
 }
-
-
-def _n(n: int, word: str) -> str:
-    """`1 row`, `2 rows`: a count and its noun."""
-    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def _tokens(d: dict[str, Any], key: str) -> str:

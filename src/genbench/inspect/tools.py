@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from genbench.fmt import counted
 from genbench.generate.tools import arguments_parse, declared
 
 KINDS = ("bad_arguments", "results_ran_out", "call_cut", "undeclared", "names_differ")
@@ -87,7 +88,7 @@ class ToolTally:
 
 
 def _calls(n: int) -> str:
-    return f"{n:,} call" + ("" if n == 1 else "s")
+    return counted(n, "call")
 
 
 def _tools(raw: Any) -> list[dict[str, Any]] | None:

@@ -20,19 +20,15 @@ import pytest
 
 from genbench.errors import ErrorKind
 from genbench.records import RequestRecord
-from genbench.transport.stream import (
-    DONE,
-    MORE,
-    STOP,
+from genbench.transport.failures import (
     Failure,
-    StreamParser,
     connect_failure,
     error_message_from_body,
     lost_failure,
-    parse_whole,
     status_failure,
     timeout_failure,
 )
+from genbench.transport.stream import DONE, MORE, STOP, StreamParser, parse_whole
 
 FAST = ("--tps", "2000", "--per-seq-ms", "0.05", "--ttft-ms", "1")
 MESSAGES = [{"role": "user", "content": "the parser's prompt"}]

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from genbench.generate.durable import fsync_dir
+from genbench.atomic import fsync_dir
 
 CHAT_URL = "/v1/chat/completions"
 JOB_FIELDS = ("model", "stream", "stream_options")  # the job's own, not the row's

@@ -26,8 +26,9 @@ from typing import Any
 
 import orjson
 
+from genbench.atomic import write_atomic
 from genbench.errors import UsageError
-from genbench.generate.durable import index_entry, write_atomic
+from genbench.generate.durable import index_entry
 from genbench.generate.fingerprint import RequestCheck, from_hex, to_hex
 from genbench.generate.input import InputScan, fast_id
 from genbench.generate.readback import append_synced, drop_lines, line_id

@@ -20,10 +20,7 @@ from typing import Any
 
 import orjson
 
-from genbench.atomic import fsync_dir, write_atomic
 from genbench.errors import OutOfDescriptors, OutputError
-
-__all__ = ["fsync_dir", "write_atomic"]  # the store finds them here too
 
 Pending = tuple[str, Any]  # (id, what the caller wants back once it is durable)
 

@@ -32,7 +32,8 @@ from typing import Any
 
 import orjson
 
-from genbench.generate.durable import digest64, fsync_dir, index_entry, write_all, write_atomic
+from genbench.atomic import fsync_dir, write_atomic
+from genbench.generate.durable import digest64, index_entry, write_all
 from genbench.generate.fingerprint import from_hex
 from genbench.generate.linekey import fast_id
 

@@ -60,6 +60,7 @@ from typing import Any
 
 import orjson
 
+from genbench.atomic import fsync_dir, write_atomic
 from genbench.errors import OutOfDescriptors, OutputError, UsageError, descriptor_advice
 from genbench.generate.durable import (
     AppendFile,
@@ -67,10 +68,8 @@ from genbench.generate.durable import (
     Reserve,
     cut_torn_tail,
     flush,
-    fsync_dir,
     output_errors,
     scan_errors,
-    write_atomic,
     write_failed,
 )
 from genbench.generate.fingerprint import LazyFps

@@ -26,19 +26,12 @@ from orjson import JSONDecodeError, loads
 
 from genbench.records import ANSWER, THINKING, RequestRecord
 from genbench.transport.failures import (
-    MAX_ERROR_BODY,
     Failure,
-    connect_failure,
-    error_message_from_body,
     inband_failure,
     incomplete_failure,
-    lost_failure,
     malformed_failure,
     no_choices_failure,
     not_an_object_failure,
-    read_timeout_failure,
-    status_failure,
-    timeout_failure,
 )
 from genbench.transport.thinking import Splitter, resplit, split_whole
 from genbench.transport.token_ids import Ids
@@ -443,8 +436,7 @@ def estimate_thinking(rec: RequestRecord, tags: int) -> None:
     rec.reasoning_source = "estimate"
 
 
-__all__ = [  # the failures are named here too, where the transport has always found them
-    "MAX_ERROR_BODY", "Failure", "StreamParser", "apply_usage", "connect_failure",
-    "error_message_from_body", "estimate_thinking", "estimate_tokens", "lost_failure",
-    "parse_whole", "read_timeout_failure", "share_by_chars", "status_failure", "timeout_failure",
+__all__ = [
+    "StreamParser", "apply_usage", "estimate_thinking", "estimate_tokens", "parse_whole",
+    "share_by_chars",
 ]  # fmt: skip

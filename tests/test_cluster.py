@@ -1,0 +1,111 @@
+"""On a cluster: one output directory, one shard scheme (generate/scheme.py), every id once.
+
+Each mixed scheme a user can reach (a finished job then `--shard`, shards then none, 2
+beside 3 at once and one after the other) is refused in one line, exit 2, before any
+request: the refused run writes nothing, and the directory holds every id once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import genbench
+from test_generate import FAST, assert_exactly_once, popen, prompts, write_rows
+
+from genbench.sim.process import SimProcess
+
+QUICK = ("--tps", "2000", "--per-seq-ms", "0.05", "--ttft-ms", "1", "--output-len", "fixed:8")
+SLOW = ("--tps", "200", "--per-seq-ms", "0.05", "--ttft-ms", "1", "--output-len", "fixed:20")
+
+
+@pytest.fixture(scope="module")
+def quick() -> Iterator[SimProcess]:
+    with SimProcess(*QUICK) as p:
+        yield p
+
+
+def gen(inp: Path, out: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return genbench("generate", "-i", str(inp), "-o", str(out), "--url", url, *FAST, *args)
+
+
+def refusal(p: subprocess.CompletedProcess[str]) -> str:
+    """Exit 2, exactly one error line, no traceback."""
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr, p.stderr
+    lines = [x for x in p.stderr.splitlines() if x.startswith("genbench: error:")]
+    assert len(lines) == 1, p.stderr
+    return lines[0]
+
+
+def nothing_of(out: Path, tag: str) -> None:
+    """The refused run left no file of its own: no job file, no request log, no data."""
+    assert not list(out.glob(f"data{tag}-*")) and not list(out.glob(f".genbench/*{tag}.json*"))
+
+
+def scheme_of(out: Path) -> int:
+    return orjson.loads((out / ".genbench" / "shards.json").read_bytes())["shards"]
+
+
+def test_a_finished_job_refuses_a_shard(quick, tmp_path):
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(30))
+    assert gen(inp, out, quick.url).returncode == 0
+    line = refusal(gen(inp, out, quick.url, "--shard", "1/2"))
+    assert "no shards (one client)" in line and "2 shards (--shard i/2)" in line
+    assert "(--shard 1/2)" in line and "genbench merge" in line
+    nothing_of(out, "-1of2")
+    assert scheme_of(out) == 1
+    assert_exactly_once(out, [f"r{i}" for i in range(30)])
+
+
+def test_shards_refuse_an_unsharded_run(quick, tmp_path):
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(30))
+    for s in ("1/2", "2/2"):
+        assert gen(inp, out, quick.url, "--shard", s).returncode == 0
+    line = refusal(gen(inp, out, quick.url))
+    assert "written under 2 shards" in line and "asks for no shards" in line
+    assert "(no --shard)" in line and "--shard i/2" in line
+    assert not (out / ".genbench" / "job.json").exists()
+    assert_exactly_once(out, [f"r{i}" for i in range(30)])
+    assert gen(inp, out, quick.url, "--shard", "1/1").returncode == 2  # 1/1 is no shards
+
+
+def test_two_schemes_one_after_the_other(quick, tmp_path):
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(30))
+    assert gen(inp, out, quick.url, "--shard", "1/2").returncode == 0
+    line = refusal(gen(inp, out, quick.url, "--shard", "1/3"))
+    assert "2 shards" in line and "3 shards" in line
+    nothing_of(out, "-1of3")
+    assert gen(inp, out, quick.url, "--shard", "2/2").returncode == 0  # the same scheme: on
+    assert_exactly_once(out, [f"r{i}" for i in range(30)])
+
+
+def test_two_schemes_started_at_once_one_is_refused(sim_factory, tmp_path):
+    slow = sim_factory(*SLOW)
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(40))
+    procs = {}
+    for s in ("1/2", "1/3"):
+        d = tmp_path / s.replace("/", "of")
+        d.mkdir()
+        args = ("-i", str(inp), "-o", str(out), "--url", slow.url, "-c", "4", "--shard", s)
+        procs[s] = (d, popen(d, *args, *FAST))
+    codes = {s: p.wait(120) for s, (_, p) in procs.items()}
+    assert sorted(codes.values()) == [0, 2], codes  # the first to record its scheme wins
+    won = next(s for s, c in codes.items() if c == 0)
+    lost = next(s for s, c in codes.items() if c == 2)
+    err = (procs[lost][0] / "stderr.txt").read_text()
+    assert err.count("genbench: error:") == 1 and "Traceback" not in err
+    assert f"(--shard {lost})" in err
+    nothing_of(out, "-" + lost.replace("/", "of"))
+    assert scheme_of(out) == int(won[-1])
+    n = int(won[-1])
+    for i in range(2, n + 1):  # the winner's scheme finishes the job
+        assert gen(inp, out, slow.url, "-c", "8", "--shard", f"{i}/{n}").returncode == 0
+    assert_exactly_once(out, [f"r{i}" for i in range(40)])

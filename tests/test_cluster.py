@@ -7,6 +7,8 @@ request: the refused run writes nothing, and the directory holds every id once.
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 from conftest import genbench
 from test_generate import FAST, assert_exactly_once, popen, prompts, write_rows
 
+from genbench.generate.shard import ShardSpec
 from genbench.sim.process import SimProcess
 
 QUICK = ("--tps", "2000", "--per-seq-ms", "0.05", "--ttft-ms", "1", "--output-len", "fixed:8")
@@ -55,8 +58,8 @@ def test_a_finished_job_refuses_a_shard(quick, tmp_path):
     write_rows(inp, prompts(30))
     assert gen(inp, out, quick.url).returncode == 0
     line = refusal(gen(inp, out, quick.url, "--shard", "1/2"))
-    assert "no shards (one client)" in line and "2 shards (--shard i/2)" in line
-    assert "(--shard 1/2)" in line and "genbench merge" in line
+    assert "written under no shards (one client)" in line and "asks for 2 shards" in line
+    assert "this run (--shard 1/2)" in line and "genbench merge" in line
     nothing_of(out, "-1of2")
     assert scheme_of(out) == 1
     assert_exactly_once(out, [f"r{i}" for i in range(30)])
@@ -69,7 +72,7 @@ def test_shards_refuse_an_unsharded_run(quick, tmp_path):
         assert gen(inp, out, quick.url, "--shard", s).returncode == 0
     line = refusal(gen(inp, out, quick.url))
     assert "written under 2 shards" in line and "asks for no shards" in line
-    assert "(no --shard)" in line and "--shard i/2" in line
+    assert "this run (no --shard)" in line and "--shard i/2" in line
     assert not (out / ".genbench" / "job.json").exists()
     assert_exactly_once(out, [f"r{i}" for i in range(30)])
     assert gen(inp, out, quick.url, "--shard", "1/1").returncode == 2  # 1/1 is no shards
@@ -102,10 +105,74 @@ def test_two_schemes_started_at_once_one_is_refused(sim_factory, tmp_path):
     lost = next(s for s, c in codes.items() if c == 2)
     err = (procs[lost][0] / "stderr.txt").read_text()
     assert err.count("genbench: error:") == 1 and "Traceback" not in err
-    assert f"(--shard {lost})" in err
+    assert f"this run (--shard {lost})" in err
     nothing_of(out, "-" + lost.replace("/", "of"))
     assert scheme_of(out) == int(won[-1])
     n = int(won[-1])
     for i in range(2, n + 1):  # the winner's scheme finishes the job
         assert gen(inp, out, slow.url, "-c", "8", "--shard", f"{i}/{n}").returncode == 0
     assert_exactly_once(out, [f"r{i}" for i in range(40)])
+
+
+# -- the merge that proves itself -----------------------------------------------------------
+
+
+def merge(*args: str) -> subprocess.CompletedProcess[str]:
+    return genbench("merge", *args)
+
+
+def test_the_merge_names_missing_and_failed_ids_and_the_shards_that_finish_them(quick, tmp_path):
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(30))
+    for s in ("1/3", "2/3"):
+        assert gen(inp, out, quick.url, "--shard", s).returncode == 0
+    third = sorted(f"r{i}" for i in range(30) if ShardSpec(3, 3).owns(f"r{i}"))
+    (out / "errors-3of3.jsonl").write_text(json.dumps({"id": third[0], "error": "x"}) + "\n")
+    p = merge(str(out))
+    assert p.returncode == 1, p.stderr
+    assert f"missing: {len(third) - 1} ids" in p.stdout and "--shard 3/3" in p.stdout
+    assert "sbatch --array=2 " in p.stdout and "--shard 1/3" not in p.stdout
+    assert f"failed: 1 id ({third[0]})" in p.stdout and "--retry-errors" in p.stdout
+    (out / "errors-3of3.jsonl").unlink()
+    assert gen(inp, out, quick.url, "--shard", "3/3").returncode == 0  # the command it named
+    p = merge(str(out), "--json")
+    assert p.returncode == 0, p.stderr
+    assert "every input id exactly once: 30 of 30 input rows, in 3 shards" in p.stderr
+    doc = json.loads(p.stdout)
+    assert (doc["exact"], doc["ids"], doc["rows"], doc["missing"]) == (True, 30, 30, [])
+
+
+def test_a_directory_of_two_schemes_is_found_doubled_and_merged_into_one(quick, tmp_path):
+    """A directory from before schemes were recorded, written unsharded and then by two
+    shards: generate refuses it, the merge counts each doubled id, export writes each once,
+    and `merge --out NEW --shards 2` makes a directory the 2 shards resume."""
+    inp, out, other = tmp_path / "in.jsonl", tmp_path / "out", tmp_path / "other"
+    write_rows(inp, prompts(24))
+    assert gen(inp, out, quick.url, "--limit", "10").returncode == 0
+    for s in ("1/2", "2/2"):
+        assert gen(inp, other, quick.url, "--shard", s).returncode == 0
+    for p in other.glob("data-*"):
+        shutil.copy(p, out / p.name)
+    (out / ".genbench" / "shards.json").unlink()  # as an older genbench left it
+    line = refusal(gen(inp, out, quick.url, "--shard", "1/2"))
+    assert "two shard schemes (no shards (one client) and 2 shards" in line
+    p = merge(str(out))
+    assert p.returncode == 1 and "doubled: 10 ids (" in p.stdout and "10 extra copies" in p.stdout
+    i = genbench("inspect", str(out), "--save", str(tmp_path / "inspect.json"))
+    assert "34 rows in" in i.stdout and "10 rows repeat an id read before" in i.stdout, i.stdout
+    assert json.loads((tmp_path / "inspect.json").read_text())["repeated_ids"]["rows"] == 10
+    x = tmp_path / "x.jsonl"
+    e = genbench("export", str(out), "--format", "specforge", "--min-tokens", "0", "-o", str(x))
+    assert e.returncode == 0, e.stderr
+    exported = [json.loads(line)["id"] for line in x.read_text().splitlines()]
+    assert sorted(exported) == sorted(f"r{i}" for i in range(24))  # each id once
+    new = tmp_path / "new"
+    p = merge(str(out), "--out", str(new), "--shards", "2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "24 ids, 10 later copies left out" in p.stdout and "exactly once" in p.stdout
+    assert scheme_of(new) == 2
+    assert_exactly_once(new, [f"r{i}" for i in range(24)])
+    for s in ("1/2", "2/2"):
+        r = gen(inp, new, quick.url, "--shard", s)
+        assert r.returncode == 0 and "every row is already done" in r.stdout, r.stdout
+    assert refusal(gen(inp, new, quick.url)).count("2 shards") == 1

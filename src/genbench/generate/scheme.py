@@ -98,10 +98,11 @@ def refused(out: Path, found: int, count: int, asked: str) -> UsageError:
         if found == 1
         else f"run each of its shards with --shard i/{found} (or --shard auto over {found} tasks)"
     )
+    wants = "no shards" if count == 1 else f"{count} shards"
     return UsageError(
-        f"--out {out}: its rows are written under {describe(found)}, this run asks for "
-        f"{describe(count)} ({asked}): ids would be generated twice; {way}, or re-shard "
-        f"it: genbench merge {out} --out NEW --shards {count}"
+        f"--out {out}: its rows are written under {describe(found)}; this run ({asked}) "
+        f"asks for {wants}: ids would be generated twice; {way}, or re-shard it: "
+        f"genbench merge {out} --out NEW --shards {count}"
     )
 
 

@@ -176,3 +176,50 @@ def test_a_directory_of_two_schemes_is_found_doubled_and_merged_into_one(quick, 
         r = gen(inp, new, quick.url, "--shard", s)
         assert r.returncode == 0 and "every row is already done" in r.stdout, r.stdout
     assert refusal(gen(inp, new, quick.url)).count("2 shards") == 1
+
+
+# -- --shard auto and the plan's job files ---------------------------------------------------
+
+
+def test_shard_auto_under_a_kubernetes_indexed_job_takes_its_share(quick, tmp_path, monkeypatch):
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(30))
+    env = {"JOB_COMPLETION_INDEX": "1", "GENBENCH_SHARD_COUNT": "3"}
+    for var in ("SLURM_ARRAY_TASK_ID", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)  # the test's own may be a Slurm task's
+    args = ("generate", "-i", str(inp), "-o", str(out), "--url", quick.url, "--shard", "auto")
+    p = genbench(*args, *FAST, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "(shard 2/3, from JOB_COMPLETION_INDEX=1 of 3)" in p.stdout
+    share = [f"r{i}" for i in range(30) if ShardSpec(2, 3).owns(f"r{i}")]
+    assert_exactly_once(out, share)
+    assert list(out.glob("data-2of3-*.jsonl"))
+    assert scheme_of(out) == 3
+    p = genbench(*args, *FAST, env={"JOB_COMPLETION_INDEX": "1"})  # no completions count
+    line = refusal(p)
+    assert "JOB_COMPLETION_INDEX=1 is set, but not the completions count" in line
+
+
+def test_the_plan_writes_a_slurm_array_and_a_valid_indexed_job_manifest(tmp_path):
+    yaml = pytest.importorskip("yaml")
+    jobs = tmp_path / "jobs"
+    p = genbench("plan", "--rate", "100", "--tokens-per-sample", "1000", "--samples", "100K",
+                 "--deadline", "36h", "--max-tokens", "4096", "--job-files", str(jobs))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "job files for 8 tasks (8 servers: what the deadline 36h needs" in p.stdout
+    doc = yaml.safe_load((jobs / "genbench-indexed-job.yaml").read_text())
+    spec = doc["spec"]
+    assert (doc["apiVersion"], doc["kind"]) == ("batch/v1", "Job")
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 8, 8)
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "OnFailure"  # a restarted pod keeps its index
+    c = pod["containers"][0]
+    assert c["image"] == "FILL_IN_IMAGE"
+    assert {"name": "GENBENCH_SHARD_COUNT", "value": "8"} in c["env"]
+    assert "--shard auto" in c["args"][0] and "--max-tokens 4096" in c["args"][0]
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "FILL_IN_PVC"
+    script = (jobs / "genbench-array.sbatch").read_text()
+    for line in ("#SBATCH --array=0-7", "#SBATCH --requeue", "--partition=FILL_IN_PARTITION",
+                 "FLAGS=(--max-tokens 4096)", "--shard auto"):  # fmt: skip
+        assert line in script
+    assert subprocess.run(["bash", "-n", str(jobs / "genbench-array.sbatch")]).returncode == 0

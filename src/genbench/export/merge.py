@@ -88,9 +88,10 @@ class Proof:
         return out + self._extra()
 
     def _extra(self) -> list[str]:
-        if not self.extra:
-            return []
-        return [f"{self.extra:,} ids in the data are not in {self.input} (another input?)"]
+        out = [f"note: {n}" for n in self.notes]  # an incomplete last line: a task running?
+        if self.extra:
+            out.append(f"{self.extra:,} ids in the data are not in {self.input} (another input?)")
+        return out
 
     def _finish(self, ids: list[str], extra: str = "") -> str:
         """The command that finishes `ids`: their shards' generate, resumed."""

@@ -168,5 +168,6 @@ def write_job_files(
     paths = [where / SBATCH, where / MANIFEST]
     paths[0].write_text(sbatch_script(tasks, why, input, flags), encoding="utf-8")
     paths[0].chmod(0o755)
-    paths[1].write_text(manifest(tasks, why, input, flags), encoding="utf-8")
+    in_pod = input if input.startswith("FILL_IN") else f"/shared/{Path(input).name}"
+    paths[1].write_text(manifest(tasks, why, in_pod, flags), encoding="utf-8")
     return paths, f"{tasks} tasks ({why})"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command, and the whole set-up a fresh machine needs: a browser for the report's
-# screenshot test (Debian's chromium), Debian's prometheus for the metrics test, genbench with its test extras in .venv, the core tests
+# screenshot test (Debian's chromium), Debian's prometheus for the metrics test, Debian's
+# slurm-wlm and munge for the Slurm array test, genbench with its test extras in .venv, the core tests
 # (exact, in memory, seconds: a wrong formula fails here first), the vLLM CPU test server's own
 # environment (cached) and the trainers' data pipelines on it (SpecForge, speculators; cached),
 # the routers' (sglang-router, vllm-router; cached), then the rest of the suite with the
@@ -42,6 +43,21 @@ if ! command -v prometheus >/dev/null 2>&1 && [ "${GENBENCH_SKIP_PROMETHEUS:-0}"
     else
         echo "[test.sh] error: no prometheus on PATH: run 'sudo apt-get install prometheus' once" \
             "(or set GENBENCH_SKIP_PROMETHEUS=1 to skip the metrics test)" >&2
+        exit 1
+    fi
+fi
+
+# Debian's slurm-wlm and munge: tests/test_slurm.py starts its own munged, slurmctld and slurmd
+# (a one-node cluster in a temp dir, on free ports) and runs the plan's sbatch array on it.
+# Without root it skips, saying why.
+if ! command -v slurmctld >/dev/null 2>&1 && [ "${GENBENCH_SKIP_SLURM:-0}" != "1" ]; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+        echo "[test.sh] installing slurm-wlm and munge (the Slurm array test runs on them)" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
+    else
+        echo "[test.sh] error: no slurmctld on PATH: run 'sudo apt-get install slurm-wlm munge'" \
+            "once (or set GENBENCH_SKIP_SLURM=1 to skip the Slurm array test)" >&2
         exit 1
     fi
 fi

@@ -50,7 +50,11 @@ TOKEN_IDS = typer.Option(
 FMT = typer.Option("jsonl", "--format", help="jsonl or parquet.")
 SHARD_SIZE = typer.Option("256MB", "--shard-size", help="Start a new file after this.")
 SHARD = typer.Option(
-    None, "--shard", metavar="i/N", help="Take only this client's share of the ids."
+    None,
+    "--shard",
+    metavar="i/N|auto",
+    help="Take only this client's share of the ids; auto: from SLURM_ARRAY_TASK_ID, "
+    "JOB_COMPLETION_INDEX (auto/N) or RANK (docs/cluster.md).",
     )
 SKIP_INVALID = typer.Option(
     False, "--skip-invalid", help="Write bad input rows to the errors file and go on."

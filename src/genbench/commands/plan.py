@@ -10,6 +10,7 @@ import typer
 from genbench.commands import common
 from genbench.commands.console import err, out
 from genbench.errors import ExitCode
+from genbench.plan.jobfiles import write_job_files
 from genbench.plan.make import PilotInterrupted, PlanArgs, make_plan
 from genbench.plan.render import PlanConsole, print_plan
 
@@ -124,6 +125,12 @@ GPUS_PER_SERVER = typer.Option(
     help="GPUs per server, for the cost: one for all, or one per --from in order. "
     "[default: gpus_per_server in the settings file]",
 )
+JOB_FILES = typer.Option(
+    None,
+    "--job-files",
+    help="Write the job's files into this directory: a Slurm array script and a Kubernetes "
+    "Indexed Job manifest, one task per server the plan decided (docs/cluster.md).",
+)
 
 
 def plan(
@@ -166,19 +173,25 @@ def plan(
     deadline: str | None = DEADLINE,
     price: float | None = PRICE,
     gpus_per_server: str | None = GPUS_PER_SERVER,
+    job_files: Path | None = JOB_FILES,
     json: bool = common.JSON,
 ) -> None:
     """Forecast hours, tokens and bytes of a generation job, with an error bar; servers for a
     deadline, cost, and the fastest of several configurations."""
     flags = dict(locals())  # every option above, by name
     console = err if flags.pop("json") else out
+    jobs = flags.pop("job_files")
+    args = PlanArgs(**flags)
     try:
-        doc, saved = make_plan(PlanArgs(**flags), PlanConsole(console))
+        doc, saved = make_plan(args, PlanConsole(console))
     except PilotInterrupted as e:
         err.print(f"[red]interrupted[/]: {e}")
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     print_plan(doc, console)
     if saved is not None:
         console.print(f"plan: {saved}")
+    if jobs is not None:
+        paths, why = write_job_files(jobs, doc, args, servers)
+        console.print(f"job files for {why}: {', '.join(map(str, paths))} (fill in FILL_IN)")
     if json:
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())

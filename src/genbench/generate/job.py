@@ -20,6 +20,7 @@ from genbench import __version__, fmt
 from genbench.check.preflight import CheckReport, preflight
 from genbench.check.router import ROUTER_KINDS
 from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
+from genbench.generate import scheme
 from genbench.generate.batch import row_bytes
 from genbench.generate.conversation import Conversation
 from genbench.generate.durable import output_errors
@@ -187,6 +188,8 @@ class Job:
         self.store.check_directory()
         self.store.lock.acquire()
         try:
+            with output_errors(self.store.out):  # the directory's one shard scheme
+                scheme.settle(self.store.out, self.cfg.shard_count, self.cfg.shard_asked)
             return await self._run(handle_signals)
         finally:
             self.store.lock.release()

@@ -60,3 +60,16 @@ class JobConfig:
     @property
     def shard_tag(self) -> str | None:
         return self.shard.tag if self.shard and self.shard.count > 1 else None
+
+    @property
+    def shard_count(self) -> int:
+        """The output directory's shard scheme this run asks for (1: none)."""
+        return self.shard.count if self.shard else 1
+
+    @property
+    def shard_asked(self) -> str:
+        """This run's --shard as its user wrote it, for a refusal (generate/scheme.py)."""
+        if self.shard is None:
+            return "no --shard"
+        s = self.shard
+        return f"--shard auto: {s.source}" if s.source else f"--shard {s.index}/{s.count}"

@@ -37,8 +37,11 @@ NOTE_WAIT_S = 1.0  # how long a refused process waits for a new holder's note
 class OutputLock:
     """The exclusive lock on an output directory (or one shard of it)."""
 
-    def __init__(self, out: Path, state: Path, name: str = "lock") -> None:
+    def __init__(
+        self, out: Path, state: Path, name: str = "lock", companions: tuple[str, ...] = ()
+    ) -> None:
         self.out, self.state, self.path = out, state, state / name
+        self.companions = companions  # files that go with the lock when nothing else is there
         self.fd: int | None = None
         self.created: list[Path] = []  # directories this lock made (removed if left empty)
 
@@ -92,7 +95,10 @@ class OutputLock:
         self.fd = None
         if remove_empty and self.created:
             with contextlib.suppress(OSError):
-                if [p.name for p in self.state.iterdir()] == [self.path.name]:
+                names = {p.name for p in self.state.iterdir()}
+                if names <= {self.path.name, *self.companions}:
+                    for name in sorted(names - {self.path.name}):
+                        (self.state / name).unlink()
                     self.path.unlink()
                     for d in reversed(self.created):
                         d.rmdir()

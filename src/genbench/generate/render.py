@@ -24,6 +24,8 @@ from genbench.generate.jobconfig import JobConfig
 
 def print_start(cfg: JobConfig, console: Console) -> None:
     where = f" (shard {cfg.shard.index}/{cfg.shard.count})" if cfg.shard else ""
+    if cfg.shard and cfg.shard.source:  # --shard auto: the variables it was read from
+        where = f" (shard {cfg.shard.index}/{cfg.shard.count}, from {cfg.shard.source})"
     console.print(f"[bold]genbench generate[/] {cfg.input} → {cfg.output}{where}")
 
 

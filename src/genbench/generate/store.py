@@ -8,6 +8,7 @@ Layout (PREFIX is `data`, or `data-2of4` under `--shard 2/4`; `errors` likewise)
     DIR/quarantine.jsonl             unreadable lines found inside a data file (readback.py)
     DIR/replaced.jsonl, stale.jsonl  rows of an input changed since (changes.py)
     DIR/.genbench/lock               one writer at a time (lock.py)
+    DIR/.genbench/shards.json        the directory's shard scheme: none, or N (scheme.py)
     DIR/.genbench/job.json           the settings the job started with (model, sampling)
     DIR/.genbench/PREFIX-00000.idx   which ids that shard holds, up to which byte, their
                                      requests' fingerprints, content checks (advisory)
@@ -89,6 +90,10 @@ from genbench.records import RecordWriter, RequestRecord
 __all__ = ["META_FIELDS", "STATE_DIR", "Existing", "Store", "row_line", "scan_jsonl_shard"]
 
 STATE_DIR = ".genbench"
+# The shard scheme every run of the directory must share (scheme.py), and the lock under
+# which the first run records it: their names, for the readers and the merge.
+SCHEME_FILE = "shards.json"
+SCHEME_LOCK = "shards.lock"
 SCHEMA = "genbench.generate"
 SCHEMA_VERSION = 1
 SHARD_DIGITS = 5
@@ -136,7 +141,7 @@ class Store:
         self.state = out / STATE_DIR
         self.job_path = self.state / f"job{tag}.json"
         self.requests_path = self.state / f"requests{tag}.jsonl"
-        self.lock = OutputLock(out, self.state, f"lock{tag}")
+        self.lock = OutputLock(out, self.state, f"lock{tag}", (SCHEME_FILE, SCHEME_LOCK))
         self.log: RecordWriter | None = None
         self._dir_fd: int | None = None
         self.reserve = Reserve()

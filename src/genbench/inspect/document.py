@@ -238,6 +238,7 @@ def build(source: Path, sc: Scan, s: Settings) -> tuple[dict[str, Any], Analysis
         },
         "settings": s.describe(),
         "rows": sc.rows,
+        "repeated_ids": sc.ids.repeated(s.examples),
         "rows_with_defects": int((flags != 0).sum()),
         "distributions": {
             "overall": _group(a, share, None),

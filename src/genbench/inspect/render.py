@@ -162,6 +162,14 @@ def print_inspection(doc: dict[str, Any], console: Console) -> None:
     )
     for note in doc["source"]["notes"] + doc.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")
+    rep = doc.get("repeated_ids") or {}
+    if rep.get("rows"):  # one id in two shards: never trained on twice
+        shown = ", ".join(map(str, rep["examples"][:3])) + (", ..." if rep["rows"] > 3 else "")
+        console.print(
+            f"[yellow]ids:[/] {_n(rep['rows'], 'row')} repeat an id read before ({shown}): "
+            f"export writes the first of each; genbench merge {doc['source']['path']} "
+            "names them and writes a copy with every id once"
+        )
     console.print(_dist_table(doc))
     console.print(_defect_table(doc))
     dups = doc["duplicates"]

@@ -46,6 +46,22 @@ class RowIds:
     def __len__(self) -> int:
         return len(self.ends)
 
+    def repeated(self, max_examples: int) -> dict[str, Any]:
+        """Rows whose id an earlier row already had (the shards of a directory written
+        under two schemes): counted, a few ids kept; export writes the first of each."""
+        blob, seen, start = bytes(self.blob), set(), 0
+        rows, examples = 0, []
+        for end in self.ends:
+            key = blob[start:end]
+            start = end
+            if key in seen:
+                rows += 1
+                if len(examples) < max_examples:
+                    examples.append(orjson.loads(key))
+            else:
+                seen.add(key)
+        return {"rows": rows, "examples": examples}
+
 
 @dataclass
 class Columns:

@@ -1,0 +1,54 @@
+"""`genbench merge`: every shard of an output directory read whole and proved, or merged
+into a new directory of another shard scheme (docs/cluster.md)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import orjson
+import typer
+from rich.markup import escape
+
+from genbench.commands import common
+from genbench.commands.console import err, out
+from genbench.export.merge import check, merge_into
+
+
+def merge_cmd(
+    directory: Path = typer.Argument(
+        ..., help="A genbench generate output directory: every shard of it is read."
+    ),
+    input: Path | None = typer.Option(
+        None,
+        "--input",
+        "-i",
+        "--prompts",
+        help="The job's prompt file. [default: the one its job files name]",
+    ),
+    into: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Write every id once (its first copy) into this new directory, then prove it.",
+    ),
+    shards: int = typer.Option(
+        1, "--shards", help="With --out: the new directory's shards (1: none; N: --shard i/N)."
+    ),
+    json: bool = common.JSON,
+) -> None:
+    """Prove a sharded job complete: every input id exactly once, or which are missing,
+    failed or doubled and the command that finishes them; --out re-shards a copy."""
+    console = err if json else out
+    merged = merge_into(directory, into, shards) if into is not None else None
+    proof = check(into or directory, input)
+    if merged is not None:
+        n = merged["skipped_copies"]
+        skipped = f", {n:,} later {'copy' if n == 1 else 'copies'} left out" if n else ""
+        console.print(f"merged {directory} → {into}: {merged['ids']:,} ids{skipped}")
+    for line in proof.lines():
+        console.print(escape(line))
+    if json:
+        doc = {**asdict(proof), "exact": proof.exact, "merged": merged}
+        typer.echo(orjson.dumps(doc, default=str, option=orjson.OPT_INDENT_2).decode())
+    raise typer.Exit(proof.exit_code)

@@ -1,0 +1,244 @@
+"""`genbench merge`: a sharded output directory read whole, and proved (or re-sharded).
+
+After an array of `generate --shard auto` tasks, each shard's files say only what that
+task did. `check` reads every shard of the directory (data files of every scheme, the
+errors files) beside the job's input and says whether every input id is there exactly
+once; where not, which ids are missing (and the shard, so the command, that finishes
+them), failed (`--retry-errors`), doubled (a directory written under two schemes before
+they were recorded), or not in the input at all. `merge_into` writes every id once, the
+first copy, into a new directory of M shards: the documented way to change a job's shard
+scheme (generate/scheme.py refuses a run of another scheme in place).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from genbench.atomic import fsync_dir, write_atomic
+from genbench.errors import ExitCode, InputFileError, UsageError
+from genbench.generate.durable import scan_errors
+from genbench.generate.input import ShardSpec, scan
+from genbench.generate.lock import OutputLock
+from genbench.generate.scheme import describe, from_files, recorded
+from genbench.generate.shard import stable_hash
+from genbench.generate.store import SCHEME_FILE, STATE_DIR
+from genbench.inspect.reader import FileStats, data_files, kind_of, parquet_batches, raw_lines
+
+EXAMPLES = 5
+
+
+@dataclass
+class Proof:
+    """What `check` found: counts, a few ids of each problem, and the commands that end it."""
+
+    out: Path
+    input: Path
+    shards: int  # the directory's scheme (1: none)
+    rows: int = 0  # data rows read, every copy
+    ids: int = 0  # distinct ids in the data
+    input_rows: int = 0
+    missing: list[str] = field(default_factory=list)  # input ids in no data file, not failed
+    failed: list[str] = field(default_factory=list)  # input ids only in an errors file
+    doubled: dict[str, int] = field(default_factory=dict)  # id -> copies (> 1)
+    extra: int = 0  # ids in the data that the input does not hold
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        return not (self.missing or self.failed or self.doubled)
+
+    @property
+    def exit_code(self) -> int:
+        return ExitCode.OK if self.exact else ExitCode.FAILED
+
+    def lines(self) -> list[str]:
+        """The verdict, then one line per problem with the command that ends it."""
+        scheme = describe(self.shards)
+        if self.exact:
+            head = (
+                f"{self.out}: every input id exactly once: {self.ids:,} of {self.input_rows:,} "
+                f"input rows, in {scheme}"
+            )
+            return [head, *self._extra()]
+        out = [f"{self.out}: NOT every input id exactly once ({scheme}, {self.input_rows:,} "
+               f"input rows, {self.ids:,} ids in the data)"]  # fmt: skip
+        if self.missing:
+            out.append(f"missing: {_ids(self.missing)}; {self._finish(self.missing)}")
+        if self.failed:
+            out.append(
+                f"failed: {_ids(self.failed)} (in the errors files); rerun their shards "
+                f"with --retry-errors: {self._finish(self.failed, '--retry-errors')}"
+            )
+        if self.doubled:
+            copies = sum(self.doubled.values()) - len(self.doubled)
+            out.append(
+                f"doubled: {_ids(list(self.doubled))} ({copies:,} extra copies; export "
+                f"writes the first of each); genbench merge {self.out} --out NEW keeps "
+                "every id once in a new directory"
+            )
+        return out + self._extra()
+
+    def _extra(self) -> list[str]:
+        out = [f"note: {n}" for n in self.notes]  # an incomplete last line: a task running?
+        if self.extra:
+            out.append(f"{self.extra:,} ids in the data are not in {self.input} (another input?)")
+        return out
+
+    def _finish(self, ids: list[str], extra: str = "") -> str:
+        """The command that finishes `ids`: their shards' generate, resumed."""
+        flags = f" {extra}" if extra else ""
+        base = f"genbench generate -i {self.input} -o {self.out} --url ...{flags}"
+        if self.shards == 1:
+            return f"finish them: {base}"
+        owners = sorted({i for i in range(1, self.shards + 1)
+                         for rid in ids if ShardSpec(i, self.shards).owns(rid)})  # fmt: skip
+        tasks = ",".join(str(i - 1) for i in owners)
+        shards = ", ".join(f"--shard {i}/{self.shards}" for i in owners)
+        return (
+            f"finish them: {base} with {shards}, or resubmit those array tasks "
+            f"(sbatch --array={tasks} genbench-array.sbatch)"
+        )
+
+
+def _ids(ids: list[str]) -> str:
+    shown = ", ".join(sorted(ids)[:EXAMPLES]) + (", ..." if len(ids) > EXAMPLES else "")
+    return f"{len(ids):,} {'id' if len(ids) == 1 else 'ids'} ({shown})"
+
+
+def job_input(out: Path) -> Path | None:
+    """The input the directory's job files name (the first that names one)."""
+    state = out / STATE_DIR
+    for p in sorted(state.glob("job*.json")) if state.is_dir() else ():
+        with contextlib.suppress(OSError, ValueError):
+            src = orjson.loads(p.read_bytes()).get("input")
+            if src:
+                return Path(src)
+    return None
+
+
+def scheme_of(out: Path) -> int:
+    """The directory's scheme: recorded, else read from its files (the largest N)."""
+    found = recorded(out)
+    return found if found is not None else max(from_files(out), default=1)
+
+
+def rows_of(out: Path, notes: list[str]) -> Iterator[tuple[str, bytes]]:
+    """(id, the row as one JSON line) of every data file of every shard, in name order."""
+    for path in data_files(out):
+        stats = FileStats(path, kind_of(path))
+        if stats.kind == "parquet":
+            for batch in parquet_batches(path, columns=None):
+                for obj in batch.to_pylist():
+                    yield _id(obj, path), orjson.dumps(obj) + b"\n"
+        else:
+            for n, line in raw_lines(path, stats):
+                try:
+                    obj = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    raise InputFileError(path, n, "not valid JSON") from None
+                yield _id(obj, path, n), line if line.endswith(b"\n") else line + b"\n"
+        notes.extend(stats.notes)
+
+
+def _id(obj: Any, path: Path, n: int | None = None) -> str:
+    rid = obj.get("id", obj.get("custom_id")) if isinstance(obj, dict) else None
+    if rid is None:
+        raise InputFileError(path, n, "a row without an id", "id")
+    return str(rid)
+
+
+def check(out: Path, input: Path | None = None) -> Proof:
+    """Every shard of `out` read beside the job's input: every input id exactly once?"""
+    if not (out / STATE_DIR).is_dir():
+        raise UsageError(f"{out}: not a genbench generate output directory (no {STATE_DIR})")
+    src = input or job_input(out)
+    if src is None:
+        raise UsageError(f"{out}: its job files name no input: give --input FILE")
+    proof = Proof(out, src, scheme_of(out))
+    counts: Counter[str] = Counter()
+    for rid, _ in rows_of(out, proof.notes):
+        counts[rid] += 1
+    proof.rows, proof.ids = counts.total(), len(counts)
+    proof.doubled = {k: v for k, v in counts.items() if v > 1}
+    failed: set[str] = set()
+    for p in sorted(out.glob("errors*.jsonl")):
+        keys, _ = scan_errors(p, repair=False)
+        failed |= keys - counts.keys()
+    res = scan(src, counts.keys(), skip_invalid=True)  # todo: the input's ids not in the data
+    proof.input_rows = res.rows + len(res.bad)
+    proof.missing = sorted(res.todo - failed)
+    proof.failed = sorted(res.todo & failed)
+    proof.extra = len(counts) - res.done
+    return proof
+
+
+def merge_into(source: Path, out: Path, shards: int) -> dict[str, Any]:
+    """Every id of `source` once (the first copy, in file order) into the new directory
+    `out`, under `shards` shards (1: none); its job files copied with their new shard."""
+    if shards < 1:
+        raise UsageError(f"--shards {shards}: must be 1 or more")
+    if not (source / STATE_DIR).is_dir():
+        raise UsageError(f"{source}: not a genbench generate output directory")
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"--out {out}: exists and is not empty; give a new directory")
+    lock = OutputLock(out, out / STATE_DIR)
+    lock.acquire()
+    try:
+        return _write(source, out, shards)
+    finally:
+        lock.release(remove_empty=False)
+
+
+def _write(source: Path, out: Path, shards: int) -> dict[str, Any]:
+    specs = [ShardSpec(i, shards) for i in range(1, shards + 1)]
+    prefix = ["data" if shards == 1 else f"data-{s.tag}" for s in specs]
+    files = [open(out / f"{p}-00000.jsonl", "wb") for p in prefix]  # noqa: SIM115
+    seen: set[str] = set()
+    notes: list[str] = []
+    skipped = 0
+    try:
+        for rid, line in rows_of(source, notes):
+            if rid in seen:
+                skipped += 1
+                continue
+            seen.add(rid)
+            files[0 if shards == 1 else _owner(rid, shards)].write(line)
+    finally:
+        for f in files:
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+    _job_files(source, out, specs)
+    doc = {"shards": shards, "recorded": datetime.now(UTC).isoformat(), "merged_from": str(source)}
+    write_atomic(out / STATE_DIR / SCHEME_FILE, orjson.dumps(doc) + b"\n")
+    fsync_dir(out)
+    failed = sum(1 for _ in source.glob("errors*.jsonl"))
+    return {"source": str(source), "out": str(out), "shards": shards, "ids": len(seen),
+            "skipped_copies": skipped, "errors_files_left": failed,
+            "notes": notes}  # fmt: skip
+
+
+def _owner(rid: str, shards: int) -> int:
+    return stable_hash(rid) % shards  # as ShardSpec.owns: shard i takes hash % N == i - 1
+
+
+def _job_files(source: Path, out: Path, specs: list[ShardSpec]) -> None:
+    """The source's job settings, once per new shard (what each resume compares)."""
+    jobs = sorted((source / STATE_DIR).glob("job*.json"))
+    if not jobs:
+        return
+    doc = orjson.loads(jobs[0].read_bytes())
+    for s in specs:
+        tag = s.tag if s.count > 1 else None
+        doc["shard"] = tag
+        name = f"job-{tag}.json" if tag else "job.json"
+        write_atomic(out / STATE_DIR / name, orjson.dumps(doc, option=orjson.OPT_INDENT_2))

@@ -1,0 +1,173 @@
+"""From the plan to the job: the files a user submits to run it on a cluster.
+
+A plan decides how many servers a job needs (for a deadline, or `--servers`); these files
+run that many `genbench generate --shard auto` tasks into one shared output directory, each
+task one client beside its own engine, every id in exactly one task's share:
+
+* `genbench-array.sbatch`: a Slurm array (`sbatch genbench-array.sbatch`), `--requeue`
+  safe: a requeued task keeps its array id, so its share and its files, and resumes them;
+* `genbench-indexed-job.yaml`: a Kubernetes Indexed Job (`kubectl apply -f`), one pod per
+  completion index, the completions count passed down as GENBENCH_SHARD_COUNT.
+
+What only the user knows (partition, image, model path, the engine's command, the shared
+volume) is marked FILL_IN; docs/cluster.md lists each.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+SBATCH = "genbench-array.sbatch"
+MANIFEST = "genbench-indexed-job.yaml"
+
+
+def tasks_for(doc: dict[str, Any], servers: int) -> tuple[int, str]:
+    """How many tasks (one server each) the job runs, and why: the servers the deadline
+    needs for the largest sample count the plan forecast, else --servers."""
+    decision = doc.get("decision") or {}
+    rows = [r for c in decision.get("configurations") or [] for r in c.get("rows") or []]
+    needs = [(r["samples"], r["servers_needed"]["servers"]) for r in rows
+             if r.get("servers_needed")]  # fmt: skip
+    if needs:
+        samples, n = max(needs)
+        deadline = (decision.get("deadline") or {}).get("text")
+        return n, f"{n} servers: what the deadline {deadline} needs for {samples:,} samples"
+    return servers, f"{servers} servers: --servers"
+
+
+def generate_flags(args: Any) -> list[str]:
+    """The job's request fields the plan was asked with, as generate's flags (the plan
+    forecasts the job the same flags run)."""
+    flags: list[str] = []
+    for name in ("max_tokens", "temperature", "top_p", "top_k", "concurrency"):
+        value = getattr(args, name, None)
+        if value is not None:
+            flags += ["--" + name.replace("_", "-"), str(value)]
+    if getattr(args, "turns", "all") != "all":
+        flags += ["--turns", args.turns]
+    for p in getattr(args, "param", None) or []:
+        flags += ["--param", p]
+    return flags
+
+
+def sbatch_script(tasks: int, why: str, input: str, flags: list[str]) -> str:
+    """The Slurm array: one task per server, each `generate --shard auto`."""
+    quoted = " ".join(shlex.quote(f) for f in flags)
+    return f"""#!/bin/bash
+# genbench generate as a Slurm array, written by `genbench plan --job-files` (docs/cluster.md).
+# {tasks} tasks = {why}.
+# Each task is one client and one engine; task i takes the ids of --shard i+1/{tasks}
+# (--shard auto reads SLURM_ARRAY_TASK_ID), into one directory on a shared file system.
+# A requeued task (scontrol requeue, a node failure) keeps its id and resumes its share.
+#SBATCH --job-name=genbench
+#SBATCH --array=0-{tasks - 1}
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=genbench-%A_%a.log
+# ---- FILL_IN: your cluster (docs/cluster.md) -------------------------------------------
+#SBATCH --partition=FILL_IN_PARTITION
+#SBATCH --gres=gpu:FILL_IN_GPUS_PER_SERVER
+#SBATCH --time=FILL_IN_TIME_LIMIT
+# -----------------------------------------------------------------------------------------
+set -euo pipefail
+
+GENBENCH="${{GENBENCH:-genbench}}"
+INPUT="${{GENBENCH_INPUT:-{input}}}"          # the prompt file, readable by every task
+OUT="${{GENBENCH_OUT:-FILL_IN_SHARED_DIR/genbench-out}}"  # one directory for every task
+FLAGS=({quoted})               # the job's request fields, as the plan was made with
+
+# ---- FILL_IN: the engine of this task (one of the two) ----------------------------------
+# a) servers already running: a file of 'URL [CONCURRENCY]' lines (this task's own, or
+#    a router's URL); set GENBENCH_URL_FILE, e.g. per task: urls-$SLURM_ARRAY_TASK_ID.txt
+URL_FILE="${{GENBENCH_URL_FILE:-}}"
+# b) genbench starts, watches and restarts the engine on this node (generate --serve):
+#    e.g. GENBENCH_SERVE='vllm serve FILL_IN_MODEL_PATH --port {{port}}'
+SERVE="${{GENBENCH_SERVE:-}}"
+# -----------------------------------------------------------------------------------------
+if [ -n "$URL_FILE" ]; then
+  SERVER=(--url-file "$URL_FILE")
+elif [ -n "$SERVE" ]; then
+  SERVER=(--serve "$SERVE")
+else
+  echo "genbench-array.sbatch: set GENBENCH_URL_FILE or GENBENCH_SERVE (FILL_IN)" >&2
+  exit 2
+fi
+
+exec "$GENBENCH" generate --input "$INPUT" --out "$OUT" --shard auto "${{SERVER[@]}}" \\
+  "${{FLAGS[@]}}"
+"""
+
+
+def manifest(tasks: int, why: str, input: str, flags: list[str]) -> str:
+    """The Kubernetes Indexed Job: one pod per completion index, each `--shard auto`."""
+    cmd = " ".join(
+        ["exec genbench generate --input", shlex.quote(input), "--out /shared/genbench-out",
+         "--shard auto", '--url-file "$URL_FILE"', *(shlex.quote(f) for f in flags)]
+    )  # fmt: skip
+    return f"""# genbench generate as a Kubernetes Indexed Job, written by
+# `genbench plan --job-files` (docs/cluster.md). {tasks} completions = {why}.
+# Pod i takes the ids of --shard i+1/{tasks} (--shard auto reads JOB_COMPLETION_INDEX and
+# GENBENCH_SHARD_COUNT), into one directory on a ReadWriteMany volume. A pod restarted
+# (restartPolicy OnFailure) keeps its index and resumes its share.
+# FILL_IN: image, the engine (URL file or --serve), the volume, the GPUs.
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: genbench
+spec:
+  completionMode: Indexed
+  completions: {tasks}
+  parallelism: {tasks}
+  backoffLimit: {4 * tasks}
+  template:
+    spec:
+      restartPolicy: OnFailure
+      containers:
+        - name: genbench
+          image: FILL_IN_IMAGE  # genbench and the engine
+          env:
+            - name: GENBENCH_SHARD_COUNT  # must equal completions
+              value: "{tasks}"
+            - name: URL_FILE  # FILL_IN: this pod's servers, or use --serve below
+              value: /shared/urls.txt
+          command: ["/bin/sh", "-c"]
+          # FILL_IN: with genbench --serve, replace --url-file "$URL_FILE" by
+          # --serve 'vllm serve FILL_IN_MODEL_PATH --port {{port}}'
+          args:
+            - {_yaml_str(cmd)}
+          resources:
+            limits:
+              nvidia.com/gpu: 1  # FILL_IN: GPUs per server
+          volumeMounts:
+            - name: shared
+              mountPath: /shared
+      volumes:
+        - name: shared
+          persistentVolumeClaim:
+            claimName: FILL_IN_PVC  # ReadWriteMany: every pod writes the same directory
+"""
+
+
+def _yaml_str(text: str) -> str:
+    """A YAML double-quoted scalar (JSON's escaping is valid YAML)."""
+    return json.dumps(text)
+
+
+def write_job_files(
+    where: Path, doc: dict[str, Any], args: Any, servers: int
+) -> tuple[list[Path], str]:
+    """Write both files into `where`; the paths and the line that says why so many tasks."""
+    tasks, why = tasks_for(doc, servers)
+    prompts = getattr(args, "prompts", None)
+    input = str(Path(prompts).resolve()) if prompts else "FILL_IN_PROMPTS.jsonl"
+    flags = generate_flags(args)
+    where.mkdir(parents=True, exist_ok=True)
+    paths = [where / SBATCH, where / MANIFEST]
+    paths[0].write_text(sbatch_script(tasks, why, input, flags), encoding="utf-8")
+    paths[0].chmod(0o755)
+    in_pod = input if input.startswith("FILL_IN") else f"/shared/{Path(input).name}"
+    paths[1].write_text(manifest(tasks, why, in_pod, flags), encoding="utf-8")
+    return paths, f"{tasks} tasks ({why})"

@@ -20,15 +20,13 @@ every run, interrupted ones included, so it always holds each finished `custom_i
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from genbench.atomic import fsync_dir
+from genbench.atomic import writing
 
 CHAT_URL = "/v1/chat/completions"
 JOB_FIELDS = ("model", "stream", "stream_options")  # the job's own, not the row's
@@ -165,9 +163,8 @@ def _rows(path: Path) -> Iterator[dict[str, Any]]:
 def write_batch_output(data_files: list[Path], errors: Path, dest: Path) -> int:
     """`dest` rebuilt from the job's data and errors files, atomically: one line per
     finished row. The store holds each id once, so the file does too. Returns its lines."""
-    tmp = dest.with_name(dest.name + ".tmp")
     n = 0
-    with open(tmp, "wb") as out:
+    with writing(dest) as out:
         for p in data_files:
             for row in _rows(p):
                 if "custom_id" in row:  # --answers batch: already in shape
@@ -179,11 +176,6 @@ def write_batch_output(data_files: list[Path], errors: Path, dest: Path) -> int:
             if entry.get("id") is not None:
                 out.write(error_line(entry))
                 n += 1
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, dest)
-    with contextlib.suppress(OSError):
-        fsync_dir(dest.parent)
     return n
 
 

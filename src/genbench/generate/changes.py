@@ -18,7 +18,6 @@ default the job is refused, in one line, before anything is written or sent. The
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from genbench.atomic import write_atomic
+from genbench.atomic import write_atomic, writing
 from genbench.errors import UsageError
 from genbench.generate.durable import index_entry
 from genbench.generate.fingerprint import RequestCheck, from_hex, to_hex
@@ -255,13 +254,6 @@ def _set_aside_parquet(
     rows = table.filter(pa.array(gone)).to_pylist()
     aside = [_aside_line(why[str(r["id"])], shard.name, orjson.dumps(r)) for r in rows]
     append_synced(replaced_path(store), aside)
-    tmp = shard.with_name(shard.name + ".tmp")
-    try:
-        pq.write_table(table.filter(pa.array([not g for g in gone])), tmp, compression="zstd")
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        tmp.replace(shard)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with writing(shard) as f:
+        pq.write_table(table.filter(pa.array([not g for g in gone])), f, compression="zstd")
     return len(rows)

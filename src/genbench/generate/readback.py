@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from genbench.atomic import fsync_dir, write_atomic
+from genbench.atomic import write_atomic, writing
 from genbench.generate.durable import digest64, index_entry, write_all
 from genbench.generate.fingerprint import from_hex
 from genbench.generate.linekey import fast_id
@@ -307,22 +307,13 @@ def append_synced(path: Path, lines: list[bytes]) -> None:
 def drop_lines(path: Path, drops: list[tuple[int, int]], end: int) -> int:
     """Replace `path` by a copy of its bytes up to `end` without the (offset, length)
     spans in `drops` (sorted): a temporary file, fsynced, renamed. Returns the new size."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(path, "rb") as src, open(tmp, "wb") as dst:
-            pos = 0
-            for off, n in [*drops, (end, 0)]:
-                _copy_bytes(src, dst, off - pos)
-                src.seek(off + n)
-                pos = off + n
-            dst.flush()
-            os.fsync(dst.fileno())
-            size = dst.tell()
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    with open(path, "rb") as src, writing(path) as dst:
+        pos = 0
+        for off, n in [*drops, (end, 0)]:
+            _copy_bytes(src, dst, off - pos)
+            src.seek(off + n)
+            pos = off + n
+        size = dst.tell()
     return size
 
 

@@ -60,7 +60,7 @@ from typing import Any
 
 import orjson
 
-from genbench.atomic import fsync_dir, write_atomic
+from genbench.atomic import fsync_dir, is_temp, move, write_atomic
 from genbench.errors import OutOfDescriptors, OutputError, UsageError, descriptor_advice
 from genbench.generate.durable import (
     AppendFile,
@@ -205,7 +205,7 @@ class Store:
             m = self._shard_re.match(p.name)
             if m:
                 found.setdefault(int(m[1]), {})[m[2]] = p
-            elif p.name.startswith(self.prefix + "-") and p.name.endswith(".parquet.tmp"):
+            elif p.name.startswith(self.prefix + "-") and is_temp(p) and ".parquet" in p.name:
                 p.unlink()  # a conversion that did not finish; its JSONL is still there
         for number in sorted(found):
             files = found[number]
@@ -241,8 +241,7 @@ class Store:
         self.state.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         dst = self.state / f"{self.errors_path.stem}-retried-{stamp}.jsonl"
-        os.replace(self.errors_path, dst)
-        fsync_dir(self.out)
+        move(self.errors_path, dst)
         return dst
 
     def check_job(self, existing: Existing, job: dict[str, Any], force: bool) -> None:

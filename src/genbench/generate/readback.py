@@ -274,34 +274,61 @@ def _rewrite_without(
     file by a copy without them and without the torn tail from `end`; its new size."""
     if quarantine is not None:
         at = round(time.time(), 3)
-        append_synced(
-            quarantine,
-            [
-                orjson.dumps(
-                    {
-                        "file": path.name,
-                        "offset": off,
-                        "length": len(line),
-                        "id": fast_id(line),
-                        "text": line.rstrip(b"\n").decode("utf-8", "replace"),
-                        "quarantined_at": at,
-                    }
-                )
-                + b"\n"
-                for off, line in bad
-            ],
-        )
+        entries = {}
+        for off, line in bad:
+            key = entry_id(path.name, off, line)
+            text = line.rstrip(b"\n").decode("utf-8", "replace")
+            entries[key] = orjson.dumps(
+                {"file": path.name, "offset": off, "length": len(line), "id": fast_id(line),
+                 "text": text, "quarantined_at": at, "entry_id": key}
+            ) + b"\n"  # fmt: skip
+        append_once(quarantine, entries)
     return drop_lines(path, [(off, len(line)) for off, line in bad], end)
 
 
-def append_synced(path: Path, lines: list[bytes]) -> None:
-    """Append lines to a file and fsync it: before the data file loses them."""
+def entry_id(file: str, offset: int, line: bytes) -> str:
+    """What names one side-file entry (a line quarantined, a row set aside): the data file,
+    where the line was in it and its bytes. A rerun after a crash between the entry and
+    the data file's rewrite finds the same line at the same place: the same id."""
+    h = hashlib.blake2b(line, digest_size=8)
+    h.update(f"{file}\0{offset}".encode())
+    return h.hexdigest()
+
+
+def append_once(path: Path, entries: dict[str, bytes]) -> int:
+    """Append the entries (entry_id -> line) the side file does not hold yet, and fsync it:
+    before the data file loses them. The entry is written first and the data file
+    rewritten after, so a crash (or a full disk) between the two leaves the entry and the
+    line both; the rerun moves the line again and must not write its entry twice. A torn
+    last line (a crash mid-append) is cut first. Returns the entries written."""
+    held = _entry_ids(path)
+    new = [line for key, line in entries.items() if key not in held]
+    if not new:
+        return 0
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        write_all(fd, b"".join(lines))
+        write_all(fd, b"".join(new))
         os.fsync(fd)
     finally:
         os.close(fd)
+    return len(new)
+
+
+def _entry_ids(path: Path) -> set[str]:
+    held: set[str] = set()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return held
+    whole = data.rfind(b"\n") + 1
+    if whole < len(data):
+        os.truncate(path, whole)  # a torn last entry: written again below
+    for line in data[:whole].splitlines():
+        try:
+            held.add(str(orjson.loads(line)["entry_id"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue  # an entry from before entry ids, or unreadable: never a match
+    return held
 
 
 def drop_lines(path: Path, drops: list[tuple[int, int]], end: int) -> int:

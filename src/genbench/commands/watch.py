@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from genbench.errors import UsageError
-from genbench.generate.batch import BATCH_ERRORS, BATCH_OUTPUT, write_batch_output
+from genbench.generate.batch import write_batch_output
 from genbench.generate.job import Listener
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.listeners import Listeners, RunNotes
@@ -71,11 +71,9 @@ def batch_output(cfg: JobConfig, answers: str, console: Console) -> None:
     store = Store(cfg.output, shard_tag=cfg.shard_tag)
     if answers == "conversations" or not store.out.is_dir():
         return
-    tag = f"-{cfg.shard_tag}" if cfg.shard_tag else ""
-    name = BATCH_OUTPUT if answers == "both" else BATCH_ERRORS
     if answers == "batch" and not store.errors_path.exists():
         return
-    dest = cfg.output / name.replace(".jsonl", f"{tag}.jsonl")
+    dest = store.layout.batch_output if answers == "both" else store.layout.batch_errors
     data = store.data_files() if answers == "both" else []
     n = write_batch_output(data, store.errors_path, dest)
     console.print(f"  batch {'output' if data else 'errors'}: {dest} ({n:,} line{'s' * (n != 1)})")

@@ -30,8 +30,6 @@ from genbench.atomic import writing
 
 CHAT_URL = "/v1/chat/completions"
 JOB_FIELDS = ("model", "stream", "stream_options")  # the job's own, not the row's
-BATCH_OUTPUT = "batch_output.jsonl"
-BATCH_ERRORS = "batch_errors.jsonl"  # --answers batch: the failed rows, in Batch shape
 MARK = "\x00batch"  # a key no JSON row of another format holds: this row came from a Batch line
 
 

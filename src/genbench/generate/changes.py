@@ -71,11 +71,11 @@ def _examples(ids: list[str]) -> str:
 
 
 def stale_path(store: Store) -> Path:
-    return store.out / f"stale{store.prefix[4:]}.jsonl"
+    return store.layout.stale
 
 
 def replaced_path(store: Store) -> Path:
-    return store.out / f"replaced{store.prefix[4:]}.jsonl"
+    return store.layout.replaced
 
 
 def read_kept(store: Store) -> dict[str, tuple[int, int]]:

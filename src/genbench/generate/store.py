@@ -50,7 +50,6 @@ import contextlib
 import errno
 import multiprocessing
 import os
-import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -74,6 +73,7 @@ from genbench.generate.durable import (
 )
 from genbench.generate.fingerprint import LazyFps
 from genbench.generate.jobfile import job_setting, setting_change
+from genbench.generate.layout import STATE_DIR, Layout, is_generate_dir
 from genbench.generate.lock import OutputLock
 from genbench.generate.readback import index_keys, scan_jsonl_shard
 from genbench.generate.rows import (
@@ -88,10 +88,8 @@ from genbench.records import RecordWriter, RequestRecord
 
 __all__ = ["META_FIELDS", "STATE_DIR", "Existing", "Store", "row_line", "scan_jsonl_shard"]
 
-STATE_DIR = ".genbench"
 SCHEMA = "genbench.generate"
 SCHEMA_VERSION = 1
-SHARD_DIGITS = 5
 # Settings that change what the data set contains: a resumed job must not mix them.
 # (a job.json without tool_policy was made with its default: jobfile.job_setting)
 FINGERPRINT_KEYS = ("model", "params", "turns", "format", "tool_policy")
@@ -129,14 +127,11 @@ class Store:
         on_durable: Callable[[str, list[Pending]], None] | None = None,
     ) -> None:
         self.out = out
-        tag = f"-{shard_tag}" if shard_tag else ""
-        self.prefix = "data" + tag
-        self.errors_path = out / f"errors{tag}.jsonl"
-        self.quarantine_path = out / f"quarantine{tag}.jsonl"
-        self.state = out / STATE_DIR
-        self.job_path = self.state / f"job{tag}.json"
-        self.requests_path = self.state / f"requests{tag}.jsonl"
-        self.lock = OutputLock(out, self.state, f"lock{tag}")
+        self.layout = lay = Layout(out, shard_tag)
+        self.prefix = lay.prefix
+        self.errors_path, self.quarantine_path = lay.errors, lay.quarantine
+        self.state, self.job_path, self.requests_path = lay.state, lay.job, lay.requests
+        self.lock = OutputLock(out, self.state, lay.lock_name)
         self.log: RecordWriter | None = None
         self._dir_fd: int | None = None
         self.reserve = Reserve()
@@ -150,9 +145,7 @@ class Store:
         self.sync_rows = sync_rows
         self.sync_bytes = sync_bytes
         self.on_durable = on_durable
-        self._shard_re = re.compile(
-            rf"^{re.escape(self.prefix)}-(\d{{{SHARD_DIGITS}}})\.(jsonl|parquet)$"
-        )
+        self._shard_re = lay.shard_re()
         self.current: AppendFile | None = None
         self.errors: AppendFile | None = None
         self._closing: list[AppendFile] = []
@@ -172,16 +165,16 @@ class Store:
     # -- resume ---------------------------------------------------------------------------
 
     def shard_path(self, number: int, ext: str = "jsonl") -> Path:
-        return self.out / f"{self.prefix}-{number:0{SHARD_DIGITS}d}.{ext}"
+        return self.layout.shard(number, ext)
 
     def index_path(self, shard: Path) -> Path:
-        return self.state / (shard.stem + ".idx")
+        return self.layout.index(shard)
 
     def check_directory(self) -> None:
         """Refuse a directory that has files but is not a genbench generate output."""
         if self.out.exists() and not self.out.is_dir():
             raise OutputError(f"--out {self.out}: exists and is a file, not a directory")
-        if self.out.is_dir() and not (self.out / STATE_DIR).is_dir():
+        if self.out.is_dir() and not is_generate_dir(self.out):
             others = [p.name for p in self.out.iterdir()]
             if others:
                 shown = ", ".join(sorted(others)[:3]) + (", …" if len(others) > 3 else "")
@@ -239,8 +232,7 @@ class Store:
         if not self.errors_path.exists():
             return None
         self.state.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        dst = self.state / f"{self.errors_path.stem}-retried-{stamp}.jsonl"
+        dst = self.layout.retried_errors(time.strftime("%Y%m%d-%H%M%S"))
         move(self.errors_path, dst)
         return dst
 

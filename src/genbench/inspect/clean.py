@@ -29,8 +29,8 @@ import orjson
 
 from genbench.atomic import write_atomic, writing
 from genbench.errors import OutputError, UsageError
+from genbench.generate.layout import STATE_DIR, error_files, job_file
 from genbench.generate.lock import OutputLock, refuse_if_held
-from genbench.generate.store import STATE_DIR
 from genbench.inspect.detect import BIT, DEFECTS
 from genbench.inspect.reader import FileStats, parquet_batches, raw_lines
 from genbench.inspect.scan import Scan
@@ -151,12 +151,13 @@ def _copy_state(source: Path, out: Path) -> list[str]:
     copied = []
     if not source.is_dir():
         return copied
-    job = source / STATE_DIR / "job.json"
+    job = job_file(source)
     if job.exists():
-        (out / STATE_DIR).mkdir(exist_ok=True)
-        shutil.copy2(job, out / STATE_DIR / "job.json")
-        copied.append(f"{STATE_DIR}/job.json")
-    for p in sorted(source.glob("errors*.jsonl")):
+        copy = job_file(out)
+        copy.parent.mkdir(exist_ok=True)
+        shutil.copy2(job, copy)
+        copied.append(str(copy.relative_to(out)))
+    for p in error_files(source):
         shutil.copy2(p, out / p.name)
         copied.append(p.name)
     return copied

@@ -166,3 +166,33 @@ def test_keep_killed_and_rerun_lists_each_stale_row_once(quick, slow, tmp_path):
     ids = Counter(orjson.loads(x)["id"] for x in stale.read_bytes().splitlines())
     assert ids == Counter(f"r{i}" for i in range(CHANGED))
     assert_exactly_once(out, [*(f"r{i}" for i in range(ROWS)), "added"])
+
+
+def test_a_full_disk_between_the_quarantine_and_the_rewrite_leaves_one_entry(
+    quick, tmpfs, tmp_path
+):
+    """A garbled line inside a data file: its quarantine entry fits on the disk, the data
+    file's rewrite does not (exit 12); the rerun quarantines the same line, once."""
+    inp, out = tmp_path / "in.jsonl", tmpfs.path / "out"
+    write_rows(inp, rows(False))
+    assert gen(inp, out, quick.url).returncode == 0
+    data = out / "data-00000.jsonl"
+    lines = data.read_bytes().splitlines(keepends=True)
+    lines[50] = b"{" + b"x" * (len(lines[50]) - 2) + b"\n"  # garbled, the same length
+    data.write_bytes(b"".join(lines))
+    tmpfs.fill()
+    filler = tmpfs.path / "filler"
+    os.truncate(filler, filler.stat().st_size - 64 * 1024)  # far less than the file's copy
+    assert data.stat().st_size > 64 * 1024
+    p = gen(inp, out, quick.url)
+    assert p.returncode == 12, p.stdout + p.stderr
+    assert "No space left on device" in one_error_line(p)
+    quarantine = out / "quarantine.jsonl"
+    assert len(quarantine.read_bytes().splitlines()) == 1
+    no_tmp(out)
+    tmpfs.free()
+    p = gen(inp, out, quick.url)
+    assert p.returncode == 0, p.stderr
+    (entry,) = [orjson.loads(x) for x in quarantine.read_bytes().splitlines()]
+    assert (entry["file"], entry["offset"]) == (data.name, sum(map(len, lines[:50])))
+    assert_exactly_once(out, [f"r{i}" for i in range(ROWS)])

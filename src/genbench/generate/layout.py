@@ -1,6 +1,7 @@
 """Every path of a generate output directory, named in one place.
 
-    DIR/data-NNNNN.jsonl|.parquet    the rows (data-<i>of<N>-NNNNN.* for one --shard)
+    DIR/data-NNNNN.jsonl             finished rows, one JSON object per line, `id` first
+    DIR/data-NNNNN.parquet           the same shard once converted (--format parquet)
     DIR/errors.jsonl                 rows that failed, with the error kind
     DIR/quarantine.jsonl             unreadable lines found inside a data file
     DIR/replaced.jsonl               old answers taken out (--input-changed regenerate)
@@ -10,7 +11,8 @@
     DIR/.genbench/job.json           the job's settings, compared on resume
     DIR/.genbench/requests.jsonl     every request sent (the request log)
     DIR/.genbench/runs.jsonl         one line when a run starts, one when it ends
-    DIR/.genbench/data-NNNNN.idx     each shard's index
+    DIR/.genbench/data-NNNNN.idx     which ids a shard holds, up to which byte, their
+                                     requests' fingerprints, content checks (advisory)
     DIR/.genbench/lock               the one writer's lock
 
 Under `--shard i/N` each file of the shard's own carries its tag (`errors-1of4.jsonl`,

@@ -1,18 +1,7 @@
 """The output directory: sharded append-only row files, a done index, the errors file.
 
-Layout (PREFIX is `data`, or `data-2of4` under `--shard 2/4`; `errors` likewise):
-
-    DIR/PREFIX-00000.jsonl           finished rows, one JSON object per line, `id` first
-    DIR/PREFIX-00000.parquet         the same shard once converted (--format parquet)
-    DIR/errors.jsonl                 rows that failed, one per line, with the error kind
-    DIR/quarantine.jsonl             unreadable lines found inside a data file (readback.py)
-    DIR/replaced.jsonl, stale.jsonl  rows of an input changed since (changes.py)
-    DIR/.genbench/lock               one writer at a time (lock.py)
-    DIR/.genbench/job.json           the settings the job started with (model, sampling)
-    DIR/.genbench/PREFIX-00000.idx   which ids that shard holds, up to which byte, their
-                                     requests' fingerprints, content checks (advisory)
-    DIR/.genbench/requests.jsonl     every request sent, failed attempts and retries
-                                     included: compact records (records.py)
+Every path of the directory is named by `layout.Layout` (layout.py lists them); the
+store writes them, the other packages read them through the layout.
 
 Durability, in the order things happen to a finished row:
 

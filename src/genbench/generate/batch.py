@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from genbench.atomic import writing
+from genbench.generate.layout import Layout
 
 CHAT_URL = "/v1/chat/completions"
 JOB_FIELDS = ("model", "stream", "stream_options")  # the job's own, not the row's
@@ -156,6 +157,20 @@ def _rows(path: Path) -> Iterator[dict[str, Any]]:
         for line in f:
             if line.endswith(b"\n"):
                 yield orjson.loads(line)
+
+
+def write_answers(lay: Layout, answers: str) -> tuple[Path, int] | None:
+    """At the end of a run, from what the directory holds now (one file per --shard):
+    --answers both: batch_output.jsonl, every finished row; --answers batch (the data files
+    are the output): batch_errors.jsonl, the failed rows in Batch shape, when there are.
+    (the file, its lines), or None when the run leaves none."""
+    if answers == "conversations" or not lay.out.is_dir():
+        return None
+    if answers == "batch" and not lay.errors.exists():
+        return None
+    dest = lay.batch_output if answers == "both" else lay.batch_errors
+    data = lay.data_files() if answers == "both" else []
+    return dest, write_batch_output(data, lay.errors, dest)
 
 
 def write_batch_output(data_files: list[Path], errors: Path, dest: Path) -> int:

@@ -111,6 +111,11 @@ class Layout:
         """This job's data files: (number, extension)."""
         return re.compile(rf"^{re.escape(self.prefix)}-(\d{{{SHARD_DIGITS}}})\.(jsonl|parquet)$")
 
+    def data_files(self) -> list[Path]:
+        """This job's data files, in the order they were written."""
+        pattern = self.shard_re()
+        return sorted(p for p in self.out.iterdir() if pattern.match(p.name))
+
     def index(self, shard: Path) -> Path:
         return self.state / (shard.stem + ".idx")
 

@@ -462,5 +462,5 @@ class Store:
                 self._pool = None
 
     def data_files(self) -> list[Path]:
-        return sorted(p for p in self.out.iterdir() if self._shard_re.match(p.name))
+        return self.layout.data_files()
 

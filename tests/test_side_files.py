@@ -196,3 +196,20 @@ def test_a_full_disk_between_the_quarantine_and_the_rewrite_leaves_one_entry(
     (entry,) = [orjson.loads(x) for x in quarantine.read_bytes().splitlines()]
     assert (entry["file"], entry["offset"]) == (data.name, sum(map(len, lines[:50])))
     assert_exactly_once(out, [f"r{i}" for i in range(ROWS)])
+
+
+def test_a_full_disk_at_the_batch_output_is_one_line_exit_12(quick, tmpfs, tmp_path):
+    """The Batch output is rebuilt at the end of every run: a disk too full for it is one
+    line and exit 12 (never a traceback), the data whole, no temporary file left."""
+    inp, out = tmp_path / "in.jsonl", tmpfs.path / "out"
+    write_rows(inp, rows(False))
+    assert gen(inp, out, quick.url, "--answers", "both").returncode == 0
+    first = (out / "batch_output.jsonl").read_bytes()
+    tmpfs.fill()
+    p = gen(inp, out, quick.url, "--answers", "both")
+    assert p.returncode == 12, p.stdout + p.stderr
+    line = one_error_line(p)
+    assert "cannot write batch_output.jsonl" in line and "No space left on device" in line
+    assert (out / "batch_output.jsonl").read_bytes() == first  # the old one, whole
+    assert_exactly_once(out, [f"r{i}" for i in range(ROWS)])
+    no_tmp(out)

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from genbench.atomic import writing
+from genbench.errors import OutputError
 from genbench.generate.layout import Layout
 
 CHAT_URL = "/v1/chat/completions"
@@ -170,7 +171,11 @@ def write_answers(lay: Layout, answers: str) -> tuple[Path, int] | None:
         return None
     dest = lay.batch_output if answers == "both" else lay.batch_errors
     data = lay.data_files() if answers == "both" else []
-    return dest, write_batch_output(data, lay.errors, dest)
+    try:
+        return dest, write_batch_output(data, lay.errors, dest)
+    except OSError as e:  # the data is whole; only this file of it is not (rerun writes it)
+        why = e.strerror or e
+        raise OutputError(f"--out {lay.out}: cannot write {dest.name} ({why})") from None
 
 
 def write_batch_output(data_files: list[Path], errors: Path, dest: Path) -> int:

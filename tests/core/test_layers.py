@@ -11,6 +11,7 @@ sees every import, those inside functions too.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,63 @@ def test_the_cycle_finder_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# -- the output directory has one owner: its file names are spelled in generate/layout.py --
+
+LAYOUT = "genbench.generate.layout"
+# a whole string that names a file of a generate output directory (a name, a glob, a
+# shard's name), not prose that mentions one
+OUTPUT_NAME = re.compile(
+    r"^(\.genbench|\.idx|job(-\w+)?\.json|lock\*?|data-"
+    r"|(errors|quarantine|replaced|stale|runs|batch_output|batch_errors|requests)(\*|-\w+)?\.jsonl)$"
+)
+# a run directory's own request log shares the generate log's name; run/ owns that one
+NAMED_ELSEWHERE = {("requests.jsonl", "genbench.run.result")}  # (name, module)
+
+
+def _names(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    docs = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+    }
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
+
+
+def test_only_the_layout_spells_a_file_name_of_the_output_directory():
+    found = [
+        f"{name}:{line}: {value!r}"
+        for name, path in sorted(MODULES.items())
+        if name != LAYOUT and unit(name) != "sim"
+        for line, value in _names(path)
+        if OUTPUT_NAME.match(value) and (value, name) not in NAMED_ELSEWHERE
+    ]
+    assert not found, "ask genbench.generate.layout for the path:\n" + "\n".join(found)
+
+
+def test_the_layout_rule_sees_a_spelled_name():
+    assert all(OUTPUT_NAME.match(s) for s in (".genbench", "replaced.jsonl", "job.json",
+               "errors*.jsonl", "requests-1of4.jsonl", "lock"))  # fmt: skip
+    assert not OUTPUT_NAME.match("the replaced.jsonl file") and not OUTPUT_NAME.match("a.json")
+
+
+def test_no_module_imports_its_own_package_face_that_imports_it():
+    """`from genbench.report import cards` inside report/html.py runs through the
+    package's __init__, which imports html: a cycle through the face. Import the module."""
+    found = []
+    for name, path in MODULES.items():
+        package = name.rpartition(".")[0]
+        if path.name == "__init__.py" or package == "genbench" or name not in GRAPH[package]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == package and not node.level:
+                found.append(f"{name}:{node.lineno}: from {package} import ...")
+    assert not found, "\n".join(found)

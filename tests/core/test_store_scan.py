@@ -351,3 +351,28 @@ def test_a_converted_shard_without_an_index_is_finished_too(tmp_path):
 def test_an_index_torn_at_its_end(tmp_path):
     data, idx = shard(tmp_path, A + B, batch(len(A), ["a"]) + b'{"end": 9')
     assert scan_jsonl_shard(data, idx).ids == ["a", "b"]
+
+
+def test_a_quarantine_cut_short_by_a_crash_is_not_written_twice(tmp_path):
+    """The entry is written before the data file is rewritten: a crash (or a full disk)
+    between the two leaves both, and the rerun quarantines the same line again."""
+    bad = b"{not json}\n"
+    data, idx = shard(tmp_path, A + bad + C)
+    q = tmp_path / "quarantine.jsonl"
+    scan_jsonl_shard(data, idx, quarantine=q)
+    first = q.read_bytes()
+    data.write_bytes(A + bad + C)  # as the crash left it: the entry written, the line still in
+    idx.unlink()
+    s = scan_jsonl_shard(data, idx, quarantine=q)
+    assert s.ids == ["a", "c"] and data.read_bytes() == A + C
+    assert q.read_bytes() == first  # the one entry, once
+    q.write_bytes(first + first[: len(first) // 2])  # a crash mid-append: a torn entry
+    data.write_bytes(A + bad + C)
+    scan_jsonl_shard(data, idx, quarantine=q)
+    assert q.read_bytes() == first
+    # another unreadable line, elsewhere, later: a new entry beside the first
+    data.write_bytes(A + C + bad + C)
+    scan_jsonl_shard(data, idx, quarantine=q)
+    entries = [orjson.loads(x) for x in q.read_bytes().splitlines()]
+    assert [e["offset"] for e in entries] == [len(A), len(A + C)]
+    assert len({e["entry_id"] for e in entries}) == 2

@@ -232,14 +232,19 @@ def _cell(text: str) -> str:
 
 def cli_markdown() -> str:
     """The whole of docs/cli.md."""
-    from genbench.cli import ALIASES
-
     bad = problems()
     if bad:
         raise SystemExit("the command line breaks its vocabulary:\n  " + "\n  ".join(bad))
     cmds = app_commands()
-    lines = [RULES.format(regenerate=REGENERATE), "## Every flag", ""]
-    lines += ["| flag | meaning | commands |", "|---|---|---|"]
+    lines = [RULES.format(regenerate=REGENERATE), *_every_flag(cmds), *_old_spellings()]
+    for cname, cmd in cmds.items():
+        lines += _command(cname, cmd)
+    return "\n".join(lines) + "\n"
+
+
+def _every_flag(cmds: dict[str, Any]) -> list[str]:
+    """One row per flag name: its meaning and the commands that have it."""
+    lines = ["## Every flag", "", "| flag | meaning | commands |", "|---|---|---|"]
     rows: dict[str, tuple[str, list[str]]] = {}
     for cname, cmd in cmds.items():
         for opt in options(cmd):
@@ -248,23 +253,33 @@ def cli_markdown() -> str:
     for key in sorted(rows, key=lambda k: k.lstrip("-")):
         names, where = rows[key]
         lines.append(f"| `{names}` | {_cell(MEANINGS[key])} | {', '.join(where)} |")
-    lines += ["", "## Old spellings", "", "Still accepted, with a warning on stderr.", ""]
+    return lines
+
+
+def _old_spellings() -> list[str]:
+    from genbench.cli import ALIASES
+
+    lines = ["", "## Old spellings", "", "Still accepted, with a warning on stderr.", ""]
     lines += ["| command | old | new |", "|---|---|---|"]
     for cname, table in ALIASES.items():
         for old, new in table.items():
             lines.append(f"| {cname} | `{old}` | `{new}` |")
-    for cname, cmd in cmds.items():
-        lines += ["", f"## genbench {cname}", "", _cell(cmd.help or ""), ""]
-        lines += ["| flag | default | what it does |", "|---|---|---|"]
-        for arg in (p for p in cmd.params if p.param_type_name == "argument"):
-            name = arg.name.upper() + (" ..." if arg.nargs == -1 else "")
-            lines.append(f"| `{name}` (argument) | required | {_cell(arg.help or '')} |")
-        for opt in options(cmd):
-            names = " / ".join(opt.opts + opt.secondary_opts)
-            default = "required" if opt.required else (shown_default(opt) or "")
-            text = _DEFAULT.sub("", opt.help or "")
-            lines.append(f"| `{names}` | {_cell(default)} | {_cell(text)} |")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _command(cname: str, cmd: Any) -> list[str]:
+    """A command's own table: its arguments, then each flag with its default."""
+    lines = ["", f"## genbench {cname}", "", _cell(cmd.help or ""), ""]
+    lines += ["| flag | default | what it does |", "|---|---|---|"]
+    for arg in (p for p in cmd.params if p.param_type_name == "argument"):
+        name = arg.name.upper() + (" ..." if arg.nargs == -1 else "")
+        lines.append(f"| `{name}` (argument) | required | {_cell(arg.help or '')} |")
+    for opt in options(cmd):
+        names = " / ".join(opt.opts + opt.secondary_opts)
+        default = "required" if opt.required else (shown_default(opt) or "")
+        text = _DEFAULT.sub("", opt.help or "")
+        lines.append(f"| `{names}` | {_cell(default)} | {_cell(text)} |")
+    return lines
 
 
 def main() -> None:

@@ -14,9 +14,10 @@ import typer
 from rich.console import Console
 
 from genbench.errors import UsageError
-from genbench.generate.batch import BATCH_ERRORS, BATCH_OUTPUT, write_batch_output
+from genbench.generate.batch import write_answers
 from genbench.generate.job import Listener
 from genbench.generate.jobconfig import JobConfig
+from genbench.generate.layout import Layout
 from genbench.generate.listeners import Listeners, RunNotes
 
 ANSWERS = typer.Option(
@@ -63,19 +64,9 @@ def stop(exporter: Any) -> None:
 
 
 def batch_output(cfg: JobConfig, answers: str, console: Console) -> None:
-    """At the end of a run, from what the store holds now (one file per --shard):
-    --answers both: batch_output.jsonl, every finished row; --answers batch (the data files
-    are the output): batch_errors.jsonl, the failed rows in Batch shape, when there are."""
-    from genbench.generate.store import Store
-
-    store = Store(cfg.output, shard_tag=cfg.shard_tag)
-    if answers == "conversations" or not store.out.is_dir():
-        return
-    tag = f"-{cfg.shard_tag}" if cfg.shard_tag else ""
-    name = BATCH_OUTPUT if answers == "both" else BATCH_ERRORS
-    if answers == "batch" and not store.errors_path.exists():
-        return
-    dest = cfg.output / name.replace(".jsonl", f"{tag}.jsonl")
-    data = store.data_files() if answers == "both" else []
-    n = write_batch_output(data, store.errors_path, dest)
-    console.print(f"  batch {'output' if data else 'errors'}: {dest} ({n:,} line{'s' * (n != 1)})")
+    """The Batch output the run leaves (generate/batch.py decides which), named."""
+    left = write_answers(Layout(cfg.output, cfg.shard_tag), answers)
+    if left is not None:
+        dest, n = left
+        what = "output" if answers == "both" else "errors"
+        console.print(f"  batch {what}: {dest} ({n:,} line{'s' * (n != 1)})")

@@ -15,7 +15,6 @@ give which trainer and what each format keeps and drops.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from genbench import __version__
+from genbench.atomic import writing
 from genbench.errors import GenbenchError, UsageError
 from genbench.export.checks import Repeats, nothing_written
 from genbench.export.formats import (
@@ -156,9 +156,8 @@ def export_data(
     c = Counts()
     repeats = Repeats()
     stats: list[FileStats] = []
-    tmp = out.with_name(out.name + ".tmp")
     try:
-        with open(tmp, "wb", buffering=1 << 20) as f:
+        with writing(out, buffering=1 << 20) as f:
             for path in files:
                 fs = FileStats(path, kind_of(path))
                 stats.append(fs)
@@ -170,19 +169,15 @@ def export_data(
                     f.writelines(lines)
                     if progress is not None and not c.rows & 0xFFF:
                         progress(c.rows)
-            f.flush()
-            os.fsync(f.fileno())
-        if c.rows == 0:
-            raise UsageError(f"{', '.join(map(str, sources))}: no rows to export")
-        if c.written == 0:  # never an empty file for the trainer, nor one over a good file
-            raise nothing_written(fmt in TOKEN_EXACT, dict(c.left_out), c.rows, rules.min_tokens)
-        os.replace(tmp, out)
+            if c.rows == 0:
+                raise UsageError(f"{', '.join(map(str, sources))}: no rows to export")
+            if c.written == 0:  # never an empty file for the trainer, nor one over a good one
+                left_out = dict(c.left_out)
+                raise nothing_written(fmt in TOKEN_EXACT, left_out, c.rows, rules.min_tokens)
     except OSError as e:
         raise GenbenchError(
             f"--out {out}: cannot write it ({e.strerror or e})", WRITE_FAILED_EXIT
         ) from None
-    finally:
-        tmp.unlink(missing_ok=True)
     doc = document(sources, fmt, out, rules, empty_system, c, stats)
     doc["repeated"] = repeats.describe()
     _save(doc)

@@ -30,7 +30,7 @@ from genbench.generate.input import ShardSpec, scan
 from genbench.generate.lock import OutputLock
 from genbench.generate.scheme import describe, from_files, recorded
 from genbench.generate.shard import stable_hash
-from genbench.generate.store import SCHEME_FILE, STATE_DIR
+from genbench.generate.layout import JOB_GLOB, SCHEME_FILE, STATE_DIR, Layout, error_files
 from genbench.inspect.reader import FileStats, data_files, kind_of, parquet_batches, raw_lines
 
 EXAMPLES = 5
@@ -117,7 +117,7 @@ def _ids(ids: list[str]) -> str:
 def job_input(out: Path) -> Path | None:
     """The input the directory's job files name (the first that names one)."""
     state = out / STATE_DIR
-    for p in sorted(state.glob("job*.json")) if state.is_dir() else ():
+    for p in sorted(state.glob(JOB_GLOB)) if state.is_dir() else ():
         with contextlib.suppress(OSError, ValueError):
             src = orjson.loads(p.read_bytes()).get("input")
             if src:
@@ -170,7 +170,7 @@ def check(out: Path, input: Path | None = None) -> Proof:
     proof.rows, proof.ids = counts.total(), len(counts)
     proof.doubled = {k: v for k, v in counts.items() if v > 1}
     failed: set[str] = set()
-    for p in sorted(out.glob("errors*.jsonl")):
+    for p in error_files(out):
         keys, _ = scan_errors(p, repair=False)
         failed |= keys - counts.keys()
     res = scan(src, counts.keys(), skip_invalid=True)  # todo: the input's ids not in the data
@@ -200,8 +200,8 @@ def merge_into(source: Path, out: Path, shards: int) -> dict[str, Any]:
 
 def _write(source: Path, out: Path, shards: int) -> dict[str, Any]:
     specs = [ShardSpec(i, shards) for i in range(1, shards + 1)]
-    prefix = ["data" if shards == 1 else f"data-{s.tag}" for s in specs]
-    files = [open(out / f"{p}-00000.jsonl", "wb") for p in prefix]  # noqa: SIM115
+    layouts = [Layout(out, None if shards == 1 else s.tag) for s in specs]
+    files = [open(lay.shard(0), "wb") for lay in layouts]  # noqa: SIM115
     seen: set[str] = set()
     notes: list[str] = []
     skipped = 0
@@ -221,7 +221,7 @@ def _write(source: Path, out: Path, shards: int) -> dict[str, Any]:
     doc = {"shards": shards, "recorded": datetime.now(UTC).isoformat(), "merged_from": str(source)}
     write_atomic(out / STATE_DIR / SCHEME_FILE, orjson.dumps(doc) + b"\n")
     fsync_dir(out)
-    failed = sum(1 for _ in source.glob("errors*.jsonl"))
+    failed = len(error_files(source))
     return {"source": str(source), "out": str(out), "shards": shards, "ids": len(seen),
             "skipped_copies": skipped, "errors_files_left": failed,
             "notes": notes}  # fmt: skip
@@ -233,12 +233,11 @@ def _owner(rid: str, shards: int) -> int:
 
 def _job_files(source: Path, out: Path, specs: list[ShardSpec]) -> None:
     """The source's job settings, once per new shard (what each resume compares)."""
-    jobs = sorted((source / STATE_DIR).glob("job*.json"))
+    jobs = sorted((source / STATE_DIR).glob(JOB_GLOB))
     if not jobs:
         return
     doc = orjson.loads(jobs[0].read_bytes())
     for s in specs:
         tag = s.tag if s.count > 1 else None
         doc["shard"] = tag
-        name = f"job-{tag}.json" if tag else "job.json"
-        write_atomic(out / STATE_DIR / name, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        write_atomic(Layout(out, tag).job, orjson.dumps(doc, option=orjson.OPT_INDENT_2))

@@ -20,20 +20,18 @@ every run, interrupted ones included, so it always holds each finished `custom_i
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from genbench.atomic import fsync_dir
+from genbench.atomic import writing
+from genbench.errors import OutputError
+from genbench.generate.layout import Layout
 
 CHAT_URL = "/v1/chat/completions"
 JOB_FIELDS = ("model", "stream", "stream_options")  # the job's own, not the row's
-BATCH_OUTPUT = "batch_output.jsonl"
-BATCH_ERRORS = "batch_errors.jsonl"  # --answers batch: the failed rows, in Batch shape
 MARK = "\x00batch"  # a key no JSON row of another format holds: this row came from a Batch line
 
 
@@ -162,12 +160,29 @@ def _rows(path: Path) -> Iterator[dict[str, Any]]:
                 yield orjson.loads(line)
 
 
+def write_answers(lay: Layout, answers: str) -> tuple[Path, int] | None:
+    """At the end of a run, from what the directory holds now (one file per --shard):
+    --answers both: batch_output.jsonl, every finished row; --answers batch (the data files
+    are the output): batch_errors.jsonl, the failed rows in Batch shape, when there are.
+    (the file, its lines), or None when the run leaves none."""
+    if answers == "conversations" or not lay.out.is_dir():
+        return None
+    if answers == "batch" and not lay.errors.exists():
+        return None
+    dest = lay.batch_output if answers == "both" else lay.batch_errors
+    data = lay.data_files() if answers == "both" else []
+    try:
+        return dest, write_batch_output(data, lay.errors, dest)
+    except OSError as e:  # the data is whole; only this file of it is not (rerun writes it)
+        why = e.strerror or e
+        raise OutputError(f"--out {lay.out}: cannot write {dest.name} ({why})") from None
+
+
 def write_batch_output(data_files: list[Path], errors: Path, dest: Path) -> int:
     """`dest` rebuilt from the job's data and errors files, atomically: one line per
     finished row. The store holds each id once, so the file does too. Returns its lines."""
-    tmp = dest.with_name(dest.name + ".tmp")
     n = 0
-    with open(tmp, "wb") as out:
+    with writing(dest) as out:
         for p in data_files:
             for row in _rows(p):
                 if "custom_id" in row:  # --answers batch: already in shape
@@ -179,11 +194,6 @@ def write_batch_output(data_files: list[Path], errors: Path, dest: Path) -> int:
             if entry.get("id") is not None:
                 out.write(error_line(entry))
                 n += 1
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, dest)
-    with contextlib.suppress(OSError):
-        fsync_dir(dest.parent)
     return n
 
 

@@ -18,7 +18,6 @@ default the job is refused, in one line, before anything is written or sent. The
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +25,12 @@ from typing import Any
 
 import orjson
 
-from genbench.atomic import write_atomic
+from genbench.atomic import write_atomic, writing
 from genbench.errors import UsageError
 from genbench.generate.durable import index_entry
 from genbench.generate.fingerprint import RequestCheck, from_hex, to_hex
 from genbench.generate.input import InputScan, fast_id
-from genbench.generate.readback import append_synced, drop_lines, line_id
+from genbench.generate.readback import append_once, drop_lines, entry_id, line_id
 from genbench.generate.store import Existing, Store
 
 CHANGED, GONE = "request changed", "not in the input"
@@ -72,11 +71,11 @@ def _examples(ids: list[str]) -> str:
 
 
 def stale_path(store: Store) -> Path:
-    return store.out / f"stale{store.prefix[4:]}.jsonl"
+    return store.layout.stale
 
 
 def replaced_path(store: Store) -> Path:
-    return store.out / f"replaced{store.prefix[4:]}.jsonl"
+    return store.layout.replaced
 
 
 def read_kept(store: Store) -> dict[str, tuple[int, int]]:
@@ -202,16 +201,19 @@ def _drop(rid: str | None, why: dict[str, str], first: set[str] | None) -> bool:
     return False
 
 
-def _aside_line(reason: str, file: str, row: bytes) -> bytes:
-    head = orjson.dumps({"why": reason, "file": file, "set_aside_at": round(time.time(), 3)})
-    return head[:-1] + b',"row":' + row.rstrip(b"\n") + b"}\n"
+def _aside_line(reason: str, file: str, where: int, row: bytes) -> tuple[str, bytes]:
+    """(entry_id, the replaced file's line): why, the file, and the row as it was."""
+    key = entry_id(file, where, row)
+    at = round(time.time(), 3)
+    head = orjson.dumps({"why": reason, "file": file, "set_aside_at": at, "entry_id": key})
+    return key, head[:-1] + b',"row":' + row.rstrip(b"\n") + b"}\n"
 
 
 def _set_aside_jsonl(
     store: Store, existing: Existing, shard: Path, why: dict[str, str], first: set[str] | None
 ) -> int:
     drops: list[tuple[int, int]] = []
-    aside: list[bytes] = []
+    aside: dict[str, bytes] = {}
     ids: list[str] = []
     pos = 0
     with open(shard, "rb") as f:
@@ -220,13 +222,14 @@ def _set_aside_jsonl(
             if _drop(rid, why, first):
                 assert rid is not None
                 drops.append((pos, len(line)))
-                aside.append(_aside_line(why[rid], shard.name, line))
+                key, entry = _aside_line(why[rid], shard.name, pos, line)
+                aside[key] = entry
             elif rid is not None:
                 ids.append(rid)
             pos += len(line)
     if not drops:
         return 0
-    append_synced(replaced_path(store), aside)
+    append_once(replaced_path(store), aside)
     drop_lines(shard, drops, pos)
     st = shard.stat()
     with open(shard, "rb") as f:
@@ -252,16 +255,13 @@ def _set_aside_parquet(
     gone = [_drop(i, why, first) for i in ids]
     if not any(gone):
         return 0
+    where = [i for i, g in enumerate(gone) if g]
     rows = table.filter(pa.array(gone)).to_pylist()
-    aside = [_aside_line(why[str(r["id"])], shard.name, orjson.dumps(r)) for r in rows]
-    append_synced(replaced_path(store), aside)
-    tmp = shard.with_name(shard.name + ".tmp")
-    try:
-        pq.write_table(table.filter(pa.array([not g for g in gone])), tmp, compression="zstd")
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        tmp.replace(shard)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    aside = dict(
+        _aside_line(why[str(r["id"])], shard.name, i, orjson.dumps(r))
+        for i, r in zip(where, rows, strict=True)
+    )
+    append_once(replaced_path(store), aside)
+    with writing(shard) as f:
+        pq.write_table(table.filter(pa.array([not g for g in gone])), f, compression="zstd")
     return len(rows)

@@ -30,6 +30,7 @@ from pathlib import Path
 import orjson
 
 from genbench.errors import OutputError, UsageError
+from genbench.generate.layout import LOCK, LOCK_GLOB
 
 NOTE_WAIT_S = 1.0  # how long a refused process waits for a new holder's note
 
@@ -38,7 +39,7 @@ class OutputLock:
     """The exclusive lock on an output directory (or one shard of it)."""
 
     def __init__(
-        self, out: Path, state: Path, name: str = "lock", companions: tuple[str, ...] = ()
+        self, out: Path, state: Path, name: str = LOCK, companions: tuple[str, ...] = ()
     ) -> None:
         self.out, self.state, self.path = out, state, state / name
         self.companions = companions  # files that go with the lock when nothing else is there
@@ -130,7 +131,7 @@ def refuse_if_held(out: Path, state: Path) -> None:
     the holder named; nothing is created."""
     if not state.is_dir():
         return
-    for p in sorted(state.glob("lock*")):
+    for p in sorted(state.glob(LOCK_GLOB)):
         try:
             fd = os.open(p, os.O_RDONLY)
         except OSError:

@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from genbench.atomic import fsync_dir, write_atomic
+from genbench.atomic import write_atomic, writing
 from genbench.generate.durable import digest64, index_entry, write_all
 from genbench.generate.fingerprint import from_hex
 from genbench.generate.linekey import fast_id
@@ -274,55 +274,73 @@ def _rewrite_without(
     file by a copy without them and without the torn tail from `end`; its new size."""
     if quarantine is not None:
         at = round(time.time(), 3)
-        append_synced(
-            quarantine,
-            [
-                orjson.dumps(
-                    {
-                        "file": path.name,
-                        "offset": off,
-                        "length": len(line),
-                        "id": fast_id(line),
-                        "text": line.rstrip(b"\n").decode("utf-8", "replace"),
-                        "quarantined_at": at,
-                    }
-                )
-                + b"\n"
-                for off, line in bad
-            ],
-        )
+        entries = {}
+        for off, line in bad:
+            key = entry_id(path.name, off, line)
+            text = line.rstrip(b"\n").decode("utf-8", "replace")
+            entries[key] = orjson.dumps(
+                {"file": path.name, "offset": off, "length": len(line), "id": fast_id(line),
+                 "text": text, "quarantined_at": at, "entry_id": key}
+            ) + b"\n"  # fmt: skip
+        append_once(quarantine, entries)
     return drop_lines(path, [(off, len(line)) for off, line in bad], end)
 
 
-def append_synced(path: Path, lines: list[bytes]) -> None:
-    """Append lines to a file and fsync it: before the data file loses them."""
+def entry_id(file: str, offset: int, line: bytes) -> str:
+    """What names one side-file entry (a line quarantined, a row set aside): the data file,
+    where the line was in it and its bytes. A rerun after a crash between the entry and
+    the data file's rewrite finds the same line at the same place: the same id."""
+    h = hashlib.blake2b(line, digest_size=8)
+    h.update(f"{file}\0{offset}".encode())
+    return h.hexdigest()
+
+
+def append_once(path: Path, entries: dict[str, bytes]) -> int:
+    """Append the entries (entry_id -> line) the side file does not hold yet, and fsync it:
+    before the data file loses them. The entry is written first and the data file
+    rewritten after, so a crash (or a full disk) between the two leaves the entry and the
+    line both; the rerun moves the line again and must not write its entry twice. A torn
+    last line (a crash mid-append) is cut first. Returns the entries written."""
+    held = _entry_ids(path)
+    new = [line for key, line in entries.items() if key not in held]
+    if not new:
+        return 0
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        write_all(fd, b"".join(lines))
+        write_all(fd, b"".join(new))
         os.fsync(fd)
     finally:
         os.close(fd)
+    return len(new)
+
+
+def _entry_ids(path: Path) -> set[str]:
+    held: set[str] = set()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return held
+    whole = data.rfind(b"\n") + 1
+    if whole < len(data):
+        os.truncate(path, whole)  # a torn last entry: written again below
+    for line in data[:whole].splitlines():
+        try:
+            held.add(str(orjson.loads(line)["entry_id"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue  # an entry from before entry ids, or unreadable: never a match
+    return held
 
 
 def drop_lines(path: Path, drops: list[tuple[int, int]], end: int) -> int:
     """Replace `path` by a copy of its bytes up to `end` without the (offset, length)
     spans in `drops` (sorted): a temporary file, fsynced, renamed. Returns the new size."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(path, "rb") as src, open(tmp, "wb") as dst:
-            pos = 0
-            for off, n in [*drops, (end, 0)]:
-                _copy_bytes(src, dst, off - pos)
-                src.seek(off + n)
-                pos = off + n
-            dst.flush()
-            os.fsync(dst.fileno())
-            size = dst.tell()
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    with open(path, "rb") as src, writing(path) as dst:
+        pos = 0
+        for off, n in [*drops, (end, 0)]:
+            _copy_bytes(src, dst, off - pos)
+            src.seek(off + n)
+            pos = off + n
+        size = dst.tell()
     return size
 
 

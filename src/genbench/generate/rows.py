@@ -10,16 +10,15 @@ parsed back here (`parse_row`, what `inspect` reads), side by side."""
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
-from genbench.atomic import replace_durably
+from genbench.atomic import writing
 from genbench.errors import UsageError
 
 MAX_COUNT = 1 << 31  # token counts are read back as int32
@@ -150,21 +149,17 @@ def convert_to_parquet(src: str, dst: str, batch_rows: int = 1000) -> int:
     Runs in a separate process. Content that is not text (a list of parts) is stored as
     its JSON text, so the schema stays fixed."""
 
-    tmp = dst + ".tmp"
-    try:
-        return _convert(src, dst, tmp, batch_rows)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)  # a full disk leaves no .tmp; the JSONL stays
-        raise
+    with writing(dst) as out:  # a full disk leaves no temporary file; the JSONL stays
+        return _convert(src, out, batch_rows)
 
 
-def _convert(src: str, dst: str, tmp: str, batch_rows: int) -> int:
+def _convert(src: str, out: BinaryIO, batch_rows: int) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = parquet_schema()
     n = 0
-    with pq.ParquetWriter(tmp, schema, compression="zstd") as w, open(src, "rb") as f:
+    with pq.ParquetWriter(out, schema, compression="zstd") as w, open(src, "rb") as f:
         batch: list[dict[str, Any]] = []
         for line in f:
             obj = orjson.loads(line)
@@ -181,9 +176,6 @@ def _convert(src: str, dst: str, tmp: str, batch_rows: int) -> int:
         if batch:
             w.write_table(pa.Table.from_pylist(batch, schema=schema))
             n += len(batch)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    replace_durably(tmp, dst)
     return n
 
 

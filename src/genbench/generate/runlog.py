@@ -12,13 +12,12 @@ from typing import Any
 
 import orjson
 
-RUNS_FILE = "runs.jsonl"
+from genbench.generate.layout import Layout
 
 
 def runs_path(out_dir: Path, shard_tag: str | None = None) -> Path:
     """runs.jsonl, or runs-<i>of<N>.jsonl for one --shard (as the request log is named)."""
-    tag = f"-{shard_tag}" if shard_tag else ""
-    return out_dir / ".genbench" / RUNS_FILE.replace(".jsonl", f"{tag}.jsonl")
+    return Layout(out_dir, shard_tag).runs
 
 
 def read_runs(out_dir: Path, shard_tag: str | None = None) -> list[dict[str, Any]]:

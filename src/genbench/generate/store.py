@@ -1,19 +1,7 @@
 """The output directory: sharded append-only row files, a done index, the errors file.
 
-Layout (PREFIX is `data`, or `data-2of4` under `--shard 2/4`; `errors` likewise):
-
-    DIR/PREFIX-00000.jsonl           finished rows, one JSON object per line, `id` first
-    DIR/PREFIX-00000.parquet         the same shard once converted (--format parquet)
-    DIR/errors.jsonl                 rows that failed, one per line, with the error kind
-    DIR/quarantine.jsonl             unreadable lines found inside a data file (readback.py)
-    DIR/replaced.jsonl, stale.jsonl  rows of an input changed since (changes.py)
-    DIR/.genbench/lock               one writer at a time (lock.py)
-    DIR/.genbench/shards.json        the directory's shard scheme: none, or N (scheme.py)
-    DIR/.genbench/job.json           the settings the job started with (model, sampling)
-    DIR/.genbench/PREFIX-00000.idx   which ids that shard holds, up to which byte, their
-                                     requests' fingerprints, content checks (advisory)
-    DIR/.genbench/requests.jsonl     every request sent, failed attempts and retries
-                                     included: compact records (records.py)
+Every path of the directory is named by `layout.Layout` (layout.py lists them); the
+store writes them, the other packages read them through the layout.
 
 Durability, in the order things happen to a finished row:
 
@@ -51,7 +39,6 @@ import contextlib
 import errno
 import multiprocessing
 import os
-import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -61,7 +48,7 @@ from typing import Any
 
 import orjson
 
-from genbench.atomic import fsync_dir, write_atomic
+from genbench.atomic import fsync_dir, is_temp, move, write_atomic
 from genbench.errors import OutOfDescriptors, OutputError, UsageError, descriptor_advice
 from genbench.generate.durable import (
     AppendFile,
@@ -75,6 +62,7 @@ from genbench.generate.durable import (
 )
 from genbench.generate.fingerprint import LazyFps
 from genbench.generate.jobfile import job_setting, setting_change
+from genbench.generate.layout import SCHEME_FILE, SCHEME_LOCK, STATE_DIR, Layout, is_generate_dir
 from genbench.generate.lock import OutputLock
 from genbench.generate.readback import index_keys, scan_jsonl_shard
 from genbench.generate.rows import (
@@ -89,14 +77,8 @@ from genbench.records import RecordWriter, RequestRecord
 
 __all__ = ["META_FIELDS", "STATE_DIR", "Existing", "Store", "row_line", "scan_jsonl_shard"]
 
-STATE_DIR = ".genbench"
-# The shard scheme every run of the directory must share (scheme.py), and the lock under
-# which the first run records it: their names, for the readers and the merge.
-SCHEME_FILE = "shards.json"
-SCHEME_LOCK = "shards.lock"
 SCHEMA = "genbench.generate"
 SCHEMA_VERSION = 1
-SHARD_DIGITS = 5
 # Settings that change what the data set contains: a resumed job must not mix them.
 # (a job.json without tool_policy was made with its default: jobfile.job_setting)
 FINGERPRINT_KEYS = ("model", "params", "turns", "format", "tool_policy")
@@ -134,14 +116,11 @@ class Store:
         on_durable: Callable[[str, list[Pending]], None] | None = None,
     ) -> None:
         self.out = out
-        tag = f"-{shard_tag}" if shard_tag else ""
-        self.prefix = "data" + tag
-        self.errors_path = out / f"errors{tag}.jsonl"
-        self.quarantine_path = out / f"quarantine{tag}.jsonl"
-        self.state = out / STATE_DIR
-        self.job_path = self.state / f"job{tag}.json"
-        self.requests_path = self.state / f"requests{tag}.jsonl"
-        self.lock = OutputLock(out, self.state, f"lock{tag}", (SCHEME_FILE, SCHEME_LOCK))
+        self.layout = lay = Layout(out, shard_tag)
+        self.prefix = lay.prefix
+        self.errors_path, self.quarantine_path = lay.errors, lay.quarantine
+        self.state, self.job_path, self.requests_path = lay.state, lay.job, lay.requests
+        self.lock = OutputLock(out, self.state, lay.lock_name, (SCHEME_FILE, SCHEME_LOCK))
         self.log: RecordWriter | None = None
         self._dir_fd: int | None = None
         self.reserve = Reserve()
@@ -155,9 +134,7 @@ class Store:
         self.sync_rows = sync_rows
         self.sync_bytes = sync_bytes
         self.on_durable = on_durable
-        self._shard_re = re.compile(
-            rf"^{re.escape(self.prefix)}-(\d{{{SHARD_DIGITS}}})\.(jsonl|parquet)$"
-        )
+        self._shard_re = lay.shard_re()
         self.current: AppendFile | None = None
         self.errors: AppendFile | None = None
         self._closing: list[AppendFile] = []
@@ -177,16 +154,16 @@ class Store:
     # -- resume ---------------------------------------------------------------------------
 
     def shard_path(self, number: int, ext: str = "jsonl") -> Path:
-        return self.out / f"{self.prefix}-{number:0{SHARD_DIGITS}d}.{ext}"
+        return self.layout.shard(number, ext)
 
     def index_path(self, shard: Path) -> Path:
-        return self.state / (shard.stem + ".idx")
+        return self.layout.index(shard)
 
     def check_directory(self) -> None:
         """Refuse a directory that has files but is not a genbench generate output."""
         if self.out.exists() and not self.out.is_dir():
             raise OutputError(f"--out {self.out}: exists and is a file, not a directory")
-        if self.out.is_dir() and not (self.out / STATE_DIR).is_dir():
+        if self.out.is_dir() and not is_generate_dir(self.out):
             others = [p.name for p in self.out.iterdir()]
             if others:
                 shown = ", ".join(sorted(others)[:3]) + (", …" if len(others) > 3 else "")
@@ -210,7 +187,7 @@ class Store:
             m = self._shard_re.match(p.name)
             if m:
                 found.setdefault(int(m[1]), {})[m[2]] = p
-            elif p.name.startswith(self.prefix + "-") and p.name.endswith(".parquet.tmp"):
+            elif p.name.startswith(self.prefix + "-") and is_temp(p) and ".parquet" in p.name:
                 p.unlink()  # a conversion that did not finish; its JSONL is still there
         for number in sorted(found):
             files = found[number]
@@ -244,10 +221,8 @@ class Store:
         if not self.errors_path.exists():
             return None
         self.state.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        dst = self.state / f"{self.errors_path.stem}-retried-{stamp}.jsonl"
-        os.replace(self.errors_path, dst)
-        fsync_dir(self.out)
+        dst = self.layout.retried_errors(time.strftime("%Y%m%d-%H%M%S"))
+        move(self.errors_path, dst)
         return dst
 
     def check_job(self, existing: Existing, job: dict[str, Any], force: bool) -> None:
@@ -487,5 +462,5 @@ class Store:
                 self._pool = None
 
     def data_files(self) -> list[Path]:
-        return sorted(p for p in self.out.iterdir() if self._shard_re.match(p.name))
+        return self.layout.data_files()
 

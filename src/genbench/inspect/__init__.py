@@ -44,10 +44,10 @@ def follow_up(source: Path, out: Path) -> dict[str, str]:
     if source.is_dir():
         import orjson
 
-        from genbench.generate.store import STATE_DIR
+        from genbench.generate.layout import job_file
 
         try:
-            job = orjson.loads((source / STATE_DIR / "job.json").read_bytes())
+            job = orjson.loads(job_file(source).read_bytes())
         except (OSError, ValueError):
             job = None
     flags = "--url URL"

@@ -19,18 +19,18 @@ CLEAN_DIR with a manifest is complete.
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import orjson
 
-from genbench.atomic import replace_durably
+from genbench.atomic import write_atomic, writing
 from genbench.errors import OutputError, UsageError
+from genbench.generate.layout import STATE_DIR, error_files, job_file
 from genbench.generate.lock import OutputLock, refuse_if_held
-from genbench.generate.store import STATE_DIR
 from genbench.inspect.detect import BIT, DEFECTS
 from genbench.inspect.reader import FileStats, parquet_batches, raw_lines
 from genbench.inspect.scan import Scan
@@ -71,27 +71,6 @@ def check_out(source: Path, out: Path) -> None:
         raise UsageError(f"--out {out}: exists and is not an empty directory")
 
 
-class _Atomic:
-    """A file written under NAME.tmp, fsynced and renamed to NAME on close."""
-
-    def __init__(self, path: Path, gz: bool = False) -> None:
-        self.path, self.tmp = path, path.with_name(path.name + ".tmp")
-        raw = open(self.tmp, "wb")  # noqa: SIM115 - closed in close()
-        self.raw = raw
-        self.f: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="wb") if gz else raw
-
-    def write(self, data: bytes) -> None:
-        self.f.write(data)
-
-    def close(self) -> None:
-        if self.f is not self.raw:
-            self.f.close()
-        self.raw.flush()
-        os.fsync(self.raw.fileno())
-        self.raw.close()
-        replace_durably(self.tmp, self.path)
-
-
 def _reasons(bits: int) -> list[str]:
     return [d for d in DEFECTS if bits & BIT[d]]
 
@@ -99,9 +78,11 @@ def _reasons(bits: int) -> list[str]:
 class _Dropped:
     """Writes dropped.jsonl and regenerate.jsonl as dropped rows are met."""
 
-    def __init__(self, out: Path, sc: Scan, flags: np.ndarray, first_of: np.ndarray) -> None:
-        self.manifest = _Atomic(out / DROPPED)
-        self.regen = _Atomic(out / REGENERATE)
+    def __init__(
+        self, out: Path, files: ExitStack, sc: Scan, flags: np.ndarray, first_of: np.ndarray
+    ) -> None:
+        self.manifest = files.enter_context(writing(out / DROPPED))
+        self.regen = files.enter_context(writing(out / REGENERATE))
         self.sc, self.flags, self.first_of = sc, flags, first_of
         self.by_reason: dict[str, int] = dict.fromkeys(DEFECTS, 0)
 
@@ -118,13 +99,16 @@ class _Dropped:
             orjson.dumps({"id": obj["id"], "conversations": obj["conversations"]}) + b"\n"
         )
 
-    def close(self) -> None:
-        self.manifest.close()
-        self.regen.close()
-
 
 def _copy_jsonl(fs: FileStats, start: int, drop: np.ndarray, out: Path, d: _Dropped) -> int:
-    dst = _Atomic(out / fs.path.name, gz=fs.path.name.lower().endswith(".gz"))
+    with writing(out / fs.path.name) as raw:
+        if fs.path.name.lower().endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw, mode="wb") as gz:
+                return _copy_lines(fs, start, drop, gz, d)
+        return _copy_lines(fs, start, drop, raw, d)
+
+
+def _copy_lines(fs: FileStats, start: int, drop: np.ndarray, dst: IO[bytes], d: _Dropped) -> int:
     kept, i = 0, start
     end = start + fs.rows
     for line_no, line in raw_lines(fs.path, FileStats(fs.path, fs.kind)):
@@ -136,7 +120,6 @@ def _copy_jsonl(fs: FileStats, start: int, drop: np.ndarray, out: Path, d: _Drop
             dst.write(line if line.endswith(b"\n") else line + b"\n")
             kept += 1
         i += 1
-    dst.close()
     return kept
 
 
@@ -145,9 +128,9 @@ def _copy_parquet(fs: FileStats, start: int, drop: np.ndarray, out: Path, d: _Dr
     import pyarrow.parquet as pq
 
     schema = pq.ParquetFile(fs.path).schema_arrow
-    tmp = out / (fs.path.name + ".tmp")
     kept, i = 0, start
-    with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
+    dst = out / fs.path.name
+    with writing(dst) as f, pq.ParquetWriter(f, schema, compression="zstd") as w:
         for batch in parquet_batches(fs.path, None):
             n = min(batch.num_rows, start + fs.rows - i)
             if n <= 0:
@@ -160,9 +143,6 @@ def _copy_parquet(fs: FileStats, start: int, drop: np.ndarray, out: Path, d: _Dr
                 row = batch.slice(j, 1).to_pylist()[0]
                 d.add(i + j, row, fs.path.name, ("row", i + j - start + 1))
             i += n
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    replace_durably(tmp, out / fs.path.name)
     return kept
 
 
@@ -171,12 +151,13 @@ def _copy_state(source: Path, out: Path) -> list[str]:
     copied = []
     if not source.is_dir():
         return copied
-    job = source / STATE_DIR / "job.json"
+    job = job_file(source)
     if job.exists():
-        (out / STATE_DIR).mkdir(exist_ok=True)
-        shutil.copy2(job, out / STATE_DIR / "job.json")
-        copied.append(f"{STATE_DIR}/job.json")
-    for p in sorted(source.glob("errors*.jsonl")):
+        copy = job_file(out)
+        copy.parent.mkdir(exist_ok=True)
+        shutil.copy2(job, copy)
+        copied.append(str(copy.relative_to(out)))
+    for p in error_files(source):
         shutil.copy2(p, out / p.name)
         copied.append(p.name)
     return copied
@@ -201,14 +182,14 @@ def write_clean(
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire()  # one writer: a generate or another --drop started now is refused
-        d = _Dropped(out, sc, flags & mask, first_of)
-        files, start = [], 0
-        for fs in sc.files:
-            copy = _copy_parquet if fs.kind == "parquet" else _copy_jsonl
-            kept = copy(fs, start, drop, out, d)
-            files.append({"name": fs.path.name, "rows": fs.rows, "kept": kept})
-            start += fs.rows
-        d.close()
+        with ExitStack() as side:
+            d = _Dropped(out, side, sc, flags & mask, first_of)
+            files, start = [], 0
+            for fs in sc.files:
+                copy = _copy_parquet if fs.kind == "parquet" else _copy_jsonl
+                kept = copy(fs, start, drop, out, d)
+                files.append({"name": fs.path.name, "rows": fs.rows, "kept": kept})
+                start += fs.rows
         state = _copy_state(source, out)
         manifest = {
             "schema": CLEAN_SCHEMA,
@@ -226,12 +207,8 @@ def write_clean(
             "dropped_file": DROPPED,
             "regenerate_file": REGENERATE,
         }
-        man = _Atomic(out / MANIFEST)
-        man.write(orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
-        man.close()
-    except OSError as e:
-        for tmp in out.glob("*.tmp") if out.is_dir() else ():
-            tmp.unlink(missing_ok=True)  # no half-written file left behind
+        write_atomic(out / MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
+    except OSError as e:  # every file not finished was removed: no half-written one left
         raise OutputError(
             f"--out {out}: cannot write the clean copy ({e.strerror or e}); the original is "
             "untouched"

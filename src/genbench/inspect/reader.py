@@ -16,7 +16,6 @@ mid-write leaves: it is skipped and said so, as generate's resume would cut it.
 from __future__ import annotations
 
 import gzip
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +25,10 @@ import orjson
 
 from genbench.errors import InputFileError, UsageError
 from genbench.generate.input import open_parquet
+from genbench.generate.layout import DATA_FILE_RE, Layout, data_tag, is_generate_dir
 from genbench.generate.rows import OutputRow, RowFormatError, parse_row
 
-SHARD_RE = re.compile(r"^data(?:-[A-Za-z0-9]+)*-(\d{5})\.(jsonl|parquet)$")
+SHARD_RE = DATA_FILE_RE
 PARQUET_BATCH = 1024
 COLUMNS = ("id", "conversations", "meta")
 
@@ -122,12 +122,13 @@ def repair_hint(path: Path) -> str:
     """What repairs an unreadable line of a generate output's JSONL shard: generate's own
     resume moves it to the quarantine file and generates its row again (readback.py)."""
     m = SHARD_RE.match(path.name)
-    if not m or m[2] != "jsonl" or not (path.parent / ".genbench").is_dir():
+    if not m or m[2] != "jsonl" or not is_generate_dir(path.parent):
         return ""
-    tag = path.name[len("data") : path.name.rindex("-")]
+    tag = data_tag(path).removeprefix("-") or None
+    quarantine = Layout(path.parent, tag).quarantine.name
     return (
         f"; rerunning the job's genbench generate with --out {path.parent} repairs it (the "
-        f"line goes to quarantine{tag}.jsonl, a torn last line is cut, and its row is "
+        f"line goes to {quarantine}, a torn last line is cut, and its row is "
         "generated again)"
     )
 

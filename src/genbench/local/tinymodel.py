@@ -34,11 +34,12 @@ import hashlib
 import json
 import os
 import random
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from genbench.atomic import writing
 
 # Bump when the recipe changes in a way the spec below does not capture.
 RECIPE_VERSION = 1
@@ -378,14 +379,8 @@ def ensure_model(kind: str = "tiny", cache_dir: str | Path | None = None) -> Pat
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        _write_gguf(Path(tmp), _spec(kind))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with writing(path, shared=True) as f:  # gguf writes by name; fsync of `f` covers it
+        _write_gguf(Path(f.name), _spec(kind))
     return path
 
 

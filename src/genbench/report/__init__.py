@@ -8,6 +8,7 @@ from typing import Any
 from genbench.atomic import write_atomic
 from genbench.compare.runs import Run, load_sides
 from genbench.errors import UsageError
+from genbench.generate.layout import is_generate_dir
 from genbench.inspect.document import is_inspection, load_inspect
 from genbench.report import decision, inspection
 from genbench.report.figures import MAX_BARS, Figure, focus_phase
@@ -80,7 +81,7 @@ def split_inputs(paths: list[str] | list[Path]) -> tuple[list[Path], list[dict[s
         p = Path(raw)
         if is_inspection(p):
             docs.append(load_inspect(p))
-        elif p.is_dir() and (p / ".genbench").is_dir() and not (p / "result.json").exists():
+        elif p.is_dir() and is_generate_dir(p) and not (p / "result.json").exists():
             raise UsageError(
                 f"{p}: a generate output with no request log yet (nothing was sent): "
                 "nothing to draw"

@@ -14,8 +14,13 @@ from typing import Any
 from genbench import __version__, fmt
 from genbench.compare.runs import Run, workload_differences
 from genbench.fmt import when
-from genbench.report import cards, decision, inspection
-from genbench.report import figures as F
+from genbench.report.cards import flatten, summary_cards
+from genbench.report.decision import label as plan_label
+from genbench.report.decision import section as plan_section
+from genbench.report.decision import tables_html
+from genbench.report.figures import SWEEP, Figure
+from genbench.report.inspection import label as inspection_label
+from genbench.report.inspection import section as inspection_section
 from genbench.report.svg import WIDE, WIDTH, draw, swatch
 
 CSS = """
@@ -70,7 +75,7 @@ footer dd { margin: 0 0 8px 0; }
 """
 
 
-def _legend(fig: F.Figure) -> str:
+def _legend(fig: Figure) -> str:
     items: list[str] = []
     if fig.legend:
         for label, color, style in fig.legend:
@@ -85,7 +90,7 @@ def _legend(fig: F.Figure) -> str:
     return f'<div class="legend">{"".join(items)}</div>' if items else ""
 
 
-def figure_html(fig: F.Figure) -> str:
+def figure_html(fig: Figure) -> str:
     cls = "fig wide" if fig.wide else "fig"
     sub = f'<p class="sub">{escape(fig.subtitle)}</p>' if fig.subtitle else ""
     legend = _legend(fig) if fig.has_data else ""
@@ -126,7 +131,7 @@ def card(run: Run) -> str:
     tiles = "".join(
         f'<div class="tile"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
         f'<div class="d">{escape(det)}</div></div>'
-        for k, v, det in cards.summary_cards(run)
+        for k, v, det in summary_cards(run)
     )
     url = (d.get("target") or {}).get("url") or ""
     return (
@@ -163,7 +168,7 @@ def numbers(sides: list[Run]) -> str:
         )
     rows = []
     for run in runs:
-        levels = sorted({p["concurrency"] for p in run.phases if p.get("kind") in F.SWEEP})
+        levels = sorted({p["concurrency"] for p in run.phases if p.get("kind") in SWEEP})
         for c in levels:
             b, su = run.sweep_phase("burst", c), run.sweep_phase("sustained", c)
             main = su or b or {}
@@ -247,7 +252,7 @@ def plan_html(run: Run) -> str:
     plan = run.plan
     if plan is None:
         return ""
-    table = decision.tables_html(plan["decision"]) if plan.get("decision") else ""
+    table = tables_html(plan["decision"]) if plan.get("decision") else ""
     return f"<h3>{_tag(run)} plan.json</h3>" + table + generic(plan)
 
 
@@ -255,7 +260,7 @@ def generic(obj: Any) -> str:
     """Any JSON as tables: lists of objects as columns (nested keys dotted), the rest as
     key/value rows. A list of few, wide objects is turned on its side to stay readable."""
     if _is_table(obj):
-        flat = [dict(cards.flatten(x)) for x in obj]
+        flat = [dict(flatten(x)) for x in obj]
         keys: list[str] = []
         for x in flat:
             keys.extend(k for k in x if k not in keys)
@@ -267,7 +272,7 @@ def generic(obj: Any) -> str:
         return _table([escape(k) for k in keys], [[_cell(x.get(k)) for k in keys] for x in flat], 0)
     if isinstance(obj, dict):
         simple = {k: v for k, v in obj.items() if not _is_table(v)}
-        rows = [[escape(k), _cell(v)] for k, v in cards.flatten(simple)]
+        rows = [[escape(k), _cell(v)] for k, v in flatten(simple)]
         out = _table(["key", "value"], rows, text_cols=2)
         for k, v in obj.items():
             if _is_table(v):
@@ -308,9 +313,9 @@ def _count(runs: list[Run]) -> str:
 
 def page(
     runs: list[Run],
-    figs: list[F.Figure],
+    figs: list[Figure],
     focus: str | None,
-    inspections: list[tuple[dict[str, Any], list[F.Figure]]] | None = None,
+    inspections: list[tuple[dict[str, Any], list[Figure]]] | None = None,
     plans: list[dict[str, Any]] | None = None,
     jobs: list[tuple[str, str, str]] | None = None,
 ) -> str:
@@ -320,9 +325,9 @@ def page(
     jobs = jobs or []
     title = "genbench report — " + ", ".join(
         [r.label for r in runs]
-        + [decision.label(doc) for doc in plans]
+        + [plan_label(doc) for doc in plans]
         + [j[0] for j in jobs]
-        + [inspection.label(doc) for doc, _ in inspections]
+        + [inspection_label(doc) for doc, _ in inspections]
     )
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     what = [_count(runs)] if runs else []
@@ -340,12 +345,12 @@ def page(
         f"{'; '.join(what)}; hover a mark for its value</p></header>",
     ]
     for doc in plans:
-        parts.append(decision.section(doc))
+        parts.append(plan_section(doc))
     if runs:
         parts += _run_sections(runs, figs, focus)
     parts += [j[2] for j in jobs]
     for doc, doc_figs in inspections:
-        parts.append(inspection.section(doc, doc_figs, figure_html))
+        parts.append(inspection_section(doc, doc_figs, figure_html))
     files = [str(x.path) for r in runs for x in r.repeat_runs]
     files += [str(doc.get("_path", "")) for doc in plans]
     files += [j[1] for j in jobs]
@@ -365,7 +370,7 @@ def page(
     return "".join(parts)
 
 
-def _run_sections(runs: list[Run], figs: list[F.Figure], focus: str | None) -> list[str]:
+def _run_sections(runs: list[Run], figs: list[Figure], focus: str | None) -> list[str]:
     by_id = {f.id: f for f in figs}
     gantts = [f for f in figs if f.id.startswith("gantt_")]
     servers = [f for f in figs if f.id.startswith("server_")]

@@ -8,7 +8,6 @@ distributions of latency and length. Same figures, same page, as the run report.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -17,28 +16,18 @@ import numpy as np
 
 from genbench import fmt
 from genbench.compare.runs import PALETTE
+from genbench.generate import layout
 from genbench.generate.runlog import read_runs
 from genbench.report.figures import FAIL_COLOR, Band, Figure, HBar, Series
 from genbench.report.joblog import EDGES, JobHistory, read_job_log
 
 ETA_WINDOW_S = 300.0  # the panel's: generate/progress.py
-REQUESTS = "requests.jsonl"
 
 
 def shard_tags(path: Path) -> list[str | None]:
     """The request logs of a generate output: None for the job's own, a tag ('1of4') for
     each --shard's (each is drawn as a job of its own: its own rows, rates and ETA)."""
-    state = path / ".genbench"
-    if not path.is_dir() or not state.is_dir():
-        return []
-    tags: list[str | None] = []
-    for p in sorted(state.glob("requests*.jsonl")):
-        rest = p.name.removeprefix("requests").removesuffix(".jsonl")
-        if rest == "":
-            tags.insert(0, None)
-        elif re.fullmatch(r"-\d+of\d+", rest):
-            tags.append(rest[1:])
-    return tags
+    return layout.shard_tags(path)
 
 
 def is_job(path: Path) -> bool:
@@ -47,8 +36,7 @@ def is_job(path: Path) -> bool:
 
 def load_job(path: Path, tag: str | None = None) -> tuple[JobHistory, list[dict[str, Any]]]:
     """The job's (or one shard's) history and its runs' notes (none for older jobs)."""
-    log = REQUESTS.replace(".jsonl", f"-{tag}.jsonl" if tag else ".jsonl")
-    return read_job_log(path / ".genbench" / log), read_runs(path, tag)
+    return read_job_log(layout.Layout(path, tag).requests), read_runs(path, tag)
 
 
 class _Axis:

@@ -13,6 +13,7 @@ from rich.table import Table
 from genbench.fmt import count, duration, ms, number, pct, rate
 from genbench.records import RequestRecord
 from genbench.run.benchmark import Phase, RunListener
+from genbench.run.result import REQUESTS_FILE
 from genbench.run.session import RunOutcome
 
 
@@ -98,7 +99,7 @@ def print_outcome(done: RunOutcome, console: Console) -> None:
     if not done.repeated:
         render_summary(done.states[0][0].doc, console)
         out = done.out
-        console.print(f"results: {out / 'result.json'}, {out / 'requests.jsonl'}")
+        console.print(f"results: {out / 'result.json'}, {out / REQUESTS_FILE}")
         return
     if len(done.dirs) == 1:
         render_repeats([s.doc for s in done.states[0]], console)

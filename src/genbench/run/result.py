@@ -15,6 +15,7 @@ import orjson
 
 from genbench.atomic import write_atomic
 from genbench.errors import UsageError
+from genbench.generate.layout import has_request_log, job_file
 
 SCHEMA = "genbench.result"
 SCHEMA_VERSION = 1
@@ -68,8 +69,8 @@ def not_a_run(p: Path) -> str:
     if not p.is_dir():
         return "not a run directory"
     want = "this command reads a run's result.json (genbench run --out DIR writes one)"
-    if (p / ".genbench" / "job.json").exists():
-        if not any((p / ".genbench").glob("requests*.jsonl")):
+    if job_file(p).exists():
+        if not has_request_log(p):
             return f"a generate output with no request log yet, not a run: {want}"
         return (
             f"a generate output, not a run: {want}; `genbench report {p}` draws the job, "

@@ -231,9 +231,15 @@ def _course(plan: dict[str, Any]) -> Text | None:
             f"on course for {duration(on)} ({span}) against the plan's {plan_range}",
             style="red",
         )
+    missed = plan.get("missed_for_s")
+    if missed is None:
+        return Text(
+            f"on course for {duration(on)}, past the plan's {plan_range}, but the ETA's own "
+            f"range ({span}) still reaches it: no sign yet that the job left the plan",
+        )
     return Text(
-        f"on course for {duration(on)}, outside the plan's {plan_range} (the ETA's own "
-        f"range, {span}, still reaches it)",
+        f"on course for {duration(on)} ({span}), past the plan's {plan_range} for "
+        f"{duration(missed)}: said outside once that lasts {duration(plan.get('hold_s'))}",
         style="yellow",
     )
 

@@ -4,7 +4,8 @@ A server finishes requests in waves: requests sent together with like lengths en
 together (the sim's default lengths; a real server's batches). A rate over a window of
 time then depends on how many waves the window happens to hold, and the ETA swings with
 every wave. Here the rate is measured between *the ends of clusters* of completions
-(completions closer together than half the mean gap between them are one cluster), so
+(completions closer together than half the gap a random moment falls in are one
+cluster), so
 that a window always holds whole waves: periodic waves give the exact rate at any moment,
 and completions that spread out (continuous batching) are clusters of one or two.
 
@@ -48,7 +49,7 @@ WINDOW_CLUSTERS = 20  # the rate's window holds at least this many clusters, whe
 UNSEEN = 0.15  # speed change the job has not shown yet, relative, at the start (see above)
 FEW = 5  # with fewer cluster ends, the job's start is taken as one (every stream started)
 STALL = 4.0  # a gap between clusters this many times the usual one is a stall: lost time
-MERGE = 0.5  # completions closer than this × the mean gap are one cluster
+MERGE = 0.5  # completions closer than this × the felt gap (felt_gap) are one cluster
 SLOWEST = 0.05  # a rate range past −95% is held there (the ETA's upper end stays finite)
 
 
@@ -109,15 +110,39 @@ class Completions:
         return self.t + [self.last[0]], self.c + [self.last[1]]
 
 
-def cluster_ends(t: list[float], c: list[float]) -> list[tuple[float, float]]:
+def cluster_ends(
+    t: list[float], c: list[float], now: float | None = None
+) -> list[tuple[float, float]]:
     """(time, rows so far) at the last completion of each cluster: completions closer
-    than MERGE × the mean gap are one cluster (a wave)."""
+    than MERGE × the felt gap are one cluster (a wave). With `now`, a last cluster that
+    may still be forming (its last row within that of now) is left out."""
     n = len(t)
     if n < 2:
         return list(zip(t, c, strict=True))
-    thr = MERGE * (t[-1] - t[0]) / (n - 1)
+    thr = MERGE * felt_gap([b - a for a, b in zip(t, t[1:], strict=False)])
     ends = [(t[i], c[i]) for i in range(n - 1) if t[i + 1] - t[i] > thr]
+    if ends and now is not None and now - t[-1] <= thr:
+        return ends
     return ends + [(t[-1], c[-1])]
+
+
+def felt_gap(gaps: list[float]) -> float:
+    """The gap between completions a moment picked at random falls in, its median: a
+    wave's rows arrive milliseconds apart and the waves seconds apart, so most gaps are
+    the small ones, but most of the time is spent in the large ones."""
+    g = sorted(gaps)
+    half, acc = sum(g) / 2, 0.0
+    for x in g:
+        acc += x
+        if acc >= half:
+            return x
+    return 0.0
+
+
+def usual_gap(gaps: list[float]) -> float:
+    """The 90th percentile of the gaps between clusters: a gap far past it is a stall."""
+    g = sorted(gaps)
+    return g[min(len(g) - 1, int(0.9 * len(g)))] if g else 0.0
 
 
 def window(ends: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -185,7 +210,7 @@ def estimate(done: Completions, remaining: int, now: float, t0: float = 0.0) -> 
     docstring). None before two clusters have ended."""
     if remaining <= 0:
         return Eta(0.0, 0.0, 0.0)
-    ends = cluster_ends(*done.points())
+    ends = cluster_ends(*done.points(), now)
     if 0 < len(ends) < FEW and ends[0][0] > t0:  # a few waves: the start is one's start
         ends = [(t0, 0.0), *ends]
     if len(ends) < 2:
@@ -194,8 +219,9 @@ def estimate(done: Completions, remaining: int, now: float, t0: float = 0.0) -> 
     (t_a, c_a), (t_b, c_b) = win[0], win[-1]
     if t_b <= t_a or c_b <= c_a:
         return None
-    gaps = sorted(b[0] - a[0] for a, b in zip(win, win[1:], strict=False))
-    usual = gaps[len(gaps) // 2]
+    remaining += round(done.count - c_b)  # the rows of a cluster still forming: from t_b
+    gaps = [b[0] - a[0] for a, b in zip(win, win[1:], strict=False)]
+    usual = usual_gap(gaps)
     lost = sum(g - usual for g in gaps if g > STALL * usual)  # stalls: nothing ended
     rate = (c_b - c_a) / max(t_b - t_a - lost, 1e-9)
     gap = max(g for g in gaps if g <= STALL * usual)
@@ -211,7 +237,8 @@ def estimate(done: Completions, remaining: int, now: float, t0: float = 0.0) -> 
         last = 0.0
     # nothing ended for longer than the longest usual gap: lost time (not in the tail,
     # where the last requests end further and further apart)
-    stall = max(0.0, now - t_b - gap) if remaining > last else 0.0
+    t_seen = done.last[0] if done.last else t_b
+    stall = max(0.0, now - max(t_seen, t_b) - gap) if remaining > last else 0.0
     bulk = (remaining - last) / rate
     base = t_b + stall - now
     point = max(base + bulk + q_mid, 0.0)

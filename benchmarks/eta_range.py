@@ -18,6 +18,8 @@ server's batches); some at a speed that drifts (−25% to +30% over the job) or 
 when it is back); from a minute to three hours.
 
 Run:  .venv/bin/python benchmarks/eta_range.py [--jobs 24] [--logs OUT_DIR ...]
+          [--lines STDERR_FILE ...]
+(--lines reads what a job's own progress lines said, with the estimator it ran.)
 Bars (issue #37): coverage >= 90% of progress points from 10% done, median width <= 30%
 of the final duration, 90th percentile <= 60%, false "outside" <= 5% on jobs inside
 their bar.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import json
 import math
 import os
 import random
@@ -133,6 +136,22 @@ def family(count: int) -> list[Job]:
     return jobs
 
 
+def lines(err: Path) -> Points:
+    """What a job's own progress lines said (generate's stderr off a terminal): each
+    line's range against the job's final duration, its last line's elapsed time."""
+    snaps = [json.loads(x) for x in err.read_text().splitlines() if x.startswith('{"event"')]
+    final = snaps[-1]["elapsed_s"]
+    out = Points()
+    for s in snaps:
+        if s["done"] < 0.1 * s["total"] or s["remaining"] == 0:
+            continue
+        lo, hi, el = s["eta_lo_s"], s["eta_hi_s"], s["elapsed_s"]
+        ok = lo is not None and hi is not None
+        out.covered.append(ok and el + lo <= final <= el + hi)
+        out.width.append((hi - lo) / final if ok else math.inf)
+    return out
+
+
 def from_log(out: Path) -> Job:
     """A generate job's request log: the records that ended a row."""
     recs = read_records(out / ".genbench" / "requests.jsonl")
@@ -149,6 +168,7 @@ class Points:
     outside: list[bool] = field(default_factory=list)  # the verdict, plan inside its bar
     caught: list[bool] = field(default_factory=list)  # the verdict, plan off by 40%
     late: list[bool] = field(default_factory=list)  # the job ended after the range's high end
+    share: list[float] = field(default_factory=list)  # done / rows at the point
 
 
 def replay(job: Job, seed: int) -> Points:
@@ -186,6 +206,7 @@ def replay(job: Job, seed: int) -> Points:
             continue
         e, lo, hi = snap["eta_s"], snap["eta_lo_s"], snap["eta_hi_s"]
         el = now[0]
+        out.share.append(done / rows)
         if lo is None or hi is None:
             out.covered.append(False)
             out.width.append(math.inf)
@@ -210,7 +231,10 @@ def quantile(xs: list[float], q: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=24)
-    ap.add_argument("--logs", type=Path, nargs="*", default=[])
+    ap.add_argument("--logs", type=Path, nargs="*", default=[],
+                    help="generate output directories: their request logs replayed")
+    ap.add_argument("--lines", type=Path, nargs="*", default=[],
+                    help="generate's stderr: its JSON progress lines, as printed")  # fmt: skip
     a = ap.parse_args()
     t = time.perf_counter()
     jobs = family(a.jobs) + [from_log(p) for p in a.logs]
@@ -218,18 +242,32 @@ def main() -> None:
     print(f"{'job':44} {'final':>9} {'covered':>8} {'width p50':>9} {'p90':>7} "
           f"{'false out':>9} {'caught':>7}")  # fmt: skip
     every = Points()
+    alarmed = 0
     for n, job in enumerate(jobs):
         p = replay(job, n)
         every.covered += p.covered
         every.width += p.width
         every.outside += p.outside
         every.caught += p.caught
+        every.share += p.share
+        alarmed += any(p.outside)
         print(f"{job.name:44} {job.final_s:8.0f}s {pct(p.covered):>8} "
               f"{quantile(p.width, 0.5):9.2f} {quantile(p.width, 0.9):7.2f} "
               f"{pct(p.outside):>9} {pct(p.caught):>7}", flush=True)  # fmt: skip
     print(f"{'all':44} {'':9} {pct(every.covered):>8} {quantile(every.width, 0.5):9.2f} "
           f"{quantile(every.width, 0.9):7.2f} {pct(every.outside):>9} {pct(every.caught):>7}")
     print(f"({len(every.covered)} progress points; {time.perf_counter() - t:.1f} s)")
+    print(f"jobs with any false 'outside': {alarmed} of {len(jobs)}; width p50 (p90) by share "
+          "done: " + ", ".join(
+              f"{a:.0%}-{b:.0%} {quantile(w, 0.5):.2f} ({quantile(w, 0.9):.2f})"
+              for a, b in ((0.1, 0.4), (0.4, 0.7), (0.7, 1.0))
+              for w in [[x for x, f in zip(every.width, every.share, strict=True)
+                         if a <= f < b]]))  # fmt: skip
+    for err in a.lines:
+        p = lines(err)
+        print(f"{'lines ' + err.name:44} {'':9} {pct(p.covered):>8} "
+              f"{quantile(p.width, 0.5):9.2f} {quantile(p.width, 0.9):7.2f}  "
+              f"({len(p.covered)} progress lines, as the job printed them)")  # fmt: skip
 
 
 if __name__ == "__main__":

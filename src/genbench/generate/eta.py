@@ -35,6 +35,7 @@ when full, and later ones are kept at that spacing) and the last DURATIONS durat
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from genbench.generate.wander import SpeedWander
 from genbench.stats import t_975
 
-MAX_POINTS = 4096
+MAX_POINTS = 1024
 DURATIONS = 2000
 PARTS = 10  # stretches the range is fitted to
 WINDOW_CLUSTERS = 20  # the rate's window holds at least this many clusters, where there are
@@ -163,21 +164,23 @@ def stretches(
     m = min(parts, len(ends) - 1)
     if m < 3:
         return [], 0.0
-    t0, span = ends[0][0], ends[-1][0] - ends[0][0]
+    times = [t for t, _ in ends]
+    t0, span, last = times[0], times[-1] - times[0], len(ends) - 1
     idx = [0]
     for j in range(1, m):
         goal = t0 + span * j / m
-        k = min(range(idx[-1] + 1, len(ends) - 1), key=lambda q: abs(ends[q][0] - goal),
-                default=None)  # fmt: skip
-        if k is not None and k < len(ends) - 1:
+        k = bisect.bisect_left(times, goal, idx[-1] + 1, last)
+        if k > idx[-1] + 1 and goal - times[k - 1] < times[k] - goal:
+            k -= 1  # the nearer of the two around the goal
+        if k < last:
             idx.append(k)
-    idx.append(len(ends) - 1)
-    def busy(a: int, b: int) -> float:
-        lost = sum(max(ends[k + 1][0] - ends[k][0] - stall, 0.0) for k in range(a, b))
-        return ends[b][0] - ends[a][0] - lost
-
-    rates = [(ends[b][1] - ends[a][1]) / busy(a, b) for a, b in zip(idx, idx[1:], strict=False)
-             if busy(a, b) > 0]  # fmt: skip
+    idx.append(last)
+    lost = [0.0]  # lost[k]: the stall time before cluster end k
+    for a, b in zip(times, times[1:], strict=False):
+        lost.append(lost[-1] + max(b - a - stall, 0.0))
+    busy = [(times[b] - times[a] - (lost[b] - lost[a]), ends[b][1] - ends[a][1])
+            for a, b in zip(idx, idx[1:], strict=False)]  # fmt: skip
+    rates = [rows / s for s, rows in busy if s > 0]
     return rates, span / max(len(rates), 1)
 
 

@@ -4,8 +4,8 @@ A server finishes requests in waves: requests sent together with like lengths en
 together (the sim's default lengths; a real server's batches). A rate over a window of
 time then depends on how many waves the window happens to hold, and the ETA swings with
 every wave. Here the rate is measured between *the ends of clusters* of completions
-(completions closer together than half the gap a random moment falls in are one
-cluster), so
+(completions closer together than half the gap a random moment falls in, its lower
+quartile, are one cluster), so
 that a window always holds whole waves: periodic waves give the exact rate at any moment,
 and completions that spread out (continuous batching) are clusters of one or two.
 
@@ -128,14 +128,16 @@ def cluster_ends(
 
 
 def felt_gap(gaps: list[float]) -> float:
-    """The gap between completions a moment picked at random falls in, its median: a
-    wave's rows arrive milliseconds apart and the waves seconds apart, so most gaps are
-    the small ones, but most of the time is spent in the large ones."""
+    """The gap between completions a moment picked at random falls in, its lower quartile:
+    a wave's rows arrive milliseconds apart and the waves seconds apart, so most gaps are
+    the small ones, but most of the time is spent in the large ones; the quartile, not the
+    median, so that a server down for as long as it was up does not make the whole
+    history one gap."""
     g = sorted(gaps)
-    half, acc = sum(g) / 2, 0.0
+    quarter, acc = sum(g) / 4, 0.0
     for x in g:
         acc += x
-        if acc >= half:
+        if acc >= quarter:
             return x
     return 0.0
 

@@ -17,9 +17,12 @@ server's batches); some at a speed that drifts (−25% to +30% over the job) or 
 (an AR(1) factor), some with a server down for a while (its in-flight rows sent again
 when it is back); from a minute to three hours.
 
-Run:  .venv/bin/python benchmarks/eta_range.py [--jobs 24] [--logs OUT_DIR ...]
+Run:  .venv/bin/python benchmarks/eta_range.py [--jobs 24] [--sim DIR] [--logs OUT_DIR ...]
           [--lines STDERR_FILE ...]
-(--lines reads what a job's own progress lines said, with the estimator it ran.)
+(--sim DIR records three generate jobs on the sim there, once, about a minute each:
+waves of 32, lognormal lengths, a sim killed for 10 s; --logs replays other generate
+output directories; --lines reads what a job's own progress lines said, with the
+estimator it ran.)
 Bars (issue #37): coverage >= 90% of progress points from 10% done, median width <= 30%
 of the final duration, 90th percentile <= 60%, false "outside" <= 5% on jobs inside
 their bar.
@@ -33,7 +36,11 @@ import json
 import math
 import os
 import random
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,6 +143,67 @@ def family(count: int) -> list[Job]:
     return jobs
 
 
+SIM = ("--tps", "150", "--per-seq-ms", "0.4", "--ttft-ms", "20")
+SIM_JOBS = (  # name, rows, --output-len, seconds into the job the sim is killed (10 s down)
+    ("waves", 800, "fixed:128", None),
+    ("lognormal", 2000, "lognormal:40:0.6", None),
+    ("down", 1200, "lognormal:40:0.6", 20.0),
+)
+
+
+def start_sim(port: int, length: str) -> subprocess.Popen:
+    """`genbench sim` on 127.0.0.1:port, once it answers."""
+    sim = subprocess.Popen([sys.executable, "-m", "genbench", "sim", "--port", str(port),
+                            *SIM, "--output-len", length], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).close()
+            return sim
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def record(work: Path) -> list[Path]:
+    """SIM_JOBS run by `genbench generate` (C = 32, a progress line a second on stderr,
+    kept in work/NAME.err) against the sim, each once (kept in work/NAME: a rerun reads
+    them again); the one with a kill time loses its server for 10 s."""
+    outs = []
+    for name, rows, length, kill in SIM_JOBS:
+        out = work / name
+        outs.append(out)
+        if (out / ".genbench" / "requests.jsonl").exists():
+            continue
+        work.mkdir(parents=True, exist_ok=True)
+        prompts = work / f"prompts-{rows}.jsonl"
+        prompts.write_text("".join(json.dumps({"id": f"q{i}", "messages": [
+            {"role": "user", "content": f"Write item {i}."}]}) + "\n" for i in range(rows)))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        sim = start_sim(port, length)
+        with open(work / f"{name}.err", "w") as err:
+            gen = subprocess.Popen([sys.executable, "-m", "genbench", "generate", "--input",
+                                    str(prompts), "--out", str(out), "--url",
+                                    f"http://127.0.0.1:{port}/v1", "--concurrency", "32",
+                                    "--progress-every", "1"], stdout=subprocess.DEVNULL,
+                                   stderr=err)  # fmt: skip
+            if kill is not None:
+                time.sleep(kill)
+                sim.kill()
+                sim.wait()
+                time.sleep(10)
+                sim = start_sim(port, length)
+            gen.wait()
+        sim.kill()
+        sim.wait()
+        print(f"recorded {name}: generate exit {gen.returncode}", flush=True)
+    return outs
+
+
 def lines(err: Path) -> Points:
     """What a job's own progress lines said (generate's stderr off a terminal): each
     line's range against the job's final duration, its last line's elapsed time."""
@@ -233,11 +301,17 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=24)
     ap.add_argument("--logs", type=Path, nargs="*", default=[],
                     help="generate output directories: their request logs replayed")
+    ap.add_argument("--sim", type=Path, default=None,
+                    help="record three generate jobs on the sim here (once), and replay them")
     ap.add_argument("--lines", type=Path, nargs="*", default=[],
                     help="generate's stderr: its JSON progress lines, as printed")  # fmt: skip
     a = ap.parse_args()
     t = time.perf_counter()
-    jobs = family(a.jobs) + [from_log(p) for p in a.logs]
+    logs = list(a.logs)
+    if a.sim is not None:
+        logs += record(a.sim)
+        a.lines = list(a.lines) + [a.sim / f"{name}.err" for name, *_ in SIM_JOBS]
+    jobs = family(a.jobs) + [from_log(p) for p in logs]
     print(f"load average {os.getloadavg()[0]:.2f}; {len(jobs)} jobs")
     print(f"{'job':44} {'final':>9} {'covered':>8} {'width p50':>9} {'p90':>7} "
           f"{'false out':>9} {'caught':>7}")  # fmt: skip

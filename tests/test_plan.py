@@ -361,7 +361,11 @@ def test_open_ended_pilot_stops_at_its_time_limit_and_says_so(sim_factory, tmp_p
     assert any("--pilot-max-time" in n for n in doc["notes"]), doc["notes"]
     assert "--pilot-max-time 3 s reached" in p.stderr
     need = doc["pilot_size_for_target"]
-    assert need["target"] == pytest.approx(0.005) and need["requests"] > doc["inputs"]["pilot"]
+    assert need["target"] == pytest.approx(0.005)
+    if need["requests"] is None:  # ±0.5%: the misfit or the speed alone may be as wide
+        assert need["floor"] >= 0.005 and need["floor_from"] in ("misfit", "speed"), need
+    else:
+        assert need["requests"] > doc["inputs"]["pilot"] and need["floor"] < 0.005, need
 
 
 def test_speed_that_wanders_gets_a_wider_bar_than_the_same_values_shuffled():

@@ -819,6 +819,18 @@ def test_the_panel_says_when_the_jobs_speed_leaves_the_plans_range():
         else:
             assert snap["plan"]["verdict"] == "outside"
             assert f"the job's speed has left the plan's range: it runs {said}" in text
+    # past the plan's range, the ETA's own range still reaching it: not said outside
+    lo_on = snap["elapsed_s"] + snap["eta_lo_s"]
+    for plan_lo, plan_hi, said in ((lo_on - 300, lo_on + 100, "no sign yet that the job left"),
+                                   (lo_on - 400, lo_on - 100, "said outside once that lasts")):
+        g = JobForecast("p", "pilot", 100_000, 1, plan_lo + 100, plan_lo, plan_hi, "b", None)
+        snap["plan"] = g.course(snap["elapsed_s"], snap["eta_s"], snap["eta_lo_s"],
+                                snap["eta_hi_s"])  # fmt: skip
+        console = Console(width=250, record=True)
+        console.print(render(snap))
+        text = console.export_text()
+        assert snap["plan"]["verdict"] == "unsure" and said in text, text
+        assert "outside the plan" not in text and "has left the plan's range" not in text
 
 
 def test_with_every_server_down_the_eta_is_held_and_the_panel_says_so():

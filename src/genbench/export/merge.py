@@ -27,10 +27,10 @@ from genbench.atomic import fsync_dir, write_atomic
 from genbench.errors import ExitCode, InputFileError, UsageError
 from genbench.generate.durable import scan_errors
 from genbench.generate.input import ShardSpec, scan
+from genbench.generate.layout import JOB_GLOB, SCHEME_FILE, STATE_DIR, Layout, error_files
 from genbench.generate.lock import OutputLock
 from genbench.generate.scheme import describe, from_files, recorded
 from genbench.generate.shard import stable_hash
-from genbench.generate.layout import JOB_GLOB, SCHEME_FILE, STATE_DIR, Layout, error_files
 from genbench.inspect.reader import FileStats, data_files, kind_of, parquet_batches, raw_lines
 
 EXAMPLES = 5

@@ -6,12 +6,13 @@ through `stats.RecentRates`, the same records the request log holds: rows/s coun
 records that ended a row (written, or sent to the errors file); tokens/s the servers'
 usage counts of the requests that ended in the window, thinking apart from answer.
 
-ETA = rows remaining / rows per second over the last `eta_window` seconds. Its range is
-the plan's model of the server's speed (`generate.wander.SpeedWander`), with the last
-`eta_window` seconds as the pilot and the rest of the job as the job: the rate in
-ETA_PARTS sub-windows, how it scattered and wandered across them, carried over the time
-left. A job whose rate wanders (a shared host, longer prompts later in the file, a server
-lost) shows a wider range than one whose rate only scatters, which is the honest answer.
+The ETA and its range come from when the job's rows ended (`generate.eta`): a rate
+between clusters of completions, so that the waves a server finishes requests in do not
+swing it, over the last half of the job's history; its range the plan's model of the
+server's speed (`generate.wander.SpeedWander`) fitted to stretches of that window and
+carried over the time left. A job whose rate wanders (a shared host, longer prompts
+later in the file, a server lost) shows a wider range than one whose rate only scatters,
+which is the honest answer; and the range narrows as less is left to be wrong about.
 While every server is down nothing can finish, and a rate over a window that is filling
 with nothing would push the ETA up without bound: the ETA is held at its last value
 instead, and the snapshot says how long every server has been down (`all_down_s`).
@@ -23,27 +24,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from genbench.generate.wander import SpeedWander
+from genbench.generate.eta import Completions, Eta, estimate
 from genbench.records import RequestRecord
 from genbench.stats import RecentRates
 
 ROW_ENDS = ("done", "failed")  # a record's `outcome` when it ended its row
-ETA_PARTS = 10  # sub-windows of the ETA's window: the stretches its range is fitted to
-SLOWEST = 0.05  # a rate range past −95% is held there (the ETA's upper end stays finite)
-
-
-@dataclass(frozen=True, slots=True)
-class Eta:
-    """Seconds left, and their 95% range (None while too little is known)."""
-
-    seconds: float
-    lo_s: float | None = None
-    hi_s: float | None = None
-
-    @property
-    def err_s(self) -> float | None:
-        """Half the range: the '±' of the panel."""
-        return None if self.lo_s is None or self.hi_s is None else (self.hi_s - self.lo_s) / 2
+__all__ = ["Eta", "Progress", "RowInfo"]
 
 
 @dataclass(slots=True)
@@ -76,6 +62,7 @@ class Progress:
         self.recent = RecentRates(eta_window, clock=clock)
         self.servers = {s: RecentRates(rate_window, clock=clock) for s in servers}
         self._held: Eta | None = None  # the ETA before every server went down
+        self.ended = Completions()  # when rows ended, for the ETA
 
     def on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
         """Rows (or errors) now on disk."""
@@ -93,6 +80,8 @@ class Progress:
         """A request of the job ended."""
         units = int(rec.extra.get("outcome") in ROW_ENDS)
         self.recent.add(rec, units)
+        t_end = rec.t_end or self.clock()
+        self.ended.add(t_end, units, t_end - rec.t_send if rec.t_send else None)
         if (per := self.servers.get(rec.server)) is not None:
             per.add(rec, units)
 
@@ -106,21 +95,11 @@ class Progress:
         return None if e is None else (e.seconds, e.err_s)
 
     def eta_range(self) -> Eta | None:
-        """Seconds left at the rate of the last `eta_window` seconds, and their 95% range:
-        the rate's over the time left, from how it moved across ETA_PARTS sub-windows
-        (SpeedWander, the plan's model). None while there is too little to go on."""
-        rem = self.remaining
-        if rem == 0:
-            return Eta(0.0, 0.0, 0.0)
-        got = self.recent.part_rates("units", self.eta_window, ETA_PARTS)
-        if got is None or got[0] <= 0:
-            return None
-        rate, parts, part_s = got
-        left = rem / rate
-        if len(parts) < 3:
-            return Eta(left)
-        h = SpeedWander.fit(parts, part_s).job(left).halfwidth
-        return Eta(left, rem / (rate * (1 + h)), rem / (rate * max(1 - h, SLOWEST)))
+        """Seconds left and their 95% range, from when the job's rows ended
+        (`generate.eta`: a rate between clusters of completions, so that waves of them
+        do not swing it; its range the plan's model of the speed over the time left).
+        None while there is too little to go on."""
+        return estimate(self.ended, self.remaining, self.clock(), self.t0)
 
     def snapshot(self, servers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Everything the display and the log line show, as plain data."""

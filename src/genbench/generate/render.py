@@ -174,9 +174,9 @@ def panel(snap: dict[str, Any], down_timeout: float | None = None) -> Group:
             style="red" if snap["failed"] else "",
         ),
     )
-    eta = snap.get("eta_s")
-    err_s = snap.get("eta_err_s")
-    eta_text = "ETA " + duration(eta) + (f" ± {duration(err_s)}" if err_s is not None else "")
+    eta, lo, hi = snap.get("eta_s"), snap.get("eta_lo_s"), snap.get("eta_hi_s")
+    # the range, not ± half of it: its two sides differ (a slow side, the tail)
+    eta_text = "ETA " + _with_bar(eta, lo, hi) if eta is not None else "ETA " + duration(eta)
     all_down = snap.get("all_down_s")
     if all_down is not None:
         eta_text += "  (held while no server is up)"
@@ -233,9 +233,15 @@ def _course(plan: dict[str, Any]) -> Text | None:
             f"on course for {duration(on)} ({span}) against the plan's {plan_range}",
             style="red",
         )
+    missed = plan.get("missed_for_s")
+    if missed is None:
+        return Text(
+            f"on course for {duration(on)}, past the plan's {plan_range}, but the ETA's own "
+            f"range ({span}) still reaches it: no sign yet that the job left the plan",
+        )
     return Text(
-        f"on course for {duration(on)}, outside the plan's {plan_range} (the ETA's own "
-        f"range, {span}, still reaches it)",
+        f"on course for {duration(on)} ({span}), past the plan's {plan_range} for "
+        f"{duration(missed)}: said outside once that lasts {duration(plan.get('hold_s'))}",
         style="yellow",
     )
 

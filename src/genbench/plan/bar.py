@@ -49,9 +49,49 @@ def length_halfwidth(count: int, total: float, squares: float) -> float:
     return 1.96 * math.sqrt(var / count) / mean
 
 
-def pilot_size_for(rel_halfwidth: float, pilot: int, target: float = TARGET_REL_ERROR) -> int:
-    """An interval narrows as 1/√K: the pilot size whose bar would be ±target."""
-    return max(1, math.ceil(pilot * (rel_halfwidth / target) ** 2))
+def pilot_size_for(
+    rel_halfwidth: float, pilot: int, target: float = TARGET_REL_ERROR, floor: float = 0.0
+) -> int | None:
+    """The pilot size whose bar would be ±target. `rel_halfwidth` is the part of the bar a
+    longer pilot narrows (as 1/√K); `floor` the part it does not (the model's misfit on
+    the pilot, speed that wanders, --speed-drift), added in quadrature as the bar adds
+    them. None when the floor alone is ±target or more: no pilot length reaches it."""
+    if floor >= target:
+        return None
+    room = math.sqrt(target * target - floor * floor)
+    return max(1, math.ceil(pilot * (rel_halfwidth / room) ** 2))
+
+
+@dataclass(frozen=True)
+class BarParts:
+    """One side of a job's bar (the wider, which the ± reports), relative to the point
+    forecast, in its parts: each a 95% half-width, and they add in quadrature to the
+    side's width exactly (`total`). `sample`: the bootstrap over the pilot's requests
+    (their lengths, TTFTs and failures); `speed`: the server's speed over the job
+    (`SpeedBar`, on this side); `misfit`: the calibrated replay's error on the pilot,
+    which no pilot length removes. `scales` and `floor` split them by what a longer
+    pilot does: the sample and the speed's noise narrow as 1/√K; the misfit, the
+    speed's wander and --speed-drift do not."""
+
+    side: str  # "above" or "below"
+    sample: float
+    speed: float
+    misfit: float
+    scales: float
+    floor: float
+
+    @property
+    def total(self) -> float:
+        return math.hypot(self.sample, self.speed, self.misfit)
+
+    @classmethod
+    def of(cls, side: str, sample: float, speed: float, misfit: float,
+           bar: SpeedBar) -> BarParts:  # fmt: skip
+        """Splits the speed's part by the share of its noise in its variance."""
+        noise_share = (bar.noise / bar.halfwidth) ** 2 if bar.halfwidth > 0 else 0.0
+        scales = math.sqrt(sample * sample + speed * speed * noise_share)
+        floor = math.sqrt(misfit * misfit + speed * speed * (1 - noise_share))
+        return cls(side, sample, speed, misfit, scales, floor)
 
 
 @dataclass
@@ -67,8 +107,9 @@ class WallForecast:
     output_hi: float
     thinking_tokens: float
     prompt_tokens: float
-    length_halfwidth: float = 0.0  # the mean output length's share of the bar
+    length_halfwidth: float = 0.0  # the mean output length's own interval (the tokens')
     speed: SpeedBar | None = None  # the server's speed's share, with its parts
+    parts: BarParts | None = None  # the wider side of the bar, in the parts that make it
 
     @property
     def rel_halfwidth(self) -> float:
@@ -167,9 +208,13 @@ def _intervals(
         p = point[j]
         speed = wander.job(p, drift)
         speed_hw = speed.halfwidth
-        below, above = max(p - float(lo), 0.0), max(float(hi) - p, 0.0)
-        below = math.hypot(below, sim_err * p, p - p / (1 + speed_hw))
-        above = math.hypot(above, sim_err * p, p / max(1 - speed_hw, 0.05) - p)
+        boot_lo, boot_hi = max(p - float(lo), 0.0), max(float(hi) - p, 0.0)
+        speed_lo, speed_hi = p - p / (1 + speed_hw), p / max(1 - speed_hw, 0.05) - p
+        below = math.hypot(boot_lo, sim_err * p, speed_lo)
+        above = math.hypot(boot_hi, sim_err * p, speed_hi)
+        wide = ("above", boot_hi, speed_hi) if above >= below else ("below", boot_lo, speed_lo)
+        rel = 1 / p if p > 0 else 0.0
+        parts = BarParts.of(wide[0], wide[1] * rel, wide[2] * rel, sim_err, speed)
         result.append(
             WallForecast(
                 samples=s,
@@ -185,6 +230,7 @@ def _intervals(
                 prompt_tokens=s * float(pool.per_sample(pool.prompt).mean()),
                 length_halfwidth=float(max(out_hi / mean - 1, 1 - out_lo / mean)) if mean else 0.0,
                 speed=speed,
+                parts=parts,
             )
         )
     return result

@@ -18,7 +18,7 @@ numerical code.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from genbench.run.result import read_document, write_json_atomic
 PLAN_SCHEMA = "genbench.plan"
 PLAN_SCHEMA_VERSION = 1
 PLAN_FILE = "plan.json"
+HOLD_SHARE, HOLD_MIN_S, HOLD_MAX_S = 0.01, 5.0, 300.0  # JobForecast.hold_s
 
 # per mode, the row entry with the forecast for one server
 ONE_SERVER = {
@@ -73,10 +74,12 @@ class JobForecast:
     hi_s: float | None
     basis: str  # which of the plan's forecasts, scaled how
     concurrency: int | None  # the concurrency the plan forecast (None: not known)
+    missed_since: float | None = field(default=None, compare=False)  # course(): since when
 
     def outcome(self, actual_s: float) -> dict[str, Any]:
         """The forecast against what the job took (its first send to its last row)."""
         d = asdict(self)
+        del d["missed_since"]  # course()'s memory, not the forecast
         d["actual_s"] = actual_s
         d["error"] = self.seconds / actual_s - 1 if actual_s > 0 else None
         d["inside_bar"] = (
@@ -91,9 +94,12 @@ class JobForecast:
     ) -> dict[str, Any]:
         """While the job runs: where it is headed (elapsed + the live ETA, with the ETA's own
         range) against the plan's range. `verdict` is `inside` while the projection is in
-        the plan's range, `outside` once even the ETA's range misses it (the job's speed has
-        left the plan's range: it runs slower, or faster, than the plan allowed), `unsure`
-        in between, and None before there is an ETA or when the plan has no range."""
+        the plan's range, `outside` once even the ETA's range has missed it for `hold_s`
+        (the job's speed has left the plan's range: it runs slower, or faster, than the
+        plan allowed), `unsure` in between (`missed_for_s`: how long the ETA's range has
+        missed it so far, None while it reaches it), and None before there is an ETA or
+        when the plan has no range. Called in time order: it remembers when the miss
+        began."""
         d: dict[str, Any] = {"seconds": self.seconds, "lo_s": self.lo_s, "hi_s": self.hi_s}
         d.update(on_course_s=None, on_course_lo_s=None, on_course_hi_s=None, verdict=None)
         if eta_s is None:
@@ -105,13 +111,27 @@ class JobForecast:
         d["on_course_lo_s"], d["on_course_hi_s"] = lo_on, hi_on
         if self.lo_s is None or self.hi_s is None:
             return d
+        missed = lo_on > self.hi_s or hi_on < self.lo_s
+        if not missed:
+            self.missed_since = None
+        elif self.missed_since is None:
+            self.missed_since = elapsed_s
         if self.lo_s <= on <= self.hi_s:
             d["verdict"] = "inside"
-        elif lo_on > self.hi_s or hi_on < self.lo_s:
+        elif missed and elapsed_s - self.missed_since >= self.hold_s:  # type: ignore[operator]
             d["verdict"] = "outside"
         else:
             d["verdict"] = "unsure"
+            d["missed_for_s"] = elapsed_s - self.missed_since if missed else None  # type: ignore[operator]
+            d["hold_s"] = self.hold_s
         return d
+
+    @property
+    def hold_s(self) -> float:
+        """How long the ETA's range must miss the plan's before the job is said to be
+        outside it: one reading is not evidence (a wave, a pause); 1% of the plan's time,
+        at least 5 s and at most 5 min."""
+        return min(max(HOLD_MIN_S, HOLD_SHARE * self.seconds), HOLD_MAX_S)
 
 
 def read_plan(path: Path) -> dict[str, Any]:

@@ -65,13 +65,7 @@ def plan_from_pilot(
     k = model.pilot_samples
     worst = max(fc, key=lambda f: f.samples)
     plan["model"]["job_tps"] = worst.output_tokens / worst.seconds
-    plan["pilot_size_for_5pct"] = pilot_size_for(worst.rel_halfwidth, k)
-    target = inputs.get("target_error") or TARGET_REL_ERROR
-    plan["pilot_size_for_target"] = {
-        "target": target,
-        "requests": pilot_size_for(worst.rel_halfwidth, k, target),  # samples, in fact
-        "samples": pilot_size_for(worst.rel_halfwidth, k, target),
-    }
+    plan.update(_pilot_size(worst, k, inputs.get("target_error") or TARGET_REL_ERROR))
     for i, f in enumerate(fc):
         row: dict[str, Any] = {
             "samples": f.samples,
@@ -97,6 +91,28 @@ def plan_from_pilot(
     return plan
 
 
+def _pilot_size(worst: WallForecast, k: int, target: float) -> dict[str, Any]:
+    """The pilot size whose bar would be ±5% and ±target: the part of the bar a longer
+    pilot narrows scaled as 1/√K, the rest (`floor`) kept; None where the floor alone is
+    as wide as the target, with `floor_from` naming what sets it."""
+    p = worst.parts
+    scales, floor = (p.scales, p.floor) if p is not None else (worst.rel_halfwidth, 0.0)
+    need = pilot_size_for(scales, k, target, floor)
+    floor_from = None
+    if p is not None and floor >= target:
+        floor_from = "misfit" if p.misfit * p.misfit >= floor * floor / 2 else "speed"
+    return {
+        "pilot_size_for_5pct": pilot_size_for(scales, k, TARGET_REL_ERROR, floor),
+        "pilot_size_for_target": {
+            "target": target,
+            "requests": need,  # samples, in fact
+            "samples": need,
+            "floor": floor,
+            "floor_from": floor_from,
+        },
+    }
+
+
 def _notes(
     model: PilotModel, inputs: dict[str, Any], concurrency: int, worst: WallForecast
 ) -> list[str]:
@@ -111,8 +127,10 @@ def _notes(
         )
     if abs(model.replay_err) > 0.05:
         notes.append(
-            f"the fitted model replays the pilot {model.replay_err:+.1%} off its actual wall "
-            "time: the server does something the model does not capture (the bar includes it)"
+            f"the fitted model, calibrated, replays the pilot {model.replay_err:+.1%} off its "
+            "actual wall time: the server does something the model does not capture (the bar "
+            f"includes it as a part of its own, ±{abs(model.replay_err):.1%}, which no pilot "
+            "length removes)"
         )
     notes += _speed_notes(model, inputs, worst)
     if inputs.get("pilot_stopped") == "time":
@@ -177,5 +195,6 @@ def _wall(f: WallForecast) -> dict[str, Any]:
         "confidence": CONFIDENCE,
         "rel_halfwidth": f.rel_halfwidth,
         "length_halfwidth": f.length_halfwidth,
+        **({"parts": asdict(f.parts)} if f.parts is not None else {}),
         **({"speed": asdict(f.speed)} if f.speed is not None else {}),
     }

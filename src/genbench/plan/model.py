@@ -146,6 +146,7 @@ class PilotModel:
             "replay": {
                 "what": "the fitted model simulating the pilot itself, its requests in order",
                 "simulated_s": self.replay_s,
+                "calibrated_s": self.replay_s * self.calibration,
                 "actual_s": self.pilot_wall_s,
                 "simulated_last_send_s": self.replay_send_s,
                 "actual_last_send_s": self.pilot_send_s,

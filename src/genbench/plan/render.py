@@ -180,11 +180,7 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     )
     rep = m.get("replay")
     if rep:
-        console.print(
-            f"  model check: replaying the pilot gives {fmt.duration(rep['simulated_s'])} against "
-            f"{fmt.duration(rep['actual_s'])} measured ({fmt.pct(rep['error'], signed=True)}; "
-            "in the bar)"
-        )
+        console.print(f"  model check: {_model_check(rep)}")
     conf = f"{doc['rows'][0]['ours']['confidence']:.0%} range"
     cols = [("samples", _samples), ("ours", _time("ours")), (conf, _range("ours"))]
     cols += [("±", lambda r: f"{r['ours']['rel_halfwidth']:.1%}"), ("days", _days("ours"))]
@@ -194,17 +190,46 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     console.print(_table("time: the job simulated from the pilot", doc["rows"], cols))
     _tokens_table(doc, console, parquet=True)
     tgt = doc.get("pilot_size_for_target") or {}
-    need, goal = tgt.get("requests", doc.get("pilot_size_for_5pct")), tgt.get("target", 0.05)
+    row = max(doc["rows"], key=lambda r: r["ours"]["rel_halfwidth"])["ours"]
+    if "parts" in row and "floor" in tgt:
+        console.print(f"  {_bar_parts(row['rel_halfwidth'], row['parts'], tgt)}")
+
+
+FLOOR_FROM = {
+    "misfit": "the model's misfit on the pilot",
+    "speed": "the server's speed as it wanders (with --speed-drift)",
+}
+
+
+def _model_check(rep: dict[str, Any]) -> str:
+    """The replay of the pilot, the calibrated figure the misfit is measured on, and the
+    pilot: every figure shown is the one the bar uses."""
+    cal = rep.get("calibrated_s", rep["simulated_s"] * rep.get("calibration", 1.0))
+    return (
+        f"replaying the pilot gives {fmt.duration(rep['simulated_s'])}, calibrated to the "
+        f"pilot's sending {fmt.duration(cal)}, against {fmt.duration(rep['actual_s'])} "
+        f"measured ({fmt.pct(rep['error'], signed=True)}: the model's misfit, a part of the "
+        "bar)"
+    )
+
+
+def _bar_parts(total: float, parts: dict[str, Any], tgt: dict[str, Any]) -> str:
+    """The bar and its parts as the bar combines them (in quadrature), and the pilot
+    length a target asks for, or what sets the floor no pilot length passes."""
+    goal, need = tgt.get("target", 0.05), tgt.get("requests")
+    text = (
+        f"the bar is ±{total:.1%} ({parts['side']} the forecast; its parts add in "
+        f"quadrature): ±{parts['sample']:.1%} from the pilot's sample of requests (their "
+        f"lengths, TTFTs, failures), ±{parts['speed']:.1%} from the server's speed, "
+        f"±{parts['misfit']:.1%} from the model's misfit on the pilot"
+    )
     if need:
-        row = max(doc["rows"], key=lambda r: r["ours"]["rel_halfwidth"])["ours"]
-        length = max(r["ours"].get("length_halfwidth", 0.0) for r in doc["rows"])
-        speed = (row.get("speed") or {}).get("halfwidth")
-        console.print(
-            f"  the bar is ±{row['rel_halfwidth']:.1%}, ±{length:.1%} of it from the mean "
-            "output length"
-            + (f", ±{speed:.1%} from the server's speed" if speed is not None else "")
-            + f"; ±{goal:.0%} needs a pilot of about {need:,} requests (--pilot {need})"
-        )
+        return text + f"; ±{goal:.0%} needs a pilot of about {need:,} requests (--pilot {need})"
+    what = FLOOR_FROM.get(tgt.get("floor_from") or "", "what a longer pilot does not narrow")
+    return text + (
+        f"; no pilot length reaches ±{goal:.0%}: {what}, not the pilot's size, sets a floor "
+        f"of ±{tgt['floor']:.1%}"
+    )
 
 
 class PilotProgress:

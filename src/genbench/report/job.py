@@ -2,7 +2,7 @@
 
 Rows/s and tokens/s over time per server, each server's up/down timeline (its down
 intervals, with the rows requeued off it), failures by kind over time, where the job was
-headed (elapsed + the live ETA, as the panel computed it) against the plan's bar, and the
+headed (elapsed + rows left at the rate of the last 5 minutes) against the plan's bar, and the
 distributions of latency and length. Same figures, same page, as the run report.
 """
 
@@ -21,7 +21,7 @@ from genbench.generate.runlog import read_runs
 from genbench.report.figures import FAIL_COLOR, Band, Figure, HBar, Series
 from genbench.report.joblog import EDGES, JobHistory, read_job_log
 
-ETA_WINDOW_S = 300.0  # the panel's: generate/progress.py
+ETA_WINDOW_S = 300.0  # from the log's bins (the live panel's ETA is generate/eta.py's)
 
 
 def shard_tags(path: Path) -> list[str | None]:
@@ -170,7 +170,8 @@ def failures_figure(h: JobHistory, ax: _Axis) -> Figure:
 
 
 def eta_figure(h: JobHistory, ax: _Axis, notes: list[dict[str, Any]]) -> Figure:
-    """Where each run was headed (elapsed + ETA, the panel's formula, from the bins)
+    """Where each run was headed (elapsed + rows left at the last 5 minutes' rate, from the
+    bins; simpler than the live panel's ETA, generate/eta.py)
     against the plan's forecast and its bar, in hours of the run."""
     fig = Figure("job_eta", "ETA against the plan", "each run's projected duration (elapsed + "
                  "ETA at the rate of the last 5 minutes); grey: the plan's forecast and its "

@@ -1,0 +1,348 @@
+"""The live ETA's range, replayed over whole jobs: does [elapsed + low, elapsed + high] hold
+the job's final duration, how wide is it, and does "outside the plan" fire on jobs that
+ended inside their plan's bar?
+
+Each job is a sequence of requests (when sent, when ended, on which server), simulated
+here or read from a generate output directory's request log (--logs). The replay feeds
+them, in the order they ended, to generate's own `Progress` on a clock it moves itself,
+and at each progress point from 10% done on reads the snapshot the panel and /metrics
+read (`eta_s`, `eta_lo_s`, `eta_hi_s`) and the plan's verdict (`JobForecast.course`,
+through `JobConsole`'s path) for a plan whose bar holds the job (a plan off by up to
+±7%, its bar ±10%) and, apart, for one that does not (off by 40%).
+
+Simulated jobs (a family of 24, seeded): servers of C streams decode rows whose output
+lengths are lognormal (continuous batching: completions spread out) or all one length
+(every stream ends together: waves of C, as the sim's default lengths and a real
+server's batches); some at a speed that drifts (−25% to +30% over the job) or wanders
+(an AR(1) factor), some with a server down for a while (its in-flight rows sent again
+when it is back); from a minute to three hours.
+
+Run:  .venv/bin/python benchmarks/eta_range.py [--jobs 24] [--sim DIR] [--logs OUT_DIR ...]
+          [--lines STDERR_FILE ...]
+(--sim DIR records three generate jobs on the sim there, once, about a minute each:
+waves of 32, lognormal lengths, a sim killed for 10 s; --logs replays other generate
+output directories; --lines reads what a job's own progress lines said, with the
+estimator it ran.)
+Bars (issue #37): coverage >= 90% of progress points from 10% done, median width <= 30%
+of the final duration, 90th percentile <= 60%, false "outside" <= 5% on jobs inside
+their bar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from genbench.generate.progress import Progress
+from genbench.plan.document import JobForecast
+from genbench.records import RequestRecord, read_records
+
+
+@dataclass
+class Job:
+    name: str
+    ends: list[tuple[float, float, str]]  # (t_end, t_send, server), every row once
+    servers: list[str]
+    down: list[tuple[str, float, float]] = field(default_factory=list)  # (server, from, to)
+
+    @property
+    def final_s(self) -> float:
+        return max(e for e, _, _ in self.ends)
+
+
+def speed_at(kind: str, t: float, horizon: float, rnd: random.Random, state: dict) -> float:
+    """The seconds-per-token factor at t (1: as planned; 1.3: 30% slower)."""
+    if kind == "slower":
+        return 1 + 0.3 * min(t / horizon, 1)
+    if kind == "faster":
+        return 1 - 0.25 * min(t / horizon, 1)
+    if kind == "wander":  # AR(1) in steps of 2% of the job, stationary sd 12%
+        step = int(t / (0.02 * horizon))
+        while state.setdefault("k", 0) < step:
+            state["x"] = 0.8 * state.get("x", 0.0) + rnd.gauss(0, 0.12 * math.sqrt(1 - 0.64))
+            state["k"] += 1
+        return math.exp(state.get("x", 0.0))
+    return 1.0
+
+
+def simulate(name: str, seed: int, rows: int, c: int, n_servers: int, per_token: float,
+             lengths: str, speed: str, down: tuple[float, float] | None) -> Job:  # fmt: skip
+    """C workers per server; a worker sends the next row when its last ends. Waves: every
+    row one length, so a server's C streams end together. `down` (fractions of the
+    planned duration): server 0 stops; its in-flight rows are sent again when back."""
+    rnd = random.Random(seed)
+    servers = [f"s{i}" for i in range(n_servers)]
+    mean_len = 200.0
+    planned = rows / (n_servers * c) * mean_len * per_token
+    state: dict = {}
+
+    def length() -> float:
+        if lengths == "waves":
+            return mean_len
+        return rnd.lognormvariate(math.log(mean_len) - 0.18, 0.6)
+
+    todo = rows
+    heap: list[tuple[float, float, str, int]] = []  # (t_end, t_send, server, worker)
+    for s in servers:
+        for w in range(c):
+            if todo:
+                todo -= 1
+                d = length() * per_token * speed_at(speed, 0.0, planned, rnd, state)
+                heapq.heappush(heap, (d + rnd.uniform(0, 0.002), 0.0, s, w))
+    ends = []
+    d_from, d_to = (down[0] * planned, down[1] * planned) if down else (math.inf, math.inf)
+    while heap:
+        t_end, t_send, s, w = heapq.heappop(heap)
+        if s == servers[0] and t_send < d_to and t_end > d_from:  # lost: sent again when up
+            start = d_to
+        else:
+            ends.append((t_end, t_send, s))
+            if not todo:
+                continue
+            todo -= 1
+            start = t_end + rnd.uniform(0, 0.01)
+            if s == servers[0] and d_from <= start < d_to:
+                start = d_to
+        d = length() * per_token * speed_at(speed, start, planned, rnd, state)
+        heapq.heappush(heap, (start + d + rnd.uniform(0, 0.002), start, s, w))
+    gone = [(servers[0], d_from, d_to)] if down else []
+    return Job(name, ends, servers, gone)
+
+
+def family(count: int) -> list[Job]:
+    """`count` jobs cycling through the shapes; lengths from a minute to hours."""
+    shapes = [  # (lengths, speed, servers, down)
+        ("lognormal", "steady", 1, None), ("waves", "steady", 1, None),
+        ("lognormal", "slower", 1, None), ("waves", "faster", 1, None),
+        ("lognormal", "wander", 2, None), ("waves", "wander", 1, None),
+        ("lognormal", "steady", 4, (0.4, 0.6)), ("waves", "steady", 1, (0.5, 0.6)),
+        ("lognormal", "steady", 1, (0.3, 0.35)), ("waves", "slower", 2, None),
+        ("lognormal", "faster", 2, (0.6, 0.7)), ("lognormal", "steady", 2, None),
+    ]  # fmt: skip
+    jobs = []
+    for i in range(count):
+        lengths, speed, servers, down = shapes[i % len(shapes)]
+        rnd = random.Random(1000 + i)
+        rows = rnd.choice([600, 2000, 6000])
+        c = max(c for c in (4, 8, 16, 32, 64) if rows / (servers * c) >= 15 or c == 4)
+        target = rnd.choice([60.0, 180.0, 900.0, 3600.0, 10800.0])  # seconds, as planned
+        per_token = target / (rows / (servers * c) * 200.0)
+        name = f"{i:02d} {lengths} {speed} x{servers}" + (f" down {down}" if down else "")
+        jobs.append(simulate(name, i, rows, c, servers, per_token, lengths, speed, down))
+    return jobs
+
+
+SIM = ("--tps", "150", "--per-seq-ms", "0.4", "--ttft-ms", "20")
+SIM_JOBS = (  # name, rows, --output-len, seconds into the job the sim is killed (10 s down)
+    ("waves", 800, "fixed:128", None),
+    ("lognormal", 2000, "lognormal:40:0.6", None),
+    ("down", 1200, "lognormal:40:0.6", 20.0),
+)
+
+
+def start_sim(port: int, length: str) -> subprocess.Popen:
+    """`genbench sim` on 127.0.0.1:port, once it answers."""
+    sim = subprocess.Popen([sys.executable, "-m", "genbench", "sim", "--port", str(port),
+                            *SIM, "--output-len", length], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).close()
+            return sim
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def record(work: Path) -> list[Path]:
+    """SIM_JOBS run by `genbench generate` (C = 32, a progress line a second on stderr,
+    kept in work/NAME.err) against the sim, each once (kept in work/NAME: a rerun reads
+    them again); the one with a kill time loses its server for 10 s."""
+    outs = []
+    for name, rows, length, kill in SIM_JOBS:
+        out = work / name
+        outs.append(out)
+        if (out / ".genbench" / "requests.jsonl").exists():
+            continue
+        work.mkdir(parents=True, exist_ok=True)
+        prompts = work / f"prompts-{rows}.jsonl"
+        prompts.write_text("".join(json.dumps({"id": f"q{i}", "messages": [
+            {"role": "user", "content": f"Write item {i}."}]}) + "\n" for i in range(rows)))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        sim = start_sim(port, length)
+        with open(work / f"{name}.err", "w") as err:
+            gen = subprocess.Popen([sys.executable, "-m", "genbench", "generate", "--input",
+                                    str(prompts), "--out", str(out), "--url",
+                                    f"http://127.0.0.1:{port}/v1", "--concurrency", "32",
+                                    "--progress-every", "1"], stdout=subprocess.DEVNULL,
+                                   stderr=err)  # fmt: skip
+            if kill is not None:
+                time.sleep(kill)
+                sim.kill()
+                sim.wait()
+                time.sleep(10)
+                sim = start_sim(port, length)
+            gen.wait()
+        sim.kill()
+        sim.wait()
+        print(f"recorded {name}: generate exit {gen.returncode}", flush=True)
+    return outs
+
+
+def lines(err: Path) -> Points:
+    """What a job's own progress lines said (generate's stderr off a terminal): each
+    line's range against the job's final duration, its last line's elapsed time."""
+    snaps = [json.loads(x) for x in err.read_text().splitlines() if x.startswith('{"event"')]
+    final = snaps[-1]["elapsed_s"]
+    out = Points()
+    for s in snaps:
+        if s["done"] < 0.1 * s["total"] or s["remaining"] == 0:
+            continue
+        lo, hi, el = s["eta_lo_s"], s["eta_hi_s"], s["elapsed_s"]
+        ok = lo is not None and hi is not None
+        out.covered.append(ok and el + lo <= final <= el + hi)
+        out.width.append((hi - lo) / final if ok else math.inf)
+    return out
+
+
+def from_log(out: Path) -> Job:
+    """A generate job's request log: the records that ended a row."""
+    recs = read_records(out / ".genbench" / "requests.jsonl")
+    ended = [r for r in recs if (r.extra or {}).get("outcome") in ("done", "failed")]
+    t0 = min(r.t_send for r in recs if r.t_send)
+    ends = [((r.t_end or r.t_send) - t0, r.t_send - t0, r.server) for r in ended]
+    return Job(f"log {out.name}", ends, sorted({r.server for r in recs}))
+
+
+@dataclass
+class Points:
+    covered: list[bool] = field(default_factory=list)
+    width: list[float] = field(default_factory=list)  # (high - low) / final
+    outside: list[bool] = field(default_factory=list)  # the verdict, plan inside its bar
+    caught: list[bool] = field(default_factory=list)  # the verdict, plan off by 40%
+    late: list[bool] = field(default_factory=list)  # the job ended after the range's high end
+    share: list[float] = field(default_factory=list)  # done / rows at the point
+
+
+def replay(job: Job, seed: int) -> Points:
+    """The job through Progress at 200 progress points, from the first row ending."""
+    now = [0.0]
+    rows = len(job.ends)
+    prog = Progress(rows, 0, 0, job.servers, clock=lambda: now[0])
+    final = job.final_s
+    rnd = random.Random(seed)
+    off = rnd.uniform(-0.07, 0.07)
+    good = JobForecast("p", "pilot", rows, 1, final * (1 + off), final * (1 + off) * 0.9,
+                       final * (1 + off) * 1.1, "b", None)  # fmt: skip
+    bad = JobForecast("p", "pilot", rows, 1, final * 1.4, final * 1.26, final * 1.54, "b", None)
+    ends = sorted(job.ends)
+    step = final / 200
+    out = Points()
+    i = done = 0
+    for k in range(1, 201):
+        now[0] = k * step
+        while i < len(ends) and ends[i][0] <= now[0]:
+            t_end, t_send, s = ends[i]
+            rec = RequestRecord(f"r{i}", server=s, t_send=t_send, t_end=t_end,
+                                completion_tokens=100, extra={"outcome": "done"})  # fmt: skip
+            prog.on_record(rec)
+            prog.on_durable("row", [(f"r{i}", None)])
+            i += 1
+            done += 1
+        states = []
+        for s in job.servers:
+            d = [now[0] - a for srv, a, b in job.down if srv == s and a <= now[0] < b]
+            states.append({"url": s, "state": "down" if d else "up", "down_s": d[0] if d else None,
+                           "in_flight": 0, "concurrency": 1})  # fmt: skip
+        snap = prog.snapshot(states)
+        if done < 0.1 * rows or done >= rows:
+            continue
+        e, lo, hi = snap["eta_s"], snap["eta_lo_s"], snap["eta_hi_s"]
+        el = now[0]
+        out.share.append(done / rows)
+        if lo is None or hi is None:
+            out.covered.append(False)
+            out.width.append(math.inf)
+        else:
+            out.covered.append(el + lo <= final <= el + hi)
+            out.late.append(final > el + hi)
+            out.width.append((hi - lo) / final)
+        out.outside.append(good.course(el, e, lo, hi)["verdict"] == "outside")
+        out.caught.append(bad.course(el, e, lo, hi)["verdict"] == "outside")
+    return out
+
+
+def pct(xs: list[bool]) -> str:
+    return f"{100 * sum(xs) / len(xs):5.1f}%" if xs else "   - "
+
+
+def quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else math.nan
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=24)
+    ap.add_argument("--logs", type=Path, nargs="*", default=[],
+                    help="generate output directories: their request logs replayed")
+    ap.add_argument("--sim", type=Path, default=None,
+                    help="record three generate jobs on the sim here (once), and replay them")
+    ap.add_argument("--lines", type=Path, nargs="*", default=[],
+                    help="generate's stderr: its JSON progress lines, as printed")  # fmt: skip
+    a = ap.parse_args()
+    t = time.perf_counter()
+    logs = list(a.logs)
+    if a.sim is not None:
+        logs += record(a.sim)
+        a.lines = list(a.lines) + [a.sim / f"{name}.err" for name, *_ in SIM_JOBS]
+    jobs = family(a.jobs) + [from_log(p) for p in logs]
+    print(f"load average {os.getloadavg()[0]:.2f}; {len(jobs)} jobs")
+    print(f"{'job':44} {'final':>9} {'covered':>8} {'width p50':>9} {'p90':>7} "
+          f"{'false out':>9} {'caught':>7}")  # fmt: skip
+    every = Points()
+    alarmed = 0
+    for n, job in enumerate(jobs):
+        p = replay(job, n)
+        every.covered += p.covered
+        every.width += p.width
+        every.outside += p.outside
+        every.caught += p.caught
+        every.share += p.share
+        alarmed += any(p.outside)
+        print(f"{job.name:44} {job.final_s:8.0f}s {pct(p.covered):>8} "
+              f"{quantile(p.width, 0.5):9.2f} {quantile(p.width, 0.9):7.2f} "
+              f"{pct(p.outside):>9} {pct(p.caught):>7}", flush=True)  # fmt: skip
+    print(f"{'all':44} {'':9} {pct(every.covered):>8} {quantile(every.width, 0.5):9.2f} "
+          f"{quantile(every.width, 0.9):7.2f} {pct(every.outside):>9} {pct(every.caught):>7}")
+    print(f"({len(every.covered)} progress points; {time.perf_counter() - t:.1f} s)")
+    print(f"jobs with any false 'outside': {alarmed} of {len(jobs)}; width p50 (p90) by share "
+          "done: " + ", ".join(
+              f"{a:.0%}-{b:.0%} {quantile(w, 0.5):.2f} ({quantile(w, 0.9):.2f})"
+              for a, b in ((0.1, 0.4), (0.4, 0.7), (0.7, 1.0))
+              for w in [[x for x, f in zip(every.width, every.share, strict=True)
+                         if a <= f < b]]))  # fmt: skip
+    for err in a.lines:
+        p = lines(err)
+        print(f"{'lines ' + err.name:44} {'':9} {pct(p.covered):>8} "
+              f"{quantile(p.width, 0.5):9.2f} {quantile(p.width, 0.9):7.2f}  "
+              f"({len(p.covered)} progress lines, as the job printed them)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

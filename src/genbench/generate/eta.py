@@ -1,0 +1,281 @@
+"""The live ETA and its range, from when the job's rows ended.
+
+A server finishes requests in waves: requests sent together with like lengths end
+together (the sim's default lengths; a real server's batches). A rate over a window of
+time then depends on how many waves the window happens to hold, and the ETA swings with
+every wave. Here the rate is measured between *the ends of clusters* of completions
+(completions closer together than half the gap a random moment falls in, its lower
+quartile, are one cluster), so
+that a window always holds whole waves: periodic waves give the exact rate at any moment,
+and completions that spread out (continuous batching) are clusters of one or two.
+
+* The rate: rows between two cluster ends over the time between them, over the last
+  half of the job's history since its first cluster (at least WINDOW_CLUSTERS clusters;
+  the start-up before the first rows end is left out, it is no part of the rate).
+* The ETA: the last cluster's time, plus the rows left at that rate, plus the tail (the
+  last C requests end when the longest of them does, not at the mean: the quantile
+  C/(C + 1) of the durations seen, less their mean, C from Little's law), less now.
+  While nothing ends for longer than the longest gap seen between clusters, that time
+  is lost time and the ETA stops falling (a stall, a server down).
+* The range: the rate in up to PARTS stretches of the same window, their boundaries at
+  cluster ends, fitted by the plan's model of the server's speed (`SpeedWander`: scatter
+  that averages out, wander that does not) and carried over the time left; the tail
+  from none to the quantile 1 − 1/(4C). Two more parts widen it where the job's own
+  history says too little: where the stretches' rates have a clear trend (its slope past
+  its 95% band), the rate the line reaches halfway through the time left (no further
+  ahead than the history is long); and, in quadrature with the speed's half-width,
+  UNSEEN × left / (left + history): speed that changes more slowly than what has been
+  seen (a server that slows down over hours), 15% at the start, nothing at the end,
+  the live counterpart of the plan's --speed-drift. It narrows as the job goes: less is
+  left to be wrong about. benchmarks/eta_range.py measures it (benchmarks/README.md).
+
+Memory is bounded: at most MAX_POINTS completion points (every other one is dropped
+when full, and later ones are kept at that spacing) and the last DURATIONS durations.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from genbench.generate.wander import SpeedWander
+from genbench.stats import t_975
+
+MAX_POINTS = 1024
+DURATIONS = 2000
+PARTS = 10  # stretches the range is fitted to
+WINDOW_CLUSTERS = 20  # the rate's window holds at least this many clusters, where there are
+UNSEEN = 0.15  # speed change the job has not shown yet, relative, at the start (see above)
+FEW = 5  # with fewer cluster ends, the job's start is taken as one (every stream started)
+STALL = 4.0  # a gap between clusters this many times the usual one is a stall: lost time
+MERGE = 0.5  # completions closer than this × the felt gap (felt_gap) are one cluster
+SLOWEST = 0.05  # a rate range past −95% is held there (the ETA's upper end stays finite)
+
+
+@dataclass(frozen=True, slots=True)
+class Eta:
+    """Seconds left, and their 95% range (None while too little is known)."""
+
+    seconds: float
+    lo_s: float | None = None
+    hi_s: float | None = None
+
+    @property
+    def err_s(self) -> float | None:
+        """Half the range: the '±' of the panel."""
+        return None if self.lo_s is None or self.hi_s is None else (self.hi_s - self.lo_s) / 2
+
+
+class Completions:
+    """When the job's rows ended (time, rows ended so far), thinned to MAX_POINTS, and the
+    durations of its recent requests."""
+
+    def __init__(self) -> None:
+        self.t: list[float] = []
+        self.c: list[float] = []
+        self.count = 0.0
+        self.requests = 0  # every request that ended, rows ended by it or not
+        self.events = 0
+        self.every = 1  # keep one event in `every`
+        self.last: tuple[float, float] | None = None
+        self.durations: deque[float] = deque(maxlen=DURATIONS)
+
+    def add(self, t_end: float, units: int, duration: float | None) -> None:
+        """One request ended at t_end (records arrive nearly in order: a late one is
+        counted at the latest time seen); `units` rows ended with it."""
+        self.requests += 1
+        if duration is not None and duration >= 0:
+            self.durations.append(duration)
+        if units <= 0:
+            return
+        t = max(t_end, self.last[0]) if self.last else t_end
+        self.count += units
+        self.last = (t, self.count)
+        self.events += 1
+        if self.events % self.every:
+            return
+        self.t.append(t)
+        self.c.append(self.count)
+        if len(self.t) >= MAX_POINTS:
+            self.t, self.c = self.t[1::2], self.c[1::2]
+            self.every *= 2
+
+    def points(self) -> tuple[list[float], list[float]]:
+        """The kept points, the last completion always among them."""
+        if self.last is None:
+            return [], []
+        if self.t and self.t[-1] == self.last[0] and self.c[-1] == self.last[1]:
+            return self.t, self.c
+        return self.t + [self.last[0]], self.c + [self.last[1]]
+
+
+def cluster_ends(
+    t: list[float], c: list[float], now: float | None = None
+) -> list[tuple[float, float]]:
+    """(time, rows so far) at the last completion of each cluster: completions closer
+    than MERGE × the felt gap are one cluster (a wave). With `now`, a last cluster that
+    may still be forming (its last row within that of now) is left out."""
+    n = len(t)
+    if n < 2:
+        return list(zip(t, c, strict=True))
+    thr = MERGE * felt_gap([b - a for a, b in zip(t, t[1:], strict=False)])
+    ends = [(t[i], c[i]) for i in range(n - 1) if t[i + 1] - t[i] > thr]
+    if ends and now is not None and now - t[-1] <= thr:
+        return ends
+    return ends + [(t[-1], c[-1])]
+
+
+def felt_gap(gaps: list[float]) -> float:
+    """The gap between completions a moment picked at random falls in, its lower quartile:
+    a wave's rows arrive milliseconds apart and the waves seconds apart, so most gaps are
+    the small ones, but most of the time is spent in the large ones; the quartile, not the
+    median, so that a server down for as long as it was up does not make the whole
+    history one gap."""
+    g = sorted(gaps)
+    quarter, acc = sum(g) / 4, 0.0
+    for x in g:
+        acc += x
+        if acc >= quarter:
+            return x
+    return 0.0
+
+
+def usual_gap(gaps: list[float]) -> float:
+    """The 90th percentile of the gaps between clusters: a gap far past it is a stall."""
+    g = sorted(gaps)
+    return g[min(len(g) - 1, int(0.9 * len(g)))] if g else 0.0
+
+
+def window(ends: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The cluster ends of the rate's window: the last half of the history, or the last
+    WINDOW_CLUSTERS clusters where the half holds fewer."""
+    t_first, t_last = ends[0][0], ends[-1][0]
+    start = t_last - (t_last - t_first) / 2
+    i = next(k for k, (t, _) in enumerate(ends) if t >= start)
+    return ends[max(0, min(i, len(ends) - 1 - WINDOW_CLUSTERS)) :]
+
+
+def stretches(
+    ends: list[tuple[float, float]], parts: int, stall: float = math.inf
+) -> tuple[list[float], float]:
+    """The rate in up to `parts` stretches of the window, each between two cluster ends
+    nearest equal times, and the seconds one spans on average; a gap between clusters
+    longer than `stall` counts as `stall` (the rest is lost time, not speed)."""
+    m = min(parts, len(ends) - 1)
+    if m < 3:
+        return [], 0.0
+    times = [t for t, _ in ends]
+    t0, span, last = times[0], times[-1] - times[0], len(ends) - 1
+    idx = [0]
+    for j in range(1, m):
+        goal = t0 + span * j / m
+        k = bisect.bisect_left(times, goal, idx[-1] + 1, last)
+        if k > idx[-1] + 1 and goal - times[k - 1] < times[k] - goal:
+            k -= 1  # the nearer of the two around the goal
+        if k < last:
+            idx.append(k)
+    idx.append(last)
+    lost = [0.0]  # lost[k]: the stall time before cluster end k
+    for a, b in zip(times, times[1:], strict=False):
+        lost.append(lost[-1] + max(b - a - stall, 0.0))
+    busy = [(times[b] - times[a] - (lost[b] - lost[a]), ends[b][1] - ends[a][1])
+            for a, b in zip(idx, idx[1:], strict=False)]  # fmt: skip
+    rates = [rows / s for s, rows in busy if s > 0]
+    return rates, span / max(len(rates), 1)
+
+
+def residual_quantiles(durations: deque[float], n: float, probs: tuple[float, ...]) -> list[float]:
+    """Quantiles of the longest of `n` requests in flight, each with the time left of a
+    request caught at a random moment (the equilibrium residual: long requests are more
+    often in flight, P(R > x) = Σ max(d − x, 0) / Σ d over the durations d seen); for
+    each p, the x with P(longest ≤ x) = p."""
+    d = sorted(durations, reverse=True)
+    total = sum(d)
+    if len(d) < 10 or n < 1 or total <= 0:
+        return [0.0 for _ in probs]
+    out = []
+    for p in probs:
+        goal = (1 - p ** (1 / n)) * total  # Σ max(d − x, 0) at the quantile
+        acc, k = 0.0, 0  # Σ over the k longest of (d_i − x) = acc − k·x
+        x = 0.0
+        for k, di in enumerate(d, start=1):
+            acc += di
+            nxt = d[k] if k < len(d) else 0.0
+            if acc - k * nxt >= goal:
+                x = (acc - goal) / k
+                break
+        out.append(max(x, 0.0))
+    return out
+
+
+def estimate(done: Completions, remaining: int, now: float, t0: float = 0.0) -> Eta | None:
+    """Seconds left and their 95% range, from the completions so far (see the module's
+    docstring). None before two clusters have ended."""
+    if remaining <= 0:
+        return Eta(0.0, 0.0, 0.0)
+    ends = cluster_ends(*done.points(), now)
+    if 0 < len(ends) < FEW and ends[0][0] > t0:  # a few waves: the start is one's start
+        ends = [(t0, 0.0), *ends]
+    if len(ends) < 2:
+        return None
+    win = window(ends)
+    (t_a, c_a), (t_b, c_b) = win[0], win[-1]
+    if t_b <= t_a or c_b <= c_a:
+        return None
+    remaining += round(done.count - c_b)  # the rows of a cluster still forming: from t_b
+    gaps = [b[0] - a[0] for a, b in zip(win, win[1:], strict=False)]
+    usual = usual_gap(gaps)
+    lost = sum(g - usual for g in gaps if g > STALL * usual)  # stalls: nothing ended
+    rate = (c_b - c_a) / max(t_b - t_a - lost, 1e-9)
+    gap = max(g for g in gaps if g <= STALL * usual)
+    per_row = done.requests / done.count if done.count else 1.0
+    mean_d = sum(done.durations) / len(done.durations) if done.durations else 0.0
+    in_flight = mean_d * rate * per_row  # Little's law: requests in flight
+    last = min(in_flight / per_row, remaining)  # rows the tail finishes
+    q_lo, q_mid = residual_quantiles(done.durations, last * per_row, (0.025, 0.5))
+    # the high end: the longest of all C that were in flight at the last send (the rows
+    # still running at the end are the long ones among them)
+    (q_hi,) = residual_quantiles(done.durations, in_flight, (0.975,))
+    if q_mid <= 0:
+        last = 0.0
+    # nothing ended for longer than the longest usual gap: lost time (not in the tail,
+    # where the last requests end further and further apart)
+    t_seen = done.last[0] if done.last else t_b
+    stall = max(0.0, now - max(t_seen, t_b) - gap) if remaining > last else 0.0
+    bulk = (remaining - last) / rate
+    base = t_b + stall - now
+    point = max(base + bulk + q_mid, 0.0)
+    parts, part_s = stretches(win, PARTS, STALL * usual)
+    if len(parts) < 3:
+        return Eta(point)
+    h = SpeedWander.fit(parts, part_s).job(bulk + q_mid).halfwidth
+    unseen = UNSEEN * bulk / (bulk + ends[-1][0] - ends[0][0])
+    h = math.hypot(h, unseen)
+    drift = trend(stretches(ends, PARTS, STALL * usual), ends[-1][0], bulk, rate)
+    lo = base + bulk / max(1 + h, drift) + q_lo - usual
+    hi = base + bulk / max(min(1 - h, drift), SLOWEST) + q_hi + gap
+    return Eta(point, min(max(lo, 0.0), point), max(hi, point))
+
+
+def trend(parts: tuple[list[float], float], t_last: float, left: float,
+          rate: float) -> float:  # fmt: skip
+    """Where the job's trend so far takes the rate, relative to the rate used: a line
+    through its stretches' rates over the whole history, taken halfway through the time
+    left but no further ahead than the history is long, where its slope is clear of the
+    stretches' scatter (95%); 1 where it is not. A server that has been slowing down all
+    along is likely to go on, and the range reaches that far."""
+    rates, part_s = parts
+    m = len(rates)
+    if m < 4 or part_s <= 0 or rate <= 0:
+        return 1.0
+    xs = [t_last - part_s * (m - i - 0.5) for i in range(m)]
+    mx, my = sum(xs) / m, sum(rates) / m
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, rates, strict=True)) / sxx
+    resid = sum((y - my - slope * (x - mx)) ** 2 for x, y in zip(xs, rates, strict=True))
+    if abs(slope) <= t_975(m - 2) * math.sqrt(resid / (m - 2) / sxx):
+        return 1.0
+    x0 = t_last + min(left, part_s * m) / 2
+    return max(my + slope * (x0 - mx), 0.0) / rate

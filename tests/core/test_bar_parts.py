@@ -1,0 +1,83 @@
+"""The plan's bar as it is shown: its parts (the pilot's sample, the server's speed, the
+model's misfit) add in quadrature to the bar exactly, none is larger than the whole, the
+model check shows the calibrated replay its percentage is measured on, and the pilot
+size advice says when the misfit, not the pilot, sets the floor."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from rich.console import Console
+from test_plan_math import model
+
+from genbench.plan import SpeedWander, forecast, pilot_size_for
+from genbench.plan.from_pilot import _pilot_size, _wall
+from genbench.plan.render import _bar_parts, _model_check
+
+pytestmark = pytest.mark.core
+
+
+def test_the_pilot_size_keeps_the_floor_a_pilot_cannot_narrow():
+    # ±10% that narrows as 1/√K at K = 100; a floor of ±3% in quadrature leaves
+    # √(0.05² − 0.03²) = 0.04 for the pilot's part: 100 · (0.10 / 0.04)² = 625
+    assert pilot_size_for(0.10, 100, 0.05, floor=0.03) == 625
+    assert pilot_size_for(0.10, 100, 0.05, floor=0.0) == 400  # as before without a floor
+    assert pilot_size_for(0.10, 100, 0.05, floor=0.05) is None  # the floor is the target
+    assert pilot_size_for(0.01, 100, 0.05, floor=0.106) is None  # the misfit alone is wider
+
+
+def test_the_bars_parts_add_up_to_the_bar_in_quadrature():
+    # the constructed pilot (test_plan_math.model): every request alike, so the bootstrap
+    # adds nothing; the misfit is the calibrated replay's −20%; the speed from 4 stretches
+    stretches = [1.0, 1.2, 1.1, 1.3]
+    (f,) = forecast(model(stretches, 0.5), [(8, 1)], boot=2)
+    parts = f.parts
+    assert parts is not None and parts.side == "above"  # p/(1 − h) − p > p − p/(1 + h)
+    assert parts.sample == 0.0 and parts.misfit == pytest.approx(0.2, rel=1e-12)
+    h = SpeedWander.fit([1 / x for x in stretches], 0.5).job(f.seconds).halfwidth
+    assert parts.speed == pytest.approx(1 / (1 - h) - 1, rel=1e-12)
+    assert parts.total == pytest.approx(f.rel_halfwidth, rel=1e-12)
+    assert max(parts.sample, parts.speed, parts.misfit) <= f.rel_halfwidth
+    # what a longer pilot narrows and what it does not, together the whole again
+    assert math.hypot(parts.scales, parts.floor) == pytest.approx(f.rel_halfwidth, rel=1e-12)
+    assert parts.floor >= parts.misfit
+
+
+def test_a_misfit_wider_than_the_target_is_named_as_the_floor():
+    (f,) = forecast(model(), [(8, 1)], boot=3)  # the bar is the misfit's ±20% alone
+    size = _pilot_size(f, 2, 0.05)
+    assert size["pilot_size_for_5pct"] is None
+    tgt = size["pilot_size_for_target"]
+    assert tgt["requests"] is None and tgt["floor_from"] == "misfit"
+    assert tgt["floor"] == pytest.approx(0.2, rel=1e-12)
+    text = _bar_parts(f.rel_halfwidth, _wall(f)["parts"], tgt)
+    assert text.startswith("the bar is ±20.0% (above the forecast; its parts add in quadrature)")
+    assert "±0.0% from the pilot's sample of requests" in text
+    assert "±20.0% from the model's misfit on the pilot" in text
+    assert text.endswith(
+        "no pilot length reaches ±5%: the model's misfit on the pilot, not the pilot's "
+        "size, sets a floor of ±20.0%"
+    )
+
+
+def test_without_a_floor_the_advice_is_a_pilot_length():
+    tgt = {"target": 0.05, "requests": 1096, "floor": 0.01, "floor_from": None}
+    parts = {"side": "below", "sample": 0.10, "speed": 0.006, "misfit": 0.01}
+    text = _bar_parts(math.hypot(0.10, 0.006, 0.01), parts, tgt)
+    assert text.startswith("the bar is ±10.1% (below the forecast")
+    assert text.endswith("; ±5% needs a pilot of about 1,096 requests (--pilot 1096)")
+
+
+def test_the_model_check_shows_the_calibrated_replay_its_misfit_is_measured_on():
+    # model(): the replay takes 8 s, calibrated × 1.25 (the pilot's last send at 5 s, the
+    # replay's at 4 s) to 10 s, against the pilot's 12.5 s: 10 / 12.5 − 1 = −20%
+    rep = model().describe()["replay"]
+    assert rep["calibrated_s"] == 10.0 and rep["error"] == pytest.approx(-0.2)
+    console = Console(width=300, record=True)
+    console.print(_model_check(rep))
+    line = console.export_text().strip()
+    assert line == (
+        "replaying the pilot gives 8.0 s, calibrated to the pilot's sending 10.0 s, against "
+        "12.5 s measured (-20.0%: the model's misfit, a part of the bar)"
+    )

@@ -1,0 +1,147 @@
+"""The live ETA (generate/eta.py) on constructed sequences of completions: waves do not
+swing it, a stall is lost time and then left out of the rate, a clear trend widens the
+range towards it, the range narrows as the job goes, the tail of the last requests is
+the longest of them, and memory stays bounded."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from genbench.generate import eta as E
+from genbench.generate.eta import Completions, cluster_ends, estimate, residual_quantiles
+
+pytestmark = pytest.mark.core
+
+
+def waves(period: float, size: int, count: int, jitter: float = 0.002) -> Completions:
+    """`count` waves of `size` rows, every `period` s from the start (each request one
+    wave long, sent as the last ended), the rows of a wave `jitter` s apart."""
+    done = Completions()
+    for w in range(1, count + 1):
+        for k in range(size):
+            done.add(w * period + k * jitter, 1, period)
+    return done
+
+
+def test_waves_give_one_finish_whatever_the_moment_between_them():
+    # 10 waves of 32 every 2 s (the last row of the 10th at 20.062 s), 1,024 rows: 22
+    # waves more, done at 64.062 s; the estimate: 20.062 + (704 − 32) / 16 rows/s, and
+    # the last 32 end when the longest of them does (each has U(0, 2) s left when caught:
+    # the median of the longest, 2 · 0.5^(1/32) = 1.957 s), whenever the ETA is asked
+    done = waves(2.0, 32, 10)
+    finishes = []
+    for now in (20.1, 20.5, 21.0, 21.5, 21.99):
+        e = estimate(done, 1024 - 320, now)
+        assert e is not None and e.lo_s is not None and e.hi_s is not None
+        finishes.append(now + e.seconds)
+        assert now + e.lo_s <= 64.062 <= now + e.hi_s
+    assert max(finishes) - min(finishes) < 1e-9  # no swing between waves
+    assert finishes[0] == pytest.approx(20.062 + 672 / 16 + 2 * 0.5 ** (1 / 32), rel=1e-9)
+
+
+def test_completions_of_a_wave_are_one_cluster_and_the_window_the_last_half():
+    done = waves(2.0, 32, 10)
+    ends = cluster_ends(*done.points())
+    assert len(ends) == 10 and [c for _, c in ends] == [32.0 * w for w in range(1, 11)]
+    assert E.window(ends) == ends  # fewer than WINDOW_CLUSTERS: all of them
+    # 100 clusters, one a second: the last half of the history, from 49.5 s on
+    assert E.window([(float(t), float(t)) for t in range(100)])[0] == (50.0, 50.0)
+    # 30: the last half holds 15, fewer than 20: the last 20 intervals
+    assert len(E.window([(float(t), float(t)) for t in range(30)])) == E.WINDOW_CLUSTERS + 1
+
+
+def test_a_stall_is_lost_time_and_then_left_out_of_the_rate():
+    # 10 rows/s for 60 s (one row every 0.1 s), then nothing for 30 s
+    done = Completions()
+    for i in range(1, 601):
+        done.add(i * 0.1, 1, 1.0)
+    before = estimate(done, 400, 60.0)
+    assert before is not None
+    # while nothing ends: the usual gap (0.1 s) passes, then the ETA stops falling
+    during = [estimate(done, 400, now) for now in (60.1, 70.0, 90.0)]
+    finish = [now + e.seconds for now, e in zip((60.1, 70.0, 90.0), during, strict=True)]
+    assert finish[0] == pytest.approx(60.0 + before.seconds, abs=0.01)
+    assert finish[2] - finish[1] == pytest.approx(20.0, abs=1e-6)  # slides 1:1 with time
+    # rows end again from 90 s at the old rate: the 30 s are not counted as slow speed
+    for i in range(1, 101):
+        done.add(90.0 + i * 0.1, 1, 1.0)
+    after = estimate(done, 300, 100.0)
+    assert after is not None and after.seconds == pytest.approx(300 / 10.0, rel=0.02)
+
+
+def test_a_rate_falling_all_along_widens_the_range_towards_slower():
+    # the rate falls from 10 to 5 rows/s over 100 s: the trend is clear; the high end
+    # reaches what the line says of the rate halfway through the time left
+    done, t, rng = Completions(), 0.0, random.Random(1)
+    while t < 100:
+        t += 1 / (10 - 5 * t / 100) * rng.uniform(0.9, 1.1)
+        done.add(t, 1, 1.0)
+    rows = round(done.count)
+    steady = Completions()
+    for i in range(1, rows + 1):
+        steady.add(i * t / rows, 1, 1.0)
+    e, s = estimate(done, 2000, t), estimate(steady, 2000, t)
+    assert e is not None and s is not None and e.hi_s is not None and s.hi_s is not None
+    assert E.trend(E.stretches(cluster_ends(*done.points()), 10), t, 300.0, 6.0) < 1
+    assert (e.hi_s - e.seconds) > 2 * (e.seconds - e.lo_s)  # reaches towards slower
+    assert e.hi_s / e.seconds > s.hi_s / s.seconds
+
+
+def test_the_range_narrows_as_the_job_goes():
+    # 5,000 rows at 20 rows/s with a little scatter: the range, over the final duration,
+    # is narrower at 80% done than at 20%, and holds the end at both
+    rng = random.Random(2)
+    ends = sorted(rng.uniform(0, 250) for _ in range(5000))
+    widths = []
+    for share in (0.2, 0.5, 0.8):
+        done = Completions()
+        k = int(share * 5000)
+        for x in ends[:k]:
+            done.add(x, 1, 1.0)
+        e = estimate(done, 5000 - k, ends[k - 1])
+        assert e is not None and e.lo_s is not None and e.hi_s is not None
+        assert ends[k - 1] + e.lo_s <= 250 + 1 and ends[k - 1] + e.hi_s >= ends[-1]
+        widths.append((e.hi_s - e.lo_s) / 250)
+    assert widths[0] > widths[1] > widths[2]
+    assert widths[0] < 0.6
+
+
+def test_the_tail_is_the_longest_of_the_requests_in_flight():
+    # every request 10 s: caught at a random moment one has U(0, 10) s left, and the
+    # longest of n has P(≤ x) = (x / 10)^n: x = 10 · p^(1/n)
+    d = E.deque([10.0] * 50)
+    got = residual_quantiles(d, 8, (0.025, 0.5, 0.975))
+    assert got == pytest.approx([10 * p ** (1 / 8) for p in (0.025, 0.5, 0.975)], rel=1e-9)
+    assert residual_quantiles(E.deque([10.0] * 5), 8, (0.5,)) == [0.0]  # too few to say
+    # a long request among short ones is more often the one still running
+    skew = E.deque([1.0] * 90 + [50.0] * 10)
+    (q,) = residual_quantiles(skew, 4, (0.5,))
+    assert q > 10.0
+
+
+def test_before_two_clusters_there_is_no_eta_and_with_few_waves_the_start_counts():
+    done = Completions()
+    assert estimate(done, 10, 1.0) is None
+    done.add(5.0, 32, 5.0)
+    e = estimate(done, 100, 5.5)  # one wave: the start (every stream sent) is a cluster end
+    assert e is not None and e.seconds == pytest.approx(100 / (32 / 5.0) - 0.5)
+    assert e.lo_s is None  # too few stretches for a range
+    assert estimate(done, 0, 6.0) == E.Eta(0.0, 0.0, 0.0)
+
+
+def test_memory_is_bounded_and_the_last_completion_kept():
+    done = Completions()
+    for i in range(3 * E.MAX_POINTS):
+        done.add(i * 0.01, 1, None)
+    t, c = done.points()
+    assert len(t) < E.MAX_POINTS + 1 and t[-1] == pytest.approx((3 * E.MAX_POINTS - 1) * 0.01)
+    assert c[-1] == 3 * E.MAX_POINTS and done.every == 4
+    e = estimate(done, 1000, t[-1])
+    assert e is not None and e.seconds == pytest.approx(1000 / 100.0, rel=0.01)
+    late = Completions()
+    late.add(2.0, 1, 1.0)
+    late.add(1.5, 1, 1.0)  # a record that arrives late counts at the latest time seen
+    assert late.points() == ([2.0, 2.0], [1.0, 2.0]) and not math.isnan(late.count)

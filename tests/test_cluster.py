@@ -220,6 +220,6 @@ def test_the_plan_writes_a_slurm_array_and_a_valid_indexed_job_manifest(tmp_path
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "FILL_IN_PVC"
     script = (jobs / "genbench-array.sbatch").read_text()
     for line in ("#SBATCH --array=0-7", "#SBATCH --requeue", "--partition=FILL_IN_PARTITION",
-                 "FLAGS=(--max-tokens 4096)", "--shard auto"):  # fmt: skip
+                 "FLAGS=(--max-tokens 4096)", "--shard auto/8 "):  # fmt: skip
         assert line in script
     assert subprocess.run(["bash", "-n", str(jobs / "genbench-array.sbatch")]).returncode == 0

@@ -71,3 +71,21 @@ def test_a_missing_or_inconsistent_environment_is_one_line():
     assert "not a range" in refused(irregular)
     assert "says 3 shards" in refused(slurm(0, 3), "auto/2")
     assert "expected i/N" in refused({}, "2/1")
+
+
+def test_some_tasks_of_the_plans_array_resubmitted_keep_their_shares():
+    """`sbatch --array=1,3` (what `genbench merge` names) of the plan's `--shard auto/4`
+    script: Slurm counts only the 2 resubmitted tasks, so the task id is the share."""
+    subset = {"SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_MIN": "1",
+              "SLURM_ARRAY_TASK_MAX": "3", "SLURM_ARRAY_TASK_STEP": "1"}  # fmt: skip
+    for task in (1, 3):
+        env = {**subset, "SLURM_ARRAY_TASK_ID": str(task)}
+        assert auto(env, "auto/4") == ShardSpec(task + 1, 4)
+        assert auto(env, "auto/4").source == f"SLURM_ARRAY_TASK_ID={task} of --shard auto/4"
+    one = {**subset, "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "1"}  # --array=1
+    assert auto(one, "auto/4") == ShardSpec(2, 4)
+    assert auto(slurm(2, 4), "auto/4") == ShardSpec(3, 4)  # the whole array, as before
+    assert "not a task of 4" in refused({**one, "SLURM_ARRAY_TASK_ID": "4"}, "auto/4")
+    assert "says 1 shard (" in refused({"RANK": "0", "WORLD_SIZE": "1"}, "auto/2")
+    no_max = {k: v for k, v in slurm(1, 3, step=0).items() if k != "SLURM_ARRAY_TASK_MAX"}
+    assert "SLURM_ARRAY_TASK_MAX=unset" in refused(no_max)

@@ -60,8 +60,9 @@ def sbatch_script(tasks: int, why: str, input: str, flags: list[str]) -> str:
 # genbench generate as a Slurm array, written by `genbench plan --job-files` (docs/cluster.md).
 # {tasks} tasks = {why}.
 # Each task is one client and one engine; task i takes the ids of --shard i+1/{tasks}
-# (--shard auto reads SLURM_ARRAY_TASK_ID), into one directory on a shared file system.
-# A requeued task (scontrol requeue, a node failure) keeps its id and resumes its share.
+# (--shard auto/{tasks} reads SLURM_ARRAY_TASK_ID), into one directory on a shared file system.
+# A requeued task (scontrol requeue, a node failure) keeps its id and resumes its share;
+# some tasks resubmitted (sbatch --array=1,4 this script) take the shares of those ids.
 #SBATCH --job-name=genbench
 #SBATCH --array=0-{tasks - 1}
 #SBATCH --requeue
@@ -96,7 +97,7 @@ else
   exit 2
 fi
 
-exec "$GENBENCH" generate --input "$INPUT" --out "$OUT" --shard auto "${{SERVER[@]}}" \\
+exec "$GENBENCH" generate --input "$INPUT" --out "$OUT" --shard auto/{tasks} "${{SERVER[@]}}" \\
   "${{FLAGS[@]}}"
 """
 

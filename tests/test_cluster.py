@@ -158,6 +158,7 @@ def test_a_directory_of_two_schemes_is_found_doubled_and_merged_into_one(quick, 
     assert "two shard schemes (no shards (one client) and 2 shards" in line
     p = merge(str(out))
     assert p.returncode == 1 and "doubled: 10 ids (" in p.stdout and "10 extra copies" in p.stdout
+    assert "(two shard schemes: no shards (one client) and 2 shards (--shard i/2)," in p.stdout
     i = genbench("inspect", str(out), "--save", str(tmp_path / "inspect.json"))
     assert "34 rows in" in i.stdout and "10 rows repeat an id read before" in i.stdout, i.stdout
     assert json.loads((tmp_path / "inspect.json").read_text())["repeated_ids"]["rows"] == 10
@@ -176,6 +177,47 @@ def test_a_directory_of_two_schemes_is_found_doubled_and_merged_into_one(quick, 
         r = gen(inp, new, quick.url, "--shard", s)
         assert r.returncode == 0 and "every row is already done" in r.stdout, r.stdout
     assert refusal(gen(inp, new, quick.url)).count("2 shards") == 1
+
+
+def hand_made(out: Path, params: list[dict[str, int]]) -> list[str]:
+    """A directory of len(params) shards, as its tasks left it (job files naming the input
+    relatively, each with its own params): every id of in.jsonl once."""
+    n = len(params)
+    ids = [f"r{i}" for i in range(12)]
+    write_rows(out.parent / "in.jsonl", prompts(12))
+    (out / ".genbench").mkdir(parents=True)
+    (out / ".genbench" / "shards.json").write_text(json.dumps({"shards": n}))
+    for i, ps in enumerate(params, 1):
+        job = {"params": ps, "input": "in.jsonl", "shard": f"{i}of{n}", "format": "jsonl"}
+        (out / ".genbench" / f"job-{i}of{n}.json").write_text(json.dumps(job))
+        mine = [r for r in ids if ShardSpec(i, n).owns(r)]
+        write_rows(out / f"data-{i}of{n}-00000.jsonl", [{"id": r} for r in mine])
+    return ids
+
+
+def test_merge_refuses_in_one_line_before_writing_and_names_shards_of_other_settings(tmp_path):
+    """The input the job files name is found from the job's directory, else one line names
+    the job file; --shards without --out, an --out that is a file or inside the source are
+    refused before anything is written; shards run with other flags are named."""
+    out = tmp_path / "out"
+    ids = hand_made(out, [{"max_tokens": 20}, {}])
+    p = genbench("merge", "out", cwd=tmp_path)
+    assert p.returncode == 0 and "every input id exactly once: 12 of 12" in p.stdout, p.stderr
+    assert 'different settings (params: job-1of2.json {"max_tokens":20}, job-2of2.json {})' \
+        in p.stdout
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    line = refusal(genbench("merge", str(out), cwd=elsewhere))
+    assert "the input its job file names (in.jsonl, in " in line and "give --input" in line
+    assert "re-shards into a new directory" in refusal(merge(str(out), "--shards", "3"))
+    (tmp_path / "file").write_text("x")
+    line = refusal(genbench("merge", "out", "--out", "file", "--shards", "3", cwd=tmp_path))
+    assert "exists and is not a directory" in line
+    line = refusal(genbench("merge", "out", "--out", "out/sub", cwd=tmp_path))
+    assert "inside out" in line and not (out / "sub").exists()
+    p = genbench("merge", "out", "--out", "new", "--shards", "3", cwd=tmp_path)
+    assert p.returncode == 0 and "note: out: the shards ran with different settings" in p.stdout
+    assert_exactly_once(tmp_path / "new", ids)
 
 
 # -- --shard auto and the plan's job files ---------------------------------------------------

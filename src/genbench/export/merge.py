@@ -51,6 +51,7 @@ class Proof:
     doubled: dict[str, int] = field(default_factory=dict)  # id -> copies (> 1)
     extra: int = 0  # ids in the data that the input does not hold
     notes: list[str] = field(default_factory=list)
+    schemes: list[int] = field(default_factory=list)  # those its files' names show
 
     @property
     def exact(self) -> bool:
@@ -63,6 +64,8 @@ class Proof:
     def lines(self) -> list[str]:
         """The verdict, then one line per problem with the command that ends it."""
         scheme = describe(self.shards)
+        if len(self.schemes) > 1:  # written under two schemes before they were recorded
+            scheme = "two shard schemes: " + " and ".join(describe(n) for n in self.schemes)
         if self.exact:
             head = (
                 f"{self.out}: every input id exactly once: {self.ids:,} of {self.input_rows:,} "
@@ -116,13 +119,64 @@ def _ids(ids: list[str]) -> str:
 
 def job_input(out: Path) -> Path | None:
     """The input the directory's job files name (the first that names one)."""
+    found = _named_input(out)
+    return found[0] if found else None
+
+
+def _named_input(out: Path) -> tuple[Path, Path] | None:
+    """(the input, the job file that names it): the first job file that names one."""
     state = out / STATE_DIR
     for p in sorted(state.glob("job*.json")) if state.is_dir() else ():
         with contextlib.suppress(OSError, ValueError):
             src = orjson.loads(p.read_bytes()).get("input")
             if src:
-                return Path(src)
+                return Path(src), p
     return None
+
+
+def input_of(out: Path, given: Path | None) -> Path:
+    """The job's input: `--input`, else the one its job files name, which must be found
+    from here (a job file holds the path as its run was given it, maybe relative)."""
+    if not (out / STATE_DIR).is_dir():
+        raise UsageError(f"{out}: not a genbench generate output directory (no {STATE_DIR})")
+    if given is not None:
+        return given
+    named = _named_input(out)
+    if named is None:
+        raise UsageError(f"{out}: its job files name no input: give --input FILE")
+    src, job = named
+    if not src.is_file():
+        raise UsageError(
+            f"{out}: the input its job file names ({src}, in {job}) is not found from "
+            f"{Path.cwd()}: give --input FILE"
+        )
+    return src
+
+
+_NOT_SETTINGS = {"shard", "created", "genbench_version", "input"}
+
+
+def settings_differ(out: Path) -> str | None:
+    """Where the shards' job files hold different settings (a shard run with other flags,
+    or --force): one line naming each setting and the shards of each value, else None."""
+    docs: dict[str, dict[str, Any]] = {}
+    for p in sorted((out / STATE_DIR).glob("job*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            doc = orjson.loads(p.read_bytes())
+            docs[p.name] = {k: v for k, v in doc.items() if k not in _NOT_SETTINGS}
+    keys = sorted({k for d in docs.values() for k in d})
+    differ = [k for k in keys if len({orjson.dumps(d.get(k), option=orjson.OPT_SORT_KEYS)
+                                      for d in docs.values()}) > 1]  # fmt: skip
+    if not differ:
+        return None
+    parts = []
+    for k in differ:
+        by = ", ".join(f"{name} {orjson.dumps(d.get(k)).decode()}" for name, d in docs.items())
+        parts.append(f"{k}: {by}")
+    return (
+        f"the shards ran with different settings ({'; '.join(parts)}): their rows are "
+        "not one job's; rerun the odd shards with the job's flags into a new --out"
+    )
 
 
 def scheme_of(out: Path) -> int:
@@ -158,12 +212,11 @@ def _id(obj: Any, path: Path, n: int | None = None) -> str:
 
 def check(out: Path, input: Path | None = None) -> Proof:
     """Every shard of `out` read beside the job's input: every input id exactly once?"""
-    if not (out / STATE_DIR).is_dir():
-        raise UsageError(f"{out}: not a genbench generate output directory (no {STATE_DIR})")
-    src = input or job_input(out)
-    if src is None:
-        raise UsageError(f"{out}: its job files name no input: give --input FILE")
-    proof = Proof(out, src, scheme_of(out))
+    src = input_of(out, input)
+    proof = Proof(out, src, scheme_of(out), schemes=sorted(from_files(out)))
+    differ = settings_differ(out)
+    if differ:
+        proof.notes.append(differ)
     counts: Counter[str] = Counter()
     for rid, _ in rows_of(out, proof.notes):
         counts[rid] += 1
@@ -188,8 +241,11 @@ def merge_into(source: Path, out: Path, shards: int) -> dict[str, Any]:
         raise UsageError(f"--shards {shards}: must be 1 or more")
     if not (source / STATE_DIR).is_dir():
         raise UsageError(f"{source}: not a genbench generate output directory")
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"--out {out}: exists and is not empty; give a new directory")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        what = "is not empty" if out.is_dir() else "is not a directory"
+        raise UsageError(f"--out {out}: exists and {what}; give a new directory")
+    if out.resolve().is_relative_to(source.resolve()):
+        raise UsageError(f"--out {out}: inside {source}; give a directory outside it")
     lock = OutputLock(out, out / STATE_DIR)
     lock.acquire()
     try:
@@ -203,7 +259,7 @@ def _write(source: Path, out: Path, shards: int) -> dict[str, Any]:
     prefix = ["data" if shards == 1 else f"data-{s.tag}" for s in specs]
     files = [open(out / f"{p}-00000.jsonl", "wb") for p in prefix]  # noqa: SIM115
     seen: set[str] = set()
-    notes: list[str] = []
+    notes = [n for n in [settings_differ(source)] if n]  # the copies carry the first's
     skipped = 0
     try:
         for rid, line in rows_of(source, notes):

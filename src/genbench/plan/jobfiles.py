@@ -20,6 +20,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from genbench.fmt import counted
+
 SBATCH = "genbench-array.sbatch"
 MANIFEST = "genbench-indexed-job.yaml"
 
@@ -34,16 +36,21 @@ def tasks_for(doc: dict[str, Any], servers: int) -> tuple[int, str]:
     if needs:
         samples, n = max(needs)
         deadline = (decision.get("deadline") or {}).get("text")
-        return n, f"{n} servers: what the deadline {deadline} needs for {samples:,} samples"
-    return servers, f"{servers} servers: --servers"
+        needs_text = f"what the deadline {deadline} needs for {counted(samples, 'sample')}"
+        return n, f"{counted(n, 'server')}: {needs_text}"
+    return servers, f"{counted(servers, 'server')}: --servers"
 
 
-def generate_flags(args: Any) -> list[str]:
+def generate_flags(args: Any, doc: dict[str, Any] | None = None) -> list[str]:
     """The job's request fields the plan was asked with, as generate's flags (the plan
-    forecasts the job the same flags run)."""
+    forecasts the job the same flags run). Without `-c`, the concurrency the forecast was
+    made at (a pilot's, a run's), where the plan's configurations share one: generate's
+    own default differs, and the forecast holds at the C it measured."""
     flags: list[str] = []
     for name in ("max_tokens", "temperature", "top_p", "top_k", "concurrency"):
         value = getattr(args, name, None)
+        if name == "concurrency" and value is None:
+            value = _forecast_concurrency(doc or {})
         if value is not None:
             flags += ["--" + name.replace("_", "-"), str(value)]
     if getattr(args, "turns", "all") != "all":
@@ -53,12 +60,19 @@ def generate_flags(args: Any) -> list[str]:
     return flags
 
 
+def _forecast_concurrency(doc: dict[str, Any]) -> int | None:
+    """The one concurrency the plan's configurations were measured at, else None."""
+    configs = (doc.get("decision") or {}).get("configurations") or []
+    found = {c.get("concurrency") for c in configs} - {None}
+    return found.pop() if len(found) == 1 else None
+
+
 def sbatch_script(tasks: int, why: str, input: str, flags: list[str]) -> str:
     """The Slurm array: one task per server, each `generate --shard auto`."""
     quoted = " ".join(shlex.quote(f) for f in flags)
     return f"""#!/bin/bash
 # genbench generate as a Slurm array, written by `genbench plan --job-files` (docs/cluster.md).
-# {tasks} tasks = {why}.
+# {counted(tasks, "task")} = {why}.
 # Each task is one client and one engine; task i takes the ids of --shard i+1/{tasks}
 # (--shard auto/{tasks} reads SLURM_ARRAY_TASK_ID), into one directory on a shared file system.
 # A requeued task (scontrol requeue, a node failure) keeps its id and resumes its share;
@@ -109,7 +123,7 @@ def manifest(tasks: int, why: str, input: str, flags: list[str]) -> str:
          "--shard auto", '--url-file "$URL_FILE"', *(shlex.quote(f) for f in flags)]
     )  # fmt: skip
     return f"""# genbench generate as a Kubernetes Indexed Job, written by
-# `genbench plan --job-files` (docs/cluster.md). {tasks} completions = {why}.
+# `genbench plan --job-files` (docs/cluster.md). {counted(tasks, "completion")} = {why}.
 # Pod i takes the ids of --shard i+1/{tasks} (--shard auto reads JOB_COMPLETION_INDEX and
 # GENBENCH_SHARD_COUNT), into one directory on a ReadWriteMany volume. A pod restarted
 # (restartPolicy OnFailure) keeps its index and resumes its share.
@@ -164,11 +178,11 @@ def write_job_files(
     tasks, why = tasks_for(doc, servers)
     prompts = getattr(args, "prompts", None)
     input = str(Path(prompts).resolve()) if prompts else "FILL_IN_PROMPTS.jsonl"
-    flags = generate_flags(args)
+    flags = generate_flags(args, doc)
     where.mkdir(parents=True, exist_ok=True)
     paths = [where / SBATCH, where / MANIFEST]
     paths[0].write_text(sbatch_script(tasks, why, input, flags), encoding="utf-8")
     paths[0].chmod(0o755)
     in_pod = input if input.startswith("FILL_IN") else f"/shared/{Path(input).name}"
     paths[1].write_text(manifest(tasks, why, in_pod, flags), encoding="utf-8")
-    return paths, f"{tasks} tasks ({why})"
+    return paths, f"{counted(tasks, 'task')} ({why})"

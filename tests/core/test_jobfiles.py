@@ -1,0 +1,43 @@
+"""The plan's job files (plan/jobfiles.py): the task count and why, in words that count
+right, and the flags each task's generate runs with: the ones the forecast was made at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from genbench.plan.jobfiles import generate_flags, write_job_files
+
+pytestmark = pytest.mark.core
+
+
+def plan_doc(servers: int, samples: int, concurrency: list[int]) -> dict:
+    row = {"samples": samples, "servers_needed": {"servers": servers}}
+    configs = [{"concurrency": c, "rows": [row]} for c in concurrency]
+    return {"decision": {"deadline": {"text": "1h"}, "configurations": configs}}
+
+
+def args(**kw: object) -> SimpleNamespace:
+    base = {"max_tokens": None, "temperature": None, "top_p": None, "top_k": None,
+            "concurrency": None, "turns": "all", "param": None, "prompts": None}  # fmt: skip
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_a_pilot_plans_concurrency_goes_to_every_task():
+    """A pilot forecasts at C=32 while generate's default is 64: the tasks get -c 32."""
+    assert generate_flags(args(), plan_doc(2, 1000, [32])) == ["--concurrency", "32"]
+    assert generate_flags(args(concurrency=8), plan_doc(2, 1000, [32])) == ["--concurrency", "8"]
+    assert generate_flags(args(), plan_doc(2, 1000, [32, 64])) == []  # which one: not ours
+    assert generate_flags(args(), {}) == []  # --rate: the rate was measured at the user's C
+
+
+def test_one_task_is_counted_in_words(tmp_path: Path):
+    paths, why = write_job_files(tmp_path, plan_doc(1, 1, [32]), args(), 1)
+    assert why == "1 task (1 server: what the deadline 1h needs for 1 sample)"
+    script = paths[0].read_text()
+    assert "# 1 task = 1 server" in script and "--shard auto/1 " in script
+    assert 'FLAGS=(--concurrency 32)' in script
+    manifest = paths[1].read_text()
+    assert "# `genbench plan --job-files` (docs/cluster.md). 1 completion = " in manifest

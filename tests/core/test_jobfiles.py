@@ -3,6 +3,8 @@ right, and the flags each task's generate runs with: the ones the forecast was m
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -41,3 +43,19 @@ def test_one_task_is_counted_in_words(tmp_path: Path):
     assert 'FLAGS=(--concurrency 32)' in script
     manifest = paths[1].read_text()
     assert "# `genbench plan --job-files` (docs/cluster.md). 1 completion = " in manifest
+
+
+def test_the_script_refuses_to_start_with_a_fill_in_left(tmp_path: Path):
+    """Without GENBENCH_OUT a task would write FILL_IN_SHARED_DIR/ under its own working
+    directory: on a cluster, one directory per node, each thinking it is the job."""
+    paths, _ = write_job_files(tmp_path, plan_doc(2, 10, [8]), args(prompts="in.jsonl"), 2)
+    env = {**os.environ, "GENBENCH": "false", "GENBENCH_URL_FILE": "u.txt"}
+    env.pop("GENBENCH_OUT", None)
+    p = subprocess.run(["bash", str(paths[0])], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=30)  # fmt: skip
+    assert p.returncode == 2 and "set GENBENCH_INPUT and GENBENCH_OUT" in p.stderr, p.stderr
+    assert not (tmp_path / "FILL_IN_SHARED_DIR").exists()
+    env["GENBENCH_OUT"] = str(tmp_path / "out")
+    p = subprocess.run(["bash", str(paths[0])], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=30)  # fmt: skip
+    assert p.returncode == 1 and p.stderr == ""  # reached genbench (here `false`)

@@ -102,6 +102,10 @@ URL_FILE="${{GENBENCH_URL_FILE:-}}"
 #    e.g. GENBENCH_SERVE='vllm serve FILL_IN_MODEL_PATH --port {{port}}'
 SERVE="${{GENBENCH_SERVE:-}}"
 # -----------------------------------------------------------------------------------------
+case "$INPUT $OUT" in *FILL_IN*)  # a relative FILL_IN dir would split the job per node
+  echo "genbench-array.sbatch: set GENBENCH_INPUT and GENBENCH_OUT (or INPUT=, OUT=): FILL_IN" >&2
+  exit 2
+esac
 if [ -n "$URL_FILE" ]; then
   SERVER=(--url-file "$URL_FILE")
 elif [ -n "$SERVE" ]; then

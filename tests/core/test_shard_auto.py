@@ -89,3 +89,17 @@ def test_some_tasks_of_the_plans_array_resubmitted_keep_their_shares():
     assert "says 1 shard (" in refused({"RANK": "0", "WORLD_SIZE": "1"}, "auto/2")
     no_max = {k: v for k, v in slurm(1, 3, step=0).items() if k != "SLURM_ARRAY_TASK_MAX"}
     assert "SLURM_ARRAY_TASK_MAX=unset" in refused(no_max)
+
+
+def test_a_scheme_file_of_no_shards_is_unreadable_and_says_what_to_do(tmp_path):
+    from genbench.errors import OutputError
+    from genbench.generate.scheme import recorded
+
+    (tmp_path / ".genbench").mkdir()
+    for text in ('{"shards": 0}', "garbage"):
+        (tmp_path / ".genbench" / "shards.json").write_text(text)
+        with pytest.raises(OutputError) as e:
+            recorded(tmp_path)
+        assert "unreadable" in str(e.value) and "remove it" in str(e.value)
+    (tmp_path / ".genbench" / "shards.json").write_text('{"shards": 3}')
+    assert recorded(tmp_path) == 3

@@ -161,7 +161,8 @@ def test_a_directory_of_two_schemes_is_found_doubled_and_merged_into_one(quick, 
     assert "(two shard schemes: no shards (one client) and 2 shards (--shard i/2)," in p.stdout
     i = genbench("inspect", str(out), "--save", str(tmp_path / "inspect.json"))
     assert "34 rows in" in i.stdout and "10 rows repeat an id read before" in i.stdout, i.stdout
-    assert f"genbench merge {out} names them, and with --out NEW writes a copy" in i.stdout
+    flat = " ".join(i.stdout.split())  # rich may wrap the long line
+    assert f"genbench merge {out} names them, and with --out NEW writes a copy" in flat
     assert json.loads((tmp_path / "inspect.json").read_text())["repeated_ids"]["rows"] == 10
     x = tmp_path / "x.jsonl"
     e = genbench("export", str(out), "--format", "specforge", "--min-tokens", "0", "-o", str(x))

@@ -8,6 +8,7 @@ request: the refused run writes nothing, and the directory holds every id once.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pytest
 from conftest import genbench
 from test_generate import FAST, assert_exactly_once, popen, prompts, write_rows
 
+from genbench.generate.lock import OutputLock
 from genbench.generate.shard import ShardSpec
 from genbench.sim.process import SimProcess
 
@@ -220,6 +222,20 @@ def test_merge_refuses_in_one_line_before_writing_and_names_shards_of_other_sett
     p = genbench("merge", "out", "--out", "new", "--shards", "3", cwd=tmp_path)
     assert p.returncode == 0 and "note: out: the shards ran with different settings" in p.stdout
     assert_exactly_once(tmp_path / "new", ids)
+
+
+def test_merge_names_a_shard_still_running(tmp_path):
+    """A task still writing holds its shard's lock (here this test process holds it):
+    the merge says so, beside the missing ids it is writing; a released lock is not named."""
+    out = tmp_path / "out"
+    hand_made(out, [{}, {}])
+    (out / "data-2of2-00000.jsonl").unlink()
+    with OutputLock(out, out / ".genbench", "lock-2of2"):
+        p = genbench("merge", "out", cwd=tmp_path)
+        assert p.returncode == 1 and "missing: " in p.stdout
+        assert f"note: shard 2/2 is still running (pid {os.getpid()} on " in p.stdout, p.stdout
+    p = genbench("merge", "out", cwd=tmp_path)
+    assert "still running" not in p.stdout
 
 
 # -- --shard auto and the plan's job files ---------------------------------------------------

@@ -13,6 +13,7 @@ scheme (generate/scheme.py refuses a run of another scheme in place).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -153,6 +154,29 @@ def input_of(out: Path, given: Path | None) -> Path:
     return src
 
 
+def running(out: Path) -> list[str]:
+    """The shards whose generate holds its lock now (a task still running): their missing
+    ids are being written, and the command that finishes them would be refused."""
+    found = []
+    for p in sorted((out / STATE_DIR).glob("lock*")):
+        try:
+            if not p.stat().st_size:  # a holder writes its note; a release empties it
+                continue
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # held by nobody: not running
+        except OSError:
+            who = OutputLock(out, out / STATE_DIR, p.name).holder()
+            shard = p.name.removeprefix("lock-").replace("of", "/") if "-" in p.name else ""
+            what = f"shard {shard}" if shard else "a generate"
+            found.append(f"{what} is still running ({who}): merge again when it ends")
+        finally:
+            os.close(fd)
+    return found
+
+
 _NOT_SETTINGS = {"shard", "created", "genbench_version", "input"}
 
 
@@ -217,6 +241,7 @@ def check(out: Path, input: Path | None = None) -> Proof:
     differ = settings_differ(out)
     if differ:
         proof.notes.append(differ)
+    proof.notes += running(out)
     counts: Counter[str] = Counter()
     for rid, _ in rows_of(out, proof.notes):
         counts[rid] += 1

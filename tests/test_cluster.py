@@ -228,12 +228,17 @@ def test_merge_names_a_shard_still_running(tmp_path):
     """A task still writing holds its shard's lock (here this test process holds it):
     the merge says so, beside the missing ids it is writing; a released lock is not named."""
     out = tmp_path / "out"
-    hand_made(out, [{}, {}])
+    job = {"max_tokens": 20, "stop": ["x y"]}
+    hand_made(out, [job, job])
     (out / "data-2of2-00000.jsonl").unlink()
     with OutputLock(out, out / ".genbench", "lock-2of2"):
         p = genbench("merge", "out", cwd=tmp_path)
         assert p.returncode == 1 and "missing: " in p.stdout
         assert f"note: shard 2/2 is still running (pid {os.getpid()} on " in p.stdout, p.stdout
+        # the command that finishes them carries the job's settings (else a new shard's
+        # first run would differ, a resumed one be refused)
+        assert """--url ... --max-tokens 20 --param 'stop=["x y"]' with --shard 2/2""" \
+            in p.stdout
     p = genbench("merge", "out", cwd=tmp_path)
     assert "still running" not in p.stdout
 

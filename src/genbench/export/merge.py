@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shlex
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class Proof:
     extra: int = 0  # ids in the data that the input does not hold
     notes: list[str] = field(default_factory=list)
     schemes: list[int] = field(default_factory=list)  # those its files' names show
+    flags: list[str] = field(default_factory=list)  # the job's settings, as generate's flags
 
     @property
     def exact(self) -> bool:
@@ -99,7 +101,7 @@ class Proof:
 
     def _finish(self, ids: list[str], extra: str = "") -> str:
         """The command that finishes `ids`: their shards' generate, resumed."""
-        flags = f" {extra}" if extra else ""
+        flags = "".join(f" {f}" for f in [*self.flags, extra] if f)
         base = f"genbench generate -i {self.input} -o {self.out} --url ...{flags}"
         if self.shards == 1:
             return f"finish them: {base}"
@@ -177,6 +179,31 @@ def running(out: Path) -> list[str]:
     return found
 
 
+_NAMED = {"max_tokens", "temperature", "top_p", "top_k"}  # generate's own flags
+_DEFAULTS = {"turns": "all", "format": "jsonl", "token_ids": "auto",
+             "answers": "conversations", "tool_policy": "replay"}  # fmt: skip
+
+
+def job_flags(out: Path) -> list[str]:
+    """The settings of the directory's first job file as generate's flags: a shard run
+    without them would be refused (a changed job) or, a shard's first run, differ."""
+    jobs = sorted((out / STATE_DIR).glob("job*.json"))
+    try:
+        doc = orjson.loads(jobs[0].read_bytes()) if jobs else {}
+    except (OSError, ValueError):
+        return []
+    flags: list[str] = []
+    for k, v in (doc.get("params") or {}).items():
+        if k in _NAMED:
+            flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(v))}")
+        else:
+            flags.append("--param " + shlex.quote(f"{k}={orjson.dumps(v).decode()}"))
+    for k, default in _DEFAULTS.items():
+        if doc.get(k, default) != default:
+            flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(doc[k]))}")
+    return flags
+
+
 _NOT_SETTINGS = {"shard", "created", "genbench_version", "input"}
 
 
@@ -242,6 +269,7 @@ def check(out: Path, input: Path | None = None) -> Proof:
     if differ:
         proof.notes.append(differ)
     proof.notes += running(out)
+    proof.flags = job_flags(out)
     counts: Counter[str] = Counter()
     for rid, _ in rows_of(out, proof.notes):
         counts[rid] += 1

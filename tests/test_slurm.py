@@ -257,7 +257,7 @@ def test_the_array_tasks_merge_names_resubmitted_finish_the_job(slurm, tmp_path)
         submit("--array=0,2")
         p = genbench("merge", str(out))
         assert p.returncode == 1 and "with --shard 2/3, or resubmit" in p.stdout, p.stdout
-        assert "(sbatch --array=1 genbench-array.sbatch)" in p.stdout
+        assert "(its script's --shard auto/3: sbatch --array=1 genbench-array.sbatch)" in p.stdout
         job = submit("--array=1")
     log = (tmp_path / f"genbench-{job}_1.log").read_text()
     assert "(shard 2/3, from SLURM_ARRAY_TASK_ID=1 of --shard auto/3)" in log, log

@@ -110,8 +110,9 @@ class Proof:
         tasks = ",".join(str(i - 1) for i in owners)
         shards = ", ".join(f"--shard {i}/{self.shards}" for i in owners)
         return (
-            f"finish them: {base} with {shards}, or resubmit those array tasks "
-            f"(sbatch --array={tasks} genbench-array.sbatch)"
+            f"finish them: {base} with {shards}, or resubmit those tasks of the array "
+            f"(its script's --shard auto/{self.shards}: sbatch --array={tasks} "
+            "genbench-array.sbatch)"
         )
 
 

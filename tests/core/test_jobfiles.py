@@ -31,7 +31,7 @@ def test_a_pilot_plans_concurrency_goes_to_every_task():
     """A pilot forecasts at C=32 while generate's default is 64: the tasks get -c 32."""
     assert generate_flags(args(), plan_doc(2, 1000, [32])) == ["--concurrency", "32"]
     assert generate_flags(args(concurrency=8), plan_doc(2, 1000, [32])) == ["--concurrency", "8"]
-    assert generate_flags(args(), plan_doc(2, 1000, [32, 64])) == []  # which one: not ours
+    assert generate_flags(args(), plan_doc(2, 1000, [32, 64])) == []  # which one: not named
     assert generate_flags(args(), {}) == []  # --rate: the rate was measured at the user's C
 
 
@@ -59,3 +59,18 @@ def test_the_script_refuses_to_start_with_a_fill_in_left(tmp_path: Path):
     p = subprocess.run(["bash", str(paths[0])], env=env, cwd=tmp_path, capture_output=True,
                        text=True, timeout=30)  # fmt: skip
     assert p.returncode == 1 and p.stderr == ""  # reached genbench (here `false`)
+
+
+def test_several_configurations_the_fastest_one_runs(tmp_path: Path):
+    """--from two runs: the plan's tables use the fastest; the job files run its servers
+    and its concurrency, not the slower one's larger server count."""
+    doc = plan_doc(1, 1000, [32, 64])
+    a, b = doc["decision"]["configurations"]
+    a["name"], b["name"] = "slow", "fast"
+    a["rows"] = [{"samples": 1000, "servers_needed": {"servers": 6}}]
+    b["rows"] = [{"samples": 1000, "servers_needed": {"servers": 2}}]
+    doc["decision"]["best"] = [{"samples": 1000, "fastest": "fast"}]
+    paths, why = write_job_files(tmp_path, doc, args(), 1)
+    assert why.startswith("2 tasks (2 servers: ")
+    assert "#SBATCH --array=0-1" in paths[0].read_text()
+    assert generate_flags(args(), doc) == ["--concurrency", "64"]

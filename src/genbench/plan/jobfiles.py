@@ -30,7 +30,7 @@ def tasks_for(doc: dict[str, Any], servers: int) -> tuple[int, str]:
     """How many tasks (one server each) the job runs, and why: the servers the deadline
     needs for the largest sample count the plan forecast, else --servers."""
     decision = doc.get("decision") or {}
-    rows = [r for c in decision.get("configurations") or [] for r in c.get("rows") or []]
+    rows = [r for c in _chosen(decision) for r in c.get("rows") or []]
     needs = [(r["samples"], r["servers_needed"]["servers"]) for r in rows
              if r.get("servers_needed")]  # fmt: skip
     if needs:
@@ -61,10 +61,20 @@ def generate_flags(args: Any, doc: dict[str, Any] | None = None) -> list[str]:
 
 
 def _forecast_concurrency(doc: dict[str, Any]) -> int | None:
-    """The one concurrency the plan's configurations were measured at, else None."""
-    configs = (doc.get("decision") or {}).get("configurations") or []
-    found = {c.get("concurrency") for c in configs} - {None}
+    """The concurrency the chosen configuration was measured at, else None."""
+    found = {c.get("concurrency") for c in _chosen(doc.get("decision") or {})} - {None}
     return found.pop() if len(found) == 1 else None
+
+
+def _chosen(decision: dict[str, Any]) -> list[dict[str, Any]]:
+    """The configuration the plan chose (several --from: the fastest at the largest count,
+    the one its forecast tables use); all of them where it names none."""
+    configs = decision.get("configurations") or []
+    best = decision.get("best") or []
+    if len(configs) > 1 and best:
+        name = max(best, key=lambda b: b["samples"]).get("fastest")
+        return [c for c in configs if c.get("name") == name] or configs
+    return configs
 
 
 def sbatch_script(tasks: int, why: str, input: str, flags: list[str]) -> str:

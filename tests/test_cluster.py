@@ -209,6 +209,11 @@ def test_merge_refuses_in_one_line_before_writing_and_names_shards_of_other_sett
     assert p.returncode == 0 and "every input id exactly once: 12 of 12" in p.stdout, p.stderr
     assert 'different settings (params: job-1of2.json {"max_tokens":20}, job-2of2.json {})' \
         in p.stdout
+    with (tmp_path / "in.jsonl").open("a") as f:
+        f.write('{"id": "bad"}\n')  # counted among the input rows, never generated: said so
+    p = genbench("merge", "out", cwd=tmp_path)
+    assert p.returncode == 0 and "12 of 13 input rows" in p.stdout, p.stdout
+    assert "note: 1 input row of in.jsonl cannot be sent (line 13: no prompt" in p.stdout
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     line = refusal(genbench("merge", str(out), cwd=elsewhere))

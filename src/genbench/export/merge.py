@@ -27,6 +27,7 @@ import orjson
 
 from genbench.atomic import fsync_dir, write_atomic
 from genbench.errors import ExitCode, InputFileError, UsageError
+from genbench.fmt import counted as _n
 from genbench.generate.durable import scan_errors
 from genbench.generate.input import ShardSpec, scan
 from genbench.generate.lock import OutputLock
@@ -282,6 +283,13 @@ def check(out: Path, input: Path | None = None) -> Proof:
         failed |= keys - counts.keys()
     res = scan(src, counts.keys(), skip_invalid=True)  # todo: the input's ids not in the data
     proof.input_rows = res.rows + len(res.bad)
+    if res.bad:  # counted above, never generated: say so beside "every input id"
+        b = res.bad[0]
+        proof.notes.append(
+            f"{_n(len(res.bad), 'input row')} of {src} cannot be sent (line {b.line}: "
+            f"{b.describe()}{', ...' if len(res.bad) > 1 else ''}): no run generates "
+            "them; generate --skip-invalid writes them to the errors file"
+        )
     proof.missing = sorted(res.todo - failed)
     proof.failed = sorted(res.todo & failed)
     proof.extra = len(counts) - res.done

@@ -293,3 +293,7 @@ def test_the_plan_writes_a_slurm_array_and_a_valid_indexed_job_manifest(tmp_path
                  "FLAGS=(--max-tokens 4096)", "--shard auto/8 "):  # fmt: skip
         assert line in script
     assert subprocess.run(["bash", "-n", str(jobs / "genbench-array.sbatch")]).returncode == 0
+    p = genbench("plan", "--rate", "100", "--tokens-per-sample", "10", "--samples", "10",
+                 "--job-files", str(jobs / "genbench-array.sbatch"))  # fmt: skip
+    assert p.returncode == 12 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().endswith("genbench-array.sbatch: is a file; give a directory")

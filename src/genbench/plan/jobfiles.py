@@ -20,6 +20,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from genbench.errors import OutputError
 from genbench.fmt import counted
 
 SBATCH = "genbench-array.sbatch"
@@ -185,6 +186,20 @@ def _yaml_str(text: str) -> str:
     return json.dumps(text)
 
 
+def job_files_dir(where: Path) -> None:
+    """Make `where` (before a pilot of minutes, not after it): one line, exit 12, where
+    it cannot be made or written."""
+    if where.exists() and not where.is_dir():
+        raise OutputError(f"--job-files {where}: is a file; give a directory")
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        probe = where / ".genbench-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise OutputError(f"--job-files {where}: cannot write there: {e.strerror or e}") from None
+
+
 def write_job_files(
     where: Path, doc: dict[str, Any], args: Any, servers: int
 ) -> tuple[list[Path], str]:
@@ -193,10 +208,13 @@ def write_job_files(
     prompts = getattr(args, "prompts", None)
     input = str(Path(prompts).resolve()) if prompts else "FILL_IN_PROMPTS.jsonl"
     flags = generate_flags(args, doc)
-    where.mkdir(parents=True, exist_ok=True)
+    job_files_dir(where)
     paths = [where / SBATCH, where / MANIFEST]
-    paths[0].write_text(sbatch_script(tasks, why, input, flags), encoding="utf-8")
-    paths[0].chmod(0o755)
     in_pod = input if input.startswith("FILL_IN") else f"/shared/{Path(input).name}"
-    paths[1].write_text(manifest(tasks, why, in_pod, flags), encoding="utf-8")
+    try:
+        paths[0].write_text(sbatch_script(tasks, why, input, flags), encoding="utf-8")
+        paths[0].chmod(0o755)
+        paths[1].write_text(manifest(tasks, why, in_pod, flags), encoding="utf-8")
+    except OSError as e:
+        raise OutputError(f"--job-files {where}: cannot write there: {e.strerror or e}") from None
     return paths, f"{counted(tasks, 'task')} ({why})"

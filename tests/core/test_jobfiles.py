@@ -40,7 +40,7 @@ def test_one_task_is_counted_in_words(tmp_path: Path):
     assert why == "1 task (1 server: what the deadline 1h needs for 1 sample)"
     script = paths[0].read_text()
     assert "# 1 task = 1 server" in script and "--shard auto/1 " in script
-    assert 'FLAGS=(--concurrency 32)' in script
+    assert "FLAGS=(--concurrency 32)" in script
     manifest = paths[1].read_text()
     assert "# `genbench plan --job-files` (docs/cluster.md). 1 completion = " in manifest
 

@@ -227,6 +227,10 @@ def test_merge_refuses_in_one_line_before_writing_and_names_shards_of_other_sett
     p = genbench("merge", "out", "--out", "new", "--shards", "3", cwd=tmp_path)
     assert p.returncode == 0 and "note: out: the shards ran with different settings" in p.stdout
     assert_exactly_once(tmp_path / "new", ids)
+    assert not list(tmp_path.glob(".new.merging-*"))  # written beside, then renamed
+    p = genbench("merge", "out", "--out", "no/such/new", cwd=tmp_path)
+    assert p.returncode == 12 and "Traceback" not in p.stderr, p.stderr
+    assert "--out no/such/new: cannot write to it" in p.stderr
 
 
 def test_merge_names_a_shard_still_running(tmp_path):

@@ -16,6 +16,8 @@ import contextlib
 import fcntl
 import os
 import shlex
+import shutil
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from typing import Any
 import orjson
 
 from genbench.atomic import fsync_dir, write_atomic
-from genbench.errors import ExitCode, InputFileError, UsageError
+from genbench.errors import ExitCode, InputFileError, OutputError, UsageError
 from genbench.fmt import counted as _n
 from genbench.generate.durable import scan_errors
 from genbench.generate.input import ShardSpec, scan
@@ -308,12 +310,22 @@ def merge_into(source: Path, out: Path, shards: int) -> dict[str, Any]:
         raise UsageError(f"--out {out}: exists and {what}; give a new directory")
     if out.resolve().is_relative_to(source.resolve()):
         raise UsageError(f"--out {out}: inside {source}; give a directory outside it")
-    lock = OutputLock(out, out / STATE_DIR)
-    lock.acquire()
+    try:  # written beside, then renamed: a generate of NEW never sees it half made
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.merging-", dir=out.parent))
+    except OSError as e:
+        raise OutputError(f"--out {out}: cannot write to it: {e.strerror or e}") from None
     try:
-        return _write(source, out, shards)
+        (tmp / STATE_DIR).mkdir()
+        done = {**_write(source, tmp, shards), "out": str(out)}
+        if out.is_dir():
+            out.rmdir()  # empty (checked above); a file put there since fails the rename
+        os.rename(tmp, out)
+    except OSError as e:
+        raise OutputError(f"--out {out}: cannot write to it: {e.strerror or e}") from None
     finally:
-        lock.release(remove_empty=False)
+        shutil.rmtree(tmp, ignore_errors=True)  # gone once renamed
+    fsync_dir(out.parent)
+    return done
 
 
 def _write(source: Path, out: Path, shards: int) -> dict[str, Any]:

@@ -103,3 +103,20 @@ def test_a_scheme_file_of_no_shards_is_unreadable_and_says_what_to_do(tmp_path):
         assert "unreadable" in str(e.value) and "remove it" in str(e.value)
     (tmp_path / ".genbench" / "shards.json").write_text('{"shards": 3}')
     assert recorded(tmp_path) == 3
+
+
+def test_the_variables_slurm_22_sets_for_each_array_form():
+    """As a real Slurm 22.05 set them (sbatch --array=... of `env`): a stepped range and a
+    1-based range take their shares; a list, even an evenly spaced one (Slurm says step 1
+    for --array=0,2,4), is refused."""
+    stepped = {"SLURM_ARRAY_TASK_ID": "10", "SLURM_ARRAY_TASK_COUNT": "8",
+               "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "14",
+               "SLURM_ARRAY_TASK_STEP": "2"}  # fmt: skip
+    assert auto(stepped) == ShardSpec(6, 8)  # --array=0-14:2
+    one_based = {**stepped, "SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_MIN": "1",
+                 "SLURM_ARRAY_TASK_MAX": "8", "SLURM_ARRAY_TASK_STEP": "1"}  # fmt: skip
+    assert auto(one_based) == ShardSpec(8, 8)  # --array=1-8
+    spaced = {"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_COUNT": "3",
+              "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "4",
+              "SLURM_ARRAY_TASK_STEP": "1"}  # fmt: skip
+    assert "not a range" in refused(spaced)  # --array=0,2,4

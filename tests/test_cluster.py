@@ -8,6 +8,7 @@ request: the refused run writes nothing, and the directory holds every id once.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pytest
 from conftest import genbench
 from test_generate import FAST, assert_exactly_once, popen, prompts, write_rows
 
+from genbench.generate.lock import OutputLock
 from genbench.generate.shard import ShardSpec
 from genbench.sim.process import SimProcess
 
@@ -158,8 +160,11 @@ def test_a_directory_of_two_schemes_is_found_doubled_and_merged_into_one(quick, 
     assert "two shard schemes (no shards (one client) and 2 shards" in line
     p = merge(str(out))
     assert p.returncode == 1 and "doubled: 10 ids (" in p.stdout and "10 extra copies" in p.stdout
+    assert "(two shard schemes: no shards (one client) and 2 shards (--shard i/2)," in p.stdout
     i = genbench("inspect", str(out), "--save", str(tmp_path / "inspect.json"))
     assert "34 rows in" in i.stdout and "10 rows repeat an id read before" in i.stdout, i.stdout
+    flat = " ".join(i.stdout.split())  # rich may wrap the long line
+    assert f"genbench merge {out} names them, and with --out NEW writes a copy" in flat
     assert json.loads((tmp_path / "inspect.json").read_text())["repeated_ids"]["rows"] == 10
     x = tmp_path / "x.jsonl"
     e = genbench("export", str(out), "--format", "specforge", "--min-tokens", "0", "-o", str(x))
@@ -176,6 +181,75 @@ def test_a_directory_of_two_schemes_is_found_doubled_and_merged_into_one(quick, 
         r = gen(inp, new, quick.url, "--shard", s)
         assert r.returncode == 0 and "every row is already done" in r.stdout, r.stdout
     assert refusal(gen(inp, new, quick.url)).count("2 shards") == 1
+
+
+def hand_made(out: Path, params: list[dict[str, int]]) -> list[str]:
+    """A directory of len(params) shards, as its tasks left it (job files naming the input
+    relatively, each with its own params): every id of in.jsonl once."""
+    n = len(params)
+    ids = [f"r{i}" for i in range(12)]
+    write_rows(out.parent / "in.jsonl", prompts(12))
+    (out / ".genbench").mkdir(parents=True)
+    (out / ".genbench" / "shards.json").write_text(json.dumps({"shards": n}))
+    for i, ps in enumerate(params, 1):
+        job = {"params": ps, "input": "in.jsonl", "shard": f"{i}of{n}", "format": "jsonl"}
+        (out / ".genbench" / f"job-{i}of{n}.json").write_text(json.dumps(job))
+        mine = [r for r in ids if ShardSpec(i, n).owns(r)]
+        write_rows(out / f"data-{i}of{n}-00000.jsonl", [{"id": r} for r in mine])
+    return ids
+
+
+def test_merge_refuses_in_one_line_before_writing_and_names_shards_of_other_settings(tmp_path):
+    """The input the job files name is found from the job's directory, else one line names
+    the job file; --shards without --out, an --out that is a file or inside the source are
+    refused before anything is written; shards run with other flags are named."""
+    out = tmp_path / "out"
+    ids = hand_made(out, [{"max_tokens": 20}, {}])
+    p = genbench("merge", "out", cwd=tmp_path)
+    assert p.returncode == 0 and "every input id exactly once: 12 of 12" in p.stdout, p.stderr
+    assert 'different settings (params: job-1of2.json {"max_tokens":20}, job-2of2.json {})' \
+        in p.stdout
+    with (tmp_path / "in.jsonl").open("a") as f:
+        f.write('{"id": "bad"}\n')  # counted among the input rows, never generated: said so
+    p = genbench("merge", "out", cwd=tmp_path)
+    assert p.returncode == 0 and "12 of 13 input rows" in p.stdout, p.stdout
+    assert "note: 1 input row of in.jsonl cannot be sent (line 13: no prompt" in p.stdout
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    line = refusal(genbench("merge", str(out), cwd=elsewhere))
+    assert "the input its job file names (in.jsonl, in " in line and "give --input" in line
+    assert "re-shards into a new directory" in refusal(merge(str(out), "--shards", "3"))
+    (tmp_path / "file").write_text("x")
+    line = refusal(genbench("merge", "out", "--out", "file", "--shards", "3", cwd=tmp_path))
+    assert "exists and is not a directory" in line
+    line = refusal(genbench("merge", "out", "--out", "out/sub", cwd=tmp_path))
+    assert "inside out" in line and not (out / "sub").exists()
+    p = genbench("merge", "out", "--out", "new", "--shards", "3", cwd=tmp_path)
+    assert p.returncode == 0 and "note: out: the shards ran with different settings" in p.stdout
+    assert_exactly_once(tmp_path / "new", ids)
+    assert not list(tmp_path.glob(".new.merging-*"))  # written beside, then renamed
+    p = genbench("merge", "out", "--out", "no/such/new", cwd=tmp_path)
+    assert p.returncode == 12 and "Traceback" not in p.stderr, p.stderr
+    assert "--out no/such/new: cannot write to it" in p.stderr
+
+
+def test_merge_names_a_shard_still_running(tmp_path):
+    """A task still writing holds its shard's lock (here this test process holds it):
+    the merge says so, beside the missing ids it is writing; a released lock is not named."""
+    out = tmp_path / "out"
+    job = {"max_tokens": 20, "stop": ["x y"]}
+    hand_made(out, [job, job])
+    (out / "data-2of2-00000.jsonl").unlink()
+    with OutputLock(out, out / ".genbench", "lock-2of2"):
+        p = genbench("merge", "out", cwd=tmp_path)
+        assert p.returncode == 1 and "missing: " in p.stdout
+        assert f"note: shard 2/2 is still running (pid {os.getpid()} on " in p.stdout, p.stdout
+        # the command that finishes them carries the job's settings (else a new shard's
+        # first run would differ, a resumed one be refused)
+        assert """--url ... --max-tokens 20 --param 'stop=["x y"]' with --shard 2/2""" \
+            in p.stdout
+    p = genbench("merge", "out", cwd=tmp_path)
+    assert "still running" not in p.stdout
 
 
 # -- --shard auto and the plan's job files ---------------------------------------------------
@@ -220,6 +294,10 @@ def test_the_plan_writes_a_slurm_array_and_a_valid_indexed_job_manifest(tmp_path
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "FILL_IN_PVC"
     script = (jobs / "genbench-array.sbatch").read_text()
     for line in ("#SBATCH --array=0-7", "#SBATCH --requeue", "--partition=FILL_IN_PARTITION",
-                 "FLAGS=(--max-tokens 4096)", "--shard auto"):  # fmt: skip
+                 "FLAGS=(--max-tokens 4096)", "--shard auto/8 "):  # fmt: skip
         assert line in script
     assert subprocess.run(["bash", "-n", str(jobs / "genbench-array.sbatch")]).returncode == 0
+    p = genbench("plan", "--rate", "100", "--tokens-per-sample", "10", "--samples", "10",
+                 "--job-files", str(jobs / "genbench-array.sbatch"))  # fmt: skip
+    assert p.returncode == 12 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().endswith("genbench-array.sbatch: is a file; give a directory")

@@ -225,3 +225,42 @@ def test_a_slurm_array_with_a_requeued_task_writes_every_id_once(slurm, tmp_path
     assert p.returncode == 0, p.stdout + p.stderr
     assert "every input id exactly once: 30 of 30 input rows, in 3 shards" in p.stdout
     assert_exactly_once(out, ids)
+
+
+def test_the_array_tasks_merge_names_resubmitted_finish_the_job(slurm, tmp_path):
+    """Tasks 0 and 2 only, then the merge's hint `sbatch --array=1 genbench-array.sbatch`
+    run as it reads: Slurm counts that array as 1 task, the script's --shard auto/3 keeps
+    task 1's share (2/3), and the merge proves every id once."""
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(30))
+    script = plan_script(tmp_path, slurm)
+    with SimProcess("--tps", "2000", "--per-seq-ms", "0.05", "--ttft-ms", "1") as sim:
+        urls = tmp_path / "urls.txt"
+        urls.write_text(f"{sim.url}\n")
+        env = {**slurm.env, "GENBENCH": str(Path(sys.executable).with_name("genbench")),
+               "GENBENCH_INPUT": str(inp), "GENBENCH_OUT": str(out),
+               "GENBENCH_URL_FILE": str(urls), "COLUMNS": "300", "NO_COLOR": "1"}  # fmt: skip
+
+        def submit(array: str) -> str:
+            p = subprocess.run(["sbatch", "--parsable", f"--chdir={tmp_path}", array,
+                                str(script)], capture_output=True, text=True, env=env,
+                               timeout=60)  # fmt: skip
+            assert p.returncode == 0, p.stderr
+            job = p.stdout.strip().split(";")[0]
+            ended = {"COMPLETED", "FAILED"}
+            wait_for(lambda: set(slurm.states(job).values() or {"?"}) <= ended, 300,
+                     f"the tasks of {array} to end")  # fmt: skip
+            assert set(slurm.states(job).values()) == {"COMPLETED"}, (
+                array, [p.read_text() for p in tmp_path.glob(f"genbench-{job}_*.log")])
+            return job
+
+        submit("--array=0,2")
+        p = genbench("merge", str(out))
+        assert p.returncode == 1 and "with --shard 2/3, or resubmit" in p.stdout, p.stdout
+        assert "(its script's --shard auto/3: sbatch --array=1 genbench-array.sbatch)" in p.stdout
+        job = submit("--array=1")
+    log = (tmp_path / f"genbench-{job}_1.log").read_text()
+    assert "(shard 2/3, from SLURM_ARRAY_TASK_ID=1 of --shard auto/3)" in log, log
+    p = genbench("merge", str(out))
+    assert p.returncode == 0 and "every input id exactly once: 30 of 30" in p.stdout, p.stdout
+    assert_exactly_once(out, [f"r{i}" for i in range(30)])

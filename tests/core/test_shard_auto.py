@@ -71,3 +71,52 @@ def test_a_missing_or_inconsistent_environment_is_one_line():
     assert "not a range" in refused(irregular)
     assert "says 3 shards" in refused(slurm(0, 3), "auto/2")
     assert "expected i/N" in refused({}, "2/1")
+
+
+def test_some_tasks_of_the_plans_array_resubmitted_keep_their_shares():
+    """`sbatch --array=1,3` (what `genbench merge` names) of the plan's `--shard auto/4`
+    script: Slurm counts only the 2 resubmitted tasks, so the task id is the share."""
+    subset = {"SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_MIN": "1",
+              "SLURM_ARRAY_TASK_MAX": "3", "SLURM_ARRAY_TASK_STEP": "1"}  # fmt: skip
+    for task in (1, 3):
+        env = {**subset, "SLURM_ARRAY_TASK_ID": str(task)}
+        assert auto(env, "auto/4") == ShardSpec(task + 1, 4)
+        assert auto(env, "auto/4").source == f"SLURM_ARRAY_TASK_ID={task} of --shard auto/4"
+    one = {**subset, "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "1"}  # --array=1
+    assert auto(one, "auto/4") == ShardSpec(2, 4)
+    assert auto(slurm(2, 4), "auto/4") == ShardSpec(3, 4)  # the whole array, as before
+    assert "not a task of 4" in refused({**one, "SLURM_ARRAY_TASK_ID": "4"}, "auto/4")
+    assert "says 1 shard (" in refused({"RANK": "0", "WORLD_SIZE": "1"}, "auto/2")
+    no_max = {k: v for k, v in slurm(1, 3, step=0).items() if k != "SLURM_ARRAY_TASK_MAX"}
+    assert "SLURM_ARRAY_TASK_MAX=unset" in refused(no_max)
+
+
+def test_a_scheme_file_of_no_shards_is_unreadable_and_says_what_to_do(tmp_path):
+    from genbench.errors import OutputError
+    from genbench.generate.scheme import recorded
+
+    (tmp_path / ".genbench").mkdir()
+    for text in ('{"shards": 0}', "garbage"):
+        (tmp_path / ".genbench" / "shards.json").write_text(text)
+        with pytest.raises(OutputError) as e:
+            recorded(tmp_path)
+        assert "unreadable" in str(e.value) and "remove it" in str(e.value)
+    (tmp_path / ".genbench" / "shards.json").write_text('{"shards": 3}')
+    assert recorded(tmp_path) == 3
+
+
+def test_the_variables_slurm_22_sets_for_each_array_form():
+    """As a real Slurm 22.05 set them (sbatch --array=... of `env`): a stepped range and a
+    1-based range take their shares; a list, even an evenly spaced one (Slurm says step 1
+    for --array=0,2,4), is refused."""
+    stepped = {"SLURM_ARRAY_TASK_ID": "10", "SLURM_ARRAY_TASK_COUNT": "8",
+               "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "14",
+               "SLURM_ARRAY_TASK_STEP": "2"}  # fmt: skip
+    assert auto(stepped) == ShardSpec(6, 8)  # --array=0-14:2
+    one_based = {**stepped, "SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_MIN": "1",
+                 "SLURM_ARRAY_TASK_MAX": "8", "SLURM_ARRAY_TASK_STEP": "1"}  # fmt: skip
+    assert auto(one_based) == ShardSpec(8, 8)  # --array=1-8
+    spaced = {"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_COUNT": "3",
+              "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "4",
+              "SLURM_ARRAY_TASK_STEP": "1"}  # fmt: skip
+    assert "not a range" in refused(spaced)  # --array=0,2,4

@@ -12,7 +12,8 @@ from rich.markup import escape
 
 from genbench.commands import common
 from genbench.commands.console import err, out
-from genbench.export.merge import check, merge_into
+from genbench.errors import UsageError
+from genbench.export.merge import check, input_of, merge_into
 
 
 def merge_cmd(
@@ -40,12 +41,17 @@ def merge_cmd(
     """Prove a sharded job complete: every input id exactly once, or which are missing,
     failed or doubled and the command that finishes them; --out re-shards a copy."""
     console = err if json else out
+    if into is None and shards != 1:
+        raise UsageError(f"--shards {shards}: re-shards into a new directory: give --out NEW")
+    src = input_of(directory, input)  # before anything is written
     merged = merge_into(directory, into, shards) if into is not None else None
-    proof = check(into or directory, input)
+    proof = check(into or directory, src)
     if merged is not None:
         n = merged["skipped_copies"]
         skipped = f", {n:,} later {'copy' if n == 1 else 'copies'} left out" if n else ""
         console.print(f"merged {directory} → {into}: {merged['ids']:,} ids{skipped}")
+        for note in merged["notes"]:
+            console.print(escape(f"note: {directory}: {note}"))
     for line in proof.lines():
         console.print(escape(line))
     if json:

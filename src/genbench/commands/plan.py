@@ -10,7 +10,7 @@ import typer
 from genbench.commands import common
 from genbench.commands.console import err, out
 from genbench.errors import ExitCode
-from genbench.plan.jobfiles import write_job_files
+from genbench.plan.jobfiles import job_files_dir, write_job_files
 from genbench.plan.make import PilotInterrupted, PlanArgs, make_plan
 from genbench.plan.render import PlanConsole, print_plan
 
@@ -181,6 +181,8 @@ def plan(
     flags = dict(locals())  # every option above, by name
     console = err if flags.pop("json") else out
     jobs = flags.pop("job_files")
+    if jobs is not None:
+        job_files_dir(jobs)  # before the plan's pilot, not after
     args = PlanArgs(**flags)
     try:
         doc, saved = make_plan(args, PlanConsole(console))

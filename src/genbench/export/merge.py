@@ -13,7 +13,11 @@ scheme (generate/scheme.py refuses a run of another scheme in place).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import shlex
+import shutil
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,7 +28,8 @@ from typing import Any
 import orjson
 
 from genbench.atomic import fsync_dir, write_atomic
-from genbench.errors import ExitCode, InputFileError, UsageError
+from genbench.errors import ExitCode, InputFileError, OutputError, UsageError
+from genbench.fmt import counted as _n
 from genbench.generate.durable import scan_errors
 from genbench.generate.input import ShardSpec, scan
 from genbench.generate.layout import JOB_GLOB, SCHEME_FILE, STATE_DIR, Layout, error_files
@@ -51,6 +56,8 @@ class Proof:
     doubled: dict[str, int] = field(default_factory=dict)  # id -> copies (> 1)
     extra: int = 0  # ids in the data that the input does not hold
     notes: list[str] = field(default_factory=list)
+    schemes: list[int] = field(default_factory=list)  # those its files' names show
+    flags: list[str] = field(default_factory=list)  # the job's settings, as generate's flags
 
     @property
     def exact(self) -> bool:
@@ -63,6 +70,8 @@ class Proof:
     def lines(self) -> list[str]:
         """The verdict, then one line per problem with the command that ends it."""
         scheme = describe(self.shards)
+        if len(self.schemes) > 1:  # written under two schemes before they were recorded
+            scheme = "two shard schemes: " + " and ".join(describe(n) for n in self.schemes)
         if self.exact:
             head = (
                 f"{self.out}: every input id exactly once: {self.ids:,} of {self.input_rows:,} "
@@ -95,7 +104,7 @@ class Proof:
 
     def _finish(self, ids: list[str], extra: str = "") -> str:
         """The command that finishes `ids`: their shards' generate, resumed."""
-        flags = f" {extra}" if extra else ""
+        flags = "".join(f" {f}" for f in [*self.flags, extra] if f)
         base = f"genbench generate -i {self.input} -o {self.out} --url ...{flags}"
         if self.shards == 1:
             return f"finish them: {base}"
@@ -104,8 +113,9 @@ class Proof:
         tasks = ",".join(str(i - 1) for i in owners)
         shards = ", ".join(f"--shard {i}/{self.shards}" for i in owners)
         return (
-            f"finish them: {base} with {shards}, or resubmit those array tasks "
-            f"(sbatch --array={tasks} genbench-array.sbatch)"
+            f"finish them: {base} with {shards}, or resubmit those tasks of the array "
+            f"(its script's --shard auto/{self.shards}: sbatch --array={tasks} "
+            "genbench-array.sbatch)"
         )
 
 
@@ -116,13 +126,112 @@ def _ids(ids: list[str]) -> str:
 
 def job_input(out: Path) -> Path | None:
     """The input the directory's job files name (the first that names one)."""
+    found = _named_input(out)
+    return found[0] if found else None
+
+
+def _named_input(out: Path) -> tuple[Path, Path] | None:
+    """(the input, the job file that names it): the first job file that names one."""
     state = out / STATE_DIR
     for p in sorted(state.glob(JOB_GLOB)) if state.is_dir() else ():
         with contextlib.suppress(OSError, ValueError):
             src = orjson.loads(p.read_bytes()).get("input")
             if src:
-                return Path(src)
+                return Path(src), p
     return None
+
+
+def input_of(out: Path, given: Path | None) -> Path:
+    """The job's input: `--input`, else the one its job files name, which must be found
+    from here (a job file holds the path as its run was given it, maybe relative)."""
+    if not (out / STATE_DIR).is_dir():
+        raise UsageError(f"{out}: not a genbench generate output directory (no {STATE_DIR})")
+    if given is not None:
+        return given
+    named = _named_input(out)
+    if named is None:
+        raise UsageError(f"{out}: its job files name no input: give --input FILE")
+    src, job = named
+    if not src.is_file():
+        raise UsageError(
+            f"{out}: the input its job file names ({src}, in {job}) is not found from "
+            f"{Path.cwd()}: give --input FILE"
+        )
+    return src
+
+
+def running(out: Path) -> list[str]:
+    """The shards whose generate holds its lock now (a task still running): their missing
+    ids are being written, and the command that finishes them would be refused."""
+    found = []
+    for p in sorted((out / STATE_DIR).glob("lock*")):
+        try:
+            if not p.stat().st_size:  # a holder writes its note; a release empties it
+                continue
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # held by nobody: not running
+        except OSError:
+            who = OutputLock(out, out / STATE_DIR, p.name).holder()
+            shard = p.name.removeprefix("lock-").replace("of", "/") if "-" in p.name else ""
+            what = f"shard {shard}" if shard else "a generate"
+            found.append(f"{what} is still running ({who}): merge again when it ends")
+        finally:
+            os.close(fd)
+    return found
+
+
+_NAMED = {"max_tokens", "temperature", "top_p", "top_k"}  # generate's own flags
+_DEFAULTS = {"turns": "all", "format": "jsonl", "token_ids": "auto",
+             "answers": "conversations", "tool_policy": "replay"}  # fmt: skip
+
+
+def job_flags(out: Path) -> list[str]:
+    """The settings of the directory's first job file as generate's flags: a shard run
+    without them would be refused (a changed job) or, a shard's first run, differ."""
+    jobs = sorted((out / STATE_DIR).glob("job*.json"))
+    try:
+        doc = orjson.loads(jobs[0].read_bytes()) if jobs else {}
+    except (OSError, ValueError):
+        return []
+    flags: list[str] = []
+    for k, v in (doc.get("params") or {}).items():
+        if k in _NAMED:
+            flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(v))}")
+        else:
+            flags.append("--param " + shlex.quote(f"{k}={orjson.dumps(v).decode()}"))
+    for k, default in _DEFAULTS.items():
+        if doc.get(k, default) != default:
+            flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(doc[k]))}")
+    return flags
+
+
+_NOT_SETTINGS = {"shard", "created", "genbench_version", "input"}
+
+
+def settings_differ(out: Path) -> str | None:
+    """Where the shards' job files hold different settings (a shard run with other flags,
+    or --force): one line naming each setting and the shards of each value, else None."""
+    docs: dict[str, dict[str, Any]] = {}
+    for p in sorted((out / STATE_DIR).glob("job*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            doc = orjson.loads(p.read_bytes())
+            docs[p.name] = {k: v for k, v in doc.items() if k not in _NOT_SETTINGS}
+    keys = sorted({k for d in docs.values() for k in d})
+    differ = [k for k in keys if len({orjson.dumps(d.get(k), option=orjson.OPT_SORT_KEYS)
+                                      for d in docs.values()}) > 1]  # fmt: skip
+    if not differ:
+        return None
+    parts = []
+    for k in differ:
+        by = ", ".join(f"{name} {orjson.dumps(d.get(k)).decode()}" for name, d in docs.items())
+        parts.append(f"{k}: {by}")
+    return (
+        f"the shards ran with different settings ({'; '.join(parts)}): their rows are "
+        "not one job's; rerun the odd shards with the job's flags into a new --out"
+    )
 
 
 def scheme_of(out: Path) -> int:
@@ -158,12 +267,13 @@ def _id(obj: Any, path: Path, n: int | None = None) -> str:
 
 def check(out: Path, input: Path | None = None) -> Proof:
     """Every shard of `out` read beside the job's input: every input id exactly once?"""
-    if not (out / STATE_DIR).is_dir():
-        raise UsageError(f"{out}: not a genbench generate output directory (no {STATE_DIR})")
-    src = input or job_input(out)
-    if src is None:
-        raise UsageError(f"{out}: its job files name no input: give --input FILE")
-    proof = Proof(out, src, scheme_of(out))
+    src = input_of(out, input)
+    proof = Proof(out, src, scheme_of(out), schemes=sorted(from_files(out)))
+    differ = settings_differ(out)
+    if differ:
+        proof.notes.append(differ)
+    proof.notes += running(out)
+    proof.flags = job_flags(out)
     counts: Counter[str] = Counter()
     for rid, _ in rows_of(out, proof.notes):
         counts[rid] += 1
@@ -175,6 +285,13 @@ def check(out: Path, input: Path | None = None) -> Proof:
         failed |= keys - counts.keys()
     res = scan(src, counts.keys(), skip_invalid=True)  # todo: the input's ids not in the data
     proof.input_rows = res.rows + len(res.bad)
+    if res.bad:  # counted above, never generated: say so beside "every input id"
+        b = res.bad[0]
+        proof.notes.append(
+            f"{_n(len(res.bad), 'input row')} of {src} cannot be sent (line {b.line}: "
+            f"{b.describe()}{', ...' if len(res.bad) > 1 else ''}): no run generates "
+            "them; generate --skip-invalid writes them to the errors file"
+        )
     proof.missing = sorted(res.todo - failed)
     proof.failed = sorted(res.todo & failed)
     proof.extra = len(counts) - res.done
@@ -188,14 +305,27 @@ def merge_into(source: Path, out: Path, shards: int) -> dict[str, Any]:
         raise UsageError(f"--shards {shards}: must be 1 or more")
     if not (source / STATE_DIR).is_dir():
         raise UsageError(f"{source}: not a genbench generate output directory")
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"--out {out}: exists and is not empty; give a new directory")
-    lock = OutputLock(out, out / STATE_DIR)
-    lock.acquire()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        what = "is not empty" if out.is_dir() else "is not a directory"
+        raise UsageError(f"--out {out}: exists and {what}; give a new directory")
+    if out.resolve().is_relative_to(source.resolve()):
+        raise UsageError(f"--out {out}: inside {source}; give a directory outside it")
+    try:  # written beside, then renamed: a generate of NEW never sees it half made
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.merging-", dir=out.parent))
+    except OSError as e:
+        raise OutputError(f"--out {out}: cannot write to it: {e.strerror or e}") from None
     try:
-        return _write(source, out, shards)
+        (tmp / STATE_DIR).mkdir()
+        done = {**_write(source, tmp, shards), "out": str(out)}
+        if out.is_dir():
+            out.rmdir()  # empty (checked above); a file put there since fails the rename
+        os.rename(tmp, out)
+    except OSError as e:
+        raise OutputError(f"--out {out}: cannot write to it: {e.strerror or e}") from None
     finally:
-        lock.release(remove_empty=False)
+        shutil.rmtree(tmp, ignore_errors=True)  # gone once renamed
+    fsync_dir(out.parent)
+    return done
 
 
 def _write(source: Path, out: Path, shards: int) -> dict[str, Any]:
@@ -203,7 +333,7 @@ def _write(source: Path, out: Path, shards: int) -> dict[str, Any]:
     layouts = [Layout(out, None if shards == 1 else s.tag) for s in specs]
     files = [open(lay.shard(0), "wb") for lay in layouts]  # noqa: SIM115
     seen: set[str] = set()
-    notes: list[str] = []
+    notes = [n for n in [settings_differ(source)] if n]  # the copies carry the first's
     skipped = 0
     try:
         for rid, line in rows_of(source, notes):

@@ -42,13 +42,19 @@ def describe(count: int) -> str:
 
 def recorded(out: Path) -> int | None:
     """The scheme in the directory's file, or None where none is recorded."""
+    path = out / STATE_DIR / SCHEME_FILE
     try:
-        doc = orjson.loads((out / STATE_DIR / SCHEME_FILE).read_bytes())
-        return int(doc["shards"])
+        count = int(orjson.loads(path.read_bytes())["shards"])
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise OutputError(f"{out / STATE_DIR / SCHEME_FILE}: unreadable ({e})") from None
+        raise OutputError(f"{path}: unreadable ({e}); {_REREAD}") from None
+    if count < 1:
+        raise OutputError(f"{path}: unreadable (shards {count}: 1 or more); {_REREAD}")
+    return count
+
+
+_REREAD = "remove it and the next run reads the scheme from the data files' names"
 
 
 def from_files(out: Path) -> set[int]:

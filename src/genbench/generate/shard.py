@@ -5,7 +5,10 @@ script serves every task of an array (docs/cluster.md):
 
 * a Slurm array (`sbatch --array=0-3`): `SLURM_ARRAY_TASK_ID` among
   `SLURM_ARRAY_TASK_COUNT`, counted from `SLURM_ARRAY_TASK_MIN` in steps of
-  `SLURM_ARRAY_TASK_STEP`; a requeued task keeps its id, and so its share and its files;
+  `SLURM_ARRAY_TASK_STEP`; a requeued task keeps its id, and so its share and its files.
+  With `--shard auto/N` (the plan's script) an array of fewer tasks is some tasks of an
+  `--array=0-(N-1)` array resubmitted (`sbatch --array=1,4`, what `genbench merge` names):
+  Slurm then counts only those, so the task id itself is the share;
 * a Kubernetes Indexed Job: `JOB_COMPLETION_INDEX` (0-based), among the completions
   count, which Kubernetes does not expose: `--shard auto/N`, or `GENBENCH_SHARD_COUNT`
   (the manifest `genbench plan --job-files` writes sets it);
@@ -23,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from genbench.errors import UsageError
+from genbench.fmt import counted
 
 COUNT_ENV = "GENBENCH_SHARD_COUNT"  # the completions count a K8s manifest passes down
 
@@ -70,7 +74,7 @@ def from_env(text: str, env: Mapping[str, str]) -> ShardSpec:
     if asked is not None and asked < 1:
         raise UsageError(f"--shard {text}: N must be 1 or more")
     if "SLURM_ARRAY_TASK_ID" in env:
-        index, count, source = _slurm(env)
+        index, count, source = _slurm(env, asked)
     elif "JOB_COMPLETION_INDEX" in env:
         index, count, source = _indexed_job(env, asked)
     elif "RANK" in env or "WORLD_SIZE" in env:
@@ -82,7 +86,9 @@ def from_env(text: str, env: Mapping[str, str]) -> ShardSpec:
             "RANK and WORLD_SIZE); give --shard i/N"
         )
     if asked is not None and asked != count:
-        raise UsageError(f"--shard {text}: the environment says {count} shards ({source})")
+        raise UsageError(
+            f"--shard {text}: the environment says {counted(count, 'shard')} ({source})"
+        )
     if count < 1:
         raise UsageError(f"--shard {text}: {source}: no tasks to share the ids")
     if not 0 <= index < count:
@@ -90,7 +96,7 @@ def from_env(text: str, env: Mapping[str, str]) -> ShardSpec:
     return ShardSpec(index + 1, count, source)
 
 
-def _slurm(env: Mapping[str, str]) -> tuple[int, int, str]:
+def _slurm(env: Mapping[str, str], asked: int | None) -> tuple[int, int, str]:
     task = _int("auto", "SLURM_ARRAY_TASK_ID", env["SLURM_ARRAY_TASK_ID"])
     if "SLURM_ARRAY_TASK_COUNT" not in env:
         raise UsageError(
@@ -101,6 +107,8 @@ def _slurm(env: Mapping[str, str]) -> tuple[int, int, str]:
     low = _int("auto", "SLURM_ARRAY_TASK_MIN", env.get("SLURM_ARRAY_TASK_MIN", "0"))
     step = _int("auto", "SLURM_ARRAY_TASK_STEP", env.get("SLURM_ARRAY_TASK_STEP", "1"))
     high = env.get("SLURM_ARRAY_TASK_MAX")
+    if asked is not None and count < asked:  # some tasks of a 0-(N-1) array, resubmitted
+        return task, asked, f"SLURM_ARRAY_TASK_ID={task} of --shard auto/{asked}"
     source = f"SLURM_ARRAY_TASK_ID={task} of SLURM_ARRAY_TASK_COUNT={count}"
     regular = step >= 1 and (task - low) % step == 0
     if regular and high is not None:
@@ -108,7 +116,7 @@ def _slurm(env: Mapping[str, str]) -> tuple[int, int, str]:
     if not regular:
         raise UsageError(
             f"--shard auto: the array's task ids are not a range ({source}, "
-            f"SLURM_ARRAY_TASK_MIN={low}, SLURM_ARRAY_TASK_MAX={high}, step {step}): "
+            f"SLURM_ARRAY_TASK_MIN={low}, SLURM_ARRAY_TASK_MAX={high or 'unset'}, step {step}): "
             "submit --array=0-(N-1), or give --shard i/N"
         )
     return (task - low) // step, count, source

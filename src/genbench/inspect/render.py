@@ -168,7 +168,7 @@ def print_inspection(doc: dict[str, Any], console: Console) -> None:
         console.print(
             f"[yellow]ids:[/] {_n(rep['rows'], 'row')} repeat an id read before ({shown}): "
             f"export writes the first of each; genbench merge {doc['source']['path']} "
-            "names them and writes a copy with every id once"
+            "names them, and with --out NEW writes a copy with every id once"
         )
     console.print(_dist_table(doc))
     console.print(_defect_table(doc))

@@ -20,6 +20,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from genbench.errors import OutputError
+from genbench.fmt import counted
+
 SBATCH = "genbench-array.sbatch"
 MANIFEST = "genbench-indexed-job.yaml"
 
@@ -28,22 +31,27 @@ def tasks_for(doc: dict[str, Any], servers: int) -> tuple[int, str]:
     """How many tasks (one server each) the job runs, and why: the servers the deadline
     needs for the largest sample count the plan forecast, else --servers."""
     decision = doc.get("decision") or {}
-    rows = [r for c in decision.get("configurations") or [] for r in c.get("rows") or []]
+    rows = [r for c in _chosen(decision) for r in c.get("rows") or []]
     needs = [(r["samples"], r["servers_needed"]["servers"]) for r in rows
              if r.get("servers_needed")]  # fmt: skip
     if needs:
         samples, n = max(needs)
         deadline = (decision.get("deadline") or {}).get("text")
-        return n, f"{n} servers: what the deadline {deadline} needs for {samples:,} samples"
-    return servers, f"{servers} servers: --servers"
+        needs_text = f"what the deadline {deadline} needs for {counted(samples, 'sample')}"
+        return n, f"{counted(n, 'server')}: {needs_text}"
+    return servers, f"{counted(servers, 'server')}: --servers"
 
 
-def generate_flags(args: Any) -> list[str]:
+def generate_flags(args: Any, doc: dict[str, Any] | None = None) -> list[str]:
     """The job's request fields the plan was asked with, as generate's flags (the plan
-    forecasts the job the same flags run)."""
+    forecasts the job the same flags run). Without `-c`, the concurrency the forecast was
+    made at (a pilot's, a run's), where the plan's configurations share one: generate's
+    own default differs, and the forecast holds at the C it measured."""
     flags: list[str] = []
     for name in ("max_tokens", "temperature", "top_p", "top_k", "concurrency"):
         value = getattr(args, name, None)
+        if name == "concurrency" and value is None:
+            value = _forecast_concurrency(doc or {})
         if value is not None:
             flags += ["--" + name.replace("_", "-"), str(value)]
     if getattr(args, "turns", "all") != "all":
@@ -53,15 +61,33 @@ def generate_flags(args: Any) -> list[str]:
     return flags
 
 
+def _forecast_concurrency(doc: dict[str, Any]) -> int | None:
+    """The concurrency the chosen configuration was measured at, else None."""
+    found = {c.get("concurrency") for c in _chosen(doc.get("decision") or {})} - {None}
+    return found.pop() if len(found) == 1 else None
+
+
+def _chosen(decision: dict[str, Any]) -> list[dict[str, Any]]:
+    """The configuration the plan chose (several --from: the fastest at the largest count,
+    the one its forecast tables use); all of them where it names none."""
+    configs = decision.get("configurations") or []
+    best = decision.get("best") or []
+    if len(configs) > 1 and best:
+        name = max(best, key=lambda b: b["samples"]).get("fastest")
+        return [c for c in configs if c.get("name") == name] or configs
+    return configs
+
+
 def sbatch_script(tasks: int, why: str, input: str, flags: list[str]) -> str:
     """The Slurm array: one task per server, each `generate --shard auto`."""
     quoted = " ".join(shlex.quote(f) for f in flags)
     return f"""#!/bin/bash
 # genbench generate as a Slurm array, written by `genbench plan --job-files` (docs/cluster.md).
-# {tasks} tasks = {why}.
+# {counted(tasks, "task")} = {why}.
 # Each task is one client and one engine; task i takes the ids of --shard i+1/{tasks}
-# (--shard auto reads SLURM_ARRAY_TASK_ID), into one directory on a shared file system.
-# A requeued task (scontrol requeue, a node failure) keeps its id and resumes its share.
+# (--shard auto/{tasks} reads SLURM_ARRAY_TASK_ID), into one directory on a shared file system.
+# A requeued task (scontrol requeue, a node failure) keeps its id and resumes its share;
+# some tasks resubmitted (sbatch --array=1,4 this script) take the shares of those ids.
 #SBATCH --job-name=genbench
 #SBATCH --array=0-{tasks - 1}
 #SBATCH --requeue
@@ -87,6 +113,10 @@ URL_FILE="${{GENBENCH_URL_FILE:-}}"
 #    e.g. GENBENCH_SERVE='vllm serve FILL_IN_MODEL_PATH --port {{port}}'
 SERVE="${{GENBENCH_SERVE:-}}"
 # -----------------------------------------------------------------------------------------
+case "$INPUT $OUT" in *FILL_IN*)  # a relative FILL_IN dir would split the job per node
+  echo "genbench-array.sbatch: set GENBENCH_INPUT and GENBENCH_OUT (or INPUT=, OUT=): FILL_IN" >&2
+  exit 2
+esac
 if [ -n "$URL_FILE" ]; then
   SERVER=(--url-file "$URL_FILE")
 elif [ -n "$SERVE" ]; then
@@ -96,7 +126,7 @@ else
   exit 2
 fi
 
-exec "$GENBENCH" generate --input "$INPUT" --out "$OUT" --shard auto "${{SERVER[@]}}" \\
+exec "$GENBENCH" generate --input "$INPUT" --out "$OUT" --shard auto/{tasks} "${{SERVER[@]}}" \\
   "${{FLAGS[@]}}"
 """
 
@@ -108,7 +138,7 @@ def manifest(tasks: int, why: str, input: str, flags: list[str]) -> str:
          "--shard auto", '--url-file "$URL_FILE"', *(shlex.quote(f) for f in flags)]
     )  # fmt: skip
     return f"""# genbench generate as a Kubernetes Indexed Job, written by
-# `genbench plan --job-files` (docs/cluster.md). {tasks} completions = {why}.
+# `genbench plan --job-files` (docs/cluster.md). {counted(tasks, "completion")} = {why}.
 # Pod i takes the ids of --shard i+1/{tasks} (--shard auto reads JOB_COMPLETION_INDEX and
 # GENBENCH_SHARD_COUNT), into one directory on a ReadWriteMany volume. A pod restarted
 # (restartPolicy OnFailure) keeps its index and resumes its share.
@@ -156,6 +186,20 @@ def _yaml_str(text: str) -> str:
     return json.dumps(text)
 
 
+def job_files_dir(where: Path) -> None:
+    """Make `where` (before a pilot of minutes, not after it): one line, exit 12, where
+    it cannot be made or written."""
+    if where.exists() and not where.is_dir():
+        raise OutputError(f"--job-files {where}: is a file; give a directory")
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        probe = where / ".genbench-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise OutputError(f"--job-files {where}: cannot write there: {e.strerror or e}") from None
+
+
 def write_job_files(
     where: Path, doc: dict[str, Any], args: Any, servers: int
 ) -> tuple[list[Path], str]:
@@ -163,11 +207,14 @@ def write_job_files(
     tasks, why = tasks_for(doc, servers)
     prompts = getattr(args, "prompts", None)
     input = str(Path(prompts).resolve()) if prompts else "FILL_IN_PROMPTS.jsonl"
-    flags = generate_flags(args)
-    where.mkdir(parents=True, exist_ok=True)
+    flags = generate_flags(args, doc)
+    job_files_dir(where)
     paths = [where / SBATCH, where / MANIFEST]
-    paths[0].write_text(sbatch_script(tasks, why, input, flags), encoding="utf-8")
-    paths[0].chmod(0o755)
     in_pod = input if input.startswith("FILL_IN") else f"/shared/{Path(input).name}"
-    paths[1].write_text(manifest(tasks, why, in_pod, flags), encoding="utf-8")
-    return paths, f"{tasks} tasks ({why})"
+    try:
+        paths[0].write_text(sbatch_script(tasks, why, input, flags), encoding="utf-8")
+        paths[0].chmod(0o755)
+        paths[1].write_text(manifest(tasks, why, in_pod, flags), encoding="utf-8")
+    except OSError as e:
+        raise OutputError(f"--job-files {where}: cannot write there: {e.strerror or e}") from None
+    return paths, f"{counted(tasks, 'task')} ({why})"

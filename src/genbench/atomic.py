@@ -84,3 +84,10 @@ def move(src: Path, dst: Path) -> None:
     fsync_path(dst.parent)
     if src.parent != dst.parent:
         fsync_path(src.parent)
+
+
+def publish_dir(src: Path, dst: Path) -> None:
+    """A directory made whole beside `dst` renamed into place, durably: readers see
+    nothing or all of it. `dst` must be absent or empty (a rename never merges)."""
+    os.rename(src, dst)
+    fsync_path(dst.parent)

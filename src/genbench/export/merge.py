@@ -27,12 +27,19 @@ from typing import Any
 
 import orjson
 
-from genbench.atomic import fsync_dir, write_atomic
+from genbench.atomic import fsync_dir, publish_dir, write_atomic
 from genbench.errors import ExitCode, InputFileError, OutputError, UsageError
 from genbench.fmt import counted as _n
 from genbench.generate.durable import scan_errors
 from genbench.generate.input import ShardSpec, scan
-from genbench.generate.layout import JOB_GLOB, SCHEME_FILE, STATE_DIR, Layout, error_files
+from genbench.generate.layout import (
+    JOB_GLOB,
+    LOCK_GLOB,
+    SCHEME_FILE,
+    STATE_DIR,
+    Layout,
+    error_files,
+)
 from genbench.generate.lock import OutputLock
 from genbench.generate.scheme import describe, from_files, recorded
 from genbench.generate.shard import stable_hash
@@ -164,7 +171,7 @@ def running(out: Path) -> list[str]:
     """The shards whose generate holds its lock now (a task still running): their missing
     ids are being written, and the command that finishes them would be refused."""
     found = []
-    for p in sorted((out / STATE_DIR).glob("lock*")):
+    for p in sorted((out / STATE_DIR).glob(LOCK_GLOB)):
         try:
             if not p.stat().st_size:  # a holder writes its note; a release empties it
                 continue
@@ -319,12 +326,11 @@ def merge_into(source: Path, out: Path, shards: int) -> dict[str, Any]:
         done = {**_write(source, tmp, shards), "out": str(out)}
         if out.is_dir():
             out.rmdir()  # empty (checked above); a file put there since fails the rename
-        os.rename(tmp, out)
+        publish_dir(tmp, out)
     except OSError as e:
         raise OutputError(f"--out {out}: cannot write to it: {e.strerror or e}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone once renamed
-    fsync_dir(out.parent)
     return done
 
 

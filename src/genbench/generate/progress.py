@@ -54,6 +54,7 @@ class RowInfo:
     tokens: int
     thinking: int
     truncated: bool = False
+    estimated: bool = False  # its token counts estimated (meta.tokens_estimated)
 
 
 class Progress:
@@ -71,6 +72,7 @@ class Progress:
         self.total = total
         self.done_before, self.failed_before = done_before, failed_before
         self.done = self.failed = self.truncated = self.tokens = self.thinking = 0
+        self.estimated = 0  # rows whose counts were estimated (thinking the server left out)
         self.rate_window, self.eta_window, self.clock = rate_window, eta_window, clock
         self.t0 = clock()
         self.recent = RecentRates(eta_window, clock=clock)
@@ -88,6 +90,7 @@ class Progress:
                 self.truncated += info.truncated
                 self.tokens += info.tokens
                 self.thinking += info.thinking
+                self.estimated += info.estimated
 
     def on_record(self, rec: RequestRecord) -> None:
         """A request of the job ended."""

@@ -232,6 +232,7 @@ class OutputRow:
     server: str
     truncated: bool
     nbytes: int
+    estimated: bool = False  # meta.tokens_estimated: its counts are genbench's, not the server's
 
 
 class RowFormatError(Exception):
@@ -307,4 +308,5 @@ def parse_row(obj: Any, nbytes: int) -> OutputRow:
         server=server if isinstance(server, str) and server else "unknown",
         truncated=bool(truncated) if truncated is not None else finish == "length",
         nbytes=nbytes,
+        estimated=meta.get("tokens_estimated") is True,
     )

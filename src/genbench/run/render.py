@@ -314,10 +314,9 @@ def thinking_table(doc: dict[str, Any], console: Console) -> None:
 
 
 def _thinking_rows(phases: list[dict[str, Any]], console: Console, estimated: bool) -> None:
-    t = Table(title="thinking and answer", title_justify="left")
-    think, answer = ("thinking tok (est.)", "answer tok (est.)") if estimated else (
-        "thinking tok", "answer tok")  # fmt: skip
-    for col in ("phase", think, answer, "thinking", "TTFT p50", "TTFT p99",
+    title = "thinking and answer" + (" (token counts estimated)" if estimated else "")
+    t = Table(title=title, title_justify="left")
+    for col in ("phase", "thinking tok", "answer tok", "thinking", "TTFT p50", "TTFT p99",
                 "to answer p50", "to answer p99"):  # fmt: skip
         t.add_column(col, justify="right")
     for p in phases:

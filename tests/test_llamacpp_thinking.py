@@ -102,7 +102,7 @@ def test_run_shows_the_counted_thinking(llama, tmp_path):
     assert "its tokens counted by the server's /tokenize" in p.stdout, p.stdout
 
 
-def test_generate_marks_its_estimate(llama, tmp_path):
+def test_generate_counts_each_rows_thinking_with_tokenize(llama, tmp_path):
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps({"id": f"r{i}", "messages": [
         {"role": "user", "content": f"Think about {i}."}]}) + "\n" for i in range(4)))  # fmt: skip
@@ -116,6 +116,8 @@ def test_generate_marks_its_estimate(llama, tmp_path):
     thinking = 0
     for row in rows:
         m = row["meta"]
-        assert m["tokens_estimated"] is True and 0 < m["reasoning_tokens"] <= m["completion_tokens"]
+        assert m["reasoning_tokens_from"] == "tokenizer" and m["tokens_estimated"] is False
+        assert 0 < m["reasoning_tokens"] <= m["completion_tokens"] == 40, m
         thinking += m["reasoning_tokens"]
-    assert f"({thinking:,} thinking, estimated on 4 rows)" in p.stdout, p.stdout
+    said = f"({thinking:,} thinking, counted by the server's /tokenize on 4 rows)"
+    assert said in p.stdout, p.stdout

@@ -116,7 +116,7 @@ def test_generate_and_inspect_mark_the_estimate(sim_factory, tmp_path):
     for row in rows:
         m = row["meta"]
         assert (m["completion_tokens"], m["reasoning_tokens"], m["answer_tokens"]) == (24, 8, 16)
-        assert m["tokens_estimated"] is True, row["id"]
+        assert (m["tokens_estimated"], m["reasoning_tokens_from"]) == (True, "chunks"), row["id"]
     p = genbench("inspect", str(out))
     assert p.returncode == 0, p.stderr
     assert "33% (est.)" in p.stdout, p.stdout  # thinking p50: 8 of 24
@@ -125,6 +125,24 @@ def test_generate_and_inspect_mark_the_estimate(sim_factory, tmp_path):
     overall = doc["distributions"]["overall"]
     assert overall["estimated_rows"] == 6
     assert overall["thinking_share"]["p50"] == pytest.approx(1 / 3)
+
+
+def test_generate_counts_with_the_servers_tokenize(sim_factory, tmp_path):
+    sim = sim_factory(*FAST, "--thinking-tokens", "8", "--output-len", "fixed:24",
+                      "--dialect", "sglang", *UNCOUNTED)  # fmt: skip
+    write_rows(tmp_path / "in.jsonl", 6)
+    out = tmp_path / "out"
+    p = genbench("generate", "-i", str(tmp_path / "in.jsonl"), "-o", str(out), "--url", sim.url,
+                 "--max-tokens", "64", "--progress-every", "1")  # fmt: skip
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "tokens: 144 (48 thinking, counted by the server's /tokenize on 6 rows)" in p.stdout
+    rows = [json.loads(x) for f in sorted(out.glob("data*.jsonl")) for x in f.open()]
+    for row in rows:  # a word a token: /tokenize is exact on the sim
+        m = row["meta"]
+        assert (m["reasoning_tokens"], m["reasoning_tokens_from"]) == (8, "tokenizer"), row["id"]
+        assert m["tokens_estimated"] is False
+    recs = read_records(out / ".genbench" / "requests.jsonl")
+    assert {(r.reasoning_tokens, r.reasoning_source) for r in recs} == {(8, "tokenizer")}
 
 
 def test_pilot_plan_uses_and_marks_estimated_thinking(sim_factory, tmp_path):

@@ -55,6 +55,7 @@ class RowInfo:
     thinking: int
     truncated: bool = False
     estimated: bool = False  # its token counts estimated (meta.tokens_estimated)
+    tokenized: bool = False  # its thinking counted by the server's /tokenize
 
 
 class Progress:
@@ -72,7 +73,8 @@ class Progress:
         self.total = total
         self.done_before, self.failed_before = done_before, failed_before
         self.done = self.failed = self.truncated = self.tokens = self.thinking = 0
-        self.estimated = 0  # rows whose counts were estimated (thinking the server left out)
+        # rows whose thinking the server left out of usage: estimated, or counted by /tokenize
+        self.estimated = self.tokenized = 0
         self.rate_window, self.eta_window, self.clock = rate_window, eta_window, clock
         self.t0 = clock()
         self.recent = RecentRates(eta_window, clock=clock)
@@ -91,6 +93,7 @@ class Progress:
                 self.tokens += info.tokens
                 self.thinking += info.thinking
                 self.estimated += info.estimated
+                self.tokenized += info.tokenized
 
     def on_record(self, rec: RequestRecord) -> None:
         """A request of the job ended."""

@@ -260,6 +260,8 @@ def print_result(r: JobResult, console: Console) -> None:
     )
     if r.sending_s > 0 and r.tokens:
         est = f", estimated on {counted(r.estimated_rows, 'row')}" if r.estimated_rows else ""
+        if r.tokenized_rows:
+            est += f", counted by the server's /tokenize on {counted(r.tokenized_rows, 'row')}"
         console.print(
             f"  tokens: {r.tokens:,} ({r.thinking_tokens:,} thinking{est}) in "
             f"{duration(r.sending_s)}: {rate(r.tokens / r.sending_s)}"

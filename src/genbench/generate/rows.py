@@ -31,6 +31,7 @@ META_FIELDS: tuple[tuple[str, str], ...] = (
     ("reasoning_tokens", "int64"),
     ("answer_tokens", "int64"),
     ("tokens_estimated", "bool"),
+    ("reasoning_tokens_from", "string"),  # chunks | tokenizer | server; null: no thinking
     ("finish_reason", "string"),
     ("truncated", "bool"),
     ("turns", "int64"),

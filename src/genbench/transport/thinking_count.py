@@ -15,10 +15,10 @@ answers the other shape with no tokens, so an empty answer to text is no answer)
 Why the thinking text and not `completion - answer`: the completion also holds the
 tokens of the tags (`<think>`, `</think>`) and of a tool call, which are neither.
 
-Off the hot path: `run` counts a phase's records after the phase and `check` its one
-reply after it came, a few at a time, so no request of the measurement waits on it;
-`generate` does not (a million rows would be a million more requests): its thinking
-stays estimated by chunks, and says so.
+Off the hot path: `run` counts a phase's records after the phase, a few at a time, so no
+request of the measurement waits on it; `check` its one reply after it came; `generate`
+each request's after it ended, before the row's next turn (`generate/pipeline.py`): one
+small request per turn, never one per chunk.
 """
 
 from __future__ import annotations

@@ -292,7 +292,7 @@ THINKING_FROM = {
     "server usage": "counted by the server",
     "tokenizer": "counted by the server's /tokenize",
     "estimate": "estimated by chunks, one chunk a token (the server counted only "
-    "completion tokens and has no /tokenize genbench speaks)",
+    "completion tokens; no /tokenize of the server's answered)",
 }
 
 

@@ -62,6 +62,14 @@ def test_a_thought_cut_by_max_tokens_is_all_thinking():
     assert (rec.reasoning_tokens, rec.answer_tokens, rec.reasoning_source) == (5, 0, "estimate")
 
 
+def test_thinking_counted_as_zero_tokens_is_not_believed():
+    zero = {**LLAMA_USAGE, "completion_tokens_details": {"reasoning_tokens": 0}}
+    rec = parse(sse(*THOUGHT, *ANSWER, usage=zero))  # text sent is never 0 tokens
+    assert (rec.reasoning_tokens, rec.reasoning_source) == (6, "estimate")
+    rec = parse(sse(*ANSWER, usage=zero))  # no thinking: 0 is right
+    assert (rec.reasoning_tokens, rec.reasoning_source) == (0, None)
+
+
 def test_counted_thinking_and_no_thinking_are_left_alone():
     details = {**LLAMA_USAGE, "completion_tokens_details": {"reasoning_tokens": 5}}
     rec = parse(sse(*THOUGHT, *ANSWER, usage=details))

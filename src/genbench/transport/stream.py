@@ -338,7 +338,7 @@ class StreamParser:
             estimate_tokens(rec)
         if split is not None and (rec.reasoning_tokens is None or rec.tokens_estimated):
             estimate_thinking(rec, split.tags_seen)
-        elif rec.reasoning_tokens is None and rec.thinking_chars:  # split, not counted
+        elif not rec.reasoning_tokens and rec.thinking_chars:  # split, not counted (or 0)
             estimate_thinking(rec, 0)
         if not self.finished:
             why = "[DONE] without a finish_reason" if self.done else "stream ended before finish"
@@ -391,7 +391,9 @@ def parse_whole(
         rec.tokens_estimated = True
     if ids is not None:
         ids.whole_response(obj, choice, rec)
-    if (split is not None or thinking) and rec.reasoning_tokens is None:
+    if (split is not None and rec.reasoning_tokens is None) or (
+        thinking and not rec.reasoning_tokens
+    ):  # thinking the server did not count (or counted as 0 tokens: text is never 0)
         share_by_chars(rec, len(thinking), len(content))
     if not rec.finish_reason:
         return incomplete_failure("response without a finish_reason")

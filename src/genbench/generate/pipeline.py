@@ -101,6 +101,8 @@ class RowPolicy(Policy):
         """Thinking the server did not count, estimated by chunks: its /tokenize counts
         it, after the request (the row's next turn waits on it, no chunk does); where the
         server has none (asked once), it stays estimated."""
+        if rec.reasoning_source != "estimate" or rec.reasoning is None:
+            return  # counted by the server, or no thinking: nothing to ask
         counter = self._counters.get(slot.name)
         if counter is None:
             c = slot.client

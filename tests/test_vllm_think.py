@@ -18,10 +18,10 @@ import pytest
 from conftest import genbench
 
 from genbench.records import RequestRecord, read_records
-from genbench.run.thinking_count import ThinkingCounter
 from genbench.transport.client import ChatRequest, Client
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import INLINE_OPENED, NONE, ThinkMode, ThinkState
+from genbench.transport.thinking_count import ThinkingCounter
 
 pytestmark = pytest.mark.vllm
 

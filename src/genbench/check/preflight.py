@@ -34,6 +34,7 @@ from genbench.transport.failures import Failure, error_message_from_body
 from genbench.transport.health import NO_HEALTH
 from genbench.transport.stream import share_by_chars
 from genbench.transport.thinking import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
+from genbench.transport.thinking_count import ThinkingCounter
 from genbench.transport.token_ids import KIND_DIALECT, VLLM, ask_for, reply_ids
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
@@ -79,7 +80,9 @@ class CheckReport:
     thinking_dialect: str | None = None
     think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
     think_dialect_set: str | None = None  # --think-dialect: the user's, not the reply's
-    reasoning_source: str | None = None  # "estimate": genbench split it, shared the tokens
+    # who counted the thinking the server left out of usage: "estimate" (genbench, by
+    # chunks or characters) or "tokenizer" (the server's /tokenize); None: the server
+    reasoning_source: str | None = None
     # how this server gives the token ids it generated (genbench.transport.token_ids: vllm, sglang),
     # None when it gives none or none was asked (--token-ids off), and why not
     token_ids: str | None = None
@@ -304,6 +307,8 @@ async def _checks(
             pool, ep, rep.model, rec, think_tags
         )
         _read_reply(rep, rec)
+        if await ThinkingCounter(pool, ep, rep.model).count([rec]):  # the server left it out
+            rep.reasoning_tokens, rep.reasoning_source = rec.reasoning_tokens, "tokenizer"
         if token_ids != "off":
             await _read_ids(rep, client, rec, ask, max_tokens)
     if rep.model not in rep.models:
@@ -378,7 +383,8 @@ def _read_reply(rep: CheckReport, rec: RequestRecord) -> None:
     rep.thinking = bool(rec.thinking_chars or rec.reasoning_tokens or thinking)
     if mode.inline and rec.completion_tokens is not None and rec.reasoning_tokens is None:
         share_by_chars(rec, len(thinking), len(answer))
-        rep.reasoning_source = rec.reasoning_source
+        rec.reasoning = thinking  # for the server's /tokenize to count
+    rep.reasoning_source = rec.reasoning_source
     rep.ttft_s, rep.e2e_s = rec.ttft, rec.e2e
     rep.finish_reason = rec.finish_reason
     rep.completion_tokens, rep.reasoning_tokens = rec.completion_tokens, rec.reasoning_tokens

@@ -14,6 +14,12 @@ from genbench.fmt import count, duration, ms, number
 from genbench.transport.thinking import NONE, describe
 from genbench.transport.token_ids import describe as describe_ids
 
+# who counted the thinking tokens the server's usage left out (CheckReport.reasoning_source)
+CHECK_THINKING_FROM = {
+    "estimate": "estimated from the text: the server did not count them",
+    "tokenizer": "counted by the server's /tokenize: its usage did not",
+}
+
 
 def print_check(rep: CheckReport, out: Console, err: Console) -> None:
     """The checks that passed, one line each, then ready or the diagnosis (on `err`)."""
@@ -44,8 +50,8 @@ def print_check(rep: CheckReport, out: Console, err: Console) -> None:
     if rep.ok and rep.finish_reason:
         tokens = "?" if rep.completion_tokens is None else str(rep.completion_tokens)
         think = f", {rep.reasoning_tokens or 0} thinking" if rep.thinking else ", no thinking"
-        if rep.thinking and rep.reasoning_source == "estimate":
-            think += " (estimated from the split text)"
+        if rep.thinking and rep.reasoning_source in CHECK_THINKING_FROM:
+            think += f" ({CHECK_THINKING_FROM[rep.reasoning_source]})"
         est = " (estimated)" if rep.tokens_estimated else ""
         out.print(
             f"  [green]✓[/] request  TTFT {ms(rep.ttft_s)}, {tokens} tokens{est}{think}, "

@@ -85,8 +85,8 @@ FAULT = typer.Option(
     "--fault",
     help="Inject a fault, KIND[:key=value,...]; repeatable. Kinds: refuse, die, http, "
     "stall-first, stall-mid, inband-error, malformed, truncate, no-usage, not-openai, "
-    "unhealthy, no-tools, split, loop, unclosed, empty-answer, inline-think, garble, "
-    "ignore-prompt; "
+    "unhealthy, no-tools, split, loop, unclosed, empty-answer, inline-think, "
+    "uncounted-think, garble, ignore-prompt; "
     "match=TEXT limits one to requests containing TEXT. See docs/sim.md.",
 )
 TOOL_CALLS = typer.Option(

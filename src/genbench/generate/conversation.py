@@ -19,6 +19,22 @@ from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest
 from genbench.transport.token_ids import check_turn, row_status
 
+# who counted a turn's thinking tokens, the least exact first: genbench by chunks (no
+# usage, or usage without them), the server's /tokenize, the server's usage
+THINKING_FROM = ("chunks", "tokenizer", "server")
+
+
+def thinking_from(rec: RequestRecord, before: str | None) -> str | None:
+    """Who counted the thinking of a row that had `before` and now `rec`: the least exact
+    of its turns'; None while no turn thought."""
+    if not (rec.reasoning_tokens or rec.thinking_chars):
+        return before
+    if rec.tokens_estimated or rec.reasoning_source == "estimate":
+        now = "chunks"
+    else:
+        now = "tokenizer" if rec.reasoning_source == "tokenizer" else "server"
+    return now if before is None else THINKING_FROM[min(map(THINKING_FROM.index, (before, now)))]
+
 
 class Conversation:
     """The conversation so far, what its attempts cost, and the next request to send."""
@@ -27,7 +43,7 @@ class Conversation:
         "row", "rid", "all_turns", "max_tokens", "params", "out", "pos", "waiting", "last_user",
         "attempts", "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated",
         "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "ids",
-        "request",
+        "request", "thinking_from",
     )  # fmt: skip
 
     def __init__(
@@ -43,6 +59,7 @@ class Conversation:
         self.attempts = self.losses = self.turns = 0
         self.prompt_tokens = self.tokens = self.thinking = 0
         self.estimated = self.truncated = False
+        self.thinking_from: str | None = None  # who counted its thinking (THINKING_FROM)
         self.ttft: float | None = None
         self.latency = 0.0
         self.sent_at: float | None = None
@@ -102,6 +119,7 @@ class Conversation:
         # estimated: no usage, or thinking split by genbench and its tokens shared out
         estimated = rec.tokens_estimated or rec.reasoning_source == "estimate"
         self.estimated = self.estimated or estimated
+        self.thinking_from = thinking_from(rec, self.thinking_from)
         self.truncated = self.truncated or rec.finish_reason == "length"
         self.finish = rec.finish_reason
         if self.ttft is None and rec.ttft is not None:
@@ -135,6 +153,7 @@ class Conversation:
             "reasoning_tokens": self.thinking,
             "answer_tokens": self.tokens - self.thinking,
             "tokens_estimated": self.estimated,
+            "reasoning_tokens_from": self.thinking_from,
             "finish_reason": self.finish,
             "truncated": self.truncated,
             "turns": self.turns,

@@ -65,6 +65,8 @@ class JobResult:
     truncated_this_run: int = 0
     tokens: int = 0
     thinking_tokens: int = 0
+    estimated_rows: int = 0  # rows of this run whose token counts are estimated
+    tokenized_rows: int = 0  # and whose thinking the server's /tokenize counted
     thinking: str = ""  # where the thinking arrived, when the replies showed it, not check
     elapsed_s: float = 0.0
     sending_s: float = 0.0
@@ -358,7 +360,8 @@ class Job:
     # -- where rows go (the pipeline's sink) ----------------------------------------------
 
     def finish(self, conv: Conversation) -> str | None:
-        info = RowInfo(conv.server, conv.tokens, conv.thinking, conv.truncated)
+        info = RowInfo(conv.server, conv.tokens, conv.thinking, conv.truncated, conv.estimated,
+                       conv.thinking_from == "tokenizer")  # fmt: skip
         if conv.truncated and self.cfg.on_truncated == "error":
             why = "cut by max_tokens (finish_reason length)"
             entry = self._error_entry(conv, ErrorKind.TRUNCATED, why)
@@ -462,6 +465,8 @@ class Job:
             truncated_this_run=p.truncated if p else 0,
             tokens=p.tokens if p else 0,
             thinking_tokens=p.thinking if p else 0,
+            estimated_rows=p.estimated if p else 0,
+            tokenized_rows=p.tokenized if p else 0,
             thinking=next((t.describe() for t in self.think.values() if t.learned_from), ""),
             elapsed_s=time.monotonic() - t0,
             sending_s=last - first if first is not None and last is not None else 0.0,

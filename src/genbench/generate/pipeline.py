@@ -42,6 +42,7 @@ from genbench.generate.input import BadRow, Row
 from genbench.generate.row_units import Label, conversations
 from genbench.load import Load, Policy, Slot, WorkQueue
 from genbench.records import RequestRecord
+from genbench.transport.thinking_count import ThinkingCounter
 
 REGROW_S = 30.0
 
@@ -77,6 +78,7 @@ class RowPolicy(Policy):
     def __init__(self, sink: RowSink, retries: Retries) -> None:
         self.sink, self.r = sink, retries
         self._noted: dict[str, float] = {}
+        self._counters: dict[str, ThinkingCounter] = {}  # per server: its /tokenize
 
     async def after(self, unit: Any, rec: RequestRecord, slot: Slot, queue: WorkQueue) -> bool:
         conv: Conversation = unit
@@ -88,11 +90,25 @@ class RowPolicy(Policy):
             tag["attempt"] = conv.attempts + 1
         if rec.ok:
             self._regrow(slot)
+            await self._count_thinking(rec, slot)
             conv.answered(rec)
             tag["outcome"] = "next"  # `done` replaces it if this was the last turn
             return True
         await self._failed(conv, rec, slot, queue)
         return False
+
+    async def _count_thinking(self, rec: RequestRecord, slot: Slot) -> None:
+        """Thinking the server did not count, estimated by chunks: its /tokenize counts
+        it, after the request (the row's next turn waits on it, no chunk does); where the
+        server has none (asked once), it stays estimated."""
+        if rec.reasoning_source != "estimate" or rec.reasoning is None:
+            return  # counted by the server, or no thinking: nothing to ask
+        counter = self._counters.get(slot.name)
+        if counter is None:
+            c = slot.client
+            counter = self._counters[slot.name] = ThinkingCounter(c.pool, c.endpoint, c.model)
+        if counter.wants(rec):
+            await counter.count([rec])
 
     def done(self, unit: Any, slot: Slot, queue: WorkQueue) -> None:
         conv: Conversation = unit

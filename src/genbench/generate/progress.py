@@ -40,6 +40,8 @@ class RowInfo:
     tokens: int
     thinking: int
     truncated: bool = False
+    estimated: bool = False  # its token counts estimated (meta.tokens_estimated)
+    tokenized: bool = False  # its thinking counted by the server's /tokenize
 
 
 class Progress:
@@ -57,6 +59,8 @@ class Progress:
         self.total = total
         self.done_before, self.failed_before = done_before, failed_before
         self.done = self.failed = self.truncated = self.tokens = self.thinking = 0
+        # rows whose thinking the server left out of usage: estimated, or counted by /tokenize
+        self.estimated = self.tokenized = 0
         self.rate_window, self.eta_window, self.clock = rate_window, eta_window, clock
         self.t0 = clock()
         self.recent = RecentRates(eta_window, clock=clock)
@@ -75,6 +79,8 @@ class Progress:
                 self.truncated += info.truncated
                 self.tokens += info.tokens
                 self.thinking += info.thinking
+                self.estimated += info.estimated
+                self.tokenized += info.tokenized
 
     def on_record(self, rec: RequestRecord) -> None:
         """A request of the job ended."""

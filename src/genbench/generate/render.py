@@ -21,6 +21,11 @@ from genbench.generate.ending import LABELS, rows
 from genbench.generate.job import JobResult, Listener
 from genbench.generate.jobconfig import JobConfig
 
+ESTIMATED_NOTE = (
+    "token counts estimated: the server sent thinking without counting it (or sent no usage); "
+    "shared out by chunks, one chunk a token (meta.tokens_estimated on each such row)"
+)
+
 
 def print_start(cfg: JobConfig, console: Console) -> None:
     where = f" (shard {cfg.shard.index}/{cfg.shard.count})" if cfg.shard else ""
@@ -262,10 +267,15 @@ def print_result(r: JobResult, console: Console) -> None:
         )
     )
     if r.sending_s > 0 and r.tokens:
+        est = f", estimated on {counted(r.estimated_rows, 'row')}" if r.estimated_rows else ""
+        if r.tokenized_rows:
+            est += f", counted by the server's /tokenize on {counted(r.tokenized_rows, 'row')}"
         console.print(
-            f"  tokens: {r.tokens:,} ({r.thinking_tokens:,} thinking) in "
+            f"  tokens: {r.tokens:,} ({r.thinking_tokens:,} thinking{est}) in "
             f"{duration(r.sending_s)}: {rate(r.tokens / r.sending_s)}"
         )
+        if r.estimated_rows:
+            console.print(f"  {ESTIMATED_NOTE}")
     if r.thinking:
         console.print(f"  thinking: {r.thinking}")
     if r.files:

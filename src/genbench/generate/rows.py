@@ -30,6 +30,7 @@ META_FIELDS: tuple[tuple[str, str], ...] = (
     ("reasoning_tokens", "int64"),
     ("answer_tokens", "int64"),
     ("tokens_estimated", "bool"),
+    ("reasoning_tokens_from", "string"),  # chunks | tokenizer | server; null: no thinking
     ("finish_reason", "string"),
     ("truncated", "bool"),
     ("turns", "int64"),
@@ -224,6 +225,7 @@ class OutputRow:
     server: str
     truncated: bool
     nbytes: int
+    estimated: bool = False  # meta.tokens_estimated: its counts are genbench's, not the server's
 
 
 class RowFormatError(Exception):
@@ -299,4 +301,5 @@ def parse_row(obj: Any, nbytes: int) -> OutputRow:
         server=server if isinstance(server, str) and server else "unknown",
         truncated=bool(truncated) if truncated is not None else finish == "length",
         nbytes=nbytes,
+        estimated=meta.get("tokens_estimated") is True,
     )

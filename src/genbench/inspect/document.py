@@ -88,6 +88,8 @@ def _group(a: dict[str, np.ndarray], share: np.ndarray, mask: np.ndarray | None)
         "thinking_tokens": describe(reas[known]),
         "answer_tokens": describe(comp[known] - reas[known]),
         "thinking_share": describe(pick(share), cdf=True),
+        # rows whose counts genbench estimated (thinking the server did not count)
+        "estimated_rows": int(pick(a["estimated"]).sum()),
     }
 
 

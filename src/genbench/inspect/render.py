@@ -45,12 +45,13 @@ def _dist_table(doc: dict[str, Any]) -> Table:
     groups += [(f"finish {k}", v) for k, v in d["by_finish_reason"].items()]
     for name, g in groups:
         o, s = g["output_tokens"], g["thinking_share"]
+        est = " (est.)" if g.get("estimated_rows") and s.get("count") else ""
         t.add_row(
             name,
             f"{g['rows']:,}",
             *(_tokens(o, k) for k in ("p5", "p50", "p95", "p99", "max")),
-            _pct(s.get("p50")),
-            f"{_pct(s.get('p5'))}–{_pct(s.get('p95'))}" if s.get("count") else "—",
+            _pct(s.get("p50")) + est,
+            f"{_pct(s.get('p5'))}–{_pct(s.get('p95'))}{est}" if s.get("count") else "—",
         )
     return t
 
@@ -171,6 +172,12 @@ def print_inspection(doc: dict[str, Any], console: Console) -> None:
             "names them, and with --out NEW writes a copy with every id once"
         )
     console.print(_dist_table(doc))
+    if est := doc["distributions"]["overall"].get("estimated_rows"):
+        console.print(
+            f"  token counts estimated on {_n(est, 'row')} of {doc['rows']:,} "
+            "(meta.tokens_estimated): the server sent thinking without counting it, or no "
+            "usage; generate shared the tokens out by chunks, one chunk a token"
+        )
     console.print(_defect_table(doc))
     dups = doc["duplicates"]
     console.print(

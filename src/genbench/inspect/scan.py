@@ -77,6 +77,7 @@ class Columns:
     exact: array = field(default_factory=lambda: array("q"))
     near: array = field(default_factory=lambda: array("q"))
     keyed: bytearray = field(default_factory=bytearray)  # 1: the answer has keys
+    estimated: bytearray = field(default_factory=bytearray)  # 1: meta.tokens_estimated
 
     def arrays(self) -> dict[str, np.ndarray]:
         def view(a: Any, dtype: Any) -> np.ndarray:
@@ -93,6 +94,7 @@ class Columns:
             "exact": view(self.exact, np.int64),
             "near": view(self.near, np.int64),
             "keyed": view(self.keyed, np.uint8).astype(bool),
+            "estimated": view(self.estimated, np.uint8).astype(bool),
         }
 
 
@@ -195,6 +197,7 @@ def scan(
             where.append((fi << 40) | line)
             cols.completion.append(row.completion_tokens)
             cols.reasoning.append(-1 if row.reasoning_tokens is None else row.reasoning_tokens)
+            cols.estimated.append(row.estimated)
             cols.prompt.append(-1 if row.prompt_tokens is None else row.prompt_tokens)
             cols.server.append(_index(servers, row.server))
             cols.finish.append(_index(finishes, row.finish_reason or "none"))

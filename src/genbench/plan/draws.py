@@ -35,6 +35,8 @@ class Draws:
     order: np.ndarray | None = None  # samples' first requests in the order they were sent
     row_of: np.ndarray | None = None
     next_of: np.ndarray | None = None
+    # requests whose thinking tokens genbench estimated by chunks (the server left them out)
+    thinking_estimated: int = 0
 
     def per_sample(self, values: np.ndarray) -> np.ndarray:
         """A per-request quantity summed over each sample's requests."""
@@ -115,6 +117,7 @@ class Draws:
             order=head_idx[np.argsort(heads_send, kind="stable")],
             row_of=row_of if chained else None,
             next_of=chain_next(row_of) if chained else None,
+            thinking_estimated=sum(r.reasoning_source == "estimate" for r in reqs),
         )
 
 

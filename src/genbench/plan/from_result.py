@@ -290,8 +290,11 @@ def _thinking_basis(doc: dict[str, Any], ok: int, out: int, think: int, tps: flo
         else f"the run's {ok:,} requests at forced lengths, cut before the model finished: "
         "a whole answer's share may differ"
     )
+    how = {"estimate": " (thinking estimated by chunks: the server did not count it)",
+           "tokenizer": " (thinking counted by the server's /tokenize: its usage did not)",
+           }.get((doc.get("thinking") or {}).get("tokens_from") or "", "")  # fmt: skip
     return (
-        f"{fmt.count(think)} thinking of {fmt.count(out)} output tokens in {where}; "
+        f"{fmt.count(think)} thinking of {fmt.count(out)} output tokens{how} in {where}; "
         f"applied as is to {fmt.count(tps)} tokens per sample"
     )
 

@@ -169,9 +169,11 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
         f"{fmt.duration(m['pilot_wall_s'])}, {fmt.pct(m['fail_rate'])} failed"
     )
     think = m["thinking_tokens"]["mean"] or 0
+    est = m.get("thinking_estimated_requests") or 0
+    est_s = f", estimated by chunks on {fmt.counted(est, 'request')}" if est else ""
     console.print(
         f"  output tokens per sample: mean {out_d['mean']:,.0f}, p50 {out_d['p50']:,.0f}, "
-        f"p90 {out_d['p90']:,.0f}, max {out_d['max']:,.0f} (thinking {think:,.0f} of it)"
+        f"p90 {out_d['p90']:,.0f}, max {out_d['max']:,.0f} (thinking {think:,.0f} of it{est_s})"
     )
     steady = m.get("pilot_steady_tps")
     console.print(

@@ -37,7 +37,7 @@ from genbench.run.result import (
     write_json_atomic,
 )
 from genbench.run.selfcheck import LoopMonitor
-from genbench.run.thinking_count import ThinkingCounter, note_thinking
+from genbench.run.thinking_count import note_thinking
 from genbench.run.workload import (
     BUILTIN_PROMPTS,
     WARMUP_PROMPT,
@@ -48,6 +48,7 @@ from genbench.stats import PhaseSummary, summarize, sweep_of
 from genbench.transport.client import ChatRequest, Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import DEFAULT_TAGS, SEPARATE, ThinkMode, ThinkState
+from genbench.transport.thinking_count import ThinkingCounter
 
 SHAPES = ("burst", "sustained")
 
@@ -229,7 +230,8 @@ class Runner:
         # check's dialect, or, where it saw none, the one the replies show
         # (genbench.transport.thinking)
         self.think = ThinkState(think) if think and think.dialect != SEPARATE else None
-        self.counter: ThinkingCounter | None = None  # set in execute when it may be split
+        self.mode = think
+        self.counter: ThinkingCounter | None = None  # set in execute: thinking it may count
 
     def _params(self, max_tokens: int, force: bool) -> dict[str, Any]:
         params: dict[str, Any] = {"temperature": self.cfg.temperature, **self.cfg.extra_body}
@@ -266,6 +268,8 @@ class Runner:
             else:
                 rec.text = rec.reasoning = None  # kept only to split and count thinking
                 self.writer.write(rec)
+                if self.counter is not None:
+                    self.counter.sources.add(rec.reasoning_source)
             self.listener.record(rec)
 
         before = await self.metrics.scrape() if self.metrics else None
@@ -326,8 +330,8 @@ class Runner:
         for rec in records:
             rec.text = rec.reasoning = None
             self.writer.write(rec)
-        if self.think is not None:
-            note_thinking(self.state.doc["thinking"], self.think, self.counter)
+            self.counter.sources.add(rec.reasoning_source)
+        note_thinking(self.state.doc["thinking"], self.think, self.counter)
 
     def _summarize(
         self,
@@ -372,11 +376,11 @@ class Runner:
         timeouts = Timeouts(connect=10.0, read=cfg.timeout, total=None)
         # one pool for the load and the /metrics scraper
         pool = self.metrics.pool if self.metrics is not None else None
-        think = self.think
+        think, keep = self.think, self.mode is not None  # text kept to split and count
         client = Client(
-            self.ep, self.model, timeouts=timeouts, session=pool, think=think, keep_text=bool(think)
+            self.ep, self.model, timeouts=timeouts, session=pool, think=think, keep_text=keep
         )
-        if think is not None:
+        if keep:  # thinking the server did not count, counted by its /tokenize
             self.counter = ThinkingCounter(client.pool, self.ep, self.model)
         try:
             if cfg.warmup and "warmup" not in cfg.skip:

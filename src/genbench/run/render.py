@@ -292,7 +292,8 @@ def spec_line(m: dict[str, Any]) -> str:
 THINKING_FROM = {
     "server usage": "counted by the server",
     "tokenizer": "counted by the server's /tokenize",
-    "estimate": "estimated (the server counts completion tokens only)",
+    "estimate": "estimated by chunks, one chunk a token (the server counted only "
+    "completion tokens; no /tokenize of the server's answered)",
 }
 
 
@@ -301,9 +302,9 @@ def thinking_table(doc: dict[str, Any], console: Console) -> None:
     TTFT; under it, where the thinking arrived and who counted its tokens."""
     phases = [p for p in doc["phases"] if p["kind"] != "warmup"]
     # no thinking anywhere: a table of zeros says less than the line under it
-    if any(p["summary"]["thinking_tokens"] for p in phases):
-        _thinking_rows(phases, console)
     info = doc.get("thinking") or {}
+    if any(p["summary"]["thinking_tokens"] for p in phases):
+        _thinking_rows(phases, console, info.get("tokens_from") == "estimate")
     if info.get("dialect"):
         from genbench.transport.thinking import ThinkMode, describe
 
@@ -313,8 +314,9 @@ def thinking_table(doc: dict[str, Any], console: Console) -> None:
         console.print(f"  thinking: {line}" + (f"; its tokens {counted}" if counted else ""))
 
 
-def _thinking_rows(phases: list[dict[str, Any]], console: Console) -> None:
-    t = Table(title="thinking and answer", title_justify="left")
+def _thinking_rows(phases: list[dict[str, Any]], console: Console, estimated: bool) -> None:
+    title = "thinking and answer" + (" (token counts estimated)" if estimated else "")
+    t = Table(title=title, title_justify="left")
     for col in ("phase", "thinking tok", "answer tok", "thinking", "TTFT p50", "TTFT p99",
                 "to answer p50", "to answer p99"):  # fmt: skip
         t.add_column(col, justify="right")

@@ -41,6 +41,7 @@ FAULT_KEYS: dict[str, dict[str, Any]] = {
     "unclosed": {},
     "empty-answer": {},
     "inline-think": {"cut": -1, "opened": 0, "count": 1},
+    "uncounted-think": {},  # thinking in its own field, left out of usage (llama.cpp)
     "garble": {"at": 10},
     "ignore-prompt": {},
 }

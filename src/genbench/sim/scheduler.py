@@ -247,8 +247,9 @@ class Scheduler:
         self._end(r, "ok", t)
 
     def usage(self, r: Req) -> dict[str, Any]:
-        # the inline-think fault's count=0: usage leaves thinking uncounted (vLLM, no parser)
-        counted = r.script is None or r.script.count
+        # the inline-think fault's count=0: usage leaves thinking uncounted (vLLM, no parser);
+        # uncounted-think: so does a server that split it (llama.cpp's reasoning format)
+        counted = (r.script is None or r.script.count) and not r.uncounted
         return self.usage_shape(
             r.prompt_tokens, r.emitted, r.reasoning_emitted if counted else None
         )

@@ -270,6 +270,7 @@ class SimServer:
         if asked is not None:
             r.ids, r.prompt_ids = cfg.token_ids, ids.prompt_ids(messages)
         r.finish = finish
+        r.uncounted = any(f.kind == "uncounted-think" for f in active)
         r.id = "chatcmpl-" + os.urandom(12).hex()
         r.created = int(time.time())
         _in_flight(r, body, active)

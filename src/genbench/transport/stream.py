@@ -338,6 +338,8 @@ class StreamParser:
             estimate_tokens(rec)
         if split is not None and (rec.reasoning_tokens is None or rec.tokens_estimated):
             estimate_thinking(rec, split.tags_seen)
+        elif not rec.reasoning_tokens and rec.thinking_chars:  # split, not counted (or 0)
+            estimate_thinking(rec, 0)
         if not self.finished:
             why = "[DONE] without a finish_reason" if self.done else "stream ended before finish"
             return incomplete_failure(why)
@@ -389,7 +391,9 @@ def parse_whole(
         rec.tokens_estimated = True
     if ids is not None:
         ids.whole_response(obj, choice, rec)
-    if split is not None and rec.reasoning_tokens is None:
+    if (split is not None and rec.reasoning_tokens is None) or (
+        thinking and not rec.reasoning_tokens
+    ):  # thinking the server did not count (or counted as 0 tokens: text is never 0)
         share_by_chars(rec, len(thinking), len(content))
     if not rec.finish_reason:
         return incomplete_failure("response without a finish_reason")
@@ -415,8 +419,9 @@ def estimate_tokens(rec: RequestRecord) -> None:
 
 
 def share_by_chars(rec: RequestRecord, thinking: int, answer: int) -> None:
-    """A whole reply genbench split, the server counting only completion tokens: its
-    tokens shared out by characters, marked estimated."""
+    """A whole reply with thinking the server did not count (genbench split it, or the
+    server split it and left `reasoning_tokens` out of usage, as llama.cpp does): its
+    completion tokens shared out by characters, marked estimated."""
     if rec.completion_tokens is None:
         return
     total = thinking + answer
@@ -425,10 +430,12 @@ def share_by_chars(rec: RequestRecord, thinking: int, answer: int) -> None:
 
 
 def estimate_thinking(rec: RequestRecord, tags: int) -> None:
-    """Thinking split inline by genbench, the server counting only completion tokens:
-    its tokens shared out by chunks (a chunk a token: exact without speculative decoding;
-    the tag chunks count as answer, as a reasoning parser counts them), marked estimated
-    until the server's tokenizer counts the thinking text (`genbench.run.thinking_count`)."""
+    """Thinking the server did not count, the server counting only completion tokens
+    (split inline by genbench, or sent in a reasoning field with no `reasoning_tokens`
+    in usage, as llama.cpp does): its tokens shared out by chunks (a chunk a token: exact
+    without speculative decoding; the tag chunks count as answer, as a reasoning parser
+    counts them), marked estimated until the server's tokenizer counts the thinking text
+    (`genbench.transport.thinking_count`)."""
     thinking = rec.chunk_kinds.count(THINKING)
     chunks = len(rec.chunk_kinds) + tags
     total = rec.completion_tokens or 0

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import genbench
-from tests_helpers import check_sustained_rate
+from tests_helpers import check_sustained_rate, sim_metric, sim_rate_in_window
 
 from genbench.records import read_records
 
@@ -107,7 +107,17 @@ def test_burst_understates_a_job_with_mixed_lengths(sim_factory, tmp_path):
     sustained = phase(doc, "sustained-c8")["summary"]["steady_tps"]
     _, streams = check_sustained_rate(out, "sustained-c8", TPS, PER_SEQ_MS, sim.root, rel=0.03)
     assert streams > 0.85 * 8
-    assert burst < 0.9 * sustained
+    # why a burst understates: its slots sit idle while its longest request finishes (the
+    # streams decoding, from the records: a busy host does not change it) ...
+    recs = [r for r in read_records(out / "requests.jsonl") if r.phase == "burst-c8"]
+    t0, t1 = min(r.t_send for r in recs), max(r.t_end for r in recs if r.t_end)
+    _, burst_streams = sim_rate_in_window(recs, t0, t1, TPS, PER_SEQ_MS)
+    assert burst_streams < 0.8 * streams, (burst_streams, streams)
+    # ... so it reports less than sustained load, where the sim kept its schedule (a
+    # starved host caps the sim by its CPU, not its step model: fewer streams then cost
+    # it less)
+    if sim_metric(sim.root, "decode_resync_seconds_total") == 0:
+        assert burst < 0.9 * sustained
     lens = phase(doc, "sustained-c8")["summary"]["output_len"]
     assert lens["min"] < lens["max"]  # natural: a distribution, not one length
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import orjson
+from conftest import genbench
 from test_generate_job_end import SIM, agentic_row, data, gen, job_json, plain_rows, write
 
 from genbench.sim.process import SimProcess
@@ -125,3 +126,13 @@ def test_a_garbled_job_json_is_set_aside_and_said(tmp_path):
     assert kept.read_bytes() == b'{"model": "genb'
     assert orjson.loads((out / ".genbench" / "job.json").read_bytes())["model"]
     assert len(data(out)) == 5
+
+
+def test_the_plans_pilot_retries_its_preflight_too(tmp_path):
+    inp = write(tmp_path / "in.jsonl", plain_rows(40))
+    with SimProcess(*SIM, "--fault", "http:status=500,until=1") as sim:
+        p = genbench("plan", "--prompts", str(inp), "--url", sim.url, "--pilot", "20",
+                     "--samples", "100", "--warmup-time", "0", "--out", str(tmp_path / "p"),
+                     "--json", timeout=180)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (tmp_path / "p" / "plan.json").exists()

@@ -12,6 +12,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
+
 from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest
 
@@ -63,3 +65,19 @@ def assert_is_the_sims(rec: RequestRecord, want: dict[str, Any]) -> None:
     n = rec.completion_tokens
     if rec.stream and thinking is not None and n == len(rec.chunk_offsets):  # a token a chunk
         assert rec.chunk_kinds == "r" * thinking + "a" * (n - thinking)
+
+
+def assert_answer_after_thinking(rec: RequestRecord) -> None:
+    """The answer came after the thinking, and each time to first token is the arrival of
+    its kind's first chunk: thinking chunks, then answer chunks, in that order; `ttft` the
+    first chunk's offset, `ttft_answer` the first answer chunk's (so not before `ttft`).
+    Not `ttft_answer > ttft`: when one read brings the last thought and the first answer
+    chunk, the two readings of the clock are one, and equal."""
+    kinds, offsets = rec.chunk_kinds, rec.chunk_offsets
+    assert "r" in kinds and "a" in kinds, kinds
+    assert kinds == "r" * kinds.count("r") + "a" * kinds.count("a"), kinds
+    assert len(offsets) == len(kinds) and offsets == sorted(offsets)
+    assert rec.ttft is not None and rec.ttft_answer is not None
+    assert rec.ttft == pytest.approx(offsets[0], abs=1e-6)
+    assert rec.ttft_answer == pytest.approx(offsets[kinds.index("a")], abs=1e-6)
+    assert rec.ttft_answer >= rec.ttft

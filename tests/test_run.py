@@ -4,8 +4,10 @@ a decode step takes a + b·n seconds for n decoding streams, so C streams always
 in flight produce C / (a + b·C) tokens per second. Between a slot's requests the
 stream is not decoding (client turnaround, the server's request handling, which a
 busy VM host can stretch to tens of milliseconds), so a sustained rate is checked
-against the step model applied to the streams the client saw decoding
-(`sim_rate_of_phase`), with those streams required to fill nearly every slot.
+against the step model applied to the streams the client saw decoding, with those
+streams required to fill nearly every slot (`tests_helpers.check_sustained_rate`: where a
+starved host made the sim shift its schedule, the rate is checked against the tokens
+received in the window and never above the model, not against the model itself).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import genbench
-from tests_helpers import sim_rate_of_phase
+from tests_helpers import check_sustained_rate, sim_metric, sim_rate_in_window
 
 from genbench.records import read_records
 
@@ -70,10 +72,10 @@ def test_sustained_rate_matches_the_sims_true_rate(sim_factory, tmp_path):
     for c in (1, 4, 16):
         s = phase(doc, f"sustained-c{c}")["summary"]
         assert s["failed"] == 0
-        want, streams = sim_rate_of_phase(out, f"sustained-c{c}", TPS, PER_SEQ_MS)
+        # the rate of the window, and the sim's model where the host let it keep its schedule
+        want, streams = check_sustained_rate(out, f"sustained-c{c}", TPS, PER_SEQ_MS, sim.root)
         assert streams > 0.85 * c, (c, streams)  # sustained: the slots stayed full
         assert want == pytest.approx(true_rate(c), rel=0.15), c
-        assert s["steady_tps"] == pytest.approx(want, rel=0.02), (c, true_rate(c))
         assert s["output_tokens"] == 300 * 3 * c  # usage counts, forced length
 
 
@@ -103,10 +105,19 @@ def test_burst_understates_a_job_with_mixed_lengths(sim_factory, tmp_path):
     doc = load(out)
     burst = phase(doc, "burst-c8")["summary"]["output_tps"]
     sustained = phase(doc, "sustained-c8")["summary"]["steady_tps"]
-    want, streams = sim_rate_of_phase(out, "sustained-c8", TPS, PER_SEQ_MS)
+    _, streams = check_sustained_rate(out, "sustained-c8", TPS, PER_SEQ_MS, sim.root, rel=0.03)
     assert streams > 0.85 * 8
-    assert sustained == pytest.approx(want, rel=0.03), true_rate(8)
-    assert burst < 0.9 * sustained
+    # why a burst understates: its slots sit idle while its longest request finishes (the
+    # streams decoding, from the records: a busy host does not change it) ...
+    recs = [r for r in read_records(out / "requests.jsonl") if r.phase == "burst-c8"]
+    t0, t1 = min(r.t_send for r in recs), max(r.t_end for r in recs if r.t_end)
+    _, burst_streams = sim_rate_in_window(recs, t0, t1, TPS, PER_SEQ_MS)
+    assert burst_streams < 0.8 * streams, (burst_streams, streams)
+    # ... so it reports less than sustained load, where the sim kept its schedule (a
+    # starved host caps the sim by its CPU, not its step model: fewer streams then cost
+    # it less)
+    if sim_metric(sim.root, "decode_resync_seconds_total") == 0:
+        assert burst < 0.9 * sustained
     lens = phase(doc, "sustained-c8")["summary"]["output_len"]
     assert lens["min"] < lens["max"]  # natural: a distribution, not one length
 

@@ -14,7 +14,7 @@ import json
 
 import pytest
 from conftest import genbench
-from sim_truth import FAST, req, truths
+from sim_truth import FAST, assert_answer_after_thinking, req, truths
 
 from genbench.transport.client import Client
 from genbench.transport.endpoint import Endpoint
@@ -54,7 +54,7 @@ def test_close_tag_cut_at_every_position_is_split_right(sim_factory, opened):
         thinking, answer = raw.removeprefix("<think>").split(CLOSE)
         assert (rec.reasoning, rec.text) == (thinking, answer), c
         assert rec.thinking_chars == len(thinking) and rec.answer_chars == len(answer)
-        assert rec.ttft is not None and rec.ttft_answer > rec.ttft, c
+        assert_answer_after_thinking(rec)
         # the sim's usage leaves thinking uncounted: the split shares out its tokens
         assert rec.reasoning_source == "estimate" and rec.completion_tokens == 40
         assert abs(rec.reasoning_tokens - 12) <= 1, (c, rec.reasoning_tokens, rec.chunk_kinds)
@@ -117,10 +117,10 @@ def test_run_splits_inline_thinking_and_shows_the_time_to_the_answer(sim_factory
     assert len(recs) == 3
     for r in recs:
         assert r.reasoning_source == "estimate" and abs(r.reasoning_tokens - 10) <= 1
-        assert r.ttft_answer > r.ttft + 0.02  # 10 thinking tokens at 200 tok/s come first
+        assert_answer_after_thinking(r)  # 10 thinking tokens come first
         assert r.text is None and r.reasoning is None  # kept only to count, not written
     single = next(p for p in doc["phases"] if p["name"] == "single-30")["summary"]
-    assert single["ttft_answer_s"]["p50"] > single["ttft_s"]["p50"]
+    assert single["ttft_answer_s"]["p50"] >= single["ttft_s"]["p50"]
     assert abs(single["thinking_tokens"] - 30) <= 3
     assert "thinking and answer" in stdout and "to answer p99" in stdout
     assert "opened by the chat template" in stdout and "estimated" in stdout

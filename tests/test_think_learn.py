@@ -16,7 +16,7 @@ import json
 
 import pytest
 from conftest import genbench
-from sim_truth import FAST, req, truths
+from sim_truth import FAST, assert_answer_after_thinking, req, truths
 from test_think import plan_tokens
 
 from genbench.records import read_records
@@ -63,7 +63,7 @@ def test_a_reply_read_again_is_split_right_at_every_cut_of_the_tag(sim_factory, 
         thinking, answer = raw.removeprefix("<think>").split(CLOSE)
         assert (rec.reasoning, rec.text, rec.raw) == (thinking, answer, raw), c
         assert rec.thinking_chars == len(thinking) and rec.answer_chars == len(answer)
-        assert rec.ttft is not None and rec.ttft_answer > rec.ttft, c
+        assert_answer_after_thinking(rec)
         assert rec.reasoning_source == "estimate" and abs(rec.reasoning_tokens - 12) <= 1, c
         assert state.mode.dialect == (INLINE_OPENED if opened else INLINE)
         assert state.learned_from == rec.id
@@ -87,11 +87,11 @@ def test_run_quick_learns_it_from_the_warm_up(sim_factory, tmp_path):
     assert measured and all(r.ok for r in measured)
     for r in measured:  # split as they streamed: 40 thinking tokens, the answer after
         assert r.reasoning_source == "estimate" and abs(r.reasoning_tokens - 40) <= 1, r.id
-        assert r.ttft_answer > r.ttft, r.id
+        assert_answer_after_thinking(r)
     for p in doc["phases"]:
-        if p["kind"] != "warmup":
+        if p["kind"] != "warmup":  # each p50 the median of its records' (one read: equal)
             s = p["summary"]
-            assert s["thinking_tokens"] > 0 and s["ttft_answer_s"]["p50"] > s["ttft_s"]["p50"]
+            assert s["thinking_tokens"] > 0 and s["ttft_answer_s"]["p50"] >= s["ttft_s"]["p50"]
     assert "opened by the chat template" in stdout and LEARNED in stdout
 
 
@@ -104,7 +104,8 @@ def test_run_without_warm_up_learns_it_from_its_first_reply(sim_factory, tmp_pat
     assert len(recs) == 3
     for r in recs:  # the first read again, the others split as they came: the same
         assert r.reasoning_source == "estimate" and abs(r.reasoning_tokens - 40) <= 1, r.id
-        assert r.ttft_answer > r.ttft and r.chunk_kinds.count("r") == 40, r.id
+        assert_answer_after_thinking(r)
+        assert r.chunk_kinds.count("r") == 40, r.id
 
 
 def test_on_sglang_the_learned_thinking_is_counted_by_its_tokenize(sim_factory, tmp_path):

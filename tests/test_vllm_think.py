@@ -74,7 +74,10 @@ def test_the_split_is_the_parsers_with_and_without_one(vllm_server, vllm_noparse
         assert abs(s.reasoning_tokens - p.reasoning_tokens) <= 1, p.id
         if 0 < p.reasoning_tokens < N:  # thought, then closed: the answer comes after it
             closed += 1
-            assert s.ttft_answer > s.ttft and p.ttft_answer > p.ttft
+            for r in (s, p):  # thought first (one read may bring both: equal times)
+                kinds = r.chunk_kinds
+                assert kinds == "r" * kinds.count("r") + "a" * kinds.count("a"), kinds
+                assert "r" in kinds and r.ttft_answer >= r.ttft
         elif p.reasoning_tokens == 0:  # closed at once: the first text is answer
             assert s.ttft_answer == s.ttft and p.ttft_answer == p.ttft
     assert closed >= 2, [p.reasoning_tokens for p in parsed]
@@ -134,8 +137,8 @@ def test_run_records_the_same_split_on_both_servers(vllm_server, vllm_noparse_se
         # choice under load, so the chunk counts may differ; the tokens may not)
         for kinds in (s.chunk_kinds, p.chunk_kinds):
             assert kinds == "r" * kinds.count("r") + "a" * kinds.count("a"), kinds
-        if 0 < p.reasoning_tokens < N:
-            assert s.ttft_answer > s.ttft
+        if 0 < p.reasoning_tokens < N:  # thought first (the order above); one read: equal
+            assert "r" in s.chunk_kinds and s.ttft_answer >= s.ttft
     assert any(0 < p.reasoning_tokens < N for p in parsed), [p.reasoning_tokens for p in parsed]
     single = [ph for ph in doc_s["phases"] if ph["kind"] == "single"][0]["summary"]
     assert single["thinking_tokens"] == sum(r.reasoning_tokens for r in parsed)

@@ -8,6 +8,8 @@ import socket
 import time
 from pathlib import Path
 
+from pytest import approx
+
 
 def sim_metric(root: str, name: str) -> float:
     """One of the sim's own counters from its /metrics (`name` without the `sim:` prefix)."""
@@ -104,3 +106,38 @@ def sim_rate_of_phase(out: Path, name: str, tps: float, per_seq_ms: float) -> tu
     t0 = min(r.t_send for r in recs)  # the summary's offsets are from the phase's first send
     w0, w1 = summary["steady_window_s"]
     return sim_rate_in_window(recs, t0 + w0, t0 + w1, tps, per_seq_ms)
+
+
+def check_sustained_rate(
+    out: Path, name: str, tps: float, per_seq_ms: float, root: str, rel: float = 0.02
+) -> tuple[float, float]:
+    """A sustained phase's `steady_tps` against the truth, on a quiet host or a busy one.
+
+    Always: it is the tokens the client received in the steady window over the window's
+    length (counted here from the raw chunk offsets, apart from genbench's stats), and never
+    above what the sim's step model allows for the streams that were decoding. Where the
+    sim kept its schedule (no resynchronisation: a host that starved it shifts the schedule,
+    and the model then overstates what was served; docs/sim.md), it is the step model's
+    rate itself. Returns (the model's rate, the mean streams decoding)."""
+    from genbench.records import read_records
+
+    doc = json.loads((out / "result.json").read_text())
+    summary = next(p for p in doc["phases"] if p["name"] == name)["summary"]
+    recs = [r for r in read_records(out / "requests.jsonl") if r.phase == name]
+    t0 = min(r.t_send for r in recs)
+    w0, w1 = summary["steady_window_s"]
+    got = summary["steady_tps"]
+    received = 0.0  # each request's tokens (its usage) spread over its text chunks
+    for r in recs:
+        if r.ok and r.chunk_offsets:
+            each = (r.completion_tokens or len(r.chunk_offsets)) / len(r.chunk_offsets)
+            received += each * sum(w0 <= r.t_send + o - t0 < w1 for o in r.chunk_offsets)
+    # a token or two at each edge may fall either side, and the records read back keep
+    # times to the microsecond: within 0.2% (a wrong window or count is off by far more)
+    span = w1 - w0
+    assert abs(got * span - received) <= 2 + 0.002 * received, (name, got, received, span)
+    want, streams = sim_rate_in_window(recs, t0 + w0, t0 + w1, tps, per_seq_ms)
+    assert got <= want * (1 + rel), (name, got, want)
+    if sim_metric(root, "decode_resync_seconds_total") == 0:
+        assert got == approx(want, rel=rel), (name, got, want)
+    return want, streams

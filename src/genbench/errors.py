@@ -15,7 +15,9 @@ from enum import IntEnum, StrEnum
 
 
 class ExitCode(IntEnum):
-    """Every exit code genbench uses (README.md, "Exit codes")."""
+    """Every exit code genbench uses (README.md, "Exit codes"; generate's endings:
+    docs/generate.md). BAD_RESPONSE is also `generate --token-ids on` meeting a server
+    without ids, at the preflight or later (the job stops: generate/ending.py)."""
 
     OK = 0
     FAILED = 1

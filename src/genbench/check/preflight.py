@@ -7,6 +7,7 @@ before sending any load.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -26,12 +27,12 @@ from genbench.check.diagnosis import (
 from genbench.check.identity import ServerInfo, get_body, identify
 from genbench.check.metric_names import dialect_of, metrics_off_hint
 from genbench.check.router import ONE_WORKERS_METRICS, router_notes
-from genbench.errors import ExitCode, may_come_back
+from genbench.errors import ExitCode, Retry, may_come_back, retry_for
 from genbench.records import ErrorKind, RequestRecord
 from genbench.transport.client import ChatRequest, Client, ConnectionPool, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.failures import Failure, error_message_from_body
-from genbench.transport.health import NO_HEALTH
+from genbench.transport.health import NO_HEALTH, answers
 from genbench.transport.stream import share_by_chars
 from genbench.transport.thinking import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 from genbench.transport.thinking_count import ThinkingCounter
@@ -42,6 +43,20 @@ Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
 # a router that answers for a failed worker may route the next test request to a live one
 UPSTREAM_TRIES = 3
+
+
+@dataclass(frozen=True)
+class CheckRetries:
+    """How often the test request is sent again after a failure a retry can help (the
+    errors table's `retry_for`: a 5xx once /health answers, a 429, a timeout), as a job's
+    request would be (`generate --retries`, `--retry-backoff`); `check` tries once."""
+
+    retries: int = 0
+    backoff: float = 1.0
+    max_backoff: float = 60.0
+
+    def delay(self, attempt: int) -> float:
+        return min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
 
 
 @dataclass
@@ -234,9 +249,11 @@ async def preflight(
     think_tags: tuple[str, str] = DEFAULT_TAGS,
     think_dialect: str = AUTO,
     token_ids: str = "auto",
+    retries: CheckRetries | None = None,
 ) -> CheckReport:
     """Run every check; the report says what passed and, on failure, the diagnosis.
-    `token_ids` (auto, on, off): whether to find out how the server gives token ids."""
+    `token_ids` (auto, on, off): whether to find out how the server gives token ids.
+    `retries`: the test request is retried as a job's request would be."""
     t0 = time.perf_counter()
     forced = None if think_dialect == AUTO else think_dialect
     rep = CheckReport(url=ep.base_url, think_tags=list(think_tags), think_dialect_set=forced)
@@ -245,7 +262,9 @@ async def preflight(
     timeouts = Timeouts(connect=connect_timeout, read=timeout, total=timeout)
     pool = ConnectionPool(ep.root)  # the GETs and the test request share its connections
     try:
-        await _checks(pool, ep, rep, model, timeouts, tiny, max_tokens, think_tags, token_ids)
+        await _checks(
+            pool, ep, rep, model, timeouts, tiny, max_tokens, think_tags, token_ids, retries
+        )
         rep.ok = True
     except PreflightFailed as pf:
         rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
@@ -266,6 +285,7 @@ async def _checks(
     max_tokens: int,
     think_tags: tuple[str, str],
     token_ids: str = "auto",
+    retries: CheckRetries | None = None,
 ) -> None:
     """Health, models, identity, the test request: raises PreflightFailed at the first fault."""
     connect = timeouts.connect
@@ -295,11 +315,11 @@ async def _checks(
         client = Client(
             ep, rep.model, timeouts=timeouts, session=pool, keep_text=True, token_ids=ask
         )
-        rec = await _tiny_through_router(client, max_tokens, rep)
+        rec = await _tiny_through_router(client, max_tokens, rep, retries)
         if ask is not None and not rec.ok and rec.http_status in range(400, 500):
             rep.token_ids_note = f"the server refused the request for ids ({rec.error_message})"
             client.token_ids = ask = None  # the test request again, without asking
-            rec = await _tiny_through_router(client, max_tokens, rep)
+            rec = await _tiny_through_router(client, max_tokens, rep, retries)
         if not rec.ok:
             diag = request_diagnosis(ep, rec)
             raise PreflightFailed(model_diagnosis(rep.model, rep.models, rep.url, model, diag))
@@ -332,15 +352,46 @@ async def _read_ids(
         rep.token_ids, rep.token_ids_note = reply_ids(rec, ask)
 
 
-async def _tiny_through_router(client: Client, max_tokens: int, rep: CheckReport) -> RequestRecord:
+async def _tiny_through_router(
+    client: Client, max_tokens: int, rep: CheckReport, retries: CheckRetries | None = None
+) -> RequestRecord:
     """The test request; sent again (UPSTREAM_TRIES in all) while a router answers that the
-    worker it chose failed: the next may go to a live one."""
-    for attempt in range(1, UPSTREAM_TRIES + 1):
+    worker it chose failed: the next may go to a live one. Any other failure is sent again
+    where a job's request would be (`retries`, the errors table: a 5xx only while /health
+    answers), so one passing 500 fails neither the check nor the job."""
+    upstream = retried = 0
+    retries = retries or CheckRetries()
+    while True:
         rec = await tiny_request(client, max_tokens)
-        if rec.ok or rec.error_kind is not ErrorKind.UPSTREAM or attempt == UPSTREAM_TRIES:
-            break
-        rep.notes.append(f"test request {attempt}: {rec.error_message}; trying again")
-    return rec
+        if rec.ok:
+            return rec
+        kind = rec.error_kind or ErrorKind.OTHER
+        if kind is ErrorKind.UPSTREAM:
+            upstream += 1
+            if upstream == UPSTREAM_TRIES:
+                return rec
+            rep.notes.append(f"test request {upstream}: {rec.error_message}; trying again")
+            continue
+        if retried >= retries.retries or not await _may_retry(client, kind, rec):
+            return rec
+        retried += 1
+        wait = retries.delay(retried)
+        rep.notes.append(
+            f"test request: {rec.error_message or kind}; trying again in {wait:g} s "
+            f"({retried} of {retries.retries} retries, as a request of the job would be)"
+        )
+        await asyncio.sleep(wait)
+
+
+async def _may_retry(client: Client, kind: ErrorKind, rec: RequestRecord) -> bool:
+    """The errors table's advice for the failure: a retry may help (a 5xx or a broken
+    stream: if /health still answers), or it cannot (a 4xx, a server gone)."""
+    if kind.server_gone:
+        return False
+    advice = retry_for(kind, rec.http_status)
+    if advice is Retry.PROBE:
+        return await answers(client.pool, client.endpoint, 5.0)
+    return advice is Retry.YES
 
 
 async def _dialect(

@@ -27,6 +27,7 @@ import orjson
 
 from genbench.atomic import write_atomic, writing
 from genbench.errors import UsageError
+from genbench.generate import lostjob
 from genbench.generate.durable import index_entry
 from genbench.generate.fingerprint import RequestCheck, from_hex, to_hex
 from genbench.generate.input import InputScan, fast_id
@@ -102,8 +103,10 @@ def settle(
     if not ch:
         return None
     if policy is None:
+        lost = existing.job_problem  # no job.json to name a setting: the fingerprints try
+        why = f"{lostjob.refusal(lost[0], check)}; " if lost and ch.changed else ""
         raise UsageError(
-            f"--out {store.out}: {ch.describe()}: rerun with --input-changed regenerate "
+            f"--out {store.out}: {why}{ch.describe()}: rerun with --input-changed regenerate "
             f"(their old answers go to {replaced_path(store).name} and the changed rows are "
             f"generated again) or --input-changed keep (kept as they are, listed in "
             f"{stale_path(store).name})"

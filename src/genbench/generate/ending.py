@@ -4,6 +4,15 @@
 names the most common failure (its kind and the server's message, once), and a run in
 which every row failed is a failed run (non-zero exit, the code of that failure's kind);
 a `--limit` run says how many rows of the input it left for later.
+
+A row written without an answer is named too, never "all rows done" over it: one that
+ended on a tool call the input had no result left for (`--tool-policy replay`: the
+results ran out) or on a call cut by max_tokens ("done, N without an answer", exit 0:
+the rows hold what the target generated, which a drafter can train on). Under
+`--token-ids on` a server that answers without ids stops the job (`no_token_ids`, exit
+10, the code `on` refuses such a server with before any request): the rows without ids
+are not kept, so a resume once the server gives ids again makes them (README, "Exit
+codes"; docs/generate.md).
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from typing import Any
 
 from genbench.errors import ErrorKind, ExitCode
 from genbench.fmt import counted
+from genbench.transport.token_ids import NONE, PARTIAL, row_status
 
 # the cause, once: the status is printed before it and the resume hint after it
 MESSAGES = {
@@ -22,7 +32,10 @@ MESSAGES = {
     "servers_down": "every server was down for {down:g} s",
 }
 # how a status is printed, where it is not its own name
-LABELS = {"some_failed": "done, with failures", "limit": "done"}
+LABELS = {
+    "some_failed": "done, with failures", "limit": "done",
+    "unanswered": "done, some rows without an answer", "no_token_ids": "stopped",
+}  # fmt: skip
 
 
 def rows(n: int) -> str:
@@ -52,12 +65,87 @@ class Failures:
         return {"kind": kind, "rows": n, "message": self.first[kind]}
 
 
+@dataclass
+class Unanswered:
+    """Rows this run ended without an answer: written ones that end on a tool call (no
+    result left in the input, or the call cut by max_tokens), and, under `--token-ids`
+    auto or on, rows without token ids, by server (`on`: not written, the job stops)."""
+
+    ran_out: int = 0
+    call_cut: int = 0
+    no_ids: Counter[str] = field(default_factory=Counter)
+    stopped_by: str | None = None  # --token-ids on: the server that gave none
+
+    def without_ids(self, ids: list[str], server: str, mode: str) -> bool:
+        """Count a row whose generated turns (their statuses: `ids`) lack token ids, under
+        `--token-ids` auto or on; True when it is not to be kept (`on`, which then stops
+        the job: `stopped_by` names the first server that gave none)."""
+        if mode == "off" or row_status(ids) not in (NONE, PARTIAL):
+            return False
+        self.no_ids[server] += 1
+        if mode != "on":
+            return False
+        self.stopped_by = self.stopped_by or server
+        return True
+
+    def on_call(self) -> str:
+        """'' or how many rows end on a call without an answer, and why."""
+        n = self.ran_out + self.call_cut
+        if not n:
+            return ""
+        why = []
+        if self.ran_out:
+            why.append(f"{self.ran_out:,} with no result left in the input "
+                       "(--tool-policy replay: the results ran out)")  # fmt: skip
+        if self.call_cut:
+            why.append(f"{self.call_cut:,} cut by max_tokens mid-call")
+        end = "ends" if n == 1 else "end"
+        return f"{rows(n)} {end} on a tool call without an answer ({'; '.join(why)})"
+
+    def ids_line(self, written: int) -> str:
+        """'' or the rows without token ids, by server."""
+        n = sum(self.no_ids.values())
+        if not n:
+            return ""
+        by = ", ".join(f"{k}: {v:,}" for k, v in self.no_ids.most_common())
+        kept = "not kept" if self.stopped_by else f"of {written:,} written"
+        return f"{rows(n)} without token ids ({kept}; {by})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"results_ran_out": self.ran_out, "call_cut": self.call_cut,
+                "no_token_ids": dict(self.no_ids)}  # fmt: skip
+
+
 def ending(
     status: str, failures: Failures, done_now: int, failed_before: int, left: int | None,
-    first: int, down_timeout: float,
+    first: int, down_timeout: float, unanswered: Unanswered | None = None,
 ) -> tuple[str, str]:  # fmt: skip
     """(status, message) of a run whose load ended with `status`. `left`: the input's rows
     after the first `first` that --limit took (None or 0: it took them all)."""
+    u = unanswered or Unanswered()
+    if u.stopped_by:
+        return "no_token_ids", (
+            f"{u.stopped_by} answered without token ids and --token-ids on needs them: "
+            f"{u.ids_line(0)}; rerun once it gives ids (or with --token-ids auto, to keep "
+            "the text and mark the rows) to make them"
+        )
+    status, message = _ending(
+        status, failures, done_now, failed_before, left, first, down_timeout
+    )
+    on_call = u.on_call() if status in ("complete", "some_failed", "limit") else ""
+    if not on_call:
+        return status, message
+    if status == "complete":
+        answered = done_now - u.ran_out - u.call_cut
+        also = f"; {message}" if message != MESSAGES["complete"] else ""
+        return "unanswered", f"{on_call}; {answered:,} answered{also}"
+    return status, f"{message}; {on_call}"
+
+
+def _ending(
+    status: str, failures: Failures, done_now: int, failed_before: int, left: int | None,
+    first: int, down_timeout: float,
+) -> tuple[str, str]:  # fmt: skip
     if status != "complete":
         return status, MESSAGES[status].format(down=down_timeout)
     limited = f"the first {first:,} (--limit); {left:,} left" if left else ""

@@ -133,6 +133,8 @@ class RequestCheck:
     tool_policy: str = "replay"
     changes: list[tuple[str, int, int]] = field(default_factory=list)  # (id, fp now, key)
     learned: dict[str, int] = field(default_factory=dict)  # id -> key, for the index
+    # a few changed rows and the fingerprint each was made with: lostjob.attribute
+    samples: list[tuple[Row, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.salt = job_salt(self.params, self.all_turns, self.tool_policy)
@@ -165,6 +167,8 @@ class RequestCheck:
         if k is not None and k[0] == fp:
             return False
         self.changes.append((row_id, fp, key))
+        if len(self.samples) < 3:
+            self.samples.append((row, old))
         return True
 
 

@@ -1,7 +1,8 @@
 """Read the prompt file: JSON Lines (optionally gzipped) or Parquet rows -> validated `Row`s.
 
 Two passes, on purpose. `scan` reads the whole file before any request is sent: a
-malformed line 900,000 must fail in seconds, not after a night of generation. It also
+malformed line 900,000 must fail in seconds, not after a night of generation, and every
+bad line is reported from that one pass (input_errors.py), not one per rerun. It also
 counts the rows (the ETA needs the total) and finds duplicate ids. It keeps only ids,
 never rows, so memory does not grow with prompt length. `iter_rows` then streams the
 rows still to do, parsing each line again.
@@ -30,6 +31,7 @@ import orjson
 
 from genbench.errors import InputFileError, UsageError
 from genbench.generate import batch as batch_api
+from genbench.generate.input_errors import AT, BadRows, InputErrors
 from genbench.generate.input_files import check_exists as _check_exists
 from genbench.generate.input_files import check_kind as _not_what_it_says
 from genbench.generate.input_files import check_stream, rows_after
@@ -227,8 +229,9 @@ def scan(
     known_bad: set[str] | frozenset[str] = frozenset(),
     check: RequestCheck | None = None,
 ) -> InputScan:
-    """First pass: validate every row, count, find duplicates; raise on the first problem
-    unless `skip_invalid`. Rows whose id is in `done` or `failed` (this shard's output of
+    """First pass: validate every row, count, find duplicates; raise, once the pass is
+    over, naming every bad row (the first input_errors.SHOWN, and the count), unless
+    `skip_invalid`. Rows whose id is in `done` or `failed` (this shard's output of
     earlier runs) are counted, not validated: resume must be fast. `known_bad`: keys ('id'
     or 'line:N') of the errors file, so invalid rows are not reported twice. With
     `check` (and `done` a dict of id -> line key), a done row whose line changed has its
@@ -247,14 +250,13 @@ def scan(
     sc.kept = check is not None and check.has_kept()
     rows: Iterator[tuple[int, Any]] = _parquet(path) if kind == "parquet" else _jsonl(path)
     seen = 0
-    try:
-        for n, item in rows:
-            seen += 1
-            if sc.row(n, item):
-                break
-    except RowError:
+    for n, item in rows:
+        seen += 1
+        if sc.row(n, item):
+            break
+    if sc.errors.count:
         check_stream(path)  # a corrupt gzip is the file's fault, not the row's
-        raise
+        raise sc.report()
     if not seen:
         raise InputFileError(path, None, "no rows (the file is empty or blank)")
     if sc.res.last_line is not None and sc.shard.count == 1:  # --limit: the rows after it
@@ -278,6 +280,7 @@ class _Scan:
         self.kept = False  # rows kept by --input-changed keep: their own keys
         self.left_failed: set[str] = set()
         self.skip_invalid = False
+        self.errors = BadRows(res.path, res.where)  # without --skip-invalid: all reported
 
     def row(self, n: int, item: Any) -> bool:
         res = self.res
@@ -311,7 +314,7 @@ class _Scan:
         if rid in res.todo or rid in self.bad_ids or rid in self.done or rid in self.failed:
             b = self.dup(rid, n, derived is not None)
             b.field = batch_api.field_name(b.field) if obj.get(batch_api.MARK) else b.field
-            self.bad(n, b, item)
+            self.bad(n, b, item, dup=rid)
             return False
         if derived is None:
             try:
@@ -364,15 +367,17 @@ class _Scan:
         unit = self.res.where
         if self.skip_invalid:
             return _Bad(f"{what} as an earlier {unit}", "id", row_id)
-        first = _first_line(self.res.path, row_id, n, self.shard)
-        at = f" as {unit} {first}" if first else f" as an earlier {unit}"
         hint = " (ids are derived from the content when a row has none)" if derived else ""
-        return _Bad(f"{what}{at}{hint}; ids must be unique", "id", row_id)
+        return _Bad(f"{what}{AT}{hint}; ids must be unique", "id", row_id)  # AT: report()
 
-    def bad(self, n: int, b: _Bad, raw: Any) -> None:
+    def bad(self, n: int, b: _Bad, raw: Any, dup: str | None = None) -> None:
         res = self.res
-        if not self.skip_invalid:
-            raise RowError(res.path, f"{res.where} {n}", b.problem, b.field)
+        if not self.skip_invalid:  # counted, the first few kept: reported after the pass
+            self.errors.add(n, b.problem, b.field, dup)
+            res.bad_lines.add(n)
+            if b.id is not None:
+                self.bad_ids.add(b.id)
+            return
         res.bad_lines.add(n)
         if b.id is not None:
             self.bad_ids.add(b.id)
@@ -383,12 +388,27 @@ class _Scan:
             res.bad.append(BadRow(n, b.id, b.problem, b.field, _raw(raw)))
 
 
-def _first_line(path: Path, row_id: str, before: int, shard: ShardSpec) -> int | None:
-    """Where an id first appeared: only on the error path, so a rescan is cheap enough."""
-    for row in iter_rows(path, {row_id}, set(), shard=shard, last_line=before - 1):
-        if isinstance(row, Row):
-            return row.line
-    return None
+    def report(self) -> InputFileError:
+        """Every bad row found, as one error: one row's line as it always was, else each
+        row shown in its line and the count of all."""
+        path, unit, shard = self.res.path, self.res.where, self.shard
+        shown = self.errors.resolved(lambda ids: _first_lines(path, ids, shard))
+        if self.errors.count == 1:
+            n, problem, field = shown[0]
+            return RowError(path, f"{unit} {n}", problem, field)
+        lines = [self.errors.line(*s) for s in shown]
+        return InputErrors(path, lines, self.errors.count, unit)
+
+
+def _first_lines(path: Path, ids: set[str], shard: ShardSpec) -> dict[str, int]:
+    """Where each id first appeared: one more pass, only on the error path."""
+    first: dict[str, int] = {}
+    for row in iter_rows(path, ids, set(), shard=shard):
+        if isinstance(row, Row) and row.id not in first:
+            first[row.id] = row.line
+            if len(first) == len(ids):
+                break
+    return first
 
 
 def _raw(item: Any) -> str:

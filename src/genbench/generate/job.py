@@ -17,14 +17,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from genbench import __version__, fmt
-from genbench.check.preflight import CheckReport, preflight
+from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.check.router import ROUTER_KINDS
 from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
 from genbench.generate import scheme
 from genbench.generate.batch import row_bytes
 from genbench.generate.conversation import Conversation
 from genbench.generate.durable import output_errors
-from genbench.generate.ending import Failures, ending, failed_exit
+from genbench.generate.ending import Failures, Unanswered, ending, failed_exit
 from genbench.generate.ending import rows as row_count
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
 from genbench.generate.input import BadRow, InputScan, iter_rows
@@ -54,7 +54,7 @@ class Listener:
 
 @dataclass
 class JobResult:
-    status: str  # complete | nothing_to_do | interrupted | servers_down
+    status: str  # ending.py's (complete, unanswered, ...), nothing_to_do, interrupted
     message: str = ""
     model: str | None = None
     total: int = 0
@@ -74,12 +74,16 @@ class JobResult:
     errors_file: str | None = None
     snapshot: dict[str, Any] = field(default_factory=dict)
     failure: dict[str, Any] | None = None  # this run's most common: {kind, rows, message}
+    # rows of this run without an answer or without ids (ending.Unanswered.to_dict)
+    unanswered: dict[str, Any] = field(default_factory=dict)
+    ids_line: str = ""  # the rows without token ids, by server ('' when none)
 
     @property
     def exit_code(self) -> int:
         if self.status == "failed":  # every row failed: its most common kind's exit code
             return failed_exit(self.failure)
-        codes = {"interrupted": ExitCode.INTERRUPTED, "servers_down": ExitCode.REFUSED}
+        codes = {"interrupted": ExitCode.INTERRUPTED, "servers_down": ExitCode.REFUSED,
+                 "no_token_ids": ExitCode.BAD_RESPONSE}  # fmt: skip
         return codes.get(self.status, ExitCode.OK)
 
 
@@ -107,6 +111,7 @@ class Job:
         self._t_last_done: float | None = None
         self.check: RequestCheck | None = None
         self.failures = Failures()  # this run's failed rows, by kind (ending.py)
+        self.unanswered = Unanswered()  # rows written without an answer, or without ids
 
     # -- preparation ----------------------------------------------------------------------
 
@@ -121,9 +126,12 @@ class Job:
         timeout = min(cfg.timeout, 120.0)
         think = {"think_tags": cfg.think_tags, "think_dialect": cfg.think_dialect,
                  "token_ids": cfg.token_ids}  # fmt: skip
-        checks = (preflight(ep, cfg.model, timeout=timeout, connect_timeout=3.0, **think)
-                  for ep in eps)  # fmt: skip
+        retries = CheckRetries(cfg.retries, cfg.retry_backoff, cfg.max_backoff)  # a job's
+        checks = (preflight(ep, cfg.model, timeout=timeout, connect_timeout=3.0,
+                            retries=retries, **think) for ep in eps)  # fmt: skip
         reports = await asyncio.gather(*checks)
+        for url, n in ((r.url, n) for r in reports for n in r.notes if n.startswith("test ")):
+            self.listener.note(f"{url}: {n}", "yellow")  # a retry said, as a row's is logged
         ok = [r for r in reports if r.ok]
         for r in reports:
             if not r.ok and not r.may_come_back:  # misconfigured, not down
@@ -215,8 +223,9 @@ class Job:
         status = await self._send(handle_signals)
         done = self.progress.done if self.progress else 0
         status, message = ending(
-            status, self.failures, done, res.failed, res.left, res.rows, cfg.down_timeout
-        )
+            status, self.failures, done, res.failed, res.left, res.rows, cfg.down_timeout,
+            self.unanswered,
+        )  # fmt: skip
         return self._result(status, message, t0)
 
     def _announce(self, existing: Existing, res: InputScan) -> None:
@@ -362,6 +371,14 @@ class Job:
     def finish(self, conv: Conversation) -> str | None:
         info = RowInfo(conv.server, conv.tokens, conv.thinking, conv.truncated, conv.estimated,
                        conv.thinking_from == "tokenizer")  # fmt: skip
+        first = self.unanswered.stopped_by is None
+        mode = "off" if self.cfg.fmt == "batch" else self.cfg.token_ids
+        if self.unanswered.without_ids(conv.ids, conv.server, mode):  # `on`: not kept
+            if first and self.load is not None:  # and the job stops (ending.py)
+                self.listener.note(f"{conv.server} answered without token ids (--token-ids "
+                                   "on): stopping; rows without ids are not kept", "red")
+                self.load.stop()
+            return self.store.take_shortage()
         if conv.truncated and self.cfg.on_truncated == "error":
             why = "cut by max_tokens (finish_reason length)"
             entry = self._error_entry(conv, ErrorKind.TRUNCATED, why)
@@ -375,6 +392,8 @@ class Job:
             conv.request = to_hex(fp)
             line = row_bytes(conv, self.model, self.cfg.fmt)
             self.store.write_row(conv.row.id, line, info, (fp, conv.row.src))
+            self.unanswered.ran_out += bool(getattr(conv, "ran_out", False))
+            self.unanswered.call_cut += bool(getattr(conv, "cut", False))
         self._t_last_done = time.perf_counter()
         return self.store.take_shortage()
 
@@ -474,6 +493,8 @@ class Job:
             errors_file=str(self.store.errors_path) if self.store.errors_path.exists() else None,
             snapshot=snap,
             failure=self.failures.most_common(),
+            unanswered=self.unanswered.to_dict(),
+            ids_line=self.unanswered.ids_line(p.done if p else 0),
         )
 
 

@@ -137,7 +137,7 @@ class JobConsole(Listener):
             print(line, file=sys.stderr, flush=True)
         print_result(result, self.console)
         f = self.forecast
-        ended = result.status in ("complete", "some_failed", "limit")
+        ended = result.status in ("complete", "some_failed", "limit", "unanswered")
         if f is not None and ended and result.sending_s > 0:
             self.plan_outcome = o = f.outcome(result.sending_s)
             inside = {True: ", inside its bar", False: ", [red]outside its bar[/]", None: ""}
@@ -254,7 +254,7 @@ def _course(plan: dict[str, Any]) -> Text | None:
 def print_result(r: JobResult, console: Console) -> None:
     """How the job ended: rows, tokens, files, and what to do next."""
     colour = {"complete": "green", "nothing_to_do": "green", "limit": "green",
-              "some_failed": "yellow"}.get(r.status, "red")  # fmt: skip
+              "some_failed": "yellow", "unanswered": "yellow"}.get(r.status, "red")  # fmt: skip
     label = LABELS.get(r.status, r.status.replace("_", " "))
     console.print(f"[{colour}]{label}[/]: {r.message}")
     console.print(
@@ -278,6 +278,8 @@ def print_result(r: JobResult, console: Console) -> None:
             console.print(f"  {ESTIMATED_NOTE}")
     if r.thinking:
         console.print(f"  thinking: {r.thinking}")
+    if r.ids_line and r.status != "no_token_ids":  # there the status line says it
+        console.print(f"  [yellow]token ids: {r.ids_line}[/]")
     if r.files:
         shown = r.files if len(r.files) <= 3 else [r.files[0], "…", r.files[-1]]
         console.print(f"  data: {counted(len(r.files), 'file')}: {', '.join(shown)}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from genbench.generate import changes
+from genbench.generate import changes, lostjob
 from genbench.generate.durable import output_errors
 from genbench.generate.fingerprint import LazyFps, RequestCheck
 from genbench.generate.input import InputScan, ShardSpec, scan
@@ -47,6 +47,8 @@ def prepare(
         existing = store.load_existing()
     for n in existing.notes:
         listener.note(f"repaired {n}", "yellow")
+    if existing.job_problem:  # said once; job.json is written again only if the job goes on
+        listener.note(lostjob.problem_line(store.out, *existing.job_problem), "yellow")
     if existing.duplicates:  # every id once: the first copy stays
         with output_errors(store.out):
             listener.note(changes.drop_duplicates(store, existing), "yellow")

@@ -97,6 +97,7 @@ class Existing:
     notes: list[str] = field(default_factory=list)
     duplicates: int = 0
     job: dict[str, Any] | None = None
+    job_problem: tuple[str, str] | None = None  # job.json missing or unreadable (lostjob.py)
 
 
 
@@ -180,8 +181,10 @@ class Store:
         if self.job_path.exists():
             try:
                 ex.job = orjson.loads(self.job_path.read_bytes())
-            except orjson.JSONDecodeError:
-                ex.job = None
+            except orjson.JSONDecodeError as e:
+                ex.job, ex.job_problem = None, ("unreadable", f"not JSON: {e}")
+            if ex.job is not None and not isinstance(ex.job, dict):
+                ex.job, ex.job_problem = None, ("unreadable", "not a JSON object")
         found: dict[int, dict[str, Path]] = {}
         for p in self.out.iterdir():
             m = self._shard_re.match(p.name)
@@ -211,6 +214,8 @@ class Store:
             ex.fps.add(ids, fps)
             ex.duplicates += len(ids) - (len(ex.done) - before)
         ex.next_number = max(found, default=-1) + 1
+        if ex.shards and ex.job is None and ex.job_problem is None:
+            ex.job_problem = ("missing", "")
         ex.failed, notes = scan_errors(self.errors_path, repair)
         ex.notes.extend(notes)
         return ex
@@ -242,6 +247,8 @@ class Store:
     def begin(self, existing: Existing, job: dict[str, Any]) -> None:
         """Create the directory and job file; choose the shard to append to."""
         self.state.mkdir(parents=True, exist_ok=True)
+        if existing.job_problem and self.job_path.exists():  # unreadable: kept beside it
+            move(self.job_path, self.job_path.with_name(self.job_path.name + ".unreadable"))
         doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **job}
         if existing.job and existing.job.get("created"):
             doc["created"] = existing.job["created"]

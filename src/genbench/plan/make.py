@@ -11,9 +11,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from genbench.check.preflight import CheckReport, preflight
+from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
 from genbench.generate.params import job_params
+from genbench.generate.pipeline import Retries
 from genbench.plan.configurations import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
 from genbench.plan.document import save_plan
@@ -284,9 +285,10 @@ def _plan_pilot(
         tags, dialect = parse_tags(args.think_tags), parse_dialect(args.think_dialect)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    check = run_async(
-        preflight(ep, args.model, timeout=args.timeout, think_tags=tags, think_dialect=dialect)
-    )
+    r = Retries()  # the pilot's requests' (pilot.py): its test request retries as they do
+    retries = CheckRetries(r.retries, r.backoff, r.max_backoff)
+    check = run_async(preflight(ep, args.model, timeout=args.timeout, think_tags=tags,
+                                think_dialect=dialect, retries=retries))  # fmt: skip
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out)

@@ -32,6 +32,7 @@ FAULT_KEYS: dict[str, dict[str, Any]] = {
     "malformed": {"at": 10},
     "truncate": {"at": 10},
     "no-usage": {},
+    "no-ids": {},
     "not-openai": {},
     "unhealthy": {},
     "no-tools": {},
@@ -85,6 +86,7 @@ def _num(spec: str, key: str, raw: str, kind: type, lo: float, hi: float = math.
 _FAULT_KEY_TYPES: dict[str, tuple[type, float, float]] = {
     "rate": (float, 0.0, 1.0),
     "after": (int, 0, math.inf),
+    "until": (int, 1, math.inf),  # the requests after the until-th are spared
     "status": (int, 400, 599),
     "seconds": (float, 0.0, math.inf),
     "at": (int, 0, math.inf),
@@ -96,7 +98,7 @@ _FAULT_KEY_TYPES: dict[str, tuple[type, float, float]] = {
     "opened": (int, 0, 1),
     "count": (int, 0, 1),
 }
-COMMON_KEYS = ("rate", "after", "match")
+COMMON_KEYS = ("rate", "after", "until", "match")
 
 
 def parse_fault(spec: str) -> Fault:

@@ -94,7 +94,9 @@ class SimServer:
     def _hits(self, f: Fault, n: int, body: bytes | None = None) -> bool:
         """Does fault f apply to the n-th (1-based) request of its endpoint (whose raw
         body, for chat, is `body`)?"""
-        if n <= f.after or (f.match and (body is None or f.match.encode() not in body)):
+        if n <= f.after or n > f.params.get("until", n):
+            return False
+        if f.match and (body is None or f.match.encode() not in body):
             return False
         return f.rate >= 1.0 or self.rngs[id(f)].random() < f.rate
 
@@ -267,7 +269,7 @@ class SimServer:
         if text_faults.keys() - {"ignore-prompt"}:
             r.script = Script(r.pos, thinking, text_faults)
         r.prompt_tokens = prompt
-        if asked is not None:
+        if asked is not None and all(f.kind != "no-ids" for f in active):
             r.ids, r.prompt_ids = cfg.token_ids, ids.prompt_ids(messages)
         r.finish = finish
         r.uncounted = any(f.kind == "uncounted-think" for f in active)

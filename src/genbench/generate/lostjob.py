@@ -1,0 +1,99 @@
+"""An output directory whose `.genbench/job.json` is gone or unreadable: said, and a
+changed setting still named.
+
+job.json is what names a changed setting on resume (`jobfile.setting_change`). Without
+it, the rows' request fingerprints (fingerprint.py) still tell that a done row's request
+changed, not which setting changed it. A fingerprint is a hash of the whole request, so
+it can be tried against candidates: the job's settings with one of them changed (a
+sampling field unset, or set to a value of a grid people type: temperature 0.6, top_p
+0.95, max_tokens 4096; `--turns` or `--tool-policy` the other way). A candidate that
+gives the stored fingerprint of every sampled row is the setting the rows were made with
+(64-bit hashes: a chance match is not a concern). Where none does, the message lists
+the settings that could have changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from genbench.generate.fingerprint import row_fingerprint
+from genbench.generate.input import Row
+
+MISSING, UNREADABLE = "missing", "unreadable"
+# the sampling fields a flag sets (params.job_params), then common --param ones
+FLAGGED = ("temperature", "top_p", "top_k", "max_tokens")
+SAMPLING = (*FLAGGED, "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+            "seed")  # fmt: skip
+COULD_HAVE = "--max-tokens, --temperature, --top-p, --top-k, --thinking, --param, --config, " \
+    "--turns, --tool-policy, or the input's rows"  # fmt: skip
+
+
+def problem_line(out: object, problem: str, detail: str = "") -> str:
+    """The one line that says job.json is gone, and what that costs."""
+    what = "is missing" if problem == MISSING else f"is unreadable ({detail})"
+    return (
+        f"--out {out}: .genbench/job.json {what}: the settings its rows were made with are "
+        "unknown; each done row's request fingerprint is checked against this run's"
+    )
+
+
+def _grid(key: str) -> Iterator[Any]:
+    if key in ("top_k", "seed"):
+        yield from (-1, *range(0, 201))
+    elif key == "max_tokens":
+        seen = {1 << n for n in range(4, 18)} | set(range(64, 131073, 64))
+        yield from sorted(seen | set(range(1000, 128001, 1000)))
+    else:
+        yield from (round(i * 0.01, 2) for i in range(0, 201))
+
+
+def _candidates(
+    params: dict[str, Any], all_turns: bool, tool_policy: str
+) -> Iterator[tuple[str, dict[str, Any], bool, str]]:
+    """(the change named, params, all_turns, tool_policy) to try, one setting changed."""
+    for key in dict.fromkeys((*params, *SAMPLING)):
+        flag = f"--{key.replace('_', '-')}" if key in FLAGGED else f"--param {key}"
+        now = params.get(key)
+        shown = "not set" if now is None else f"{now}"
+        if key in params:
+            rest = {k: v for k, v in params.items() if k != key}
+            yield f"{flag} was not set, now {shown}", rest, all_turns, tool_policy
+        if key == "chat_template_kwargs":
+            continue
+        for v in _grid(key):
+            if v != now:
+                yield f"{flag} was {v}, now {shown}", {**params, key: v}, all_turns, tool_policy
+    kw = params.get("chat_template_kwargs") or {}
+    for think in (True, False):
+        if kw.get("enable_thinking") is not think:
+            was = {**params, "chat_template_kwargs": {**kw, "enable_thinking": think}}
+            yield f"--thinking was {'on' if think else 'off'}", was, all_turns, tool_policy
+    turns = "last" if all_turns else "all"
+    yield f"--turns was {turns}, now {'all' if all_turns else 'last'}", params, not all_turns, \
+        tool_policy  # fmt: skip
+    other = "keep" if tool_policy == "replay" else "replay"
+    yield f"--tool-policy was {other}, now {tool_policy}", params, all_turns, other
+
+
+def attribute(
+    samples: list[tuple[Row, int]], params: dict[str, Any], all_turns: bool, tool_policy: str
+) -> str | None:
+    """The one setting whose earlier value gives every sampled done row (row, the
+    fingerprint it was made with) its stored fingerprint, in words; None if none does."""
+    if not samples:
+        return None
+    for said, p, turns, policy in _candidates(params, all_turns, tool_policy):
+        if all(row_fingerprint(r, p, turns, policy) == old for r, old in samples):
+            return f"{said} (found from the rows' fingerprints)"
+    return None
+
+
+def refusal(problem: str, check: Any) -> str:
+    """What to say, job.json gone, when done rows answer a request that changed (`check`:
+    the scan's `fingerprint.RequestCheck`, with its sampled changed rows)."""
+    found = attribute(check.samples, check.params, check.all_turns, check.tool_policy)
+    if found:
+        return f".genbench/job.json is {problem}: {found}"
+    return (f".genbench/job.json is {problem}, so no setting can be named; any of these "
+            f"could have changed: {COULD_HAVE}")  # fmt: skip

@@ -24,6 +24,20 @@ KEY_ENV = typer.Option(
 KEY_FILE = typer.Option(
     None, "--api-key-file", metavar="PATH", help="File whose first line is the API key."
 )
+SERVE = typer.Option(
+    None,
+    "--serve",
+    metavar="CMD",
+    help="Start this engine and use it (its {port} a free loopback port, or its own "
+    "--port N); stopped when genbench ends. 'local': the llama.cpp demo target. "
+    "Repeatable (docs/engines.md).",
+)
+ENGINE_START_TIMEOUT = typer.Option(
+    900.0,
+    "--engine-start-timeout",
+    help="Seconds a --serve engine may take to become healthy (a large model loads for "
+    "minutes).",
+)
 JSON = typer.Option(False, "--json", help="Print one JSON object instead of the table.")
 THINK_TAGS = typer.Option(
     ",".join(DEFAULT_TAGS),

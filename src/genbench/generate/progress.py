@@ -76,6 +76,7 @@ class Progress:
         self.recent = RecentRates(eta_window, clock=clock)
         self.servers = {s: RecentRates(rate_window, clock=clock) for s in servers}
         self._held: Eta | None = None  # the ETA before every server went down
+        self.engines: Any = None  # --serve: the Supervisor (its availability scales the ETA)
 
     def on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
         """Rows (or errors) now on disk."""
@@ -116,11 +117,20 @@ class Progress:
         if got is None or got[0] <= 0:
             return None
         rate, parts, part_s = got
+        rate *= self._availability()
         left = rem / rate
         if len(parts) < 3:
             return Eta(left)
         h = SpeedWander.fit(parts, part_s).job(left).halfwidth
         return Eta(left, rem / (rate * (1 + h)), rem / (rate * max(1 - h, SLOWEST)))
+
+    def _availability(self) -> float:
+        """The engines' share of time up so far over their share in the ETA's window: the
+        window's rate, carried over the time left, at the availability measured so far."""
+        got = self.engines.availability(self.eta_window) if self.engines is not None else None
+        if not got or got[0] <= 0:
+            return 1.0
+        return got[1] / got[0]
 
     def snapshot(self, servers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Everything the display and the log line show, as plain data."""
@@ -154,6 +164,8 @@ class Progress:
             "all_down_s": all_down,
             "servers": [],
         }
+        if self.engines is not None:
+            snap["engines"] = self.engines.states()
         for s in servers or []:
             per = self.servers.get(s["url"])
             rr = (per.rates(self.rate_window) if per else None) or {}

@@ -80,9 +80,9 @@ def read_kernel_log(limit: int = 4096) -> list[tuple[str, float]]:
     return out
 
 
-def error_lines(lines: list[str], keep: int = 2) -> str:
+def error_lines(lines: list[str], keep: int = 2, last: bool = True) -> str:
     """The engine's own last words about what went wrong: its last line of a known kind,
-    else its last error-like lines, else its last line."""
+    else its last error-like lines, else (with `last`) its last line."""
     for pattern in KNOWN_ERRORS:
         for line in reversed(lines):
             if pattern.search(line):
@@ -90,7 +90,7 @@ def error_lines(lines: list[str], keep: int = 2) -> str:
     errs = [ln for ln in lines if _ERRORISH.search(ln)]
     if errs:
         return " / ".join(_short(e) for e in errs[-keep:])
-    return _short(lines[-1]) if lines else ""
+    return _short(lines[-1]) if lines and last else ""
 
 
 def _short(line: str, limit: int = 300) -> str:
@@ -119,6 +119,6 @@ def why_died(name: str, pid: int, code: int, pids: set[int], since: float,
     if oom is not None:
         return Death("oom", f"{who} was killed by the kernel's OOM killer ({status_text(code)}"
                      f"): {oom}", code)  # fmt: skip
-    own = error_lines(lines)
-    said = f": {own}" if own else " (it wrote nothing)"
+    own = error_lines(lines, last=code >= 0)  # a signal: its last line says nothing of it
+    said = f": {own}" if own else (" (it wrote nothing)" if not lines else "")
     return Death("signal" if code < 0 else "exit", f"{who} {status_text(code)}{said}", code)

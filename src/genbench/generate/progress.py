@@ -166,6 +166,8 @@ class Progress:
         }
         if self.engines is not None:
             snap["engines"] = self.engines.states()
+            got = self.engines.availability(self.eta_window)
+            snap["engines_availability"] = None if got is None else round(got[1], 4)
         for s in servers or []:
             per = self.servers.get(s["url"])
             rr = (per.rates(self.rate_window) if per else None) or {}

@@ -5,8 +5,11 @@ which `plan` and `generate` both take)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
+from genbench import fmt
 from genbench.errors import UsageError, positive
 from genbench.transport.endpoint import DEFAULT_KEY_ENV, endpoint
 from genbench.transport.eventloop import run_async
@@ -107,3 +110,14 @@ def descriptors(streams: int, servers: int = 1, lower: str = "--concurrency") ->
     """Before anything is sent: raise the open-file limit to fit `streams` connections over
     `servers`, or refuse in one line (genbench.transport.open_files)."""
     return fit_descriptors(streams, servers, lower)
+
+
+def loading(console: Any) -> Any:
+    """What a command prints while a --serve engine loads: how long, and its last line."""
+
+    def say(name: str, waited: float, last: str) -> None:
+        tail = f"; its last line: {last[:160]}" if last else ""
+        console.print(f"{name}: loading for {fmt.duration(waited)}{tail}", markup=False,
+                      highlight=False)  # fmt: skip
+
+    return say

@@ -12,18 +12,21 @@ exits while loading is named at once, with why (death.py), not when the wait run
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from genbench import fmt
 from genbench.check.preflight import preflight
-from genbench.engines.command import EngineCommand
+from genbench.engines.command import EngineCommand, parse_command
 from genbench.engines.death import Death, why_died
 from genbench.engines.process import EngineNotStarted, EngineProcess
 from genbench.errors import EngineFailed
 from genbench.transport.endpoint import Endpoint
+from genbench.transport.eventloop import run_async
 
 START_TIMEOUT = 900.0  # seconds: a 1T-parameter model loads in minutes (330 s in the field)
 POLL_S = 0.5
@@ -128,3 +131,22 @@ def stop_all(engines: Sequence[EngineProcess], grace: float = 10.0) -> None:
             e.signal_group(signal.SIGTERM)
     for e in engines:
         e.stop(grace)
+
+
+@contextlib.contextmanager
+def serving(
+    texts: Sequence[str],
+    log_dir: Path | None = None,
+    timeout: float = START_TIMEOUT,
+    on_wait: Waiting | None = None,
+) -> Iterator[list[EngineCommand]]:
+    """`--serve` for a command that uses its engines for one stretch (check, run): started
+    and healthy on entry, stopped and waited for on exit, however it is left. Their logs go
+    to `log_dir` (default: a new temporary directory, named in any failure)."""
+    cmds = [parse_command(t) for t in texts]
+    where = log_dir or Path(tempfile.mkdtemp(prefix="genbench-engines-"))
+    engines = run_async(start_engines(cmds, where, timeout, on_wait))
+    try:
+        yield cmds
+    finally:
+        stop_all(engines)

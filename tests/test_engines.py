@@ -281,3 +281,34 @@ def test_sigterm_stops_the_job_and_waits_for_its_engine(tmp_path: Path):
     last = events(out)[-1]
     assert last["event"] == "stop" and last["cause"] == "end" and last["pid"] == up[0]["pid"]
     assert not alive(up[0]["pid"])
+
+
+# -- check --serve, run --serve, plan --from --------------------------------------------------
+
+
+def test_check_serve_starts_checks_and_stops_the_engine(tmp_path: Path):
+    r = genbench("check", "--serve", SIM, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ok"] and doc["model"] == "genbench-sim"
+    port = int(doc["url"].rsplit(":", 1)[1].split("/")[0])
+    with pytest.raises(OSError):  # stopped: nothing listens there any more
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
+def test_run_serve_measures_each_configuration_in_turn_and_plan_names_the_faster(tmp_path):
+    out = tmp_path / "runs"
+    slow, fast = SIM.replace("--tps 200", "--tps 50"), SIM.replace("--tps 200", "--tps 400")
+    r = genbench("run", "--serve", slow, "--serve", fast, "-o", str(out), "--skip",
+                 "single", "-c", "4", "--shape", "sustained", "--requests-per-slot", "2",
+                 "--warmup", "1", "--sweep-tokens", "32", "--json", timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for side, cmd in (("a", slow), ("b", fast)):
+        doc = json.loads((out / side / "result.json").read_text())
+        assert doc["target"]["engine"] == cmd
+        assert (out / side / "engine-1.log").read_text().startswith("genbench sim listening")
+    assert f"genbench plan --from {out}" in r.stderr
+    p = genbench("plan", "--from", str(out), "--samples", "1000", "--tokens-per-sample", "300",
+                 "-o", str(tmp_path / "plan"), "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "the forecast tables and `generate --plan` use the fastest, b" in p.stderr

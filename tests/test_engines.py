@@ -92,13 +92,14 @@ class Acting(MetricsExporter):
             self.act(self.job.engines.engines[0].proc.pid)
 
 
-def run_job(tmp_path: Path, n: int, listener: Acting, cmd: str = SIM, **opts: Any) -> Any:
+def run_job(tmp_path: Path, n: int, listener: Acting, cmd: str = SIM,
+            params: dict[str, Any] | None = None, **opts: Any) -> Any:  # fmt: skip
     inp, out = tmp_path / "in.jsonl", tmp_path / "out"
     ids = write_prompts(inp, n)
     eng = parse_command(cmd)
     options = EngineOptions(**{"backoff": 0.2, "grace": 2.0, **opts})
     cfg = JobConfig(inp, out, [ServerSpec(eng.url, 8)], retry_backoff=0.05, engines=[eng],
-                    engine=options)  # fmt: skip
+                    engine=options, params=params or {})  # fmt: skip
     job = Job(cfg, listener)
     listener.job = job
     listener.start()
@@ -312,3 +313,47 @@ def test_run_serve_measures_each_configuration_in_turn_and_plan_names_the_faster
                  "-o", str(tmp_path / "plan"), "--json")  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert "the forecast tables and `generate --plan` use the fastest, b" in p.stderr
+
+
+# -- the done-when case: a real vLLM CPU engine, OOM-killed mid-job -------------------------
+
+
+def vllm_command() -> str:
+    """scripts/vllm-test-server.sh's command line, with {port}: the tiny Llama on CPU."""
+    from fixtures_vllm import REPO, _setup_once
+
+    _setup_once()  # the venv and the model, built once (fails, never skips, when broken)
+    venv = Path(os.environ.get("GENBENCH_VLLM_VENV", REPO / ".cache" / "vllm-venv"))
+    model = Path(os.environ.get("GENBENCH_VLLM_MODEL", REPO / ".cache" / "vllm-model"))
+    return (f"VLLM_CPU_KVCACHE_SPACE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 {venv}/bin/python "
+            f"-m vllm.entrypoints.openai.api_server --model {model} --served-model-name "
+            "tiny-llama --host 127.0.0.1 --port {port} --dtype float32 --max-model-len 4096 "
+            "--enforce-eager --disable-uvicorn-access-log")  # fmt: skip
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(_can_oom_kill() is not None, reason=str(_can_oom_kill()))
+def test_a_vllm_engine_oom_killed_mid_job_is_named_restarted_and_the_job_completes(tmp_path):
+    """Run under `flock /tmp/genbench-vllm.lock`: two vLLM starts, a few minutes of CPU."""
+    from fixtures_vllm import _skip_requested
+
+    if _skip_requested():
+        pytest.skip("GENBENCH_SKIP_VLLM=1: vLLM test server disabled")
+    cmd = parse_command(vllm_command())
+    with memory_cgroup() as cg:
+        listener = Acting(5, oom_kill(cg, cmd.url))  # the API server, sent an 8 MB body
+        out, metrics, result = run_job(
+            tmp_path, 30, listener, cmd=cmd.text.replace("{port}", str(cmd.port)),
+            params={"max_tokens": 16}, start_timeout=600.0,
+        )  # fmt: skip
+    down = [e for e in events(out) if e["event"] == "down"]
+    assert [d["cause"] for d in down] == ["oom"], down
+    assert "was killed by the kernel's OOM killer" in down[0]["line"]
+    assert "out of memory: Killed process" in down[0]["line"]
+    assert [e["restart"] for e in events(out) if e["event"] == "up" and "restart" in e] == [1]
+    assert 'genbench_engine_restarts_total{cause="oom",engine="engine 1"} 1.0' in metrics
+    assert result.snapshot["engines"][0]["down_s"] > 0
+    r = genbench("report", str(out))
+    assert r.returncode == 0, r.stderr
+    html = (out / "report.html").read_text()
+    assert "Engines up and down, and why" in html and "out of memory: Killed process" in html

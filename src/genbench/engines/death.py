@@ -117,8 +117,8 @@ def why_died(name: str, pid: int, code: int, pids: set[int], since: float,
     who = f"{name} (pid {pid})"
     oom = kernel_oom_line(pids | {pid}, since)
     if oom is not None:
-        return Death("oom", f"{who} was killed by the kernel's OOM killer ({status_text(code)}"
-                     f"): {oom}", code)  # fmt: skip
+        how = status_text(code).removeprefix("was killed by ").removeprefix("exited with ")
+        return Death("oom", f"{who} was killed by the kernel's OOM killer ({how}): {oom}", code)
     own = error_lines(lines, last=code >= 0)  # a signal: its last line says nothing of it
     said = f": {own}" if own else (" (it wrote nothing)" if not lines else "")
     return Death("signal" if code < 0 else "exit", f"{who} {status_text(code)}{said}", code)

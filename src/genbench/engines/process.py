@@ -141,15 +141,18 @@ class EngineProcess:
             os.killpg(self.pid, sig)
 
     def stop(self, grace: float = 10.0) -> int | None:
-        """SIGTERM to the engine's group; SIGKILL after `grace` s; wait for it and for its
-        group to empty (bounded). The exit status (negative: the signal)."""
+        """SIGTERM to the engine's group (the engine, or what it left behind when it died
+        first); SIGKILL to the group after `grace` s; wait for the engine and for its group
+        to empty (bounded). The engine's exit status (negative: the signal)."""
         if self.proc is None:
             return None
-        if self.alive:
-            self.signal_group(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(grace)
-        self.signal_group(signal.SIGKILL)  # the leader, or children it left behind
+        deadline = time.monotonic() + grace
+        self.signal_group(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(grace)
+        while group_members(self.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.signal_group(signal.SIGKILL)
         code = self.proc.wait()
         deadline = time.monotonic() + 5.0
         while group_members(self.pid) and time.monotonic() < deadline:

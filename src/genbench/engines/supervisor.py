@@ -159,6 +159,7 @@ class Supervisor:
             if not proc.alive:
                 code = proc.proc.wait() if proc.proc is not None else -1
                 death = why_died(e.name, proc.pid, code, proc.pids, proc.started, proc.tail())
+                await asyncio.to_thread(proc.stop, self.opts.grace)  # what it left behind
                 break
             now = time.monotonic()
             if now < next_probe:

@@ -315,6 +315,20 @@ def test_run_serve_measures_each_configuration_in_turn_and_plan_names_the_faster
     assert "the forecast tables and `generate --plan` use the fastest, b" in p.stderr
 
 
+@pytest.mark.llamacpp
+def test_serve_local_is_the_demo_target_as_an_engine_generate_can_use(tmp_path: Path):
+    pytest.importorskip("xllamacpp", reason="--serve local needs genbench[local]")
+    ids = write_prompts(tmp_path / "in.jsonl", 6)
+    out = tmp_path / "out"
+    r = genbench("generate", "-i", str(tmp_path / "in.jsonl"), "-o", str(out), "--serve",
+                 "local", "--max-tokens", "8", "-c", "2", timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    ids_once(out, ids)
+    evs = events(out)
+    assert [e["event"] for e in evs] == ["up", "stop"] and evs[0]["command"] == "local"
+    assert not alive(evs[0]["pid"])
+
+
 # -- the done-when case: a real vLLM CPU engine, OOM-killed mid-job -------------------------
 
 

@@ -103,3 +103,41 @@ def test_report_reads_a_death_as_a_down_span_until_healthy_again():
     assert [(a, z, k) for a, z, k, _ in spans] == [(10, 20, "up"), (20, 30, "down"),
                                                    (30, 40, "up")]  # fmt: skip
     assert spans[1][3]["cause"] == "oom"
+
+
+class _Availability:
+    """The engines' availability as the Supervisor reports it: (last window, so far)."""
+
+    def __init__(self, recent: float, overall: float) -> None:
+        self.got = (recent, overall)
+
+    def availability(self, window: float) -> tuple[float, float]:
+        return self.got
+
+    def states(self) -> list[dict[str, object]]:
+        return []
+
+
+def test_the_eta_is_carried_at_the_availability_measured_so_far():
+    """A window with every engine up, after a job that had them up 80% of the time: the
+    time left is the window's rate at 80%, 1/0.8 the plain ETA; a window with more down
+    time than the job's share is scaled the other way."""
+    from genbench.generate.progress import Progress
+    from genbench.records import RequestRecord
+
+    now = [0.0]
+    prog = Progress(1000, 0, 0, ["s"], clock=lambda: now[0])
+    for t in range(1, 61):  # 5 rows/s, steady
+        now[0] = float(t)
+        for k in range(5):
+            end = {"outcome": "done"}
+            prog.on_record(RequestRecord(f"x{t}-{k}", server="s", t_end=t - 0.1 * k,
+                                         completion_tokens=10, extra=end))  # fmt: skip
+        prog.on_durable("row", [(f"x{t}{k}", None) for k in range(5)])
+    plain = prog.eta_range()
+    assert plain is not None and plain.seconds == pytest.approx(700 / 5.0, rel=0.02)
+    prog.engines = _Availability(1.0, 0.8)
+    assert prog.eta_range().seconds == pytest.approx(plain.seconds / 0.8, rel=1e-9)
+    prog.engines = _Availability(0.5, 0.8)
+    assert prog.eta_range().seconds == pytest.approx(plain.seconds * 0.5 / 0.8, rel=1e-9)
+    assert prog.snapshot([])["engines_availability"] == 0.8

@@ -284,6 +284,16 @@ def test_sigterm_stops_the_job_and_waits_for_its_engine(tmp_path: Path):
     assert not alive(up[0]["pid"])
 
 
+def test_a_fatal_error_after_the_start_stops_the_engine_and_waits_for_it(tmp_path: Path):
+    write_prompts(tmp_path / "in.jsonl", 3)
+    out = tmp_path / "out"
+    r = genbench("generate", "-i", str(tmp_path / "in.jsonl"), "-o", str(out), "--serve", SIM,
+                 "--model", "no-such-model", timeout=120)  # fmt: skip
+    assert r.returncode == 8, r.stderr  # the preflight's: the model is not served
+    evs = events(out)
+    assert [e["event"] for e in evs] == ["up", "stop"] and not alive(evs[0]["pid"])
+
+
 # -- check --serve, run --serve, plan --from --------------------------------------------------
 
 

@@ -253,19 +253,28 @@ def _start_job(tmp_path: Path, n: int, *serve: str) -> tuple[subprocess.Popen[by
 SLOW = SIM.replace("--tps 200", "--tps 20")
 
 
-def test_genbench_sigkilled_takes_its_two_engines_with_it(tmp_path: Path):
-    proc, out = _start_job(tmp_path, 500, SLOW, SLOW)
+def test_genbench_sigkilled_takes_its_two_engines_and_their_children_with_it(tmp_path):
+    """The second engine has a child of its own (as vLLM has its engine core and workers),
+    which the kernel's parent-death signal alone would leave running."""
+    with_child = f"sh -c 'sleep 600 & exec {SLOW}'"
+    proc, out = _start_job(tmp_path, 500, SLOW, with_child)
     try:
         ups = wait_for("both engines healthy",
                        lambda: len(u := [e for e in events(out) if e["event"] == "up"]) == 2 and u)
         pids = [e["pid"] for e in ups]
-        assert all(alive(p) for p in pids)
+        pids += [kid for p in pids for kid in children(p)]
+        assert len(pids) == 3 and all(alive(p) for p in pids)
         proc.kill()  # SIGKILL: genbench runs no code of its own now
         proc.wait(30)
-        wait_for("both engines gone", lambda: not any(alive(p) for p in pids), 15)
+        wait_for("the engines and their children gone", lambda: not any(map(alive, pids)), 15)
     finally:
         proc.kill()
         proc.wait()
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(x) for x in f.read().split()]
 
 
 def test_sigterm_stops_the_job_and_waits_for_its_engine(tmp_path: Path):

@@ -5,13 +5,14 @@ Three things make sure nothing outlives genbench:
 
 * the engine runs in a process group of its own (a Ctrl-C at the terminal is genbench's to
   handle, and a stop reaches the engine's own children: vLLM's engine core, its workers);
-* on Linux the child asks the kernel, before it runs the command, for SIGKILL when its
-  parent dies (`prctl(PR_SET_PDEATHSIG)`), so a SIGKILLed genbench takes its engines with
-  it. The kernel sends it when the *thread* that forked the child ends: engines are
-  started from the thread that runs genbench's event loop (the main thread), never from a
-  worker thread;
-* its stdin is a pipe only genbench holds: an engine that watches it (the local demo
-  target does) also sees genbench go.
+* genbench's child is a keeper (keeper.py) that starts the engine and, when genbench dies
+  (even by SIGKILL), kills the whole group: on Linux the kernel tells it through a
+  parent-death signal (`prctl(PR_SET_PDEATHSIG)`, set in the child before it runs), and
+  anywhere its stdin, a pipe only genbench holds, closes. The kernel sends that signal
+  when the *thread* that forked the child ends: engines are started from the thread that
+  runs genbench's event loop (the main thread), never from a worker thread;
+* the engine's stdin is that pipe too: an engine that watches it (the local demo target
+  does) also sees genbench go.
 
 The engine's stdout and stderr go, through a thread of genbench's, to a log file that is
 rotated at `log_limit` bytes (one old file kept), so a chatty engine over six days cannot
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import IO
 
 from genbench.engines.command import EngineCommand
+from genbench.engines.keeper import PDEATHSIG
 
 LOG_LIMIT = 16 << 20  # bytes of one log file; one rotated file is kept beside it
 TAIL_LINES = 200
@@ -43,10 +45,10 @@ _LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True) if sys.platfo
 
 
 def _die_with(parent: int) -> None:
-    """In the child, before exec: SIGKILL when the parent dies; gone at once if it already
-    has (the parent may have died between fork and here)."""
+    """In the child, before exec: the keeper's signal when the parent dies; gone at once if
+    it already has (the parent may have died between fork and here)."""
     if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _LIBC.prctl(PR_SET_PDEATHSIG, PDEATHSIG, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
 
@@ -61,12 +63,19 @@ class EngineProcess:
         self.started = self.started_wall = 0.0
         self.lines: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.pids: set[int] = set()  # the engine and every process seen in its group
+        self.engine_pid: int | None = None  # the engine's own pid (the keeper's child)
         self._pump: threading.Thread | None = None
 
     @property
-    def pid(self) -> int:
+    def pgid(self) -> int:
+        """The group's id: the keeper's pid."""
         assert self.proc is not None
         return self.proc.pid
+
+    @property
+    def pid(self) -> int:
+        """The engine's own pid (the one the kernel's OOM line names)."""
+        return self.engine_pid or self.pgid
 
     @property
     def returncode(self) -> int | None:
@@ -82,9 +91,11 @@ class EngineProcess:
         env = {**os.environ, **self.cmd.env}
         env.setdefault("PYTHONUNBUFFERED", "1")  # a Python engine's last words reach the log
         parent = os.getpid()
+        env["GENBENCH_KEEPER_PARENT"] = str(parent)
+        argv = [sys.executable, "-m", "genbench.engines.keeper", *self.cmd.argv]
         try:
             self.proc = subprocess.Popen(
-                self.cmd.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, env=env, process_group=0,
                 preexec_fn=lambda: _die_with(parent),
             )  # fmt: skip
@@ -92,7 +103,7 @@ class EngineProcess:
             raise EngineNotStarted(f"{self.name}: cannot run {self.cmd.argv[0]!r} "
                                    f"({e.strerror or e})") from None  # fmt: skip
         self.started, self.started_wall = time.monotonic(), time.time()
-        self.pids = {self.proc.pid}
+        self.pids, self.engine_pid = {self.proc.pid}, None
         self.lines.clear()
         self._pump = threading.Thread(target=self._copy_output, args=(self.proc.stdout,),
                                       name=f"{self.name}-log", daemon=True)  # fmt: skip
@@ -131,14 +142,17 @@ class EngineProcess:
 
     def track_group(self) -> set[int]:
         """Every pid seen so far in the engine's process group (vLLM's engine core, its
-        workers): the kernel may OOM-kill one of them rather than the engine itself."""
+        workers): the kernel may OOM-kill one of them rather than the engine itself. The
+        engine's own pid is the keeper's child."""
         if self.alive:
-            self.pids |= group_members(self.pid)
+            self.pids |= group_members(self.pgid)
+            if self.engine_pid is None:
+                self.engine_pid = first_child(self.pgid)
         return self.pids
 
     def signal_group(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
+            os.killpg(self.pgid, sig)
 
     def stop(self, grace: float = 10.0) -> int | None:
         """SIGTERM to the engine's group (the engine, or what it left behind when it died
@@ -150,12 +164,12 @@ class EngineProcess:
         self.signal_group(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(grace)
-        while group_members(self.pid) and time.monotonic() < deadline:
+        while group_members(self.pgid) and time.monotonic() < deadline:
             time.sleep(0.05)
         self.signal_group(signal.SIGKILL)
         code = self.proc.wait()
         deadline = time.monotonic() + 5.0
-        while group_members(self.pid) and time.monotonic() < deadline:
+        while group_members(self.pgid) and time.monotonic() < deadline:
             time.sleep(0.05)
         if self.proc.stdin is not None:
             with contextlib.suppress(OSError):
@@ -188,6 +202,16 @@ def group_members(pgid: int) -> set[int]:
         if len(fields) > 2 and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
             found.add(int(entry))
     return found
+
+
+def first_child(pid: int) -> int | None:
+    """The first child of `pid` (Linux: /proc/PID/task/PID/children), or None."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = f.read().split()
+    except OSError:
+        return None
+    return int(kids[0]) if kids else None
 
 
 def alive(pid: int) -> bool:

@@ -56,6 +56,7 @@ async def wait_healthy(
     said = 0.0
     while True:
         waited = time.monotonic() - eng.started
+        eng.track_group()  # the engine's own pid, and its children's
         if not eng.alive:
             raise EngineFailed(start_failure(eng, waited).line)
         rep = await preflight(ep, model, tiny=False, connect_timeout=1.0, timeout=10.0)

@@ -390,3 +390,27 @@ def test_a_vllm_engine_oom_killed_mid_job_is_named_restarted_and_the_job_complet
     assert r.returncode == 0, r.stderr
     html = (out / "report.html").read_text()
     assert "Engines up and down, and why" in html and "out of memory: Killed process" in html
+
+
+@pytest.mark.vllm
+def test_run_serve_vllm_autoregressive_then_ngram_and_plan_names_the_faster(tmp_path: Path):
+    """Run under `flock /tmp/genbench-vllm.lock`: two vLLM starts, one after the other."""
+    from fixtures_vllm import _skip_requested
+
+    if _skip_requested():
+        pytest.skip("GENBENCH_SKIP_VLLM=1: vLLM test server disabled")
+    ar = vllm_command()
+    spec = ('{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,'
+            '"prompt_lookup_min":1}')
+    ngram = f"{ar} --speculative-config '{spec}'"
+    out = tmp_path / "runs"
+    r = genbench("run", "--serve", ar, "--serve", ngram, "-o", str(out), "--skip", "single",
+                 "-c", "4", "--shape", "sustained", "--requests-per-slot", "3", "--warmup", "1",
+                 "--sweep-tokens", "128", timeout=900)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((out / "b" / "result.json").read_text())["target"]["engine"] == ngram
+    p = genbench("plan", "--from", str(out), "--samples", "100000", "--tokens-per-sample", "128",
+                 "-o", str(tmp_path / "plan"), "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    # the tiny random model repeats itself: n-gram drafts are accepted, b decodes faster
+    assert "the forecast tables and `generate --plan` use the fastest, b" in p.stderr

@@ -91,3 +91,9 @@ def publish_dir(src: Path, dst: Path) -> None:
     nothing or all of it. `dst` must be absent or empty (a rename never merges)."""
     os.rename(src, dst)
     fsync_path(dst.parent)
+
+
+def rotate(path: Path, suffix: str = ".1") -> None:
+    """A log at its size limit set aside as PATH.1 (the one old copy kept, the older one
+    gone). Not fsynced: a log's tail is worth no stall of the process that writes it."""
+    os.replace(path, path.with_name(path.name + suffix))

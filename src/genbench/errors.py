@@ -32,6 +32,7 @@ class ExitCode(IntEnum):
     BAD_RESPONSE = 10
     REQUEST_FAILED = 11
     OUTPUT = 12
+    ENGINE = 13  # an engine genbench started (--serve) never became healthy
     INTERRUPTED = 130
 
 
@@ -239,6 +240,13 @@ class OutOfDescriptors(OutputError):
 def descriptor_advice() -> str:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return f"out of file descriptors: raise ulimit -n (now {soft})"
+
+
+class EngineFailed(GenbenchError):
+    """An engine genbench started (`--serve`) exited, or did not answer in time, before it
+    was healthy; the message says why in one line (genbench.engines.death)."""
+
+    exit_code = ExitCode.ENGINE
 
 
 class ServerDown(GenbenchError):

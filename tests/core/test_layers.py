@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("transport",),
     ("sim", "local"),
     ("check", "load"),
+    ("engines",),  # started and watched engines: healthy is check's preflight
     ("generate",),
     ("run",),  # a run's --workload is read as generate reads its input
     ("plan",),

@@ -11,11 +11,14 @@ from genbench.check.preflight import preflight
 from genbench.check.render import print_check
 from genbench.commands import common
 from genbench.commands.console import err, out
+from genbench.engines.start import serving
 from genbench.errors import UsageError
 
 
 def check(
     url: str = common.URL,
+    serve: list[str] | None = common.SERVE,
+    engine_start_timeout: float = common.ENGINE_START_TIMEOUT,
     model: str | None = common.MODEL,
     api_key_env: str = common.KEY_ENV,
     api_key_file: Path | None = common.KEY_FILE,
@@ -28,10 +31,27 @@ def check(
     json: bool = common.JSON,
 ) -> None:
     """Check that a server is alive, serves the model and answers one tiny request."""
-    if not url:
-        raise UsageError("--url is required: the server to check, e.g. http://127.0.0.1:8000/v1")
     common.positive("--timeout", timeout)
     common.positive("--connect-timeout", connect_timeout)
+    if serve:  # start the engine, check it, stop it: why an engine will not come up
+        if url or len(serve) > 1:
+            raise UsageError("check takes one server: --url URL or one --serve CMD")
+        common.positive("--engine-start-timeout", engine_start_timeout)
+        with serving(serve, None, engine_start_timeout, common.loading(err)) as cmds:
+            _check(cmds[0].url, model, api_key_env, api_key_file, timeout, connect_timeout,
+                   think_tags, think_dialect, json)  # fmt: skip
+    if not url:
+        raise UsageError(
+            "--url is required: the server to check, e.g. http://127.0.0.1:8000/v1 "
+            "(or --serve CMD: an engine to start)"
+        )
+    _check(url, model, api_key_env, api_key_file, timeout, connect_timeout, think_tags,
+           think_dialect, json)  # fmt: skip
+
+
+def _check(url: str, model: str | None, api_key_env: str, api_key_file: Path | None,
+           timeout: float, connect_timeout: float, think_tags: str, think_dialect: str,
+           json: bool) -> None:  # fmt: skip
     ep = common.endpoint(url, api_key_env, api_key_file)
     common.descriptors(1)
     tags, dialect = common.think_tags(think_tags), common.think_dialect(think_dialect)

@@ -5,8 +5,11 @@ which `plan` and `generate` both take)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
+from genbench import fmt
 from genbench.errors import UsageError, positive
 from genbench.transport.endpoint import DEFAULT_KEY_ENV, endpoint
 from genbench.transport.eventloop import run_async
@@ -23,6 +26,20 @@ KEY_ENV = typer.Option(
 )
 KEY_FILE = typer.Option(
     None, "--api-key-file", metavar="PATH", help="File whose first line is the API key."
+)
+SERVE = typer.Option(
+    None,
+    "--serve",
+    metavar="CMD",
+    help="Start this engine and use it (its {port} a free loopback port, or its own "
+    "--port N); stopped when genbench ends. 'local': the llama.cpp demo target. "
+    "Repeatable (docs/engines.md).",
+)
+ENGINE_START_TIMEOUT = typer.Option(
+    900.0,
+    "--engine-start-timeout",
+    help="Seconds a --serve engine may take to become healthy (a large model loads for "
+    "minutes).",
 )
 JSON = typer.Option(False, "--json", help="Print one JSON object instead of the table.")
 THINK_TAGS = typer.Option(
@@ -93,3 +110,14 @@ def descriptors(streams: int, servers: int = 1, lower: str = "--concurrency") ->
     """Before anything is sent: raise the open-file limit to fit `streams` connections over
     `servers`, or refuse in one line (genbench.transport.open_files)."""
     return fit_descriptors(streams, servers, lower)
+
+
+def loading(console: Any) -> Any:
+    """What a command prints while a --serve engine loads: how long, and its last line."""
+
+    def say(name: str, waited: float, last: str) -> None:
+        tail = f"; its last line: {last[:160]}" if last else ""
+        console.print(f"{name}: loading for {fmt.duration(waited)}{tail}", markup=False,
+                      highlight=False)  # fmt: skip
+
+    return say

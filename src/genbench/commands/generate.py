@@ -95,6 +95,17 @@ LIMIT = typer.Option(None, "--limit", help="Only the first N rows (a trial).")
 PROGRESS_EVERY = typer.Option(
     30.0, "--progress-every", help="Seconds between JSON progress lines off a terminal."
     )
+ENGINE_RESTARTS = typer.Option(
+    10, "--engine-restarts", help="Restarts of a --serve engine that died, at most (0: none)."
+    )
+ENGINE_BACKOFF = typer.Option(
+    5.0, "--engine-backoff", help="Seconds before a dead engine's first restart (doubles, "
+    "up to 5 min)."
+    )
+ENGINE_HANG_TIMEOUT = typer.Option(
+    120.0, "--engine-hang-timeout", help="Seconds an engine may be alive but not answer "
+    "/health before it is stopped and restarted."
+    )
 PLAN = typer.Option(
     None,
     "--plan",
@@ -108,6 +119,7 @@ def generate(
     output: Path = OUTPUT,
     url: list[str] | None = URL,
     url_file: Path | None = URL_FILE,
+    serve: list[str] | None = common.SERVE,
     model: str | None = common.MODEL,
     api_key_env: str = common.KEY_ENV,
     api_key_file: Path | None = common.KEY_FILE,
@@ -141,6 +153,10 @@ def generate(
     input_changed: str | None = INPUT_CHANGED,
     limit: int | None = LIMIT,
     progress_every: float = PROGRESS_EVERY,
+    engine_start_timeout: float = common.ENGINE_START_TIMEOUT,
+    engine_restarts: int = ENGINE_RESTARTS,
+    engine_backoff: float = ENGINE_BACKOFF,
+    engine_hang_timeout: float = ENGINE_HANG_TIMEOUT,
     plan: Path | None = PLAN,
     metrics_port: int | None = watch.METRICS_PORT,
     metrics_host: str = watch.METRICS_HOST,

@@ -13,7 +13,7 @@ from genbench.commands.console import err, out
 from genbench.errors import ExitCode, UsageError
 from genbench.run.flags import CONFIG_FLAGS, default_text, run_config
 from genbench.run.render import RunConsole, print_outcome
-from genbench.run.session import RunInterrupted, run_benchmark
+from genbench.run.session import RunInterrupted, run_benchmark, run_served
 
 LENGTHS = typer.Option(
     None,
@@ -118,6 +118,8 @@ VERSUS = typer.Option(
 
 def run(
     url: str | None = common.URL,
+    serve: list[str] | None = common.SERVE,
+    engine_start_timeout: float = common.ENGINE_START_TIMEOUT,
     model: str | None = common.MODEL,
     api_key_env: str = common.KEY_ENV,
     api_key_file: Path | None = common.KEY_FILE,
@@ -158,14 +160,24 @@ def run(
         raise UsageError("--versus needs --url: the server to alternate with")
     urls = [url, *(versus or [])] if url else []
     keys, repeated = (api_key_env, api_key_file), repeat > 1 or bool(versus)
+    if serve and (urls or repeat > 1):
+        raise UsageError("--serve runs each engine once, in turn: not with --url or --repeat")
+    common.positive("--engine-start-timeout", engine_start_timeout)
     try:
-        done = run_benchmark(urls, model, keys, cfg, repeat, out_dir, RunConsole(console), repeated)
+        if serve:
+            done = run_served(serve, model, keys, cfg, out_dir, RunConsole(console),
+                              engine_start_timeout, common.loading(console))  # fmt: skip
+        else:
+            done = run_benchmark(urls, model, keys, cfg, repeat, out_dir, RunConsole(console),
+                                 repeated)  # fmt: skip
     except RunInterrupted as e:
         err.print(f"[red]interrupted[/]: {e}")
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     if len(done.dirs) > 1:
         _compare_sides(done.dirs, console)
     print_outcome(done, console)
+    if serve and len(serve) > 1:
+        console.print(f"the faster configuration for a job: genbench plan --from {done.out}")
     if report:
         from genbench.report import write_report
 

@@ -51,6 +51,7 @@ class JobCollector(Collector):
         yield from _rates(snap)
         yield from _eta(snap)
         yield from _servers(snap.get("servers") or [])
+        yield from _engines(snap.get("engines") or [])
 
 
 def _gauge(name: str, doc: str, value: Any) -> Iterator[GaugeMetricFamily]:
@@ -142,6 +143,26 @@ def _servers(servers: list[dict[str, Any]]) -> Iterator[Any]:
             v = s.get(key)
             g.add_metric([s["url"]], float(v or 0.0))
         yield g
+
+
+def _engines(engines: list[dict[str, Any]]) -> Iterator[Any]:
+    """--serve: each engine up or not, its restarts by cause, its downtime."""
+    if not engines:
+        return
+    up = GaugeMetricFamily("genbench_engine_up", "1 while the engine genbench started is up.",
+                           labels=["engine", "server"])  # fmt: skip
+    restarts = CounterMetricFamily("genbench_engine_restarts", "Restarts of the engine, by the "
+                                   "cause of its death.", labels=["engine", "cause"])  # fmt: skip
+    down = CounterMetricFamily("genbench_engine_down_seconds", "Seconds the engine was down.",
+                               labels=["engine"])  # fmt: skip
+    for e in engines:
+        up.add_metric([e["engine"], e["url"]], float(e["up"]))
+        for cause, n in (e.get("restarts_by_cause") or {}).items():
+            restarts.add_metric([e["engine"], cause], n)
+        down.add_metric([e["engine"]], e.get("down_s") or 0.0)
+    yield up
+    yield restarts
+    yield down
 
 
 class MetricsExporter(Listener):

@@ -7,6 +7,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from genbench.engines.command import parse_command
+from genbench.engines.start import START_TIMEOUT
+from genbench.engines.supervisor import EngineOptions
 from genbench.errors import UsageError, positive
 from genbench.generate.batch import is_batch_file
 from genbench.generate.input import ShardSpec
@@ -69,6 +72,7 @@ def job_config(
     output: Path,
     url: list[str] | None,
     url_file: Path | None,
+    serve: list[str] | None,
     model: str | None,
     api_key_env: str,
     api_key_file: Path | None,
@@ -102,6 +106,10 @@ def job_config(
     input_changed: str | None,
     limit: int | None,
     progress_every: float,
+    engine_start_timeout: float = START_TIMEOUT,
+    engine_restarts: int = 10,
+    engine_backoff: float = 5.0,
+    engine_hang_timeout: float = 120.0,
 ) -> JobConfig:
     """The job the flags ask for, each flag checked (a UsageError names it); the servers'
     URLs parsed and the open-file limit fitted to their streams before anything is sent."""
@@ -111,8 +119,12 @@ def job_config(
     servers = [ServerSpec(u, concurrency) for u in url or []]
     if url_file is not None:
         servers += read_url_file(url_file, concurrency)
+    engines = [parse_command(c) for c in serve or []]
+    servers += [ServerSpec(c.url, concurrency) for c in engines]
     if not servers:
-        raise UsageError("no server: give --url URL (repeatable) or --url-file FILE")
+        raise UsageError(
+            "no server: give --url URL (repeatable), --url-file FILE or --serve CMD"
+        )
     for s in servers:
         Endpoint.parse(s.url)  # a bad URL fails now, with its own message
     fit_descriptors(sum(s.concurrency for s in servers), len(servers), "-c/--concurrency")
@@ -130,14 +142,18 @@ def job_config(
         retry_errors=retry_errors, force=force, input_changed=input_changed, limit=limit,
         think_tags=_checked(parse_tags, think_tags),
         think_dialect=_checked(parse_dialect, think_dialect),
-        keep_raw=keep_raw, token_ids=token_ids, answers=answers,
+        keep_raw=keep_raw, token_ids=token_ids, answers=answers, engines=engines,
+        engine=EngineOptions(engine_start_timeout, engine_restarts, engine_backoff,
+                             engine_hang_timeout),
     )  # fmt: skip
 
 
 def _check_flags(f: dict[str, Any]) -> None:
     for name in ("concurrency", "max_tokens", "timeout", "down_timeout", "limit",
-                 "progress_every"):  # fmt: skip
+                 "progress_every", "engine_start_timeout", "engine_hang_timeout"):  # fmt: skip
         positive("--" + name.replace("_", "-"), f[name])
+    if f["engine_restarts"] < 0 or f["engine_backoff"] < 0:
+        raise UsageError("--engine-restarts and --engine-backoff must be 0 or more")
     if f["retries"] < 0 or f["retry_backoff"] < 0 or f["drain"] < 0:
         raise UsageError("--retries, --retry-backoff and --drain must be 0 or more")
     _choice("--turns", f["turns"], ("all", "last"))

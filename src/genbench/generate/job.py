@@ -19,6 +19,7 @@ from typing import Any
 from genbench import __version__, fmt
 from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.check.router import ROUTER_KINDS
+from genbench.engines.supervisor import Supervisor
 from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
 from genbench.generate import scheme
 from genbench.generate.batch import row_bytes
@@ -32,6 +33,7 @@ from genbench.generate.jobconfig import JobConfig
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress, RowInfo
 from genbench.generate.resume import prepare
+from genbench.generate.serve import start_engines
 from genbench.generate.servers import Server, check_token_ids
 from genbench.generate.store import Existing, Store
 from genbench.generate.tool_probe import probe_tools
@@ -112,6 +114,7 @@ class Job:
         self.check: RequestCheck | None = None
         self.failures = Failures()  # this run's failed rows, by kind (ending.py)
         self.unanswered = Unanswered()  # rows written without an answer, or without ids
+        self.engines: Supervisor | None = None  # --serve: the engines this job started
 
     # -- preparation ----------------------------------------------------------------------
 
@@ -173,6 +176,13 @@ class Job:
             if not rep.ok:
                 self.listener.note(f"{ep.base_url} is not answering yet: {rep.diagnosis}", "yellow")
 
+    def engine_down(self, url: str, line: str) -> None:
+        """An engine this job started died or hangs: its server is out (its rows in flight
+        go back to the queue as they fail) until the restarted engine answers /health."""
+        for s in self.servers:
+            if s.name == url:
+                s.mark_down(line)
+
     def _server_changed(self, server: Server, what: str) -> None:
         poll = "polling its /health" + (" and a tiny request" if server.router else "")
         if server.up:
@@ -202,6 +212,8 @@ class Job:
                 scheme.settle(self.store.out, self.cfg.shard_count, self.cfg.shard_asked)
             return await self._run(handle_signals)
         finally:
+            if self.engines is not None:  # nothing genbench started outlives it
+                self.engines.close()
             self.store.lock.release()
 
     async def _run(self, handle_signals: bool) -> JobResult:
@@ -215,6 +227,7 @@ class Job:
                 await self.store.close(convert_all=True)
             why = "every row is already done" if res.rows else "the input has no rows"
             return self._result("nothing_to_do", why, t0)
+        await start_engines(self, handle_signals)
         reports = await self._preflight()
         if res.tools is not None:  # agentic rows: a server that refuses tools stops us now
             ep = Endpoint.parse(next(r for r in reports if r.ok).url, cfg.api_key)
@@ -226,6 +239,8 @@ class Job:
             status, self.failures, done, res.failed, res.left, res.rows, cfg.down_timeout,
             self.unanswered,
         )  # fmt: skip
+        if self.engines is not None and (said := self.engines.summary()):
+            self.listener.note(said, "yellow")
         return self._result(status, message, t0)
 
     def _announce(self, existing: Existing, res: InputScan) -> None:
@@ -306,6 +321,9 @@ class Job:
         for s, rep in zip(self.servers, reports, strict=True):
             if not rep.ok:
                 s.mark_down(rep.diagnosis or "not answering")
+        if self.engines is not None:
+            self.progress.engines = self.engines
+            self.engines.watch()
 
     async def _send(self, handle_signals: bool) -> str:
         """Run the load beside the store's syncer and the progress ticker; the status."""

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from genbench.engines.command import EngineCommand
+from genbench.engines.supervisor import EngineOptions
 from genbench.generate.input import ShardSpec
 from genbench.generate.servers import ServerSpec
 from genbench.transport.thinking import DEFAULT_TAGS
@@ -47,6 +49,8 @@ class JobConfig:
     token_ids: str = "auto"  # --token-ids: auto (where the server gives them), on, off
     input_changed: str | None = None  # regenerate | keep: done rows whose request changed
     answers: str = "conversations"  # --answers: conversations | batch | both
+    engines: list[EngineCommand] = field(default_factory=list)  # --serve: started here
+    engine: EngineOptions = field(default_factory=EngineOptions)  # --engine-*
 
     def fingerprint(self, model: str) -> dict[str, Any]:
         """The settings job.json keeps: those store.FINGERPRINT_KEYS names are compared on

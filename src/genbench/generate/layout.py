@@ -14,6 +14,8 @@
     DIR/.genbench/data-NNNNN.idx     which ids a shard holds, up to which byte, their
                                      requests' fingerprints, content checks (advisory)
     DIR/.genbench/lock               the one writer's lock
+    DIR/.genbench/engines.jsonl      --serve: every engine start, stop and death, its cause
+    DIR/.genbench/engines/           --serve: each engine's own output (bounded logs)
     DIR/.genbench/shards.json        the directory's shard scheme: none, or N (scheme.py)
     DIR/.genbench/shards.lock        held while the first run records the scheme
 
@@ -106,6 +108,16 @@ class Layout:
     @property
     def runs(self) -> Path:
         return self.state / f"runs{self.tag}.jsonl"
+
+    @property
+    def engine_events(self) -> Path:
+        """Every start, stop and death of a --serve engine, with its cause."""
+        return self.state / f"engines{self.tag}.jsonl"
+
+    @property
+    def engine_logs(self) -> Path:
+        """The --serve engines' own output, one bounded log each."""
+        return self.state / "engines"
 
     @property
     def lock_name(self) -> str:

@@ -67,6 +67,7 @@ class Progress:
         self.servers = {s: RecentRates(rate_window, clock=clock) for s in servers}
         self._held: Eta | None = None  # the ETA before every server went down
         self.ended = Completions()  # when rows ended, for the ETA
+        self.engines: Any = None  # --serve: the Supervisor (its availability scales the ETA)
 
     def on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
         """Rows (or errors) now on disk."""
@@ -105,7 +106,20 @@ class Progress:
         (`generate.eta`: a rate between clusters of completions, so that waves of them
         do not swing it; its range the plan's model of the speed over the time left).
         None while there is too little to go on."""
-        return estimate(self.ended, self.remaining, self.clock(), self.t0)
+        e = estimate(self.ended, self.remaining, self.clock(), self.t0)
+        factor = self._availability()  # engines down for part of the job: the time left grows
+        if e is None or factor == 1.0:
+            return e
+        stretch = lambda s: None if s is None else s / factor  # noqa: E731
+        return Eta(e.seconds / factor, stretch(e.lo_s), stretch(e.hi_s))
+
+    def _availability(self) -> float:
+        """The engines' share of time up so far over their share in the ETA's window: the
+        window's rate, carried over the time left, at the availability measured so far."""
+        got = self.engines.availability(self.eta_window) if self.engines is not None else None
+        if not got or got[0] <= 0:
+            return 1.0
+        return got[1] / got[0]
 
     def snapshot(self, servers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Everything the display and the log line show, as plain data."""
@@ -139,6 +153,10 @@ class Progress:
             "all_down_s": all_down,
             "servers": [],
         }
+        if self.engines is not None:
+            snap["engines"] = self.engines.states()
+            got = self.engines.availability(self.eta_window)
+            snap["engines_availability"] = None if got is None else round(got[1], 4)
         for s in servers or []:
             per = self.servers.get(s["url"])
             rr = (per.rates(self.rate_window) if per else None) or {}

@@ -216,11 +216,29 @@ def panel(snap: dict[str, Any], down_timeout: float | None = None) -> Group:
             rate(s["tokens_per_s"], ""),
         )
     lines = [bar, rates, eta_line] + ([course] if course is not None else [])
+    lines += engine_lines(snap)
     if all_down is None:
         return Group(*lines, t)
     gives_up = f", gives up after {duration(down_timeout)}" if down_timeout else ""
     down_line = Text(f"all servers down for {duration(all_down)}; waiting{gives_up}", style="red")
     return Group(*lines, down_line, t)
+
+
+def engine_lines(snap: dict[str, Any]) -> list[Text]:
+    """--serve: how long the engines were down and why, and the availability the ETA uses;
+    nothing while none has been down."""
+    engines = [e for e in snap.get("engines") or [] if e["down_s"] or not e["up"]]
+    if not engines:
+        return []
+    parts = []
+    for e in engines:
+        why = ", ".join(f"{c} ×{n}" for c, n in e["restarts_by_cause"].items())
+        state = "up again," if e["up"] else "down now,"
+        parts.append(f"{e['engine']} {state} down {duration(e['down_s'])}"
+                     + (f" ({why})" if why else ""))  # fmt: skip
+    avail = snap.get("engines_availability")
+    tail = f"; the ETA counts {avail:.1%} availability" if avail is not None else ""
+    return [Text("engines: " + "; ".join(parts) + tail, style="yellow")]
 
 
 def _course(plan: dict[str, Any]) -> Text | None:

@@ -34,7 +34,7 @@ from genbench.plan.pilot import (
 from genbench.plan.storage import HiddenStates, hidden_states, storage_from_tokens
 from genbench.plan.units import parse_counts
 from genbench.records import RequestRecord
-from genbench.run.result import REQUESTS_FILE, load_result, prepare_out_dir
+from genbench.run.result import REQUESTS_FILE, configuration_dirs, load_result, prepare_out_dir
 from genbench.settings import Setting, setting
 from genbench.transport.endpoint import Endpoint, endpoint
 from genbench.transport.eventloop import run_async
@@ -129,7 +129,7 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
     """The plan document, and the plan.json it was saved to (None: the arithmetic's is not
     saved). A bad flag or input is a UsageError before any request is sent."""
     counts, hidden = _check(args)
-    froms = args.from_ or []
+    froms = [d for p in args.from_ or [] for d in configuration_dirs(p)]  # run --serve A B
     ask = _ask(args, max(1, len(froms)))
     where: Path | None = None
     if args.rate is not None:

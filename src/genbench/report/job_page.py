@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from genbench import fmt
+from genbench.report.engines import engines_figure, events_table, read_events
 from genbench.report.figures import FAIL_COLOR, Figure
 from genbench.report.job import _short, figures, label, load_job, shard_tags
 from genbench.report.joblog import JobHistory
@@ -80,12 +81,22 @@ def section(path: Path, h: JobHistory, notes: list[dict[str, Any]], figs: list[F
         "<div class='grid'>" + "".join(figure_html(by_id[k]) for k in
                                        ("job_rows", "job_tokens", "job_servers")) + "</div>",
         "<h3>Servers</h3>" + _server_table(h),
+        *_engines_html(path, by_id, figure_html, tag),
         f"<p class='note'>failed requests by kind: {escape(kinds or 'none')}</p>",
         "<div class='grid'>" + "".join(figure_html(by_id[k]) for k in
                                        ("job_failures", "job_eta")) + "</div>",
         "<h3>Latency and length</h3><div class='grid'>" + "".join(
             figure_html(by_id[k]) for k in ("job_latency", "job_lengths")) + "</div>",
     ])  # fmt: skip
+
+
+def _engines_html(path: Path, by_id: dict[str, Figure], figure_html: Any,
+                  tag: str | None) -> list[str]:  # fmt: skip
+    """--serve: the engines' timeline and every death with its cause; nothing otherwise."""
+    if "job_engines" not in by_id:
+        return []
+    table = events_table(read_events(path, tag))
+    return [f"<h3>Engines</h3>{figure_html(by_id['job_engines'])}{table}"]
 
 
 def job_sections(path: Path, figure_html: Any) -> list[tuple[str, str, list[Figure]]]:
@@ -95,5 +106,8 @@ def job_sections(path: Path, figure_html: Any) -> list[tuple[str, str, list[Figu
     for tag in shard_tags(path):
         h, notes = load_job(path, tag)
         figs = figures(h, notes, tag)
+        events = read_events(path, tag)
+        if (eng := engines_figure(h, events, tag)) is not None:
+            figs.append(eng)
         out.append((label(path, tag), section(path, h, notes, figs, figure_html, tag), figs))
     return out

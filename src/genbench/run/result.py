@@ -47,6 +47,16 @@ def repeat_dirs(path: str | Path) -> list[Path]:
     return [d for _, d in sorted(found)]
 
 
+def configuration_dirs(path: str | Path) -> list[Path]:
+    """The runs `run --serve A --serve B` wrote under `path` (OUT/a, OUT/b, … in order): the
+    subdirectories holding a result.json, where `path` holds none itself; else [path]."""
+    p = Path(path)
+    if not p.is_dir() or (p / RESULT_FILE).exists() or repeat_dirs(p):
+        return [p]
+    found = sorted(d for d in p.iterdir() if d.is_dir() and (d / RESULT_FILE).exists())
+    return found or [p]
+
+
 def load_result(path: str | Path) -> dict[str, Any]:
     p = result_path(path)
     if not p.exists():

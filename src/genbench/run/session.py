@@ -105,6 +105,36 @@ def run_benchmark(
     return RunOutcome(out, targets, sides, repeats, True)
 
 
+def run_served(
+    texts: list[str],
+    model: str | None,
+    keys: tuple[str, Path | None],
+    cfg: RunConfig,
+    out_dir: Path | None,
+    listener: RunListener,
+    start_timeout: float,
+    on_wait: Any = None,
+) -> RunOutcome:
+    """`run --serve A --serve B …`: each configuration started, warmed, measured and
+    stopped, one at a time (one GPU box holds one engine), into OUT (one) or OUT/a, OUT/b
+    (several: `plan --from OUT` decides between them); the engine's log beside its result."""
+    from genbench.engines.start import serving
+
+    out = out_dir or default_out_dir(model)
+    labels = [chr(ord("a") + i) for i in range(len(texts))] if len(texts) > 1 else [""]
+    targets: list[tuple[str, Endpoint, Path]] = []
+    states: list[list[RunState]] = []
+    for label, text in zip(labels, texts, strict=True):
+        d = out / label if label else out
+        listener.say(f"[bold]genbench run --serve[/] {text} → {d}")
+        with serving([text], d, start_timeout, on_wait) as cmds:
+            ep = endpoint(cmds[0].url, *keys)
+            state = _drive(execute_run(ep, model, cfg, d, listener, {"engine": text}), listener, d)
+        targets.append((label, ep, d))
+        states.append([state])
+    return RunOutcome(out, targets, states, 1, len(texts) > 1)
+
+
 def _drive(coro: Coroutine[Any, Any, T], listener: RunListener, out: Path) -> T:
     """Run the measurement; on Ctrl-C stop the live display and say where the results are."""
     try:

@@ -1,0 +1,416 @@
+"""`generate --serve CMD`: genbench starts its engines, names why one died, restarts it, and
+leaves none behind. The engine is `genbench sim` (cheap); the OOM kill is the kernel's own,
+in a memory cgroup whose limit is lowered (root and cgroup v1 only: skipped elsewhere).
+
+Every wait is on an event (a line of engines.jsonl, a record of the job, a pid gone), each
+with a deadline far above what it takes on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import genbench
+
+from genbench.engines.command import parse_command
+from genbench.engines.death import read_kernel_log
+from genbench.engines.process import alive
+from genbench.engines.supervisor import EngineOptions
+from genbench.generate.exporter import MetricsExporter
+from genbench.generate.job import Job
+from genbench.generate.jobconfig import JobConfig
+from genbench.generate.servers import ServerSpec
+from genbench.records import RequestRecord
+
+PY = shlex.quote(sys.executable)
+SIM = f"{PY} -m genbench sim --port {{port}} --tps 200 --ttft-ms 5 --output-len uniform:20:60"
+CGROUP_V1 = Path("/sys/fs/cgroup/memory")
+
+
+def write_prompts(path: Path, n: int) -> list[str]:
+    ids = [f"r{i}" for i in range(n)]
+    path.write_text("".join(json.dumps({"id": i, "messages": [{"role": "user", "content":
+                    f"question {i}"}]}) + "\n" for i in ids))  # fmt: skip
+    return ids
+
+
+def events(out: Path) -> list[dict[str, Any]]:
+    p = out / ".genbench" / "engines.jsonl"
+    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+
+def wait_for(what: str, cond: Callable[[], Any], timeout: float = 90.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"gave up waiting for {what} after {timeout:g} s")
+
+
+def ids_once(out: Path, ids: list[str]) -> None:
+    files = sorted(out.glob("data*.jsonl"))
+    got = [json.loads(x)["id"] for p in files for x in p.read_text().splitlines()]
+    assert sorted(got) == sorted(ids), "every id exactly once"
+
+
+class Acting(MetricsExporter):
+    """Serves /metrics like the job's exporter, and does `act(pid)` to the engine once
+    `after` requests were answered (the job is then surely mid-way)."""
+
+    def __init__(self, after: int, act: Callable[[int], None]) -> None:
+        super().__init__()
+        self.after, self.act, self.seen, self.done = after, act, 0, False
+        self.job: Job | None = None
+        self.notes: list[str] = []
+
+    def note(self, text: str, style: str = "") -> None:
+        self.notes.append(text)
+
+    def record(self, rec: RequestRecord) -> None:
+        super().record(rec)
+        self.seen += rec.ok
+        if self.seen >= self.after and not self.done and self.job and self.job.engines:
+            self.done = True
+            self.act(self.job.engines.engines[0].proc.pid)
+
+
+def run_job(tmp_path: Path, n: int, listener: Acting, cmd: str = SIM,
+            params: dict[str, Any] | None = None, **opts: Any) -> Any:  # fmt: skip
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    ids = write_prompts(inp, n)
+    eng = parse_command(cmd)
+    options = EngineOptions(**{"backoff": 0.2, "grace": 2.0, **opts})
+    cfg = JobConfig(inp, out, [ServerSpec(eng.url, 8)], retry_backoff=0.05, engines=[eng],
+                    engine=options, params=params or {})  # fmt: skip
+    job = Job(cfg, listener)
+    listener.job = job
+    listener.start()
+    try:
+        result = asyncio.run(job.run(handle_signals=False))
+        listener.finished(result)
+        with urllib.request.urlopen(f"http://127.0.0.1:{listener.port}/metrics") as r:
+            metrics = r.read().decode()
+    finally:
+        listener.stop()
+    assert result.status == "complete", (result, listener.notes)
+    ids_once(out, ids)
+    return out, metrics, result
+
+
+# -- starts that fail -----------------------------------------------------------------------
+
+
+def test_an_engine_with_a_bad_flag_is_named_in_seconds_with_exit_13(tmp_path: Path):
+    write_prompts(tmp_path / "in.jsonl", 3)
+    t0 = time.monotonic()
+    r = genbench("generate", "-i", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out"),
+                 "--serve", SIM + " --bogus-flag", timeout=120)  # fmt: skip
+    assert r.returncode == 13, r.stderr
+    assert time.monotonic() - t0 < 60  # not the 900 s start timeout: it exited at once
+    line = r.stderr.strip().splitlines()[-1]
+    assert re.search(r"engine 1 \(pid \d+\) exited with status 2: .*--bogus-flag", line), line
+    assert "while starting" in line and "engine-1.log" in line
+
+
+def test_an_engine_never_healthy_is_stopped_and_named_at_its_start_timeout(tmp_path: Path):
+    write_prompts(tmp_path / "in.jsonl", 3)
+    r = genbench("generate", "-i", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out"),
+                 "--serve", SIM + " --fault unhealthy", "--engine-start-timeout", "3",
+                 timeout=120)  # fmt: skip
+    assert r.returncode == 13, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert "was not healthy within 3.0 s (--engine-start-timeout)" in line, line
+    assert "503" in line and "stopped it" in line
+    pid = int(re.search(r"\(pid (\d+)\)", line)[1])  # type: ignore[index]
+    assert not alive(pid)
+
+
+# -- deaths mid-job: named, restarted, every id once ---------------------------------------
+
+
+def test_an_engine_sigkilled_mid_job_is_named_restarted_and_every_id_written_once(tmp_path):
+    listener = Acting(15, lambda pid: os.kill(pid, signal.SIGKILL))
+    out, metrics, _ = run_job(tmp_path, 120, listener)
+    evs = events(out)
+    down = [e for e in evs if e["event"] == "down"]
+    assert len(down) == 1 and down[0]["cause"] == "signal"
+    assert down[0]["line"].startswith(f"engine 1 (pid {down[0]['pid']}) was killed by SIGKILL")
+    ups = [e for e in evs if e["event"] == "up"]
+    assert len(ups) == 2 and ups[1]["restart"] == 1 and ups[1]["pid"] != ups[0]["pid"]
+    assert evs[-1]["event"] == "stop" and not alive(evs[-1]["pid"])
+    assert 'genbench_engine_restarts_total{cause="signal",engine="engine 1"} 1.0' in metrics
+    assert re.search(r'genbench_engine_up\{engine="engine 1",server="[^"]+"\} 1\.0', metrics)
+
+
+def test_an_engine_alive_but_not_answering_is_killed_after_its_grace_and_restarted(tmp_path):
+    listener = Acting(15, lambda pid: os.kill(pid, signal.SIGSTOP))  # alive, deaf to SIGTERM
+    out, metrics, _ = run_job(tmp_path, 60, listener, hang_timeout=1.5, grace=1.0)
+    down = [e for e in events(out) if e["event"] == "down"]
+    assert [d["cause"] for d in down] == ["hang"]
+    assert "has not answered /health for" in down[0]["line"]
+    assert down[0]["code"] is None or down[0]["code"] == -signal.SIGKILL
+    assert 'genbench_engine_restarts_total{cause="hang",engine="engine 1"} 1.0' in metrics
+
+
+def _can_oom_kill() -> str | None:
+    """Why the kernel cannot be asked for an OOM kill here, or None."""
+    if os.geteuid() != 0 or not (CGROUP_V1 / "memory.limit_in_bytes").exists():
+        return "needs root and cgroup v1's memory controller (/sys/fs/cgroup/memory)"
+    if not read_kernel_log():
+        return "needs to read the kernel log (/dev/kmsg) to see the OOM killer's line"
+    return None
+
+
+_SEQ = itertools.count()
+
+
+@contextlib.contextmanager
+def memory_cgroup() -> Iterator[Path]:
+    d = CGROUP_V1 / f"genbench-test-{os.getpid()}-{next(_SEQ)}"
+    d.mkdir()
+    try:
+        yield d
+    finally:
+        wait_for("the cgroup to empty", lambda: not (d / "cgroup.procs").read_text().strip(), 30)
+        d.rmdir()
+
+
+def oom_kill(cgroup: Path, url: str) -> Callable[[int], None]:
+    """Move the engine into `cgroup`, cap it at 4 MB more than it has, then send it an 8 MB
+    body: it grows past the cap and the kernel kills it (exit 137, its line in dmesg)."""
+
+    def act(pid: int) -> None:
+        (cgroup / "cgroup.procs").write_text(str(pid))
+        (cgroup / "memory.limit_in_bytes").write_text(str(4 << 20))
+        body = json.dumps({"model": "genbench-sim", "max_tokens": 1,
+                           "messages": [{"role": "user", "content": "x" * (8 << 20)}]})  # fmt: skip
+        req = urllib.request.Request(url + "/chat/completions", body.encode(),
+                                     {"Content-Type": "application/json"})  # fmt: skip
+
+        def send() -> None:
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(req, timeout=30).read()
+
+        threading.Thread(target=send, daemon=True).start()
+
+    return act
+
+
+@pytest.mark.skipif(_can_oom_kill() is not None, reason=str(_can_oom_kill()))
+def test_an_engine_oom_killed_by_the_kernel_is_named_by_its_line_and_restarted(tmp_path):
+    cmd = parse_command(SIM)
+    with memory_cgroup() as cg:
+        listener = Acting(15, oom_kill(cg, cmd.url))
+        out, metrics, result = run_job(tmp_path, 80, listener, cmd=cmd.text.replace(
+            "{port}", str(cmd.port)))  # fmt: skip
+    down = [e for e in events(out) if e["event"] == "down"]
+    assert [d["cause"] for d in down] == ["oom"], down
+    line = down[0]["line"]
+    assert line.startswith(f"engine 1 (pid {down[0]['pid']}) was killed by the kernel's OOM")
+    assert re.search(rf"Memory cgroup out of memory: Killed process {down[0]['pid']}\b", line)
+    assert any(line in n for n in listener.notes)  # said on the console, as the job ran
+    assert any("OOM-killed by the kernel 1 time" in n for n in listener.notes)  # at the end
+    assert 'genbench_engine_restarts_total{cause="oom",engine="engine 1"} 1.0' in metrics
+    assert result.snapshot["engines"][0]["down_s"] > 0
+    r = genbench("report", str(out))
+    assert r.returncode == 0, r.stderr
+    html = (out / "report.html").read_text()
+    assert "Engines up and down, and why" in html and "Memory cgroup out of memory" in html
+
+
+# -- nothing outlives genbench --------------------------------------------------------------
+
+
+def _start_job(tmp_path: Path, n: int, *serve: str) -> tuple[subprocess.Popen[bytes], Path]:
+    write_prompts(tmp_path / "in.jsonl", n)
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "genbench", "generate", "-i", str(tmp_path / "in.jsonl"),
+            "-o", str(out), "-c", "4"]  # fmt: skip
+    for s in serve:
+        args += ["--serve", s]
+    log = open(tmp_path / "genbench.log", "wb")  # noqa: SIM115 - the child holds it
+    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT), out
+
+
+SLOW = SIM.replace("--tps 200", "--tps 20")
+
+
+def test_genbench_sigkilled_takes_its_two_engines_and_their_children_with_it(tmp_path):
+    """The second engine has a child of its own (as vLLM has its engine core and workers),
+    which the kernel's parent-death signal alone would leave running."""
+    with_child = f"sh -c 'sleep 600 & exec {SLOW}'"
+    proc, out = _start_job(tmp_path, 500, SLOW, with_child)
+    try:
+        ups = wait_for("both engines healthy",
+                       lambda: len(u := [e for e in events(out) if e["event"] == "up"]) == 2 and u)
+        pids = [e["pid"] for e in ups]
+        pids += [kid for p in pids for kid in children(p)]
+        assert len(pids) == 3 and all(alive(p) for p in pids)
+        proc.kill()  # SIGKILL: genbench runs no code of its own now
+        proc.wait(30)
+        wait_for("the engines and their children gone", lambda: not any(map(alive, pids)), 15)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(x) for x in f.read().split()]
+
+
+def test_sigterm_stops_the_job_and_waits_for_its_engine(tmp_path: Path):
+    proc, out = _start_job(tmp_path, 500, SLOW)
+    try:
+        up = wait_for("the engine healthy", lambda: [e for e in events(out) if e["event"] == "up"])
+        log = out / ".genbench" / "requests.jsonl"
+        wait_for("requests answered", lambda: log.exists() and log.read_bytes().count(b"\n") > 3)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    last = events(out)[-1]
+    assert last["event"] == "stop" and last["cause"] == "end" and last["pid"] == up[0]["pid"]
+    assert not alive(up[0]["pid"])
+
+
+def test_a_fatal_error_after_the_start_stops_the_engine_and_waits_for_it(tmp_path: Path):
+    write_prompts(tmp_path / "in.jsonl", 3)
+    out = tmp_path / "out"
+    r = genbench("generate", "-i", str(tmp_path / "in.jsonl"), "-o", str(out), "--serve", SIM,
+                 "--model", "no-such-model", timeout=120)  # fmt: skip
+    assert r.returncode == 8, r.stderr  # the preflight's: the model is not served
+    evs = events(out)
+    assert [e["event"] for e in evs] == ["up", "stop"] and not alive(evs[0]["pid"])
+
+
+# -- check --serve, run --serve, plan --from --------------------------------------------------
+
+
+def test_check_serve_starts_checks_and_stops_the_engine(tmp_path: Path):
+    r = genbench("check", "--serve", SIM, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ok"] and doc["model"] == "genbench-sim"
+    port = int(doc["url"].rsplit(":", 1)[1].split("/")[0])
+    with pytest.raises(OSError):  # stopped: nothing listens there any more
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
+def test_run_serve_measures_each_configuration_in_turn_and_plan_names_the_faster(tmp_path):
+    out = tmp_path / "runs"
+    slow, fast = SIM.replace("--tps 200", "--tps 50"), SIM.replace("--tps 200", "--tps 400")
+    r = genbench("run", "--serve", slow, "--serve", fast, "-o", str(out), "--skip",
+                 "single", "-c", "4", "--shape", "sustained", "--requests-per-slot", "2",
+                 "--warmup", "1", "--sweep-tokens", "32", "--json", timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for side, cmd in (("a", slow), ("b", fast)):
+        doc = json.loads((out / side / "result.json").read_text())
+        assert doc["target"]["engine"] == cmd
+        assert (out / side / "engine-1.log").read_text().startswith("genbench sim listening")
+    assert f"genbench plan --from {out}" in r.stderr
+    p = genbench("plan", "--from", str(out), "--samples", "1000", "--tokens-per-sample", "300",
+                 "-o", str(tmp_path / "plan"), "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "the forecast tables and `generate --plan` use the fastest, b" in p.stderr
+
+
+@pytest.mark.llamacpp
+def test_serve_local_is_the_demo_target_as_an_engine_generate_can_use(tmp_path: Path):
+    pytest.importorskip("xllamacpp", reason="--serve local needs genbench[local]")
+    ids = write_prompts(tmp_path / "in.jsonl", 6)
+    out = tmp_path / "out"
+    r = genbench("generate", "-i", str(tmp_path / "in.jsonl"), "-o", str(out), "--serve",
+                 "local", "--max-tokens", "8", "-c", "2", timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    ids_once(out, ids)
+    evs = events(out)
+    assert [e["event"] for e in evs] == ["up", "stop"] and evs[0]["command"] == "local"
+    assert not alive(evs[0]["pid"])
+
+
+# -- the done-when case: a real vLLM CPU engine, OOM-killed mid-job -------------------------
+
+
+def vllm_command() -> str:
+    """scripts/vllm-test-server.sh's command line, with {port}: the tiny Llama on CPU."""
+    from fixtures_vllm import REPO, _setup_once
+
+    _setup_once()  # the venv and the model, built once (fails, never skips, when broken)
+    venv = Path(os.environ.get("GENBENCH_VLLM_VENV", REPO / ".cache" / "vllm-venv"))
+    model = Path(os.environ.get("GENBENCH_VLLM_MODEL", REPO / ".cache" / "vllm-model"))
+    return (f"VLLM_CPU_KVCACHE_SPACE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 {venv}/bin/python "
+            f"-m vllm.entrypoints.openai.api_server --model {model} --served-model-name "
+            "tiny-llama --host 127.0.0.1 --port {port} --dtype float32 --max-model-len 4096 "
+            "--enforce-eager --disable-uvicorn-access-log")  # fmt: skip
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(_can_oom_kill() is not None, reason=str(_can_oom_kill()))
+def test_a_vllm_engine_oom_killed_mid_job_is_named_restarted_and_the_job_completes(tmp_path):
+    """Run under `flock /tmp/genbench-vllm.lock`: two vLLM starts, a few minutes of CPU."""
+    from fixtures_vllm import _skip_requested
+
+    if _skip_requested():
+        pytest.skip("GENBENCH_SKIP_VLLM=1: vLLM test server disabled")
+    cmd = parse_command(vllm_command())
+    with memory_cgroup() as cg:
+        listener = Acting(5, oom_kill(cg, cmd.url))  # the API server, sent an 8 MB body
+        out, metrics, result = run_job(
+            tmp_path, 30, listener, cmd=cmd.text.replace("{port}", str(cmd.port)),
+            params={"max_tokens": 16}, start_timeout=600.0,
+        )  # fmt: skip
+    down = [e for e in events(out) if e["event"] == "down"]
+    assert [d["cause"] for d in down] == ["oom"], down
+    assert "was killed by the kernel's OOM killer" in down[0]["line"]
+    assert "out of memory: Killed process" in down[0]["line"]
+    assert [e["restart"] for e in events(out) if e["event"] == "up" and "restart" in e] == [1]
+    assert 'genbench_engine_restarts_total{cause="oom",engine="engine 1"} 1.0' in metrics
+    assert result.snapshot["engines"][0]["down_s"] > 0
+    r = genbench("report", str(out))
+    assert r.returncode == 0, r.stderr
+    html = (out / "report.html").read_text()
+    assert "Engines up and down, and why" in html and "out of memory: Killed process" in html
+
+
+@pytest.mark.vllm
+def test_run_serve_vllm_autoregressive_then_ngram_and_plan_names_the_faster(tmp_path: Path):
+    """Run under `flock /tmp/genbench-vllm.lock`: two vLLM starts, one after the other."""
+    from fixtures_vllm import _skip_requested
+
+    if _skip_requested():
+        pytest.skip("GENBENCH_SKIP_VLLM=1: vLLM test server disabled")
+    ar = vllm_command()
+    spec = ('{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,'
+            '"prompt_lookup_min":1}')
+    ngram = f"{ar} --speculative-config '{spec}'"
+    out = tmp_path / "runs"
+    r = genbench("run", "--serve", ar, "--serve", ngram, "-o", str(out), "--skip", "single",
+                 "-c", "4", "--shape", "sustained", "--requests-per-slot", "3", "--warmup", "1",
+                 "--sweep-tokens", "128", timeout=900)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((out / "b" / "result.json").read_text())["target"]["engine"] == ngram
+    p = genbench("plan", "--from", str(out), "--samples", "100000", "--tokens-per-sample", "128",
+                 "-o", str(tmp_path / "plan"), "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    # the tiny random model repeats itself: n-gram drafts are accepted, b decodes faster
+    assert "the forecast tables and `generate --plan` use the fastest, b" in p.stderr

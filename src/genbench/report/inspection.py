@@ -11,6 +11,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from genbench import fmt
 from genbench.compare.runs import PALETTE
 from genbench.fmt import nbytes
 from genbench.report.figures import Figure, HBar, Series
@@ -30,6 +31,13 @@ BAD = "#e15759"
 def label(doc: dict[str, Any]) -> str:
     src = Path(str(doc.get("source", {}).get("path") or doc.get("_path") or "inspection"))
     return src.name or str(src)
+
+
+def directory(doc: dict[str, Any]) -> str:
+    """The inspected output's directory as the report was given it (out), to name it once
+    when it is also drawn as a generate job."""
+    path = Path(str(doc.get("_path") or label(doc)))
+    return str(path.parent) if path.name == "inspect.json" else str(path)
 
 
 def _slug(text: str) -> str:
@@ -131,7 +139,7 @@ def _tiles(doc: dict[str, Any]) -> str:
     n = doc["rows"]
     bad = doc["rows_with_defects"]
     tiles = [
-        ("rows", f"{n:,}", f"{len(doc['source']['files'])} file(s)"),
+        ("rows", f"{n:,}", fmt.counted(len(doc["source"]["files"]), "file")),
         ("rows with a defect", f"{bad:,}", f"{bad / max(n, 1):.1%}"),
         ("output tokens p50", _num(o["output_tokens"].get("p50")),
          f"p95 {_num(o['output_tokens'].get('p95'))}"),

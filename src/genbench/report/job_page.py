@@ -23,7 +23,7 @@ def _tiles(h: JobHistory, notes: list[dict[str, Any]]) -> str:
     status = ends[-1]["status"].replace("_", " ") if ends else "—"
     tokens = sum(x.tokens for x in s)
     tiles = [
-        ("rows done", f"{rows:,}", f"{failed:,} failed, in {len(h.runs)} run(s)"),
+        ("rows done", f"{rows:,}", f"{failed:,} failed, in {fmt.counted(len(h.runs), 'run')}"),
         ("rows/s", fmt.number(rows / max(sending, 1e-9), 2), "over the time the job ran"),
         ("tokens/s", fmt.rate(tokens / max(sending, 1e-9)), f"{tokens:,} tokens"),
         ("ran", fmt.duration(sending), f"over {fmt.duration(span)}; last: {status}"),
@@ -75,7 +75,7 @@ def section(path: Path, h: JobHistory, notes: list[dict[str, Any]], figs: list[F
         "came when, and where the job was headed against its plan.</p>",
         f"<section class='cards'><div class='card' style='--run:{colour}'>"
         f"<h3>{escape(name)}</h3><div class='meta'>{escape(h.model)} · "
-        f"{len(h.servers)} server(s) · {escape(str(path))}</div>"
+        f"{fmt.counted(len(h.servers), 'server')} · {escape(str(path))}</div>"
         f"<div class='tiles'>{_tiles(h, notes)}</div></div></section>",
         "<div class='grid'>" + "".join(figure_html(by_id[k]) for k in
                                        ("job_rows", "job_tokens", "job_servers")) + "</div>",

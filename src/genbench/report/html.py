@@ -17,6 +17,7 @@ from genbench.fmt import when
 from genbench.report import cards, decision, forecast, inspection
 from genbench.report import figures as F
 from genbench.report.svg import WIDE, WIDTH, draw, swatch
+from genbench.run.readings import sweep_readings
 
 CSS = """
 :root { --fg:#1d2330; --muted:#5b6475; --line:#e3e6ec; --bg:#f5f6f8; }
@@ -208,8 +209,11 @@ def numbers(sides: list[Run]) -> str:
             ],
             rows,
         )
-        if any("*" in r[3] for r in rows):
-            out += "<p class='note'>* steady window unstable: its halves differ by more than 5%</p>"
+        for run in sides:  # the console's words for what seems to disagree
+            tag = f"{run.label}: " if len(sides) > 1 else ""
+            out += "".join(
+                f"<p class='note'>{escape(tag + line)}</p>" for line in sweep_readings(run.doc)
+            )
     return out
 
 

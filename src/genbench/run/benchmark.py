@@ -28,6 +28,7 @@ from genbench.errors import GenbenchError, UsageError
 from genbench.load import PhaseRun, ServerDown, run_phase
 from genbench.records import RecordWriter, RequestRecord
 from genbench.run.prompt_file import PromptFile, cycle_for, read_prompt_file
+from genbench.run.readings import unstable_note
 from genbench.run.result import (
     REQUESTS_FILE,
     RESULT_FILE,
@@ -357,7 +358,7 @@ class Runner:
                     "tokens (the server ignores ignore_eos?)"
                 )
         if kind == "sustained" and summary.steady_stable is False:
-            phase.notes.append("steady window not stable: its halves differ by more than 5%")
+            phase.notes.append(unstable_note(summary.steady_halves_tps))
         if kind == "sustained" and summary.steady_tps is None and ok:
             phase.notes.append("no steady window: too few requests per slot to measure one")
         if summary.failed:

@@ -10,9 +10,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from genbench.fmt import count, duration, ms, number, pct, rate
+from genbench.fmt import count, counted, duration, ms, number, pct, rate
 from genbench.records import RequestRecord
 from genbench.run.benchmark import Phase, RunListener
+from genbench.run.readings import sweep_readings
 from genbench.run.session import RunOutcome
 
 
@@ -73,7 +74,8 @@ class RunConsole(RunListener):
         else:
             head = rate(s.output_tps)
         fail = f", [red]{s.failed} failed[/]" if s.failed else ""
-        self.console.print(f"  [green]✓[/] {phase.name:<16} {head}, {s.ok} requests{fail}")
+        done = counted(s.ok, "request")
+        self.console.print(f"  [green]✓[/] {phase.name:<16} {head}, {done}{fail}")
         for note in phase.notes:
             self.console.print(f"      [yellow]note:[/] {note}")
 
@@ -230,11 +232,8 @@ def _sweep_table(doc: dict[str, Any], console: Console) -> None:
         elif info.get("knee_unstable"):
             levels = ", ".join(f"C={c}" for c in info["knee_unstable"])
             console.print(f"  {shape}: no knee claimed: the steady window is unstable at {levels}")
-    if any(p["kind"] == "sustained" and p["summary"].get("steady_stable") is False for p in phases):
-        console.print(
-            "  * steady window unstable (halves differ > 5%): use more --requests-per-slot "
-            "or --duration"
-        )
+    for line in sweep_readings(doc):  # why its numbers differ where they seem to disagree
+        console.print(f"  {line}")
 
 
 def _headline(doc: dict[str, Any], key: tuple[str, ...]) -> float | None:
@@ -284,7 +283,7 @@ def spec_line(m: dict[str, Any]) -> str:
     text = ", ".join(parts)
     if m.get("spec_acceptance_source") == "gauge":
         n = m.get("spec_gauge_samples", 1)
-        text += f" (server gauge, mean of {n} sample{'s' if n != 1 else ''})"
+        text += f" (server gauge, mean of {counted(n, 'sample')})"
     return text
 
 

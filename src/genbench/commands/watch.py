@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from genbench.errors import UsageError
+from genbench.fmt import counted
 from genbench.generate.batch import BATCH_ERRORS, BATCH_OUTPUT, write_batch_output
 from genbench.generate.job import Listener
 from genbench.generate.jobconfig import JobConfig
@@ -78,4 +79,4 @@ def batch_output(cfg: JobConfig, answers: str, console: Console) -> None:
     dest = cfg.output / name.replace(".jsonl", f"{tag}.jsonl")
     data = store.data_files() if answers == "both" else []
     n = write_batch_output(data, store.errors_path, dest)
-    console.print(f"  batch {'output' if data else 'errors'}: {dest} ({n:,} line{'s' * (n != 1)})")
+    console.print(f"  batch {'output' if data else 'errors'}: {dest} ({counted(n, 'line')})")

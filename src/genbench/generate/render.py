@@ -16,7 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from genbench.fmt import duration, duration_range, number, rate
+from genbench.fmt import counted, duration, duration_range, number, rate
 from genbench.generate.ending import LABELS, rows
 from genbench.generate.job import JobResult, Listener
 from genbench.generate.jobconfig import JobConfig
@@ -262,7 +262,7 @@ def print_result(r: JobResult, console: Console) -> None:
         console.print(f"  thinking: {r.thinking}")
     if r.files:
         shown = r.files if len(r.files) <= 3 else [r.files[0], "…", r.files[-1]]
-        console.print(f"  data: {len(r.files)} files: {', '.join(shown)}")
+        console.print(f"  data: {counted(len(r.files), 'file')}: {', '.join(shown)}")
     if r.failure:
         f = r.failure
         console.print(f"  most common failure: {f['kind']} ({rows(f['rows'])}): {f['message']}")

@@ -164,7 +164,8 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     m, src, i = doc["model"], doc["source"], doc["inputs"]
     out_d = m["output_tokens"]
     console.print(
-        f"[bold]genbench plan[/] pilot of {m['pilot_requests']} requests at C={m['concurrency']} "
+        f"[bold]genbench plan[/] pilot of {fmt.counted(m['pilot_requests'], 'request')} at "
+        f"C={m['concurrency']} "
         f"on {src.get('model')} ({src.get('server') or 'unknown server'}): "
         f"{fmt.duration(m['pilot_wall_s'])}, {fmt.pct(m['fail_rate'])} failed"
     )
@@ -203,7 +204,8 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
             f"  the bar is ±{row['rel_halfwidth']:.1%}, ±{length:.1%} of it from the mean "
             "output length"
             + (f", ±{speed:.1%} from the server's speed" if speed is not None else "")
-            + f"; ±{goal:.0%} needs a pilot of about {need:,} requests (--pilot {need})"
+            + f"; ±{goal:.0%} needs a pilot of about {fmt.counted(need, 'request')} "
+            f"(--pilot {need})"
         )
 
 

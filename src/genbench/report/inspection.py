@@ -69,7 +69,7 @@ def defects_figure(doc: dict[str, Any], key: str) -> Figure:
                     rows,
                     BAD,
                     0.85,
-                    f"{LABELS[name]}: {rows:,} rows ({share:.2%})",
+                    f"{LABELS[name]}: {fmt.counted(rows, 'row')} ({share:.2%})",
                     f"{rows:,}",
                 )  # fmt: skip
             )
@@ -286,7 +286,8 @@ def section(doc: dict[str, Any], figs: list[Figure], figure_html: Any) -> str:
     clean = doc.get("clean")
     if clean:
         parts.append(
-            f"<h3>Clean copy</h3><p>{clean['kept']:,} rows kept, {clean['dropped']:,} dropped "
+            f"<h3>Clean copy</h3><p>{fmt.counted(clean['kept'], 'row')} kept, "
+            f"{clean['dropped']:,} dropped "
             f"({escape(', '.join(clean['drop']))}) → {escape(str(clean['out']))}. Regenerate "
             "the dropped rows with:</p><pre>"
             + escape("\n".join(clean.get("follow_up", {}).values()))

@@ -25,6 +25,7 @@ from genbench.check.server_metrics import (
     server_metrics_summary,
 )
 from genbench.errors import GenbenchError, UsageError
+from genbench.fmt import counted
 from genbench.load import PhaseRun, ServerDown, run_phase
 from genbench.records import RecordWriter, RequestRecord
 from genbench.run.prompt_file import PromptFile, cycle_for, read_prompt_file
@@ -363,7 +364,7 @@ class Runner:
             phase.notes.append("no steady window: too few requests per slot to measure one")
         if summary.failed:
             phase.notes.append(
-                f"{summary.failed} of {summary.requests} requests failed: "
+                f"{summary.failed} of {counted(summary.requests, 'request')} failed: "
                 + ", ".join(f"{k} ×{v}" for k, v in summary.errors.items())
             )
         return phase

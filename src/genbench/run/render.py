@@ -125,8 +125,8 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
     if wl.get("prompts") == "file":  # --workload: say whose requests these numbers are
         agentic = f", {wl.get('agentic_rows', 0):,} agentic" if wl.get("agentic_rows") else ""
         console.print(
-            f"  workload {wl.get('path')}: {wl.get('rows', 0):,} rows{agentic}, "
-            f"{wl.get('requests', 0):,} requests (one per assistant turn)"
+            f"  workload {wl.get('path')}: {counted(wl.get('rows', 0), 'row')}{agentic}, "
+            f"{counted(wl.get('requests', 0), 'request')} (one per assistant turn)"
         )
     probe = (target.get("check") or {}).get("metrics") or {}
     if probe.get("status") == "absent":

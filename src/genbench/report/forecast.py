@@ -77,7 +77,7 @@ def bar_figure(marks: list[BarMark], fig_id: str) -> Figure | None:
         id=fig_id,
         title="The forecast's bar",
         subtitle="per sample count, in percent of its forecast: where the job's time lands "
-        "(95%); hover a mark for its value",
+        "(95%)",
         x_label="% from the forecast",
         x_ticks=ticks,
         bars=bars,

@@ -97,6 +97,12 @@ def _draw_axes(fig: Figure, ax: Any) -> None:
     ax.set_axisbelow(True)
     if fig.series:
         ax.legend(fontsize=8, frameon=False, loc="best")
+    elif fig.legend:  # bars: the page's legend, as patches
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color=c, alpha=0.35 if style == "light" else 1.0, label=label)
+                   for label, c, style in fig.legend]  # fmt: skip
+        ax.legend(handles=handles, fontsize=8, frameon=False, loc="best")
 
 
 def export(figs: list[Figure], out_dir: Path) -> list[Path]:

@@ -74,6 +74,11 @@ def test_an_unstable_window_on_a_busy_machine_says_so_in_words():
     assert sweep_readings(doc)[1].startswith("the demo server shares this machine's cores")
     doc = run_doc(phase("sustained", 4, 128, steady_tps=704.0, **dict(shaky)))
     assert "--repeat 3" in sweep_readings(doc)[1]
+    # genbench's own client is about one core of the load: busy means above cores + 1
+    for load, busy in ((3.0, False), (3.2, True)):
+        shaky["client"] = {"host_load": load, "host_cpus": 2}
+        doc = run_doc(phase("sustained", 4, 128, steady_tps=704.0, **dict(shaky)), local=True)
+        assert sweep_readings(doc)[1].startswith("this machine was busy") is busy, load
 
 
 def test_the_phase_note_gives_both_halves():

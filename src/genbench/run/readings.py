@@ -121,7 +121,8 @@ def _unstable_lines(doc: dict[str, Any]) -> list[str]:
         for p in shaky.values()
         if (cl := p.get("client") or {}).get("host_load") is not None
     ]
-    busy = max((lc for lc in loads if lc[1] and lc[0] > lc[1]), default=None)
+    # busy: more runnable threads than the cores, genbench's own (about one) aside
+    busy = max((lc for lc in loads if lc[1] and lc[0] > lc[1] + 1), default=None)
     local = bool((doc.get("target") or {}).get("local_demo"))
     if local and busy:
         lines.append(

@@ -70,8 +70,7 @@ pre { background: white; border: 1px solid var(--line); border-radius: 8px; padd
   font-size: 13px; max-width: 100%; }
 ul.notes { color: var(--muted); font-size: 13.5px; max-width: 1100px; padding-left: 20px; }
 .lead .path { font-size: 13px; overflow-wrap: anywhere; }
-footer { overflow-wrap: anywhere; }
-footer { margin-top: 40px; color: var(--muted); font-size: 13px; }
+footer { margin-top: 40px; color: var(--muted); font-size: 13px; overflow-wrap: anywhere; }
 footer dt { font-weight: 600; color: var(--fg); }
 footer dd { margin: 0 0 8px 0; }
 """
@@ -286,7 +285,8 @@ def title(
         if "generate job" not in items.setdefault(path, []):
             items[path].append("generate job")
     for doc in inspections:
-        items.setdefault(inspection.directory(doc), []).append("inspected")
+        kinds = items.setdefault(inspection.directory(doc), [])
+        kinds.append("inspected" if "generate job" in kinds else "data set")
     names = [f"{k} ({', '.join(v)})" if v else k for k, v in items.items()]
     return "genbench report — " + ", ".join(names)
 

@@ -37,11 +37,6 @@ def label(doc: dict[str, Any]) -> str:
     return str(path.parent) if path.name == PLAN_FILE and str(path.parent) != "." else str(path)
 
 
-def tables_html(decision: dict[str, Any]) -> str:
-    """The decision's tables, each with its title above and its notes below."""
-    return forecast.decision_html(decision)
-
-
 def section(
     doc: dict[str, Any], i: int, figure_html: Callable[[Figure], str]
 ) -> tuple[str, list[Figure]]:

@@ -345,5 +345,5 @@ def test_the_table_picks_the_configuration_faster_for_the_job(sim_factory, tmp_p
     p = genbench("report", str(out), str(tmp_path / "spec"), "-o", str(html))
     assert p.returncode == 0, p.stderr
     page = html.read_text()
-    assert "<h2>Decision: decision</h2>" in page
+    assert f"<h2>Forecast: {out} (2 configurations compared)</h2>" in page
     assert "which configuration: 10,000 samples" in page and "fastest<br>cheapest" in page

@@ -13,7 +13,7 @@ server, asked again, generates the same ids). Then:
   generates from them the ids kept;
 * SpecForge's conversations entry point opens the text export as it is, and adds no
   system prompt of its own;
-* speculators 0.9.0's `prepare_data.py` data path passes the speculators export through,
+* speculators 0.9.0's `speculators prepare-data` data path passes the speculators export through,
   every sample, ids unchanged;
 * inspect's retokenization drift, measured with the server's tokenizer, is the drift the
   tokenizer library itself finds.

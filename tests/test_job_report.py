@@ -17,7 +17,7 @@ import pytest
 from conftest import genbench
 from test_generate import SIM, error_rows, line_count, popen, prompts, wait_for, write_rows
 from test_plan import saved_plan
-from test_report import browse, chromium, png_size
+from test_report import browse, chromium, layout_problems, png_size
 
 from genbench.report.joblog import read_job_log
 
@@ -113,7 +113,7 @@ def test_with_an_inspection_both_the_job_and_the_data_set_are_drawn(job, tmp_pat
     p = genbench("report", str(out), "-o", str(page))
     assert p.returncode == 0, p.stderr
     html = page.read_text()
-    assert "Generate job: job out" in html and "Data set:" in html
+    assert f"Generate job: {out}</h2>" in html and "Data set:" in html
 
 
 def test_the_job_report_renders_in_a_browser(job, tmp_path):
@@ -121,9 +121,16 @@ def test_the_job_report_renders_in_a_browser(job, tmp_path):
         if os.environ.get("GENBENCH_SKIP_BROWSER") == "1":
             pytest.skip("GENBENCH_SKIP_BROWSER=1 and no chromium")
         pytest.fail("no chromium on PATH: apt-get install chromium (or GENBENCH_SKIP_BROWSER=1)")
-    page = tmp_path / "job.html"
-    p = genbench("report", str(job["out"]), "-o", str(page))
+    # the job, its plan and its inspection with a clean copy: the commands to regenerate
+    # what was dropped name long paths, which must wrap, not run off the page
+    out, plan = job["out"], job["out"].parent / "plan.json"
+    clean = tmp_path / ("a-long-directory-name-for-the-clean-copy-" * 3) / "clean"
+    p = genbench("inspect", str(out), "--drop", "loops,empty", "--out", str(clean))
     assert p.returncode == 0, p.stderr
+    page = tmp_path / "job.html"
+    p = genbench("report", str(plan), str(out), "-o", str(page))
+    assert p.returncode == 0, p.stderr
+    assert str(clean) in page.read_text() and "<pre>" in page.read_text()
     shot = tmp_path / "job.png"
     seen = asyncio.run(browse(page, shot, tmp_path / "chromium-profile"))
     urls = [e["params"]["request"]["url"] for e in seen["events"]
@@ -142,6 +149,11 @@ def test_the_job_report_renders_in_a_browser(job, tmp_path):
     w, h = png_size(shot)
     assert w == 1400 and h == seen["height"] > 2000
     assert shot.stat().st_size > 100_000
+    assert layout_problems(seen["layout"]) == []
+    # each thing once, by the path given and what it is: not "job, job out, out"
+    assert seen["layout"]["title"] == (
+        f"genbench report — {out.parent} (plan), {out} (generate job, inspected)"
+    )
     print(f"screenshot: {shot}")
 
 
@@ -162,7 +174,8 @@ def test_each_shard_of_a_job_is_drawn_as_a_job_of_its_own(tmp_path):
     ids = re.findall(r'data-figure="([^"]+)"', html)
     assert len(ids) == len(set(ids))  # every figure once on the page
     assert {f"{f}_1of2" for f in JOB_PLOTS} | {f"{f}_2of2" for f in JOB_PLOTS} <= set(ids)
-    assert "Generate job: job out, shard 1/2" in html and "job out, shard 2/2" in html
+    assert f"Generate job: {out}, shard 1/2" in html and f"{out}, shard 2/2" in html
+    assert "1 server ·" in html and "server(s)" not in html and "run(s)" not in html
     # a job run without --plan has no plan to draw the ETA against: the panel says so
     assert "ETA against the plan" not in html and "no --plan to hold it against" in html
     assert "the plan's forecast" not in html

@@ -8,6 +8,7 @@ must equal llama.cpp's own /metrics counter deltas in every phase.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import genbench
@@ -63,3 +64,16 @@ def test_default_run_quick_matches_the_servers_counters(tmp_path):
     recs = read_records(out / "requests.jsonl")
     assert len(recs) == sum(ph["summary"]["requests"] for ph in doc["phases"])
     assert "single stream" in p.stdout and "concurrency sweep" in p.stdout
+    # the demo's sustained levels run for a time, long enough to average a shared CPU
+    assert doc["config"]["duration"] == 3.0
+    for ph in doc["phases"]:
+        if ph["kind"] == "sustained":
+            a, b = ph["summary"]["steady_window_s"]
+            assert b - a >= 2.5, (ph["name"], a, b)
+    # a window that is not steady is explained in words a newcomer reads, never bare
+    shaky = [ph for ph in doc["phases"] if ph["summary"].get("steady_stable") is False]
+    if shaky:
+        assert "* unstable (" in p.stdout and "the server's speed moved" in p.stdout
+        assert "this machine was busy (load" in p.stdout or "shares this machine's" in p.stdout
+    assert "use more --requests-per-slot" not in p.stdout
+    assert not re.search(r"\b1 requests\b", p.stdout), p.stdout  # one plural helper

@@ -18,6 +18,7 @@ import shutil
 import struct
 import subprocess
 import time
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -140,21 +141,98 @@ def test_default_output_is_next_to_the_run_and_phase_can_be_chosen(runs, tmp_pat
     assert "--phase sustained-c99: no such phase" in bad.stderr
 
 
-def test_plan_json_is_rendered_when_present(runs, tmp_path):
-    run = tmp_path / "planned"
+# plan.json's own names: the report shows what they mean, never the keys themselves
+RAW_KEYS = ("ours_best", "rate_halfwidth", "sustained_tps_by_concurrency", "schema_version",
+            "tokens_per_sample_basis", "model.", "jsonl_bytes", "naive_pilot",
+            "rel_halfwidth")  # fmt: skip
+
+
+def forecast_section(html: str) -> str:
+    """The page from the first forecast's heading to the next section that is not its own."""
+    start = html.index("<h2>Forecast")
+    ends = [i for h in ("<h2>Numbers", "<h2>Generate job", "<h2>Data set", "<footer")
+            if (i := html.find(h, start)) > 0]  # fmt: skip
+    return html[start : min(ends)]
+
+
+def test_a_runs_plan_is_drawn_as_a_forecast_not_its_keys(runs, tmp_path):
+    from genbench.fmt import duration, duration_range
+
+    run = tmp_path / "q1"
     shutil.copytree(runs["fast"], run)
-    plan = {
-        "schema": "genbench.plan",
-        "mode": "from-result",
-        "rows": [{"samples": 100000, "hours": 12.5}, {"samples": 200000, "hours": 25.0}],
-        "rate": {"tok_s": 1234.5},
-    }
-    (run / "plan.json").write_text(json.dumps(plan))
+    p = genbench("plan", "--from", str(run), "--samples", "100K,900K", "--tokens-per-sample",
+                 "2965", "--deadline", "3d", "--price", "2.5", "--gpus-per-server", "8",
+                 env={"GENBENCH_CONFIG": ""})  # fmt: skip
+    assert p.returncode == 0, p.stderr + p.stdout
+    plan = json.loads((run / "plan.json").read_text())
     p = genbench("report", str(run))
     assert p.returncode == 0, p.stderr
     html = (run / "report.html").read_text()
-    assert "Forecast" in html and "from-result" in html and "rate.tok_s" in html
-    assert "200,000" in html and "25.000" in html
+    part = forecast_section(html)
+    for key in RAW_KEYS:
+        assert key not in part, key
+    assert part.count("<tr>") < 30, part.count("<tr>")  # tables a person reads, not ~100 rows
+    # the figures the forecast used, and each count's time with its bar, as plan prints them
+    assert "From the run " in part and "sustained rate" in part and "2,965" in part
+    for row in plan["rows"]:
+        e = row["ours_best"]
+        assert duration(e["seconds"]) in part and duration_range(e["lo_s"], e["hi_s"]) in part
+        assert f"±{e['rel_halfwidth']:.1%}" in part
+    assert 'data-figure="forecast_run_0"' in part and "The forecast&#x27;s bar" in part
+    # its decision: the servers for the deadline, the cost
+    assert "deadline 3d" in part and "servers<br>for 3d" in part and "cost" in part
+    for note in plan["notes"]:
+        assert f"<li>{escape(note)}</li>" in part
+
+
+def test_a_pilot_plans_report_shows_its_forecast(tmp_path):
+    from genbench.fmt import duration
+
+    (tmp_path / "in.jsonl").write_text("".join(
+        json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"item {i}"}]}) + "\n"
+        for i in range(40)))  # fmt: skip
+    out = tmp_path / "plans" / "job"
+    with SimProcess("--tps", "1000", "--per-seq-ms", "0.1", "--ttft-ms", "2",
+                    "--thinking-tokens", "8") as sim:
+        p = genbench("plan", "--prompts", str(tmp_path / "in.jsonl"), "--url", sim.url,
+                     "--pilot", "24", "-c", "4", "--samples", "40,100K", "--max-tokens", "32",
+                     "--warmup-time", "0", "--bootstrap", "50", "--out", str(out))  # fmt: skip
+    assert p.returncode == 0, p.stderr + p.stdout
+    plan = json.loads((out / "plan.json").read_text())
+    p = genbench("report", str(out))
+    assert p.returncode == 0, p.stderr
+    html = (out / "report.html").read_text()
+    assert f"<title>genbench report — {escape(str(out))} (plan)</title>" in html
+    part = forecast_section(html)
+    for key in RAW_KEYS:
+        assert key not in part, key
+    assert "A pilot of 24 requests at C=4" in part and "model check" in part
+    for row in plan["rows"]:
+        assert duration(row["ours"]["seconds"]) in part
+        assert f"±{row['ours']['rel_halfwidth']:.1%}" in part
+    assert 'data-figure="forecast_0"' in part and "naive: pilot × N/K" in part
+    assert "tokens and storage" in part.lower() and "Parquet" in part
+    assert "No decision in this plan" in part  # said once, under the forecast
+
+
+def test_a_run_card_counts_the_requests_compare_counts(tmp_path):
+    from genbench.compare.rule import failures
+    from genbench.compare.runs import load_sides
+
+    with SimProcess("--tps", "500", "--ttft-ms", "2") as sim:
+        out = tmp_path / "run"
+        p = genbench("run", "--url", sim.url, "--lengths", "16", "--concurrency", "2",
+                     "--sweep-tokens", "16", "--requests-per-slot", "2", "--out", str(out),
+                     "--report")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((out / "result.json").read_text())
+    every = sum(ph["summary"]["requests"] for ph in doc["phases"])
+    warm = sum(ph["summary"]["requests"] for ph in doc["phases"] if ph["kind"] == "warmup")
+    assert warm >= 1  # the warm-up was sent, and is not a measurement
+    measured = failures(load_sides([out])[0])["requests"]
+    assert measured == every - warm
+    html = (out / "report.html").read_text()
+    assert f"of {measured:,} measured" in html and f"of {every:,}" not in html
 
 
 def test_a_result_without_requests_still_reports(runs, tmp_path):
@@ -277,6 +355,40 @@ PROBE = """JSON.stringify([...document.querySelectorAll('svg.plot')].map(s => {
 }))"""
 
 
+# what a reader would see wrong on the page: the title, anything wider than the page or its
+# own box (a command that does not wrap), a plot without labels under its x axis
+LAYOUT = """JSON.stringify((() => {
+  const width = document.documentElement.clientWidth;
+  // inside a scrolling table, or drawn inside a plot (clipped to it): not the page's width
+  const scrolls = e => e.closest('.tablewrap') !== null || e.closest('svg') !== e
+                       && e.closest('svg') !== null;
+  const over = [...document.querySelectorAll('main *')].filter(e => !scrolls(e)).filter(e => {
+    const r = e.getBoundingClientRect();
+    const own = e.clientWidth > 0 && getComputedStyle(e).overflowX === 'visible'
+                && e.scrollWidth > e.clientWidth + 1;
+    return r.right > width + 1 || own;
+  }).map(e => e.tagName.toLowerCase() + ': ' + (e.textContent || '').slice(0, 80));
+  return {title: document.title, h1: document.querySelector('h1').textContent,
+          page_scrolls: document.documentElement.scrollWidth > width,
+          overflow: over,
+          xticks: Object.fromEntries([...document.querySelectorAll('svg.plot')].map(s =>
+              [s.dataset.figure, [...s.querySelectorAll('text.xtick')].map(t => t.textContent)])),
+          empty: [...document.querySelectorAll('svg.plot')].filter(s => s.querySelector('.empty'))
+                   .map(s => s.dataset.figure)};
+})())"""
+
+
+def layout_problems(layout: dict[str, Any]) -> list[str]:
+    """What `LAYOUT` found wrong: overflow, and plots (with data) whose x axis has fewer than
+    two tick labels."""
+    bad = [f"overflows: {o}" for o in layout["overflow"]]
+    if layout["page_scrolls"]:
+        bad.append("the page scrolls sideways")
+    bad += [f"{fig}: x tick labels {ticks}" for fig, ticks in layout["xticks"].items()
+            if len(ticks) < 2 and fig not in layout["empty"]]  # fmt: skip
+    return bad
+
+
 async def browse(page: Path, shot: Path, user_dir: Path) -> dict[str, Any]:
     exe = chromium()
     assert exe
@@ -311,6 +423,8 @@ async def browse(page: Path, shot: Path, user_dir: Path) -> dict[str, Any]:
                 await cdp.until("Page.loadEventFired")
                 probe = await cdp.call("Runtime.evaluate", expression=PROBE, returnByValue=True)
                 plots = json.loads(probe["result"]["value"])
+                looks = await cdp.call("Runtime.evaluate", expression=LAYOUT, returnByValue=True)
+                layout = json.loads(looks["result"]["value"])
                 metrics = await cdp.call("Page.getLayoutMetrics")
                 height = int(metrics["cssContentSize"]["height"])
                 await cdp.call(
@@ -322,7 +436,7 @@ async def browse(page: Path, shot: Path, user_dir: Path) -> dict[str, Any]:
                 )
                 png = await cdp.call("Page.captureScreenshot", format="png")
                 shot.write_bytes(base64.b64decode(png["data"]))
-                return {"plots": plots, "events": cdp.events, "height": height}
+                return {"plots": plots, "events": cdp.events, "height": height, "layout": layout}
     finally:
         proc.kill()
         proc.wait()
@@ -364,4 +478,29 @@ def test_report_renders_in_a_browser(report, tmp_path):
     w, h = png_size(shot)
     assert w == 1400 and h == seen["height"] > 2000
     assert shot.stat().st_size > 100_000  # plots and text, not a blank page
+    assert layout_problems(seen["layout"]) == []
+    assert seen["layout"]["title"] == "genbench report — fast, slow"
+    print(f"screenshot: {shot}")
+
+
+def test_a_planned_run_reads_well_in_a_browser(runs, tmp_path):
+    """The forecast beside the run: its bar drawn, nothing wider than the page, every plot's
+    x axis labelled (the screenshot is kept for a person to look at)."""
+    if chromium() is None:
+        if os.environ.get("GENBENCH_SKIP_BROWSER") == "1":
+            pytest.skip("GENBENCH_SKIP_BROWSER=1 and no chromium")
+        pytest.fail("no chromium on PATH: apt-get install chromium (or GENBENCH_SKIP_BROWSER=1)")
+    run = tmp_path / "q1"
+    shutil.copytree(runs["slow"], run)
+    p = genbench("plan", "--from", str(run), "--tokens-per-sample", "2965", "--deadline", "5d",
+                 "--servers", "2", env={"GENBENCH_CONFIG": ""})  # fmt: skip
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert genbench("report", str(run)).returncode == 0
+    shot = tmp_path / "planned.png"
+    seen = asyncio.run(browse(run / "report.html", shot, tmp_path / "chromium-profile"))
+    plots = {p["id"]: p for p in seen["plots"]}
+    bar = plots["forecast_run_0"]
+    assert bar["marks"] >= 12 and bar["drawn"] == bar["marks"], bar  # 4 counts × 3 marks
+    assert layout_problems(seen["layout"]) == []
+    assert seen["layout"]["h1"] == "genbench report — q1"
     print(f"screenshot: {shot}")

@@ -5,14 +5,14 @@ returned, for the test to compare with what vLLM generated.
 
     python trainer_consumer.py tokens FILE            # SpecForge's data.prompts_path
     python trainer_consumer.py text FILE MODEL_DIR TEMPLATE   # SpecForge's data.train_data_path
-    python trainer_consumer.py speculators FILE MODEL_DIR     # speculators' prepare_data.py --data
+    python trainer_consumer.py speculators FILE MODEL_DIR     # speculators prepare-data --data
     python trainer_consumer.py roundtrip IDS_JSON MODEL_DIR   # the tokenizer's own drift
 
 `tokens` runs SpecForge's prompt preparation the way its trainer does for DFlash (at least 2
 supervised ids, two of them in a row: its own filter) and for EAGLE-3 (at least 1);
 `text` builds the dataset from the conversations file with the target's tokenizer and the
 named SpecForge chat template, and decodes each sample too. `speculators` runs what
-`prepare_data.py --data FILE` runs (its dataset loading and preprocessing, pre-tokenized
+`speculators prepare-data --data FILE` runs (its dataset loading and preprocessing, pre-tokenized
 rows passed through; it shuffles them). `roundtrip` decodes each list
 of ids with the target's tokenizer and encodes the text again: which lists come back
 different (the drift a trainer that re-tokenizes text suffers).

@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from genbench.fmt import counted
+
 # GET a path of the server's root: (status, body); raises on a transport failure
 Get = Callable[[str], Awaitable[tuple[int, bytes]]]
 
@@ -81,4 +83,4 @@ def workers_line(details: dict[str, Any]) -> str:
     workers = details.get("workers") or []
     n = len(workers)
     healthy = details.get("healthy_workers", 0)
-    return f"{n} worker{'s' if n != 1 else ''}, {healthy} healthy: {', '.join(workers)}"
+    return f"{counted(n, 'worker')}, {healthy} healthy: {', '.join(workers)}"

@@ -18,7 +18,7 @@ def report_cmd(
         ...,
         help="Run directories or result.json files (colours follow this order); generate "
         "output directories with an inspect.json, or inspect.json files, add a data-set section; "
-        "a plan.json (or its directory), a decision section.",
+        "a plan.json (or its directory), a forecast section.",
     ),
     output: Path | None = typer.Option(
         None,

@@ -41,7 +41,8 @@ REQUESTS_PER_SLOT = typer.Option(
 DURATION = typer.Option(
     None,
     "--duration",
-    help="Sustained: seconds per concurrency instead of --requests-per-slot.",
+    help="Sustained: seconds per concurrency instead of --requests-per-slot. "
+    f"{default_text('duration')}",
 )
 PROMPTS_PER_LENGTH = typer.Option(
     None,

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from genbench.errors import UsageError
+from genbench.fmt import counted
 from genbench.generate.batch import write_answers
 from genbench.generate.job import Listener
 from genbench.generate.jobconfig import JobConfig
@@ -69,4 +70,4 @@ def batch_output(cfg: JobConfig, answers: str, console: Console) -> None:
     if left is not None:
         dest, n = left
         what = "output" if answers == "both" else "errors"
-        console.print(f"  batch {what}: {dest} ({n:,} line{'s' * (n != 1)})")
+        console.print(f"  batch {what}: {dest} ({counted(n, 'line')})")

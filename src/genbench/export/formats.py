@@ -4,7 +4,7 @@
   generated turn, `input_ids` = the prompt ids the server saw + the ids it generated,
   `loss_mask` 0 over the prompt and 1 over the generated ids, `id` = `ROW#TURN`.
 * `speculators`: vllm-project/speculators' "speculator format" (what its
-  response-regeneration script writes and `prepare_data.py --data` passes through): the
+  response-regeneration script writes and `speculators prepare-data --data` passes through): the
   same sample, plus `primary_id` (the row) and `metadata`.
 * `specforge`: SpecForge's conversations file (`data.train_data_path`): one line per row,
   `id` and `conversations` only (every other column would reach the chat template as a

@@ -15,7 +15,7 @@ from genbench.fmt import counted as _n  # `1 row`, `2 rows`
 GIVE = {
     TOKENS: "SpecForge: data.prompts_path: {out}",
     SPECFORGE: "SpecForge: data.train_data_path: {out} (it re-tokenizes the text)",
-    SPECULATORS: "speculators: scripts/prepare_data.py --data {out} --model TARGET --output DIR",
+    SPECULATORS: "speculators: speculators prepare-data --data {out} --model TARGET --output DIR",
 }
 # SpecForge's data.max_length when a config does not set it: longer samples are cut
 SPECFORGE_MAX_LENGTH = 2048

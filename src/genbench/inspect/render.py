@@ -98,7 +98,7 @@ def _server_lines(doc: dict[str, Any], console: Console) -> None:
         console.print(
             f"[yellow]server differs:[/] {o['server']}: {what} median {fmt(o['median'])} vs "
             f"{others} on the others (p={o['p']:.1e}, effect {o['effect']:+.2f}, "
-            f"{o['rows']:,} rows)" + (" — one of a pair" if o["pair"] else "")
+            f"{_n(o['rows'], 'row')})" + (" — one of a pair" if o["pair"] else "")
         )
     for note in s["notes"]:
         console.print(f"[dim]servers: {note}[/]")
@@ -121,7 +121,7 @@ def _storage_lines(doc: dict[str, Any], console: Console) -> None:
         cs = clean["storage"]
         hidden = cs.get("hidden_state_bytes")
         console.print(
-            f"clean copy: {clean['kept']:,} rows kept, {clean['dropped']:,} dropped "
+            f"clean copy: {_n(clean['kept'], 'row')} kept, {clean['dropped']:,} dropped "
             f"({', '.join(f'{k} {v:,}' for k, v in clean['dropped_by_reason'].items() if v)}) "
             f"→ {clean['out']}; JSONL {nbytes(cs.get('jsonl_bytes'))}"
             + (f", hidden states {nbytes(hidden)}" if hidden is not None else "")

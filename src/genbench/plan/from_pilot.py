@@ -145,7 +145,7 @@ def _notes(
     k = model.pilot_samples
     if k < 2 * concurrency:
         notes.append(
-            f"the pilot ({k} requests) is short for C={concurrency}: at least "
+            f"the pilot ({fmt.counted(k, 'request')}) is short for C={concurrency}: at least "
             f"{4 * concurrency} gives a steady stretch to measure"
         )
     return notes

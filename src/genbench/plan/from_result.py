@@ -282,12 +282,13 @@ def _thinking_basis(doc: dict[str, Any], ok: int, out: int, think: int, tps: flo
     if not out:
         return "no output tokens measured"
     if not think:
-        return f"no thinking tokens in the run's {ok:,} requests"
+        return f"no thinking tokens in the run's {fmt.counted(ok, 'request')}"
     natural = bool((doc.get("config") or {}).get("natural"))
     where = (
-        f"the run's {ok:,} natural-length requests on its built-in prompts"
+        f"the run's {fmt.counted(ok, 'natural-length request')} on its built-in prompts"
         if natural
-        else f"the run's {ok:,} requests at forced lengths, cut before the model finished: "
+        else f"the run's {fmt.counted(ok, 'request')} at forced lengths, cut before the model "
+        "finished: "
         "a whole answer's share may differ"
     )
     how = {"estimate": " (thinking estimated by chunks: the server did not count it)",

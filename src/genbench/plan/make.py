@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from genbench import fmt
 from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
 from genbench.generate.params import job_params
@@ -376,7 +377,7 @@ def _run(
         "size": "",
     }[run.stopped]
     watch.say(
-        f"  pilot done: {len(run.records)} requests in {run.wall_s:.1f} s"
+        f"  pilot done: {fmt.counted(len(run.records), 'request')} in {run.wall_s:.1f} s"
         + (f" ({why})" if why else "")
         + "; simulating the job …"
     )

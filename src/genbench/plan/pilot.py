@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import ErrorKind, InputFileError
+from genbench.fmt import counted
 from genbench.generate.conversation import Conversation
 from genbench.generate.input import Row, iter_rows, scan
 from genbench.generate.pipeline import Retries, row_load
@@ -88,7 +89,7 @@ def draws_of(draws: int, total: int) -> str:
     the file holds, "30 draws from the 7 rows" (each row sent once, then again at random)."""
     if draws <= total:
         return f"{draws:,} of {total:,} rows"
-    return f"{draws:,} draws from the {total:,} row{'s' if total != 1 else ''} (some twice)"
+    return f"{draws:,} draws from the {counted(total, 'row')} (some twice)"
 
 
 def first_turn_requests(

@@ -164,7 +164,8 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     m, src, i = doc["model"], doc["source"], doc["inputs"]
     out_d = m["output_tokens"]
     console.print(
-        f"[bold]genbench plan[/] pilot of {m['pilot_requests']} requests at C={m['concurrency']} "
+        f"[bold]genbench plan[/] pilot of {fmt.counted(m['pilot_requests'], 'request')} at "
+        f"C={m['concurrency']} "
         f"on {src.get('model')} ({src.get('server') or 'unknown server'}): "
         f"{fmt.duration(m['pilot_wall_s'])}, {fmt.pct(m['fail_rate'])} failed"
     )
@@ -226,7 +227,9 @@ def _bar_parts(total: float, parts: dict[str, Any], tgt: dict[str, Any]) -> str:
         f"±{parts['misfit']:.1%} from the model's misfit on the pilot"
     )
     if need:
-        return text + f"; ±{goal:.0%} needs a pilot of about {need:,} requests (--pilot {need})"
+        return text + (
+            f"; ±{goal:.0%} needs a pilot of about {fmt.counted(need, 'request')} (--pilot {need})"
+        )
     what = FLOOR_FROM.get(tgt.get("floor_from") or "", "what a longer pilot does not narrow")
     return text + (
         f"; no pilot length reaches ±{goal:.0%}: {what}, not the pilot's size, sets a floor "

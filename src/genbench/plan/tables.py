@@ -122,7 +122,7 @@ def _fit_lines(decision: dict[str, Any]) -> list[str]:
     d, m = decision.get("deadline"), decision["servers"]
     if not d:
         return []
-    on = f"in {d['text']} on {m} server{'s' if m > 1 else ''}"
+    on = f"in {d['text']} on {fmt.counted(m, 'server')}"
     configs = decision["configurations"]
     if len(configs) == 1:
         fit = configs[0]["fit"]

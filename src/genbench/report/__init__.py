@@ -12,7 +12,7 @@ from genbench.generate.layout import is_generate_dir
 from genbench.inspect.document import is_inspection, load_inspect
 from genbench.report import decision, inspection
 from genbench.report.figures import MAX_BARS, Figure, focus_phase
-from genbench.report.html import figure_html, page
+from genbench.report.html import figure_html, page, plan_sections
 from genbench.report.job import is_job
 from genbench.report.job_page import job_sections
 from genbench.report.timeline import all_figures
@@ -30,7 +30,7 @@ def build(
 ) -> tuple[str, list[Figure]]:
     """The page as a string, and its figures; `phase` picks the phase of the timeline plots.
     `inspections` (inspect.json documents) each add a data-set section, `plans` (plan.json
-    documents) a decision section."""
+    documents) a forecast section."""
     if runs and phase is not None and not any(r.phase(phase) for r in runs):
         names = sorted({p["name"] for r in runs for p in r.phases if p.get("kind") != "warmup"})
         raise UsageError(f"--phase {phase}: no such phase; the runs have {', '.join(names)}")
@@ -40,8 +40,14 @@ def build(
     focus = focus_phase(runs, phase) if runs else None
     drawn = [(p, *one) for p in jobs or [] for one in job_sections(p, figure_html)]
     sections = [(name, str(p), html) for p, name, html, _ in drawn]  # generate jobs' logs
-    html = page(runs, figs, focus, list(zip(docs, ins_figs, strict=True)), plans or [], sections)
-    return html, figs + [f for fs in ins_figs for f in fs] + [f for *_, fs in drawn for f in fs]
+    given = [decision.section(doc, i, figure_html) for i, doc in enumerate(plans or [])]
+    beside = plan_sections(runs)  # plan.json next to a run's result
+    html = page(runs, figs, focus, list(zip(docs, ins_figs, strict=True)),
+                [(doc, h) for doc, (h, _) in zip(plans or [], given, strict=True)], sections,
+                [h for h, _ in beside])  # fmt: skip
+    plan_figs = [f for _, fs in given + beside for f in fs]
+    return html, figs + [f for fs in ins_figs for f in fs] + [f for *_, fs in drawn for f in fs] \
+        + plan_figs
 
 
 def split_jobs(paths: list[Path]) -> tuple[list[Path], list[Path]]:

@@ -1,9 +1,8 @@
-"""A run's summary cards and the flattening of its JSON for the numbers table."""
+"""A run's summary cards: its headline numbers."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from genbench.compare.rule import failures
 from genbench.compare.runs import Run
 from genbench.report.figures import sweep_values
 
@@ -51,20 +50,7 @@ def summary_cards(run: Run) -> list[tuple[str, str, str]]:
     ]
     if accept:
         cards.append(("acceptance length", f"{sum(accept) / len(accept):.2f}", "mean over phases"))
-    req = fail = 0
-    for p in (p for r in run.repeat_runs for p in r.phases):
-        s = p.get("summary") or {}
-        req += int(s.get("requests") or 0)
-        fail += int(s.get("failed") or 0)
-    cards.append(("failed requests", f"{fail:,}", f"of {req:,}"))
+    # compare's count (measured phases, the warm-up left out), so the two never disagree
+    f = failures(run)
+    cards.append(("failed requests", f"{f['failed']:,}", f"of {f['requests']:,} measured"))
     return cards
-
-
-def flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested dicts as dotted keys, for a generic key/value table."""
-    if isinstance(obj, dict):
-        out: list[tuple[str, Any]] = []
-        for k, v in obj.items():
-            out.extend(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return [(prefix, obj)]

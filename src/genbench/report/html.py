@@ -11,17 +11,16 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
+import genbench.report.cards as cards
+import genbench.report.decision as decision
+import genbench.report.figures as F
+import genbench.report.forecast as forecast
+import genbench.report.inspection as inspection
 from genbench import __version__, fmt
 from genbench.compare.runs import Run, workload_differences
 from genbench.fmt import when
-from genbench.report.cards import flatten, summary_cards
-from genbench.report.decision import label as plan_label
-from genbench.report.decision import section as plan_section
-from genbench.report.decision import tables_html
-from genbench.report.figures import SWEEP, Figure
-from genbench.report.inspection import label as inspection_label
-from genbench.report.inspection import section as inspection_section
 from genbench.report.svg import WIDE, WIDTH, draw, swatch
+from genbench.run.readings import sweep_readings
 
 CSS = """
 :root { --fg:#1d2330; --muted:#5b6475; --line:#e3e6ec; --bg:#f5f6f8; }
@@ -69,13 +68,18 @@ p.note { color: var(--muted); font-size: 13px; margin-top: -8px; }
 .tablewrap { overflow-x: auto; margin-top: 14px; }
 .runtag { display:inline-block; width: 10px; height: 10px; border-radius: 2px;
   background: var(--run); margin-right: 6px; }
-footer { margin-top: 40px; color: var(--muted); font-size: 13px; }
+pre, code { white-space: pre-wrap; overflow-wrap: anywhere; }
+pre { background: white; border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px;
+  font-size: 13px; max-width: 100%; }
+ul.notes { color: var(--muted); font-size: 13.5px; max-width: 1100px; padding-left: 20px; }
+.lead .path { font-size: 13px; overflow-wrap: anywhere; }
+footer { margin-top: 40px; color: var(--muted); font-size: 13px; overflow-wrap: anywhere; }
 footer dt { font-weight: 600; color: var(--fg); }
 footer dd { margin: 0 0 8px 0; }
 """
 
 
-def _legend(fig: Figure) -> str:
+def _legend(fig: F.Figure) -> str:
     items: list[str] = []
     if fig.legend:
         for label, color, style in fig.legend:
@@ -90,7 +94,7 @@ def _legend(fig: Figure) -> str:
     return f'<div class="legend">{"".join(items)}</div>' if items else ""
 
 
-def figure_html(fig: Figure) -> str:
+def figure_html(fig: F.Figure) -> str:
     cls = "fig wide" if fig.wide else "fig"
     sub = f'<p class="sub">{escape(fig.subtitle)}</p>' if fig.subtitle else ""
     legend = _legend(fig) if fig.has_data else ""
@@ -131,7 +135,7 @@ def card(run: Run) -> str:
     tiles = "".join(
         f'<div class="tile"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
         f'<div class="d">{escape(det)}</div></div>'
-        for k, v, det in summary_cards(run)
+        for k, v, det in cards.summary_cards(run)
     )
     url = (d.get("target") or {}).get("url") or ""
     return (
@@ -168,7 +172,7 @@ def numbers(sides: list[Run]) -> str:
         )
     rows = []
     for run in runs:
-        levels = sorted({p["concurrency"] for p in run.phases if p.get("kind") in SWEEP})
+        levels = sorted({p["concurrency"] for p in run.phases if p.get("kind") in F.SWEEP})
         for c in levels:
             b, su = run.sweep_phase("burst", c), run.sweep_phase("sustained", c)
             main = su or b or {}
@@ -207,7 +211,11 @@ def numbers(sides: list[Run]) -> str:
             ],
             rows,
         )
-        out += "<p class='note'>* steady window unstable: its halves differ by more than 5%</p>"
+        for run in sides:  # the console's words for what seems to disagree
+            tag = f"{run.label}: " if len(sides) > 1 else ""
+            out += "".join(
+                f"<p class='note'>{escape(tag + line)}</p>" for line in sweep_readings(run.doc)
+            )
     return out
 
 
@@ -248,112 +256,84 @@ def server_table(runs: list[Run]) -> str:
     return _table(["run", "phase", *[c[1] for c in cols]], rows, text_cols=2)
 
 
-def plan_html(run: Run) -> str:
-    plan = run.plan
-    if plan is None:
-        return ""
-    table = tables_html(plan["decision"]) if plan.get("decision") else ""
-    return f"<h3>{_tag(run)} plan.json</h3>" + table + generic(plan)
-
-
-def generic(obj: Any) -> str:
-    """Any JSON as tables: lists of objects as columns (nested keys dotted), the rest as
-    key/value rows. A list of few, wide objects is turned on its side to stay readable."""
-    if _is_table(obj):
-        flat = [dict(flatten(x)) for x in obj]
-        keys: list[str] = []
-        for x in flat:
-            keys.extend(k for k in x if k not in keys)
-        if len(keys) > 8 and len(flat) <= 8:
-            return _table(
-                ["", *[f"#{i + 1}" for i in range(len(flat))]],
-                [[escape(k), *[_cell(x.get(k)) for x in flat]] for k in keys],
-            )
-        return _table([escape(k) for k in keys], [[_cell(x.get(k)) for k in keys] for x in flat], 0)
-    if isinstance(obj, dict):
-        simple = {k: v for k, v in obj.items() if not _is_table(v)}
-        rows = [[escape(k), _cell(v)] for k, v in flatten(simple)]
-        out = _table(["key", "value"], rows, text_cols=2)
-        for k, v in obj.items():
-            if _is_table(v):
-                out += f"<h4>{escape(str(k))}</h4>" + generic(v)
-        return out
-    return _table(["value"], [[_cell(obj)]], 0)
-
-
-def _is_table(v: Any) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, list) and all(not isinstance(x, list | dict) for x in v):
-        return escape(", ".join(_plain(x) for x in v))
-    if isinstance(v, list | dict):
-        text = str(v)
-        return escape(text if len(text) < 200 else text[:200] + "…")
-    if isinstance(v, float):
-        return fmt.number(v, 3) if abs(v) < 1000 else fmt.count(v)
-    return escape(_plain(v))
-
-
-def _plain(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:,.3f}" if abs(v) < 1000 else f"{v:,.0f}"
-    return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+def plan_sections(runs: list[Run]) -> list[tuple[str, list[F.Figure]]]:
+    """Each run's plan.json (written by `plan --from` beside its result) as a forecast."""
+    return [
+        forecast.section(r.plan, f"Forecast from {r.label}: plan.json", f"forecast_run_{i}",
+                         figure_html)  # fmt: skip
+        for i, r in enumerate(runs)
+        if r.plan is not None
+    ]
 
 
 def _count(runs: list[Run]) -> str:
     n = sum(len(r.repeat_runs) for r in runs)
     if n == len(runs):
-        return f"{n} run{'s' if n != 1 else ''}"
-    return f"{len(runs)} side{'s' if len(runs) != 1 else ''}, {n} runs"
+        return fmt.counted(n, "run")
+    return f"{fmt.counted(len(runs), 'side')}, {fmt.counted(n, 'run')}"
+
+
+def title(
+    runs: list[Run],
+    plans: list[dict[str, Any]],
+    jobs: list[tuple[str, str, str]],
+    inspections: list[dict[str, Any]],
+) -> str:
+    """What the page holds, each by the path the user gave and what it is; a generate
+    output that was also inspected is named once."""
+    items: dict[str, list[str]] = {r.label: [] for r in runs}
+    for doc in plans:
+        items.setdefault(decision.label(doc), []).append("plan")
+    for _, path, _ in jobs:
+        if "generate job" not in items.setdefault(path, []):
+            items[path].append("generate job")
+    for doc in inspections:
+        kinds = items.setdefault(inspection.directory(doc), [])
+        kinds.append("inspected" if "generate job" in kinds else "data set")
+    names = [f"{k} ({', '.join(v)})" if v else k for k, v in items.items()]
+    return "genbench report — " + ", ".join(names)
 
 
 def page(
     runs: list[Run],
-    figs: list[Figure],
+    figs: list[F.Figure],
     focus: str | None,
-    inspections: list[tuple[dict[str, Any], list[Figure]]] | None = None,
-    plans: list[dict[str, Any]] | None = None,
+    inspections: list[tuple[dict[str, Any], list[F.Figure]]] | None = None,
+    plans: list[tuple[dict[str, Any], str]] | None = None,
     jobs: list[tuple[str, str, str]] | None = None,
+    run_plans: list[str] | None = None,
 ) -> str:
-    """The page; `jobs`: (label, path, section HTML) of each generate job drawn."""
+    """The page; `plans`: (plan.json, its section HTML) of each plan given on its own;
+    `jobs`: (label, path, section HTML) of each generate job drawn; `run_plans`: the
+    sections of the runs' own plans."""
     inspections = inspections or []
     plans = plans or []
     jobs = jobs or []
-    title = "genbench report — " + ", ".join(
-        [r.label for r in runs]
-        + [plan_label(doc) for doc in plans]
-        + [j[0] for j in jobs]
-        + [inspection_label(doc) for doc, _ in inspections]
-    )
+    head = title(runs, [d for d, _ in plans], jobs, [d for d, _ in inspections])
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     what = [_count(runs)] if runs else []
     if plans:
-        what.append(f"{len(plans)} plan{'s' if len(plans) != 1 else ''}")
+        what.append(fmt.counted(len(plans), "plan"))
     if jobs:
-        what.append(f"{len(jobs)} generate job{'s' if len(jobs) != 1 else ''}")
+        what.append(fmt.counted(len({j[1] for j in jobs}), "generate job"))
     if inspections:
-        what.append(f"{len(inspections)} data set{'s' if len(inspections) != 1 else ''}")
+        what.append(fmt.counted(len(inspections), "data set"))
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        f"<title>{escape(title)}</title><style>{CSS}</style></head><body><main>",
-        f"<header><h1>{escape(title)}</h1><p>generated {now} by genbench {__version__}; "
+        f"<title>{escape(head)}</title><style>{CSS}</style></head><body><main>",
+        f"<header><h1>{escape(head)}</h1><p>generated {now} by genbench {__version__}; "
         f"{'; '.join(what)}; hover a mark for its value</p></header>",
     ]
-    for doc in plans:
-        parts.append(plan_section(doc))
+    parts += [html for _, html in plans]
     if runs:
-        parts += _run_sections(runs, figs, focus)
+        parts += _run_sections(runs, figs, focus, run_plans or [])
     parts += [j[2] for j in jobs]
     for doc, doc_figs in inspections:
-        parts.append(inspection_section(doc, doc_figs, figure_html))
+        parts.append(inspection.section(doc, doc_figs, figure_html))
     files = [str(x.path) for r in runs for x in r.repeat_runs]
-    files += [str(doc.get("_path", "")) for doc in plans]
-    files += [j[1] for j in jobs]
+    files += [str(doc.get("_path", "")) for doc, _ in plans]
+    files += list(dict.fromkeys(j[1] for j in jobs))
     files += [str(doc.get("_path", "")) for doc, _ in inspections]
     terms = (
         "<dl><dt>sustained tok/s</dt><dd>tokens arriving inside the steady window, "
@@ -370,7 +350,9 @@ def page(
     return "".join(parts)
 
 
-def _run_sections(runs: list[Run], figs: list[Figure], focus: str | None) -> list[str]:
+def _run_sections(
+    runs: list[Run], figs: list[F.Figure], focus: str | None, plans: list[str]
+) -> list[str]:
     by_id = {f.id: f for f in figs}
     gantts = [f for f in figs if f.id.startswith("gantt_")]
     servers = [f for f in figs if f.id.startswith("server_")]
@@ -432,8 +414,6 @@ def _run_sections(runs: list[Run], figs: list[Figure], focus: str | None) -> lis
         parts.append(table)
     else:
         parts.append("<p class='lead'>The servers exposed no /metrics genbench reads.</p>")
-    plans = "".join(plan_html(r) for r in runs)
-    if plans:
-        parts.append("<h2>Forecast</h2>" + plans)
+    parts += plans
     parts.append("<h2>Numbers</h2>" + numbers(runs))
     return parts

@@ -11,6 +11,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from genbench import fmt
 from genbench.compare.runs import PALETTE
 from genbench.fmt import nbytes
 from genbench.report.figures import Figure, HBar, Series
@@ -30,6 +31,13 @@ BAD = "#e15759"
 def label(doc: dict[str, Any]) -> str:
     src = Path(str(doc.get("source", {}).get("path") or doc.get("_path") or "inspection"))
     return src.name or str(src)
+
+
+def directory(doc: dict[str, Any]) -> str:
+    """The inspected output's directory as the report was given it (out), to name it once
+    when it is also drawn as a generate job."""
+    path = Path(str(doc.get("_path") or label(doc)))
+    return str(path.parent) if path.name == "inspect.json" else str(path)
 
 
 def _slug(text: str) -> str:
@@ -61,7 +69,7 @@ def defects_figure(doc: dict[str, Any], key: str) -> Figure:
                     rows,
                     BAD,
                     0.85,
-                    f"{LABELS[name]}: {rows:,} rows ({share:.2%})",
+                    f"{LABELS[name]}: {fmt.counted(rows, 'row')} ({share:.2%})",
                     f"{rows:,}",
                 )  # fmt: skip
             )
@@ -131,7 +139,7 @@ def _tiles(doc: dict[str, Any]) -> str:
     n = doc["rows"]
     bad = doc["rows_with_defects"]
     tiles = [
-        ("rows", f"{n:,}", f"{len(doc['source']['files'])} file(s)"),
+        ("rows", f"{n:,}", fmt.counted(len(doc["source"]["files"]), "file")),
         ("rows with a defect", f"{bad:,}", f"{bad / max(n, 1):.1%}"),
         ("output tokens p50", _num(o["output_tokens"].get("p50")),
          f"p95 {_num(o['output_tokens'].get('p95'))}"),
@@ -278,7 +286,8 @@ def section(doc: dict[str, Any], figs: list[Figure], figure_html: Any) -> str:
     clean = doc.get("clean")
     if clean:
         parts.append(
-            f"<h3>Clean copy</h3><p>{clean['kept']:,} rows kept, {clean['dropped']:,} dropped "
+            f"<h3>Clean copy</h3><p>{fmt.counted(clean['kept'], 'row')} kept, "
+            f"{clean['dropped']:,} dropped "
             f"({escape(', '.join(clean['drop']))}) → {escape(str(clean['out']))}. Regenerate "
             "the dropped rows with:</p><pre>"
             + escape("\n".join(clean.get("follow_up", {}).values()))

@@ -259,4 +259,4 @@ def _short(url: str) -> str:
 
 
 def label(path: Path, tag: str | None = None) -> str:
-    return f"job {path.name or path}" + (f", shard {tag.replace('of', '/')}" if tag else "")
+    return str(path) + (f", shard {tag.replace('of', '/')}" if tag else "")

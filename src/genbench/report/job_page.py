@@ -23,13 +23,14 @@ def _tiles(h: JobHistory, notes: list[dict[str, Any]]) -> str:
     ends = [n for n in notes if n.get("event") == "end"]
     status = ends[-1]["status"].replace("_", " ") if ends else "—"
     tokens = sum(x.tokens for x in s)
+    requeued = sum(x.requeued for x in s)
     tiles = [
-        ("rows done", f"{rows:,}", f"{failed:,} failed, in {len(h.runs)} run(s)"),
+        ("rows done", f"{rows:,}", f"{failed:,} failed, in {fmt.counted(len(h.runs), 'run')}"),
         ("rows/s", fmt.number(rows / max(sending, 1e-9), 2), "over the time the job ran"),
         ("tokens/s", fmt.rate(tokens / max(sending, 1e-9)), f"{tokens:,} tokens"),
         ("ran", fmt.duration(sending), f"over {fmt.duration(span)}; last: {status}"),
         ("requests", f"{h.records:,}", f"{sum(h.kinds.values()):,} failed"),
-        ("server downs", f"{downs:,}", f"{sum(x.requeued for x in s):,} rows requeued"),
+        ("server downs", f"{downs:,}", f"{fmt.counted(requeued, 'row')} requeued"),
     ]
     return "".join(
         f'<div class="tile"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
@@ -71,12 +72,12 @@ def section(path: Path, h: JobHistory, notes: list[dict[str, Any]], figs: list[F
     colour = FAIL_COLOR if kinds else "#2ca02c"
     return "".join([
         f"<h2>Generate job: {escape(name)}</h2><p class='lead'>The job's history from "
-        f"its request log ({escape(str(h.path))}, {h.records:,} requests): how fast it went "
-        "on each server, when a server was down and what became of its rows, which failures "
-        "came when, and where the job was headed against its plan.</p>",
+        f"its request log ({escape(str(h.path))}, {fmt.counted(h.records, 'request')}): how "
+        "fast it went on each server, when a server was down and what became of its rows, "
+        "which failures came when, and where the job was headed against its plan.</p>",
         f"<section class='cards'><div class='card' style='--run:{colour}'>"
         f"<h3>{escape(name)}</h3><div class='meta'>{escape(h.model)} · "
-        f"{len(h.servers)} server(s) · {escape(str(path))}</div>"
+        f"{fmt.counted(len(h.servers), 'server')} · {escape(str(path))}</div>"
         f"<div class='tiles'>{_tiles(h, notes)}</div></div></section>",
         "<div class='grid'>" + "".join(figure_html(by_id[k]) for k in
                                        ("job_rows", "job_tokens", "job_servers")) + "</div>",

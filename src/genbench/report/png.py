@@ -81,7 +81,7 @@ def _draw_axes(fig: Figure, ax: Any) -> None:
     if fig.x_ticks:
         ax.set_xticks(fig.x_ticks, [f"{t:g}" for t in fig.x_ticks])
         if not fig.x_log and fig.x_max is None:  # as the SVG: from 0, not zoomed on the points
-            ax.set_xlim(left=0, right=max(fig.x_ticks) * 1.05)
+            ax.set_xlim(left=min(0, min(fig.x_ticks) * 1.05), right=max(fig.x_ticks) * 1.05)
     if fig.x_max is not None:
         ax.set_xlim(left=fig.x_min if fig.x_log else 0, right=fig.x_max)
     if fig.y_categories:
@@ -97,6 +97,12 @@ def _draw_axes(fig: Figure, ax: Any) -> None:
     ax.set_axisbelow(True)
     if fig.series:
         ax.legend(fontsize=8, frameon=False, loc="best")
+    elif fig.legend:  # bars: the page's legend, as patches
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color=c, alpha=0.35 if style == "light" else 1.0, label=label)
+                   for label, c, style in fig.legend]  # fmt: skip
+        ax.legend(handles=handles, fontsize=8, frameon=False, loc="best")
 
 
 def export(figs: list[Figure], out_dir: Path) -> list[Path]:

@@ -75,11 +75,16 @@ class Scale:
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
-    """1-2-5 ticks per decade inside [lo, hi] (just 1 per decade over many decades)."""
+    """1-2-5 ticks per decade inside [lo, hi] (just 1 per decade over many decades). A range
+    narrower than that (lengths of 1,100 to 1,900 tokens) gets evenly spaced ticks instead,
+    so that an axis never goes without its labels."""
     steps = (1, 2, 5) if hi / lo < 1e4 else (1,)
     out = []
     for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
         out += [m * 10.0**k for m in steps if lo <= m * 10.0**k <= hi]
+    if len(out) < 3:
+        even = [t for t in nice_ticks(lo, hi, 4) if t > 0]
+        out = even if len(even) > len(out) else out
     return out
 
 
@@ -106,6 +111,8 @@ def _x_domain(fig: Figure) -> tuple[float, float, list[float]]:
     ticks = list(fig.x_ticks) if fig.x_ticks else nice_ticks(lo, hi)
     if fig.x_ticks:
         hi = max(hi, max(fig.x_ticks)) * 1.05
+        if min(fig.x_ticks) < 0:  # an axis around 0 (% off a forecast) shows both ends
+            lo = min(lo, min(fig.x_ticks)) * 1.05
     return lo, hi, ticks
 
 
@@ -350,7 +357,8 @@ def _axes(
     for t in xticks:
         if xlo <= t <= xhi:
             parts.append(
-                f'<text x="{sx(t):.1f}" y="{y0 + 17}" text-anchor="middle">{fmt_tick(t)}</text>'
+                f'<text class="xtick" x="{sx(t):.1f}" y="{y0 + 17}" text-anchor="middle">'
+                f"{fmt_tick(t)}</text>"
             )
     for t in yticks:
         parts.append(

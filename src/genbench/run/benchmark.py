@@ -25,9 +25,11 @@ from genbench.check.server_metrics import (
     server_metrics_summary,
 )
 from genbench.errors import GenbenchError, UsageError
+from genbench.fmt import counted
 from genbench.load import PhaseRun, ServerDown, run_phase
 from genbench.records import RecordWriter, RequestRecord
 from genbench.run.prompt_file import PromptFile, cycle_for, read_prompt_file
+from genbench.run.readings import unstable_note
 from genbench.run.result import (
     REQUESTS_FILE,
     RESULT_FILE,
@@ -361,12 +363,12 @@ class Runner:
                     "tokens (the server ignores ignore_eos?)"
                 )
         if kind == "sustained" and summary.steady_stable is False:
-            phase.notes.append("steady window not stable: its halves differ by more than 5%")
+            phase.notes.append(unstable_note(summary.steady_halves_tps))
         if kind == "sustained" and summary.steady_tps is None and ok:
             phase.notes.append("no steady window: too few requests per slot to measure one")
         if summary.failed:
             phase.notes.append(
-                f"{summary.failed} of {summary.requests} requests failed: "
+                f"{summary.failed} of {counted(summary.requests, 'request')} failed: "
                 + ", ".join(f"{k} ×{v}" for k, v in summary.errors.items())
             )
         return phase

@@ -10,9 +10,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from genbench.fmt import count, duration, ms, number, pct, rate
+from genbench.fmt import count, counted, duration, ms, number, pct, rate
 from genbench.records import RequestRecord
 from genbench.run.benchmark import Phase, RunListener
+from genbench.run.readings import sweep_readings
 from genbench.run.result import REQUESTS_FILE
 from genbench.run.session import RunOutcome
 
@@ -74,7 +75,8 @@ class RunConsole(RunListener):
         else:
             head = rate(s.output_tps)
         fail = f", [red]{s.failed} failed[/]" if s.failed else ""
-        self.console.print(f"  [green]✓[/] {phase.name:<16} {head}, {s.ok} requests{fail}")
+        done = counted(s.ok, "request")
+        self.console.print(f"  [green]✓[/] {phase.name:<16} {head}, {done}{fail}")
         for note in phase.notes:
             self.console.print(f"      [yellow]note:[/] {note}")
 
@@ -124,8 +126,8 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
     if wl.get("prompts") == "file":  # --workload: say whose requests these numbers are
         agentic = f", {wl.get('agentic_rows', 0):,} agentic" if wl.get("agentic_rows") else ""
         console.print(
-            f"  workload {wl.get('path')}: {wl.get('rows', 0):,} rows{agentic}, "
-            f"{wl.get('requests', 0):,} requests (one per assistant turn)"
+            f"  workload {wl.get('path')}: {counted(wl.get('rows', 0), 'row')}{agentic}, "
+            f"{counted(wl.get('requests', 0), 'request')} (one per assistant turn)"
         )
     probe = (target.get("check") or {}).get("metrics") or {}
     if probe.get("status") == "absent":
@@ -231,11 +233,8 @@ def _sweep_table(doc: dict[str, Any], console: Console) -> None:
         elif info.get("knee_unstable"):
             levels = ", ".join(f"C={c}" for c in info["knee_unstable"])
             console.print(f"  {shape}: no knee claimed: the steady window is unstable at {levels}")
-    if any(p["kind"] == "sustained" and p["summary"].get("steady_stable") is False for p in phases):
-        console.print(
-            "  * steady window unstable (halves differ > 5%): use more --requests-per-slot "
-            "or --duration"
-        )
+    for line in sweep_readings(doc):  # why its numbers differ where they seem to disagree
+        console.print(f"  {line}")
 
 
 def _headline(doc: dict[str, Any], key: tuple[str, ...]) -> float | None:
@@ -285,7 +284,7 @@ def spec_line(m: dict[str, Any]) -> str:
     text = ", ".join(parts)
     if m.get("spec_acceptance_source") == "gauge":
         n = m.get("spec_gauge_samples", 1)
-        text += f" (server gauge, mean of {n} sample{'s' if n != 1 else ''})"
+        text += f" (server gauge, mean of {counted(n, 'sample')})"
     return text
 
 

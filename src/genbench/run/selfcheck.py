@@ -33,6 +33,10 @@ class SelfCheck:
     chunks_per_s: float | None = None
     client_bound: bool = False
     reasons: list[str] = field(default_factory=list)
+    # the host's 1-minute load average at the phase's end, and its cores: a busy host
+    # (load above the cores) explains a server on it whose speed moved (the local demo)
+    host_load: float | None = None
+    host_cpus: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -72,6 +76,9 @@ class LoopMonitor:
         if wall <= 0:
             return sc
         sc.cpu_fraction = (time.process_time() - self._cpu0) / wall
+        with contextlib.suppress(OSError, AttributeError):  # no load average on Windows
+            sc.host_load = round(os.getloadavg()[0], 2)
+        sc.host_cpus = os.cpu_count()
         sc.chunks_per_s = chunks / wall
         if self.lags:
             sc.loop_lag_p50_s = percentile(self.lags, 50)

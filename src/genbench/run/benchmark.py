@@ -45,6 +45,7 @@ from genbench.run.workload import (
     messages,
 )
 from genbench.stats import PhaseSummary, summarize, sweep_of
+from genbench.transport import acceptance
 from genbench.transport.client import ChatRequest, Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import DEFAULT_TAGS, SEPARATE, ThinkMode, ThinkState
@@ -374,8 +375,9 @@ class Runner:
         pool = self.metrics.pool if self.metrics is not None else None
         think = self.think
         client = Client(
-            self.ep, self.model, timeouts=timeouts, session=pool, think=think, keep_text=bool(think)
-        )
+            self.ep, self.model, timeouts=timeouts, session=pool, think=think,
+            keep_text=bool(think), accept=acceptance.ask_for(self.kind),
+        )  # fmt: skip
         if think is not None:
             self.counter = ThinkingCounter(client.pool, self.ep, self.model)
         try:

@@ -27,6 +27,7 @@ import orjson
 from genbench import __version__
 from genbench.errors import ErrorKind
 from genbench.records import RequestRecord
+from genbench.transport import acceptance
 from genbench.transport.connection import Connection, Exchange
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.failures import (
@@ -231,8 +232,12 @@ class Client:
         think: ThinkMode | ThinkState | None = None,
         keep_raw: bool = False,
         token_ids: str | None = None,
+        accept: str | None = None,
     ) -> None:
         self.endpoint = endpoint
+        # ask for each request's speculative acceptance in this dialect (sglang; vLLM's is the
+        # server's flag): genbench.transport.acceptance
+        self.accept = accept
         # ask for the token ids in this dialect (genbench.transport.token_ids: vllm, sglang) and
         # keep them on the record; None: neither asked nor kept
         self.token_ids = token_ids
@@ -280,6 +285,8 @@ class Client:
             body["stream_options"] = {"include_usage": True}
         if self.token_ids is not None:
             body.update(REQUEST_FIELDS[self.token_ids])
+        if self.accept is not None:
+            body.update(acceptance.REQUEST_FIELDS[self.accept])
         return body
 
     def _request(self, req: ChatRequest) -> bytes:

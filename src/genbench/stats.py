@@ -254,6 +254,7 @@ class PhaseSummary:
     e2e_s: dict[str, Any] = field(default_factory=dict)
     output_len: dict[str, Any] = field(default_factory=dict)
     tokens_per_chunk: float | None = None
+    acceptance: dict[str, Any] | None = None  # each request's, where the server said it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -304,7 +305,58 @@ def summarize(
             s.steady_window_s = (w.start - t_start, w.end - t_start)
             s.steady_halves_tps = w.halves
             s.steady_stable = w.stable
+    s.acceptance = acceptance(ok)
     return s
+
+
+# -- speculative acceptance per request (records' `spec`, genbench.transport.acceptance) -----
+# output-length bins (tokens): does acceptance drift as answers grow?
+LENGTH_EDGES = (128, 512, 2048, 8192, 32768)
+
+
+def _accept_row(specs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Pooled length (1 + accepted / steps, as the server's counters pool it) and the
+    spread of the per-request lengths."""
+    steps = sum(s["steps"] for s in specs)
+    accepted = sum(s["accepted"] for s in specs)
+    xs = [s["length"] for s in specs]
+    row: dict[str, Any] = {"requests": len(specs), "length": 1.0 + accepted / steps}
+    row.update({f"p{p}": percentile(xs, p) for p in (10, 50, 90)})
+    return row
+
+
+def length_bin(tokens: int) -> tuple[int, int | None]:
+    """The output-length bin of a request: (lo, hi) tokens, hi None for the last."""
+    lo = 1
+    for edge in LENGTH_EDGES:
+        if tokens <= edge:
+            return lo, edge
+        lo = edge + 1
+    return lo, None
+
+
+def acceptance(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
+    """Acceptance as a distribution over requests, by prompt group (`extra.group`) worst
+    first, and by output length; None when no request said its acceptance."""
+    said = [(r, r.spec) for r in records if r.spec]
+    if not said:
+        return None
+    specs = [s for _, s in said]
+    out = _accept_row(specs)
+    out.update(of=len(records), src=Counter(s["src"] for s in specs).most_common(1)[0][0],
+               steps=sum(s["steps"] for s in specs), accepted=sum(s["accepted"] for s in specs))
+    if all(s.get("drafted") is not None for s in specs):
+        out["drafted"] = sum(s["drafted"] for s in specs)
+        out["rate"] = out["accepted"] / out["drafted"] if out["drafted"] else None
+    groups: dict[str, list[dict[str, Any]]] = {}
+    bins: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
+    for r, s in said:
+        groups.setdefault(str(r.extra.get("group") or ""), []).append(s)
+        bins.setdefault(length_bin(r.completion_tokens or 0), []).append(s)
+    by_group = [{"group": g, **_accept_row(v)} for g, v in groups.items() if g]
+    out["by_group"] = sorted(by_group, key=lambda row: (row["length"], row["group"]))
+    out["by_length"] = [{"lo": k[0], "hi": k[1], **_accept_row(bins[k])} for k in sorted(bins)]
+    return out
 
 
 def knee(points: Sequence[tuple[int, float | None]], min_gain: float = 0.10) -> int | None:

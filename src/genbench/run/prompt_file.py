@@ -33,6 +33,7 @@ class PromptFile:
 
     path: Path
     requests: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)  # each request's row's group (or file's)
     rows: int = 0
     agentic: int = 0
 
@@ -58,7 +59,9 @@ def read_prompt_file(path: Path, limit: int = MAX_ROWS) -> PromptFile:
         if isinstance(row, Row):
             pf.rows += 1
             pf.agentic += is_agentic(row.messages, row.tools)
-            pf.requests += _requests(row)
+            got = _requests(row)
+            pf.requests += got
+            pf.groups += [row.group or path.stem] * len(got)
     if not pf.requests:
         raise InputFileError(path, None, "empty: no rows with a prompt")
     return pf
@@ -89,9 +92,12 @@ class FileCycle:
 
     def __next__(self) -> ChatRequest:
         i = next(self._n)
-        name, messages, extra = self.pf.requests[i % len(self.pf.requests)]
+        j = i % len(self.pf.requests)
+        name, messages, extra = self.pf.requests[j]
         params = {**self.params, **extra} if extra else dict(self.params)
-        return ChatRequest(f"{self.prefix}-{i}-{name}", messages, self.max_tokens, params)
+        req = ChatRequest(f"{self.prefix}-{i}-{name}", messages, self.max_tokens, params)
+        req.group = self.pf.groups[j]
+        return req
 
 
 def cycle_for(

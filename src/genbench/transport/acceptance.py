@@ -135,3 +135,32 @@ def from_steps(steps: int, completion_tokens: int | None) -> dict[str, Any] | No
 
 __all__ = ["REQUEST_FIELDS", "SGLANG", "SGLANG_META", "VLLM", "from_sglang", "from_steps",
            "from_vllm", "read", "shape"]  # fmt: skip
+
+
+def _row(r: dict[str, Any]) -> str:
+    n = r["requests"]
+    spread = f"p10–p90 {r['p10']:.2f}–{r['p90']:.2f}"
+    return f"{r['length']:.2f} ({n:,} request{'s' if n != 1 else ''}, {spread})"
+
+
+def _bin(r: dict[str, Any]) -> str:
+    hi = r["hi"]
+    return f"{r['lo']:,}–{hi:,} tokens" if hi is not None else f"over {r['lo'] - 1:,} tokens"
+
+
+def lines(acc: dict[str, Any], what: str = "") -> list[str]:
+    """What a summary of acceptance per request (genbench.stats.acceptance) says, in plain
+    lines: pooled and spread, the groups worst first, the output lengths."""
+    n, of = acc["requests"], acc.get("of", acc["requests"])
+    said = f"{n:,} of {of:,} requests" if of != n else f"{n:,} request{'s' if n != 1 else ''}"
+    head = (f"acceptance per request{what}: length {acc['length']:.2f} pooled over {said} "
+            f"(per request p10 {acc['p10']:.2f} · p50 {acc['p50']:.2f} · p90 {acc['p90']:.2f}"
+            f"; {HOW.get(acc.get('src', ''), acc.get('src', ''))})")  # fmt: skip
+    out = [head]
+    if acc.get("by_group"):
+        out.append("  by group, worst first: " + " · ".join(
+            f"{g['group']} {_row(g)}" for g in acc["by_group"]))  # fmt: skip
+    if len(acc.get("by_length") or ()) > 1:
+        out.append("  by output length: " + " · ".join(
+            f"{_bin(b)} {_row(b)}" for b in acc["by_length"]))  # fmt: skip
+    return out

@@ -62,6 +62,7 @@ class ChatRequest:
     messages: list[dict[str, Any]]
     max_tokens: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    group: str | None = None  # the prompt's group, kept on the record (extra.group)
 
 
 class ConnectionPool:
@@ -296,7 +297,7 @@ class Client:
         return self._head + b"%d\r\n\r\n" % len(data) + data
 
     def new_record(self, req: ChatRequest, phase: str = "") -> RequestRecord:
-        return RequestRecord(
+        rec = RequestRecord(
             id=req.id,
             phase=phase,
             server=self.endpoint.base_url,
@@ -304,6 +305,9 @@ class Client:
             stream=self.stream,
             max_tokens=req.max_tokens,
         )
+        if req.group:
+            rec.extra["group"] = req.group
+        return rec
 
     async def chat(
         self, req: ChatRequest, phase: str = "", record: RequestRecord | None = None

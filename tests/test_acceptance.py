@@ -1,0 +1,91 @@
+"""Speculative acceptance per request, end to end against the sim, in both dialects: the
+values are exact (--spec-k 4, acceptance 1 for one prompt group and 0 for the other), and
+pool to the server's own /metrics counters exactly (docs/acceptance.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import genbench
+
+from genbench.records import read_records
+
+# --spec-k 4: a request of 33 tokens is its first token and 8 verify steps
+# accepting 3 drafts each (length 4) or none (32 steps, length 1)
+SIM = ("--tps", "2000", "--ttft-ms", "2", "--per-seq-ms", "0.01", "--spec-k", "4",
+       "--spec-accept-match", "translate:0")  # fmt: skip
+CODE = {"requests": 2, "length": 4.0, "p10": 4.0, "p50": 4.0, "p90": 4.0}
+TRANSLATE = {"requests": 2, "length": 1.0, "p10": 1.0, "p50": 1.0, "p90": 1.0}
+
+
+def workload(tmp_path: Path) -> Path:
+    def row(i: str, field: str, group: str, text: str) -> dict:
+        return {"id": i, field: group, "messages": [{"role": "user", "content": text}]}
+
+    rows = [row("c1", "group", "code", "code a sort"),
+            row("t1", "category", "translate", "translate cat"),
+            row("c2", "group", "code", "code a map"),
+            row("t2", "category", "translate", "translate dog")]  # fmt: skip
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path
+
+
+def run(sim_url: str, tmp_path: Path, *extra: str) -> dict:
+    out = tmp_path / "run"
+    res = genbench("run", "--url", sim_url, "--workload", str(workload(tmp_path)), "--lengths",
+                   "33", "--prompts-per-length", "4", "--skip", "warmup,sweep", "-o", str(out),
+                   *extra)  # fmt: skip
+    assert res.returncode == 0, res.stderr + res.stdout
+    doc = json.loads((out / "result.json").read_text())
+    doc["_stdout"] = res.stdout
+    doc["_records"] = read_records(out / "requests.jsonl")
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("flags", "src"),
+    [(("--dialect", "sglang"), "sglang"),
+     (("--per-request-spec-decode-metrics", "summary"), "vllm")],
+    ids=["sglang", "vllm"],
+)  # fmt: skip
+def test_run_shows_each_groups_distribution_exactly(sim_factory, tmp_path, flags, src):
+    sim = sim_factory(*SIM, *flags)
+    doc = run(sim.url, tmp_path)
+    (phase,) = doc["phases"]
+    acc = phase["summary"]["acceptance"]
+    # 2 x 8 steps accepting 3 drafts, 2 x 32 accepting none: 48 accepted in 80 steps
+    assert (acc["src"], acc["steps"], acc["accepted"], acc["drafted"]) == (src, 80, 48, 240)
+    assert acc["length"] == pytest.approx(1.6) and acc["rate"] == pytest.approx(0.2)
+    groups = [{k: g[k] for k in CODE} | {"group": g["group"]} for g in acc["by_group"]]
+    assert groups == [{**TRANSLATE, "group": "translate"}, {**CODE, "group": "code"}]  # worst first
+    by_rec = {r.extra["group"]: r.spec for r in doc["_records"]}
+    assert by_rec["code"]["hist"] == [0, 0, 0, 8] and by_rec["translate"]["hist"] == [32, 0, 0, 0]
+    assert "by group, worst first: translate 1.00 (2 requests" in doc["_stdout"]
+    if src == "vllm":  # the sim's dialect counts as vLLM's counters do: the same pooled length
+        m = phase["server_metrics"]
+        assert m["spec_acceptance_source"] == "counters"
+        assert m["spec_mean_acceptance_length"] == pytest.approx(acc["length"], rel=1e-9)
+
+
+def test_a_server_that_does_not_say_it_leaves_the_result_as_it_was(sim_factory, tmp_path):
+    sim = sim_factory(*SIM)  # vLLM's dialect without the flag
+    doc = run(sim.url, tmp_path)
+    assert doc["phases"][0]["summary"]["acceptance"] is None
+    assert all(r.spec is None for r in doc["_records"])
+    assert "acceptance per request" not in doc["_stdout"]
+
+
+def test_check_says_how_to_have_it(sim_factory):
+    on = sim_factory(*SIM, "--dialect", "sglang")
+    res = genbench("check", "--url", on.url)
+    assert "speculative acceptance per request: yes (SGLang's sglext.spec_tokens_details)" in (
+        res.stdout
+    )
+    off = sim_factory(*SIM)
+    res = genbench("check", "--url", off.url, "--json")
+    rep = json.loads(res.stdout)
+    assert rep["acceptance"] is None

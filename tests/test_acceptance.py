@@ -34,9 +34,11 @@ def workload(tmp_path: Path) -> Path:
     return path
 
 
-def run(sim_url: str, tmp_path: Path, *extra: str) -> dict:
-    out = tmp_path / "run"
-    res = genbench("run", "--url", sim_url, "--workload", str(workload(tmp_path)), "--lengths",
+def run(sim_url: str, tmp_path: Path, *extra: str, name: str = "run") -> dict:
+    out = tmp_path / name
+    wl = tmp_path / "prompts.jsonl"
+    wl = wl if wl.exists() else workload(tmp_path)
+    res = genbench("run", "--url", sim_url, "--workload", str(wl), "--lengths",
                    "33", "--prompts-per-length", "4", "--skip", "warmup,sweep", "-o", str(out),
                    *extra)  # fmt: skip
     assert res.returncode == 0, res.stderr + res.stdout
@@ -89,3 +91,18 @@ def test_check_says_how_to_have_it(sim_factory):
     res = genbench("check", "--url", off.url, "--json")
     rep = json.loads(res.stdout)
     assert rep["acceptance"] is None
+
+
+def test_compare_says_which_group_differs(sim_factory, tmp_path):
+    """Two drafters: the same on code, one accepting every translation draft, the other none."""
+    sides = []
+    for p in ("0", "1"):
+        sim = sim_factory(*SIM[:-1], f"translate:{p}", "--dialect", "sglang")
+        sides.append(run(sim.url, tmp_path, name=p))
+    res = genbench("compare", str(tmp_path / "0"), str(tmp_path / "1"), "--json")
+    assert res.returncode == 0, res.stderr
+    rows = {r["key"]: r for r in json.loads(res.stdout)["rows"]}
+    tr = rows["spec.single-33.group.translate.acceptance_length"]
+    code = rows["spec.single-33.group.code.acceptance_length"]
+    assert tr["values"] == [1.0, 4.0] and tr["verdicts"] == [None, "better"]
+    assert code["values"] == [4.0, 4.0] and code["verdicts"] == [None, "same"]

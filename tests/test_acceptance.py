@@ -106,3 +106,30 @@ def test_compare_says_which_group_differs(sim_factory, tmp_path):
     code = rows["spec.single-33.group.code.acceptance_length"]
     assert tr["values"] == [1.0, 4.0] and tr["verdicts"] == [None, "better"]
     assert code["values"] == [4.0, 4.0] and code["verdicts"] == [None, "same"]
+
+
+def test_generate_keeps_it_per_row_and_inspect_ranks_the_groups(sim_factory, tmp_path):
+    sim = sim_factory(*SIM, "--dialect", "sglang", "--output-len", "fixed:33")
+    out = tmp_path / "gen"
+    res = genbench("generate", "-i", str(workload(tmp_path)), "--url", sim.url, "-o", str(out))
+    assert res.returncode == 0, res.stderr + res.stdout
+    rows = [orjson.loads(x) for x in (out / "data-00000.jsonl").read_bytes().splitlines()]
+    meta = {r["id"]: r["meta"] for r in rows}
+    assert {k: meta["c1"][k] for k in ("group", "spec_steps", "spec_accepted", "spec_drafted",
+                                       "spec_length")} == {  # fmt: skip
+        "group": "code", "spec_steps": 8, "spec_accepted": 24, "spec_drafted": 24,
+        "spec_length": 4.0}  # fmt: skip
+    assert (meta["t1"]["group"], meta["t1"]["spec_length"]) == ("translate", 1.0)
+    res = genbench("inspect", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "by group, worst first: translate 1.00 (2 rows" in res.stdout
+    assert res.stdout.index("translate 1.00") < res.stdout.index("code 4.00")
+    doc = json.loads((out / "inspect.json").read_text())
+    assert [g["group"] for g in doc["acceptance"]["by_group"]] == ["translate", "code"]
+    assert doc["acceptance"]["length"] == pytest.approx(1.6)
+    html = tmp_path / "report.html"
+    res = genbench("report", str(out), "-o", str(html))
+    assert res.returncode == 0, res.stderr
+    page = html.read_text()
+    assert "<h3>Speculative acceptance</h3>" in page
+    assert page.index("group translate") < page.index("group code")

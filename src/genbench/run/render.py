@@ -155,7 +155,7 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
         console.print(f"  speculative decoding {p['name']}: {spec_line(p['server_metrics'])}")
     for p in phases:
         if acc := p["summary"].get("acceptance"):
-            for line in accept_lines(acc, f", {p['name']}"):
+            for line in accept_lines(acc, f" per request, {p['name']}"):
                 console.print(f"  {escape(line)}")
     estimated = [p["name"] for p in phases if p["summary"].get("tokens_estimated")]
     if estimated:

@@ -137,10 +137,10 @@ __all__ = ["REQUEST_FIELDS", "SGLANG", "SGLANG_META", "VLLM", "from_sglang", "fr
            "from_vllm", "read", "shape"]  # fmt: skip
 
 
-def _row(r: dict[str, Any]) -> str:
+def _row(r: dict[str, Any], noun: str) -> str:
     n = r["requests"]
     spread = f"p10–p90 {r['p10']:.2f}–{r['p90']:.2f}"
-    return f"{r['length']:.2f} ({n:,} request{'s' if n != 1 else ''}, {spread})"
+    return f"{r['length']:.2f} ({n:,} {noun}{'s' if n != 1 else ''}, {spread})"
 
 
 def _bin(r: dict[str, Any]) -> str:
@@ -148,19 +148,21 @@ def _bin(r: dict[str, Any]) -> str:
     return f"{r['lo']:,}–{hi:,} tokens" if hi is not None else f"over {r['lo'] - 1:,} tokens"
 
 
-def lines(acc: dict[str, Any], what: str = "") -> list[str]:
-    """What a summary of acceptance per request (genbench.stats.acceptance) says, in plain
-    lines: pooled and spread, the groups worst first, the output lengths."""
+def lines(acc: dict[str, Any], what: str = "", noun: str = "request") -> list[str]:
+    """What a summary of acceptance (genbench.stats.acceptance_of: per request, or per row
+    of a data set) says, in plain lines: pooled and spread, the groups worst first, the
+    output lengths."""
     n, of = acc["requests"], acc.get("of", acc["requests"])
-    said = f"{n:,} of {of:,} requests" if of != n else f"{n:,} request{'s' if n != 1 else ''}"
-    head = (f"acceptance per request{what}: length {acc['length']:.2f} pooled over {said} "
-            f"(per request p10 {acc['p10']:.2f} · p50 {acc['p50']:.2f} · p90 {acc['p90']:.2f}"
-            f"; {HOW.get(acc.get('src', ''), acc.get('src', ''))})")  # fmt: skip
+    said = f"{n:,} of {of:,} {noun}s" if of != n else f"{n:,} {noun}{'s' if n != 1 else ''}"
+    src = f"; {HOW.get(acc['src'], acc['src'])}" if acc.get("src") else ""
+    head = (f"speculative acceptance{what}: length {acc['length']:.2f} pooled over {said} "
+            f"(per {noun} p10 {acc['p10']:.2f} · p50 {acc['p50']:.2f} · p90 {acc['p90']:.2f}"
+            f"{src})")  # fmt: skip
     out = [head]
     if acc.get("by_group"):
         out.append("  by group, worst first: " + " · ".join(
-            f"{g['group']} {_row(g)}" for g in acc["by_group"]))  # fmt: skip
+            f"{g['group']} {_row(g, noun)}" for g in acc["by_group"]))  # fmt: skip
     if len(acc.get("by_length") or ()) > 1:
         out.append("  by output length: " + " · ".join(
-            f"{_bin(b)} {_row(b)}" for b in acc["by_length"]))  # fmt: skip
+            f"{_bin(b)} {_row(b, noun)}" for b in acc["by_length"]))  # fmt: skip
     return out

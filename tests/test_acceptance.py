@@ -133,3 +133,31 @@ def test_generate_keeps_it_per_row_and_inspect_ranks_the_groups(sim_factory, tmp
     page = html.read_text()
     assert "<h3>Speculative acceptance</h3>" in page
     assert page.index("group translate") < page.index("group code")
+
+
+def test_plan_forecasts_from_the_acceptance_on_your_prompts(sim_factory, tmp_path):
+    """The pilot runs on the user's prompts: its plan keeps their acceptance, by group; a
+    plan from a run of the built-in prompts says its rate carries theirs."""
+    sim = sim_factory(*SIM, "--dialect", "sglang", "--output-len", "fixed:33")
+    rows = [{"id": f"r{i}", "group": g, "messages": [{"role": "user", "content": f"{g} {i}"}]}
+            for i, g in enumerate(["code", "translate"] * 10)]  # fmt: skip
+    wl = tmp_path / "rows.jsonl"
+    wl.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    out = tmp_path / "plan"
+    res = genbench("plan", "--prompts", str(wl), "--url", sim.url, "--pilot", "20",
+                   "--concurrency", "2", "--warmup", "0", "-o", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stderr + res.stdout
+    acc = json.loads((out / "plan.json").read_text())["acceptance"]
+    assert [(g["group"], g["requests"], g["length"]) for g in acc["by_group"]] == [
+        ("translate", 10, 1.0), ("code", 10, 4.0)]  # fmt: skip
+    assert "speculative acceptance on your prompts (the pilot's requests): length 1.60" in (
+        res.stdout
+    )
+    run_out = tmp_path / "builtin"
+    res = genbench("run", "--url", sim.url, "--lengths", "33", "--concurrency", "2",
+                   "--skip", "warmup,single", "-o", str(run_out))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    res = genbench("plan", "--from", str(run_out), "--concurrency", "2",
+                   "--tokens-per-sample", "33")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "carries the acceptance of genbench's built-in prompts (4.00" in res.stdout

@@ -5,9 +5,11 @@ An agentic job does not send chat prompts: its requests carry a tool schema, gro
 every call and result, and a row makes several of them. Each assistant turn of a row
 becomes one request here, with the row's original history before it (calls and results
 as written) and its `tools`; a chat row gives one request per answered user turn, as
-generate's `--turns all` sends them. The requests are cycled in file order. The output
-length is still `run`'s to force (the lengths of the phases); a row's `tool_choice` is
-left out, so that a forced call does not decide what a length phase generates.
+generate's `--turns all` sends them. The requests are cycled in file order. A row's own
+`params` go with its requests (over run's, as generate sends them), but for the length
+fields: the output length is still `run`'s to force (the lengths of the phases); a row's
+`tool_choice` is left out, so that a forced call does not decide what a length phase
+generates.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from genbench.errors import InputFileError
 from genbench.generate.input import Row, iter_rows, scan
+from genbench.generate.params import MAX_TOKENS_KEYS, merge
 from genbench.generate.tools import is_agentic, wire
 from genbench.run.workload import PromptCycle
 from genbench.transport.client import ChatRequest
@@ -67,9 +70,15 @@ def read_prompt_file(path: Path, limit: int = MAX_ROWS) -> PromptFile:
     return pf
 
 
+# a row's params that run leaves out: each phase sets the output length itself
+LENGTH_FIELDS = (*MAX_TOKENS_KEYS, "min_tokens", "ignore_eos", "n_predict")
+
+
 def _requests(row: Row) -> list[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
     """One request per assistant turn (and one for a row that ends waiting for one)."""
-    extra = {"tools": row.tools} if row.tools else {}
+    extra = {k: v for k, v in row.params.items() if k not in LENGTH_FIELDS}
+    if row.tools:
+        extra["tools"] = row.tools
     msgs, out = row.messages, []
     for i, m in enumerate(msgs):
         last = i + 1 == len(msgs)
@@ -94,7 +103,7 @@ class FileCycle:
         i = next(self._n)
         j = i % len(self.pf.requests)
         name, messages, extra = self.pf.requests[j]
-        params = {**self.params, **extra} if extra else dict(self.params)
+        params = merge(self.params, extra) if extra else dict(self.params)
         req = ChatRequest(f"{self.prefix}-{i}-{name}", messages, self.max_tokens, params)
         req.group = self.pf.groups[j]
         return req

@@ -119,8 +119,11 @@ def read_cost(tokens: int) -> list[str]:
 
     def _event_part(obj: dict[str, Any]) -> Any:  # stream.py's guard, then the reading
         choice = (obj.get("choices") or [None])[0]
-        if "metrics" in obj or "sglext" in obj or "meta_info" in obj or (
-            type(choice) is dict and "meta_info" in choice
+        if (
+            "metrics" in obj
+            or "sglext" in obj
+            or "meta_info" in obj
+            or (type(choice) is dict and "meta_info" in choice)
         ):
             return acceptance.read(obj, choice)
         return None

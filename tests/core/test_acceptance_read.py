@@ -58,10 +58,28 @@ def parse(data: bytes, cut: int | None = None) -> RequestRecord:
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
-        (VLLM_BODY, {"src": "vllm", "steps": 2, "accepted": 5, "drafted": 6, "length": 3.5,
-                     "hist": [0, 1, 0, 1]}),
-        (SGLANG_BODY, {"src": "sglang", "steps": 8, "accepted": 21, "drafted": 24,
-                       "length": 3.625, "hist": [1, 0, 0, 7]}),
+        (
+            VLLM_BODY,
+            {
+                "src": "vllm",
+                "steps": 2,
+                "accepted": 5,
+                "drafted": 6,
+                "length": 3.5,
+                "hist": [0, 1, 0, 1],
+            },
+        ),
+        (
+            SGLANG_BODY,
+            {
+                "src": "sglang",
+                "steps": 8,
+                "accepted": 21,
+                "drafted": 24,
+                "length": 3.625,
+                "hist": [1, 0, 0, 7],
+            },
+        ),
         # older SGLang: the verify steps alone; 30 tokens = 1 from prefill + 8 steps + 21
         (LEGACY_BODY, {"src": "sglang-meta", "steps": 8, "accepted": 21, "length": 3.625}),
     ],

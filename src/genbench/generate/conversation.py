@@ -130,7 +130,7 @@ class Conversation:
         self.ids.append(status)
 
     def meta(self, model: str) -> dict[str, Any]:
-        return {
+        meta = {
             "server": self.server,
             "model": model,
             "prompt_tokens": self.prompt_tokens,
@@ -147,7 +147,8 @@ class Conversation:
             "sent_at": self.sent_at,
             "finished_at": round(time.time(), 3),
             "token_ids": row_status(self.ids),
-        } | ({"request": self.request} if self.request is not None else {}) | self._accept()
+        } | ({"request": self.request} if self.request is not None else {})
+        return meta | self._accept()
 
     def _accept(self) -> dict[str, Any]:
         """The row's group and acceptance over its turns (pooled: 1 + accepted / steps)."""

@@ -208,4 +208,4 @@ def scan(
     return Scan(
         stats, cols, ids, list(servers), list(finishes), examples, sample, where, fid, tools,
         accept,
-    )
+    )  # fmt: skip

@@ -174,9 +174,13 @@ class StreamParser:
         choice = choices[0] if choices else None
         if self.ids is not None:
             self.ids.event(obj, choice)
-        if "metrics" in obj or "sglext" in obj or "meta_info" in obj or (
-            type(choice) is dict and "meta_info" in choice
-        ):  # acceptance rides on a stream's last chunks: a plain chunk pays four look-ups
+        # acceptance rides on a stream's last chunks: a plain chunk pays four look-ups
+        if (
+            "metrics" in obj
+            or "sglext" in obj
+            or "meta_info" in obj
+            or (type(choice) is dict and "meta_info" in choice)
+        ):
             spec = acceptance.read(obj, choice)
             if spec is not None:
                 self._spec(spec)

@@ -133,9 +133,6 @@ def from_steps(steps: int, completion_tokens: int | None) -> dict[str, Any] | No
     return shape(SGLANG_META, steps, max(0, completion_tokens - 1 - steps), None, None)
 
 
-__all__ = ["REQUEST_FIELDS", "SGLANG", "SGLANG_META", "VLLM", "from_sglang", "from_steps",
-           "from_vllm", "read", "shape"]  # fmt: skip
-
 
 def _row(r: dict[str, Any], noun: str) -> str:
     n = r["requests"]
@@ -166,3 +163,9 @@ def lines(acc: dict[str, Any], what: str = "", noun: str = "request") -> list[st
         out.append("  by output length: " + " · ".join(
             f"{_bin(b)} {_row(b, noun)}" for b in acc["by_length"]))  # fmt: skip
     return out
+
+
+__all__ = [
+    "HOW", "HOW_ON", "REQUEST_FIELDS", "SGLANG", "SGLANG_META", "VLLM", "ask_for", "describe",
+    "from_sglang", "from_steps", "from_vllm", "lines", "read", "shape",
+]  # fmt: skip

@@ -119,6 +119,8 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
         f"[bold]genbench plan[/] from {src['path']} ({src.get('model')} on "
         f"{src.get('server') or 'unknown server'})"
     )
+    for line in accept_lines(doc["acceptance"], " in the run") if doc.get("acceptance") else ():
+        console.print(f"  {escape(line)}")
     console.print(
         f"  tokens per sample: {fmt.number(m['tokens_per_sample'])} "
         f"({m['tokens_per_sample_basis']}); "

@@ -186,7 +186,8 @@ cmd_start() {
         args+=(--reasoning-parser qwen3)
     fi
     if [[ $spec == 1 ]]; then
-        args+=(--speculative-config "$SPEC_CONFIG")
+        # each response says its own acceptance (metrics.speculative_decoding; docs/acceptance.md)
+        args+=(--speculative-config "$SPEC_CONFIG" --per-request-spec-decode-metrics summary)
     fi
     if [[ -n $tools ]]; then
         # no whitespace allowed between JSON tokens: a random-weight model held to a

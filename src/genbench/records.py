@@ -90,6 +90,9 @@ class RequestRecord:
     token_ids: Any = None
     # why ids that came cannot be kept (malformed), else None
     token_ids_error: str | None = None
+    # speculative acceptance as the server said it for this request (steps, drafted, accepted,
+    # length, hist, src: genbench.transport.acceptance); None where it said nothing
+    spec: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # in place of the chunk arrays, in a compact record: n chunks, r of them thinking,
     # decode_s (first to last chunk: its mean gap is decode_s / (n - 1)), itl_p99
@@ -167,7 +170,7 @@ class RequestRecord:
         for name in _IDS:
             del d[name]
         d["chunk_offsets"] = [round(x, 6) for x in self.chunk_offsets]
-        for name in ("text", "reasoning", "raw", "chunks", "tool_calls"):
+        for name in ("text", "reasoning", "raw", "chunks", "tool_calls", "spec"):
             if d[name] is None:
                 del d[name]
         if not self.extra:

@@ -254,6 +254,7 @@ class PhaseSummary:
     e2e_s: dict[str, Any] = field(default_factory=dict)
     output_len: dict[str, Any] = field(default_factory=dict)
     tokens_per_chunk: float | None = None
+    acceptance: dict[str, Any] | None = None  # each request's, where the server said it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -304,7 +305,67 @@ def summarize(
             s.steady_window_s = (w.start - t_start, w.end - t_start)
             s.steady_halves_tps = w.halves
             s.steady_stable = w.stable
+    s.acceptance = acceptance(ok)
     return s
+
+
+# -- speculative acceptance per request (records' `spec`); output-length bins (tokens) ------
+LENGTH_EDGES = (128, 512, 2048, 8192, 32768)
+
+
+def _accept_row(pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """Pooled length (1 + accepted / steps, as the server's counters pool it) and the
+    spread of the per-request lengths, from (steps, accepted) pairs."""
+    steps = sum(p[0] for p in pairs)
+    accepted = sum(p[1] for p in pairs)
+    xs = [1.0 + a / n for n, a in pairs]
+    row: dict[str, Any] = {"requests": len(pairs), "length": 1.0 + accepted / steps}
+    row.update({f"p{p}": percentile(xs, p) for p in (10, 50, 90)})
+    return row
+
+
+def length_bin(tokens: int) -> tuple[int, int | None]:
+    """The output-length bin of a request: (lo, hi) tokens, hi None for the last."""
+    lo = 1 + max((e for e in LENGTH_EDGES if e < tokens), default=0)
+    return lo, next((e for e in LENGTH_EDGES if tokens <= e), None)
+
+
+def acceptance_of(items: Iterable[tuple[int, int, str | None, int]]) -> dict[str, Any] | None:
+    """Acceptance of (steps, accepted, group, output tokens) items (requests or rows): as a
+    distribution, by group worst first, and by output length; None for no items."""
+    every: list[tuple[int, int]] = []
+    groups: dict[str, list[tuple[int, int]]] = {}
+    bins: dict[tuple[int, int | None], list[tuple[int, int]]] = {}
+    for steps, accepted, group, tokens in items:
+        pair = (steps, accepted)
+        every.append(pair)
+        if group:
+            groups.setdefault(group, []).append(pair)
+        bins.setdefault(length_bin(tokens), []).append(pair)
+    if not every:
+        return None
+    out = _accept_row(every) | {"steps": sum(p[0] for p in every)}
+    out["accepted"] = sum(p[1] for p in every)
+    by_group = [{"group": g, **_accept_row(v)} for g, v in groups.items()]
+    out["by_group"] = sorted(by_group, key=lambda row: (row["length"], row["group"]))
+    out["by_length"] = [{"lo": k[0], "hi": k[1], **_accept_row(bins[k])} for k in sorted(bins)]
+    return out
+
+
+def acceptance(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
+    """The requests' acceptance (records' `spec`, their `extra.group`), with how many of
+    them said it (`of`), its dialect, and the drafts proposed where every one says."""
+    specs = [(r, r.spec) for r in records if r.spec]
+    out = acceptance_of((s["steps"], s["accepted"], r.extra.get("group"),
+                         r.completion_tokens or 0) for r, s in specs)  # fmt: skip
+    if out is None:
+        return None
+    out["of"] = len(records)
+    out["src"] = Counter(s["src"] for _, s in specs).most_common(1)[0][0]
+    if all(s.get("drafted") is not None for _, s in specs):
+        out["drafted"] = sum(s["drafted"] for _, s in specs)
+        out["rate"] = out["accepted"] / out["drafted"] if out["drafted"] else None
+    return out
 
 
 def knee(points: Sequence[tuple[int, float | None]], min_gain: float = 0.10) -> int | None:

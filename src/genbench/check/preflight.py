@@ -29,6 +29,7 @@ from genbench.check.metric_names import dialect_of, metrics_off_hint
 from genbench.check.router import ONE_WORKERS_METRICS, router_notes
 from genbench.errors import ExitCode, Retry, may_come_back, retry_for
 from genbench.records import ErrorKind, RequestRecord
+from genbench.transport import acceptance
 from genbench.transport.client import ChatRequest, Client, ConnectionPool, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.failures import Failure, error_message_from_body
@@ -102,6 +103,10 @@ class CheckReport:
     # None when it gives none or none was asked (--token-ids off), and why not
     token_ids: str | None = None
     token_ids_note: str | None = None
+    # each request's speculative acceptance: the dialect the test reply said it in
+    # (genbench.transport.acceptance: vllm, sglang, sglang-meta), else how to turn it on
+    acceptance: str | None = None
+    acceptance_note: str | None = None
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -313,8 +318,9 @@ async def _checks(
     if tiny:
         ask, rep.token_ids_note = ask_for(rep.server.kind, token_ids)
         client = Client(
-            ep, rep.model, timeouts=timeouts, session=pool, keep_text=True, token_ids=ask
-        )
+            ep, rep.model, timeouts=timeouts, session=pool, keep_text=True, token_ids=ask,
+            accept=acceptance.ask_for(rep.server.kind),
+        )  # fmt: skip
         rec = await _tiny_through_router(client, max_tokens, rep, retries)
         if ask is not None and not rec.ok and rec.http_status in range(400, 500):
             rep.token_ids_note = f"the server refused the request for ids ({rec.error_message})"
@@ -329,12 +335,21 @@ async def _checks(
         _read_reply(rep, rec)
         if await ThinkingCounter(pool, ep, rep.model).count([rec]):  # the server left it out
             rep.reasoning_tokens, rep.reasoning_source = rec.reasoning_tokens, "tokenizer"
+        _read_acceptance(rep, rec)
         if token_ids != "off":
             await _read_ids(rep, client, rec, ask, max_tokens)
     if rep.model not in rep.models:
         done = "but served: a router?" if tiny else "not tried (no test request)"
         listing = f"not listed by /v1/models ({served(rep.models)})"
         rep.notes.append(f"model '{rep.model}' is {listing}, {done}")
+
+
+def _read_acceptance(rep: CheckReport, rec: RequestRecord) -> None:
+    """Did the test reply say its speculative acceptance? If not, how to have it said."""
+    if rec.spec is not None:
+        rep.acceptance = rec.spec["src"]
+    else:
+        rep.acceptance_note = acceptance.HOW_ON.get(rep.server.kind or "")
 
 
 async def _read_ids(

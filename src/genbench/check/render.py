@@ -11,6 +11,7 @@ from genbench.check.metric_names import DIALECTS
 from genbench.check.preflight import CheckReport, MetricsProbe
 from genbench.check.router import ROUTER_KINDS, workers_line
 from genbench.fmt import count, duration, ms, number
+from genbench.transport.acceptance import describe as describe_acceptance
 from genbench.transport.thinking import NONE, describe
 from genbench.transport.token_ids import describe as describe_ids
 
@@ -66,6 +67,9 @@ def print_check(rep: CheckReport, out: Console, err: Console) -> None:
                 f"{rep.think_tags[1]} (or say it: --think-dialect)"
             )
         out.print(f"  {mark} thinking {describe(rep.think_mode())}{how}")
+    if rep.ok and (rep.acceptance or rep.acceptance_note):
+        mark = "[green]✓[/]" if rep.acceptance else "[dim]-[/]"
+        out.print(f"  {mark} {describe_acceptance(rep.acceptance, rep.acceptance_note)}")
     if rep.ok and (rep.token_ids or rep.token_ids_note):
         mark = "[green]✓[/]" if rep.token_ids else "[dim]-[/]"
         out.print(f"  {mark} token ids {describe_ids(rep.token_ids, rep.token_ids_note)}")

@@ -139,6 +139,9 @@ MEANINGS: dict[str, str] = {
     "--skip-invalid": "Write bad input rows to the errors file and go on.",
     "--spec-accept": "Reference server: draft acceptance probability.",
     "--spec-k": "Reference server: tokens per decode chunk.",
+    "--spec-accept-match": "Reference server: draft acceptance for requests containing a text.",
+    "--per-request-spec-decode-metrics": "Reference server: each response says its acceptance, "
+    "as vLLM's flag of that name.",
     "--speed-drift": "Percent the server's speed may move over the job beyond what the pilot saw.",
     "--sweep-tokens": "Output tokens per sweep request.",
     "--tags": "Leftover tags to look for, comma-separated.",

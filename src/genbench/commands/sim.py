@@ -69,6 +69,19 @@ SPEC_ACCEPT = typer.Option(
     "--spec-accept",
     help="Draft acceptance probability; < 1 gives 1 + Binomial(K-1, P) tokens per chunk.",
 )
+SPEC_ACCEPT_MATCH = typer.Option(
+    None,
+    "--spec-accept-match",
+    metavar="TEXT:P",
+    help="Requests whose messages contain TEXT accept each draft with probability P "
+    "(repeatable; the first that matches).",
+)
+SPEC_METRICS = typer.Option(
+    "none",
+    "--per-request-spec-decode-metrics",
+    help="As vLLM: none, summary or detailed: each response says its acceptance in "
+    "metrics.speculative_decoding (the sglang dialect answers return_spec_tokens_details).",
+)
 OUTPUT_LEN = typer.Option(
     "fixed:256",
     "--output-len",
@@ -113,6 +126,8 @@ def sim(
     reasoning_dialect: str = REASONING_DIALECT,  # fmt: skip
     spec_k: int = SPEC_K,
     spec_accept: float = SPEC_ACCEPT,  # fmt: skip
+    spec_accept_match: list[str] | None = SPEC_ACCEPT_MATCH,
+    per_request_spec_decode_metrics: str = SPEC_METRICS,
     output_len: str = OUTPUT_LEN,  # fmt: skip
     seed: int = SEED,
     api_key_env: str | None = API_KEY_ENV,  # fmt: skip
@@ -128,7 +143,9 @@ def sim(
         host=host, port=port, model=model, tps=tps, per_seq_ms=per_seq_ms, ttft_ms=ttft_ms,
         prefill_tps=prefill_tps, max_batch=max_batch, max_model_len=max_model_len,
         thinking_tokens=thinking_tokens, reasoning_dialect=reasoning_dialect, spec_k=spec_k,
-        spec_accept=spec_accept, output_len=output_len, seed=seed, api_key_env=api_key_env,
+        spec_accept=spec_accept, spec_accept_match=spec_accept_match or [],
+        spec_metrics=per_request_spec_decode_metrics, output_len=output_len, seed=seed,
+        api_key_env=api_key_env,
         faults=[parse_fault(f) for f in fault or []], drift=drift, dialect=dialect,
         metrics=not no_metrics, token_ids=token_ids, tool_calls=tool_calls,
     ).validate()  # fmt: skip

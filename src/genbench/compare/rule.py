@@ -202,6 +202,19 @@ def acceptance(run: Run, name: str) -> Estimate | None:
     return Estimate(float(v), bootstrap_rel(xs, _mean, point))
 
 
+def group_acceptance(run: Run, name: str, group: str) -> Estimate | None:
+    """A prompt group's mean acceptance length per request in a phase (the records' `spec`),
+    its noise by bootstrap over those requests."""
+    p = run.phase(name)
+    if p is None:
+        return None
+    xs = [r.spec["length"] for r in _ok(run, p) if r.spec and r.extra.get("group") == group]
+    if not xs:
+        return None
+    point = sum(xs) / len(xs)
+    return Estimate(point, bootstrap_rel(xs, _mean, point))
+
+
 LATENCY: tuple[tuple[str, str, str], ...] = (
     ("ttft_s", "TTFT", "p50"),
     ("ttft_s", "TTFT", "p90"),
@@ -325,6 +338,17 @@ def _spec_rows(add: Add, every: list[Run]) -> None:
             "higher",
             lambda r, name=name: acceptance(r, name),
         )
+    groups: dict[str, list[str]] = {}  # phase -> the groups any side measured, in order
+    for r in every:
+        for p in r.phases:
+            for g in ((p.get("summary") or {}).get("acceptance") or {}).get("by_group") or ():
+                if g["group"] not in groups.setdefault(p["name"], []):
+                    groups[p["name"]].append(g["group"])
+    for name, names in groups.items():
+        for g in names:
+            add(f"spec.{name}.group.{g}.acceptance_length", "speculative",
+                f"acceptance length per request, {g}, {name}", "tokens", "higher",
+                lambda r, name=name, g=g: group_acceptance(r, name, g), name)  # fmt: skip
 
 
 def failures(side: Run) -> dict[str, Any]:

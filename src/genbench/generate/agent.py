@@ -152,7 +152,7 @@ class AgentConversation(Conversation):
         if self.sent_at is None:
             self.sent_at = round(time.time(), 3)
         msgs = [wire(m) for m in self.out]
-        return ChatRequest(self.rid, msgs, self.max_tokens, self._params_now())
+        return ChatRequest(self.rid, msgs, self.max_tokens, self._params_now(), self.row.group)
 
     def _params_now(self) -> dict[str, Any]:
         """The request's fields: a forcing tool_choice only where the original called."""

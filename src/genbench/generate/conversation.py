@@ -43,7 +43,7 @@ class Conversation:
         "row", "rid", "all_turns", "max_tokens", "params", "out", "pos", "waiting", "last_user",
         "attempts", "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated",
         "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "ids",
-        "request", "thinking_from",
+        "request", "thinking_from", "spec",
     )  # fmt: skip
 
     def __init__(
@@ -70,6 +70,7 @@ class Conversation:
         # each generated turn's token-id status (genbench.transport.token_ids)
         self.ids: list[str] = []
         self.request: str | None = None  # its requests' fingerprint, in meta (fingerprint.py)
+        self.spec: list[dict[str, Any]] = []  # each answered turn's acceptance, when said
 
     def _advance(self) -> bool:
         """Move through the row to the next turn to generate; False when the row is done."""
@@ -100,7 +101,7 @@ class Conversation:
         if self.sent_at is None:
             self.sent_at = round(time.time(), 3)
         msgs = [{"role": m["role"], "content": m["content"]} for m in self.out]
-        return ChatRequest(self.rid, msgs, self.max_tokens, self.params)
+        return ChatRequest(self.rid, msgs, self.max_tokens, self.params, self.row.group)
 
     def answered(self, rec: RequestRecord) -> None:
         """A turn's answer: it joins the conversation, its costs the row's."""
@@ -125,6 +126,8 @@ class Conversation:
         if self.ttft is None and rec.ttft is not None:
             self.ttft = rec.ttft
         self.latency += rec.e2e or 0.0
+        if rec.spec:
+            self.spec.append(rec.spec)
 
     def _keep_ids(self, turn: dict[str, Any], rec: RequestRecord) -> None:
         """The turn's ids as served (arrays: `rows.row_line` writes them as lists), and why
@@ -145,7 +148,7 @@ class Conversation:
         self.ids.append(status)
 
     def meta(self, model: str) -> dict[str, Any]:
-        return {
+        meta = {
             "server": self.server,
             "model": model,
             "prompt_tokens": self.prompt_tokens,
@@ -164,6 +167,20 @@ class Conversation:
             "finished_at": round(time.time(), 3),
             "token_ids": row_status(self.ids),
         } | ({"request": self.request} if self.request is not None else {})
+        return meta | self._accept()
+
+    def _accept(self) -> dict[str, Any]:
+        """The row's group and acceptance over its turns (pooled: 1 + accepted / steps)."""
+        out: dict[str, Any] = {"group": self.row.group} if self.row.group else {}
+        if not self.spec:
+            return out
+        steps = sum(s["steps"] for s in self.spec)
+        accepted = sum(s["accepted"] for s in self.spec)
+        out.update(spec_steps=steps, spec_accepted=accepted,
+                   spec_length=round(1.0 + accepted / steps, 4))  # fmt: skip
+        if all(s.get("drafted") is not None for s in self.spec):
+            out["spec_drafted"] = sum(s["drafted"] for s in self.spec)
+        return out
 
     def line(self, model: str) -> bytes:
         """The row as the data file holds it."""

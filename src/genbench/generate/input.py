@@ -71,6 +71,7 @@ class Row:
     tools: list[dict[str, Any]] | None = None  # the row's tool schema, sent with each request
     tool_choice: Any = None
     src: int = 0  # the key of its input line (fingerprint.py), 0 when not computed
+    group: str | None = None  # its group, category or source field: acceptance by group
 
     @property
     def output_id(self) -> str | int:
@@ -166,6 +167,10 @@ def _params(obj: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
+# a row's field naming its kind of prompt, the first given (acceptance is shown by group)
+GROUP_FIELDS = ("group", "category", "source")
+
+
 def parse_row(obj: Any, line: int, row_id: str | None = None) -> Row:
     """Validate one decoded row; raises _Bad naming the field."""
     if not isinstance(obj, dict):
@@ -188,7 +193,8 @@ def parse_row(obj: Any, line: int, row_id: str | None = None) -> Row:
     out_id = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
     # a row's tools are part of its content; a row without keeps the id it always had
     key = derive_id(messages, params if tools is None else {**params, "tools": tools})
-    return Row(row_id or key, messages, params, line, out_id, tools, choice)
+    group = next((g for f in GROUP_FIELDS if isinstance(g := obj.get(f), str) and g), None)
+    return Row(row_id or key, messages, params, line, out_id, tools, choice, group=group)
 
 
 def _decode(s: bytes) -> Any:

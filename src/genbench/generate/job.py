@@ -39,6 +39,7 @@ from genbench.generate.store import Existing, Store
 from genbench.generate.tool_probe import probe_tools
 from genbench.load import Load
 from genbench.records import RequestRecord
+from genbench.transport import acceptance
 from genbench.transport.client import Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import ThinkMode, ThinkState
@@ -167,6 +168,7 @@ class Job:
             client = Client(
                 ep, self.model, timeouts=timeouts, keep_text=True, think=think,
                 keep_raw=cfg.keep_raw, token_ids=rep.token_ids if rep.ok else ids_seen,
+                accept=acceptance.ask_for(rep.server.kind),
             )  # fmt: skip
             router = rep.server.kind in ROUTER_KINDS
             srv = Server(

@@ -49,6 +49,13 @@ META_FIELDS: tuple[tuple[str, str], ...] = (
     ("tool_call_cut", "bool"),
     ("token_ids", "string"),  # exact | partial | none | mismatch | unchecked
     ("request", "string"),  # the fingerprint of the requests the row made (fingerprint.py)
+    # the row's prompt group, and its speculative acceptance summed over its turns where the
+    # server said it (docs/acceptance.md); null for the others
+    ("group", "string"),
+    ("spec_steps", "int64"),
+    ("spec_accepted", "int64"),
+    ("spec_drafted", "int64"),
+    ("spec_length", "float64"),
 )
 
 

@@ -255,6 +255,8 @@ def build(source: Path, sc: Scan, s: Settings) -> tuple[dict[str, Any], Analysis
     }
     if sc.tools.rows:
         doc["tools"] = sc.tools.to_dict()
+    if sc.accept.rows:
+        doc["acceptance"] = sc.accept.to_dict() | {"of": sc.rows}
     return doc, Analysis(flags, dups["first_of"], a)
 
 

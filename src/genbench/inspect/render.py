@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from genbench.fmt import counted as _n  # `1 row`, `2 rows`
 from genbench.fmt import nbytes
 from genbench.inspect.detect import DEFECTS
 from genbench.inspect.fidelity import fidelity_lines
+from genbench.transport.acceptance import lines as accept_lines
 
 LABELS = {
     "loops": "repetition loop",
@@ -188,6 +190,9 @@ def print_inspection(doc: dict[str, Any], console: Console) -> None:
     _server_lines(doc, console)
     fidelity_lines(doc.get("fidelity"), console)
     _tool_lines(doc, console)
+    if acc := doc.get("acceptance"):
+        for line in accept_lines(acc, " (each row over its turns)", "row"):
+            console.print(escape(line))
     _storage_lines(doc, console)
     if doc.get("saved"):
         console.print(f"inspect: {doc['saved']}")

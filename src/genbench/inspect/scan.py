@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from genbench.inspect.acceptance import AcceptTally
 from genbench.inspect.detect import BIT, DEFECTS, Thresholds, answer_keys, examine
 from genbench.inspect.distribution import duplicates
 from genbench.inspect.fidelity import Fidelity
@@ -123,6 +124,7 @@ class Scan:
     where: array = field(default_factory=lambda: array("Q"))  # (file index << 40) | line
     fidelity: Fidelity | None = None  # the token ids' counts (inspect/fidelity.py)
     tools: ToolTally = field(default_factory=ToolTally)  # agentic rows' calls
+    accept: AcceptTally = field(default_factory=AcceptTally)  # speculative acceptance
 
     @property
     def rows(self) -> int:
@@ -180,6 +182,7 @@ def scan(
     sample: list[Any] = []
     where = array("Q")
     tools = ToolTally(max_examples=max_examples)
+    accept = AcceptTally()
     rng = random.Random(0)
     n = 0
     for fi, path in enumerate(files):
@@ -190,6 +193,7 @@ def scan(
             bits, details = examine(row, th)
             fid.add(obj)
             tools.add(obj, row.id, path.name, line)
+            accept.add(obj)
             for name, detail in details:
                 if len(examples[name]) < max_examples:
                     examples[name].append(Example(row.id, path.name, line, detail))
@@ -221,5 +225,6 @@ def scan(
             if progress is not None and not n & 0xFFF:
                 progress(n)
     return Scan(
-        stats, cols, ids, list(servers), list(finishes), examples, sample, where, fid, tools
-    )
+        stats, cols, ids, list(servers), list(finishes), examples, sample, where, fid, tools,
+        accept,
+    )  # fmt: skip

@@ -28,6 +28,7 @@ from genbench.plan.storage import (
     parquet_bytes_per_row,
 )
 from genbench.plan.units import duration
+from genbench.stats import acceptance
 
 WANDER_NOTE = 0.02  # a speed part of the range this wide is explained in a note
 
@@ -88,6 +89,13 @@ def plan_from_pilot(
             row["at_servers"] = {"servers": servers, **_wall(fc_m[i])}
         plan["rows"].append(row)
     plan["notes"] = _notes(model, inputs, concurrency, worst)
+    plan["acceptance"] = acceptance([r for r in run.records if r.ok])
+    if plan["acceptance"] is not None:
+        plan["notes"].append(
+            f"speculative decoding: the forecast rests on the pilot's own speed, at the "
+            f"acceptance measured on these prompts ({plan['acceptance']['length']:.2f} tokens "
+            "per verify step, pooled), not on a server-wide average (docs/acceptance.md)"
+        )
     return plan
 
 

@@ -112,7 +112,26 @@ def plan_from_result(
     plan["model"]["reach"] = _reach(rates, concurrency, sweep_len)
     plan["rows"] = [_row(rates, s, servers, concurrency, storage) for s in samples]
     plan["notes"] = notes + plan["model"]["reach"]
+    _acceptance(plan, doc, concurrency if concurrency is not None else rates.best_c)
     return plan
+
+
+def _acceptance(plan: dict[str, Any], doc: dict[str, Any], c: int) -> None:
+    """A speculative run's rate carries the acceptance of the prompts it ran: the plan keeps
+    it, and says when those were genbench's built-in prompts, not the job's."""
+    phase = next((p for p in doc.get("phases") or () if p.get("kind") == "sustained"
+                  and p.get("concurrency") == c), None)  # fmt: skip
+    acc = ((phase or {}).get("summary") or {}).get("acceptance")
+    if not acc:
+        return
+    plan["acceptance"] = acc
+    if (doc.get("workload") or {}).get("prompts") != "file":
+        plan["notes"].append(
+            f"speculative decoding: this rate carries the acceptance of genbench's built-in "
+            f"prompts ({acc['length']:.2f} tokens per verify step at C={c}); the job's prompts "
+            "accept as they do: measure them (run --workload FILE, or plan --prompts FILE "
+            "--url URL, a pilot on your prompts; docs/acceptance.md)"
+        )
 
 
 def _reach(rates: _RunRates, concurrency: int | None, sweep_len: dict[int, float]) -> list[str]:

@@ -37,6 +37,7 @@ from genbench.plan.units import parse_counts
 from genbench.records import RequestRecord
 from genbench.run.result import REQUESTS_FILE, configuration_dirs, load_result, prepare_out_dir
 from genbench.settings import Setting, setting
+from genbench.transport import acceptance
 from genbench.transport.endpoint import Endpoint, endpoint
 from genbench.transport.eventloop import run_async
 from genbench.transport.open_files import fit_descriptors
@@ -293,7 +294,8 @@ def _plan_pilot(
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out)
-    run = _run(pilot, args, check.model or "", watch, check.think_mode(), check.token_ids)
+    run = _run(pilot, args, check.model or "", watch, check.think_mode(), check.token_ids,
+               acceptance.ask_for(check.server.kind))  # fmt: skip
     doc = plan_from_pilot(
         run,
         concurrency,
@@ -315,6 +317,7 @@ def _run(
     watch: PilotWatch,
     think: ThinkMode | None = None,
     token_ids: str | None = None,
+    accept: str | None = None,
 ) -> PilotRun:
     """The warm-up and the pilot, its progress told to `watch`."""
     rows, stop, c = pilot.source.rows, pilot.stop, pilot.concurrency
@@ -357,6 +360,7 @@ def _run(
                 think=think,
                 tool_policy=args.tool_policy,
                 token_ids=token_ids,
+                accept=accept,
             )
         )
     except (KeyboardInterrupt, asyncio.CancelledError):

@@ -192,6 +192,7 @@ async def run_pilot(
     think: ThinkMode | None = None,
     tool_policy: str = "replay",
     token_ids: str | None = None,
+    accept: str | None = None,
 ) -> PilotRun:
     """Run the pilot as the job will run, on generate's own path (`row_load`): C
     workers, sustained, natural lengths, each row a conversation sent as `genbench
@@ -212,7 +213,8 @@ async def run_pilot(
     (`--token-ids auto`), so the rows measured weigh what the job's will."""
     timeouts = Timeouts(connect=10.0, read=timeout, total=None)
     # the protocol-level transport `run` uses: the client's own CPU stays out of the pilot
-    client = Client(ep, model, timeouts=timeouts, keep_text=True, think=think, token_ids=token_ids)
+    client = Client(ep, model, timeouts=timeouts, keep_text=True, think=think, token_ids=token_ids,
+                    accept=accept)  # fmt: skip
     server = Server(ep, client, concurrency)
     writer = RecordWriter(out / REQUESTS_FILE) if out else None
     run = PilotRun(records=[], wall_s=0.0)

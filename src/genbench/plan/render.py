@@ -14,6 +14,7 @@ from rich.table import Table
 from genbench import fmt
 from genbench.plan.tables import decision_tables
 from genbench.records import RequestRecord
+from genbench.transport.acceptance import lines as accept_lines
 
 if TYPE_CHECKING:
     from genbench.plan.pilot import PilotStop
@@ -118,6 +119,8 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
         f"[bold]genbench plan[/] from {src['path']} ({src.get('model')} on "
         f"{src.get('server') or 'unknown server'})"
     )
+    for line in accept_lines(doc["acceptance"], " in the run") if doc.get("acceptance") else ():
+        console.print(f"  {escape(line)}")
     console.print(
         f"  tokens per sample: {fmt.number(m['tokens_per_sample'])} "
         f"({m['tokens_per_sample_basis']}); "
@@ -181,6 +184,9 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
         f"  server: {fmt.rate(m['job_tps'])} over the simulated job at C={m['concurrency']}"
         + (f" (the pilot's steady window: {fmt.rate(steady)})" if steady else "")
     )
+    if acc := doc.get("acceptance"):
+        for line in accept_lines(acc, " on your prompts (the pilot's requests)"):
+            console.print(f"  {escape(line)}")
     rep = m.get("replay")
     if rep:
         console.print(f"  model check: {_model_check(rep)}")

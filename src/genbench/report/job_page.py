@@ -88,6 +88,7 @@ def section(path: Path, h: JobHistory, notes: list[dict[str, Any]], figs: list[F
                                        ("job_failures", "job_eta")) + "</div>",
         "<h3>Latency and length</h3><div class='grid'>" + "".join(
             figure_html(by_id[k]) for k in ("job_latency", "job_lengths")) + "</div>",
+        _accept_table(h),
     ])  # fmt: skip
 
 
@@ -98,6 +99,29 @@ def _engines_html(path: Path, by_id: dict[str, Figure], figure_html: Any,
         return []
     table = events_table(read_events(path, tag))
     return [f"<h3>Engines</h3>{figure_html(by_id['job_engines'])}{table}"]
+
+
+def _accept_table(h: JobHistory) -> str:
+    """Speculative acceptance of the job's answers, by prompt group worst first and by
+    output length: the kinds of prompt the drafter serves worst (docs/acceptance.md)."""
+    acc = h.accept.to_dict() if h.accept.rows else None
+    if acc is None:
+        return ""
+    rows = [(f"group {g['group']}", g) for g in acc["by_group"]]
+    rows += [(f"{b['lo']:,}–{b['hi']:,} tokens" if b["hi"] else f"over {b['lo'] - 1:,} tokens",
+              b) for b in acc["by_length"]]  # fmt: skip
+    body = "".join(
+        f"<tr><td class='t'>{escape(name)}</td><td>{r['requests']:,}</td>"
+        f"<td>{r['length']:.2f}</td><td>{r['p10']:.2f}</td><td>{r['p50']:.2f}</td>"
+        f"<td>{r['p90']:.2f}</td></tr>"
+        for name, r in rows
+    )
+    head = ("<tr><th class='t'>answers</th><th>requests</th><th>length (pooled)</th>"
+            "<th>p10</th><th>p50</th><th>p90</th></tr>")  # fmt: skip
+    return (f"<h3>Speculative acceptance</h3><p class='note'>tokens per verify step, "
+            f"{acc['length']:.2f} pooled over {acc['requests']:,} answers; groups worst "
+            f"first, then by output length</p><div class='tablewrap'><table>{head}{body}"
+            "</table></div>")  # fmt: skip
 
 
 def job_sections(path: Path, figure_html: Any) -> list[tuple[str, str, list[Figure]]]:

@@ -33,6 +33,7 @@ import numpy as np
 import orjson
 
 from genbench.errors import ErrorKind, no_worker_left
+from genbench.inspect.acceptance import AcceptTally
 
 MAX_BINS = 480
 FIRST_WIDTH_S = 1.0
@@ -119,6 +120,7 @@ class JobHistory:
     records: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
     model: str = ""
+    accept: AcceptTally = field(default_factory=AcceptTally)  # each answer's, where said
 
     @property
     def start(self) -> float:
@@ -176,6 +178,10 @@ class _Reader:
         tokens = g("completion_tokens", dft("completion_tokens")) or 0
         thinking = g("reasoning_tokens", dft("reasoning_tokens")) or 0
         life.tokens += tokens
+        spec = g("spec")
+        if isinstance(spec, dict) and type(spec.get("steps")) is int and spec["steps"] > 0:
+            group = (g("extra") or {}).get("group")
+            self.h.accept.add_item(spec["steps"], int(spec.get("accepted") or 0), group, tokens)
         self.h.bins.add(i, "tokens", life.name, tokens)
         self.h.bins.add(i, "thinking", life.name, thinking)
         first = [t for t in (g("ttft_answer"), g("ttft_thinking"), g("ttft")) if t is not None]

@@ -47,6 +47,7 @@ from genbench.run.workload import (
     messages,
 )
 from genbench.stats import PhaseSummary, summarize, sweep_of
+from genbench.transport import acceptance
 from genbench.transport.client import ChatRequest, Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import DEFAULT_TAGS, SEPARATE, ThinkMode, ThinkState
@@ -380,8 +381,9 @@ class Runner:
         pool = self.metrics.pool if self.metrics is not None else None
         think, keep = self.think, self.mode is not None  # text kept to split and count
         client = Client(
-            self.ep, self.model, timeouts=timeouts, session=pool, think=think, keep_text=keep
-        )
+            self.ep, self.model, timeouts=timeouts, session=pool, think=think, keep_text=keep,
+            accept=acceptance.ask_for(self.kind),
+        )  # fmt: skip
         if keep:  # thinking the server did not count, counted by its /tokenize
             self.counter = ThinkingCounter(client.pool, self.ep, self.model)
         try:

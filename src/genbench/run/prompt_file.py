@@ -5,9 +5,11 @@ An agentic job does not send chat prompts: its requests carry a tool schema, gro
 every call and result, and a row makes several of them. Each assistant turn of a row
 becomes one request here, with the row's original history before it (calls and results
 as written) and its `tools`; a chat row gives one request per answered user turn, as
-generate's `--turns all` sends them. The requests are cycled in file order. The output
-length is still `run`'s to force (the lengths of the phases); a row's `tool_choice` is
-left out, so that a forced call does not decide what a length phase generates.
+generate's `--turns all` sends them. The requests are cycled in file order. A row's own
+`params` go with its requests (over run's, as generate sends them), but for the length
+fields: the output length is still `run`'s to force (the lengths of the phases); a row's
+`tool_choice` is left out, so that a forced call does not decide what a length phase
+generates.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from genbench.errors import InputFileError
 from genbench.generate.input import Row, iter_rows, scan
+from genbench.generate.params import MAX_TOKENS_KEYS, merge
 from genbench.generate.tools import is_agentic, wire
 from genbench.run.workload import PromptCycle
 from genbench.transport.client import ChatRequest
@@ -33,6 +36,7 @@ class PromptFile:
 
     path: Path
     requests: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)  # each request's row's group (or file's)
     rows: int = 0
     agentic: int = 0
 
@@ -58,15 +62,23 @@ def read_prompt_file(path: Path, limit: int = MAX_ROWS) -> PromptFile:
         if isinstance(row, Row):
             pf.rows += 1
             pf.agentic += is_agentic(row.messages, row.tools)
-            pf.requests += _requests(row)
+            got = _requests(row)
+            pf.requests += got
+            pf.groups += [row.group or path.stem] * len(got)
     if not pf.requests:
         raise InputFileError(path, None, "empty: no rows with a prompt")
     return pf
 
 
+# a row's params that run leaves out: each phase sets the output length itself
+LENGTH_FIELDS = (*MAX_TOKENS_KEYS, "min_tokens", "ignore_eos", "n_predict")
+
+
 def _requests(row: Row) -> list[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
     """One request per assistant turn (and one for a row that ends waiting for one)."""
-    extra = {"tools": row.tools} if row.tools else {}
+    extra = {k: v for k, v in row.params.items() if k not in LENGTH_FIELDS}
+    if row.tools:
+        extra["tools"] = row.tools
     msgs, out = row.messages, []
     for i, m in enumerate(msgs):
         last = i + 1 == len(msgs)
@@ -89,9 +101,12 @@ class FileCycle:
 
     def __next__(self) -> ChatRequest:
         i = next(self._n)
-        name, messages, extra = self.pf.requests[i % len(self.pf.requests)]
-        params = {**self.params, **extra} if extra else dict(self.params)
-        return ChatRequest(f"{self.prefix}-{i}-{name}", messages, self.max_tokens, params)
+        j = i % len(self.pf.requests)
+        name, messages, extra = self.pf.requests[j]
+        params = merge(self.params, extra) if extra else dict(self.params)
+        req = ChatRequest(f"{self.prefix}-{i}-{name}", messages, self.max_tokens, params)
+        req.group = self.pf.groups[j]
+        return req
 
 
 def cycle_for(

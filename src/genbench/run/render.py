@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -16,6 +17,7 @@ from genbench.run.benchmark import Phase, RunListener
 from genbench.run.readings import sweep_readings
 from genbench.run.result import REQUESTS_FILE
 from genbench.run.session import RunOutcome
+from genbench.transport.acceptance import lines as accept_lines
 
 
 class RunConsole(RunListener):
@@ -154,6 +156,10 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
     spec = [p for p in phases if (p.get("server_metrics") or {}).get("spec_mean_acceptance_length")]
     for p in spec:
         console.print(f"  speculative decoding {p['name']}: {spec_line(p['server_metrics'])}")
+    for p in phases:
+        if acc := p["summary"].get("acceptance"):
+            for line in accept_lines(acc, f" per request, {p['name']}"):
+                console.print(f"  {escape(line)}")
     estimated = [p["name"] for p in phases if p["summary"].get("tokens_estimated")]
     if estimated:
         console.print(

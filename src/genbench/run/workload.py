@@ -90,4 +90,5 @@ class PromptCycle:
             messages=messages(text),
             max_tokens=self.max_tokens,
             params=dict(self.params),
+            group=name,
         )

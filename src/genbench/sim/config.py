@@ -238,6 +238,10 @@ class SimConfig:
     reasoning_dialect: str = "reasoning_content"
     spec_k: int = 1
     spec_accept: float = 1.0
+    # TEXT:P rules: a request whose messages hold TEXT accepts each draft with P (sim/spec.py)
+    spec_accept_match: list[str] = field(default_factory=list)
+    # vLLM's --per-request-spec-decode-metrics: none, summary or detailed (sim/spec.py)
+    spec_metrics: str = "none"
     output_len: str = "fixed:256"
     seed: int = 0
     api_key_env: str | None = None
@@ -345,6 +349,12 @@ class SimConfig:
         need(
             0 <= self.spec_accept <= 1, "--spec-accept", self.spec_accept, "a probability in [0, 1]"
         )
+        from genbench.sim.spec import SPEC_METRICS, parse_accept_match
+
+        for rule in self.spec_accept_match:
+            parse_accept_match(rule)
+        need(self.spec_metrics in SPEC_METRICS, "--per-request-spec-decode-metrics",
+             repr(self.spec_metrics), " or ".join(SPEC_METRICS))  # fmt: skip
         self.output_len_dist()
         self.drift_model()
         from genbench.sim.tools import parse_tool_calls  # it reads the sim's text

@@ -86,8 +86,13 @@ def first_chunk_tail(prompt: list[int]) -> bytes:
     )
 
 
-def sglext_chunk(head: dict[str, Any], prompt: list[int], out: list[int]) -> bytes:
-    ext = {"input_ids": prompt, "output_ids": [out]}
+def sglext_chunk(
+    head: dict[str, Any], prompt: list[int], out: list[int],
+    more: dict[str, Any] | None = None, ids: str | None = "sglang",
+) -> bytes:  # fmt: skip
+    """SGLang's one `sglext` chunk: the ids when asked, and `more` (its other fields)."""
+    ext = {"input_ids": prompt, "output_ids": [out]} if ids == "sglang" else {}
+    ext.update(more or {})
     return b"data: " + orjson.dumps({**head, "choices": [], "sglext": ext}) + b"\n\n"
 
 

@@ -219,7 +219,7 @@ class Req:
         "sink", "head", "pre_c", "pre_r", "usage_chunk_ok", "prompt_tokens", "finish",
         "done", "events", "event_at", "stall", "outcome", "released", "dead", "malformed",
         "error_message", "script",
-        "id", "created", "ids", "prompt_ids", "tool", "uncounted",
+        "id", "created", "ids", "prompt_ids", "tool", "uncounted", "accept", "spec",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -238,6 +238,8 @@ class Req:
         self.ids: str | None = None  # the token-id dialect this request is answered in
         self.prompt_ids: list[int] = []
         self.uncounted = False  # uncounted-think: usage leaves its thinking out
+        self.accept = 1.0  # this request's draft acceptance (sim/spec.py)
+        self.spec: Any = None  # its acceptance Tally, when it is to be said (sim/spec.py)
 
 
 def check_body(body: dict[str, Any]) -> str | None:

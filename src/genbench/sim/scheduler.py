@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from genbench.sim import ids
+from genbench.sim import ids, spec
 from genbench.sim.config import SimConfig
 from genbench.sim.dialect import DIALECTS, Usage
 from genbench.sim.replies import (
@@ -177,7 +177,8 @@ class Scheduler:
         return r.sink.write(body)  # type: ignore[union-attr]
 
     def _advance(self, r: Req, k: int, t: float) -> bool:
-        """Emit up to k tokens at time t; True while the request stays in the batch."""
+        """Emit up to k tokens at time t; True while the request stays in the batch. A verify
+        step (k > 0 after the first token) is tallied before the request can finish."""
         if r.emitted == r.event_at and not self._events(r, t):
             return False
         rem = r.total - r.emitted
@@ -189,6 +190,8 @@ class Scheduler:
         if not self._emit(r, k):
             self.drop(r, t)
             return False
+        if r.spec is not None and 0 < k < r.emitted:  # not the prefill's token: a verify step
+            r.spec.step(k - 1, self.cfg.spec_k - 1)
         if r.emitted == r.event_at and not self._events(r, t):
             return False
         if r.emitted >= r.total:
@@ -229,16 +232,17 @@ class Scheduler:
         finish = r.finish
         if r.stream:
             out = r.head + b'{},"finish_reason":"' + finish.encode() + b'"}]}\n\n'
+            head = {"id": r.id, "object": "chat.completion.chunk", "created": r.created,
+                    "model": self.cfg.model}  # fmt: skip
+            said = spec.said(r, self.cfg.dialect, r.emitted)
+            if r.ids == "sglang" or (said and said[0] == "sglext"):  # once, before the usage
+                ext = said[1] if said else {}
+                out += ids.sglext_chunk(head, r.prompt_ids, ids.generated(r), ext, r.ids)
             if r.usage_chunk_ok:
-                usage = {
-                    "id": r.id, "object": "chat.completion.chunk", "created": r.created,
-                    "model": self.cfg.model, "choices": [], "usage": self.usage(r),
-                }  # fmt: skip
+                usage = {**head, "choices": [], "usage": self.usage(r)}
+                if said and said[0] == "metrics":  # vLLM: on the usage chunk alone
+                    usage["metrics"] = said[1]
                 out += b"data: " + orjson.dumps(usage) + b"\n\n"
-            if r.ids == "sglang":  # SGLang's ids: once, whole, before [DONE]
-                head = {"id": r.id, "object": "chat.completion.chunk", "created": r.created,
-                        "model": self.cfg.model}  # fmt: skip
-                out += ids.sglext_chunk(head, r.prompt_ids, ids.generated(r))
             if not r.sink.write(out + DONE):  # type: ignore[union-attr]
                 self.drop(r, t)
                 return
@@ -281,7 +285,7 @@ class Scheduler:
 
     async def _run(self) -> None:
         cfg = self.cfg
-        a, b, k_spec, p_acc = cfg.step_a, cfg.step_b, cfg.spec_k, cfg.spec_accept
+        a, b, k_spec = cfg.step_a, cfg.step_b, cfg.spec_k
         rnd = self.rng.random
         base = clock()
         while True:
@@ -301,7 +305,8 @@ class Scheduler:
                 if r.dead:
                     continue
                 k = k_spec
-                if k > 1 and p_acc < 1.0:
+                if k > 1 and r.accept < 1.0:
+                    p_acc = r.accept
                     k = 1 + sum(1 for _ in range(k_spec - 1) if rnd() < p_acc)
                 before = r.emitted
                 try:

@@ -32,7 +32,7 @@ from aiohttp import web
 
 from genbench import __version__
 from genbench.errors import UsageError
-from genbench.sim import ids
+from genbench.sim import ids, spec
 from genbench.sim.config import TEXT_FAULTS, Fault, SimConfig, startup_line
 from genbench.sim.dialect import DIALECTS, Handler, render_metrics, sim_rows
 from genbench.sim.replies import (
@@ -273,6 +273,7 @@ class SimServer:
             r.ids, r.prompt_ids = cfg.token_ids, ids.prompt_ids(messages)
         r.finish = finish
         r.uncounted = any(f.kind == "uncounted-think" for f in active)
+        spec.setup(r, cfg, body, messages)
         r.id = "chatcmpl-" + os.urandom(12).hex()
         r.created = int(time.time())
         _in_flight(r, body, active)
@@ -390,6 +391,8 @@ class SimServer:
             out["usage"] = self.sched.usage(r)
         if r.ids is not None:
             ids.whole(r.ids, body, out, r.prompt_ids, ids.generated(r))
+        if (said := spec.said(r, self.cfg.dialect, r.emitted)) is not None:
+            out.setdefault(said[0], {}).update(said[1])
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
     def shutdown(self) -> None:

@@ -27,6 +27,7 @@ import orjson
 from genbench import __version__
 from genbench.errors import ErrorKind
 from genbench.records import RequestRecord
+from genbench.transport import acceptance
 from genbench.transport.connection import Connection, Exchange
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.failures import (
@@ -61,6 +62,7 @@ class ChatRequest:
     messages: list[dict[str, Any]]
     max_tokens: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    group: str | None = None  # the prompt's group, kept on the record (extra.group)
 
 
 class ConnectionPool:
@@ -231,8 +233,12 @@ class Client:
         think: ThinkMode | ThinkState | None = None,
         keep_raw: bool = False,
         token_ids: str | None = None,
+        accept: str | None = None,
     ) -> None:
         self.endpoint = endpoint
+        # ask for each request's speculative acceptance in this dialect (sglang; vLLM's is the
+        # server's flag): genbench.transport.acceptance
+        self.accept = accept
         # ask for the token ids in this dialect (genbench.transport.token_ids: vllm, sglang) and
         # keep them on the record; None: neither asked nor kept
         self.token_ids = token_ids
@@ -280,6 +286,8 @@ class Client:
             body["stream_options"] = {"include_usage": True}
         if self.token_ids is not None:
             body.update(REQUEST_FIELDS[self.token_ids])
+        if self.accept is not None:
+            body.update(acceptance.REQUEST_FIELDS[self.accept])
         return body
 
     def _request(self, req: ChatRequest) -> bytes:
@@ -289,7 +297,7 @@ class Client:
         return self._head + b"%d\r\n\r\n" % len(data) + data
 
     def new_record(self, req: ChatRequest, phase: str = "") -> RequestRecord:
-        return RequestRecord(
+        rec = RequestRecord(
             id=req.id,
             phase=phase,
             server=self.endpoint.base_url,
@@ -297,6 +305,9 @@ class Client:
             stream=self.stream,
             max_tokens=req.max_tokens,
         )
+        if req.group:
+            rec.extra["group"] = req.group
+        return rec
 
     async def chat(
         self, req: ChatRequest, phase: str = "", record: RequestRecord | None = None

@@ -25,6 +25,7 @@ import orjson
 from orjson import JSONDecodeError, loads
 
 from genbench.records import ANSWER, THINKING, RequestRecord
+from genbench.transport import acceptance
 from genbench.transport.failures import (
     Failure,
     inband_failure,
@@ -63,7 +64,7 @@ class StreamParser:
 
     __slots__ = (
         "rec", "t0", "buf", "kinds", "answer", "thinking", "done", "finished", "failure",
-        "split", "last", "raw", "watched", "ids", "add_ids", "tools",
+        "split", "last", "raw", "watched", "ids", "add_ids", "tools", "verify_ct",
     )  # fmt: skip
 
     def __init__(
@@ -97,6 +98,7 @@ class StreamParser:
         self.tools: ToolCalls | None = None  # the reply's tool calls, from delta.tool_calls
         self.ids = ids  # the server's token ids when asked (genbench.transport.token_ids)
         self.add_ids = ids.out.fromlist if ids is not None else None
+        self.verify_ct = 0  # older SGLang's verify steps, read with the completion tokens
 
     def feed(self, data: bytes, now: float) -> int:
         """Bytes of the body that arrived at `now`: MORE, DONE ([DONE] seen) or STOP (a
@@ -169,10 +171,20 @@ class StreamParser:
             return not_an_object_failure()
         rec = self.rec
         choices = obj.get("choices")
+        choice = choices[0] if choices else None
         if self.ids is not None:
-            self.ids.event(obj, choices[0] if choices else None)
-        if choices:
-            choice = choices[0]
+            self.ids.event(obj, choice)
+        # acceptance rides on a stream's last chunks: a plain chunk pays four look-ups
+        if (
+            "metrics" in obj
+            or "sglext" in obj
+            or "meta_info" in obj
+            or (type(choice) is dict and "meta_info" in choice)
+        ):
+            spec = acceptance.read(obj, choice)
+            if spec is not None:
+                self._spec(spec)
+        if choice:
             delta = choice.get("delta")
             if delta:
                 thinking = delta.get("reasoning_content") or delta.get("reasoning")
@@ -193,6 +205,12 @@ class StreamParser:
         if usage:
             apply_usage(rec, usage)
         return None
+
+    def _spec(self, spec: dict[str, Any] | int) -> None:
+        if type(spec) is int:
+            self.verify_ct = spec
+        else:
+            self.rec.spec = spec  # type: ignore[assignment]
 
     def text(self, rel: float, thinking: str | None, content: str | None) -> None:
         """A chunk with text arrived `rel` seconds after the request was sent."""
@@ -336,6 +354,8 @@ class StreamParser:
             rec.raw = "".join(self.raw)
         if rec.completion_tokens is None:
             estimate_tokens(rec)
+        elif self.verify_ct and rec.spec is None:
+            rec.spec = acceptance.from_steps(self.verify_ct, rec.completion_tokens)
         if split is not None and (rec.reasoning_tokens is None or rec.tokens_estimated):
             estimate_thinking(rec, split.tags_seen)
         elif not rec.reasoning_tokens and rec.thinking_chars:  # split, not counted (or 0)
@@ -391,6 +411,10 @@ def parse_whole(
         rec.tokens_estimated = True
     if ids is not None:
         ids.whole_response(obj, choice, rec)
+    spec = acceptance.read(obj, choice)
+    if type(spec) is int:
+        spec = acceptance.from_steps(spec, rec.completion_tokens)
+    rec.spec = spec  # type: ignore[assignment]
     if (split is not None and rec.reasoning_tokens is None) or (
         thinking and not rec.reasoning_tokens
     ):  # thinking the server did not count (or counted as 0 tokens: text is never 0)

@@ -69,6 +69,19 @@ def test_without_a_floor_the_advice_is_a_pilot_length():
     assert text.endswith("; ±5% needs a pilot of about 1,096 requests (--pilot 1096)")
 
 
+def test_a_bar_already_inside_the_target_asks_for_no_pilot_length():
+    # seen on the sim: "the bar is ±1.7% ...; ±5% needs a pilot of about 2 requests (--pilot
+    # 2)" after a pilot of 287: a pilot of 2 would not know its own bar
+    tgt = {"target": 0.05, "requests": 2, "floor": 0.016, "floor_from": None}
+    parts = {"side": "above", "sample": 0.001, "speed": 0.0166, "misfit": 0.0007}
+    text = _bar_parts(math.hypot(0.001, 0.0166, 0.0007), parts, tgt, 287)
+    assert text.endswith("; inside ±5% already with this pilot's 287 requests"), text
+    assert "--pilot" not in text
+    edge = _bar_parts(0.05, {**parts, "sample": 0.05, "speed": 0.0, "misfit": 0.0},
+                      {**tgt, "requests": 287}, 287)  # fmt: skip
+    assert "inside ±5% already" in edge
+
+
 def test_the_model_check_shows_the_calibrated_replay_its_misfit_is_measured_on():
     # model(): the replay takes 8 s, calibrated × 1.25 (the pilot's last send at 5 s, the
     # replay's at 4 s) to 10 s, against the pilot's 12.5 s: 10 / 12.5 − 1 = −20%

@@ -126,8 +126,9 @@ def test_before_two_clusters_there_is_no_eta_and_with_few_waves_the_start_counts
     done = Completions()
     assert estimate(done, 10, 1.0) is None
     done.add(5.0, 32, 5.0)
-    e = estimate(done, 100, 5.5)  # one wave: the start (every stream sent) is a cluster end
-    assert e is not None and e.seconds == pytest.approx(100 / (32 / 5.0) - 0.5)
+    assert estimate(done, 100, 5.5) is None  # more of the first wave may come yet
+    e = estimate(done, 100, 7.6)  # one wave: the start (every stream sent) is a cluster end
+    assert e is not None and e.seconds == pytest.approx(100 / (32 / 5.0) - 2.6)
     assert e.lo_s is None  # too few stretches for a range
     assert estimate(done, 0, 6.0) == E.Eta(0.0, 0.0, 0.0)
 
@@ -145,3 +146,46 @@ def test_memory_is_bounded_and_the_last_completion_kept():
     late.add(2.0, 1, 1.0)
     late.add(1.5, 1, 1.0)  # a record that arrives late counts at the latest time seen
     assert late.points() == ([2.0, 2.0], [1.0, 2.0]) and not math.isnan(late.count)
+
+
+def test_the_first_wave_counts_once_it_has_all_arrived():
+    # a busy host reads a wave's rows a millisecond or two apart: 2 of the first 32 (4.5 s
+    # in) are not a rate of 2 rows in 4.5 s (an ETA of 37 min on a 2.4-min job, seen
+    # live), nor are 32 rows 2 ms apart a rate of 500 rows/s (an ETA of 1.6 s)
+    done = Completions()
+    done.add(4.5, 1, 4.5)
+    done.add(4.5005, 1, 4.5)
+    assert estimate(done, 998, 4.6) is None  # the first wave is still arriving
+    for k in range(30):
+        done.add(4.502 + k * 0.002, 1, 4.5)
+    last = 4.502 + 29 * 0.002
+    assert estimate(done, 968, last + 0.1) is None
+    quiet = last + E.MERGE * 4.5 + 0.01  # past half the felt gap (the start-up's 4.5 s)
+    e = estimate(done, 968, quiet)
+    assert e is not None and e.seconds == pytest.approx(
+        968 / (32 / last) - (quiet - last), rel=0.01
+    )
+
+
+def test_an_eta_without_its_range_is_no_evidence_that_the_job_left_the_plan():
+    """Before the ETA has a range (its first clusters), a point past the plan's range is
+    said too early to tell, never 'outside', however long it lasts (seen live: 'the job's
+    speed has left the plan's range' at 12 s of a job that ended inside its bar)."""
+    from rich.console import Console
+
+    from genbench.generate.render import _course
+    from genbench.plan.document import JobForecast
+
+    f = JobForecast("p.json", "pilot", 1000, 1, 144.7, 142.4, 147.1, "b", None)
+    for elapsed in (6.0, 9.0, 12.0, 15.0, 60.0):
+        d = f.course(elapsed, 151.0 - elapsed, None, None)
+        assert d["verdict"] == "unsure" and d["missed_for_s"] is None
+        assert d["on_course_lo_s"] is None and d["on_course_hi_s"] is None
+    console = Console(width=250, record=True)
+    console.print(_course(d))
+    text = console.export_text()
+    assert "no range yet" in text and "too early to tell" in text and "left" not in text
+    assert f.course(61.0, 85.0, 80.0, 90.0)["verdict"] == "inside"
+    # with a range that misses, the hold starts then, not at the first range-less reading
+    d = f.course(62.0, 95.0, 90.0, 100.0)
+    assert d["verdict"] == "unsure" and d["missed_for_s"] == 0.0

@@ -11,7 +11,10 @@ and completions that spread out (continuous batching) are clusters of one or two
 
 * The rate: rows between two cluster ends over the time between them, over the last
   half of the job's history since its first cluster (at least WINDOW_CLUSTERS clusters;
-  the start-up before the first rows end is left out, it is no part of the rate).
+  the start-up before the first rows end is left out, it is no part of the rate). The
+  start-up is a gap of its own in the felt gap: the first wave's rows, read a millisecond
+  apart on a busy host, are one cluster, and it counts once it has all arrived (without
+  it, 2 rows of a first wave of 32 were a cluster each: a rate of 2,000 rows/s).
 * The ETA: the last cluster's time, plus the rows left at that rate, plus the tail (the
   last C requests end when the longest of them does, not at the mean: the quantile
   C/(C + 1) of the durations seen, less their mean, C from Little's law), less now.
@@ -112,17 +115,21 @@ class Completions:
 
 
 def cluster_ends(
-    t: list[float], c: list[float], now: float | None = None
+    t: list[float], c: list[float], now: float | None = None, t0: float | None = None
 ) -> list[tuple[float, float]]:
     """(time, rows so far) at the last completion of each cluster: completions closer
     than MERGE × the felt gap are one cluster (a wave). With `now`, a last cluster that
-    may still be forming (its last row within that of now) is left out."""
+    may still be forming (its last row within that of now) is left out. With `t0`, the
+    job's start: the time before the first row ended is a gap too (the first wave's)."""
     n = len(t)
-    if n < 2:
+    gaps = [b - a for a, b in zip(t, t[1:], strict=False)]
+    if n and t0 is not None and t[0] > t0:
+        gaps.append(t[0] - t0)
+    if not gaps:
         return list(zip(t, c, strict=True))
-    thr = MERGE * felt_gap([b - a for a, b in zip(t, t[1:], strict=False)])
+    thr = MERGE * felt_gap(gaps)
     ends = [(t[i], c[i]) for i in range(n - 1) if t[i + 1] - t[i] > thr]
-    if ends and now is not None and now - t[-1] <= thr:
+    if (ends or t0 is not None) and now is not None and now - t[-1] <= thr:
         return ends
     return ends + [(t[-1], c[-1])]
 
@@ -215,7 +222,7 @@ def estimate(done: Completions, remaining: int, now: float, t0: float = 0.0) -> 
     docstring). None before two clusters have ended."""
     if remaining <= 0:
         return Eta(0.0, 0.0, 0.0)
-    ends = cluster_ends(*done.points(), now)
+    ends = cluster_ends(*done.points(), now, t0)
     if 0 < len(ends) < FEW and ends[0][0] > t0:  # a few waves: the start is one's start
         ends = [(t0, 0.0), *ends]
     if len(ends) < 2:

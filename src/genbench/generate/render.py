@@ -224,8 +224,13 @@ def _course(plan: dict[str, Any]) -> Text | None:
     verdict, on = plan.get("verdict"), plan.get("on_course_s")
     if verdict not in ("outside", "unsure") or on is None:
         return None
-    span = duration_range(plan["on_course_lo_s"], plan["on_course_hi_s"])
     plan_range = duration_range(plan["lo_s"], plan["hi_s"])
+    if plan.get("on_course_lo_s") is None or plan.get("on_course_hi_s") is None:
+        return Text(
+            f"on course for {duration(on)}, past the plan's {plan_range}, but the ETA has no "
+            "range yet (too few rows have ended): too early to tell"
+        )
+    span = duration_range(plan["on_course_lo_s"], plan["on_course_hi_s"])
     way = "slower" if on > plan["hi_s"] else "faster"
     if verdict == "outside":
         return Text(

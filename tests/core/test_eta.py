@@ -189,3 +189,24 @@ def test_an_eta_without_its_range_is_no_evidence_that_the_job_left_the_plan():
     # with a range that misses, the hold starts then, not at the first range-less reading
     d = f.course(62.0, 95.0, 90.0, 100.0)
     assert d["verdict"] == "unsure" and d["missed_for_s"] == 0.0
+
+
+def test_a_server_back_after_an_outage_keeps_the_finish_where_it_was():
+    """Waves of 32 every 4.6 s, 9 of them, then 20 s with nothing (a server killed and
+    started again), then the rest: 1,024 rows, the last at 167.3 s. Seen live on the sim:
+    while the first wave after the outage was still forming the ETA forgot the outage
+    (147 s, its range missing the end); once formed, the outage was the 90th percentile of
+    9 gaps, so no stall, and the ETA jumped to 216 s (130 – 623 s)."""
+    period, times = 4.6, [4.6 * k for k in range(1, 10)] + [66.0 + 4.6 * k for k in range(23)]
+    final = times[-1] + 31 * 0.002
+    for now in (66.01, 66.2, 68.0, 69.0, 71.0, 80.0, 110.0):
+        done = Completions()
+        for tw in times:
+            for j in range(32):
+                if tw + j * 0.002 <= now:
+                    done.add(tw + j * 0.002, 1, period)
+        e = estimate(done, 1024 - int(done.count), now)
+        assert e is not None and e.lo_s is not None and e.hi_s is not None
+        assert now + e.seconds == pytest.approx(final, abs=1.0), now
+        assert now + e.lo_s <= final <= now + e.hi_s, now
+        assert (e.hi_s - e.lo_s) / final < 0.25, now  # the outage is lost time, not speed

@@ -150,9 +150,11 @@ def felt_gap(gaps: list[float]) -> float:
 
 
 def usual_gap(gaps: list[float]) -> float:
-    """The 90th percentile of the gaps between clusters: a gap far past it is a stall."""
+    """The 90th percentile of the gaps between clusters: a gap far past it is a stall.
+    Of n gaps, the one at 0.9·(n − 1): with fewer than 11 the largest is never the usual
+    one (an outage among 9 waves was the 90th percentile, and so no stall)."""
     g = sorted(gaps)
-    return g[min(len(g) - 1, int(0.9 * len(g)))] if g else 0.0
+    return g[int(0.9 * (len(g) - 1))] if g else 0.0
 
 
 def window(ends: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -165,11 +167,13 @@ def window(ends: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def stretches(
-    ends: list[tuple[float, float]], parts: int, stall: float = math.inf
+    ends: list[tuple[float, float]], parts: int, usual: float = math.inf
 ) -> tuple[list[float], float]:
     """The rate in up to `parts` stretches of the window, each between two cluster ends
     nearest equal times, and the seconds one spans on average; a gap between clusters
-    longer than `stall` counts as `stall` (the rest is lost time, not speed)."""
+    longer than STALL × `usual` (a stall) counts as `usual`, as the rate counts it (the
+    rest is lost time, not speed: counted as 4 × usual, an outage made its stretch a
+    slow one and the range 1.5 times the job wide)."""
     m = min(parts, len(ends) - 1)
     if m < 3:
         return [], 0.0
@@ -186,7 +190,7 @@ def stretches(
     idx.append(last)
     lost = [0.0]  # lost[k]: the stall time before cluster end k
     for a, b in zip(times, times[1:], strict=False):
-        lost.append(lost[-1] + max(b - a - stall, 0.0))
+        lost.append(lost[-1] + (b - a - usual if b - a > STALL * usual else 0.0))
     busy = [(times[b] - times[a] - (lost[b] - lost[a]), ends[b][1] - ends[a][1])
             for a, b in zip(idx, idx[1:], strict=False)]  # fmt: skip
     rates = [rows / s for s, rows in busy if s > 0]
@@ -249,21 +253,31 @@ def estimate(done: Completions, remaining: int, now: float, t0: float = 0.0) -> 
         last = 0.0
     # nothing ended for longer than the longest usual gap: lost time (not in the tail,
     # where the last requests end further and further apart)
-    t_seen = done.last[0] if done.last else t_b
-    stall = max(0.0, now - max(t_seen, t_b) - gap) if remaining > last else 0.0
+    stall = _quiet(done, t_b, now, gap) if remaining > last else 0.0
     bulk = (remaining - last) / rate
     base = t_b + stall - now
     point = max(base + bulk + q_mid, 0.0)
-    parts, part_s = stretches(win, PARTS, STALL * usual)
+    parts, part_s = stretches(win, PARTS, usual)
     if len(parts) < 3:
         return Eta(point)
     h = SpeedWander.fit(parts, part_s).job(bulk + q_mid).halfwidth
     unseen = UNSEEN * bulk / (bulk + ends[-1][0] - ends[0][0])
     h = math.hypot(h, unseen)
-    drift = trend(stretches(ends, PARTS, STALL * usual), ends[-1][0], bulk, rate)
+    drift = trend(stretches(ends, PARTS, usual), ends[-1][0], bulk, rate)
     lo = base + bulk / max(1 + h, drift) + q_lo - usual
     hi = base + bulk / max(min(1 - h, drift), SLOWEST) + q_hi + gap
     return Eta(point, min(max(lo, 0.0), point), max(hi, point))
+
+
+def _quiet(done: Completions, t_b: float, now: float, gap: float) -> float:
+    """Seconds lost since the last cluster end `t_b`: quiet past the longest usual `gap`
+    before the first row of a cluster still forming (a server back after an outage: its
+    first wave) and since the last row."""
+    t, _ = done.points()
+    seen = done.last[0] if done.last else t_b
+    k = bisect.bisect_right(t, t_b)
+    first = t[k] if k < len(t) else seen
+    return max(first - t_b - gap, 0.0) + max(now - max(seen, t_b) - gap, 0.0)
 
 
 def trend(parts: tuple[list[float], float], t_last: float, left: float,

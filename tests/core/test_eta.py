@@ -210,3 +210,22 @@ def test_a_server_back_after_an_outage_keeps_the_finish_where_it_was():
         assert now + e.seconds == pytest.approx(final, abs=1.0), now
         assert now + e.lo_s <= final <= now + e.hi_s, now
         assert (e.hi_s - e.lo_s) / final < 0.25, now  # the outage is lost time, not speed
+
+
+def test_a_projection_past_the_plans_range_never_reads_as_one_of_its_ends():
+    """'on course for 2.5 min, past the plan's 2.4 – 2.5 min' (148 s against 142–147 s,
+    seen live): a decimal more where one would make them the same figure."""
+    from rich.console import Console
+
+    from genbench.generate.render import _apart, _course
+
+    assert _apart(148.0, 142.4, 147.1) == ("2.47 min", "2.37 – 2.45 min", "0.00 min")
+    assert _apart(146.0, 142.4, 147.1, 144.7) == ("2.4 min", "2.4 – 2.5 min", "2.4 min")
+    assert _apart(40.0, 30.0, 50.0) == ("40.0 s", "30.0 – 50.0 s", "0.0 s")
+    assert _apart(147.15, 142.4, 147.1)[0] == "2.453 min"  # up to 3 decimals
+    plan = {"seconds": 144.7, "lo_s": 142.4, "hi_s": 147.1, "on_course_s": 148.0,
+            "on_course_lo_s": 140.0, "on_course_hi_s": 156.0, "verdict": "unsure",
+            "missed_for_s": None}  # fmt: skip
+    console = Console(width=250, record=True)
+    console.print(_course(plan))
+    assert "on course for 2.47 min, past the plan's 2.37 – 2.45 min" in console.export_text()

@@ -229,3 +229,27 @@ def test_a_projection_past_the_plans_range_never_reads_as_one_of_its_ends():
     console = Console(width=250, record=True)
     console.print(_course(plan))
     assert "on course for 2.47 min, past the plan's 2.37 – 2.45 min" in console.export_text()
+
+
+def test_after_an_outage_continuous_completions_keep_a_narrow_range():
+    """Rows ending at decode steps (~35/s, continuous batching) for 20 s, nothing for 13 s (every
+    server down), then on: 1,200 rows. Seen on the sim: back from the outage, the range was
+    7 – 303 s on a 48-s job, because a stretch of the range's fit was the outage alone
+    (one cluster over the usual gap: a rate 4 times the job's)."""
+    rnd = random.Random(7)
+    times, t = [], 0.5
+    while len(times) < 1200:
+        t += rnd.expovariate(35.0)
+        if 20.0 < t < 33.0:
+            t = 33.0 + rnd.uniform(0.0, 0.05)
+        times.append(round(t / 0.035) * 0.035)  # a decode step's rows end together
+    final = times[-1]
+    for now in (33.1, 33.3, 34.0, 36.0, 38.0):
+        done = Completions()
+        for x in times:
+            if x <= now:
+                done.add(x, 1, 1.0)
+        e = estimate(done, 1200 - int(done.count), now)
+        assert e is not None and e.lo_s is not None and e.hi_s is not None
+        assert now + e.lo_s <= final <= now + e.hi_s, now
+        assert (e.hi_s - e.lo_s) / final < 0.4, (now, e)

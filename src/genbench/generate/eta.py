@@ -170,30 +170,32 @@ def stretches(
     ends: list[tuple[float, float]], parts: int, usual: float = math.inf
 ) -> tuple[list[float], float]:
     """The rate in up to `parts` stretches of the window, each between two cluster ends
-    nearest equal times, and the seconds one spans on average; a gap between clusters
-    longer than STALL × `usual` (a stall) counts as `usual`, as the rate counts it (the
-    rest is lost time, not speed: counted as 4 × usual, an outage made its stretch a
-    slow one and the range 1.5 times the job wide)."""
+    nearest equal busy times, and the busy seconds one spans on average. Busy time: a gap
+    between clusters longer than STALL × `usual` (a stall) counts as `usual`, as the rate
+    counts it; the rest is lost time, not speed. (Counted as 4 × usual, an outage made its
+    stretch a slow one; split by clock time, it was a stretch of its own, one cluster
+    over the usual gap, a rate 4 times the job's: either way the range 6 times the job
+    wide after a server came back.)"""
     m = min(parts, len(ends) - 1)
     if m < 3:
         return [], 0.0
-    times = [t for t, _ in ends]
-    t0, span, last = times[0], times[-1] - times[0], len(ends) - 1
+    busy = [ends[0][0]]  # the clock with the stalls' lost time taken out
+    for (a, _), (b, _) in zip(ends, ends[1:], strict=False):
+        busy.append(busy[-1] + (usual if b - a > STALL * usual else b - a))
+    t0, span, last = busy[0], busy[-1] - busy[0], len(ends) - 1
     idx = [0]
     for j in range(1, m):
         goal = t0 + span * j / m
-        k = bisect.bisect_left(times, goal, idx[-1] + 1, last)
-        if k > idx[-1] + 1 and goal - times[k - 1] < times[k] - goal:
+        k = bisect.bisect_left(busy, goal, idx[-1] + 1, last)
+        if k > idx[-1] + 1 and goal - busy[k - 1] < busy[k] - goal:
             k -= 1  # the nearer of the two around the goal
         if k < last:
             idx.append(k)
     idx.append(last)
-    lost = [0.0]  # lost[k]: the stall time before cluster end k
-    for a, b in zip(times, times[1:], strict=False):
-        lost.append(lost[-1] + (b - a - usual if b - a > STALL * usual else 0.0))
-    busy = [(times[b] - times[a] - (lost[b] - lost[a]), ends[b][1] - ends[a][1])
-            for a, b in zip(idx, idx[1:], strict=False)]  # fmt: skip
-    rates = [rows / s for s, rows in busy if s > 0]
+    spans = [
+        (busy[b] - busy[a], ends[b][1] - ends[a][1]) for a, b in zip(idx, idx[1:], strict=False)
+    ]
+    rates = [rows / s for s, rows in spans if s > 0]
     return rates, span / max(len(rates), 1)
 
 

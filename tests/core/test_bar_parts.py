@@ -94,3 +94,32 @@ def test_the_model_check_shows_the_calibrated_replay_its_misfit_is_measured_on()
         "replaying the pilot gives 8.0 s, calibrated to the pilot's sending 10.0 s, against "
         "12.5 s measured (-20.0%: the model's misfit, a part of the bar)"
     )
+
+
+def test_the_speed_note_gives_the_speed_part_the_breakdown_shows():
+    """Seen on the sim: the note said '±37.3% from the speed' and the breakdown '±59.5% from
+    the server's speed' for one plan: the first a speed's half-width, the second its
+    effect on the time (above the forecast). The note now gives both, the second the
+    breakdown's figure."""
+    from genbench.plan.from_pilot import _speed_notes
+
+    stretches = [1.0, 1.6, 1.5, 0.7, 0.6, 1.4, 1.7, 0.8, 0.5, 1.3]  # wanders widely
+    (f,) = forecast(model(stretches, 3.0), [(8, 1)], boot=2)
+    notes = _speed_notes(model(stretches, 3.0), {}, f)
+    h = f.speed.halfwidth
+    (said,) = [n for n in notes if "the range includes it" in n]
+    assert f"±{h:.1%} in speed for 8 samples" in said
+    assert f"+{f.parts.speed:.1%} / −{1 - 1 / (1 + h):.1%} on the time" in said, said
+    text = _bar_parts(f.rel_halfwidth, _wall(f)["parts"], _pilot_size(f, 2, 0.05)[
+        "pilot_size_for_target"])  # fmt: skip
+    assert f"±{f.parts.speed:.1%} from the server's speed" in text
+
+
+def test_the_speed_floor_names_speed_drift_only_where_it_was_given():
+    tgt = {"target": 0.05, "requests": None, "floor": 0.3, "floor_from": "speed"}
+    parts = {"side": "above", "sample": 0.0, "speed": 0.3, "misfit": 0.007}
+    plain = _bar_parts(0.3, parts, tgt)
+    assert plain.endswith("the server's speed as it wanders, not the pilot's size, sets a "
+                          "floor of ±30.0%")  # fmt: skip
+    assert "--speed-drift" not in plain
+    assert "wanders and --speed-drift, not" in _bar_parts(0.3, parts, tgt, drift=True)

@@ -193,12 +193,13 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     row = max(doc["rows"], key=lambda r: r["ours"]["rel_halfwidth"])["ours"]
     if "parts" in row and "floor" in tgt:
         pilot = doc["model"].get("pilot_samples")
-        console.print(f"  {_bar_parts(row['rel_halfwidth'], row['parts'], tgt, pilot)}")
+        drift = bool((doc.get("inputs") or {}).get("speed_drift"))
+        console.print(f"  {_bar_parts(row['rel_halfwidth'], row['parts'], tgt, pilot, drift)}")
 
 
 FLOOR_FROM = {
     "misfit": "the model's misfit on the pilot",
-    "speed": "the server's speed as it wanders (with --speed-drift)",
+    "speed": "the server's speed as it wanders",
 }
 
 
@@ -215,7 +216,11 @@ def _model_check(rep: dict[str, Any]) -> str:
 
 
 def _bar_parts(
-    total: float, parts: dict[str, Any], tgt: dict[str, Any], pilot: int | None = None
+    total: float,
+    parts: dict[str, Any],
+    tgt: dict[str, Any],
+    pilot: int | None = None,
+    drift: bool = False,
 ) -> str:
     """The bar and its parts as the bar combines them (in quadrature), and the pilot
     length a target asks for, or what sets the floor no pilot length passes. A bar
@@ -237,6 +242,8 @@ def _bar_parts(
     if need:
         return text + f"; ±{goal:.0%} needs a pilot of about {need:,} requests (--pilot {need})"
     what = FLOOR_FROM.get(tgt.get("floor_from") or "", "what a longer pilot does not narrow")
+    if tgt.get("floor_from") == "speed" and drift:
+        what += " and --speed-drift"
     return text + (
         f"; no pilot length reaches ±{goal:.0%}: {what}, not the pilot's size, sets a floor "
         f"of ±{tgt['floor']:.1%}"

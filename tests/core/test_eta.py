@@ -253,3 +253,31 @@ def test_after_an_outage_continuous_completions_keep_a_narrow_range():
         assert e is not None and e.lo_s is not None and e.hi_s is not None
         assert now + e.lo_s <= final <= now + e.hi_s, now
         assert (e.hi_s - e.lo_s) / final < 0.4, (now, e)
+
+
+def test_the_ending_tells_what_the_job_took_from_the_plans_range():
+    """The ending's 'plan: … the job took …' with as many decimals as tell the time taken
+    from the range's ends: a job of 146.4 s against 143.8 – 145.6 s said 'the job took
+    2.4 min … outside its bar' beside a range of '2.4 – 2.4 min'."""
+    from rich.console import Console
+
+    from genbench.generate.job import JobResult
+    from genbench.generate.render import JobConsole
+    from genbench.plan.document import JobForecast
+
+    def ending(f: JobForecast, took: float) -> str:
+        console = Console(width=250, record=True, force_terminal=False)
+        jc = JobConsole(console, 30.0, True, lambda todo: f)
+        jc.forecast = f  # as planned() sets it
+        jc.finished(JobResult("complete", "all rows done", total=1152, done=1152,
+                              sending_s=took))  # fmt: skip
+        return [ln for ln in console.export_text().splitlines() if "the job took" in ln][0]
+
+    tight = JobForecast("p.json", "pilot", 1152, 1, 144.7, 143.8, 145.6, "b", None)
+    assert ending(tight, 146.4).strip() == (
+        "plan: 2.41 min (2.40 – 2.43 min) for 1,152 rows; the job took 2.44 min: the forecast "
+        "was -1.2% off, outside its bar"
+    )
+    assert "plan: 2.4 min (2.4 – 2.4 min)" not in ending(tight, 145.0)
+    bare = JobForecast("p.json", "arithmetic", 1152, 1, 144.7, None, None, "b", None)
+    assert "plan: 2.4 min (no bar) for 1,152 rows; the job took 2.4 min" in ending(bare, 146.4)

@@ -258,12 +258,14 @@ def _course(plan: dict[str, Any]) -> Text | None:
 def _apart(x: float, lo: float, hi: float, mid: float | None = None) -> tuple[str, str, str]:
     """`x`, the range lo – hi and its `mid` in the range's unit, with as many decimals (up
     to 3) as it takes for an `x` outside the range not to read as one of its ends ('on
-    course for 2.5 min, past the plan's 2.4 – 2.5 min' was 148 s against 142 – 147 s)."""
+    course for 2.5 min, past the plan's 2.4 – 2.5 min' was 148 s against 142 – 147 s),
+    nor the range's two ends as one figure (as fmt.duration_range)."""
     value, unit = duration(max(hi, x)).rsplit(" ", 1)
     div = {"s": 1.0, "min": 60.0, "h": 3600.0}[unit]
     for nd in (1, 2, 3):
         xs, ls, hs, ms = (f"{v / div:,.{nd}f}" for v in (x, lo, hi, mid or 0.0))
-        if lo <= x <= hi or xs not in (ls, hs):
+        apart = lo <= x <= hi or xs not in (ls, hs)
+        if apart and (ls != hs or lo == hi):  # nor the range's two ends as one figure
             break
     return f"{xs} {unit}", f"{ls} – {hs} {unit}", f"{ms} {unit}"
 

@@ -223,6 +223,11 @@ def test_a_projection_past_the_plans_range_never_reads_as_one_of_its_ends():
     assert _apart(146.0, 142.4, 147.1, 144.7) == ("2.4 min", "2.4 – 2.5 min", "2.4 min")
     assert _apart(40.0, 30.0, 50.0) == ("40.0 s", "30.0 – 50.0 s", "0.0 s")
     assert _apart(147.15, 142.4, 147.1)[0] == "2.453 min"  # up to 3 decimals
+    # the panel's ETA in its range's unit ('102.0 s (1.4 – 2.0 min)' was one)
+    from genbench.generate.render import _with_bar
+
+    assert _with_bar(102.0, 86.0, 122.0) == "1.7 min (1.4 – 2.0 min)"
+    assert _with_bar(102.0, None, None, " (no bar)") == "102.0 s (no bar)"
     plan = {"seconds": 144.7, "lo_s": 142.4, "hi_s": 147.1, "on_course_s": 148.0,
             "on_course_lo_s": 140.0, "on_course_hi_s": 156.0, "verdict": "unsure",
             "missed_for_s": None}  # fmt: skip

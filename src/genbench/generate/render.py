@@ -147,9 +147,12 @@ class JobConsole(Listener):
 
 
 def _with_bar(seconds: float, lo: float | None, hi: float | None, none: str = "") -> str:
-    """'5.2 h (4.9 – 5.5 h)', or the time and `none` when there is no bar."""
-    bar = f" ({duration_range(lo, hi)})" if lo is not None and hi is not None else none
-    return duration(seconds) + bar
+    """'5.2 h (4.9 – 5.5 h)', or the time and `none` when there is no bar; the time in the
+    bar's unit and decimals ('102.0 s (1.4 – 2.0 min)' was one ETA)."""
+    if lo is None or hi is None:
+        return duration(seconds) + none
+    x, bar, _ = _apart(seconds, lo, hi)
+    return f"{x} ({bar})"
 
 
 def _forecast_text(f: Any) -> str:

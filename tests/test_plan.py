@@ -313,7 +313,10 @@ def test_open_ended_pilot_stops_when_the_mean_length_reaches_its_target(sim_fact
     assert f"calibrated to the pilot's sending {fmt.duration(replay['calibrated_s'])}, " in text
     assert f"the bar is ±{ours['rel_halfwidth']:.1%} ({parts['side']} the forecast" in text
     need = doc["pilot_size_for_target"]["requests"]
-    assert f"needs a pilot of about {need:,} requests" in text or "sets a floor" in text
+    inside = f"inside ±{target:.0%} already"
+    said = (f"needs a pilot of about {need:,} requests", "sets a floor", inside)
+    assert any(s in text for s in said), text
+    assert (inside in text) == (ours["rel_halfwidth"] <= target)
 
 
 def test_a_server_killed_mid_pilot_is_one_line_and_exit_3_records_kept(sim_factory, tmp_path):

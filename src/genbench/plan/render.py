@@ -201,12 +201,14 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     tgt = doc.get("pilot_size_for_target") or {}
     row = max(doc["rows"], key=lambda r: r["ours"]["rel_halfwidth"])["ours"]
     if "parts" in row and "floor" in tgt:
-        console.print(f"  {_bar_parts(row['rel_halfwidth'], row['parts'], tgt)}")
+        pilot = doc["model"].get("pilot_samples")
+        drift = bool((doc.get("inputs") or {}).get("speed_drift"))
+        console.print(f"  {_bar_parts(row['rel_halfwidth'], row['parts'], tgt, pilot, drift)}")
 
 
 FLOOR_FROM = {
     "misfit": "the model's misfit on the pilot",
-    "speed": "the server's speed as it wanders (with --speed-drift)",
+    "speed": "the server's speed as it wanders",
 }
 
 
@@ -222,9 +224,17 @@ def _model_check(rep: dict[str, Any]) -> str:
     )
 
 
-def _bar_parts(total: float, parts: dict[str, Any], tgt: dict[str, Any]) -> str:
+def _bar_parts(
+    total: float,
+    parts: dict[str, Any],
+    tgt: dict[str, Any],
+    pilot: int | None = None,
+    drift: bool = False,
+) -> str:
     """The bar and its parts as the bar combines them (in quadrature), and the pilot
-    length a target asks for, or what sets the floor no pilot length passes."""
+    length a target asks for, or what sets the floor no pilot length passes. A bar
+    already inside the target asks for nothing (not 'a pilot of 2 requests': a pilot
+    that short would not know its own bar)."""
     goal, need = tgt.get("target", 0.05), tgt.get("requests")
     text = (
         f"the bar is ±{total:.1%} ({parts['side']} the forecast; its parts add in "
@@ -232,11 +242,19 @@ def _bar_parts(total: float, parts: dict[str, Any], tgt: dict[str, Any]) -> str:
         f"lengths, TTFTs, failures), ±{parts['speed']:.1%} from the server's speed, "
         f"±{parts['misfit']:.1%} from the model's misfit on the pilot"
     )
+    if need and total <= goal:
+        return (
+            text
+            + f"; inside ±{goal:.0%} already"
+            + (f" with this pilot's {pilot:,} requests" if pilot else "")
+        )
     if need:
         return text + (
             f"; ±{goal:.0%} needs a pilot of about {fmt.counted(need, 'request')} (--pilot {need})"
         )
     what = FLOOR_FROM.get(tgt.get("floor_from") or "", "what a longer pilot does not narrow")
+    if tgt.get("floor_from") == "speed" and drift:
+        what += " and --speed-drift"
     return text + (
         f"; no pilot length reaches ±{goal:.0%}: {what}, not the pilot's size, sets a floor "
         f"of ±{tgt['floor']:.1%}"

@@ -141,6 +141,13 @@ def test_from_a_run_result_ours_beside_the_fields(sim_factory, tmp_path):
     assert ob["lo_s"] == pytest.approx(ob["seconds"] / (1 + bars[str(best)]))
     assert "95% range" in p.stdout and "steady window cut into" in p.stdout
 
+    # --out puts the plan where it says, not beside the run
+    elsewhere = tmp_path / "plans" / "q1"
+    p = genbench("plan", "--from", str(out), "--tokens-per-sample", "2965", "--samples", "100K",
+                 "--out", str(elsewhere))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert json.loads((elsewhere / "plan.json").read_text())["rows"] == doc["rows"]
+
     # without --tokens-per-sample: the natural lengths the run measured, thinking apart
     doc = plan_json(genbench("plan", "--from", str(out), "--concurrency", "8", "--json"))
     row = doc["rows"][0]

@@ -104,8 +104,8 @@ OUT_DIR = typer.Option(
     None,
     "--out",
     "-o",
-    help="Pilot: directory for its records and plan.json; several --from: for plan.json. "
-    "[default: genbench-runs/TIME-plan]",
+    help="Where plan.json goes (a pilot's records too). [default: a pilot or several --from: "
+    "genbench-runs/TIME-plan; one --from: beside the run's result.json]",
 )
 DEADLINE = typer.Option(
     None,

@@ -158,7 +158,10 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
             hidden,
             args.bytes_per_token,
         )
-        where = Path(result["_path"]).parent
+        where = Path(result["_path"]).parent  # beside the run, where its report finds it
+        if args.out_dir is not None and args.out_dir.resolve() != where.resolve():
+            where = args.out_dir
+            prepare_out_dir(where)
     else:
         if not args.url:
             raise UsageError("--prompts needs --url: the server to run the pilot on")

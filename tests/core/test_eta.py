@@ -266,7 +266,7 @@ def test_the_ending_tells_what_the_job_took_from_the_plans_range():
     2.4 min … outside its bar' beside a range of '2.4 – 2.4 min'."""
     from rich.console import Console
 
-    from genbench.generate.job import JobResult
+    from genbench.generate.outcome import JobResult
     from genbench.generate.render import JobConsole
     from genbench.plan.document import JobForecast
 

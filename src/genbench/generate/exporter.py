@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from genbench import __version__
 from genbench.errors import UsageError
-from genbench.generate.job import Listener
+from genbench.generate.outcome import Listener
 from genbench.records import RequestRecord
 
 LOOPBACK = "127.0.0.1"

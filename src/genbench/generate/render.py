@@ -18,8 +18,8 @@ from rich.text import Text
 
 from genbench.fmt import counted, duration, duration_range, number, rate
 from genbench.generate.ending import LABELS, rows
-from genbench.generate.job import JobResult, Listener
 from genbench.generate.jobconfig import JobConfig
+from genbench.generate.outcome import JobResult, Listener
 
 ESTIMATED_NOTE = (
     "token counts estimated: the server sent thinking without counting it (or sent no usage); "

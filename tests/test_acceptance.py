@@ -185,7 +185,8 @@ def test_plan_from_a_run_rescales_its_rate_to_your_prompts_acceptance(sim_factor
     assert res.returncode == 0, res.stderr + res.stdout
     plan = json.loads((out / "plan.json").read_text())
     a = plan["acceptance_rescale"]
-    assert a["pilot"] == {"tokens_per_step": 1.6, "requests": 20, "tokens": 640, "steps": 400}
+    assert a["pilot"] == {"tokens_per_step": 1.6, "requests": 20, "said": 20, "tokens": 640,
+                          "steps": 400, "drafting_share": 1.0}  # fmt: skip
     # the sweep's requests: 1024 tokens, 1023 after the first in 256 steps of 1 + 3 drafts
     assert a["run_by_concurrency"]["2"]["tokens_per_step"] == 1023 / 256
     f = 1.6 / (1023 / 256)
@@ -195,7 +196,7 @@ def test_plan_from_a_run_rescales_its_rate_to_your_prompts_acceptance(sim_factor
     (row,) = plan["rows"]
     assert row["ours_best"]["seconds"] == pytest.approx(row["ours_best"]["unscaled"]["seconds"]
                                                         / f)  # fmt: skip
-    assert "1.60 tokens per decode step on your prompts (pilot: 20 requests" in res.stdout
+    assert "1.60 tokens per decode step on your prompts (pilot: 20 requests, each said" in res.stdout
     assert "the run's prompts 4.00 tokens per step" in res.stdout and "rate × 0.400" in res.stdout
     assert "built-in prompts (4.00" not in res.stdout  # the rescale answers that note
     # an autoregressive run has nothing to rescale: one line, no pilot sent

@@ -33,23 +33,34 @@ from genbench import fmt
 from genbench.records import RequestRecord, read_records
 from genbench.run.result import REQUESTS_FILE
 
+# a pilot whose decode steps drafted this much less often than the run's gets a note
+DRAFTING_GAP = 0.10
+
 
 def tokens_per_step(records: Iterable[RequestRecord]) -> dict[str, Any] | None:
-    """Pooled tokens per decode step of the answered requests that said their acceptance
-    (None when none did), with the request count and the sums it came from."""
-    tokens = steps = n = 0
+    """Pooled tokens per decode step of the answered requests (None when none said its
+    acceptance), with the request count, the sums it came from, and the share of decode
+    steps that drafted. Among requests that said it, one that said nothing is counted as
+    accepting none in steps that drafted nothing: vLLM says nothing for a request none of
+    whose steps drafted (its n-gram proposer found no match), and leaving it out would
+    credit the prompts with acceptance they did not have."""
+    rows: list[tuple[int, dict[str, Any] | None]] = []
     for r in records:
-        s = r.spec
         out = (r.completion_tokens or 0) - 1
-        if not (r.ok and s) or out <= 0:
-            continue
-        decode_steps = out - int(s.get("accepted") or 0)
+        if r.ok and out > 0:
+            rows.append((out, r.spec))
+    if not any(s for _, s in rows):
+        return None
+    tokens = steps = drafting = said = 0
+    for out, s in rows:
+        decode_steps = out - int((s or {}).get("accepted") or 0)
         if decode_steps <= 0:  # the engine counted drafts past the answer's end
             continue
-        tokens, steps, n = tokens + out, steps + decode_steps, n + 1
-    if not n:
-        return None
-    return {"tokens_per_step": tokens / steps, "requests": n, "tokens": tokens, "steps": steps}
+        tokens, steps = tokens + out, steps + decode_steps
+        drafting += min(int((s or {}).get("steps") or 0), decode_steps)
+        said += s is not None
+    return {"tokens_per_step": tokens / steps, "requests": len(rows), "said": said,
+            "tokens": tokens, "steps": steps, "drafting_share": drafting / steps}  # fmt: skip
 
 
 def run_tokens_per_step(result: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -113,6 +124,15 @@ def attach(
         "step costs the same at any acceptance; prefill's share not rescaled; the range is "
         "the run's rate's, the pilot's acceptance taken as exact",
     }
+    for c, t in run.items():
+        gap = t["drafting_share"] - pilot["drafting_share"]
+        if c in factors and gap > DRAFTING_GAP:
+            plan["notes"].append(
+                f"{fmt.pct(1 - pilot['drafting_share'])} of the pilot's decode steps drafted "
+                f"nothing, {fmt.pct(1 - t['drafting_share'])} of the run's at C={c}: a step "
+                "that drafts nothing verifies nothing and costs less, so the rate on your "
+                "prompts is likely higher than rescaled (the forecast pessimistic)"
+            )
     if m["field"]["concurrency"]:
         plan["notes"].append(
             "the field's column is the run's burst at the run's acceptance, not rescaled: "
@@ -131,15 +151,26 @@ def lines(plan: dict[str, Any]) -> list[str]:
     p = a["pilot"]
     out = [
         f"speculative decoding: {p['tokens_per_step']:.2f} tokens per decode step on "
-        f"your prompts (pilot: {fmt.counted(p['requests'], 'request')} that said acceptance)"
+        f"your prompts (pilot: {_said(p)})"
     ]
     for c, f in a["factor_by_concurrency"].items():
         t = a["run_by_concurrency"][c]
         before = a["run_tps_by_concurrency"][c]
         out.append(
             f"  C={c}: the run's prompts {t['tokens_per_step']:.2f} tokens per step "
-            f"({fmt.counted(t['requests'], 'request')}): rate × {f:.3f}, "
+            f"({_said(t)}): rate × {f:.3f}, "
             f"{fmt.rate(before, '')} → {fmt.rate(before * f, '')} tok/s"
         )
     out.append(f"  model: {a['model']}; assumes {a['assumptions']}")
     return out
+
+
+def _said(t: dict[str, Any]) -> str:
+    """How many requests the tokens per step pooled, and how many of them said acceptance."""
+    n, said = t["requests"], t["said"]
+    if said == n:
+        return f"{fmt.counted(n, 'request')}, each said its acceptance"
+    return (
+        f"{fmt.counted(n, 'request')}, {said} said acceptance, {n - said} nothing: "
+        "counted as drafting none"
+    )

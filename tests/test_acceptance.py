@@ -106,6 +106,10 @@ def test_compare_says_which_group_differs(sim_factory, tmp_path):
     code = rows["spec.single-33.group.code.acceptance_length"]
     assert tr["values"] == [1.0, 4.0] and tr["verdicts"] == [None, "better"]
     assert code["values"] == [4.0, 4.0] and code["verdicts"] == [None, "same"]
+    # the phase's row is the requests' pooled length (every step), not SGLang's gauge (a
+    # window of its last decode steps, which said the worse drafter was better in a trial)
+    phase = rows["spec.single-33.acceptance_length"]
+    assert phase["values"] == [pytest.approx(1.6), 4.0] and phase["verdicts"] == [None, "better"]
 
 
 def test_generate_keeps_it_per_row_and_inspect_ranks_the_groups(sim_factory, tmp_path):
@@ -196,7 +200,7 @@ def test_plan_from_a_run_rescales_its_rate_to_your_prompts_acceptance(sim_factor
     (row,) = plan["rows"]
     assert row["ours_best"]["seconds"] == pytest.approx(row["ours_best"]["unscaled"]["seconds"]
                                                         / f)  # fmt: skip
-    assert "1.60 tokens per decode step on your prompts (pilot: 20 requests, each said" in res.stdout
+    assert "1.60 tokens per decode step on your prompts (pilot: 20 requests, each" in res.stdout
     assert "the run's prompts 4.00 tokens per step" in res.stdout and "rate × 0.400" in res.stdout
     assert "built-in prompts (4.00" not in res.stdout  # the rescale answers that note
     # an autoregressive run has nothing to rescale: one line, no pilot sent

@@ -67,6 +67,12 @@ def test_run_shows_each_groups_distribution_exactly(sim_factory, tmp_path, flags
     by_rec = {r.extra["group"]: r.spec for r in doc["_records"]}
     assert by_rec["code"]["hist"] == [0, 0, 0, 8] and by_rec["translate"]["hist"] == [32, 0, 0, 0]
     assert "by group, worst first: translate 1.00 (2 requests" in doc["_stdout"]
+    # the report's card: the requests' pooled length, not a mean of phases' server figures
+    res = genbench("report", str(tmp_path / "run"), "-o", str(tmp_path / "run.html"))
+    assert res.returncode == 0, res.stderr
+    page = (tmp_path / "run.html").read_text()
+    card = page[page.index("acceptance length"):][:300]
+    assert "1.60" in card and "pooled over 4 requests" in card
     if src == "vllm":  # the sim's dialect counts as vLLM's counters do: the same pooled length
         m = phase["server_metrics"]
         assert m["spec_acceptance_source"] == "counters"
@@ -136,6 +142,7 @@ def test_generate_keeps_it_per_row_and_inspect_ranks_the_groups(sim_factory, tmp
     assert res.returncode == 0, res.stderr
     page = html.read_text()
     assert "<h3>Speculative acceptance</h3>" in page
+    assert "<th class='t'>group or output length</th><th>answers</th>" in page
     assert page.index("group translate") < page.index("group code")
 
 

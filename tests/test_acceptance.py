@@ -186,7 +186,7 @@ def test_plan_from_a_run_rescales_its_rate_to_your_prompts_acceptance(sim_factor
     wl = tmp_path / "rows.jsonl"
     wl.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     run_out = tmp_path / "builtin"
-    res = genbench("run", "--url", sim.url, "--lengths", "33", "--concurrency", "2",
+    res = genbench("run", "--url", sim.url, "--lengths", "33", "--concurrency", "1,2",
                    "--skip", "warmup,single", "-o", str(run_out))  # fmt: skip
     assert res.returncode == 0, res.stderr
     out = tmp_path / "plan"
@@ -197,19 +197,20 @@ def test_plan_from_a_run_rescales_its_rate_to_your_prompts_acceptance(sim_factor
     plan = json.loads((out / "plan.json").read_text())
     a = plan["acceptance_rescale"]
     assert a["pilot"] == {"tokens_per_step": 1.6, "requests": 20, "said": 20, "tokens": 640,
-                          "steps": 400, "drafting_share": 1.0}  # fmt: skip
+                          "steps": 400, "drafting_share": 1.0, "concurrency": 2}  # fmt: skip
     # the sweep's requests: 1024 tokens, 1023 after the first in 256 steps of 1 + 3 drafts
     assert a["run_by_concurrency"]["2"]["tokens_per_step"] == 1023 / 256
     f = 1.6 / (1023 / 256)
-    assert a["factor_by_concurrency"] == {"2": pytest.approx(f)}
+    assert a["factor_by_concurrency"] == {"1": pytest.approx(f), "2": pytest.approx(f)}
     run_rate = a["run_tps_by_concurrency"]["2"]
     assert plan["model"]["sustained_tps_by_concurrency"]["2"] == pytest.approx(f * run_rate)
     (row,) = plan["rows"]
     assert row["ours_best"]["seconds"] == pytest.approx(row["ours_best"]["unscaled"]["seconds"]
                                                         / f)  # fmt: skip
-    assert "1.60 tokens per decode step on your prompts (pilot: 20 requests, each" in res.stdout
+    assert "1.60 tokens per decode step on your prompts (pilot at C=2: 20 requests" in res.stdout
     assert "the run's prompts 4.00 tokens per step" in res.stdout and "rate × 0.400" in res.stdout
     assert "built-in prompts (4.00" not in res.stdout  # the rescale answers that note
+    assert "the pilot ran at C=2, and rescales the run's C=1: acceptance can move" in res.stdout
     # an autoregressive run has nothing to rescale: one line, no pilot sent
     ar = sim_factory("--tps", "2000", "--ttft-ms", "2", "--per-seq-ms", "0.01")
     ar_out = tmp_path / "ar"

@@ -308,6 +308,7 @@ def _plan_rescaled(
             f"no pilot request said its speculative acceptance (records in {pilot.out}): "
             "is --url the run's speculative server? (genbench check says)"
         )
+    pilot_t["concurrency"] = pilot.concurrency
     scaled, factors = rescale.scaled_result(result, pilot_t, run_t)
     doc = plan_from_result(scaled, *plan_args)
     rescale.attach(doc, unscaled, pilot_t, run_t, factors)

@@ -124,6 +124,14 @@ def attach(
         "step costs the same at any acceptance; prefill's share not rescaled; the range is "
         "the run's rate's, the pilot's acceptance taken as exact",
     }
+    other = sorted(c for c in factors if c != pilot.get("concurrency"))
+    if other:
+        plan["notes"].append(
+            f"the pilot ran at C={pilot.get('concurrency')}, and rescales the run's "
+            f"C={', '.join(map(str, other))}: acceptance can move with the batch (on vLLM's "
+            "CPU build it fell from 4.0 single-stream to 2.2 at C=2 on one group); pilot at "
+            "the job's concurrency (--concurrency)"
+        )
     for c, t in run.items():
         gap = t["drafting_share"] - pilot["drafting_share"]
         if c in factors and gap > DRAFTING_GAP:
@@ -151,7 +159,7 @@ def lines(plan: dict[str, Any]) -> list[str]:
     p = a["pilot"]
     out = [
         f"speculative decoding: {p['tokens_per_step']:.2f} tokens per decode step on "
-        f"your prompts (pilot: {_said(p)})"
+        f"your prompts (pilot at C={p.get('concurrency')}: {_said(p)})"
     ]
     for c, f in a["factor_by_concurrency"].items():
         t = a["run_by_concurrency"][c]

@@ -31,7 +31,8 @@ PROMPTS = typer.Option(
     "--input",
     "-i",
     "--prompts",
-    help="The job's prompt file (JSONL or Parquet), as generate's: run a pilot on it.",
+    help="The job's prompt file (JSONL or Parquet), as generate's: run a pilot on it "
+    "(with --from: its speculative acceptance rescales the run's rate).",
 )
 RATE = typer.Option(None, "--rate", help="Arithmetic only: output tokens/s of one server.")
 TOKENS_PER_SAMPLE = typer.Option(

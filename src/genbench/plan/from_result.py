@@ -125,7 +125,7 @@ def _acceptance(plan: dict[str, Any], doc: dict[str, Any], c: int) -> None:
     if not acc:
         return
     plan["acceptance"] = acc
-    if (doc.get("workload") or {}).get("prompts") != "file":
+    if (doc.get("workload") or {}).get("prompts") != "file" and not doc.get("_rescaled"):
         plan["notes"].append(
             f"speculative decoding: this rate carries the acceptance of genbench's built-in "
             f"prompts ({acc['length']:.2f} tokens per verify step at C={c}); the job's prompts "

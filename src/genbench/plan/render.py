@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from genbench import fmt
+from genbench.plan.rescale import lines as rescale_lines
 from genbench.plan.tables import decision_tables
 from genbench.records import RequestRecord
 from genbench.transport.acceptance import lines as accept_lines
@@ -121,6 +122,8 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
     )
     for line in accept_lines(doc["acceptance"], " in the run") if doc.get("acceptance") else ():
         console.print(f"  {escape(line)}")
+    for line in rescale_lines(doc):
+        console.print(f"  {escape(line)}")
     console.print(
         f"  tokens per sample: {fmt.number(m['tokens_per_sample'])} "
         f"({m['tokens_per_sample_basis']}); "
@@ -137,13 +140,18 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
             f"  field's method: burst {fmt.rate(f['tok_per_s'])} at C={f['concurrency']} × "
             f"{fmt.number(f['tokens_per_sample'])} tokens/sample"
         )
-    cols = [("samples", _samples), (f"ours C={m['best_concurrency']}", _time("ours_best"))]
+    rescaled = "acceptance_rescale" in doc
+    ours = f"ours C={m['best_concurrency']}" + (" (your acceptance)" if rescaled else "")
+    cols = [("samples", _samples), (ours, _time("ours_best"))]
     has_bar = any("lo_s" in row["ours_best"] for row in doc["rows"])
     if has_bar:
         cols.append(
             ("95% range", lambda r: _range("ours_best")(r) if "lo_s" in r["ours_best"] else "—")
         )
     cols.append(("days", _days("ours_best")))
+    if rescaled:
+        unscaled: Cell = lambda r: fmt.duration(r["ours_best"]["unscaled"]["seconds"])  # noqa: E731
+        cols.append(("at the run's acceptance", unscaled))
     if i.get("concurrency") is not None:
         cols.append((f"ours C={i['concurrency']}", _time("ours_chosen")))
     if i["servers"] > 1:

@@ -293,6 +293,45 @@ def test_sigterm_stops_the_job_and_waits_for_its_engine(tmp_path: Path):
     assert not alive(up[0]["pid"])
 
 
+def test_ctrl_c_stops_the_job_and_waits_for_its_engine(tmp_path: Path):
+    """SIGINT to genbench alone (a Ctrl-C at a terminal reaches its group; the engine's
+    group is its own): the job stops, exit 130, and the engine is stopped and waited for."""
+    proc, out = _start_job(tmp_path, 500, SLOW)
+    try:
+        up = wait_for("the engine healthy", lambda: [e for e in events(out) if e["event"] == "up"])
+        log = out / ".genbench" / "requests.jsonl"
+        wait_for("requests answered", lambda: log.exists() and log.read_bytes().count(b"\n") > 3)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_for("the engine gone", lambda: not alive(up[0]["pid"]), 15)
+    last = events(out)[-1]
+    assert last["event"] == "stop" and last["cause"] == "end" and last["pid"] == up[0]["pid"]
+    assert "rerun the same command to resume" in (tmp_path / "genbench.log").read_text()
+
+
+def test_ctrl_c_while_the_engines_load_stops_them_before_anything_is_sent(tmp_path: Path):
+    proc, out = _start_job(tmp_path, 5, SIM + " --fault unhealthy", SIM + " --fault unhealthy")
+    logs = [out / ".genbench" / "engines" / f"engine-{i}.log" for i in (1, 2)]
+    try:
+        wait_for("both engines listening (and never healthy)",
+                 lambda: all(p.exists() and b"listening" in p.read_bytes() for p in logs))
+        keepers = children(proc.pid)
+        pids = keepers + [kid for k in keepers for kid in children(k)]
+        assert len(pids) == 4 and all(alive(p) for p in pids)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_for("the engines gone", lambda: not any(map(alive, pids)), 15)
+    said = (tmp_path / "genbench.log").read_text().strip().splitlines()[-1]
+    assert said == "genbench: error: SIGINT while the engines started: stopped them, nothing was sent"
+    assert not (out / ".genbench" / "requests.jsonl").exists()
+
+
 def test_a_fatal_error_after_the_start_stops_the_engine_and_waits_for_it(tmp_path: Path):
     write_prompts(tmp_path / "in.jsonl", 3)
     out = tmp_path / "out"

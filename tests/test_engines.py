@@ -328,7 +328,8 @@ def test_ctrl_c_while_the_engines_load_stops_them_before_anything_is_sent(tmp_pa
         proc.wait()
     wait_for("the engines gone", lambda: not any(map(alive, pids)), 15)
     said = (tmp_path / "genbench.log").read_text().strip().splitlines()[-1]
-    assert said == "genbench: error: SIGINT while the engines started: stopped them, nothing was sent"
+    assert said == ("genbench: error: SIGINT while the engines started: stopped them, "
+                    "nothing was sent")
     assert not (out / ".genbench" / "requests.jsonl").exists()
 
 

@@ -162,10 +162,13 @@ def test_an_engine_sigkilled_mid_job_is_named_restarted_and_every_id_written_onc
 
 def test_an_engine_alive_but_not_answering_is_killed_after_its_grace_and_restarted(tmp_path):
     listener = Acting(15, lambda pid: os.kill(pid, signal.SIGSTOP))  # alive, deaf to SIGTERM
-    out, metrics, _ = run_job(tmp_path, 60, listener, hang_timeout=1.5, grace=1.0)
+    out, metrics, result = run_job(tmp_path, 60, listener, hang_timeout=1.5, grace=1.0)
     down = [e for e in events(out) if e["event"] == "down"]
     assert [d["cause"] for d in down] == ["hang"]
     assert "has not answered /health for" in down[0]["line"]
+    # down since it last answered, not since it was stopped: the hang counts as downtime
+    assert down[0]["since"] <= down[0]["at"] - 1.5
+    assert result.snapshot["engines"][0]["down_s"] >= 1.5
     assert down[0]["code"] is None or down[0]["code"] == -signal.SIGKILL
     assert 'genbench_engine_restarts_total{cause="hang",engine="engine 1"} 1.0' in metrics
 

@@ -371,6 +371,11 @@ def test_run_serve_measures_each_configuration_in_turn_and_plan_names_the_faster
         assert doc["target"]["engine"] == cmd
         assert (out / side / "engine-1.log").read_text().startswith("genbench sim listening")
     assert f"genbench plan --from {out}" in r.stderr
+    assert f"results: {out}/a, {out}/b (1 repeat each)" in r.stderr
+    assert f"genbench run --serve '{slow}' → {out}/a" in r.stderr  # as typed, quoted
+    p = genbench("report", str(out))  # the directory of both: each is named
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().endswith(f"holds runs, not a run itself: give them ({out}/a {out}/b)")
     p = genbench("plan", "--from", str(out), "--samples", "1000", "--tokens-per-sample", "300",
                  "-o", str(tmp_path / "plan"), "--json")  # fmt: skip
     assert p.returncode == 0, p.stderr

@@ -5,11 +5,14 @@ The command renders what `run_benchmark` returns (`genbench.run.render.print_out
 from __future__ import annotations
 
 import asyncio
+import shlex
 from collections.abc import Coroutine
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+from rich.markup import escape
 
 from genbench.errors import ExitCode, GenbenchError
 from genbench.run.benchmark import RunConfig, RunListener, RunState, execute_run
@@ -126,7 +129,7 @@ def run_served(
     states: list[list[RunState]] = []
     for label, text in zip(labels, texts, strict=True):
         d = out / label if label else out
-        listener.say(f"[bold]genbench run --serve[/] {text} → {d}")
+        listener.say(f"[bold]genbench run --serve[/] {escape(shlex.quote(text))} → {d}")
         with serving([text], d, start_timeout, on_wait) as cmds:
             ep = endpoint(cmds[0].url, *keys)
             state = _drive(execute_run(ep, model, cfg, d, listener, {"engine": text}), listener, d)

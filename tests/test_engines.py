@@ -319,8 +319,10 @@ def test_ctrl_c_while_the_engines_load_stops_them_before_anything_is_sent(tmp_pa
     proc, out = _start_job(tmp_path, 5, SIM + " --fault unhealthy", SIM + " --fault unhealthy")
     logs = [out / ".genbench" / "engines" / f"engine-{i}.log" for i in (1, 2)]
     try:
-        wait_for("both engines listening (and never healthy)",
-                 lambda: all(p.exists() and b"listening" in p.read_bytes() for p in logs))
+        wait_for(
+            "both engines listening (and never healthy)",
+            lambda: all(p.exists() and b"listening" in p.read_bytes() for p in logs),
+        )
         keepers = children(proc.pid)
         pids = keepers + [kid for k in keepers for kid in children(k)]
         assert len(pids) == 4 and all(alive(p) for p in pids)
@@ -331,8 +333,9 @@ def test_ctrl_c_while_the_engines_load_stops_them_before_anything_is_sent(tmp_pa
         proc.wait()
     wait_for("the engines gone", lambda: not any(map(alive, pids)), 15)
     said = (tmp_path / "genbench.log").read_text().strip().splitlines()[-1]
-    assert said == ("genbench: error: SIGINT while the engines started: stopped them, "
-                    "nothing was sent")
+    assert said == (
+        "genbench: error: SIGINT while the engines started: stopped them, nothing was sent"
+    )
     assert not (out / ".genbench" / "requests.jsonl").exists()
 
 

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rich.markup import escape
-
 from genbench.errors import ExitCode, GenbenchError
 from genbench.run.benchmark import RunConfig, RunListener, RunState, execute_run
 from genbench.run.result import default_out_dir
@@ -129,7 +127,8 @@ def run_served(
     states: list[list[RunState]] = []
     for label, text in zip(labels, texts, strict=True):
         d = out / label if label else out
-        listener.say(f"[bold]genbench run --serve[/] {escape(shlex.quote(text))} → {d}")
+        shown = shlex.quote(text).replace("[", "\\[")  # said through markup: brackets kept
+        listener.say(f"[bold]genbench run --serve[/] {shown} → {d}")
         with serving([text], d, start_timeout, on_wait) as cmds:
             ep = endpoint(cmds[0].url, *keys)
             state = _drive(execute_run(ep, model, cfg, d, listener, {"engine": text}), listener, d)

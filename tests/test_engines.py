@@ -51,7 +51,11 @@ def write_prompts(path: Path, n: int) -> list[str]:
 
 
 def events(out: Path) -> list[dict[str, Any]]:
-    p = out / ".genbench" / "engines.jsonl"
+    return events_of(out, "engines.jsonl")
+
+
+def events_of(out: Path, name: str) -> list[dict[str, Any]]:
+    p = out / ".genbench" / name
     return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
 
 
@@ -337,6 +341,20 @@ def test_ctrl_c_while_the_engines_load_stops_them_before_anything_is_sent(tmp_pa
         "genbench: error: SIGINT while the engines started: stopped them, nothing was sent"
     )
     assert not (out / ".genbench" / "requests.jsonl").exists()
+
+
+def test_two_engines_of_a_small_sharded_job_both_get_rows(tmp_path: Path):
+    """Fewer rows than the first engine's slots: the rows still go to both engines (the
+    second was left idle when the first server's workers all started first)."""
+    write_prompts(tmp_path / "in.jsonl", 16)
+    out = tmp_path / "out"
+    r = genbench("generate", "-i", str(tmp_path / "in.jsonl"), "-o", str(out), "--shard",
+                 "1/2", "--serve", SIM, "--serve", SIM, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    ups = [e for e in events_of(out, "engines-1of2.jsonl") if e["event"] == "up"]
+    log = (out / ".genbench" / "requests-1of2.jsonl").read_text()
+    assert len(ups) == 2 and all(f'"server":"{e["url"]}"' in log for e in ups), log[:400]
+    assert (out / ".genbench" / "engines-1of2" / "engine-2.log").exists()
 
 
 def test_a_fatal_error_after_the_start_stops_the_engine_and_waits_for_it(tmp_path: Path):

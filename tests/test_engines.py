@@ -319,6 +319,27 @@ def test_ctrl_c_stops_the_job_and_waits_for_its_engine(tmp_path: Path):
     assert "rerun the same command to resume" in (tmp_path / "genbench.log").read_text()
 
 
+def test_an_engine_dying_while_the_job_stops_is_not_announced_as_a_wait(tmp_path: Path):
+    """A requeued Slurm task: SIGTERM reaches genbench and its engine. Once stopping, a
+    server gone is said as down, not "waiting ... gives up after 30 min", which it won't."""
+    proc, out = _start_job(tmp_path, 500, SLOW)
+    log = tmp_path / "genbench.log"
+    try:
+        up = wait_for("the engine healthy", lambda: [e for e in events(out) if e["event"] == "up"])
+        reqs = out / ".genbench" / "requests.jsonl"
+        wait_for("requests answered", lambda: reqs.exists() and reqs.read_bytes().count(b"\n") > 3)
+        proc.send_signal(signal.SIGTERM)
+        wait_for("the job draining its rows in flight", lambda: b"stopping: " in log.read_bytes())
+        os.kill(up[0]["pid"], signal.SIGKILL)
+        assert proc.wait(60) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    said = log.read_text()
+    assert "is down (" in said and "gives up after" not in said, said
+    assert not any(alive(e["pid"]) for e in events(out) if e["event"] == "up")
+
+
 def test_ctrl_c_while_the_engines_load_stops_them_before_anything_is_sent(tmp_path: Path):
     proc, out = _start_job(tmp_path, 5, SIM + " --fault unhealthy", SIM + " --fault unhealthy")
     logs = [out / ".genbench" / "engines" / f"engine-{i}.log" for i in (1, 2)]

@@ -297,6 +297,8 @@ def test_sigterm_stops_the_job_and_waits_for_its_engine(tmp_path: Path):
     last = events(out)[-1]
     assert last["event"] == "stop" and last["cause"] == "end" and last["pid"] == up[0]["pid"]
     assert not alive(up[0]["pid"])
+    said = (tmp_path / "genbench.log").read_text()
+    assert "a second SIGTERM to stop now" in said and "Ctrl-C" not in said, said
 
 
 def test_ctrl_c_stops_the_job_and_waits_for_its_engine(tmp_path: Path):

@@ -294,7 +294,7 @@ class Job:
         loop = asyncio.get_running_loop()
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, self.request_stop)
+                loop.add_signal_handler(sig, self.request_stop, sig)
         syncer = loop.create_task(self.store.run_syncer())
         syncer.add_done_callback(self._syncer_ended)  # a full disk stops the job at once
         ticker = loop.create_task(self._ticker())
@@ -330,17 +330,19 @@ class Job:
         if not task.cancelled() and task.exception() is not None and self.load is not None:
             self.load.stop(now=True)
 
-    def request_stop(self) -> None:
-        """Ctrl-C: stop sending, let in-flight rows finish for `drain` s. Twice: stop now."""
+    def request_stop(self, sig: int = signal.SIGINT) -> None:
+        """Ctrl-C (or SIGTERM): stop sending, let in-flight rows finish for `drain` s.
+        Twice: stop now."""
         self._stops += 1
         if self.load is None:
             return
         if self._stops == 1:
             n = sum(s.in_flight for s in self.servers)
+            again = "Ctrl-C again" if sig == signal.SIGINT else "a second SIGTERM"
             if n:
                 self.listener.note(
                     f"stopping: waiting up to {self.cfg.drain:g} s for {row_count(n)} in flight "
-                    "(Ctrl-C again to stop now)",
+                    f"({again} to stop now)",
                     "yellow",
                 )
             self.load.stop()

@@ -24,7 +24,7 @@ def test_rows_that_end_on_a_call_with_no_result_left_are_named_not_all_done(tmp_
     assert p.returncode == 0, text
     assert "all rows done" not in text, text
     assert ("done, some rows without an answer: 3 rows end on a tool call without an answer "
-            "(3 with no result left in the input (--tool-policy replay: the results ran out))"
+            "(3 with no result left in the input: --tool-policy replay, the results ran out)"
             "; 2 answered") in text  # fmt: skip
     ran_out = {r["id"] for r in data(tmp_path / "out") if r["meta"]["tool_results_ran_out"]}
     assert ran_out == {"a0", "a1", "a2"}

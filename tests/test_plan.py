@@ -750,9 +750,13 @@ def test_from_a_run_says_when_the_job_is_much_longer_than_the_sweep(tmp_path):
     doc = plan_from_result(_forced_run(tmp_path), [100_000], 1, None, 2965.0, None, None)
     length = [n for n in doc["notes"] if "measured on outputs forced to 1,024 tokens" in n]
     assert len(length) == 1 and "+189.6%" in length[0] and "--sweep-tokens 2965" in length[0]
+    # said once: not again as "the sweep's requests at C=8 averaged ..." (still in reach)
+    assert not [n for n in doc["notes"] if "averaged 1,024 output tokens" in n], doc["notes"]
+    assert any("averaged 1,024 output tokens" in r for r in doc["model"]["reach"])
     basis = doc["model"]["thinking_share_basis"]
     assert "13,640 thinking of 40,960" in basis and "forced lengths" in basis
     assert "applied as is to 2,965 tokens per sample" in basis
     # within 25% of the sweep's length: nothing to say about it
     near = plan_from_result(_forced_run(tmp_path), [100_000], 1, None, 1200.0, None, None)
     assert not [n for n in near["notes"] if "measured on" in n]
+    assert [n for n in near["notes"] if "averaged 1,024 output tokens, the job's 1,200" in n]

@@ -14,6 +14,7 @@ from typing import Any
 
 from genbench import fmt
 from genbench.plan.document import ONE_SERVER
+from genbench.plan.render import _bar_parts, _model_check
 from genbench.plan.tables import DecisionTable
 
 # the parts of a bar plan.json may hold, in words (a part not named here shows its key)
@@ -97,11 +98,11 @@ def _pilot_head(doc: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
     ]  # fmt: skip
     rep = m.get("replay")
     if rep:
-        figures.append(
-            ("model check", fmt.pct(rep.get("error"), signed=True),
-             f"replaying the pilot gives {fmt.duration(rep.get('simulated_s'))} against "
-             f"{fmt.duration(rep.get('actual_s'))} measured")
-        )  # fmt: skip
+        # the console's words (plan.render), so the calibrated figure the misfit is
+        # measured on is shown here too
+        said = (_model_check(rep) if rep.get("simulated_s") is not None
+                else f"against {fmt.duration(rep.get('actual_s'))} measured")  # fmt: skip
+        figures.append(("model check", fmt.pct(rep.get("error"), signed=True), said))
     return what, figures
 
 
@@ -236,15 +237,15 @@ def _bar_lines(doc: dict[str, Any]) -> list[str]:
     row, e = max(rows, key=lambda re: re[1].get("rel_halfwidth") or 0.0)
     conf = e.get("confidence", 0.95)
     at = fmt.counted(int(row.get("samples") or 0), "sample")
+    tgt = doc.get("pilot_size_for_target") or {}
+    if isinstance(e.get("parts"), dict) and "floor" in tgt:  # a pilot's bar, as printed
+        return [f"at {at}: {_bar_parts(e['rel_halfwidth'], e['parts'], tgt)}",
+                *_basis(doc)]  # fmt: skip
     line = f"the {conf:.0%} range is {_pm(e)} at {at}"
     parts = bar_parts(e)
     if parts:
         line += "; its parts, each alone: " + ", ".join(f"±{fmt.pct(v)} from {w}" for w, v in parts)
-    lines = [line]
-    basis = (doc.get("model") or {}).get("bar_basis")
-    if basis:
-        lines.append(f"the range: {basis}")
-    tgt = doc.get("pilot_size_for_target") or {}
+    lines = [line, *_basis(doc)]
     need = tgt.get("requests", doc.get("pilot_size_for_5pct"))
     goal = tgt.get("target", 0.05)
     if isinstance(need, int) and (e.get("rel_halfwidth") or 0.0) > goal:
@@ -252,6 +253,11 @@ def _bar_lines(doc: dict[str, Any]) -> list[str]:
             f"±{goal:.0%} needs a pilot of about {fmt.counted(need, 'request')} (--pilot {need})"
         )
     return lines
+
+
+def _basis(doc: dict[str, Any]) -> list[str]:
+    basis = (doc.get("model") or {}).get("bar_basis")
+    return [f"the range: {basis}"] if basis else []
 
 
 def _tok(row: dict[str, Any], key: str) -> Any:

@@ -397,11 +397,14 @@ def test_a_steady_server_keeps_a_tight_range(sim_factory, tmp_path):
     if behind > 0.05 * doc["model"]["pilot_wall_s"]:
         pytest.skip(f"host too loaded: the sim fell {behind:.1f} s behind its schedule")
     assert doc["inputs"]["pilot_stopped"] == "target" and doc["inputs"]["speed_drift"] == 0
-    for row in doc["rows"]:
-        ours = row["ours"]
-        assert ours["rel_halfwidth"] <= 0.05, (ours, doc["model"]["speed"])
-        assert ours["speed"]["halfwidth"] < 0.02 and ours["speed"]["drift"] == 0, ours
-    assert not any("varied ±" in n for n in doc["notes"]), doc["notes"]
+    if _starved(doc):
+        _assert_the_wander_seen_is_carried(doc)
+    else:
+        for row in doc["rows"]:
+            ours = row["ours"]
+            assert ours["rel_halfwidth"] <= 0.05, (ours, doc["model"]["speed"])
+            assert ours["speed"]["halfwidth"] < 0.02 and ours["speed"]["drift"] == 0, ours
+        assert not any("varied ±" in n for n in doc["notes"]), doc["notes"]
     assert any("--speed-drift PCT" in n for n in doc["notes"]), doc["notes"]
     assert doc["model"]["speed"]["stretch_s"] > 0 and len(doc["model"]["speed"]["stretches"]) == 10
     # the user knows better: the host drifts ±10% over hours
@@ -412,6 +415,26 @@ def test_a_steady_server_keeps_a_tight_range(sim_factory, tmp_path):
     assert speed["drift"] == pytest.approx(0.10) and speed["halfwidth"] >= 0.10
     assert doc["rows"][0]["ours"]["rel_halfwidth"] >= 0.10
     assert any("--speed-drift 10%" in n for n in doc["notes"]), doc["notes"]
+
+
+def _starved(doc: dict) -> bool:
+    """The pilot's stretches moved beyond 5% on a host with more runnable work than cores:
+    other programs took CPU time from the sim or from genbench (the sim's resync counter
+    sees only the first), so the speed the pilot measured did move."""
+    import os
+
+    return doc["model"]["speed"]["moved"] > 0.05 and os.getloadavg()[0] > (os.cpu_count() or 1)
+
+
+def _assert_the_wander_seen_is_carried(doc: dict) -> None:
+    """What holds whatever the load: speed the pilot saw move is in the range and said."""
+    for row in doc["rows"]:
+        ours = row["ours"]
+        assert ours["speed"]["drift"] == 0, ours
+        assert ours["rel_halfwidth"] >= ours["speed"]["halfwidth"], ours
+    if any(max(r["ours"]["speed"]["noise"], r["ours"]["speed"]["wander"]) > 0.02
+           for r in doc["rows"]):  # fmt: skip
+        assert any("varied ±" in n for n in doc["notes"]), doc["notes"]
 
 
 WANDER = [0.90, 0.92, 0.95, 0.99, 1.02, 1.05, 1.07, 1.06, 1.03, 1.01]

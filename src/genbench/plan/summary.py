@@ -91,7 +91,7 @@ def _pilot_head(doc: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
     figures = [
         ("output tokens per sample", fmt.count(out.get("mean")),
          f"mean; p50 {fmt.count(out.get('p50'))}, p90 {fmt.count(out.get('p90'))}, max "
-         f"{fmt.count(out.get('max'))}; thinking {fmt.count(think or 0)} of it"),
+         f"{fmt.count(out.get('max'))}; thinking {fmt.count(think or 0)} of it{_how(m)}"),
         ("server", fmt.rate(m.get("job_tps")),
          f"over the simulated job at C={m.get('concurrency')}"
          + (f"; the pilot's steady window {fmt.rate(steady)}" if steady else "")),
@@ -104,6 +104,15 @@ def _pilot_head(doc: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
                 else f"against {fmt.duration(rep.get('actual_s'))} measured")  # fmt: skip
         figures.append(("model check", fmt.pct(rep.get("error"), signed=True), said))
     return what, figures
+
+
+def _how(m: dict[str, Any]) -> str:
+    """How the pilot's thinking was had where the server did not count it (as printed)."""
+    est, counted = m.get("thinking_estimated_requests"), m.get("thinking_counted_requests")
+    out = f", estimated by chunks on {fmt.counted(est, 'request')}" if est else ""
+    if counted:
+        out += f", counted by the server's /tokenize on {fmt.counted(counted, 'request')}"
+    return out
 
 
 def _result_head(doc: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:

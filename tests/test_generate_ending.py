@@ -103,6 +103,7 @@ def test_a_missing_job_json_is_said_and_a_changed_temperature_is_named(tmp_path)
         assert p.returncode == 2, p.stdout + p.stderr
         assert ".genbench/job.json is missing" in p.stderr, p.stderr
         assert "--temperature was 0.6, now 0.7 (found from the rows' fingerprints)" in p.stderr
+        assert "rerun with that setting as it was, or with --input-changed" in p.stderr
         assert not (out / ".genbench" / "job.json").exists()  # nothing rewritten
         write(inp, plain_rows(5))
         p = gen(inp, out, sim.url, "--temperature", "0.6")  # as made: goes on, and says so
@@ -110,6 +111,19 @@ def test_a_missing_job_json_is_said_and_a_changed_temperature_is_named(tmp_path)
         assert ".genbench/job.json is missing" in p.stdout
         assert job_json(out)["params"]["temperature"] == 0.6  # written again, said
         assert len(data(out)) == 5
+
+
+def test_with_job_json_a_changed_temperature_is_named_by_its_flag(tmp_path):
+    """The same change with job.json there reads as it does without: the flag, not the
+    job's `params` JSON."""
+    inp = write(tmp_path / "in.jsonl", plain_rows(2))
+    out = tmp_path / "out"
+    with SimProcess(*SIM) as sim:
+        assert gen(inp, out, sim.url).returncode == 0
+        p = gen(inp, out, sim.url, "--temperature", "0.7")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "(--temperature was not set, now 0.7)" in p.stderr, p.stderr
+    assert "params was" not in p.stderr
 
 
 def test_a_garbled_job_json_is_set_aside_and_said(tmp_path):

@@ -140,6 +140,15 @@ def test_from_a_run_result_ours_beside_the_fields(sim_factory, tmp_path):
     assert ob["lo_s"] < ob["seconds"] < ob["hi_s"]
     assert ob["lo_s"] == pytest.approx(ob["seconds"] / (1 + bars[str(best)]))
     assert "95% range" in p.stdout and "steady window cut into" in p.stdout
+    # --out given: plan.json there, the run's own left as it was (not silently ignored)
+    before = (out / "plan.json").read_bytes()
+    p = genbench("plan", "--from", str(out), "--tokens-per-sample", "500", "--samples", "1K",
+                 "--out", str(tmp_path / "elsewhere"))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert f"plan: {tmp_path / 'elsewhere' / 'plan.json'}" in p.stdout, p.stdout
+    moved = json.loads((tmp_path / "elsewhere" / "plan.json").read_text())
+    assert moved["rows"][0]["samples"] == 1000
+    assert (out / "plan.json").read_bytes() == before
 
     # without --tokens-per-sample: the natural lengths the run measured, thinking apart
     doc = plan_json(genbench("plan", "--from", str(out), "--concurrency", "8", "--json"))

@@ -104,8 +104,8 @@ OUT_DIR = typer.Option(
     None,
     "--out",
     "-o",
-    help="Pilot: directory for its records and plan.json; several --from: for plan.json. "
-    "[default: genbench-runs/TIME-plan]",
+    help="Pilot: directory for its records and plan.json; --from: for plan.json. "
+    "[default: genbench-runs/TIME-plan; one --from: next to its result]",
 )
 DEADLINE = typer.Option(
     None,

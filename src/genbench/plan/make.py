@@ -158,7 +158,9 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
             hidden,
             args.bytes_per_token,
         )
-        where = Path(result["_path"]).parent
+        where = args.out_dir or Path(result["_path"]).parent  # --out given: honoured
+        if args.out_dir:
+            prepare_out_dir(where)
     else:
         if not args.url:
             raise UsageError("--prompts needs --url: the server to run the pilot on")

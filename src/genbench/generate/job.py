@@ -80,6 +80,7 @@ class JobResult:
     # rows of this run without an answer or without ids (ending.Unanswered.to_dict)
     unanswered: dict[str, Any] = field(default_factory=dict)
     ids_line: str = ""  # the rows without token ids, by server ('' when none)
+    engines_line: str = ""  # --serve: how long the engines were down and why ('' if never)
 
     @property
     def exit_code(self) -> int:
@@ -241,9 +242,10 @@ class Job:
             status, self.failures, done, res.failed, res.left, res.rows, cfg.down_timeout,
             self.unanswered,
         )  # fmt: skip
-        if self.engines is not None and (said := self.engines.summary()):
-            self.listener.note(said, "yellow")
-        return self._result(status, message, t0)
+        result = self._result(status, message, t0)
+        if self.engines is not None:  # in the end block, beside the tokens it explains
+            result.engines_line = self.engines.summary() or ""
+        return result
 
     def _announce(self, existing: Existing, res: InputScan) -> None:
         cfg = self.cfg

@@ -1059,4 +1059,3 @@ def test_a_pilot_longer_than_its_file_says_draws_not_more_rows_than_there_are():
     assert draws_of(200, 3000) == "200 of 3,000 rows"
     assert draws_of(30, 7) == "30 draws from the 7 rows (some twice)"
     assert draws_of(5, 1) == "5 draws from the 1 row (some twice)"
-    assert draws_of(1, 1) == "1 of 1 row"  # fmt.counted, not "1 of 1 rows"

@@ -334,7 +334,7 @@ def _run(
     size = (
         f"until ±{stop.target:.0%} (≥ {stop.min_requests}"
         + (f", ≥ {stop.min_s:g} s" if stop.min_s else "")
-        + f", ≤ {stop.max_s:g} s) of {fmt.counted(pilot.source.total, 'row')}"
+        + f", ≤ {stop.max_s:g} s) of {pilot.source.total:,} rows"
         if stop is not None
         else draws_of(pilot.size, pilot.source.total)
     )

@@ -88,7 +88,7 @@ def draws_of(draws: int, total: int) -> str:
     """The pilot's size beside its file's: "200 of 3,000 rows", or, when it draws more than
     the file holds, "30 draws from the 7 rows" (each row sent once, then again at random)."""
     if draws <= total:
-        return f"{draws:,} of {counted(total, 'row')}"
+        return f"{draws:,} of {total:,} rows"
     return f"{draws:,} draws from the {counted(total, 'row')} (some twice)"
 
 

@@ -51,8 +51,7 @@ def defects_figure(doc: dict[str, Any], key: str) -> Figure:
     fig = Figure(
         f"inspect_defects_{key}",
         "Rows with each defect",
-        f"of {fmt.counted(n_rows, 'row')}, by --drop name; a row can have several; hover a bar "
-        "for more",
+        f"of {n_rows:,} rows, by --drop name; a row can have several; hover a bar for more",
         "rows",
         "",
         y_categories=names,
@@ -170,7 +169,7 @@ def _fidelity_tiles(f: dict[str, Any] | None) -> list[tuple[str, str, str]]:
     out = [("token-exact rows", exact, note)]
     d = f.get("drift") or {}
     if d.get("checked"):
-        of = f"{d['drifted']:,} of {fmt.counted(d['checked'], 'turn')} re-tokenize to other ids"
+        of = f"{d['drifted']:,} of {d['checked']:,} turns re-tokenize to other ids"
         out.append(("retokenization drift", _pct(d["rate"]), of))
     return out
 

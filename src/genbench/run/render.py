@@ -164,7 +164,7 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
     if estimated:
         console.print(
             f"  [yellow]token counts estimated[/] in {len(estimated)} of "
-            f"{counted(len(phases), 'phase')}: "
+            f"{len(phases)} phases: "
             "the server sent no usage in its streams, so tokens are counted as one per chunk "
             "(exact without speculative decoding; low with it)"
         )

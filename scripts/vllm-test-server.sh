@@ -164,6 +164,12 @@ cmd_start() {
     [[ -f "$MODEL/config.json" ]] || die "model missing: run '$0 setup' first"
     mkdir -p "$RUN_DIR"
 
+    # a port something else listens on would answer our health check for a server that
+    # never bound it (and the run would measure that other server)
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        die "port $port is already in use on 127.0.0.1 (another server): choose another"
+    fi
+
     local pidf logf oldpid
     pidf="$(pid_file "$name")"
     logf="$(log_file "$name")"

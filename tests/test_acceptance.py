@@ -67,6 +67,12 @@ def test_run_shows_each_groups_distribution_exactly(sim_factory, tmp_path, flags
     by_rec = {r.extra["group"]: r.spec for r in doc["_records"]}
     assert by_rec["code"]["hist"] == [0, 0, 0, 8] and by_rec["translate"]["hist"] == [32, 0, 0, 0]
     assert "by group, worst first: translate 1.00 (2 requests" in doc["_stdout"]
+    # the report's card: the requests' pooled length, not a mean of phases' server figures
+    res = genbench("report", str(tmp_path / "run"), "-o", str(tmp_path / "run.html"))
+    assert res.returncode == 0, res.stderr
+    page = (tmp_path / "run.html").read_text()
+    card = page[page.index("acceptance length"):][:300]
+    assert "1.60" in card and "pooled over 4 requests" in card
     if src == "vllm":  # the sim's dialect counts as vLLM's counters do: the same pooled length
         m = phase["server_metrics"]
         assert m["spec_acceptance_source"] == "counters"
@@ -106,6 +112,10 @@ def test_compare_says_which_group_differs(sim_factory, tmp_path):
     code = rows["spec.single-33.group.code.acceptance_length"]
     assert tr["values"] == [1.0, 4.0] and tr["verdicts"] == [None, "better"]
     assert code["values"] == [4.0, 4.0] and code["verdicts"] == [None, "same"]
+    # the phase's row is the requests' pooled length (every step), not SGLang's gauge (a
+    # window of its last decode steps, which said the worse drafter was better in a trial)
+    phase = rows["spec.single-33.acceptance_length"]
+    assert phase["values"] == [pytest.approx(1.6), 4.0] and phase["verdicts"] == [None, "better"]
 
 
 def test_generate_keeps_it_per_row_and_inspect_ranks_the_groups(sim_factory, tmp_path):
@@ -132,6 +142,7 @@ def test_generate_keeps_it_per_row_and_inspect_ranks_the_groups(sim_factory, tmp
     assert res.returncode == 0, res.stderr
     page = html.read_text()
     assert "<h3>Speculative acceptance</h3>" in page
+    assert "<th class='t'>group or output length</th><th>answers</th>" in page
     assert page.index("group translate") < page.index("group code")
 
 
@@ -161,3 +172,53 @@ def test_plan_forecasts_from_the_acceptance_on_your_prompts(sim_factory, tmp_pat
                    "--tokens-per-sample", "33")  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert "carries the acceptance of genbench's built-in prompts (4.00" in res.stdout
+
+
+def test_plan_from_a_run_rescales_its_rate_to_your_prompts_acceptance(sim_factory, tmp_path):
+    """`plan --from RUN --prompts FILE --url URL`: the run (built-in prompts, 4 tokens a
+    decode step) is rescaled by the pilot's tokens per step on prompts whose groups accept
+    apart (10 code at 4, 10 translate at 1: 640 tokens in 400 steps, 1.6): × 0.40, and the
+    time at the run's own rate is kept beside it. A run that says no acceptance is refused
+    before any pilot request."""
+    sim = sim_factory(*SIM, "--dialect", "sglang", "--output-len", "fixed:33")
+    rows = [{"id": f"r{i}", "group": g, "messages": [{"role": "user", "content": f"{g} {i}"}]}
+            for i, g in enumerate(["code", "translate"] * 10)]  # fmt: skip
+    wl = tmp_path / "rows.jsonl"
+    wl.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    run_out = tmp_path / "builtin"
+    res = genbench("run", "--url", sim.url, "--lengths", "33", "--concurrency", "1,2",
+                   "--skip", "warmup,single", "-o", str(run_out))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "plan"
+    res = genbench("plan", "--from", str(run_out), "--prompts", str(wl), "--url", sim.url,
+                   "--pilot", "20", "--concurrency", "2", "--warmup-time", "0", "--samples", "1K",
+                   "--tokens-per-sample", "33", "-o", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stderr + res.stdout
+    plan = json.loads((out / "plan.json").read_text())
+    a = plan["acceptance_rescale"]
+    assert a["pilot"] == {"tokens_per_step": 1.6, "requests": 20, "said": 20, "tokens": 640,
+                          "steps": 400, "drafting_share": 1.0, "concurrency": 2}  # fmt: skip
+    # the sweep's requests: 1024 tokens, 1023 after the first in 256 steps of 1 + 3 drafts
+    assert a["run_by_concurrency"]["2"]["tokens_per_step"] == 1023 / 256
+    f = 1.6 / (1023 / 256)
+    assert a["factor_by_concurrency"] == {"1": pytest.approx(f), "2": pytest.approx(f)}
+    run_rate = a["run_tps_by_concurrency"]["2"]
+    assert plan["model"]["sustained_tps_by_concurrency"]["2"] == pytest.approx(f * run_rate)
+    (row,) = plan["rows"]
+    assert row["ours_best"]["seconds"] == pytest.approx(row["ours_best"]["unscaled"]["seconds"]
+                                                        / f)  # fmt: skip
+    assert "1.60 tokens per decode step on your prompts (pilot at C=2: 20 requests" in res.stdout
+    assert "the run's prompts 4.00 tokens per step" in res.stdout and "rate × 0.400" in res.stdout
+    assert "built-in prompts (4.00" not in res.stdout  # the rescale answers that note
+    assert "the pilot ran at C=2, and rescales the run's C=1: acceptance can move" in res.stdout
+    # an autoregressive run has nothing to rescale: one line, no pilot sent
+    ar = sim_factory("--tps", "2000", "--ttft-ms", "2", "--per-seq-ms", "0.01")
+    ar_out = tmp_path / "ar"
+    res = genbench("run", "--url", ar.url, "--lengths", "33", "--concurrency", "2",
+                   "--skip", "warmup,single", "-o", str(ar_out))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    res = genbench("plan", "--from", str(ar_out), "--prompts", str(wl), "--url", sim.url,
+                   "--tokens-per-sample", "33", "-o", str(tmp_path / "p2"))  # fmt: skip
+    assert res.returncode == 2, res.stderr + res.stdout
+    assert "said its speculative acceptance" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "p2").exists()

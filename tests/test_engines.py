@@ -105,7 +105,6 @@ def run_job(tmp_path: Path, n: int, listener: Acting, cmd: str = SIM,
     listener.start()
     try:
         result = asyncio.run(job.run(handle_signals=False))
-        listener.finished(result)
         with urllib.request.urlopen(f"http://127.0.0.1:{listener.port}/metrics") as r:
             metrics = r.read().decode()
     finally:

@@ -30,11 +30,13 @@ from tests_helpers import closed_port_url
 from genbench.errors import ErrorKind
 from genbench.generate.eta import UNSEEN
 from genbench.generate.input import Row, ShardSpec, derive_id, scan
-from genbench.generate.job import Job, Listener
+from genbench.generate.job import Job
 from genbench.generate.jobconfig import JobConfig
+from genbench.generate.outcome import Listener
 from genbench.generate.params import job_params, merge
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress
+from genbench.generate.runlog import read_runs
 from genbench.generate.servers import ServerSpec
 from genbench.generate.store import Existing, Store, row_line, scan_jsonl_shard
 from genbench.load import Slot
@@ -610,6 +612,19 @@ def test_a_job_that_runs_out_of_descriptors_goes_on_with_fewer_streams(sim, tmp_
     assert all(r.extra["outcome"] == "requeued" for r in short)
     assert any("out of file descriptors: raise ulimit -n" in n for n in notes), notes
     assert result.snapshot["servers"][0]["concurrency"] < 64, notes
+
+
+def test_a_library_caller_of_the_job_gets_its_run_notes(sim, tmp_path):
+    """The run's start and end (what the report draws) are the job's to write, not the
+    command line's: a program that runs `Job` itself finds them too."""
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(6))
+    cfg = JobConfig(inp, out, [ServerSpec(sim.url, 4)], retry_backoff=0.05)
+    result = asyncio.run(Job(cfg).run(handle_signals=False))
+    assert result.status == "complete", result
+    runs = read_runs(out)
+    assert [r["event"] for r in runs] == ["start", "end"], runs
+    assert runs[0]["todo"] == 6
 
 
 class InstantClient:

@@ -366,17 +366,24 @@ class Tmpfs:
         (self.path / "filler").unlink(missing_ok=True)
 
 
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Tmpfs]:
+@contextlib.contextmanager
+def mounted(tmp_path: Path, size: str) -> Iterator[Tmpfs]:
+    """A tmpfs of `size` under tmp_path for the test's while (skipped without root)."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root: disk-full tests skipped")
     fs = Tmpfs(tmp_path / "fs")
     fs.path.mkdir()
-    fs.mount("4m")
+    fs.mount(size)
     try:
         yield fs
     finally:
         subprocess.run(["umount", "-l", str(fs.path)], capture_output=True)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Tmpfs]:
+    with mounted(tmp_path, "4m") as fs:
+        yield fs
 
 
 def snapshot(out: Path) -> dict[str, bytes]:

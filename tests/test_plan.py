@@ -150,6 +150,13 @@ def test_from_a_run_result_ours_beside_the_fields(sim_factory, tmp_path):
     assert moved["rows"][0]["samples"] == 1000
     assert (out / "plan.json").read_bytes() == before
 
+    # --out puts the plan where it says, not beside the run
+    elsewhere = tmp_path / "plans" / "q1"
+    p = genbench("plan", "--from", str(out), "--tokens-per-sample", "2965", "--samples", "100K",
+                 "--out", str(elsewhere))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert json.loads((elsewhere / "plan.json").read_text())["rows"] == doc["rows"]
+
     # without --tokens-per-sample: the natural lengths the run measured, thinking apart
     doc = plan_json(genbench("plan", "--from", str(out), "--concurrency", "8", "--json"))
     row = doc["rows"][0]
@@ -322,7 +329,10 @@ def test_open_ended_pilot_stops_when_the_mean_length_reaches_its_target(sim_fact
     assert f"calibrated to the pilot's sending {fmt.duration(replay['calibrated_s'])}, " in text
     assert f"the bar is ±{ours['rel_halfwidth']:.1%} ({parts['side']} the forecast" in text
     need = doc["pilot_size_for_target"]["requests"]
-    assert f"needs a pilot of about {need:,} requests" in text or "sets a floor" in text
+    inside = f"inside ±{target:.0%} already"
+    said = (f"needs a pilot of about {need:,} requests", "sets a floor", inside)
+    assert any(s in text for s in said), text
+    assert (inside in text) == (ours["rel_halfwidth"] <= target)
 
 
 def test_a_server_killed_mid_pilot_is_one_line_and_exit_3_records_kept(sim_factory, tmp_path):

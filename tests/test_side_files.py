@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 from test_generate import assert_exactly_once, line_count, popen, wait_for, write_rows
-from test_output_dir import QUICK, Tmpfs, answers, gen, no_tmp, one_error_line
+from test_output_dir import QUICK, Tmpfs, answers, gen, mounted, no_tmp, one_error_line
 
 from genbench.sim.process import SimProcess
 
@@ -41,17 +41,8 @@ def slow() -> Iterator[SimProcess]:
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Tmpfs]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root: disk-full tests skipped")
-    fs = Tmpfs(tmp_path / "fs")
-    fs.path.mkdir()
-    fs.mount("64m")
-    try:
+    with mounted(tmp_path, "64m") as fs:
         yield fs
-    finally:
-        import subprocess
-
-        subprocess.run(["umount", "-l", str(fs.path)], capture_output=True)
 
 
 def rows(edited: bool) -> list[dict[str, Any]]:

@@ -72,17 +72,16 @@ def duration(seconds: float | None) -> str:
 
 
 def duration_range(lo: float, hi: float) -> str:
-    """Both ends in the unit of the upper one: '61.9 – 74.7 min'; a range narrower than the
-    last digit gets more ('2.67 – 2.73 h', never '2.7 – 2.7 h', which reads as no range)."""
+    """Both ends in the unit of the upper one: '61.9 – 74.7 min'; with a decimal more (up
+    to 3) where two different ends would print alike ('2.40 – 2.43 min', not '2.4 – 2.4')."""
     text = duration(hi)
     value, unit = text.rsplit(" ", 1)
     div = {"s": 1.0, "min": 60.0, "h": 3600.0}[unit]
-    digits = 1
-    while digits < 3 and f"{lo / div:,.{digits}f}" == f"{hi / div:,.{digits}f}" and lo != hi:
-        digits += 1
-    if digits > 1:
-        value = f"{hi / div:,.{digits}f}"
-    return f"{lo / div:,.{digits}f} – {value} {unit}"
+    for nd in (1, 2, 3):
+        low, high = f"{lo / div:,.{nd}f}", f"{hi / div:,.{nd}f}"
+        if low != high or lo == hi:
+            break
+    return f"{low} – {high} {unit}"
 
 
 def days(seconds: float | None) -> str:

@@ -69,6 +69,19 @@ def test_without_a_floor_the_advice_is_a_pilot_length():
     assert text.endswith("; ±5% needs a pilot of about 1,096 requests (--pilot 1096)")
 
 
+def test_a_bar_already_inside_the_target_asks_for_no_pilot_length():
+    # seen on the sim: "the bar is ±1.7% ...; ±5% needs a pilot of about 2 requests (--pilot
+    # 2)" after a pilot of 287: a pilot of 2 would not know its own bar
+    tgt = {"target": 0.05, "requests": 2, "floor": 0.016, "floor_from": None}
+    parts = {"side": "above", "sample": 0.001, "speed": 0.0166, "misfit": 0.0007}
+    text = _bar_parts(math.hypot(0.001, 0.0166, 0.0007), parts, tgt, 287)
+    assert text.endswith("; inside ±5% already with this pilot's 287 requests"), text
+    assert "--pilot" not in text
+    edge = _bar_parts(0.05, {**parts, "sample": 0.05, "speed": 0.0, "misfit": 0.0},
+                      {**tgt, "requests": 287}, 287)  # fmt: skip
+    assert "inside ±5% already" in edge
+
+
 def test_the_model_check_shows_the_calibrated_replay_its_misfit_is_measured_on():
     # model(): the replay takes 8 s, calibrated × 1.25 (the pilot's last send at 5 s, the
     # replay's at 4 s) to 10 s, against the pilot's 12.5 s: 10 / 12.5 − 1 = −20%
@@ -110,3 +123,32 @@ def test_the_reports_forecast_reads_the_bar_and_model_check_as_the_console_print
     assert f.bar[0] == f"at 100,000 samples: {_bar_parts(total, parts, tgt)}"
     assert "±4.8% from the model's misfit on the pilot" in f.bar[0]
     assert "each alone" not in " ".join(f.bar) and "±13.5%" not in " ".join(f.bar)
+
+
+def test_the_speed_note_gives_the_speed_part_the_breakdown_shows():
+    """Seen on the sim: the note said '±37.3% from the speed' and the breakdown '±59.5% from
+    the server's speed' for one plan: the first a speed's half-width, the second its
+    effect on the time (above the forecast). The note now gives both, the second the
+    breakdown's figure."""
+    from genbench.plan.from_pilot import _speed_notes
+
+    stretches = [1.0, 1.6, 1.5, 0.7, 0.6, 1.4, 1.7, 0.8, 0.5, 1.3]  # wanders widely
+    (f,) = forecast(model(stretches, 3.0), [(8, 1)], boot=2)
+    notes = _speed_notes(model(stretches, 3.0), {}, f)
+    h = f.speed.halfwidth
+    (said,) = [n for n in notes if "the range includes it" in n]
+    assert f"±{h:.1%} in speed for 8 samples" in said
+    assert f"+{f.parts.speed:.1%} / −{1 - 1 / (1 + h):.1%} on the time" in said, said
+    text = _bar_parts(f.rel_halfwidth, _wall(f)["parts"], _pilot_size(f, 2, 0.05)[
+        "pilot_size_for_target"])  # fmt: skip
+    assert f"±{f.parts.speed:.1%} from the server's speed" in text
+
+
+def test_the_speed_floor_names_speed_drift_only_where_it_was_given():
+    tgt = {"target": 0.05, "requests": None, "floor": 0.3, "floor_from": "speed"}
+    parts = {"side": "above", "sample": 0.0, "speed": 0.3, "misfit": 0.007}
+    plain = _bar_parts(0.3, parts, tgt)
+    assert plain.endswith("the server's speed as it wanders, not the pilot's size, sets a "
+                          "floor of ±30.0%")  # fmt: skip
+    assert "--speed-drift" not in plain
+    assert "wanders and --speed-drift, not" in _bar_parts(0.3, parts, tgt, drift=True)

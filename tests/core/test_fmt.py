@@ -48,9 +48,9 @@ def test_durations_pick_their_unit_by_size(seconds, text):
 def test_a_range_is_written_in_the_unit_of_its_upper_end():
     assert fmt.duration_range(3714, 4482) == "61.9 – 74.7 min"
     assert fmt.duration_range(100, 130) == "1.7 – 2.2 min"
-    # a range narrower than the last digit: more digits, not "2.7 – 2.7 h" (no range at all)
-    assert fmt.duration_range(2.67 * 3600, 2.73 * 3600) == "2.67 – 2.73 h"
-    assert fmt.duration_range(9720.0, 9720.0) == "2.7 – 2.7 h"  # truly none: as it is
+    # two ends that one decimal prints alike get another (a plan's ±0.6% bar on 2.4 min)
+    assert fmt.duration_range(143.8, 145.6) == "2.40 – 2.43 min"
+    assert fmt.duration_range(60.0, 60.0) == "60.0 – 60.0 s"
 
 
 @pytest.mark.parametrize(

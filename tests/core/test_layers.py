@@ -255,3 +255,13 @@ def test_no_module_imports_its_own_package_face_that_imports_it():
             if isinstance(node, ast.ImportFrom) and node.module == package and not node.level:
                 found.append(f"{name}:{node.lineno}: from {package} import ...")
     assert not found, "\n".join(found)
+
+
+MAX_MODULE_LINES = 500  # a module past it holds two ideas: split it where they part
+
+
+def test_no_module_over_its_size():
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines())
+             for name, path in MODULES.items()}  # fmt: skip
+    big = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert not big, f"over {MAX_MODULE_LINES} lines: {big}"

@@ -31,7 +31,8 @@ PROMPTS = typer.Option(
     "--input",
     "-i",
     "--prompts",
-    help="The job's prompt file (JSONL or Parquet), as generate's: run a pilot on it.",
+    help="The job's prompt file (JSONL or Parquet), as generate's: run a pilot on it "
+    "(with --from: its speculative acceptance rescales the run's rate).",
 )
 RATE = typer.Option(None, "--rate", help="Arithmetic only: output tokens/s of one server.")
 TOKENS_PER_SAMPLE = typer.Option(
@@ -104,8 +105,8 @@ OUT_DIR = typer.Option(
     None,
     "--out",
     "-o",
-    help="Pilot: directory for its records and plan.json; --from: for plan.json. "
-    "[default: genbench-runs/TIME-plan; one --from: next to its result]",
+    help="Where plan.json goes (a pilot's records too). [default: a pilot or several --from: "
+    "genbench-runs/TIME-plan; one --from: beside the run's result.json]",
 )
 DEADLINE = typer.Option(
     None,

@@ -1,9 +1,9 @@
 """`genbench generate`'s options for watching a job and for the shape of its answers.
 
 `--metrics-port` / `--metrics-host` serve the job's progress to Prometheus while it runs
-(generate/exporter.py); every job notes its runs for the report (generate/listeners.py);
-`--answers` writes OpenAI Batch output lines instead of, or beside, the conversations
-(generate/batch.py). Kept apart from generate.py, which holds the job's other options.
+(generate/exporter.py); `--answers` writes OpenAI Batch output lines instead of, or beside,
+the conversations (generate/batch.py). Kept apart from generate.py, which holds the job's
+other options.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from rich.console import Console
 from genbench.errors import UsageError
 from genbench.fmt import counted
 from genbench.generate.batch import write_answers
-from genbench.generate.job import Listener
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.layout import Layout
-from genbench.generate.listeners import Listeners, RunNotes
+from genbench.generate.listeners import Listeners
+from genbench.generate.outcome import Listener
 
 ANSWERS = typer.Option(
     "conversations",
@@ -43,7 +43,7 @@ METRICS_HOST = typer.Option(
 )
 def listeners(console_listener: Listener, cfg: JobConfig, host: str, port: int | None,
               console: Console) -> tuple[Listener, Any]:  # fmt: skip
-    """Who hears the job: the console, the run notes, and the exporter when asked (started
+    """Who hears the job: the console, and the exporter when asked (started
     here, so a port in use fails before any request); (listener, exporter or None)."""
     exporter = None
     if port is None and host != DEFAULT_METRICS_HOST:
@@ -55,8 +55,7 @@ def listeners(console_listener: Listener, cfg: JobConfig, host: str, port: int |
 
         exporter = MetricsExporter(host, port)
         console.print(f"  metrics: {exporter.start()}")
-    heard = [console_listener, RunNotes(cfg.output, cfg.shard_tag)]
-    return Listeners(*heard, *([exporter] if exporter else [])), exporter
+    return Listeners(console_listener, *([exporter] if exporter else [])), exporter
 
 
 def stop(exporter: Any) -> None:

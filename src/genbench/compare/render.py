@@ -15,7 +15,7 @@ SECTIONS = {
     "single": "single stream, by output length",
     "throughput": "throughput, by concurrency",
     "latency": "latency under load, by concurrency",
-    "speculative": "speculative decoding (server counters)",
+    "speculative": "speculative decoding (per request where the server says it, else its counters)",
 }
 
 

@@ -13,8 +13,10 @@ docs/compare-and-report.md). Within one run, the relative standard error of a va
 * burst tok/s: the same bootstrap over requests of tokens / (last end - first send);
 * sustained tok/s: the two halves of the steady window, `steady_halves_tps`:
   the standard error of their mean relative to it, |h1 - h2| / (h1 + h2);
-* server counters (acceptance length): the bootstrap of per-request tokens per
-  chunk, which is what the acceptance length looks like from the client.
+* acceptance length: the requests' pooled length where every request said its own (the
+  bootstrap of the per-request lengths), else the server's counter with the bootstrap of
+  per-request tokens per chunk, which is what the acceptance length looks like from the
+  client.
 
 Between runs, the spread of a side's repeats; with one run per side, an allowance.
 """
@@ -191,10 +193,18 @@ def burst_tps(run: Run, c: int) -> Estimate | None:
 
 
 def acceptance(run: Run, name: str) -> Estimate | None:
+    """A phase's acceptance length: its requests' pooled length where every one said it
+    (every step of the phase; vLLM's counters give the same number), else the server's
+    (SGLang's is a gauge over its last decode steps only, not the phase)."""
     p = run.phase(name)
-    m = (p or {}).get("server_metrics") or {}
-    v = m.get("spec_mean_acceptance_length")
-    if p is None or v is None:
+    if p is None:
+        return None
+    acc = (p.get("summary") or {}).get("acceptance")
+    if acc and acc.get("requests") == acc.get("of"):
+        xs = [r.spec["length"] for r in _ok(run, p) if r.spec]
+        return Estimate(float(acc["length"]), bootstrap_rel(xs, _mean, sum(xs) / len(xs)))
+    v = (p.get("server_metrics") or {}).get("spec_mean_acceptance_length")
+    if v is None:
         return None
     tpc = [tokens_per_chunk(r) for r in _ok(run, p)]
     xs = [x for x in tpc if x is not None]
@@ -327,7 +337,10 @@ def _spec_rows(add: Add, every: list[Run]) -> None:
     for r in every:
         for p in r.phases:
             m = p.get("server_metrics") or {}
-            if m.get("spec_mean_acceptance_length") is not None and p["name"] not in names:
+            said = m.get("spec_mean_acceptance_length") is not None or (
+                (p.get("summary") or {}).get("acceptance")
+            )
+            if said and p["name"] not in names:
                 names.append(p["name"])
     for name in names:
         add(

@@ -11,7 +11,10 @@ and completions that spread out (continuous batching) are clusters of one or two
 
 * The rate: rows between two cluster ends over the time between them, over the last
   half of the job's history since its first cluster (at least WINDOW_CLUSTERS clusters;
-  the start-up before the first rows end is left out, it is no part of the rate).
+  the start-up before the first rows end is left out, it is no part of the rate). The
+  start-up is a gap of its own in the felt gap: the first wave's rows, read a millisecond
+  apart on a busy host, are one cluster, and it counts once it has all arrived (without
+  it, 2 rows of a first wave of 32 were a cluster each: a rate of 2,000 rows/s).
 * The ETA: the last cluster's time, plus the rows left at that rate, plus the tail (the
   last C requests end when the longest of them does, not at the mean: the quantile
   C/(C + 1) of the durations seen, less their mean, C from Little's law), less now.
@@ -112,17 +115,21 @@ class Completions:
 
 
 def cluster_ends(
-    t: list[float], c: list[float], now: float | None = None
+    t: list[float], c: list[float], now: float | None = None, t0: float | None = None
 ) -> list[tuple[float, float]]:
     """(time, rows so far) at the last completion of each cluster: completions closer
     than MERGE × the felt gap are one cluster (a wave). With `now`, a last cluster that
-    may still be forming (its last row within that of now) is left out."""
+    may still be forming (its last row within that of now) is left out. With `t0`, the
+    job's start: the time before the first row ended is a gap too (the first wave's)."""
     n = len(t)
-    if n < 2:
+    gaps = [b - a for a, b in zip(t, t[1:], strict=False)]
+    if n and t0 is not None and t[0] > t0:
+        gaps.append(t[0] - t0)
+    if not gaps:
         return list(zip(t, c, strict=True))
-    thr = MERGE * felt_gap([b - a for a, b in zip(t, t[1:], strict=False)])
+    thr = MERGE * felt_gap(gaps)
     ends = [(t[i], c[i]) for i in range(n - 1) if t[i + 1] - t[i] > thr]
-    if ends and now is not None and now - t[-1] <= thr:
+    if (ends or t0 is not None) and now is not None and now - t[-1] <= thr:
         return ends
     return ends + [(t[-1], c[-1])]
 
@@ -143,9 +150,11 @@ def felt_gap(gaps: list[float]) -> float:
 
 
 def usual_gap(gaps: list[float]) -> float:
-    """The 90th percentile of the gaps between clusters: a gap far past it is a stall."""
+    """The 90th percentile of the gaps between clusters: a gap far past it is a stall.
+    Of n gaps, the one at 0.9·(n − 1): with fewer than 11 the largest is never the usual
+    one (an outage among 9 waves was the 90th percentile, and so no stall)."""
     g = sorted(gaps)
-    return g[min(len(g) - 1, int(0.9 * len(g)))] if g else 0.0
+    return g[int(0.9 * (len(g) - 1))] if g else 0.0
 
 
 def window(ends: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -158,31 +167,35 @@ def window(ends: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def stretches(
-    ends: list[tuple[float, float]], parts: int, stall: float = math.inf
+    ends: list[tuple[float, float]], parts: int, usual: float = math.inf
 ) -> tuple[list[float], float]:
     """The rate in up to `parts` stretches of the window, each between two cluster ends
-    nearest equal times, and the seconds one spans on average; a gap between clusters
-    longer than `stall` counts as `stall` (the rest is lost time, not speed)."""
+    nearest equal busy times, and the busy seconds one spans on average. Busy time: a gap
+    between clusters longer than STALL × `usual` (a stall) counts as `usual`, as the rate
+    counts it; the rest is lost time, not speed. (Counted as 4 × usual, an outage made its
+    stretch a slow one; split by clock time, it was a stretch of its own, one cluster
+    over the usual gap, a rate 4 times the job's: either way the range 6 times the job
+    wide after a server came back.)"""
     m = min(parts, len(ends) - 1)
     if m < 3:
         return [], 0.0
-    times = [t for t, _ in ends]
-    t0, span, last = times[0], times[-1] - times[0], len(ends) - 1
+    busy = [ends[0][0]]  # the clock with the stalls' lost time taken out
+    for (a, _), (b, _) in zip(ends, ends[1:], strict=False):
+        busy.append(busy[-1] + (usual if b - a > STALL * usual else b - a))
+    t0, span, last = busy[0], busy[-1] - busy[0], len(ends) - 1
     idx = [0]
     for j in range(1, m):
         goal = t0 + span * j / m
-        k = bisect.bisect_left(times, goal, idx[-1] + 1, last)
-        if k > idx[-1] + 1 and goal - times[k - 1] < times[k] - goal:
+        k = bisect.bisect_left(busy, goal, idx[-1] + 1, last)
+        if k > idx[-1] + 1 and goal - busy[k - 1] < busy[k] - goal:
             k -= 1  # the nearer of the two around the goal
         if k < last:
             idx.append(k)
     idx.append(last)
-    lost = [0.0]  # lost[k]: the stall time before cluster end k
-    for a, b in zip(times, times[1:], strict=False):
-        lost.append(lost[-1] + max(b - a - stall, 0.0))
-    busy = [(times[b] - times[a] - (lost[b] - lost[a]), ends[b][1] - ends[a][1])
-            for a, b in zip(idx, idx[1:], strict=False)]  # fmt: skip
-    rates = [rows / s for s, rows in busy if s > 0]
+    spans = [
+        (busy[b] - busy[a], ends[b][1] - ends[a][1]) for a, b in zip(idx, idx[1:], strict=False)
+    ]
+    rates = [rows / s for s, rows in spans if s > 0]
     return rates, span / max(len(rates), 1)
 
 
@@ -215,7 +228,7 @@ def estimate(done: Completions, remaining: int, now: float, t0: float = 0.0) -> 
     docstring). None before two clusters have ended."""
     if remaining <= 0:
         return Eta(0.0, 0.0, 0.0)
-    ends = cluster_ends(*done.points(), now)
+    ends = cluster_ends(*done.points(), now, t0)
     if 0 < len(ends) < FEW and ends[0][0] > t0:  # a few waves: the start is one's start
         ends = [(t0, 0.0), *ends]
     if len(ends) < 2:
@@ -242,21 +255,31 @@ def estimate(done: Completions, remaining: int, now: float, t0: float = 0.0) -> 
         last = 0.0
     # nothing ended for longer than the longest usual gap: lost time (not in the tail,
     # where the last requests end further and further apart)
-    t_seen = done.last[0] if done.last else t_b
-    stall = max(0.0, now - max(t_seen, t_b) - gap) if remaining > last else 0.0
+    stall = _quiet(done, t_b, now, gap) if remaining > last else 0.0
     bulk = (remaining - last) / rate
     base = t_b + stall - now
     point = max(base + bulk + q_mid, 0.0)
-    parts, part_s = stretches(win, PARTS, STALL * usual)
+    parts, part_s = stretches(win, PARTS, usual)
     if len(parts) < 3:
         return Eta(point)
     h = SpeedWander.fit(parts, part_s).job(bulk + q_mid).halfwidth
     unseen = UNSEEN * bulk / (bulk + ends[-1][0] - ends[0][0])
     h = math.hypot(h, unseen)
-    drift = trend(stretches(ends, PARTS, STALL * usual), ends[-1][0], bulk, rate)
+    drift = trend(stretches(ends, PARTS, usual), ends[-1][0], bulk, rate)
     lo = base + bulk / max(1 + h, drift) + q_lo - usual
     hi = base + bulk / max(min(1 - h, drift), SLOWEST) + q_hi + gap
     return Eta(point, min(max(lo, 0.0), point), max(hi, point))
+
+
+def _quiet(done: Completions, t_b: float, now: float, gap: float) -> float:
+    """Seconds lost since the last cluster end `t_b`: quiet past the longest usual `gap`
+    before the first row of a cluster still forming (a server back after an outage: its
+    first wave) and since the last row."""
+    t, _ = done.points()
+    seen = done.last[0] if done.last else t_b
+    k = bisect.bisect_right(t, t_b)
+    first = t[k] if k < len(t) else seen
+    return max(first - t_b - gap, 0.0) + max(now - max(seen, t_b) - gap, 0.0)
 
 
 def trend(parts: tuple[list[float], float], t_last: float, left: float,

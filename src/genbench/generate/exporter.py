@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from genbench import __version__
 from genbench.errors import UsageError
-from genbench.generate.job import Listener
+from genbench.generate.outcome import Listener
 from genbench.records import RequestRecord
 
 LOOPBACK = "127.0.0.1"
@@ -93,7 +93,8 @@ def _rates(snap: dict[str, Any]) -> Iterator[Any]:
 
 
 def _eta(snap: dict[str, Any]) -> Iterator[Any]:
-    yield from _gauge("genbench_eta_seconds", "Seconds left at the recent rate.", snap.get("eta_s"))
+    yield from _gauge("genbench_eta_seconds", "Seconds left, as the panel's ETA (rows left at "
+                      "the rate between clusters of completions).", snap.get("eta_s"))  # fmt: skip
     yield from _gauge("genbench_eta_low_seconds", "Low end of the ETA's 95% range.",
                       snap.get("eta_lo_s"))  # fmt: skip
     yield from _gauge("genbench_eta_high_seconds", "High end of the ETA's 95% range.",

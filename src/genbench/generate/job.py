@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,16 +19,18 @@ from genbench import __version__, fmt
 from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.check.router import ROUTER_KINDS
 from genbench.engines.supervisor import Supervisor
-from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
+from genbench.errors import ErrorKind, GenbenchError, ServerDown, UsageError
 from genbench.generate import scheme
 from genbench.generate.batch import row_bytes
 from genbench.generate.conversation import Conversation
 from genbench.generate.durable import output_errors
-from genbench.generate.ending import Failures, Unanswered, ending, failed_exit
+from genbench.generate.ending import Failures, Unanswered, ending
 from genbench.generate.ending import rows as row_count
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
 from genbench.generate.input import BadRow, InputScan, iter_rows
 from genbench.generate.jobconfig import JobConfig
+from genbench.generate.listeners import Listeners, RunNotes
+from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress, RowInfo
 from genbench.generate.resume import prepare
@@ -45,58 +46,13 @@ from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import ThinkMode, ThinkState
 
 
-class Listener:
-    """What the console (or a test) hears. Default: nothing."""
-
-    def planned(self, info: dict[str, Any]) -> None: ...
-    def note(self, text: str, style: str = "") -> None: ...
-    def tick(self, snap: dict[str, Any]) -> None: ...
-    def record(self, rec: RequestRecord) -> None: ...  # every request, as it ends
-    def finished(self, result: JobResult) -> None: ...
-
-
-@dataclass
-class JobResult:
-    status: str  # ending.py's (complete, unanswered, ...), nothing_to_do, interrupted
-    message: str = ""
-    model: str | None = None
-    total: int = 0
-    done: int = 0
-    failed: int = 0
-    done_this_run: int = 0
-    failed_this_run: int = 0
-    truncated_this_run: int = 0
-    tokens: int = 0
-    thinking_tokens: int = 0
-    estimated_rows: int = 0  # rows of this run whose token counts are estimated
-    tokenized_rows: int = 0  # and whose thinking the server's /tokenize counted
-    thinking: str = ""  # where the thinking arrived, when the replies showed it, not check
-    elapsed_s: float = 0.0
-    sending_s: float = 0.0
-    files: list[str] = field(default_factory=list)
-    errors_file: str | None = None
-    snapshot: dict[str, Any] = field(default_factory=dict)
-    failure: dict[str, Any] | None = None  # this run's most common: {kind, rows, message}
-    # rows of this run without an answer or without ids (ending.Unanswered.to_dict)
-    unanswered: dict[str, Any] = field(default_factory=dict)
-    ids_line: str = ""  # the rows without token ids, by server ('' when none)
-    engines_line: str = ""  # --serve: how long the engines were down and why ('' if never)
-
-    @property
-    def exit_code(self) -> int:
-        if self.status == "failed":  # every row failed: its most common kind's exit code
-            return failed_exit(self.failure)
-        codes = {"interrupted": ExitCode.INTERRUPTED, "servers_down": ExitCode.REFUSED,
-                 "no_token_ids": ExitCode.BAD_RESPONSE}  # fmt: skip
-        return codes.get(self.status, ExitCode.OK)
-
-
 class Job:
     """One run of `genbench generate`; also the sink its finished rows go to."""
 
     def __init__(self, cfg: JobConfig, listener: Listener | None = None) -> None:
         self.cfg = cfg
-        self.listener = listener or Listener()
+        # who hears the job, and the run notes every job leaves for its report (runs.jsonl)
+        self.listener = Listeners(listener or Listener(), RunNotes(cfg.output, cfg.shard_tag))
         self.store = Store(
             cfg.output,
             shard_tag=cfg.shard_tag,
@@ -213,11 +169,13 @@ class Job:
         try:
             with output_errors(self.store.out):  # the directory's one shard scheme
                 scheme.settle(self.store.out, self.cfg.shard_count, self.cfg.shard_asked)
-            return await self._run(handle_signals)
+            result = await self._run(handle_signals)
         finally:
             if self.engines is not None:  # nothing genbench started outlives it
                 self.engines.close()
             self.store.lock.release()
+        self.listener.finished(result)  # the caller's listener, and the job's run notes
+        return result
 
     async def _run(self, handle_signals: bool) -> JobResult:
         t0 = time.monotonic()
@@ -521,8 +479,4 @@ class Job:
 
 
 async def run_job(cfg: JobConfig, listener: Listener | None = None) -> JobResult:
-    job = Job(cfg, listener)
-    result = await job.run()
-    if listener is not None:
-        listener.finished(result)
-    return result
+    return await Job(cfg, listener).run()

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from genbench.generate.job import JobResult, Listener
+from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.runlog import runs_path
 from genbench.records import RequestRecord
 

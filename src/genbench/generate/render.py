@@ -18,8 +18,8 @@ from rich.text import Text
 
 from genbench.fmt import counted, duration, duration_range, number, rate
 from genbench.generate.ending import LABELS, rows
-from genbench.generate.job import JobResult, Listener
 from genbench.generate.jobconfig import JobConfig
+from genbench.generate.outcome import JobResult, Listener
 
 ESTIMATED_NOTE = (
     "token counts estimated: the server sent thinking without counting it (or sent no usage); "
@@ -141,16 +141,23 @@ class JobConsole(Listener):
         if f is not None and ended and result.sending_s > 0:
             self.plan_outcome = o = f.outcome(result.sending_s)
             inside = {True: ", inside its bar", False: ", [red]outside its bar[/]", None: ""}
+            took, said = duration(result.sending_s), _forecast_text(f)
+            if f.lo_s is not None and f.hi_s is not None:  # as many decimals as tell them apart
+                took, bar, mid = _apart(result.sending_s, f.lo_s, f.hi_s, f.seconds)
+                said = f"{mid} ({bar}) for {f.rows:,} rows"
             self.console.print(
-                f"  plan: {_forecast_text(f)}; the job took {duration(result.sending_s)}: "
+                f"  plan: {said}; the job took {took}: "
                 f"the forecast was {o['error']:+.1%} off{inside[o['inside_bar']]}"
             )
 
 
 def _with_bar(seconds: float, lo: float | None, hi: float | None, none: str = "") -> str:
-    """'5.2 h (4.9 – 5.5 h)', or the time and `none` when there is no bar."""
-    bar = f" ({duration_range(lo, hi)})" if lo is not None and hi is not None else none
-    return duration(seconds) + bar
+    """'5.2 h (4.9 – 5.5 h)', or the time and `none` when there is no bar; the time in the
+    bar's unit and decimals ('102.0 s (1.4 – 2.0 min)' was one ETA)."""
+    if lo is None or hi is None:
+        return duration(seconds) + none
+    x, bar, _ = _apart(seconds, lo, hi)
+    return f"{x} ({bar})"
 
 
 def _forecast_text(f: Any) -> str:
@@ -247,26 +254,46 @@ def _course(plan: dict[str, Any]) -> Text | None:
     verdict, on = plan.get("verdict"), plan.get("on_course_s")
     if verdict not in ("outside", "unsure") or on is None:
         return None
+    on_text, plan_range, _ = _apart(on, plan["lo_s"], plan["hi_s"])
+    if plan.get("on_course_lo_s") is None or plan.get("on_course_hi_s") is None:
+        return Text(
+            f"on course for {on_text}, past the plan's {plan_range}, but the ETA has no "
+            "range yet (too few rows have ended): too early to tell"
+        )
     span = duration_range(plan["on_course_lo_s"], plan["on_course_hi_s"])
-    plan_range = duration_range(plan["lo_s"], plan["hi_s"])
     way = "slower" if on > plan["hi_s"] else "faster"
     if verdict == "outside":
         return Text(
             f"the job's speed has left the plan's range: it runs {way} than the plan allowed, "
-            f"on course for {duration(on)} ({span}) against the plan's {plan_range}",
+            f"on course for {on_text} ({span}) against the plan's {plan_range}",
             style="red",
         )
     missed = plan.get("missed_for_s")
     if missed is None:
         return Text(
-            f"on course for {duration(on)}, past the plan's {plan_range}, but the ETA's own "
+            f"on course for {on_text}, past the plan's {plan_range}, but the ETA's own "
             f"range ({span}) still reaches it: no sign yet that the job left the plan",
         )
     return Text(
-        f"on course for {duration(on)} ({span}), past the plan's {plan_range} for "
+        f"on course for {on_text} ({span}), past the plan's {plan_range} for "
         f"{duration(missed)}: said outside once that lasts {duration(plan.get('hold_s'))}",
         style="yellow",
     )
+
+
+def _apart(x: float, lo: float, hi: float, mid: float | None = None) -> tuple[str, str, str]:
+    """`x`, the range lo – hi and its `mid` in the range's unit, with as many decimals (up
+    to 3) as it takes for an `x` outside the range not to read as one of its ends ('on
+    course for 2.5 min, past the plan's 2.4 – 2.5 min' was 148 s against 142 – 147 s),
+    nor the range's two ends as one figure (as fmt.duration_range)."""
+    value, unit = duration(max(hi, x)).rsplit(" ", 1)
+    div = {"s": 1.0, "min": 60.0, "h": 3600.0}[unit]
+    for nd in (1, 2, 3):
+        xs, ls, hs, ms = (f"{v / div:,.{nd}f}" for v in (x, lo, hi, mid or 0.0))
+        apart = lo <= x <= hi or xs not in (ls, hs)
+        if apart and (ls != hs or lo == hi):  # nor the range's two ends as one figure
+            break
+    return f"{xs} {unit}", f"{ls} – {hs} {unit}", f"{ms} {unit}"
 
 
 def print_result(r: JobResult, console: Console) -> None:

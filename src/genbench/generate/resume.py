@@ -30,7 +30,7 @@ class PrepareConfig(Protocol):
 
 
 class PrepareNotes(Protocol):
-    """Where `prepare` says what it found (`genbench.generate.job.Listener`)."""
+    """Where `prepare` says what it found (`genbench.generate.outcome.Listener`)."""
 
     def note(self, text: str, style: str = "") -> None: ...
 

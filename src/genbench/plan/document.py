@@ -97,21 +97,23 @@ class JobForecast:
         the plan's range, `outside` once even the ETA's range has missed it for `hold_s`
         (the job's speed has left the plan's range: it runs slower, or faster, than the
         plan allowed), `unsure` in between (`missed_for_s`: how long the ETA's range has
-        missed it so far, None while it reaches it), and None before there is an ETA or
-        when the plan has no range. Called in time order: it remembers when the miss
-        began."""
+        missed it so far, None while it reaches it or while the ETA has no range yet:
+        `on_course_lo_s`/`hi_s` None), and None before there is an ETA or when the plan
+        has no range. Called in time order: it remembers when the miss began."""
         d: dict[str, Any] = {"seconds": self.seconds, "lo_s": self.lo_s, "hi_s": self.hi_s}
         d.update(on_course_s=None, on_course_lo_s=None, on_course_hi_s=None, verdict=None)
         if eta_s is None:
             return d
         d["on_course_s"] = on = elapsed_s + eta_s
         d["off"] = on / self.seconds - 1 if self.seconds > 0 else None
-        lo_on = elapsed_s + eta_lo if eta_lo is not None else on
-        hi_on = elapsed_s + eta_hi if eta_hi is not None else on
-        d["on_course_lo_s"], d["on_course_hi_s"] = lo_on, hi_on
+        ranged = eta_lo is not None and eta_hi is not None
+        if ranged:
+            d["on_course_lo_s"] = lo_on = elapsed_s + eta_lo  # type: ignore[operator]
+            d["on_course_hi_s"] = hi_on = elapsed_s + eta_hi  # type: ignore[operator]
         if self.lo_s is None or self.hi_s is None:
             return d
-        missed = lo_on > self.hi_s or hi_on < self.lo_s
+        # an ETA without a range (the first clusters of rows) is no evidence of a miss
+        missed = ranged and (lo_on > self.hi_s or hi_on < self.lo_s)
         if not missed:
             self.missed_since = None
         elif self.missed_since is None:

@@ -175,9 +175,11 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
             if speed.wander >= speed.noise
             else "it scattered without a trend, which averages out"
         )
+        h = speed.halfwidth  # on the time: as the bar's breakdown shows the speed's part
         notes.append(
             f"the server's speed varied ±{moved}: {why}; the range includes it "
-            f"(±{speed.halfwidth:.1%} from the speed for {worst.samples:,} samples)"
+            f"(±{h:.1%} in speed for {worst.samples:,} samples: "
+            f"+{1 / max(1 - h, 0.05) - 1:.1%} / −{1 - 1 / (1 + h):.1%} on the time)"
         )
     pilot = fmt.duration(w.pilot_s)
     drift = inputs.get("speed_drift")

@@ -30,7 +30,6 @@ FIELD_CONCURRENCY = 32  # the field's burst was measured at C=32
 # a sweep whose requests averaged less than this share of the job's tokens per sample did
 # not reach the job's length (the slack keeps a natural-length run's own mean from tripping)
 REACHED_LENGTH = 0.9
-SWEEP_SHORT = "the sweep's requests at C="  # how _reach's length line begins
 
 
 @dataclass
@@ -112,10 +111,8 @@ def plan_from_result(
     }
     plan["model"]["reach"] = _reach(rates, concurrency, sweep_len)
     plan["rows"] = [_row(rates, s, servers, concurrency, storage) for s in samples]
-    # the length line once: _length_note already said it where the job's length is far off
-    said = _length_far(doc, rates.tokens_per_sample)
-    plan["notes"] = notes + [r for r in plan["model"]["reach"]
-                             if not (said and r.startswith(SWEEP_SHORT))]  # fmt: skip
+    said = any("throughput changes with length" in n for n in notes)  # _length_note's, once
+    plan["notes"] = notes + [r for r in plan["model"]["reach"] if not (said and "averaged" in r)]
     _acceptance(plan, doc, concurrency if concurrency is not None else rates.best_c)
     return plan
 
@@ -129,7 +126,7 @@ def _acceptance(plan: dict[str, Any], doc: dict[str, Any], c: int) -> None:
     if not acc:
         return
     plan["acceptance"] = acc
-    if (doc.get("workload") or {}).get("prompts") != "file":
+    if (doc.get("workload") or {}).get("prompts") != "file" and not doc.get("_rescaled"):
         plan["notes"].append(
             f"speculative decoding: this rate carries the acceptance of genbench's built-in "
             f"prompts ({acc['length']:.2f} tokens per verify step at C={c}); the job's prompts "
@@ -146,7 +143,7 @@ def _reach(rates: _RunRates, concurrency: int | None, sweep_len: dict[int, float
     mean = sweep_len.get(c)
     if mean is not None and mean < REACHED_LENGTH * rates.tokens_per_sample:
         out.append(
-            f"{SWEEP_SHORT}{c} averaged {fmt.count(mean)} output tokens, the "
+            f"the sweep's requests at C={c} averaged {fmt.count(mean)} output tokens, the "
             f"job's {fmt.count(rates.tokens_per_sample)}: longer outputs decode over longer "
             "contexts, usually slower, so this forecast is likely short"
         )
@@ -281,18 +278,12 @@ def sweep_length(doc: dict[str, Any]) -> float | None:
     return float(cfg) if isinstance(cfg, int | float) and cfg > 0 else None
 
 
-def _length_far(doc: dict[str, Any], tps: float) -> bool:
-    """The job's tokens per sample far enough from the sweep's length for a note."""
-    measured = sweep_length(doc)
-    return bool(measured) and abs(tps / measured - 1) > LENGTH_TOLERANCE
-
-
 def _length_note(doc: dict[str, Any], tps: float, notes: list[str]) -> None:
     """Throughput falls as outputs grow (longer contexts decode slower): a rate measured at
     one length forecasts a job of much longer (or shorter) samples with a bias."""
-    if not _length_far(doc, tps):
+    measured = sweep_length(doc)
+    if not measured or abs(tps / measured - 1) <= LENGTH_TOLERANCE:
         return
-    measured = sweep_length(doc) or tps
     natural = bool((doc.get("config") or {}).get("natural"))
     how = "natural-length outputs of, on average," if natural else "outputs forced to"
     direction = "optimistic" if tps > measured else "pessimistic"

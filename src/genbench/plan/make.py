@@ -16,6 +16,7 @@ from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
 from genbench.generate.params import job_params
 from genbench.generate.pipeline import Retries
+from genbench.plan import rescale
 from genbench.plan.configurations import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
 from genbench.plan.document import save_plan
@@ -147,6 +148,8 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
         )  # fmt: skip
         where = args.out_dir or Path("genbench-runs") / f"{datetime.now():%Y%m%d-%H%M%S}-plan"
         prepare_out_dir(where)
+    elif froms and args.prompts:
+        doc, where = _plan_rescaled(args, load_result(froms[0]), counts, hidden, watch)
     elif froms:
         result = load_result(froms[0])
         doc = plan_from_result(
@@ -158,8 +161,9 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
             hidden,
             args.bytes_per_token,
         )
-        where = args.out_dir or Path(result["_path"]).parent  # --out given: honoured
-        if args.out_dir:
+        where = Path(result["_path"]).parent  # beside the run, where its report finds it
+        if args.out_dir is not None and args.out_dir.resolve() != where.resolve():
+            where = args.out_dir
             prepare_out_dir(where)
     else:
         if not args.url:
@@ -212,7 +216,13 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
     """One source, positive numbers, known choices; the sample counts and hidden states."""
     given = {"--from": args.from_, "--prompts": args.prompts, "--rate": args.rate}
     modes = [m for m, v in given.items() if v]
-    if len(modes) != 1:
+    if modes == ["--from", "--prompts"]:  # a run's rate at the acceptance of the prompts
+        if len(args.from_ or []) > 1 or not args.url:
+            raise UsageError(
+                "--from RUN with --prompts FILE rescales one speculative run to your prompts' "
+                "acceptance: give one --from, and --url (the run's server, for the pilot)"
+            )
+    elif len(modes) != 1:
         raise UsageError(
             ("choose one of " if modes else "nothing to plan from: give one of ")
             + "--from RESULT, --prompts FILE (a pilot) or --rate TOK_S --tokens-per-sample T"
@@ -259,6 +269,58 @@ def _plan_pilot(
 ) -> tuple[dict[str, Any], Path]:
     """Check the prompts and the server, run the pilot, and plan from what it saw (the plan
     and the directory it is to be saved in)."""
+    pilot, check, run = _pilot_run(args, watch)
+    doc = plan_from_pilot(
+        run,
+        pilot.concurrency,
+        counts,
+        args.servers,
+        hidden,
+        _pilot_source(pilot, check),
+        _pilot_inputs(pilot, args, run, counts),
+        args.bootstrap,
+        args.seed,
+    )
+    return doc, pilot.out
+
+
+def _plan_rescaled(
+    args: PlanArgs,
+    result: dict[str, Any],
+    counts: list[int],
+    hidden: HiddenStates | None,
+    watch: PilotWatch,
+) -> tuple[dict[str, Any], Path]:
+    """`--from RUN --prompts FILE --url URL`: the run's plan at its own rate and at the rate
+    rescaled to the tokens per step the pilot measured on the prompts (plan/rescale.py);
+    saved beside the pilot's records."""
+    plan_args = (counts, args.servers, args.concurrency, args.tokens_per_sample, hidden,
+                 args.bytes_per_token)  # fmt: skip
+    unscaled = plan_from_result(result, *plan_args)
+    run_t = rescale.run_tokens_per_step(result)
+    if not run_t:  # before the pilot: nothing it measured could be used
+        raise UsageError(
+            f"{result.get('_path', 'result')}: no request of its sustained phases said its "
+            "speculative acceptance (an autoregressive server, or one that does not say it: "
+            "docs/acceptance.md), so there is nothing to rescale: plan --from it alone"
+        )
+    pilot, _, run = _pilot_run(args, watch)
+    pilot_t = rescale.tokens_per_step(run.records)
+    if pilot_t is None:
+        raise GenbenchError(
+            f"no pilot request said its speculative acceptance (records in {pilot.out}): "
+            "is --url the run's speculative server? (genbench check says)"
+        )
+    pilot_t["concurrency"] = pilot.concurrency
+    scaled, factors = rescale.scaled_result(result, pilot_t, run_t)
+    doc = plan_from_result(scaled, *plan_args)
+    rescale.attach(doc, unscaled, pilot_t, run_t, factors)
+    doc["source"]["pilot_records"] = str(pilot.out / REQUESTS_FILE)
+    return doc, pilot.out
+
+
+def _pilot_run(args: PlanArgs, watch: PilotWatch) -> tuple[_Pilot, CheckReport, PilotRun]:
+    """The pilot as the flags set it up, the server's check, and what the pilot saw."""
     params = job_params(
         config=args.config,
         temperature=args.temperature,
@@ -298,18 +360,7 @@ def _plan_pilot(
     prepare_out_dir(out)
     run = _run(pilot, args, check.model or "", watch, check.think_mode(), check.token_ids,
                acceptance.ask_for(check.server.kind))  # fmt: skip
-    doc = plan_from_pilot(
-        run,
-        concurrency,
-        counts,
-        args.servers,
-        hidden,
-        _pilot_source(pilot, check),
-        _pilot_inputs(pilot, args, run, counts),
-        args.bootstrap,
-        args.seed,
-    )
-    return doc, out
+    return pilot, check, run
 
 
 def _run(

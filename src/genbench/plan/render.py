@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from genbench import fmt
+from genbench.plan.rescale import lines as rescale_lines
 from genbench.plan.tables import decision_tables
 from genbench.records import RequestRecord
 from genbench.transport.acceptance import lines as accept_lines
@@ -121,6 +122,8 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
     )
     for line in accept_lines(doc["acceptance"], " in the run") if doc.get("acceptance") else ():
         console.print(f"  {escape(line)}")
+    for line in rescale_lines(doc):
+        console.print(f"  {escape(line)}")
     console.print(
         f"  tokens per sample: {fmt.number(m['tokens_per_sample'])} "
         f"({m['tokens_per_sample_basis']}); "
@@ -137,13 +140,18 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
             f"  field's method: burst {fmt.rate(f['tok_per_s'])} at C={f['concurrency']} × "
             f"{fmt.number(f['tokens_per_sample'])} tokens/sample"
         )
-    cols = [("samples", _samples), (f"ours C={m['best_concurrency']}", _time("ours_best"))]
+    rescaled = "acceptance_rescale" in doc
+    ours = f"ours C={m['best_concurrency']}" + (" (your acceptance)" if rescaled else "")
+    cols = [("samples", _samples), (ours, _time("ours_best"))]
     has_bar = any("lo_s" in row["ours_best"] for row in doc["rows"])
     if has_bar:
         cols.append(
             ("95% range", lambda r: _range("ours_best")(r) if "lo_s" in r["ours_best"] else "—")
         )
     cols.append(("days", _days("ours_best")))
+    if rescaled:
+        unscaled: Cell = lambda r: fmt.duration(r["ours_best"]["unscaled"]["seconds"])  # noqa: E731
+        cols.append(("at the run's acceptance", unscaled))
     if i.get("concurrency") is not None:
         cols.append((f"ours C={i['concurrency']}", _time("ours_chosen")))
     if i["servers"] > 1:
@@ -203,12 +211,14 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     tgt = doc.get("pilot_size_for_target") or {}
     row = max(doc["rows"], key=lambda r: r["ours"]["rel_halfwidth"])["ours"]
     if "parts" in row and "floor" in tgt:
-        console.print(f"  {_bar_parts(row['rel_halfwidth'], row['parts'], tgt)}")
+        pilot = doc["model"].get("pilot_samples")
+        drift = bool((doc.get("inputs") or {}).get("speed_drift"))
+        console.print(f"  {_bar_parts(row['rel_halfwidth'], row['parts'], tgt, pilot, drift)}")
 
 
 FLOOR_FROM = {
     "misfit": "the model's misfit on the pilot",
-    "speed": "the server's speed as it wanders (with --speed-drift)",
+    "speed": "the server's speed as it wanders",
 }
 
 
@@ -224,9 +234,17 @@ def _model_check(rep: dict[str, Any]) -> str:
     )
 
 
-def _bar_parts(total: float, parts: dict[str, Any], tgt: dict[str, Any]) -> str:
+def _bar_parts(
+    total: float,
+    parts: dict[str, Any],
+    tgt: dict[str, Any],
+    pilot: int | None = None,
+    drift: bool = False,
+) -> str:
     """The bar and its parts as the bar combines them (in quadrature), and the pilot
-    length a target asks for, or what sets the floor no pilot length passes."""
+    length a target asks for, or what sets the floor no pilot length passes. A bar
+    already inside the target asks for nothing (not 'a pilot of 2 requests': a pilot
+    that short would not know its own bar)."""
     goal, need = tgt.get("target", 0.05), tgt.get("requests")
     text = (
         f"the bar is ±{total:.1%} ({parts['side']} the forecast; its parts add in "
@@ -234,11 +252,19 @@ def _bar_parts(total: float, parts: dict[str, Any], tgt: dict[str, Any]) -> str:
         f"lengths, TTFTs, failures), ±{parts['speed']:.1%} from the server's speed, "
         f"±{parts['misfit']:.1%} from the model's misfit on the pilot"
     )
+    if need and total <= goal:
+        return (
+            text
+            + f"; inside ±{goal:.0%} already"
+            + (f" with this pilot's {pilot:,} requests" if pilot else "")
+        )
     if need:
         return text + (
             f"; ±{goal:.0%} needs a pilot of about {fmt.counted(need, 'request')} (--pilot {need})"
         )
     what = FLOOR_FROM.get(tgt.get("floor_from") or "", "what a longer pilot does not narrow")
+    if tgt.get("floor_from") == "speed" and drift:
+        what += " and --speed-drift"
     return text + (
         f"; no pilot length reaches ±{goal:.0%}: {what}, not the pilot's size, sets a floor "
         f"of ±{tgt['floor']:.1%}"

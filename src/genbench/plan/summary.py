@@ -248,8 +248,10 @@ def _bar_lines(doc: dict[str, Any]) -> list[str]:
     at = fmt.counted(int(row.get("samples") or 0), "sample")
     tgt = doc.get("pilot_size_for_target") or {}
     if isinstance(e.get("parts"), dict) and "floor" in tgt:  # a pilot's bar, as printed
-        return [f"at {at}: {_bar_parts(e['rel_halfwidth'], e['parts'], tgt)}",
-                *_basis(doc)]  # fmt: skip
+        pilot = (doc.get("model") or {}).get("pilot_samples")
+        drift = bool((doc.get("inputs") or {}).get("speed_drift"))
+        said = _bar_parts(e["rel_halfwidth"], e["parts"], tgt, pilot, drift)
+        return [f"at {at}: {said}", *_basis(doc)]
     line = f"the {conf:.0%} range is {_pm(e)} at {at}"
     parts = bar_parts(e)
     if parts:

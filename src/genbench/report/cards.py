@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from genbench.compare.rule import failures
 from genbench.compare.runs import Run
+from genbench.fmt import counted
 from genbench.report.figures import sweep_values
 
 
@@ -43,14 +44,30 @@ def summary_cards(run: Run) -> list[tuple[str, str, str]]:
         t = ((lows[0].get("summary") or {}).get("ttft_s") or {}).get("p50")
         if t is not None:
             cards.append(("TTFT p50", f"{t * 1000:,.0f} ms", lows[0]["name"]))
+    if (card := _acceptance_card(run)) is not None:
+        cards.append(card)
+    # compare's count (measured phases, the warm-up left out), so the two never disagree
+    f = failures(run)
+    cards.append(("failed requests", f"{f['failed']:,}", f"of {f['requests']:,} measured"))
+    return cards
+
+
+def _acceptance_card(run: Run) -> tuple[str, str, str] | None:
+    """The run's acceptance length: pooled over its measured requests where each said its
+    own (every step weighs alike: a 2-request burst does not weigh a third), else the mean
+    of the phases' server figures."""
+    measured = [p for p in run.phases if p.get("kind") != "warmup"]
+    accs = [(p.get("summary") or {}).get("acceptance") for p in measured]
+    if accs and all(a and a.get("requests") == a.get("of") for a in accs):
+        steps = sum(a["steps"] for a in accs)
+        n = sum(a["requests"] for a in accs)
+        return ("acceptance length", f"{1 + sum(a['accepted'] for a in accs) / steps:.2f}",
+                f"pooled over {counted(n, 'request')}")  # fmt: skip
     accept = [
         m["spec_mean_acceptance_length"]
         for p in run.phases
         if (m := p.get("server_metrics") or {}).get("spec_mean_acceptance_length")
     ]
     if accept:
-        cards.append(("acceptance length", f"{sum(accept) / len(accept):.2f}", "mean over phases"))
-    # compare's count (measured phases, the warm-up left out), so the two never disagree
-    f = failures(run)
-    cards.append(("failed requests", f"{f['failed']:,}", f"of {f['requests']:,} measured"))
-    return cards
+        return ("acceptance length", f"{sum(accept) / len(accept):.2f}", "mean over phases")
+    return None

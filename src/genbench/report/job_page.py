@@ -116,7 +116,7 @@ def _accept_table(h: JobHistory) -> str:
         f"<td>{r['p90']:.2f}</td></tr>"
         for name, r in rows
     )
-    head = ("<tr><th class='t'>answers</th><th>requests</th><th>length (pooled)</th>"
+    head = ("<tr><th class='t'>group or output length</th><th>answers</th><th>length (pooled)</th>"
             "<th>p10</th><th>p50</th><th>p90</th></tr>")  # fmt: skip
     return (f"<h3>Speculative acceptance</h3><p class='note'>tokens per verify step, "
             f"{acc['length']:.2f} pooled over {acc['requests']:,} answers; groups worst "

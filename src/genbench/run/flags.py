@@ -12,7 +12,7 @@ import orjson
 
 from genbench.check.server_metrics import metrics_target
 from genbench.errors import UsageError
-from genbench.run.benchmark import RunConfig
+from genbench.run.runconfig import RunConfig
 from genbench.transport.thinking import parse_dialect, parse_tags
 
 T = TypeVar("T")

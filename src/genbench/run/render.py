@@ -291,7 +291,10 @@ def spec_line(m: dict[str, Any]) -> str:
     text = ", ".join(parts)
     if m.get("spec_acceptance_source") == "gauge":
         n = m.get("spec_gauge_samples", 1)
-        text += f" (server gauge, mean of {counted(n, 'sample')})"
+        text += (
+            f" (server gauge, mean of {counted(n, 'sample')} of its last decode steps, not the "
+            "whole phase)"
+        )
     return text
 
 

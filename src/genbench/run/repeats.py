@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from genbench.errors import UsageError
-from genbench.run.benchmark import RunConfig, RunListener, RunState, execute_run
+from genbench.run.benchmark import RunListener, RunState, execute_run
 from genbench.run.result import REQUESTS_FILE, RESULT_FILE
+from genbench.run.runconfig import RunConfig
 from genbench.transport.endpoint import Endpoint
 
 REPEAT_DIR = "repeat-{}"

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from genbench.errors import ExitCode, GenbenchError
-from genbench.run.benchmark import RunConfig, RunListener, RunState, execute_run
+from genbench.run.benchmark import RunListener, RunState, execute_run
 from genbench.run.result import default_out_dir
+from genbench.run.runconfig import RunConfig
 from genbench.transport.endpoint import Endpoint, endpoint
 from genbench.transport.eventloop import run_async
 

@@ -1,0 +1,58 @@
+"""What a job tells while it runs (`Listener`: the console, the exporter, a test) and
+what it leaves when it ends (`JobResult`): apart from the job itself, so that those who
+listen need not import the job, nor the job them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from genbench.errors import ExitCode
+from genbench.generate.ending import failed_exit
+from genbench.records import RequestRecord
+
+
+class Listener:
+    """What the console (or a test) hears. Default: nothing."""
+
+    def planned(self, info: dict[str, Any]) -> None: ...
+    def note(self, text: str, style: str = "") -> None: ...
+    def tick(self, snap: dict[str, Any]) -> None: ...
+    def record(self, rec: RequestRecord) -> None: ...  # every request, as it ends
+    def finished(self, result: JobResult) -> None: ...
+
+
+@dataclass
+class JobResult:
+    status: str  # ending.py's (complete, unanswered, ...), nothing_to_do, interrupted
+    message: str = ""
+    model: str | None = None
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    done_this_run: int = 0
+    failed_this_run: int = 0
+    truncated_this_run: int = 0
+    tokens: int = 0
+    thinking_tokens: int = 0
+    estimated_rows: int = 0  # rows of this run whose token counts are estimated
+    tokenized_rows: int = 0  # and whose thinking the server's /tokenize counted
+    thinking: str = ""  # where the thinking arrived, when the replies showed it, not check
+    elapsed_s: float = 0.0
+    sending_s: float = 0.0
+    files: list[str] = field(default_factory=list)
+    errors_file: str | None = None
+    snapshot: dict[str, Any] = field(default_factory=dict)
+    failure: dict[str, Any] | None = None  # this run's most common: {kind, rows, message}
+    # rows of this run without an answer or without ids (ending.Unanswered.to_dict)
+    unanswered: dict[str, Any] = field(default_factory=dict)
+    ids_line: str = ""  # the rows without token ids, by server ('' when none)
+    engines_line: str = ""  # --serve: how long the engines were down and why ('' if never)
+
+    @property
+    def exit_code(self) -> int:
+        if self.status == "failed":  # every row failed: its most common kind's exit code
+            return failed_exit(self.failure)
+        codes = {"interrupted": ExitCode.INTERRUPTED, "servers_down": ExitCode.REFUSED,
+                 "no_token_ids": ExitCode.BAD_RESPONSE}  # fmt: skip
+        return codes.get(self.status, ExitCode.OK)

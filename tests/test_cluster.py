@@ -291,6 +291,9 @@ def test_the_plan_writes_a_slurm_array_and_a_valid_indexed_job_manifest(tmp_path
     assert c["image"] == "FILL_IN_IMAGE"
     assert {"name": "GENBENCH_SHARD_COUNT", "value": "8"} in c["env"]
     assert "--shard auto" in c["args"][0] and "--max-tokens 4096" in c["args"][0]
+    assert '--serve "$GENBENCH_SERVE"' in c["args"][0]  # each pod starts its engine
+    serve = {"name": "GENBENCH_SERVE", "value": "vllm serve FILL_IN_MODEL_PATH --port {port}"}
+    assert serve in c["env"]
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "FILL_IN_PVC"
     script = (jobs / "genbench-array.sbatch").read_text()
     for line in ("#SBATCH --array=0-7", "#SBATCH --requeue", "--partition=FILL_IN_PARTITION",

@@ -51,7 +51,11 @@ def write_prompts(path: Path, n: int) -> list[str]:
 
 
 def events(out: Path) -> list[dict[str, Any]]:
-    p = out / ".genbench" / "engines.jsonl"
+    return events_of(out, "engines.jsonl")
+
+
+def events_of(out: Path, name: str) -> list[dict[str, Any]]:
+    p = out / ".genbench" / name
     return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
 
 
@@ -175,10 +179,13 @@ def test_an_engine_sigkilled_mid_job_is_named_restarted_and_every_id_written_onc
 
 def test_an_engine_alive_but_not_answering_is_killed_after_its_grace_and_restarted(tmp_path):
     listener = Acting(15, lambda pid: os.kill(pid, signal.SIGSTOP))  # alive, deaf to SIGTERM
-    out, metrics, _ = run_job(tmp_path, 60, listener, hang_timeout=1.5, grace=1.0)
+    out, metrics, result = run_job(tmp_path, 60, listener, hang_timeout=1.5, grace=1.0)
     down = [e for e in events(out) if e["event"] == "down"]
     assert [d["cause"] for d in down] == ["hang"]
     assert "has not answered /health for" in down[0]["line"]
+    # down since it last answered, not since it was stopped: the hang counts as downtime
+    assert down[0]["since"] <= down[0]["at"] - 1.5
+    assert result.snapshot["engines"][0]["down_s"] >= 1.5
     assert down[0]["code"] is None or down[0]["code"] == -signal.SIGKILL
     assert 'genbench_engine_restarts_total{cause="hang",engine="engine 1"} 1.0' in metrics
 
@@ -306,6 +313,84 @@ def test_sigterm_stops_the_job_and_waits_for_its_engine(tmp_path: Path):
     assert not alive(up[0]["pid"])
 
 
+def test_ctrl_c_stops_the_job_and_waits_for_its_engine(tmp_path: Path):
+    """SIGINT to genbench alone (a Ctrl-C at a terminal reaches its group; the engine's
+    group is its own): the job stops, exit 130, and the engine is stopped and waited for."""
+    proc, out = _start_job(tmp_path, 500, SLOW)
+    try:
+        up = wait_for("the engine healthy", lambda: [e for e in events(out) if e["event"] == "up"])
+        log = out / ".genbench" / "requests.jsonl"
+        wait_for("requests answered", lambda: log.exists() and log.read_bytes().count(b"\n") > 3)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_for("the engine gone", lambda: not alive(up[0]["pid"]), 15)
+    last = events(out)[-1]
+    assert last["event"] == "stop" and last["cause"] == "end" and last["pid"] == up[0]["pid"]
+    assert "rerun the same command to resume" in (tmp_path / "genbench.log").read_text()
+
+
+def test_an_engine_dying_while_the_job_stops_is_not_announced_as_a_wait(tmp_path: Path):
+    """A requeued Slurm task: SIGTERM reaches genbench and its engine. Once stopping, a
+    server gone is said as down, not "waiting ... gives up after 30 min", which it won't."""
+    proc, out = _start_job(tmp_path, 500, SLOW)
+    log = tmp_path / "genbench.log"
+    try:
+        up = wait_for("the engine healthy", lambda: [e for e in events(out) if e["event"] == "up"])
+        reqs = out / ".genbench" / "requests.jsonl"
+        wait_for("requests answered", lambda: reqs.exists() and reqs.read_bytes().count(b"\n") > 3)
+        proc.send_signal(signal.SIGTERM)
+        wait_for("the job draining its rows in flight", lambda: b"stopping: " in log.read_bytes())
+        os.kill(up[0]["pid"], signal.SIGKILL)
+        assert proc.wait(60) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    said = log.read_text()
+    assert "is down (" in said and "gives up after" not in said, said
+    assert not any(alive(e["pid"]) for e in events(out) if e["event"] == "up")
+
+
+def test_ctrl_c_while_the_engines_load_stops_them_before_anything_is_sent(tmp_path: Path):
+    proc, out = _start_job(tmp_path, 5, SIM + " --fault unhealthy", SIM + " --fault unhealthy")
+    logs = [out / ".genbench" / "engines" / f"engine-{i}.log" for i in (1, 2)]
+    try:
+        wait_for(
+            "both engines listening (and never healthy)",
+            lambda: all(p.exists() and b"listening" in p.read_bytes() for p in logs),
+        )
+        keepers = children(proc.pid)
+        pids = keepers + [kid for k in keepers for kid in children(k)]
+        assert len(pids) == 4 and all(alive(p) for p in pids)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_for("the engines gone", lambda: not any(map(alive, pids)), 15)
+    said = (tmp_path / "genbench.log").read_text().strip().splitlines()[-1]
+    assert said == (
+        "genbench: error: SIGINT while the engines started: stopped them, nothing was sent"
+    )
+    assert not (out / ".genbench" / "requests.jsonl").exists()
+
+
+def test_two_engines_of_a_small_sharded_job_both_get_rows(tmp_path: Path):
+    """Fewer rows than the first engine's slots: the rows still go to both engines (the
+    second was left idle when the first server's workers all started first)."""
+    write_prompts(tmp_path / "in.jsonl", 16)
+    out = tmp_path / "out"
+    r = genbench("generate", "-i", str(tmp_path / "in.jsonl"), "-o", str(out), "--shard",
+                 "1/2", "--serve", SIM, "--serve", SIM, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    ups = [e for e in events_of(out, "engines-1of2.jsonl") if e["event"] == "up"]
+    log = (out / ".genbench" / "requests-1of2.jsonl").read_text()
+    assert len(ups) == 2 and all(f'"server":"{e["url"]}"' in log for e in ups), log[:400]
+    assert (out / ".genbench" / "engines-1of2" / "engine-2.log").exists()
+
+
 def test_a_fatal_error_after_the_start_stops_the_engine_and_waits_for_it(tmp_path: Path):
     write_prompts(tmp_path / "in.jsonl", 3)
     out = tmp_path / "out"
@@ -341,6 +426,11 @@ def test_run_serve_measures_each_configuration_in_turn_and_plan_names_the_faster
         assert doc["target"]["engine"] == cmd
         assert (out / side / "engine-1.log").read_text().startswith("genbench sim listening")
     assert f"genbench plan --from {out}" in r.stderr
+    assert f"results: {out}/a, {out}/b (1 repeat each)" in r.stderr
+    assert f"genbench run --serve '{slow}' → {out}/a" in r.stderr  # as typed, quoted
+    p = genbench("report", str(out))  # the directory of both: each is named
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().endswith(f"holds runs, not a run itself: give them ({out}/a {out}/b)")
     p = genbench("plan", "--from", str(out), "--samples", "1000", "--tokens-per-sample", "300",
                  "-o", str(tmp_path / "plan"), "--json")  # fmt: skip
     assert p.returncode == 0, p.stderr

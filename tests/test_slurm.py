@@ -10,7 +10,9 @@ file), bounded.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -25,6 +27,7 @@ import pytest
 from conftest import genbench
 from test_generate import assert_exactly_once, prompts, write_rows
 
+from genbench.engines.process import alive
 from genbench.generate.shard import ShardSpec
 from genbench.sim.process import SimProcess
 
@@ -186,41 +189,52 @@ def plan_script(tmp: Path, slurm: Slurm) -> Path:
     return path
 
 
+def engine_events(out: Path) -> list[dict]:
+    return [json.loads(x) for p in sorted((out / ".genbench").glob("engines-*.jsonl"))
+            for x in p.read_text().splitlines()]  # fmt: skip
+
+
 def test_a_slurm_array_with_a_requeued_task_writes_every_id_once(slurm, tmp_path):
+    """The script as the docs show it: each task starts its own engine (GENBENCH_SERVE,
+    here the sim), which goes with the task when it is requeued and when it ends."""
     inp, out = tmp_path / "in.jsonl", tmp_path / "out"
     ids = [f"r{i}" for i in range(30)]
     write_rows(inp, prompts(30))
     script = plan_script(tmp_path, slurm)
-    with SimProcess(*SLOW) as sim:
-        urls = tmp_path / "urls.txt"
-        urls.write_text(f"{sim.url}\n")
-        env = {**slurm.env, "GENBENCH": str(Path(sys.executable).with_name("genbench")),
-               "GENBENCH_INPUT": str(inp), "GENBENCH_OUT": str(out),
-               "GENBENCH_URL_FILE": str(urls), "COLUMNS": "200", "NO_COLOR": "1"}  # fmt: skip
-        p = subprocess.run(["sbatch", "--parsable", f"--chdir={tmp_path}", str(script)],
-                           capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
-        assert p.returncode == 0, p.stderr
-        job = p.stdout.strip().split(";")[0]
-        mine = next(out.glob("data-2of3-*.jsonl"), None)
+    serve = shlex.join([sys.executable, "-m", "genbench", "sim", "--port", "{port}", *SLOW])
+    env = {**slurm.env, "GENBENCH": str(Path(sys.executable).with_name("genbench")),
+           "GENBENCH_INPUT": str(inp), "GENBENCH_OUT": str(out),
+           "GENBENCH_SERVE": serve, "COLUMNS": "200", "NO_COLOR": "1"}  # fmt: skip
+    p = subprocess.run(["sbatch", "--parsable", f"--chdir={tmp_path}", str(script)],
+                       capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    job = p.stdout.strip().split(";")[0]
+    mine = next(out.glob("data-2of3-*.jsonl"), None)
 
-        def started() -> bool:  # task 1 (shard 2/3) has rows on disk, not all of them
-            nonlocal mine
-            mine = mine or next(out.glob("data-2of3-*.jsonl"), None)
-            return mine is not None and mine.stat().st_size > 0
+    def started() -> bool:  # task 1 (shard 2/3) has rows on disk, not all of them
+        nonlocal mine
+        mine = mine or next(out.glob("data-2of3-*.jsonl"), None)
+        return mine is not None and mine.stat().st_size > 0
 
-        wait_for(started, 120, "task 1's first rows")
-        share = sum(ShardSpec(2, 3).owns(i) for i in ids)
-        assert mine is not None and mine.read_bytes().count(b"\n") < share  # mid-way
-        slurm.run("scontrol", "requeue", f"{job}_1")
-        wait_for(lambda: slurm.states(job).get("1") == "PENDING", 120, "task 1 requeued")
-        slurm.run("scontrol", "update", f"JobId={job}_1", "StartTime=now")  # no 120 s wait
-        wait_for(lambda: set(slurm.states(job).values()) == {"COMPLETED"}, 300,
-                 "every task to complete")  # fmt: skip
+    wait_for(started, 120, "task 1's first rows")
+    share = sum(ShardSpec(2, 3).owns(i) for i in ids)
+    assert mine is not None and mine.read_bytes().count(b"\n") < share  # mid-way
+    slurm.run("scontrol", "requeue", f"{job}_1")
+    wait_for(lambda: slurm.states(job).get("1") == "PENDING", 120, "task 1 requeued")
+    slurm.run("scontrol", "update", f"JobId={job}_1", "StartTime=now")  # no 120 s wait
+    wait_for(lambda: set(slurm.states(job).values()) == {"COMPLETED"}, 300,
+             "every task to complete")  # fmt: skip
     assert slurm.field(job, 1, "Restarts") == "1"
     assert {slurm.field(job, t, "ExitCode") for t in (0, 1, 2)} == {"0:0"}
     log = (tmp_path / f"genbench-{job}_1.log").read_text()
     assert log.count("(shard 2/3, from SLURM_ARRAY_TASK_ID=1 of SLURM_ARRAY_TASK_COUNT=3)") == 2
     assert "resuming: " in log.split("DUE TO JOB REQUEUE")[1]  # its own files, not again
+    assert log.count("engine 1 is healthy after") == 2, log  # its engine, started twice
+    evs = engine_events(out)
+    ups = [e for e in evs if e["event"] == "up"]
+    assert len(ups) == 4 and not any(alive(e["pid"]) for e in ups)  # none left running
+    logs = sorted(p.name for p in (out / ".genbench").glob("engines-*of3"))
+    assert logs == ["engines-1of3", "engines-2of3", "engines-3of3"]  # each task's own
     p = genbench("merge", str(out))
     assert p.returncode == 0, p.stdout + p.stderr
     assert "every input id exactly once: 30 of 30 input rows, in 3 shards" in p.stdout

@@ -220,8 +220,14 @@ class Load:
         recording everything) when every slot was down for `down_timeout` seconds."""
         run, loop = self.run_, asyncio.get_running_loop()
         run.started = time.perf_counter()
+        # workers started in turn across the servers (1st of each, 2nd of each, ...): they
+        # take rows in that order, so a job of fewer rows than slots uses every server
+        most = max((s.concurrency for s in self.slots), default=0)
         tasks = [
-            loop.create_task(self._work(s, i)) for s in self.slots for i in range(s.concurrency)
+            loop.create_task(self._work(s, i))
+            for i in range(most)
+            for s in self.slots
+            if i < s.concurrency
         ]
         tasks.append(loop.create_task(self._watch_down()))
         try:

@@ -105,6 +105,17 @@ def test_report_reads_a_death_as_a_down_span_until_healthy_again():
     assert spans[1][3]["cause"] == "oom"
 
 
+def test_report_draws_a_hang_down_from_when_it_last_answered():
+    events = [
+        {"at": 10.0, "engine": "engine 1", "event": "up"},
+        {"at": 150.0, "engine": "engine 1", "event": "down", "cause": "hang", "since": 28.0},
+        {"at": 155.0, "engine": "engine 1", "event": "up"},
+    ]
+    spans = intervals(events, end=160.0)["engine 1"]
+    assert [(a, z, k) for a, z, k, _ in spans] == [(10, 28, "up"), (28, 155, "down"),
+                                                   (155, 160, "up")]  # fmt: skip
+
+
 class _Availability:
     """The engines' availability as the Supervisor reports it: (last window, so far)."""
 

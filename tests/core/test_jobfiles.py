@@ -61,6 +61,36 @@ def test_the_script_refuses_to_start_with_a_fill_in_left(tmp_path: Path):
     assert p.returncode == 1 and p.stderr == ""  # reached genbench (here `false`)
 
 
+def test_the_script_starts_its_engine_with_serve_unless_given_urls(tmp_path: Path):
+    """The engine line: GENBENCH_SERVE is passed to `generate --serve` as one word (its
+    {port} kept for genbench); with the model path still FILL_IN and no URL file the script
+    refuses to start; a URL file is used instead of an engine."""
+    paths, _ = write_job_files(tmp_path, plan_doc(2, 10, [8]), args(prompts="in.jsonl"), 2)
+    echo = tmp_path / "echo-args"
+    echo.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    echo.chmod(0o755)
+    env = {**os.environ, "GENBENCH": str(echo), "GENBENCH_OUT": str(tmp_path / "out")}
+    for var in ("GENBENCH_SERVE", "GENBENCH_URL_FILE"):
+        env.pop(var, None)
+
+    def task(**more: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(paths[0])], env={**env, **more}, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+
+    p = task()
+    assert p.returncode == 2 and p.stdout == "", p.stderr
+    assert "set GENBENCH_SERVE (the engine's command, with {port}) or GENBENCH_URL_FILE" in p.stderr
+    p = task(GENBENCH_SERVE="vllm serve /m --port {port} --max-model-len 4096")
+    assert p.returncode == 0, p.stderr
+    words = p.stdout.splitlines()
+    assert words[words.index("--serve") + 1] == "vllm serve /m --port {port} --max-model-len 4096"
+    assert words[words.index("--shard") + 1] == "auto/2"
+    p = task(GENBENCH_URL_FILE="urls.txt")
+    words = p.stdout.splitlines()
+    assert p.returncode == 0 and "--serve" not in words
+    assert words[words.index("--url-file") + 1] == "urls.txt"
+
+
 def test_several_configurations_the_fastest_one_runs(tmp_path: Path):
     """--from two runs: the plan's tables use the fastest; the job files run its servers
     and its concurrency, not the slower one's larger server count."""

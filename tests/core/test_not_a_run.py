@@ -34,6 +34,12 @@ def test_a_directory_that_is_there_is_named_for_what_it_is(tmp_path):
     plain.mkdir()
     (plain / "notes.txt").write_text("x")
     assert "a directory with no result.json, not a run" in _refusal(plain)
+    sides = tmp_path / "sides"  # run --serve A --serve B writes sides/a, sides/b
+    for name in ("b", "a"):
+        (sides / name).mkdir(parents=True)
+        (sides / name / "result.json").write_text("{}")
+    msg = _refusal(sides)
+    assert msg.endswith(f"holds runs, not a run itself: give them ({sides}/a {sides}/b)"), msg
     job = tmp_path / "out"
     (job / ".genbench").mkdir(parents=True)
     (job / ".genbench" / "job.json").write_text("{}")

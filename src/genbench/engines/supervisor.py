@@ -165,14 +165,20 @@ class Supervisor:
                               f"{fmt.duration(now - last_ok)} (--engine-hang-timeout): stopping it "
                               f"(SIGTERM, SIGKILL after {self.opts.grace:g} s)")  # fmt: skip
                 await asyncio.to_thread(proc.stop, self.opts.grace)
-                break
+                self._down(e, death, since=last_ok)  # down since it last answered
+                return True
         self._down(e, death)
         return True
 
-    def _down(self, e: Engine, death: Death) -> None:
+    def _down(self, e: Engine, death: Death, since: float | None = None) -> None:
+        """Recorded as down from `since` (monotonic; a hung engine: since it last answered,
+        not since it was stopped), else now."""
+        now = time.monotonic()
+        start = now if since is None else min(since, now)
         e.up, e.last_death = False, death.line
-        e.downs.append([time.monotonic(), None, death.cause])
-        self.event(e, "down", cause=death.cause, line=death.line, code=death.code)
+        e.downs.append([start, None, death.cause])
+        more = {} if since is None else {"since": round(time.time() - (now - start), 3)}
+        self.event(e, "down", cause=death.cause, line=death.line, code=death.code, **more)
         self.note(death.line, "red")
         self.on_down(e.cmd.url, death.line)
 

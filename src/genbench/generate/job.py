@@ -146,6 +146,8 @@ class Job:
         poll = "polling its /health" + (" and a tiny request" if server.router else "")
         if server.up:
             self.listener.note(f"{server.name} is {what}", "green")
+        elif self._stops:  # stopping (Ctrl-C, SIGTERM, a requeue): no wait to announce
+            self.listener.note(f"{server.name} is down ({what})", "yellow")
         elif any(s.up for s in self.servers):
             self.listener.note(
                 f"{server.name} is down ({what}): its rows go to the other servers; {poll}",

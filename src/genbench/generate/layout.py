@@ -15,7 +15,7 @@
                                      requests' fingerprints, content checks (advisory)
     DIR/.genbench/lock               the one writer's lock
     DIR/.genbench/engines.jsonl      --serve: every engine start, stop and death, its cause
-    DIR/.genbench/engines/           --serve: each engine's own output (bounded logs)
+    DIR/.genbench/engines{-iofN}/    --serve: each engine's own output (bounded logs)
     DIR/.genbench/shards.json        the directory's shard scheme: none, or N (scheme.py)
     DIR/.genbench/shards.lock        held while the first run records the scheme
 
@@ -117,7 +117,7 @@ class Layout:
     @property
     def engine_logs(self) -> Path:
         """The --serve engines' own output, one bounded log each."""
-        return self.state / "engines"
+        return self.state / f"engines{self.tag}"  # the shards of an array share DIR
 
     @property
     def lock_name(self) -> str:

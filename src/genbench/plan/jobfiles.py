@@ -9,8 +9,10 @@ task one client beside its own engine, every id in exactly one task's share:
 * `genbench-indexed-job.yaml`: a Kubernetes Indexed Job (`kubectl apply -f`), one pod per
   completion index, the completions count passed down as GENBENCH_SHARD_COUNT.
 
-What only the user knows (partition, image, model path, the engine's command, the shared
-volume) is marked FILL_IN; docs/cluster.md lists each.
+Each task starts its own engine (`generate --serve`: started, watched, restarted, stopped
+with the task), or reads a file of URLs of servers already running. What only the user
+knows (partition, image, model path, the engine's command, the shared volume) is marked
+FILL_IN; docs/cluster.md lists each.
 """
 
 from __future__ import annotations
@@ -105,13 +107,15 @@ INPUT="${{GENBENCH_INPUT:-{input}}}"          # the prompt file, readable by eve
 OUT="${{GENBENCH_OUT:-FILL_IN_SHARED_DIR/genbench-out}}"  # one directory for every task
 FLAGS=({quoted})               # the job's request fields, as the plan was made with
 
-# ---- FILL_IN: the engine of this task (one of the two) ----------------------------------
-# a) servers already running: a file of 'URL [CONCURRENCY]' lines (this task's own, or
-#    a router's URL); set GENBENCH_URL_FILE, e.g. per task: urls-$SLURM_ARRAY_TASK_ID.txt
-URL_FILE="${{GENBENCH_URL_FILE:-}}"
-# b) genbench starts, watches and restarts the engine on this node (generate --serve):
-#    e.g. GENBENCH_SERVE='vllm serve FILL_IN_MODEL_PATH --port {{port}}'
+# ---- FILL_IN: the engine this task starts on its node (generate --serve) --------------
+# genbench starts it ({{port}}: a free port), waits until it is healthy, restarts it if it
+# dies (its log: $OUT/.genbench/engines-<i>of{tasks}/, i this task's shard), and stops it
+# when the task ends.
 SERVE="${{GENBENCH_SERVE:-}}"
+[ -n "$SERVE" ] || SERVE='vllm serve FILL_IN_MODEL_PATH --port {{port}}'
+# Or servers already running: a file of 'URL [CONCURRENCY]' lines for this task (or a
+# router's URL), e.g. GENBENCH_URL_FILE=urls-$SLURM_ARRAY_TASK_ID.txt; used instead of SERVE.
+URL_FILE="${{GENBENCH_URL_FILE:-}}"
 # -----------------------------------------------------------------------------------------
 case "$INPUT $OUT" in *FILL_IN*)  # a relative FILL_IN dir would split the job per node
   echo "genbench-array.sbatch: set GENBENCH_INPUT and GENBENCH_OUT (or INPUT=, OUT=): FILL_IN" >&2
@@ -119,11 +123,13 @@ case "$INPUT $OUT" in *FILL_IN*)  # a relative FILL_IN dir would split the job p
 esac
 if [ -n "$URL_FILE" ]; then
   SERVER=(--url-file "$URL_FILE")
-elif [ -n "$SERVE" ]; then
-  SERVER=(--serve "$SERVE")
 else
-  echo "genbench-array.sbatch: set GENBENCH_URL_FILE or GENBENCH_SERVE (FILL_IN)" >&2
-  exit 2
+  case "$SERVE" in *FILL_IN*)
+    echo "genbench-array.sbatch: set GENBENCH_SERVE (the engine's command, with {{port}})" \
+      "or GENBENCH_URL_FILE: FILL_IN" >&2
+    exit 2
+  esac
+  SERVER=(--serve "$SERVE")
 fi
 
 exec "$GENBENCH" generate --input "$INPUT" --out "$OUT" --shard auto/{tasks} "${{SERVER[@]}}" \\
@@ -132,17 +138,19 @@ exec "$GENBENCH" generate --input "$INPUT" --out "$OUT" --shard auto/{tasks} "${
 
 
 def manifest(tasks: int, why: str, input: str, flags: list[str]) -> str:
-    """The Kubernetes Indexed Job: one pod per completion index, each `--shard auto`."""
+    """The Kubernetes Indexed Job: one pod per completion index, each `--shard auto`
+    beside the engine it starts (`--serve`)."""
     cmd = " ".join(
         ["exec genbench generate --input", shlex.quote(input), "--out /shared/genbench-out",
-         "--shard auto", '--url-file "$URL_FILE"', *(shlex.quote(f) for f in flags)]
+         "--shard auto", '--serve "$GENBENCH_SERVE"', *(shlex.quote(f) for f in flags)]
     )  # fmt: skip
     return f"""# genbench generate as a Kubernetes Indexed Job, written by
 # `genbench plan --job-files` (docs/cluster.md). {counted(tasks, "completion")} = {why}.
 # Pod i takes the ids of --shard i+1/{tasks} (--shard auto reads JOB_COMPLETION_INDEX and
-# GENBENCH_SHARD_COUNT), into one directory on a ReadWriteMany volume. A pod restarted
-# (restartPolicy OnFailure) keeps its index and resumes its share.
-# FILL_IN: image, the engine (URL file or --serve), the volume, the GPUs.
+# GENBENCH_SHARD_COUNT), into one directory on a ReadWriteMany volume, and starts its own
+# engine (generate --serve: started, watched, restarted, stopped with the pod). A pod
+# restarted (restartPolicy OnFailure) keeps its index and resumes its share.
+# FILL_IN: image, the engine's command (GENBENCH_SERVE), the volume, the GPUs.
 apiVersion: batch/v1
 kind: Job
 metadata:
@@ -161,11 +169,11 @@ spec:
           env:
             - name: GENBENCH_SHARD_COUNT  # must equal completions
               value: "{tasks}"
-            - name: URL_FILE  # FILL_IN: this pod's servers, or use --serve below
-              value: /shared/urls.txt
+            - name: GENBENCH_SERVE  # FILL_IN: the engine this pod starts ({{port}}: a free port)
+              value: "vllm serve FILL_IN_MODEL_PATH --port {{port}}"
           command: ["/bin/sh", "-c"]
-          # FILL_IN: with genbench --serve, replace --url-file "$URL_FILE" by
-          # --serve 'vllm serve FILL_IN_MODEL_PATH --port {{port}}'
+          # servers already running instead: replace --serve "$GENBENCH_SERVE" by
+          # --url-file /shared/urls.txt (a file of 'URL [CONCURRENCY]' lines)
           args:
             - {_yaml_str(cmd)}
           resources:

@@ -47,10 +47,11 @@ def intervals(events: list[dict[str, Any]], end: float) -> dict[str, list[list[A
         kind = {"up": "up", "down": "down", "stop": "stopped"}.get(ev["event"])
         if kind is None or (mine and mine[-1][2] == kind):
             continue
-        if mine and mine[-1][1] is None:
-            mine[-1][1] = ev["at"]
+        at = ev.get("since", ev["at"]) if kind == "down" else ev["at"]  # a hang: since
+        if mine and mine[-1][1] is None:  # it last answered
+            mine[-1][1] = max(at, mine[-1][0])
         if kind != "stopped":
-            mine.append([ev["at"], None, kind, ev])
+            mine.append([at, None, kind, ev])
     for mine in spans.values():
         if mine and mine[-1][1] is None:
             mine[-1][1] = max(end, mine[-1][0])

@@ -108,7 +108,7 @@ def print_outcome(done: RunOutcome, console: Console) -> None:
     if len(done.dirs) == 1:
         render_repeats([s.doc for s in done.states[0]], console)
     dirs = ", ".join(str(d) for d in done.dirs)
-    console.print(f"results: {dirs} ({done.repeats} repeats each)")
+    console.print(f"results: {dirs} ({counted(done.repeats, 'repeat')} each)")
 
 
 def render_summary(doc: dict[str, Any], console: Console) -> None:

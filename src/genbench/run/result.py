@@ -91,6 +91,10 @@ def not_a_run(p: Path) -> str:
         return f"holds a plan (plan.json), not a run: {want}; `genbench report {p}` shows the plan"
     if (p / "inspect.json").exists():
         return f"holds an inspection (inspect.json), not a run: {want}"
+    runs = sorted(d for d in p.iterdir() if (d / "result.json").is_file())
+    if runs:  # run --serve A --serve B, --repeat: one run in each subdirectory
+        names = " ".join(str(d) for d in runs)
+        return f"holds runs, not a run itself: give them ({names})"
     what = "an empty directory" if not any(p.iterdir()) else "a directory with no result.json"
     return f"{what}, not a run: {want}"
 

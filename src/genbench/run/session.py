@@ -5,6 +5,7 @@ The command renders what `run_benchmark` returns (`genbench.run.render.print_out
 from __future__ import annotations
 
 import asyncio
+import shlex
 from collections.abc import Coroutine
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -127,7 +128,8 @@ def run_served(
     states: list[list[RunState]] = []
     for label, text in zip(labels, texts, strict=True):
         d = out / label if label else out
-        listener.say(f"[bold]genbench run --serve[/] {text} → {d}")
+        shown = shlex.quote(text).replace("[", "\\[")  # said through markup: brackets kept
+        listener.say(f"[bold]genbench run --serve[/] {shown} → {d}")
         with serving([text], d, start_timeout, on_wait) as cmds:
             ep = endpoint(cmds[0].url, *keys)
             state = _drive(execute_run(ep, model, cfg, d, listener, {"engine": text}), listener, d)

@@ -151,7 +151,21 @@ def test_an_engine_never_healthy_is_stopped_and_named_at_its_start_timeout(tmp_p
 
 def test_an_engine_sigkilled_mid_job_is_named_restarted_and_every_id_written_once(tmp_path):
     listener = Acting(15, lambda pid: os.kill(pid, signal.SIGKILL))
-    out, metrics, _ = run_job(tmp_path, 120, listener)
+    out, metrics, result = run_job(tmp_path, 120, listener)
+    # the downtime said once, in the end block after the tokens/s it lowered, not before
+    # the status line as a stray note
+    assert result.engines_line.startswith("engines: engine 1 down "), result.engines_line
+    assert "1 restart)" in result.engines_line
+    assert not [n for n in listener.notes if n.startswith("engines: ")], listener.notes
+    from rich.console import Console
+
+    from genbench.generate.render import print_result
+
+    console = Console(width=400, record=True)
+    print_result(result, console)
+    text = console.export_text()
+    assert text.index("  tokens: ") < text.index("  engines: engine 1 down") < text.index(
+        "  data: "), text  # fmt: skip
     evs = events(out)
     down = [e for e in evs if e["event"] == "down"]
     assert len(down) == 1 and down[0]["cause"] == "signal"

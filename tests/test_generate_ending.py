@@ -24,7 +24,7 @@ def test_rows_that_end_on_a_call_with_no_result_left_are_named_not_all_done(tmp_
     assert p.returncode == 0, text
     assert "all rows done" not in text, text
     assert ("done, some rows without an answer: 3 rows end on a tool call without an answer "
-            "(3 with no result left in the input (--tool-policy replay: the results ran out))"
+            "(3 with no result left in the input: --tool-policy replay, the results ran out)"
             "; 2 answered") in text  # fmt: skip
     ran_out = {r["id"] for r in data(tmp_path / "out") if r["meta"]["tool_results_ran_out"]}
     assert ran_out == {"a0", "a1", "a2"}
@@ -103,6 +103,7 @@ def test_a_missing_job_json_is_said_and_a_changed_temperature_is_named(tmp_path)
         assert p.returncode == 2, p.stdout + p.stderr
         assert ".genbench/job.json is missing" in p.stderr, p.stderr
         assert "--temperature was 0.6, now 0.7 (found from the rows' fingerprints)" in p.stderr
+        assert "rerun with that setting as it was, or with --input-changed" in p.stderr
         assert not (out / ".genbench" / "job.json").exists()  # nothing rewritten
         write(inp, plain_rows(5))
         p = gen(inp, out, sim.url, "--temperature", "0.6")  # as made: goes on, and says so
@@ -110,6 +111,19 @@ def test_a_missing_job_json_is_said_and_a_changed_temperature_is_named(tmp_path)
         assert ".genbench/job.json is missing" in p.stdout
         assert job_json(out)["params"]["temperature"] == 0.6  # written again, said
         assert len(data(out)) == 5
+
+
+def test_with_job_json_a_changed_temperature_is_named_by_its_flag(tmp_path):
+    """The same change with job.json there reads as it does without: the flag, not the
+    job's `params` JSON."""
+    inp = write(tmp_path / "in.jsonl", plain_rows(2))
+    out = tmp_path / "out"
+    with SimProcess(*SIM) as sim:
+        assert gen(inp, out, sim.url).returncode == 0
+        p = gen(inp, out, sim.url, "--temperature", "0.7")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "(--temperature was not set, now 0.7)" in p.stderr, p.stderr
+    assert "params was" not in p.stderr
 
 
 def test_a_garbled_job_json_is_set_aside_and_said(tmp_path):

@@ -140,6 +140,15 @@ def test_from_a_run_result_ours_beside_the_fields(sim_factory, tmp_path):
     assert ob["lo_s"] < ob["seconds"] < ob["hi_s"]
     assert ob["lo_s"] == pytest.approx(ob["seconds"] / (1 + bars[str(best)]))
     assert "95% range" in p.stdout and "steady window cut into" in p.stdout
+    # --out given: plan.json there, the run's own left as it was (not silently ignored)
+    before = (out / "plan.json").read_bytes()
+    p = genbench("plan", "--from", str(out), "--tokens-per-sample", "500", "--samples", "1K",
+                 "--out", str(tmp_path / "elsewhere"))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert f"plan: {tmp_path / 'elsewhere' / 'plan.json'}" in p.stdout, p.stdout
+    moved = json.loads((tmp_path / "elsewhere" / "plan.json").read_text())
+    assert moved["rows"][0]["samples"] == 1000
+    assert (out / "plan.json").read_bytes() == before
 
     # --out puts the plan where it says, not beside the run
     elsewhere = tmp_path / "plans" / "q1"
@@ -407,11 +416,14 @@ def test_a_steady_server_keeps_a_tight_range(sim_factory, tmp_path):
     if behind > 0.05 * doc["model"]["pilot_wall_s"]:
         pytest.skip(f"host too loaded: the sim fell {behind:.1f} s behind its schedule")
     assert doc["inputs"]["pilot_stopped"] == "target" and doc["inputs"]["speed_drift"] == 0
-    for row in doc["rows"]:
-        ours = row["ours"]
-        assert ours["rel_halfwidth"] <= 0.05, (ours, doc["model"]["speed"])
-        assert ours["speed"]["halfwidth"] < 0.02 and ours["speed"]["drift"] == 0, ours
-    assert not any("varied ±" in n for n in doc["notes"]), doc["notes"]
+    if _starved(doc):
+        _assert_the_wander_seen_is_carried(doc)
+    else:
+        for row in doc["rows"]:
+            ours = row["ours"]
+            assert ours["rel_halfwidth"] <= 0.05, (ours, doc["model"]["speed"])
+            assert ours["speed"]["halfwidth"] < 0.02 and ours["speed"]["drift"] == 0, ours
+        assert not any("varied ±" in n for n in doc["notes"]), doc["notes"]
     assert any("--speed-drift PCT" in n for n in doc["notes"]), doc["notes"]
     assert doc["model"]["speed"]["stretch_s"] > 0 and len(doc["model"]["speed"]["stretches"]) == 10
     # the user knows better: the host drifts ±10% over hours
@@ -422,6 +434,26 @@ def test_a_steady_server_keeps_a_tight_range(sim_factory, tmp_path):
     assert speed["drift"] == pytest.approx(0.10) and speed["halfwidth"] >= 0.10
     assert doc["rows"][0]["ours"]["rel_halfwidth"] >= 0.10
     assert any("--speed-drift 10%" in n for n in doc["notes"]), doc["notes"]
+
+
+def _starved(doc: dict) -> bool:
+    """The pilot's stretches moved beyond 5% on a host with more runnable work than cores:
+    other programs took CPU time from the sim or from genbench (the sim's resync counter
+    sees only the first), so the speed the pilot measured did move."""
+    import os
+
+    return doc["model"]["speed"]["moved"] > 0.05 and os.getloadavg()[0] > (os.cpu_count() or 1)
+
+
+def _assert_the_wander_seen_is_carried(doc: dict) -> None:
+    """What holds whatever the load: speed the pilot saw move is in the range and said."""
+    for row in doc["rows"]:
+        ours = row["ours"]
+        assert ours["speed"]["drift"] == 0, ours
+        assert ours["rel_halfwidth"] >= ours["speed"]["halfwidth"], ours
+    if any(max(r["ours"]["speed"]["noise"], r["ours"]["speed"]["wander"]) > 0.02
+           for r in doc["rows"]):  # fmt: skip
+        assert any("varied ±" in n for n in doc["notes"]), doc["notes"]
 
 
 WANDER = [0.90, 0.92, 0.95, 0.99, 1.02, 1.05, 1.07, 1.06, 1.03, 1.01]
@@ -760,9 +792,13 @@ def test_from_a_run_says_when_the_job_is_much_longer_than_the_sweep(tmp_path):
     doc = plan_from_result(_forced_run(tmp_path), [100_000], 1, None, 2965.0, None, None)
     length = [n for n in doc["notes"] if "measured on outputs forced to 1,024 tokens" in n]
     assert len(length) == 1 and "+189.6%" in length[0] and "--sweep-tokens 2965" in length[0]
+    # said once: not again as "the sweep's requests at C=8 averaged ..." (still in reach)
+    assert not [n for n in doc["notes"] if "averaged 1,024 output tokens" in n], doc["notes"]
+    assert any("averaged 1,024 output tokens" in r for r in doc["model"]["reach"])
     basis = doc["model"]["thinking_share_basis"]
     assert "13,640 thinking of 40,960" in basis and "forced lengths" in basis
     assert "applied as is to 2,965 tokens per sample" in basis
     # within 25% of the sweep's length: nothing to say about it
     near = plan_from_result(_forced_run(tmp_path), [100_000], 1, None, 1200.0, None, None)
     assert not [n for n in near["notes"] if "measured on" in n]
+    assert [n for n in near["notes"] if "averaged 1,024 output tokens, the job's 1,200" in n]

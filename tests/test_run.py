@@ -387,3 +387,19 @@ def test_records_are_written_as_they_complete_not_at_the_phase_end(sim_factory, 
     recs = read_records(out / "requests.jsonl")
     assert len(recs) > done and all(r.ok for r in recs)
     assert all(r.text is None for r in recs)  # text was never written
+
+
+def test_one_500_on_the_preflight_is_retried_and_said(sim_factory, tmp_path):
+    """generate's preflight retries a 5xx as its requests would; run's did not: one HTTP 500
+    on the test request ended the run (exit 9), though its phases carry on past a failed
+    request. Now tried again, said, and the run measures."""
+    sim = sim_factory(*SIM_ARGS, "--fault", "http:until=1")
+    out = tmp_path / "r"
+    p = genbench(
+        "run", "--url", sim.url, "--warmup", "0", "--lengths", "20", "--prompts-per-length", "1",
+        "--skip", "sweep", "--out", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "test request: HTTP 500" in p.stdout and "(1 of 3 retries: a server error" in p.stdout
+    assert "as a request of the job would be" not in p.stdout  # run's requests are not retried
+    assert load(out)["status"] == "complete"

@@ -159,3 +159,25 @@ def test_pilot_plan_uses_and_marks_estimated_thinking(sim_factory, tmp_path):
     assert doc["model"]["thinking_tokens"]["mean"] == 8
     tok = doc["rows"][0]["tokens"]
     assert tok["thinking"] == pytest.approx(tok["output"] / 3)
+
+
+def test_pilot_plan_says_its_thinking_was_counted_by_tokenize(sim_factory, tmp_path):
+    """A server with /tokenize (the sim as SGLang): the pilot's thinking is counted, and
+    the plan says so as run and generate do, not a bare "thinking 8 of it"."""
+    sim = sim_factory(*FAST, "--thinking-tokens", "8", "--output-len", "fixed:24",
+                      "--dialect", "sglang", *UNCOUNTED)  # fmt: skip
+    write_rows(tmp_path / "in.jsonl", 20)
+    p = genbench("plan", "--prompts", str(tmp_path / "in.jsonl"), "--url", sim.url,
+                 "--concurrency", "4", "--pilot", "8", "--samples", "40", "--bootstrap", "20",
+                 "--warmup-time", "0", "--max-tokens", "64", "--out", str(tmp_path / "plan"),
+                 timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "(thinking 8 of it, counted by the server's /tokenize on 8 requests)" in p.stdout, (
+        p.stdout)  # fmt: skip
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert doc["model"]["thinking_counted_requests"] == 8
+    assert doc["model"]["thinking_estimated_requests"] == 0
+    from genbench.plan.summary import forecast
+
+    detail = dict((k, d) for k, _, d in forecast(doc).figures)["output tokens per sample"]
+    assert detail.endswith("thinking 8 of it, counted by the server's /tokenize on 8 requests")

@@ -63,7 +63,7 @@ class ErrorKind(StrEnum):
     CANCELLED = "cancelled"
     # this machine ran out of file descriptors (or ports): the client's limit, not the server
     LOCAL_LIMIT = "local_limit"
-    # a row cut by max_tokens, refused by `generate --on-truncated error`
+    # a row cut by max_tokens, refused by `generate --truncated error`
     TRUNCATED = "truncated"
     # a row of the input file that cannot be sent (no prompt, bad field)
     INVALID_INPUT = "invalid_input"

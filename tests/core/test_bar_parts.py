@@ -96,6 +96,35 @@ def test_the_model_check_shows_the_calibrated_replay_its_misfit_is_measured_on()
     )
 
 
+def test_the_reports_forecast_reads_the_bar_and_model_check_as_the_console_prints_them():
+    """The report (plan.summary, drawn by report.forecast) from plan.json as it is written
+    now: the parts with the misfit, in quadrature, and the calibrated replay; never the
+    older `length_halfwidth` and `speed.halfwidth` alone (a part larger than the printed
+    breakdown's, and the misfit left out)."""
+    from genbench.plan.summary import forecast as summary
+
+    rep = model().describe()["replay"]
+    parts = {"side": "above", "sample": 0.015, "speed": 0.156, "misfit": 0.048}
+    total = math.hypot(0.015, 0.156, 0.048)
+    tgt = {"target": 0.05, "requests": None, "floor": 0.163, "floor_from": "speed"}
+    doc = {
+        "mode": "pilot", "source": {"prompts": "p.jsonl", "model": "m", "server": "s"},
+        "inputs": {"servers": 1},
+        "model": {"pilot_requests": 200, "concurrency": 32, "replay": rep,
+                  "output_tokens": {"mean": 12.0}},
+        "rows": [{"samples": 100_000, "ours": {
+            "seconds": 89.1, "lo_s": 77.6, "hi_s": 103.8, "rel_halfwidth": total,
+            "length_halfwidth": 0.0, "parts": parts, "speed": {"halfwidth": 0.135}}}],
+        "pilot_size_for_target": tgt,
+    }  # fmt: skip
+    f = summary(doc)
+    check = dict((label, detail) for label, _, detail in f.figures)["model check"]
+    assert check == _model_check(rep) and "calibrated to the pilot's sending 10.0 s" in check
+    assert f.bar[0] == f"at 100,000 samples: {_bar_parts(total, parts, tgt)}"
+    assert "±4.8% from the model's misfit on the pilot" in f.bar[0]
+    assert "each alone" not in " ".join(f.bar) and "±13.5%" not in " ".join(f.bar)
+
+
 def test_the_speed_note_gives_the_speed_part_the_breakdown_shows():
     """Seen on the sim: the note said '±37.3% from the speed' and the breakdown '±59.5% from
     the server's speed' for one plan: the first a speed's half-width, the second its

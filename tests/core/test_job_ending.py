@@ -14,20 +14,21 @@ pytestmark = pytest.mark.core
 
 
 def test_rows_ending_on_a_call_are_never_all_rows_done():
+    """One pair of parentheses: the reasons, never a reason's own aside nested in them."""
     u = Unanswered(ran_out=25, call_cut=2)
     status, why = ending("complete", Failures(), 40, 0, None, 40, 1.0, u)
     assert status == "unanswered" and "all rows done" not in why
     assert why == (
-        "27 rows end on a tool call without an answer (25 with no result left in the input "
-        "(--tool-policy replay: the results ran out); 2 cut by max_tokens mid-call); "
+        "27 rows end on a tool call without an answer (25 with no result left in the input: "
+        "--tool-policy replay, the results ran out; 2 cut by max_tokens mid-call); "
         "13 answered"
     )
     some = Failures()
     some.add("http_status", "HTTP 400")
     status, why = ending("complete", some, 39, 0, None, 40, 1.0, Unanswered(ran_out=1))
     assert status == "some_failed" and why.endswith("1 row ends on a tool call without an "
-        "answer (1 with no result left in the input (--tool-policy replay: the results ran "
-        "out))")  # fmt: skip
+        "answer (1 with no result left in the input: --tool-policy replay, the results ran "
+        "out)")  # fmt: skip
     status, why = ending("complete", Failures(), 5, 2, None, 5, 1.0, Unanswered(ran_out=1))
     assert status == "unanswered" and why.endswith("failed in an earlier run (--retry-errors "
                                                    "to try them again)")  # fmt: skip

@@ -23,6 +23,17 @@ def test_a_missing_tool_policy_is_replay_and_changes_name_their_flag():
     assert setting_change({"format": "jsonl"}, {"format": "parquet"}, "format")[0] == "format"
 
 
+def test_a_changed_sampling_field_names_the_flag_that_sets_it():
+    """With job.json there, as without it (lostjob.py): `--temperature was not set, now
+    0.7`, never `params was {}, now {"temperature":0.7}`."""
+    assert setting_change({"params": {}}, {"params": {"temperature": 0.7}}, "params") == (
+        "--temperature", "not set", "0.7")  # fmt: skip
+    old, new = {"params": {"top_p": 0.9, "min_p": 0.1}}, {"params": {"top_p": 0.9}}
+    assert setting_change(old, new, "params") == ("--param min_p", "0.1", "not set")
+    assert setting_change({"params": {"max_tokens": 512}}, {"params": {"max_tokens": 1024}},
+                          "params") == ("--max-tokens", "512", "1024")  # fmt: skip
+
+
 def test_token_ids_off_and_on_do_not_mix_without_force():
     assert token_ids_change(None, "off", False) is None
     assert token_ids_change({}, "off", False) is None  # a job.json older than the key

@@ -55,6 +55,7 @@ class CheckRetries:
     retries: int = 0
     backoff: float = 1.0
     max_backoff: float = 60.0
+    why: str = ", as a request of the job would be"  # said after the count
 
     def delay(self, attempt: int) -> float:
         return min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
@@ -393,7 +394,7 @@ async def _tiny_through_router(
         wait = retries.delay(retried)
         rep.notes.append(
             f"test request: {rec.error_message or kind}; trying again in {wait:g} s "
-            f"({retried} of {retries.retries} retries, as a request of the job would be)"
+            f"({retried} of {retries.retries} retries{retries.why})"
         )
         await asyncio.sleep(wait)
 

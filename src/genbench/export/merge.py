@@ -86,7 +86,7 @@ class Proof:
             )
             return [head, *self._extra()]
         out = [f"{self.out}: NOT every input id exactly once ({scheme}, {self.input_rows:,} "
-               f"input rows, {self.ids:,} ids in the data)"]  # fmt: skip
+               f"input rows, {_n(self.ids, 'id')} in the data)"]  # fmt: skip
         if self.missing:
             out.append(f"missing: {_ids(self.missing)}; {self._finish(self.missing)}")
         if self.failed:
@@ -106,7 +106,9 @@ class Proof:
     def _extra(self) -> list[str]:
         out = [f"note: {n}" for n in self.notes]  # an incomplete last line: a task running?
         if self.extra:
-            out.append(f"{self.extra:,} ids in the data are not in {self.input} (another input?)")
+            are = "is" if self.extra == 1 else "are"
+            out.append(f"{_n(self.extra, 'id')} in the data {are} not in {self.input} "
+                       "(another input?)")  # fmt: skip
         return out
 
     def _finish(self, ids: list[str], extra: str = "") -> str:

@@ -105,8 +105,10 @@ def settle(
     if policy is None:
         lost = existing.job_problem  # no job.json to name a setting: the fingerprints try
         why = f"{lostjob.refusal(lost[0], check)}; " if lost and ch.changed else ""
+        # a setting named from the fingerprints: the plain fix is to set it as it was
+        back = "rerun with that setting as it was, or " if lostjob.FOUND in why else "rerun "
         raise UsageError(
-            f"--out {store.out}: {why}{ch.describe()}: rerun with --input-changed regenerate "
+            f"--out {store.out}: {why}{ch.describe()}: {back}with --input-changed regenerate "
             f"(their old answers go to {replaced_path(store).name} and the changed rows are "
             f"generated again) or --input-changed keep (kept as they are, listed in "
             f"{stale_path(store).name})"

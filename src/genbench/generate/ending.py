@@ -95,8 +95,8 @@ class Unanswered:
             return ""
         why = []
         if self.ran_out:
-            why.append(f"{self.ran_out:,} with no result left in the input "
-                       "(--tool-policy replay: the results ran out)")  # fmt: skip
+            why.append(f"{self.ran_out:,} with no result left in the input: "
+                       "--tool-policy replay, the results ran out")  # fmt: skip
         if self.call_cut:
             why.append(f"{self.call_cut:,} cut by max_tokens mid-call")
         end = "ends" if n == 1 else "end"

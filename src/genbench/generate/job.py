@@ -202,9 +202,10 @@ class Job:
             status, self.failures, done, res.failed, res.left, res.rows, cfg.down_timeout,
             self.unanswered,
         )  # fmt: skip
-        if self.engines is not None and (said := self.engines.summary()):
-            self.listener.note(said, "yellow")
-        return self._result(status, message, t0)
+        result = self._result(status, message, t0)
+        if self.engines is not None:  # in the end block, beside the tokens it explains
+            result.engines_line = self.engines.summary() or ""
+        return result
 
     def _announce(self, existing: Existing, res: InputScan) -> None:
         cfg = self.cfg

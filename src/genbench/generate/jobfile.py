@@ -31,7 +31,25 @@ def setting_change(old: dict[str, Any], new: dict[str, Any], key: str) -> tuple[
         return "--answers", _answers(old), _answers(new)
     if key == "tool_policy":
         return "--tool-policy", str(job_setting(old, key)), str(job_setting(new, key))
+    if key == "params" and isinstance(old.get(key), dict) and isinstance(new.get(key), dict):
+        return _param_change(old[key], new[key])
     return key, _show(old.get(key)), _show(new.get(key))
+
+
+# sampling fields with a flag of their own (params.job_params); the rest came by --param
+FLAGGED = ("temperature", "top_p", "top_k", "max_tokens")
+
+
+def _param_change(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, str, str]:
+    """The first request field that changed, by the flag that sets it: `--temperature
+    was not set, now 0.7`, not `params was {}, now {"temperature":0.7}`."""
+    key = next(k for k in dict.fromkeys((*old, *new)) if old.get(k) != new.get(k))
+    flag = f"--{key.replace('_', '-')}" if key in FLAGGED else f"--param {key}"
+    return flag, _shown(old.get(key)), _shown(new.get(key))
+
+
+def _shown(v: Any) -> str:
+    return "not set" if v is None else _show(v)
 
 
 def _answers(job: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from genbench.generate.fingerprint import row_fingerprint
 from genbench.generate.input import Row
 
 MISSING, UNREADABLE = "missing", "unreadable"
+FOUND = "found from the rows' fingerprints"  # how a setting named without job.json is marked
 # the sampling fields a flag sets (params.job_params), then common --param ones
 FLAGGED = ("temperature", "top_p", "top_k", "max_tokens")
 SAMPLING = (*FLAGGED, "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
@@ -85,7 +86,7 @@ def attribute(
         return None
     for said, p, turns, policy in _candidates(params, all_turns, tool_policy):
         if all(row_fingerprint(r, p, turns, policy) == old for r, old in samples):
-            return f"{said} (found from the rows' fingerprints)"
+            return f"{said} ({FOUND})"
     return None
 
 

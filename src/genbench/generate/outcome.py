@@ -47,6 +47,7 @@ class JobResult:
     # rows of this run without an answer or without ids (ending.Unanswered.to_dict)
     unanswered: dict[str, Any] = field(default_factory=dict)
     ids_line: str = ""  # the rows without token ids, by server ('' when none)
+    engines_line: str = ""  # --serve: how long the engines were down and why ('' if never)
 
     @property
     def exit_code(self) -> int:

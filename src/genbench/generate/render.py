@@ -321,6 +321,8 @@ def print_result(r: JobResult, console: Console) -> None:
         )
         if r.estimated_rows:
             console.print(f"  {ESTIMATED_NOTE}")
+    if r.engines_line:  # after the tokens/s its downtime lowered
+        console.print(f"  [yellow]{r.engines_line}[/]")
     if r.thinking:
         console.print(f"  thinking: {r.thinking}")
     if r.ids_line and r.status != "no_token_ids":  # there the status line says it

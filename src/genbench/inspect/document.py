@@ -16,6 +16,7 @@ import numpy as np
 
 from genbench import __version__
 from genbench.errors import UsageError
+from genbench.fmt import counted
 from genbench.inspect.detect import BIT, DEFECTS, RULES, Thresholds
 from genbench.inspect.distribution import describe, odd_servers
 from genbench.inspect.scan import Scan
@@ -193,7 +194,7 @@ def storage(
         basis = (
             "JSONL: the rows' own line bytes; Parquet: "
             + (
-                f"{len(sc.sample)} rows sampled and written as generate does (zstd)"
+                f"{counted(len(sc.sample), 'row')} sampled and written as generate does (zstd)"
                 if parquet_bps
                 else "not measured (needs pyarrow)"
             )

@@ -37,6 +37,7 @@ class Draws:
     next_of: np.ndarray | None = None
     # requests whose thinking tokens genbench estimated by chunks (the server left them out)
     thinking_estimated: int = 0
+    thinking_counted: int = 0  # ... and those it counted with the server's /tokenize
 
     def per_sample(self, values: np.ndarray) -> np.ndarray:
         """A per-request quantity summed over each sample's requests."""
@@ -118,6 +119,7 @@ class Draws:
             row_of=row_of if chained else None,
             next_of=chain_next(row_of) if chained else None,
             thinking_estimated=sum(r.reasoning_source == "estimate" for r in reqs),
+            thinking_counted=sum(r.reasoning_source == "tokenizer" for r in reqs),
         )
 
 

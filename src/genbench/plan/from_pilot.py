@@ -56,8 +56,8 @@ def plan_from_pilot(
     storage = StorageModel(
         jsonl,
         parquet_bytes_per_row(run.rows),
-        f"measured on the pilot's {len(run.rows)} outputs, as genbench generate writes them "
-        "(JSONL; Parquet with zstd)"
+        f"measured on the pilot's {fmt.counted(len(run.rows), 'output')}, as genbench generate "
+        "writes them (JSONL; Parquet with zstd)"
         + ("; token ids included (the server gives them: generate keeps them)" if ids else ""),
         hidden,
     )

@@ -111,7 +111,8 @@ def plan_from_result(
     }
     plan["model"]["reach"] = _reach(rates, concurrency, sweep_len)
     plan["rows"] = [_row(rates, s, servers, concurrency, storage) for s in samples]
-    plan["notes"] = notes + plan["model"]["reach"]
+    said = any("throughput changes with length" in n for n in notes)  # _length_note's, once
+    plan["notes"] = notes + [r for r in plan["model"]["reach"] if not (said and "averaged" in r)]
     _acceptance(plan, doc, concurrency if concurrency is not None else rates.best_c)
     return plan
 

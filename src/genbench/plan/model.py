@@ -131,6 +131,7 @@ class PilotModel:
             "output_tokens": dist(p.sample_output.tolist()),
             "thinking_tokens": dist(p.per_sample(p.thinking).tolist()),
             "thinking_estimated_requests": p.thinking_estimated,
+            "thinking_counted_requests": p.thinking_counted,
             "prompt_tokens": dist(p.per_sample(p.prompt).tolist()),
             "ttft_s": dist(p.ttft.tolist()),
             "first_ttft_s": dist(p.first_ttft.tolist()),

@@ -183,6 +183,8 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     think = m["thinking_tokens"]["mean"] or 0
     est = m.get("thinking_estimated_requests") or 0
     est_s = f", estimated by chunks on {fmt.counted(est, 'request')}" if est else ""
+    if counted := m.get("thinking_counted_requests") or 0:  # as run and generate say it
+        est_s += f", counted by the server's /tokenize on {fmt.counted(counted, 'request')}"
     console.print(
         f"  output tokens per sample: mean {out_d['mean']:,.0f}, p50 {out_d['p50']:,.0f}, "
         f"p90 {out_d['p90']:,.0f}, max {out_d['max']:,.0f} (thinking {think:,.0f} of it{est_s})"

@@ -14,6 +14,7 @@ from typing import Any
 
 from genbench import fmt
 from genbench.plan.document import ONE_SERVER
+from genbench.plan.render import _bar_parts, _model_check
 from genbench.plan.tables import DecisionTable
 
 # the parts of a bar plan.json may hold, in words (a part not named here shows its key)
@@ -90,19 +91,28 @@ def _pilot_head(doc: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
     figures = [
         ("output tokens per sample", fmt.count(out.get("mean")),
          f"mean; p50 {fmt.count(out.get('p50'))}, p90 {fmt.count(out.get('p90'))}, max "
-         f"{fmt.count(out.get('max'))}; thinking {fmt.count(think or 0)} of it"),
+         f"{fmt.count(out.get('max'))}; thinking {fmt.count(think or 0)} of it{_how(m)}"),
         ("server", fmt.rate(m.get("job_tps")),
          f"over the simulated job at C={m.get('concurrency')}"
          + (f"; the pilot's steady window {fmt.rate(steady)}" if steady else "")),
     ]  # fmt: skip
     rep = m.get("replay")
     if rep:
-        figures.append(
-            ("model check", fmt.pct(rep.get("error"), signed=True),
-             f"replaying the pilot gives {fmt.duration(rep.get('simulated_s'))} against "
-             f"{fmt.duration(rep.get('actual_s'))} measured")
-        )  # fmt: skip
+        # the console's words (plan.render), so the calibrated figure the misfit is
+        # measured on is shown here too
+        said = (_model_check(rep) if rep.get("simulated_s") is not None
+                else f"against {fmt.duration(rep.get('actual_s'))} measured")  # fmt: skip
+        figures.append(("model check", fmt.pct(rep.get("error"), signed=True), said))
     return what, figures
+
+
+def _how(m: dict[str, Any]) -> str:
+    """How the pilot's thinking was had where the server did not count it (as printed)."""
+    est, counted = m.get("thinking_estimated_requests"), m.get("thinking_counted_requests")
+    out = f", estimated by chunks on {fmt.counted(est, 'request')}" if est else ""
+    if counted:
+        out += f", counted by the server's /tokenize on {fmt.counted(counted, 'request')}"
+    return out
 
 
 def _result_head(doc: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
@@ -236,15 +246,17 @@ def _bar_lines(doc: dict[str, Any]) -> list[str]:
     row, e = max(rows, key=lambda re: re[1].get("rel_halfwidth") or 0.0)
     conf = e.get("confidence", 0.95)
     at = fmt.counted(int(row.get("samples") or 0), "sample")
+    tgt = doc.get("pilot_size_for_target") or {}
+    if isinstance(e.get("parts"), dict) and "floor" in tgt:  # a pilot's bar, as printed
+        pilot = (doc.get("model") or {}).get("pilot_samples")
+        drift = bool((doc.get("inputs") or {}).get("speed_drift"))
+        said = _bar_parts(e["rel_halfwidth"], e["parts"], tgt, pilot, drift)
+        return [f"at {at}: {said}", *_basis(doc)]
     line = f"the {conf:.0%} range is {_pm(e)} at {at}"
     parts = bar_parts(e)
     if parts:
         line += "; its parts, each alone: " + ", ".join(f"±{fmt.pct(v)} from {w}" for w, v in parts)
-    lines = [line]
-    basis = (doc.get("model") or {}).get("bar_basis")
-    if basis:
-        lines.append(f"the range: {basis}")
-    tgt = doc.get("pilot_size_for_target") or {}
+    lines = [line, *_basis(doc)]
     need = tgt.get("requests", doc.get("pilot_size_for_5pct"))
     goal = tgt.get("target", 0.05)
     if isinstance(need, int) and (e.get("rel_halfwidth") or 0.0) > goal:
@@ -252,6 +264,11 @@ def _bar_lines(doc: dict[str, Any]) -> list[str]:
             f"±{goal:.0%} needs a pilot of about {fmt.counted(need, 'request')} (--pilot {need})"
         )
     return lines
+
+
+def _basis(doc: dict[str, Any]) -> list[str]:
+    basis = (doc.get("model") or {}).get("bar_basis")
+    return [f"the range: {basis}"] if basis else []
 
 
 def _tok(row: dict[str, Any], key: str) -> Any:

@@ -121,7 +121,8 @@ def servers_figure(h: JobHistory, ax: _Axis) -> Figure:
                                      f"{fmt.duration(hi - lo)}"))  # fmt: skip
         for a, z, n in s.downs:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a))
-            tip = f"{_short(name)} down {fmt.duration(z - a)} from {when}; {n} rows requeued"
+            tip = (f"{_short(name)} down {fmt.duration(z - a)} from {when}; "
+                   f"{fmt.counted(n, 'row')} requeued")  # fmt: skip
             fig.bars.append(HBar(i, ax(a), ax(z), FAIL_COLOR, 1.0, tip,
                                  f"down {fmt.duration(z - a)}, {n} requeued"))  # fmt: skip
     fig.legend = [("up", _color(0), ""), ("down", FAIL_COLOR, "")]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from genbench import __version__
-from genbench.check.preflight import CheckReport, preflight
+from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.check.server_metrics import (
     MetricsScraper,
     compare_tokens,
@@ -72,6 +72,10 @@ class Phase:
         d = asdict(self)
         d["summary"] = self.summary.to_dict()
         return d
+
+
+# the test request's retries: generate's defaults (a run's own requests are not retried)
+RUN_RETRIES = CheckRetries(3, why=": a server error once is not a verdict on the server")
 
 
 class RunListener:
@@ -412,7 +416,11 @@ async def execute_run(
     cfg.validate()
     prompts = read_prompt_file(Path(cfg.prompts)) if cfg.prompts else None  # before preflight
     think = {"think_tags": tuple(cfg.think_tags[:2]), "think_dialect": cfg.think_dialect}
-    check = await preflight(ep, model, timeout=check_timeout, **think)
+    # a 5xx, 429 or timeout on the test request tried again, as generate's preflight does
+    # (its defaults): one 500 does not end a run whose phases would carry on past it
+    check = await preflight(ep, model, timeout=check_timeout, retries=RUN_RETRIES, **think)
+    for n in (n for n in check.notes if n.startswith("test ")):
+        listener.say(f"  [yellow]{n}[/]")
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     check_context(cfg, check)

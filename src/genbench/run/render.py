@@ -163,7 +163,8 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
     estimated = [p["name"] for p in phases if p["summary"].get("tokens_estimated")]
     if estimated:
         console.print(
-            f"  [yellow]token counts estimated[/] in {len(estimated)} of {len(phases)} phases: "
+            f"  [yellow]token counts estimated[/] in {len(estimated)} of "
+            f"{len(phases)} phases: "
             "the server sent no usage in its streams, so tokens are counted as one per chunk "
             "(exact without speculative decoding; low with it)"
         )

@@ -519,3 +519,31 @@ def test_run_serve_vllm_autoregressive_then_ngram_and_plan_names_the_faster(tmp_
     assert p.returncode == 0, p.stderr
     # the tiny random model repeats itself: n-gram drafts are accepted, b decodes faster
     assert "the forecast tables and `generate --plan` use the fastest, b" in p.stderr
+
+
+STOPPED = [(signal.SIGINT, "genbench: interrupted"),
+           (signal.SIGTERM, "genbench: stopped by SIGTERM")]  # fmt: skip
+
+
+@pytest.mark.parametrize("sig, said", STOPPED)
+def test_check_serve_stopped_while_its_engine_loads_says_so_and_takes_the_engine(sig, said):
+    """A command without a stop of its own (check, run) ends a Ctrl-C or SIGTERM with one
+    line and exit 130; the engine it was waiting for does not outlive it."""
+    marker = f"genbench-test-loading-{os.getpid()}-{sig}"
+    engine = f'bash -c "sleep 300; echo {{port}} {marker}"'
+    args = [sys.executable, "-m", "genbench", "check", "--serve", engine]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def running() -> bool:
+        found = subprocess.run(["pgrep", "-f", f"echo [0-9]+ {marker}"], capture_output=True)
+        return found.returncode == 0  # the engine's own line: its port filled in
+
+    try:
+        wait_for("the engine started", running, 60)
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out
+    assert out.strip().splitlines()[-1] == said and "Traceback" not in out, out
+    wait_for("the engine gone", lambda: not running(), 15)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import typer
 
@@ -98,13 +102,39 @@ def _register(argv: list[str]) -> None:
     for name in names:
         module, func, help_text = COMMANDS[name]
         fn = getattr(importlib.import_module(module), func)
-        app.command(name, help=help_text)(fn)
+        app.command(name, help=help_text)(_said_when_interrupted(fn))
+
+
+def _said_when_interrupted(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A Ctrl-C or SIGTERM the command did not take itself ends it with one line, exit 130
+    (typer would end it silently)."""
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt as e:
+            _interrupted(e)
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
+
+    return command
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as a Ctrl-C: what a command started (engines, a live display) is
+    stopped by the same path, and the command says why it ended (a job installs its own
+    handler while it runs: it drains in-flight rows first)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every GenbenchError becomes one line on stderr and its exit code."""
     argv = apply_aliases(sys.argv[1:] if argv is None else argv)
     _register(argv)
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         rc = app(args=argv, standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
@@ -116,8 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         typer.echo("genbench: aborted", err=True)
         sys.exit(ExitCode.INTERRUPTED)
-    except KeyboardInterrupt:
-        typer.echo("genbench: interrupted", err=True)
+    except KeyboardInterrupt as e:
+        _interrupted(e)
         sys.exit(ExitCode.INTERRUPTED)
     except Exception as e:  # click usage errors (typer may vendor its own click)
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
@@ -127,3 +157,8 @@ def main(argv: list[str] | None = None) -> None:
             typer.echo(f"genbench: error: {e.format_message()}{hint}", err=True)
             sys.exit(e.exit_code)
         raise
+
+
+def _interrupted(e: BaseException) -> None:
+    typer.echo(f"genbench: {'stopped by SIGTERM' if isinstance(e, Terminated) else 'interrupted'}",
+               err=True)  # fmt: skip

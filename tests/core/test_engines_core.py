@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from genbench.engines.command import parse_command
-from genbench.engines.death import error_lines, status_text
+from genbench.engines.death import error_lines, status_text, why_died
 from genbench.engines.supervisor import Engine, EngineOptions, Supervisor
 from genbench.errors import ExitCode, UsageError
 from genbench.report.engines import intervals
@@ -63,6 +63,21 @@ def test_the_engines_own_last_error_is_chosen_over_its_other_lines():
     assert error_lines(["a", "RuntimeError: boom", "b"]) == "RuntimeError: boom"
     assert error_lines(["just a line"]) == "just a line"
     assert error_lines(["just a line"], last=False) == ""
+
+
+def test_a_death_names_a_plain_last_line_as_that_not_as_its_cause():
+    """The sim's start banner is no reason it died: an exit of its own shows its last line
+    as its last line; a signal shows none; an error line is the cause."""
+    banner = ["genbench sim listening on http://127.0.0.1:9/v1"]
+    killed = why_died("engine 1", 7, -signal.SIGKILL, set(), time.monotonic(), banner)
+    assert killed.line == "engine 1 (pid 7) was killed by SIGKILL", killed
+    shot = why_died("engine 1", 7, 137, set(), time.monotonic(), banner)
+    assert shot.line == "engine 1 (pid 7) exited with status 137 (128 + SIGKILL)", shot
+    ended = why_died("engine 1", 7, 0, set(), time.monotonic(), banner)
+    assert ended.line == ("engine 1 (pid 7) exited with status 0; its last line: genbench sim "
+                          "listening on http://127.0.0.1:9/v1")  # fmt: skip
+    failed = why_died("engine 1", 7, 1, set(), time.monotonic(), [*banner, "RuntimeError: x"])
+    assert failed.line == "engine 1 (pid 7) exited with status 1: RuntimeError: x", failed
 
 
 def test_exit_status_and_signal_in_words():

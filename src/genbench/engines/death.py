@@ -119,6 +119,13 @@ def why_died(name: str, pid: int, code: int, pids: set[int], since: float,
     if oom is not None:
         how = status_text(code).removeprefix("was killed by ").removeprefix("exited with ")
         return Death("oom", f"{who} was killed by the kernel's OOM killer ({how}): {oom}", code)
-    own = error_lines(lines, last=code >= 0)  # a signal: its last line says nothing of it
-    said = f": {own}" if own else (" (it wrote nothing)" if not lines else "")
+    own = error_lines(lines, last=False)  # its own words about an error, if it said any
+    if own:
+        said = f": {own}"
+    elif not lines:
+        said = " (it wrote nothing)"
+    elif 0 <= code <= 128:  # an exit of its own: its last line, as that and not as a cause
+        said = f"; its last line: {_short(lines[-1])}"
+    else:  # a signal (or 128 + a signal): its last line says nothing of it
+        said = ""
     return Death("signal" if code < 0 else "exit", f"{who} {status_text(code)}{said}", code)

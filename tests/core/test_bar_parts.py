@@ -152,3 +152,13 @@ def test_the_speed_floor_names_speed_drift_only_where_it_was_given():
                           "floor of ±30.0%")  # fmt: skip
     assert "--speed-drift" not in plain
     assert "wanders and --speed-drift, not" in _bar_parts(0.3, parts, tgt, drift=True)
+
+
+def test_a_tiny_pilots_stretches_are_said_in_milliseconds_not_as_zero_seconds():
+    """Seen on a tiny pilot: 'across the pilot's 0.0 s stretches'."""
+    from genbench.plan.from_pilot import _speed_notes
+
+    stretches = [1.0, 1.6, 1.5, 0.7, 0.6, 1.4, 1.7, 0.8, 0.5, 1.3]
+    (f,) = forecast(model(stretches, 0.02), [(8, 1)], boot=2)
+    said = " ".join(_speed_notes(model(stretches, 0.02), {}, f))
+    assert "the pilot's 20 ms stretches" in said and "0.0 s" not in said, said

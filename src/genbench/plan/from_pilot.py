@@ -166,7 +166,8 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
     if speed is None or w.stretches < 3:
         return []
     notes = []
-    scale = f"{w.stretch_s:.0f} s" if w.stretch_s >= 1.5 else f"{w.stretch_s:.1f} s"
+    scale = (f"{w.stretch_s:.0f} s" if w.stretch_s >= 1.5 else f"{w.stretch_s:.1f} s"
+             if w.stretch_s >= 0.1 else fmt.ms(w.stretch_s))  # a tiny pilot's: not "0.0 s"
     moved = f"{w.moved:.1%} across the pilot's {scale} stretches"
     if speed.noise > WANDER_NOTE or speed.wander > WANDER_NOTE:
         why = (

@@ -70,8 +70,12 @@ def test_generate_keeps_it_per_row_and_inspect_ranks_the_groups(vllm_spec_server
     assert res.returncode == 0, res.stderr + res.stdout
     rows = [orjson.loads(x) for x in (out / "data-00000.jsonl").read_bytes().splitlines()]
     assert len(rows) == 8
-    for r in rows:
-        meta = r["meta"]
+    said = [r["meta"] for r in rows if "spec_steps" in r["meta"]]
+    # vLLM sends no figures for a request that never drafted (loaded, 8 in flight, a
+    # `free` row may draft nothing): such a row keeps none, and inspect counts it at 1.0
+    assert {m["group"] for m in said} >= {"repeat"}, rows
+    assert all(r["meta"]["group"] == "free" for r in rows if "spec_steps" not in r["meta"])
+    for meta in said:
         assert meta["group"] in ("repeat", "free")
         assert meta["spec_steps"] > 0 and meta["spec_drafted"] >= meta["spec_accepted"] >= 0
         assert meta["spec_length"] == pytest.approx(

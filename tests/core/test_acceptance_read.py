@@ -131,3 +131,22 @@ def test_sglang_servers_are_asked_in_the_request_others_not():
     assert acceptance.ask_for("SGLang") == acceptance.SGLANG
     assert acceptance.REQUEST_FIELDS[acceptance.SGLANG] == {"return_spec_tokens_details": True}
     assert acceptance.ask_for("vLLM") is None and acceptance.ask_for(None) is None
+
+
+def test_a_silent_row_of_a_speculative_server_counts_as_drafting_nothing():
+    """vLLM sends no figures for a request that never drafted: on a server that said it for
+    other rows, such a row is one token a step in its group, not left out (it is what the
+    drafter serves worst); on a server that never said it, rows stay out."""
+    from genbench.inspect.acceptance import AcceptTally
+
+    t = AcceptTally()
+    t.add({"meta": {"server": "a", "group": "code", "completion_tokens": 41,
+                    "spec_steps": 10, "spec_accepted": 30}})  # fmt: skip
+    t.add({"meta": {"server": "a", "group": "chat", "completion_tokens": 21}})
+    t.add({"meta": {"server": "b", "group": "chat", "completion_tokens": 21}})  # autoregressive
+    doc = t.to_dict()
+    assert doc is not None and doc["requests"] == 2
+    by = {g["group"]: g for g in doc["by_group"]}
+    assert by["chat"]["requests"] == 1 and by["chat"]["length"] == 1.0
+    assert by["code"]["length"] == 4.0
+    assert [g["group"] for g in doc["by_group"]] == ["chat", "code"]

@@ -60,6 +60,7 @@ async def wait_healthy(
         if not eng.alive:
             raise EngineFailed(start_failure(eng, waited).line)
         rep = await preflight(ep, model, tiny=False, connect_timeout=1.0, timeout=10.0)
+        _cancelled_stays_cancelled()
         if rep.ok:
             return time.monotonic() - eng.started
         if not eng.alive:
@@ -76,6 +77,14 @@ async def wait_healthy(
             said = waited
             on_wait(eng.name, waited, eng.last_line())
         await asyncio.sleep(POLL_S)
+
+
+def _cancelled_stays_cancelled() -> None:
+    """A Ctrl-C cancels the wait; a probe that ended at the same moment can swallow that
+    cancel (asyncio's wait_for races so under load): the wait ends all the same."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def start_failure(eng: EngineProcess, waited: float) -> Death:

@@ -5,7 +5,9 @@ A row generated on a server that said each request's acceptance keeps it summed 
 turns in `meta` (`spec_steps`, `spec_accepted`; generate/conversation.py) beside its
 `group` (the input row's group, category or source field). Rows are told apart by group,
 worst first, and by output length (genbench.stats.acceptance_of); a row's length is its
-`1 + accepted / steps`.
+`1 + accepted / steps`. A row that said nothing, generated on a server that said it for
+other rows, drafted nothing (vLLM sends no figures for such a request): it counts at one
+token a step, so the prompts the drafter serves worst are not left out of their group.
 """
 
 from __future__ import annotations
@@ -23,16 +25,37 @@ class AcceptTally:
         self.steps, self.accepted, self.tokens = array("q"), array("q"), array("q")
         self.group = array("I")
         self.names: dict[str, int] = {"": 0}
+        # rows that said nothing, by server: on a server that said it for other rows, a
+        # request that never drafted (vLLM then sends no figures): one token a step
+        self.silent: dict[Any, list[tuple[int, int]]] = {}
+        self.speaking: set[Any] = set()
 
     def add(self, obj: Any) -> None:
         meta = obj.get("meta") if isinstance(obj, dict) else None
         if not isinstance(meta, dict):
             return
         steps, accepted = meta.get("spec_steps"), meta.get("spec_accepted")
-        if type(steps) is not int or type(accepted) is not int or steps <= 0 or accepted < 0:
-            return
         tokens = meta.get("completion_tokens")
-        self.add_item(steps, accepted, meta.get("group"), tokens if type(tokens) is int else 0)
+        tokens = tokens if type(tokens) is int else 0
+        server = meta.get("server") if isinstance(meta.get("server"), str) else None
+        if type(steps) is not int or type(accepted) is not int or steps <= 0 or accepted < 0:
+            if tokens > 1 and "spec_steps" not in meta:
+                g = meta.get("group")
+                gi = self.names.setdefault(g, len(self.names)) if isinstance(g, str) else 0
+                self.silent.setdefault(server, []).append((gi, tokens))
+            return
+        self.speaking.add(server)
+        self.add_item(steps, accepted, meta.get("group"), tokens)
+
+    def settle(self) -> None:
+        """The silent rows of a speculative server counted at one token a step (accepted
+        0); those of a server that never said acceptance stay out."""
+        for server in self.speaking & self.silent.keys():
+            for g, tokens in self.silent.pop(server):
+                self.steps.append(tokens - 1)
+                self.accepted.append(0)
+                self.group.append(g)
+                self.tokens.append(tokens)
 
     def add_item(self, steps: int, accepted: int, group: Any, tokens: int) -> None:
         """One row's (or one request's: the job report's) figures."""
@@ -48,6 +71,7 @@ class AcceptTally:
 
     def to_dict(self) -> dict[str, Any] | None:
         """By group worst first and by output length; None when no row kept acceptance."""
+        self.settle()
         names = {i: n for n, i in self.names.items()}
         return acceptance_of(
             (s, a, names[g], t)

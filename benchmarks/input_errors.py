@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 
 from genbench.errors import UsageError
-from genbench.generate.input import scan
+from genbench.generate.input.reader import scan
 
 SYSTEM = "You are a careful assistant. Answer the question in a few sentences."
 

@@ -31,8 +31,8 @@ from pathlib import Path
 import orjson
 
 from genbench.generate.fingerprint import job_salt, line_key, row_fingerprint, to_hex
-from genbench.generate.input import Row
-from genbench.generate.store import STATE_DIR, Store, row_line
+from genbench.generate.input.reader import Row
+from genbench.generate.store.writer import STATE_DIR, Store, row_line
 from genbench.sim.process import SimProcess
 
 ANSWER = "The answer is a paragraph of ordinary length, " * 6

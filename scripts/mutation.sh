@@ -18,7 +18,7 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -c 'import mutmut' 2>/dev/null || "$PY" -m pip install -q 'mutmut>=3.8,<4'
 declare -A MODULE=(
   [stats]='genbench.stats.' [records]='genbench.records.' [plan]='genbench.plan'
-  [store]='genbench.generate.store.' [compare]='genbench.compare.rule.'
+  [store]='genbench.generate.store.writer.' [compare]='genbench.compare.rule.'
   [selfcheck]='genbench.run.selfcheck.'
 )
 patterns=()

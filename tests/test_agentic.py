@@ -18,7 +18,7 @@ import orjson
 import pytest
 from conftest import genbench
 
-from genbench.generate.tool_probe import PROMPT as PROBE_PROMPT
+from genbench.generate.input.tool_probe import PROMPT as PROBE_PROMPT
 from genbench.records import read_records
 from genbench.sim.process import SimProcess
 
@@ -220,7 +220,7 @@ def test_a_malformed_tool_message_fails_in_one_line(agentic_file, tmp_path):
 
 
 def test_run_measures_on_the_files_agentic_requests(agentic_file, tmp_path):
-    from genbench.generate.tools import wire
+    from genbench.generate.input.tools import wire
     from genbench.sim.replies import count_prompt
 
     out, builtin = tmp_path / "run", tmp_path / "builtin"
@@ -330,7 +330,7 @@ def test_a_job_killed_mid_conversation_resumes_each_row_exactly_once(agentic_fil
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])
 def test_token_ids_attach_to_every_generated_turn_calls_included(agentic_file, tmp_path, dialect):
     """One training sample per generated turn: a call is one, its ids as served beside it."""
-    from genbench.generate.rows import turn_ids
+    from genbench.generate.store.rows import turn_ids
 
     out = tmp_path / "out"
     served = ("--dialect", "sglang") if dialect == "sglang" else ()

@@ -18,9 +18,9 @@ import orjson
 import pytest
 from test_generate import SIM, cli, data_rows, gen, line_count, popen, wait_for
 
-from genbench.generate.batch import batch_row, field_name
-from genbench.generate.input import fast_id, scan
-from genbench.generate.layout import BATCH_OUTPUT
+from genbench.generate.input.reader import fast_id, scan
+from genbench.generate.store.batch import batch_row, field_name
+from genbench.generate.store.layout import BATCH_OUTPUT
 from genbench.sim.process import SimProcess
 
 FAST = ("--retry-backoff", "0.05", "--progress-every", "1")

@@ -1,4 +1,4 @@
-"""On a cluster: one output directory, one shard scheme (generate/scheme.py), every id once.
+"""On a cluster: one output directory, one shard scheme (generate/store/scheme.py), every id once.
 
 Each mixed scheme a user can reach (a finished job then `--shard`, shards then none, 2
 beside 3 at once and one after the other) is refused in one line, exit 2, before any
@@ -19,8 +19,8 @@ import pytest
 from conftest import genbench
 from test_generate import FAST, assert_exactly_once, popen, prompts, write_rows
 
-from genbench.generate.lock import OutputLock
-from genbench.generate.shard import ShardSpec
+from genbench.generate.input.shard import ShardSpec
+from genbench.generate.store.lock import OutputLock
 from genbench.sim.process import SimProcess
 
 QUICK = ("--tps", "2000", "--per-seq-ms", "0.05", "--ttft-ms", "1", "--output-len", "fixed:8")

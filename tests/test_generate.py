@@ -29,16 +29,16 @@ from tests_helpers import closed_port_url
 
 from genbench.errors import ErrorKind
 from genbench.generate.eta import UNSEEN
-from genbench.generate.input import Row, ShardSpec, derive_id, scan
+from genbench.generate.input.params import job_params, merge
+from genbench.generate.input.reader import Row, ShardSpec, derive_id, scan
 from genbench.generate.job import Job
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.outcome import Listener
-from genbench.generate.params import job_params, merge
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress
-from genbench.generate.runlog import read_runs
 from genbench.generate.servers import ServerSpec
-from genbench.generate.store import Existing, Store, row_line, scan_jsonl_shard
+from genbench.generate.store.runlog import read_runs
+from genbench.generate.store.writer import Existing, Store, row_line, scan_jsonl_shard
 from genbench.load import Slot
 from genbench.records import RequestRecord, read_records
 from genbench.sim.process import SimProcess

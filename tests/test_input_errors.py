@@ -11,8 +11,8 @@ from conftest import genbench
 from tests_helpers import closed_port_url
 
 from genbench.errors import UsageError
-from genbench.generate.input import scan
-from genbench.generate.input_errors import SHOWN
+from genbench.generate.input.errors import SHOWN
+from genbench.generate.input.reader import scan
 
 
 def good(i: int) -> bytes:

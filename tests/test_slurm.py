@@ -28,7 +28,7 @@ from conftest import genbench
 from test_generate import assert_exactly_once, prompts, write_rows
 
 from genbench.engines.process import alive
-from genbench.generate.shard import ShardSpec
+from genbench.generate.input.shard import ShardSpec
 from genbench.sim.process import SimProcess
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")

@@ -19,7 +19,7 @@ import pytest
 from conftest import genbench
 from fixtures_vllm import REPO
 
-from genbench.generate.rows import turn_ids
+from genbench.generate.store.rows import turn_ids
 from genbench.records import RequestRecord, read_records
 from genbench.transport.stream import StreamParser
 

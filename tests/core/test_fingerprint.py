@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from genbench.generate.fingerprint import _canonical, job_salt, line_key, row_fingerprint
-from genbench.generate.input import Row
+from genbench.generate.input.reader import Row
 from genbench.transport.client import ChatRequest
 
 pytestmark = pytest.mark.core

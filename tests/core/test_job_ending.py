@@ -1,5 +1,5 @@
 """How a run's end names the rows that are not an answer (generate/ending.py) and how a
-setting is named with job.json gone (generate/lostjob.py): pure functions, no server."""
+setting is named with job.json gone (generate/store/lostjob.py): pure functions, no server."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 from genbench.generate.ending import Failures, Unanswered, ending
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint
-from genbench.generate.input import Row
-from genbench.generate.lostjob import COULD_HAVE, attribute, refusal
+from genbench.generate.input.reader import Row
+from genbench.generate.store.lostjob import COULD_HAVE, attribute, refusal
 
 pytestmark = pytest.mark.core
 

@@ -1,4 +1,4 @@
-"""A resumed job's settings against its job.json (generate/jobfile.py), and how a run's
+"""A resumed job's settings against its job.json (generate/store/jobfile.py), and how a run's
 end is worded (generate/ending.py): pure functions, no server."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from genbench.errors import UsageError
 from genbench.generate.ending import Failures, ending, failed_exit
-from genbench.generate.jobfile import job_setting, setting_change, token_ids_change
+from genbench.generate.store.jobfile import job_setting, setting_change, token_ids_change
 
 pytestmark = pytest.mark.core
 

@@ -197,9 +197,9 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-# -- the output directory has one owner: its file names are spelled in generate/layout.py --
+# -- the output directory has one owner: its file names are spelled in generate/store/layout.py --
 
-LAYOUT = "genbench.generate.layout"
+LAYOUT = "genbench.generate.store.layout"
 # a whole string that names a file of a generate output directory (a name, a glob, a
 # shard's name), not prose that mentions one
 OUTPUT_NAME = re.compile(
@@ -234,7 +234,7 @@ def test_only_the_layout_spells_a_file_name_of_the_output_directory():
         for line, value in _names(path)
         if OUTPUT_NAME.match(value) and (value, name) not in NAMED_ELSEWHERE
     ]
-    assert not found, "ask genbench.generate.layout for the path:\n" + "\n".join(found)
+    assert not found, "ask genbench.generate.store.layout for the path:\n" + "\n".join(found)
 
 
 def test_the_layout_rule_sees_a_spelled_name():

@@ -10,8 +10,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from genbench.generate.readback import scan_jsonl_shard
-from genbench.generate.store import Store, row_line
+from genbench.generate.store.readback import scan_jsonl_shard
+from genbench.generate.store.writer import Store, row_line
 
 pytestmark = pytest.mark.core
 JOB = {"model": "m", "params": {}, "turns": "all", "format": "jsonl"}

@@ -1,12 +1,12 @@
 """`--shard auto`: the share a task takes from its scheduler's environment, and the one line
-a missing or inconsistent environment gets (generate/shard.py)."""
+a missing or inconsistent environment gets (generate/input/shard.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from genbench.errors import ExitCode, UsageError
-from genbench.generate.shard import ShardSpec
+from genbench.generate.input.shard import ShardSpec
 
 pytestmark = pytest.mark.core
 
@@ -93,7 +93,7 @@ def test_some_tasks_of_the_plans_array_resubmitted_keep_their_shares():
 
 def test_a_scheme_file_of_no_shards_is_unreadable_and_says_what_to_do(tmp_path):
     from genbench.errors import OutputError
-    from genbench.generate.scheme import recorded
+    from genbench.generate.store.scheme import recorded
 
     (tmp_path / ".genbench").mkdir()
     for text in ('{"shards": 0}', "garbage"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from genbench.generate.store import Store, scan_errors, scan_jsonl_shard
+from genbench.generate.store.writer import Store, scan_errors, scan_jsonl_shard
 
 pytestmark = pytest.mark.core
 

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from genbench.generate.rows import parquet_schema, row_line, turn_ids
+from genbench.generate.store.rows import parquet_schema, row_line, turn_ids
 from genbench.records import RequestRecord
 from genbench.transport.stream import DONE, StreamParser, parse_whole
 from genbench.transport.token_ids import (

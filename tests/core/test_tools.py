@@ -11,7 +11,7 @@ import pytest
 
 from genbench.errors import InputFileError
 from genbench.generate.agent import AgentConversation
-from genbench.generate.input import parse_row, scan
+from genbench.generate.input.reader import parse_row, scan
 from genbench.generate.row_units import start, turn_count
 from genbench.records import RequestRecord
 from genbench.transport.stream import StreamParser, parse_whole

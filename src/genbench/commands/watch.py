@@ -2,7 +2,7 @@
 
 `--metrics-port` / `--metrics-host` serve the job's progress to Prometheus while it runs
 (generate/exporter.py); `--answers` writes OpenAI Batch output lines instead of, or beside,
-the conversations (generate/batch.py). Kept apart from generate.py, which holds the job's
+the conversations (generate/store/batch.py). Kept apart from generate.py, which holds the job's
 other options.
 """
 
@@ -15,11 +15,11 @@ from rich.console import Console
 
 from genbench.errors import UsageError
 from genbench.fmt import counted
-from genbench.generate.batch import write_answers
 from genbench.generate.jobconfig import JobConfig
-from genbench.generate.layout import Layout
 from genbench.generate.listeners import Listeners
 from genbench.generate.outcome import Listener
+from genbench.generate.store.batch import write_answers
+from genbench.generate.store.layout import Layout
 
 ANSWERS = typer.Option(
     "conversations",
@@ -64,7 +64,7 @@ def stop(exporter: Any) -> None:
 
 
 def batch_output(cfg: JobConfig, answers: str, console: Console) -> None:
-    """The Batch output the run leaves (generate/batch.py decides which), named."""
+    """The Batch output the run leaves (generate/store/batch.py decides which), named."""
     left = write_answers(Layout(cfg.output, cfg.shard_tag), answers)
     if left is not None:
         dest, n = left

@@ -7,7 +7,7 @@ once; where not, which ids are missing (and the shard, so the command, that fini
 them), failed (`--retry-errors`), doubled (a directory written under two schemes before
 they were recorded), or not in the input at all. `merge_into` writes every id once, the
 first copy, into a new directory of M shards: the documented way to change a job's shard
-scheme (generate/scheme.py refuses a run of another scheme in place).
+scheme (generate/store/scheme.py refuses a run of another scheme in place).
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ import orjson
 from genbench.atomic import fsync_dir, publish_dir, write_atomic
 from genbench.errors import ExitCode, InputFileError, OutputError, UsageError
 from genbench.fmt import counted as _n
-from genbench.generate.durable import scan_errors
-from genbench.generate.input import ShardSpec, scan
-from genbench.generate.layout import (
+from genbench.generate.input.reader import ShardSpec, scan
+from genbench.generate.input.shard import stable_hash
+from genbench.generate.store.durable import scan_errors
+from genbench.generate.store.layout import (
     JOB_GLOB,
     LOCK_GLOB,
     SCHEME_FILE,
@@ -40,9 +41,8 @@ from genbench.generate.layout import (
     Layout,
     error_files,
 )
-from genbench.generate.lock import OutputLock
-from genbench.generate.scheme import describe, from_files, recorded
-from genbench.generate.shard import stable_hash
+from genbench.generate.store.lock import OutputLock
+from genbench.generate.store.scheme import describe, from_files, recorded
 from genbench.inspect.reader import FileStats, data_files, kind_of, parquet_batches, raw_lines
 
 EXAMPLES = 5

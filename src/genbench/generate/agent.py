@@ -36,9 +36,9 @@ from collections import deque
 from typing import Any
 
 from genbench.generate.conversation import Conversation
-from genbench.generate.input import Row
-from genbench.generate.rows import row_line
-from genbench.generate.tools import wire
+from genbench.generate.input.reader import Row
+from genbench.generate.input.tools import wire
+from genbench.generate.store.rows import row_line
 from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest
 

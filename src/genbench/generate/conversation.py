@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from genbench.generate.input import Row
-from genbench.generate.params import merge, split_max_tokens
-from genbench.generate.rows import row_line
+from genbench.generate.input.params import merge, split_max_tokens
+from genbench.generate.input.reader import Row
+from genbench.generate.store.rows import row_line
 from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest
 from genbench.transport.token_ids import check_turn, row_status

@@ -20,24 +20,24 @@ from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.check.router import ROUTER_KINDS
 from genbench.engines.supervisor import Supervisor
 from genbench.errors import ErrorKind, GenbenchError, ServerDown, UsageError
-from genbench.generate import scheme
-from genbench.generate.batch import row_bytes
 from genbench.generate.conversation import Conversation
-from genbench.generate.durable import output_errors
 from genbench.generate.ending import Failures, Unanswered, ending
 from genbench.generate.ending import rows as row_count
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
-from genbench.generate.input import BadRow, InputScan, iter_rows
+from genbench.generate.input.reader import BadRow, InputScan, iter_rows
+from genbench.generate.input.tool_probe import probe_tools
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress, RowInfo
-from genbench.generate.resume import prepare
 from genbench.generate.serve import start_engines
 from genbench.generate.servers import Server, check_token_ids
-from genbench.generate.store import Existing, Store
-from genbench.generate.tool_probe import probe_tools
+from genbench.generate.store import scheme
+from genbench.generate.store.batch import row_bytes
+from genbench.generate.store.durable import output_errors
+from genbench.generate.store.resume import prepare
+from genbench.generate.store.writer import Existing, Store
 from genbench.load import Load
 from genbench.records import RequestRecord
 from genbench.transport import acceptance

@@ -10,7 +10,7 @@ from typing import Any
 
 from genbench.engines.command import EngineCommand
 from genbench.engines.supervisor import EngineOptions
-from genbench.generate.input import ShardSpec
+from genbench.generate.input.reader import ShardSpec
 from genbench.generate.servers import ServerSpec
 from genbench.transport.thinking import DEFAULT_TAGS
 
@@ -54,7 +54,7 @@ class JobConfig:
 
     def fingerprint(self, model: str) -> dict[str, Any]:
         """The settings job.json keeps: those store.FINGERPRINT_KEYS names are compared on
-        resume; token_ids and answers are kept to name a change (generate/jobfile.py)."""
+        resume; token_ids and answers are kept to name a change (generate/store/jobfile.py)."""
         fp = {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
         if self.tool_policy != "replay":  # the default leaves earlier jobs' fingerprints be
             fp["tool_policy"] = self.tool_policy
@@ -72,7 +72,7 @@ class JobConfig:
 
     @property
     def shard_asked(self) -> str:
-        """This run's --shard as its user wrote it, for a refusal (generate/scheme.py)."""
+        """This run's --shard as its user wrote it, for a refusal (generate/store/scheme.py)."""
         if self.shard is None:
             return "no --shard"
         s = self.shard

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from genbench.generate.outcome import JobResult, Listener
-from genbench.generate.runlog import runs_path
+from genbench.generate.store.runlog import runs_path
 from genbench.records import RequestRecord
 
 

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 from genbench.errors import ErrorKind, Retry, descriptor_advice, no_worker_left, retry_for
 from genbench.generate.conversation import Conversation
-from genbench.generate.input import BadRow, Row
+from genbench.generate.input.reader import BadRow, Row
 from genbench.generate.row_units import Label, conversations
 from genbench.load import Load, Policy, Slot, WorkQueue
 from genbench.records import RequestRecord

@@ -9,7 +9,7 @@ from typing import Any
 
 from genbench.generate.agent import AgentConversation
 from genbench.generate.conversation import Conversation
-from genbench.generate.input import BadRow, Row
+from genbench.generate.input.reader import BadRow, Row
 
 
 def start(

@@ -44,7 +44,7 @@ def follow_up(source: Path, out: Path) -> dict[str, str]:
     if source.is_dir():
         import orjson
 
-        from genbench.generate.layout import job_file
+        from genbench.generate.store.layout import job_file
 
         try:
             job = orjson.loads(job_file(source).read_bytes())

@@ -29,8 +29,8 @@ import orjson
 
 from genbench.atomic import write_atomic, writing
 from genbench.errors import OutputError, UsageError
-from genbench.generate.layout import STATE_DIR, error_files, job_file
-from genbench.generate.lock import OutputLock, refuse_if_held
+from genbench.generate.store.layout import STATE_DIR, error_files, job_file
+from genbench.generate.store.lock import OutputLock, refuse_if_held
 from genbench.inspect.detect import BIT, DEFECTS
 from genbench.inspect.reader import FileStats, parquet_batches, raw_lines
 from genbench.inspect.scan import Scan

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from genbench.fmt import counted
-from genbench.generate.tools import arguments_parse, declared
+from genbench.generate.input.tools import arguments_parse, declared
 
 KINDS = ("bad_arguments", "results_ran_out", "call_cut", "undeclared", "names_differ")
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from genbench import fmt
-from genbench.generate.rows import turn_ids
+from genbench.generate.store.rows import turn_ids
 from genbench.plan.bar import (
     CONFIDENCE,
     TARGET_REL_ERROR,

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from genbench import fmt
 from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
-from genbench.generate.params import job_params
+from genbench.generate.input.params import job_params
 from genbench.generate.pipeline import Retries
 from genbench.plan import rescale
 from genbench.plan.configurations import plan_from_results

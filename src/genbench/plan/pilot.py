@@ -18,7 +18,7 @@ import orjson
 from genbench.errors import ErrorKind, InputFileError
 from genbench.fmt import counted
 from genbench.generate.conversation import Conversation
-from genbench.generate.input import Row, iter_rows, scan
+from genbench.generate.input.reader import Row, iter_rows, scan
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.row_units import start, turn_count
 from genbench.generate.servers import Server

@@ -8,7 +8,7 @@ from typing import Any
 from genbench.atomic import write_atomic
 from genbench.compare.runs import Run, load_sides
 from genbench.errors import UsageError
-from genbench.generate.layout import is_generate_dir
+from genbench.generate.store.layout import is_generate_dir
 from genbench.inspect.document import is_inspection, load_inspect
 from genbench.report import decision, inspection
 from genbench.report.figures import MAX_BARS, Figure, focus_phase

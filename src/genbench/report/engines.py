@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from genbench import fmt
-from genbench.generate.layout import Layout
+from genbench.generate.store.layout import Layout
 from genbench.report.figures import FAIL_COLOR, Figure, HBar
 from genbench.report.job import _Axis, _color
 from genbench.report.joblog import JobHistory

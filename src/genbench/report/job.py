@@ -16,8 +16,8 @@ import numpy as np
 
 from genbench import fmt
 from genbench.compare.runs import PALETTE
-from genbench.generate import layout
-from genbench.generate.runlog import read_runs
+from genbench.generate.store import layout
+from genbench.generate.store.runlog import read_runs
 from genbench.report.figures import FAIL_COLOR, Band, Figure, HBar, Series
 from genbench.report.joblog import EDGES, JobHistory, read_job_log
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from genbench.errors import InputFileError
-from genbench.generate.input import Row, iter_rows, scan
-from genbench.generate.params import MAX_TOKENS_KEYS, merge
-from genbench.generate.tools import is_agentic, wire
+from genbench.generate.input.params import MAX_TOKENS_KEYS, merge
+from genbench.generate.input.reader import Row, iter_rows, scan
+from genbench.generate.input.tools import is_agentic, wire
 from genbench.run.workload import PromptCycle
 from genbench.transport.client import ChatRequest
 

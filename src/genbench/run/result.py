@@ -15,7 +15,7 @@ import orjson
 
 from genbench.atomic import write_atomic
 from genbench.errors import UsageError
-from genbench.generate.layout import has_request_log, job_file
+from genbench.generate.store.layout import has_request_log, job_file
 
 SCHEMA = "genbench.result"
 SCHEMA_VERSION = 1

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from genbench.generate import changes, lostjob
-from genbench.generate.durable import output_errors
 from genbench.generate.fingerprint import LazyFps, RequestCheck
-from genbench.generate.input import InputScan, ShardSpec, scan
-from genbench.generate.jobfile import token_ids_change
-from genbench.generate.readback import rekey_index
-from genbench.generate.store import Existing, Store
+from genbench.generate.input.reader import InputScan, ShardSpec, scan
+from genbench.generate.store import changes, lostjob
+from genbench.generate.store.durable import output_errors
+from genbench.generate.store.jobfile import token_ids_change
+from genbench.generate.store.readback import rekey_index
+from genbench.generate.store.writer import Existing, Store
 
 
 class PrepareConfig(Protocol):

@@ -50,7 +50,8 @@ import orjson
 
 from genbench.atomic import fsync_dir, is_temp, move, write_atomic
 from genbench.errors import OutOfDescriptors, OutputError, UsageError, descriptor_advice
-from genbench.generate.durable import (
+from genbench.generate.fingerprint import LazyFps
+from genbench.generate.store.durable import (
     AppendFile,
     Pending,
     Reserve,
@@ -60,19 +61,24 @@ from genbench.generate.durable import (
     scan_errors,
     write_failed,
 )
-from genbench.generate.fingerprint import LazyFps
-from genbench.generate.jobfile import job_setting, setting_change
-from genbench.generate.layout import SCHEME_FILE, SCHEME_LOCK, STATE_DIR, Layout, is_generate_dir
-from genbench.generate.lock import OutputLock
-from genbench.generate.readback import index_keys, scan_jsonl_shard
-from genbench.generate.rows import (
+from genbench.generate.store.jobfile import job_setting, setting_change
+from genbench.generate.store.layout import (
+    SCHEME_FILE,
+    SCHEME_LOCK,
+    STATE_DIR,
+    Layout,
+    is_generate_dir,
+)
+from genbench.generate.store.lock import OutputLock
+from genbench.generate.store.readback import index_keys, scan_jsonl_shard
+from genbench.generate.store.rows import (
     META_FIELDS,
     convert_to_parquet,
     json_default,
     parquet_ids,
     row_line,
 )
-from genbench.generate.rows import parquet_schema as parquet_schema
+from genbench.generate.store.rows import parquet_schema as parquet_schema
 from genbench.records import RecordWriter, RequestRecord
 
 __all__ = ["META_FIELDS", "STATE_DIR", "Existing", "Store", "row_line", "scan_jsonl_shard"]

@@ -28,7 +28,7 @@ import orjson
 
 from genbench.atomic import writing
 from genbench.errors import OutputError
-from genbench.generate.layout import Layout
+from genbench.generate.store.layout import Layout
 
 CHAT_URL = "/v1/chat/completions"
 JOB_FIELDS = ("model", "stream", "stream_options")  # the job's own, not the row's

@@ -27,7 +27,7 @@ import orjson
 
 from genbench.atomic import write_atomic
 from genbench.errors import OutputError, UsageError
-from genbench.generate.layout import SCHEME_FILE, SCHEME_LOCK, STATE_DIR
+from genbench.generate.store.layout import SCHEME_FILE, SCHEME_LOCK, STATE_DIR
 
 LOCK_WAIT_S = 60.0  # the lock is held for milliseconds; a minute means a hung file system
 _TAGGED = re.compile(r"^data-(\d+)of(\d+)-\d+\.(?:jsonl|parquet)$")

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from genbench.generate.layout import Layout
+from genbench.generate.store.layout import Layout
 
 
 def runs_path(out_dir: Path, shard_tag: str | None = None) -> Path:

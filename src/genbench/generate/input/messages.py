@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from genbench.generate.input_files import PROMPT_KEYS
-from genbench.generate.tools import link, tool_turn, xlam_turns
+from genbench.generate.input.files import PROMPT_KEYS
+from genbench.generate.input.tools import link, tool_turn, xlam_turns
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "chatgpt": "assistant", "bot": "assistant"}

@@ -27,12 +27,12 @@ import orjson
 
 from genbench.atomic import write_atomic, writing
 from genbench.errors import UsageError
-from genbench.generate import lostjob
-from genbench.generate.durable import index_entry
 from genbench.generate.fingerprint import RequestCheck, from_hex, to_hex
-from genbench.generate.input import InputScan, fast_id
-from genbench.generate.readback import append_once, drop_lines, entry_id, line_id
-from genbench.generate.store import Existing, Store
+from genbench.generate.input.reader import InputScan, fast_id
+from genbench.generate.store import lostjob
+from genbench.generate.store.durable import index_entry
+from genbench.generate.store.readback import append_once, drop_lines, entry_id, line_id
+from genbench.generate.store.writer import Existing, Store
 
 CHANGED, GONE = "request changed", "not in the input"
 POLICIES = ("regenerate", "keep")

@@ -30,7 +30,7 @@ from pathlib import Path
 import orjson
 
 from genbench.errors import OutputError, UsageError
-from genbench.generate.layout import LOCK, LOCK_GLOB
+from genbench.generate.store.layout import LOCK, LOCK_GLOB
 
 NOTE_WAIT_S = 1.0  # how long a refused process waits for a new holder's note
 

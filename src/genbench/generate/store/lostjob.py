@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from genbench.generate.fingerprint import row_fingerprint
-from genbench.generate.input import Row
+from genbench.generate.input.reader import Row
 
 MISSING, UNREADABLE = "missing", "unreadable"
 FOUND = "found from the rows' fingerprints"  # how a setting named without job.json is marked

@@ -10,7 +10,7 @@ and the Parquet column generate writes (list<int32>, zstd) for comparison. The i
 drawn the way a model's are: a Zipf-like mix over the vocabulary (most tokens common,
 low ids in BPE vocabularies), for a ~152K (Qwen) and a ~32K (Llama-2) vocabulary. The
 cost is CPU per token to turn a stored turn back into a list of ints, as the reader
-(`genbench.generate.store.rows.turn_ids`) must: orjson's parse of the array, or base64
+(`genbench.rows.turn_ids`) must: orjson's parse of the array, or base64
 decoding + `array.frombytes` + `tolist`.
 
     .venv/bin/python benchmarks/token_ids_encoding.py

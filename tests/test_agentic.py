@@ -330,7 +330,7 @@ def test_a_job_killed_mid_conversation_resumes_each_row_exactly_once(agentic_fil
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])
 def test_token_ids_attach_to_every_generated_turn_calls_included(agentic_file, tmp_path, dialect):
     """One training sample per generated turn: a call is one, its ids as served beside it."""
-    from genbench.generate.store.rows import turn_ids
+    from genbench.rows import turn_ids
 
     out = tmp_path / "out"
     served = ("--dialect", "sglang") if dialect == "sglang" else ()

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from conftest import genbench
 
-from genbench.generate.store.rows import turn_ids
+from genbench.rows import turn_ids
 from genbench.sim.process import SimProcess, start_all, stop_all
 
 N = 40

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from conftest import genbench
 
-from genbench.generate.store.rows import turn_ids
+from genbench.rows import turn_ids
 
 pytestmark = pytest.mark.llamacpp
 

@@ -18,7 +18,7 @@ import orjson
 import pytest
 from conftest import genbench
 
-from genbench.generate.store.rows import turn_ids
+from genbench.rows import turn_ids
 from genbench.sim.ids import prompt_ids, word_id
 
 SIM = ("--tps", "1000", "--per-seq-ms", "0.2", "--ttft-ms", "5", "--output-len", "uniform:8:40",

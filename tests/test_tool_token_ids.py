@@ -20,7 +20,7 @@ import orjson
 import pytest
 from conftest import genbench
 
-from genbench.generate.store.rows import turn_ids
+from genbench.rows import turn_ids
 from genbench.sim.ids import prompt_ids, word_id
 
 # 8 thinking tokens: a call is 17 tokens, an answer 28 to 48, none short or cut

@@ -19,8 +19,8 @@ import pytest
 from conftest import genbench
 from fixtures_vllm import REPO
 
-from genbench.generate.store.rows import turn_ids
 from genbench.records import RequestRecord, read_records
+from genbench.rows import turn_ids
 from genbench.transport.stream import StreamParser
 
 pytestmark = pytest.mark.vllm

@@ -242,7 +242,7 @@ def test_out_must_not_be_what_is_read_and_the_default_sits_beside(tmp_path) -> N
 @pytest.mark.parametrize("fmt", ["specforge-tokens", "speculators", "specforge"])
 def test_parquet_shards_export_as_their_jsonl_does(tmp_path, fmt: str) -> None:
     pytest.importorskip("pyarrow")
-    from genbench.generate.store.rows import convert_to_parquet
+    from genbench.rows import convert_to_parquet
 
     src = write_rows(tmp_path, ROWS)
     pq_dir = tmp_path / "pq"

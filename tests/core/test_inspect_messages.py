@@ -13,11 +13,11 @@ from test_export_rows import IDS, gen, row, user
 
 from genbench.errors import UsageError
 from genbench.export import Rules, export_data
-from genbench.generate.store.rows import parse_row
 from genbench.inspect import Settings, inspect_data
 from genbench.inspect.detect import Thresholds, examine
 from genbench.inspect.fidelity import Fidelity
 from genbench.inspect.render import print_inspection
+from genbench.rows import parse_row
 
 pytestmark = pytest.mark.core
 

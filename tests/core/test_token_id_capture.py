@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
-from genbench.generate.store.rows import parquet_schema, row_line, turn_ids
 from genbench.records import RequestRecord
+from genbench.rows import parquet_schema, row_line, turn_ids
 from genbench.transport.stream import DONE, StreamParser, parse_whole
 from genbench.transport.token_ids import (
     EXACT,

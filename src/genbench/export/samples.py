@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from genbench.generate.store.rows import turn_ids
+from genbench.rows import turn_ids
 
 CUT, SHORT, NO_IDS, MISMATCH = "cut", "short", "no_ids", "mismatch"
 REASONS = (NO_IDS, MISMATCH, CUT, SHORT)  # the order a left-out turn's reason is named in

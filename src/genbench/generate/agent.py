@@ -38,8 +38,8 @@ from typing import Any
 from genbench.generate.conversation import Conversation
 from genbench.generate.input.reader import Row
 from genbench.generate.input.tools import wire
-from genbench.generate.store.rows import row_line
 from genbench.records import RequestRecord
+from genbench.rows import row_line
 from genbench.transport.client import ChatRequest
 
 _PROMPTS = ("user", "tool")

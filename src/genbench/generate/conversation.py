@@ -14,8 +14,8 @@ from typing import Any
 
 from genbench.generate.input.params import merge, split_max_tokens
 from genbench.generate.input.reader import Row
-from genbench.generate.store.rows import row_line
 from genbench.records import RequestRecord
+from genbench.rows import row_line
 from genbench.transport.client import ChatRequest
 from genbench.transport.token_ids import check_turn, row_status
 

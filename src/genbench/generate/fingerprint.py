@@ -26,9 +26,9 @@ from typing import Any
 import orjson
 
 from genbench.generate.conversation import Conversation
+from genbench.generate.input.linekey import line_key
 from genbench.generate.input.reader import Row
 from genbench.generate.row_units import start
-from genbench.generate.store.linekey import line_key
 from genbench.transport.client import ChatRequest
 
 __all__ = [

@@ -11,12 +11,12 @@ from genbench.engines.command import parse_command
 from genbench.engines.start import START_TIMEOUT
 from genbench.engines.supervisor import EngineOptions
 from genbench.errors import UsageError, positive
+from genbench.generate.input.batch import is_batch_file
 from genbench.generate.input.params import job_params
 from genbench.generate.input.reader import ShardSpec
 from genbench.generate.input.tools import POLICIES
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.servers import ServerSpec
-from genbench.generate.store.batch import is_batch_file
 from genbench.transport.endpoint import Endpoint, load_api_key
 from genbench.transport.open_files import fit_descriptors
 from genbench.transport.thinking import parse_dialect, parse_tags

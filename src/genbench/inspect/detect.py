@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from genbench.generate.store.rows import OutputRow, Turn
+from genbench.rows import OutputRow, Turn
 
 # Defects in the order they are reported; each is a `--drop` name.
 DEFECTS = ("loops", "unclosed", "empty", "tags", "garbled", "short", "dup")

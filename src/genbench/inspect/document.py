@@ -170,8 +170,8 @@ def storage(
 ) -> dict[str, Any]:
     """Bytes of the set (measured) and of its hidden states, with plan's arithmetic: the
     rows' own bytes per row and prompt + output tokens, through plan's StorageModel."""
-    from genbench.generate.store.rows import turn_ids
     from genbench.plan import StorageModel, parquet_bytes_per_row  # plan's imports are heavy
+    from genbench.rows import turn_ids
 
     def pick(x: np.ndarray) -> np.ndarray:
         return x if mask is None else x[mask]

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from genbench.fmt import counted
-from genbench.generate.store.rows import turn_ids
+from genbench.rows import turn_ids
 
 DRIFT_EXAMPLES = 5
 DRIFT_SAMPLE = 1000  # turns round-tripped by default: 2,000 requests

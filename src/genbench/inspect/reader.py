@@ -6,7 +6,7 @@ both JSONL and Parquet (a conversion that finished but whose JSONL was not yet r
 is read once, as Parquet. Rows are parsed one by one (JSONL) or in record batches
 (Parquet), so memory does not grow with the file.
 
-A row's format is written and parsed side by side in `genbench.generate.store.rows`; this
+A row's format is written and parsed side by side in `genbench.rows`; this
 module finds the files and reads them. A row that is not in generate's format stops the
 reading with one line naming the file, the line (or Parquet row) and the field. The one
 exception is an incomplete last line of a JSONL shard, which a job still running or killed
@@ -26,7 +26,7 @@ import orjson
 from genbench.errors import InputFileError, UsageError
 from genbench.generate.input.reader import open_parquet
 from genbench.generate.store.layout import DATA_FILE_RE, Layout, data_tag, is_generate_dir
-from genbench.generate.store.rows import OutputRow, RowFormatError, parse_row
+from genbench.rows import OutputRow, RowFormatError, parse_row
 
 SHARD_RE = DATA_FILE_RE
 PARQUET_BATCH = 1024

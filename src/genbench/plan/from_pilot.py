@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from genbench import fmt
-from genbench.generate.store.rows import turn_ids
 from genbench.plan.bar import (
     CONFIDENCE,
     TARGET_REL_ERROR,
@@ -28,6 +27,7 @@ from genbench.plan.storage import (
     parquet_bytes_per_row,
 )
 from genbench.plan.units import duration
+from genbench.rows import turn_ids
 from genbench.stats import acceptance
 
 WANDER_NOTE = 0.02  # a speed part of the range this wide is explained in a note

@@ -34,8 +34,8 @@ import orjson
 
 from genbench.atomic import write_atomic, writing
 from genbench.generate.fingerprint import from_hex
+from genbench.generate.input.linekey import fast_id
 from genbench.generate.store.durable import digest64, index_entry, write_all
-from genbench.generate.store.linekey import fast_id
 
 
 @dataclass

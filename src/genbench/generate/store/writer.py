@@ -71,15 +71,15 @@ from genbench.generate.store.layout import (
 )
 from genbench.generate.store.lock import OutputLock
 from genbench.generate.store.readback import index_keys, scan_jsonl_shard
-from genbench.generate.store.rows import (
+from genbench.records import RecordWriter, RequestRecord
+from genbench.rows import (
     META_FIELDS,
     convert_to_parquet,
     json_default,
     parquet_ids,
     row_line,
 )
-from genbench.generate.store.rows import parquet_schema as parquet_schema
-from genbench.records import RecordWriter, RequestRecord
+from genbench.rows import parquet_schema as parquet_schema
 
 __all__ = ["META_FIELDS", "STATE_DIR", "Existing", "Store", "row_line", "scan_jsonl_shard"]
 

@@ -197,6 +197,34 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+# -- inside generate/: the input below the store, the store below the job --
+# input/ reads and checks rows and needs nothing else of generate; store/ owns the output
+# directory and reads besides only the input and a row's request fingerprint (what it
+# indexes); the job, the pipeline, the progress and the console stand above both.
+GENERATE_FLOORS = {
+    "genbench.generate.input": set(),
+    "genbench.generate.store": {"genbench.generate.input", "genbench.generate.fingerprint",
+                                "genbench.generate.recipe"},
+}  # fmt: skip
+
+
+def _generate_part(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:3]) if parts[:2] == ["genbench", "generate"] else module
+
+
+def test_generate_input_and_store_import_nothing_above_them():
+    wrong = [
+        f"{m} imports {t}"
+        for m, targets in GRAPH.items()
+        if (part := _generate_part(m)) in GENERATE_FLOORS
+        for t in targets
+        if unit(t) == "generate" and t != "genbench.generate"
+        and (theirs := _generate_part(t)) != part and theirs not in GENERATE_FLOORS[part]
+    ]
+    assert wrong == []
+
+
 # -- the output directory has one owner: its file names are spelled in generate/store/layout.py --
 
 LAYOUT = "genbench.generate.store.layout"

@@ -98,3 +98,19 @@ def test_a_log_with_no_finished_request_draws_figures_that_say_so(tmp_path, cont
     assert h.records == 0 and h.runs == []
     figs = figures(h, [])
     assert len(figs) == 7 and all(f.empty and not f.has_data for f in figs)
+
+
+def test_a_request_without_figures_on_a_speculative_server_counts_as_drafting_nothing(
+    tmp_path,
+):
+    """vLLM sends no acceptance for a request that never drafted: the job report counts it at
+    one token a step on a server that gave figures for others (inspect's rule), and leaves
+    out the requests of a server that never gave any."""
+    spec = {"steps": 4, "drafted": 12, "accepted": 6}
+    recs = [rec(0, A, 0.0, spec=spec), rec(1, A, 1.0), rec(2, B, 0.0), rec(3, B, 1.0)]
+    path = tmp_path / "requests.jsonl"
+    write(path, [recs], [CLOCK])
+    acc = read_job_log(path).accept.to_dict()
+    # A: 4 steps with 6 accepted, and 9 steps drafting nothing for the silent 10 tokens
+    assert acc is not None and (acc["requests"], acc["steps"], acc["accepted"]) == (2, 13, 6)
+    assert acc["length"] == pytest.approx(1 + 6 / 13)

@@ -27,35 +27,42 @@ class AcceptTally:
         self.names: dict[str, int] = {"": 0}
         # rows that said nothing, by server: on a server that said it for other rows, a
         # request that never drafted (vLLM then sends no figures): one token a step
-        self.silent: dict[Any, list[tuple[int, int]]] = {}
+        self.silent: dict[Any, tuple[array[int], array[int]]] = {}  # server: groups, tokens
         self.speaking: set[Any] = set()
 
     def add(self, obj: Any) -> None:
         meta = obj.get("meta") if isinstance(obj, dict) else None
         if not isinstance(meta, dict):
             return
-        steps, accepted = meta.get("spec_steps"), meta.get("spec_accepted")
         tokens = meta.get("completion_tokens")
-        tokens = tokens if type(tokens) is int else 0
         server = meta.get("server") if isinstance(meta.get("server"), str) else None
+        said = "spec_steps" in meta
+        self.add_request(server, meta.get("spec_steps"), meta.get("spec_accepted"),
+                         meta.get("group"), tokens if type(tokens) is int else 0, said)  # fmt: skip
+
+    def add_request(self, server: Any, steps: Any, accepted: Any, group: Any, tokens: int,
+                    said: bool = False) -> None:  # fmt: skip
+        """One answer's figures; an answer without them (`said`: it held the field, empty)
+        waits to learn whether its server gives acceptance for others (`settle`)."""
         if type(steps) is not int or type(accepted) is not int or steps <= 0 or accepted < 0:
-            if tokens > 1 and "spec_steps" not in meta:
-                g = meta.get("group")
-                gi = self.names.setdefault(g, len(self.names)) if isinstance(g, str) else 0
-                self.silent.setdefault(server, []).append((gi, tokens))
+            if tokens > 1 and not said:
+                g = self.names.setdefault(group, len(self.names)) if isinstance(group, str) else 0
+                groups, counts = self.silent.setdefault(server, (array("I"), array("q")))
+                groups.append(g)
+                counts.append(tokens)
             return
         self.speaking.add(server)
-        self.add_item(steps, accepted, meta.get("group"), tokens)
+        self.add_item(steps, accepted, group, tokens)
 
     def settle(self) -> None:
         """The silent rows of a speculative server counted at one token a step (accepted
         0); those of a server that never said acceptance stay out."""
         for server in self.speaking & self.silent.keys():
-            for g, tokens in self.silent.pop(server):
-                self.steps.append(tokens - 1)
-                self.accepted.append(0)
-                self.group.append(g)
-                self.tokens.append(tokens)
+            groups, counts = self.silent.pop(server)
+            self.steps.extend(n - 1 for n in counts)
+            self.accepted.extend(0 for _ in counts)
+            self.group.extend(groups)
+            self.tokens.extend(counts)
 
     def add_item(self, steps: int, accepted: int, group: Any, tokens: int) -> None:
         """One row's (or one request's: the job report's) figures."""

@@ -178,10 +178,11 @@ class _Reader:
         tokens = g("completion_tokens", dft("completion_tokens")) or 0
         thinking = g("reasoning_tokens", dft("reasoning_tokens")) or 0
         life.tokens += tokens
-        spec = g("spec")
-        if isinstance(spec, dict) and type(spec.get("steps")) is int and spec["steps"] > 0:
-            group = (g("extra") or {}).get("group")
-            self.h.accept.add_item(spec["steps"], int(spec.get("accepted") or 0), group, tokens)
+        spec = g("spec") if isinstance(g("spec"), dict) else {}
+        # a request without figures counts as drafting nothing where its server gave them
+        # for others (vLLM sends none for a request that never drafted): inspect's rule
+        self.h.accept.add_request(life.name, spec.get("steps"), int(spec.get("accepted") or 0),
+                                  (g("extra") or {}).get("group"), tokens)  # fmt: skip
         self.h.bins.add(i, "tokens", life.name, tokens)
         self.h.bins.add(i, "thinking", life.name, thinking)
         first = [t for t in (g("ttft_answer"), g("ttft_thinking"), g("ttft")) if t is not None]

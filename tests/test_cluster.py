@@ -91,6 +91,25 @@ def test_two_schemes_one_after_the_other(quick, tmp_path):
     assert_exactly_once(out, [f"r{i}" for i in range(30)])
 
 
+def test_a_shard_run_with_other_settings_than_its_siblings_is_refused(quick, tmp_path):
+    """An array's task resubmitted with other flags would mix two jobs' rows in one data set:
+    its first run is refused in one line naming the setting and the sibling, before any
+    request; with the siblings' flags it runs, and --force mixes them knowingly."""
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(30))
+    assert gen(inp, out, quick.url, "--shard", "1/3", "--max-tokens", "20").returncode == 0
+    line = refusal(gen(inp, out, quick.url, "--shard", "2/3", "--max-tokens", "30"))
+    assert "other settings than the shard of job-1of3.json" in line, line
+    assert "--max-tokens was 20 there, now 30" in line and "--force" in line
+    nothing_of(out, "-2of3")
+    assert gen(inp, out, quick.url, "--shard", "2/3", "--max-tokens", "20").returncode == 0
+    p = gen(inp, out, quick.url, "--shard", "3/3", "--temperature", "0.5", "--max-tokens", "20",
+            "--force")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert_exactly_once(out, [f"r{i}" for i in range(30)])
+    assert "different settings" in genbench("merge", str(out)).stdout  # still named there
+
+
 def test_two_schemes_started_at_once_one_is_refused(sim_factory, tmp_path):
     slow = sim_factory(*SLOW)
     inp, out = tmp_path / "in.jsonl", tmp_path / "out"

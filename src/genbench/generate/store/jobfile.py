@@ -8,6 +8,8 @@ default it had, and says what a change of `--token-ids` means for the rows.
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -83,3 +85,29 @@ def token_ids_change(old: dict[str, Any] | None, new: str, force: bool) -> str |
         f"{line} (--force): rows made before keep what they had, the new ones "
         + ("keep token ids where the server gives them" if was == "off" else "have none")
     )
+
+
+def first_change(old: dict[str, Any], new: dict[str, Any], keys: tuple[str, ...]) -> str | None:
+    """The first setting that makes `new` another job than `old`. A model not known yet (a
+    shard's first look, before the servers answer) is not compared; a model is compared by
+    its name, not the directory it was loaded from (each node may copy it to its own disk)."""
+    for k in keys:
+        a, b = job_setting(old, k), job_setting(new, k)
+        if k == "model":
+            if a is None or b is None:
+                continue
+            a, b = str(a).rstrip("/").rpartition("/")[2], str(b).rstrip("/").rpartition("/")[2]
+        if a != b:
+            return k
+    return None
+
+
+def read_jobs(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
+    """The shards' job files that read as one (an unreadable one is its own shard's to say)."""
+    jobs = []
+    for p in paths:
+        with contextlib.suppress(OSError, ValueError):
+            doc = orjson.loads(p.read_bytes())
+            if isinstance(doc, dict):
+                jobs.append((p, doc))
+    return jobs

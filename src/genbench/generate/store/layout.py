@@ -101,6 +101,10 @@ class Layout:
     def job(self) -> Path:
         return self.state / f"job{self.tag}.json"
 
+    def sibling_jobs(self) -> list[Path]:
+        """The job files of the directory's other shards (an array's tasks share DIR)."""
+        return sorted(p for p in self.state.glob("job*.json") if p != self.job)
+
     @property
     def requests(self) -> Path:
         return self.state / f"requests{self.tag}.jsonl"

@@ -61,7 +61,7 @@ from genbench.generate.store.durable import (
     scan_errors,
     write_failed,
 )
-from genbench.generate.store.jobfile import job_setting, setting_change
+from genbench.generate.store.jobfile import first_change, read_jobs, setting_change
 from genbench.generate.store.layout import (
     SCHEME_FILE,
     SCHEME_LOCK,
@@ -237,18 +237,31 @@ class Store:
         return dst
 
     def check_job(self, existing: Existing, job: dict[str, Any], force: bool) -> None:
-        """A resumed job must be generated with the same model, sampling, turns and format."""
+        """A resumed job must be generated with the same model, sampling, turns and format;
+        a shard's first run with the same as the shards already in the directory (an array's
+        tasks share it: a task resubmitted with other flags would mix two jobs' rows)."""
         old = existing.job
-        if old is None or force:
+        if force:
             return
-        changed = [k for k in FINGERPRINT_KEYS if job_setting(old, k) != job_setting(job, k)]
-        if changed:
-            name, was, now = setting_change(old, job, changed[0])
-            raise UsageError(
-                f"--out {self.out} holds a job made with different settings ({name} was "
-                f"{was}, now {now}): use a new --out, or --force to continue with the new "
-                "settings"
-            )
+        if old is not None:
+            changed = first_change(old, job, FINGERPRINT_KEYS)
+            if changed:
+                name, was, now = setting_change(old, job, changed)
+                raise UsageError(
+                    f"--out {self.out} holds a job made with different settings ({name} was "
+                    f"{was}, now {now}): use a new --out, or --force to continue with the new "
+                    "settings"
+                )
+            return
+        for path, sibling in read_jobs(self.layout.sibling_jobs()):
+            changed = first_change(sibling, job, FINGERPRINT_KEYS)
+            if changed:
+                name, was, now = setting_change(sibling, job, changed)
+                raise UsageError(
+                    f"--out {self.out}: this shard would be generated with other settings than "
+                    f"the shard of {path.name} ({name} was {was} there, now {now}): run it "
+                    "with that shard's flags, or --force to mix them"
+                )
 
     def begin(self, existing: Existing, job: dict[str, Any]) -> None:
         """Create the directory and job file; choose the shard to append to."""
@@ -476,4 +489,3 @@ class Store:
 
     def data_files(self) -> list[Path]:
         return self.layout.data_files()
-

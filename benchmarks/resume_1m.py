@@ -32,7 +32,9 @@ import orjson
 
 from genbench.generate.fingerprint import job_salt, line_key, row_fingerprint, to_hex
 from genbench.generate.input.reader import Row
-from genbench.generate.store.writer import STATE_DIR, Store, row_line
+from genbench.generate.store.layout import STATE_DIR
+from genbench.generate.store.writer import Store
+from genbench.rows import row_line
 from genbench.sim.process import SimProcess
 
 ANSWER = "The answer is a paragraph of ordinary length, " * 6

@@ -37,10 +37,12 @@ from genbench.generate.outcome import Listener
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress
 from genbench.generate.servers import ServerSpec
+from genbench.generate.store.readback import scan_jsonl_shard
 from genbench.generate.store.runlog import read_runs
-from genbench.generate.store.writer import Existing, Store, row_line, scan_jsonl_shard
+from genbench.generate.store.writer import Existing, Store
 from genbench.load import Slot
 from genbench.records import RequestRecord, read_records
+from genbench.rows import row_line
 from genbench.sim.process import SimProcess
 from genbench.transport.client import ChatRequest
 from genbench.transport.endpoint import Endpoint

@@ -275,7 +275,7 @@ def test_parquet_output_gives_the_same_findings_and_clean_copy(job, inspected) -
     pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from genbench.generate.store.writer import convert_to_parquet
+    from genbench.rows import convert_to_parquet
 
     pdir = job["base"] / "parquet"
     pdir.mkdir()

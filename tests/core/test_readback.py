@@ -11,7 +11,8 @@ import orjson
 import pytest
 
 from genbench.generate.store.readback import scan_jsonl_shard
-from genbench.generate.store.writer import Store, row_line
+from genbench.generate.store.writer import Store
+from genbench.rows import row_line
 
 pytestmark = pytest.mark.core
 JOB = {"model": "m", "params": {}, "turns": "all", "format": "jsonl"}

@@ -8,7 +8,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from genbench.generate.store.writer import Store, scan_errors, scan_jsonl_shard
+from genbench.generate.store.durable import scan_errors
+from genbench.generate.store.readback import scan_jsonl_shard
+from genbench.generate.store.writer import Store
 
 pytestmark = pytest.mark.core
 

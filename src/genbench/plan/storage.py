@@ -87,7 +87,7 @@ def parquet_bytes_per_row(rows: list[dict[str, Any]]) -> float | None:
     except ImportError:
         return None
     try:
-        from genbench.generate.store.writer import parquet_schema
+        from genbench.rows import parquet_schema
 
         schema = parquet_schema()
     except Exception:  # generate absent or changed: let pyarrow infer the schema

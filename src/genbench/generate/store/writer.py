@@ -65,7 +65,6 @@ from genbench.generate.store.jobfile import first_change, read_jobs, setting_cha
 from genbench.generate.store.layout import (
     SCHEME_FILE,
     SCHEME_LOCK,
-    STATE_DIR,
     Layout,
     is_generate_dir,
 )
@@ -73,15 +72,10 @@ from genbench.generate.store.lock import OutputLock
 from genbench.generate.store.readback import index_keys, scan_jsonl_shard
 from genbench.records import RecordWriter, RequestRecord
 from genbench.rows import (
-    META_FIELDS,
     convert_to_parquet,
     json_default,
     parquet_ids,
-    row_line,
 )
-from genbench.rows import parquet_schema as parquet_schema
-
-__all__ = ["META_FIELDS", "STATE_DIR", "Existing", "Store", "row_line", "scan_jsonl_shard"]
 
 SCHEMA = "genbench.generate"
 SCHEMA_VERSION = 1

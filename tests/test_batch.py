@@ -19,7 +19,8 @@ import pytest
 from test_generate import SIM, cli, data_rows, gen, line_count, popen, wait_for
 
 from genbench.generate.input.batch import batch_row, field_name
-from genbench.generate.input.reader import fast_id, scan
+from genbench.generate.input.linekey import fast_id
+from genbench.generate.input.reader import scan
 from genbench.generate.store.layout import BATCH_OUTPUT
 from genbench.sim.process import SimProcess
 

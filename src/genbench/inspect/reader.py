@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import InputFileError, UsageError
-from genbench.generate.input.reader import open_parquet
+from genbench.generate.input.files import open_parquet
 from genbench.generate.store.layout import DATA_FILE_RE, Layout, data_tag, is_generate_dir
 from genbench.rows import OutputRow, RowFormatError, parse_row
 

@@ -36,10 +36,8 @@ from genbench.generate.input.files import check_exists as _check_exists
 from genbench.generate.input.files import check_kind as _not_what_it_says
 from genbench.generate.input.files import check_stream, rows_after
 from genbench.generate.input.files import jsonl_lines as _jsonl
-from genbench.generate.input.files import open_parquet as open_parquet  # inspect reads with it
 from genbench.generate.input.files import parquet_rows as _parquet
-from genbench.generate.input.linekey import _crc, line_key, raw_of
-from genbench.generate.input.linekey import fast_id as fast_id  # the store reads its ids with it
+from genbench.generate.input.linekey import _crc, fast_id, line_key, raw_of
 from genbench.generate.input.messages import BadField as _Bad
 from genbench.generate.input.messages import messages as read_messages
 from genbench.generate.input.params import check_row_params

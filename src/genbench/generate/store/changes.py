@@ -28,7 +28,8 @@ import orjson
 from genbench.atomic import write_atomic, writing
 from genbench.errors import UsageError
 from genbench.generate.fingerprint import RequestCheck, from_hex, to_hex
-from genbench.generate.input.reader import InputScan, fast_id
+from genbench.generate.input.linekey import fast_id
+from genbench.generate.input.reader import InputScan
 from genbench.generate.store import lostjob
 from genbench.generate.store.durable import index_entry
 from genbench.generate.store.readback import append_once, drop_lines, entry_id, line_id

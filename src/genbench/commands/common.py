@@ -5,7 +5,8 @@ which `plan` and `generate` both take)."""
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, get_type_hints
 
 import typer
 
@@ -110,6 +111,19 @@ def descriptors(streams: int, servers: int = 1, lower: str = "--concurrency") ->
     """Before anything is sent: raise the open-file limit to fit `streams` connections over
     `servers`, or refuse in one line (genbench.transport.open_files)."""
     return fit_descriptors(streams, servers, lower)
+
+
+def signature(args: type, options: dict[str, Any]) -> inspect.Signature:
+    """A command's signature for typer, from the dataclass of its options as typed (`args`,
+    which gives each its type) and their flags (`options`, in --help's order): the command
+    takes `**options` and makes `args(**options)` of them."""
+    hints = get_type_hints(args)
+    if set(hints) != set(options):
+        raise TypeError(f"options and {args.__name__} differ: {set(hints) ^ set(options)}")
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Signature(
+        [inspect.Parameter(n, keyword, default=o, annotation=hints[n]) for n, o in options.items()]
+    )
 
 
 def loading(console: Any) -> Any:

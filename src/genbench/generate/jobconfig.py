@@ -10,7 +10,7 @@ from typing import Any
 
 from genbench.engines.command import EngineCommand
 from genbench.engines.supervisor import EngineOptions
-from genbench.generate.input.reader import ShardSpec
+from genbench.generate.input.shard import ShardSpec
 from genbench.generate.servers import ServerSpec
 from genbench.transport.thinking import DEFAULT_TAGS
 

@@ -6,6 +6,7 @@ which `plan` and `generate` both take)."""
 from __future__ import annotations
 
 import inspect
+from dataclasses import fields
 from typing import Any, get_type_hints
 
 import typer
@@ -117,7 +118,7 @@ def signature(args: type, options: dict[str, Any]) -> inspect.Signature:
     """A command's signature for typer, from the dataclass of its options as typed (`args`,
     which gives each its type) and their flags (`options`, in --help's order): the command
     takes `**options` and makes `args(**options)` of them."""
-    hints = get_type_hints(args)
+    hints = {f.name: get_type_hints(args)[f.name] for f in fields(args)}
     if set(hints) != set(options):
         raise TypeError(f"options and {args.__name__} differ: {set(hints) ^ set(options)}")
     keyword = inspect.Parameter.KEYWORD_ONLY

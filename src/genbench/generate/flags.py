@@ -14,7 +14,7 @@ from genbench.errors import UsageError, positive
 from genbench.generate.input.params import job_params
 from genbench.generate.input.reader import ShardSpec
 from genbench.generate.input.tools import POLICIES
-from genbench.generate.jobconfig import JobConfig
+from genbench.generate.jobconfig import AsTyped, JobConfig
 from genbench.generate.servers import ServerSpec
 from genbench.generate.store.batch import is_batch_file
 from genbench.transport.endpoint import Endpoint, load_api_key
@@ -66,18 +66,16 @@ def read_url_file(path: Path, default_c: int) -> list[ServerSpec]:
     return specs
 
 
-@dataclass(frozen=True)
-class GenerateArgs:
+@dataclass
+class GenerateArgs(AsTyped):
     """`genbench generate`'s options as the user typed them, one field per option (the
-    command, commands/generate.py, gives each its flag, default and help); `job_config`
-    reads the job's from them, the command the rest (how the job is watched)."""
+    command, commands/generate.py, gives each its flag, default and help): those the job
+    keeps as typed (AsTyped), those `job_config` reads into the job's other settings, and
+    those of the command (how the job is watched)."""
 
-    input: Path
-    output: Path
     url: list[str] | None
     url_file: Path | None
     serve: list[str] | None
-    model: str | None
     api_key_env: str
     api_key_file: Path | None
     concurrency: int
@@ -92,23 +90,11 @@ class GenerateArgs:
     tool_policy: str
     think_tags: str
     think_dialect: str
-    keep_raw: bool
     token_ids: str
     fmt: str
-    answers: str
     shard_size: str
     shard: str | None
-    skip_invalid: bool
-    retries: int
-    retry_backoff: float
-    timeout: float
-    down_timeout: float
-    drain: float
     truncated: str
-    retry_errors: bool
-    force: bool
-    input_changed: str | None
-    limit: int | None
     progress_every: float
     engine_start_timeout: float
     engine_restarts: int
@@ -143,19 +129,14 @@ def job_config(a: GenerateArgs) -> JobConfig:
         max_tokens=a.max_tokens, thinking=a.thinking, extra=a.param,
     )  # fmt: skip
     return JobConfig(
-        input=a.input, output=a.output, servers=servers,
-        api_key=load_api_key(a.api_key_env, a.api_key_file), model=a.model, params=params,
-        turns=turns, tool_policy=tool_policy, fmt=fmt,
+        **a.as_typed(), servers=servers, api_key=load_api_key(a.api_key_env, a.api_key_file),
+        params=params, turns=turns, tool_policy=tool_policy, fmt=fmt,
         shard=ShardSpec.parse(a.shard) if a.shard else None,
-        shard_bytes=parse_size(a.shard_size), skip_invalid=a.skip_invalid, retries=a.retries,
-        retry_backoff=a.retry_backoff, timeout=a.timeout, down_timeout=a.down_timeout,
-        drain=a.drain, on_truncated=a.truncated, retry_errors=a.retry_errors, force=a.force,
-        input_changed=a.input_changed, limit=a.limit,
+        shard_bytes=parse_size(a.shard_size), on_truncated=a.truncated,
         think_tags=_checked(parse_tags, a.think_tags),
-        think_dialect=_checked(parse_dialect, a.think_dialect), keep_raw=a.keep_raw,
-        token_ids=token_ids, answers=a.answers, engines=engines,
-        engine=EngineOptions(a.engine_start_timeout, a.engine_restarts, a.engine_backoff,
-                             a.engine_hang_timeout),
+        think_dialect=_checked(parse_dialect, a.think_dialect), token_ids=token_ids,
+        engines=engines, engine=EngineOptions(a.engine_start_timeout, a.engine_restarts,
+                                              a.engine_backoff, a.engine_hang_timeout),
     )  # fmt: skip
 
 

@@ -116,15 +116,18 @@ def descriptors(streams: int, servers: int = 1, lower: str = "--concurrency") ->
 
 def signature(args: type, options: dict[str, Any]) -> inspect.Signature:
     """A command's signature for typer, from the dataclass of its options as typed (`args`,
-    which gives each its type) and their flags (`options`, in --help's order): the command
-    takes `**options` and makes `args(**options)` of them."""
+    which gives each its type) and their flags (`options`, in --help's order: a typer
+    option, or (default, help) for `--the-field-name`). The command takes `**options` and
+    makes `args(**options)` of them."""
     hints = {f.name: get_type_hints(args)[f.name] for f in fields(args)}
     if set(hints) != set(options):
         raise TypeError(f"options and {args.__name__} differ: {set(hints) ^ set(options)}")
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    return inspect.Signature(
-        [inspect.Parameter(n, keyword, default=o, annotation=hints[n]) for n, o in options.items()]
-    )
+    return inspect.Signature([
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name],
+                          default=typer.Option(o[0], "--" + name.replace("_", "-"), help=o[1])
+                          if isinstance(o, tuple) else o)
+        for name, o in options.items()
+    ])  # fmt: skip
 
 
 def loading(console: Any) -> Any:

@@ -19,16 +19,15 @@ from genbench.generate.job import run_job
 from genbench.generate.render import JobConsole, one_concurrency, print_start
 from genbench.plan.document import job_forecast, read_plan
 
-# one per field of GenerateArgs (generate/flags.py), in --help's order
+# one per field of GenerateArgs (generate/flags.py), in --help's order: its typer option, or
+# (default, help) for an option spelled as its field is (common.signature)
 OPTIONS: dict[str, Any] = {
     "input": typer.Option(
         ..., "--input", "-i", "--prompts", help="The prompt file: .jsonl[.gz] or .parquet."
     ),
     "output": typer.Option(..., "--out", "-o", help="Output directory (resumable)."),
-    "url": typer.Option(None, "--url", help="Server base URL; repeat for several servers."),
-    "url_file": typer.Option(
-        None, "--url-file", help="File of servers, one 'URL [CONCURRENCY]' per line."
-    ),
+    "url": (None, "Server base URL; repeat for several servers."),
+    "url_file": (None, "File of servers, one 'URL [CONCURRENCY]' per line."),
     "serve": common.SERVE,
     "model": common.MODEL,
     "api_key_env": common.KEY_ENV,
@@ -41,76 +40,43 @@ OPTIONS: dict[str, Any] = {
     "thinking": common.THINKING,
     "param": common.PARAM,
     "config": common.CONFIG,
-    "turns": typer.Option(
-        "all", "--turns", help="all: regenerate every assistant turn; last: only the final one."
-    ),
+    "turns": ("all", "all: regenerate every assistant turn; last: only the final one."),
     "tool_policy": common.TOOL_POLICY,
     "think_tags": common.THINK_TAGS,
     "think_dialect": common.THINK_DIALECT,
-    "keep_raw": typer.Option(
-        False, "--keep-raw", help="Also write each answer as generated, thinking and tags in "
-        "it, where genbench split it (turn field raw; see docs/generate.md).",
-    ),
-    "token_ids": typer.Option(
-        "auto", "--token-ids", help="Keep the token ids the server generated, and the "
-        "prompt's: auto (where the server gives them), on (refuse a server that cannot), off.",
-    ),
+    "keep_raw": (False, "Also write each answer as generated, thinking and tags in it, where "
+        "genbench split it (turn field raw; see docs/generate.md)."),
+    "token_ids": ("auto", "Keep the token ids the server generated, and the prompt's: auto (where "
+        "the server gives them), on (refuse a server that cannot), off."),
     "fmt": typer.Option("jsonl", "--format", help="jsonl or parquet."),
     "answers": watch.ANSWERS,
-    "shard_size": typer.Option("256MB", "--shard-size", help="Start a new file after this."),
+    "shard_size": ("256MB", "Start a new file after this."),
     "shard": typer.Option(
         None, "--shard", metavar="i/N|auto", help="Take only this client's share of the ids; "
         "auto: from SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX (auto/N) or RANK (docs/cluster.md).",
     ),
-    "skip_invalid": typer.Option(
-        False, "--skip-invalid", help="Write bad input rows to the errors file and go on."
-    ),
-    "retries": typer.Option(3, "--retries", help="Retries per row before it fails."),
-    "retry_backoff": typer.Option(
-        1.0, "--retry-backoff", help="First retry delay in seconds (doubles each time)."
-    ),
-    "timeout": typer.Option(
-        600.0, "--timeout", help="Seconds of silence before a request is abandoned."
-    ),
-    "down_timeout": typer.Option(
-        1800.0, "--down-timeout", help="Stop when every server has been down this long."
-    ),
-    "drain": typer.Option(10.0, "--drain", help="On Ctrl-C, seconds to let rows in flight finish."),
-    "truncated": typer.Option(
-        "keep", "--truncated", help="Rows cut by max_tokens: keep (marked) or error."
-    ),
-    "retry_errors": typer.Option(
-        False, "--retry-errors", help="Generate the rows of the errors file again."
-    ),
-    "force": typer.Option(
-        False, "--force", help="Resume even though the model or sampling changed (rows made "
-        "before are kept, listed in stale.jsonl).",
-    ),
-    "input_changed": typer.Option(
-        None, "--input-changed", help="Done rows whose request changed, or that are no longer "
-        "in the input: regenerate (old answers to replaced.jsonl) or keep (listed in "
-        "stale.jsonl). [default: refuse, saying which]",
-    ),
-    "limit": typer.Option(None, "--limit", help="Only the first N rows (a trial)."),
-    "progress_every": typer.Option(
-        30.0, "--progress-every", help="Seconds between JSON progress lines off a terminal."
-    ),
+    "skip_invalid": (False, "Write bad input rows to the errors file and go on."),
+    "retries": (3, "Retries per row before it fails."),
+    "retry_backoff": (1.0, "First retry delay in seconds (doubles each time)."),
+    "timeout": (600.0, "Seconds of silence before a request is abandoned."),
+    "down_timeout": (1800.0, "Stop when every server has been down this long."),
+    "drain": (10.0, "On Ctrl-C, seconds to let rows in flight finish."),
+    "truncated": ("keep", "Rows cut by max_tokens: keep (marked) or error."),
+    "retry_errors": (False, "Generate the rows of the errors file again."),
+    "force": (False, "Resume even though the model or sampling changed (rows made before are "
+        "kept, listed in stale.jsonl)."),
+    "input_changed": (None, "Done rows whose request changed, or that are no longer in the input: "
+        "regenerate (old answers to replaced.jsonl) or keep (listed in stale.jsonl). [default: "
+        "refuse, saying which]"),
+    "limit": (None, "Only the first N rows (a trial)."),
+    "progress_every": (30.0, "Seconds between JSON progress lines off a terminal."),
     "engine_start_timeout": common.ENGINE_START_TIMEOUT,
-    "engine_restarts": typer.Option(
-        10, "--engine-restarts", help="Restarts of a --serve engine that died, at most (0: none)."
-    ),
-    "engine_backoff": typer.Option(
-        5.0, "--engine-backoff", help="Seconds before a dead engine's first restart (doubles, "
-        "up to 5 min)."
-    ),
-    "engine_hang_timeout": typer.Option(
-        120.0, "--engine-hang-timeout", help="Seconds an engine may be alive but not answer "
-        "/health before it is stopped and restarted."
-    ),
-    "plan": typer.Option(
-        None, "--plan", help="A plan.json (or its directory) from genbench plan: its forecast "
-        "beside the live ETA, and at the end how far off it was.",
-    ),
+    "engine_restarts": (10, "Restarts of a --serve engine that died, at most (0: none)."),
+    "engine_backoff": (5.0, "Seconds before a dead engine's first restart (doubles, up to 5 min)."),
+    "engine_hang_timeout": (120.0, "Seconds an engine may be alive but not answer /health before "
+        "it is stopped and restarted."),
+    "plan": (None, "A plan.json (or its directory) from genbench plan: its forecast beside the "
+        "live ETA, and at the end how far off it was."),
     "metrics_port": watch.METRICS_PORT,
     "metrics_host": watch.METRICS_HOST,
     "json": common.JSON,

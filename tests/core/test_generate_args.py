@@ -1,16 +1,18 @@
-"""`genbench generate`'s options as one value (generate/flags.py GenerateArgs, the command's
-table of flags in commands/generate.py): the command's defaults make the library's JobConfig,
-and a bad option is refused naming its flag, before any server is asked."""
+"""`genbench generate`'s options as one value (generate/flags.py GenerateArgs; the command's
+signature, as typer reads it, built from its table of flags in commands/generate.py): the
+command's defaults make the library's JobConfig, and a bad option is refused naming its
+flag, before any server is asked."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from genbench.commands.generate import OPTIONS
+from genbench.commands.generate import generate
 from genbench.errors import UsageError
 from genbench.generate.flags import GenerateArgs, job_config
 from genbench.generate.jobconfig import JobConfig
@@ -23,7 +25,7 @@ URL = "http://127.0.0.1:9/v1"
 
 def args(**given: Any) -> GenerateArgs:
     """The options as the command passes them: every default, the given ones typed."""
-    typed = {name: option.default for name, option in OPTIONS.items()}
+    typed = {n: p.default.default for n, p in inspect.signature(generate).parameters.items()}
     return GenerateArgs(**{**typed, "input": Path("in.jsonl"), "output": Path("out"),
                            "url": [URL], **given})  # fmt: skip
 

@@ -1,6 +1,7 @@
 """What one `genbench generate` job is asked to do: every setting of its command line in one
-place, which the job, its resume and its preflight read, and the part of it that job.json
-keeps to compare on resume."""
+value, which the job, its resume and its preflight read, and the part of it that job.json
+keeps to compare on resume. Those its options give as typed are declared once (AsTyped),
+for the job and the command's options (generate/flags.py GenerateArgs) alike."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ class AsTyped:
 
 @dataclass
 class JobConfig(AsTyped):
+    """The job's settings: those kept as typed, and those read from the other options."""
+
     servers: list[ServerSpec]
     api_key: str | None = None
     params: dict[str, Any] = field(default_factory=dict)

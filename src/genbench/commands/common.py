@@ -5,7 +5,9 @@ which `plan` and `generate` both take)."""
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from dataclasses import fields
+from typing import Any, get_type_hints
 
 import typer
 
@@ -110,6 +112,22 @@ def descriptors(streams: int, servers: int = 1, lower: str = "--concurrency") ->
     """Before anything is sent: raise the open-file limit to fit `streams` connections over
     `servers`, or refuse in one line (genbench.transport.open_files)."""
     return fit_descriptors(streams, servers, lower)
+
+
+def signature(args: type, options: dict[str, Any]) -> inspect.Signature:
+    """A command's signature for typer, from the dataclass of its options as typed (`args`,
+    which gives each its type) and their flags (`options`, in --help's order: a typer
+    option, or (default, help) for `--the-field-name`). The command takes `**options` and
+    makes `args(**options)` of them."""
+    hints = {f.name: get_type_hints(args)[f.name] for f in fields(args)}
+    if set(hints) != set(options):
+        raise TypeError(f"options and {args.__name__} differ: {set(hints) ^ set(options)}")
+    return inspect.Signature([
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name],
+                          default=typer.Option(o[0], "--" + name.replace("_", "-"), help=o[1])
+                          if isinstance(o, tuple) else o)
+        for name, o in options.items()
+    ])  # fmt: skip
 
 
 def loading(console: Any) -> Any:

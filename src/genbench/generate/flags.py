@@ -4,18 +4,18 @@ error naming it, before the input is opened or a server asked."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from genbench.engines.command import parse_command
-from genbench.engines.start import START_TIMEOUT
 from genbench.engines.supervisor import EngineOptions
 from genbench.errors import UsageError, positive
 from genbench.generate.input.batch import is_batch_file
 from genbench.generate.input.params import job_params
 from genbench.generate.input.reader import ShardSpec
 from genbench.generate.input.tools import POLICIES
-from genbench.generate.jobconfig import JobConfig
+from genbench.generate.jobconfig import AsTyped, JobConfig
 from genbench.generate.servers import ServerSpec
 from genbench.transport.endpoint import Endpoint, load_api_key
 from genbench.transport.open_files import fit_descriptors
@@ -66,61 +66,57 @@ def read_url_file(path: Path, default_c: int) -> list[ServerSpec]:
     return specs
 
 
-def job_config(
-    *,
-    input: Path,
-    output: Path,
-    url: list[str] | None,
-    url_file: Path | None,
-    serve: list[str] | None,
-    model: str | None,
-    api_key_env: str,
-    api_key_file: Path | None,
-    concurrency: int,
-    max_tokens: int | None,
-    temperature: float | None,
-    top_p: float | None,
-    top_k: int | None,
-    thinking: bool | None,
-    param: list[str] | None,
-    config: Path | None,
-    turns: str,
-    tool_policy: str,
-    think_tags: str,
-    think_dialect: str,
-    keep_raw: bool,
-    token_ids: str,
-    fmt: str,
-    answers: str,
-    shard_size: str,
-    shard: str | None,
-    skip_invalid: bool,
-    retries: int,
-    retry_backoff: float,
-    timeout: float,
-    down_timeout: float,
-    drain: float,
-    truncated: str,
-    retry_errors: bool,
-    force: bool,
-    input_changed: str | None,
-    limit: int | None,
-    progress_every: float,
-    engine_start_timeout: float = START_TIMEOUT,
-    engine_restarts: int = 10,
-    engine_backoff: float = 5.0,
-    engine_hang_timeout: float = 120.0,
-) -> JobConfig:
-    """The job the flags ask for, each flag checked (a UsageError names it); the servers'
+@dataclass
+class GenerateArgs(AsTyped):
+    """`genbench generate`'s options as the user typed them, one field per option (the
+    command, commands/generate.py, gives each its flag, default and help): those the job
+    keeps as typed (AsTyped), those `job_config` reads into the job's other settings, and
+    those of the command (how the job is watched)."""
+
+    url: list[str] | None
+    url_file: Path | None
+    serve: list[str] | None
+    api_key_env: str
+    api_key_file: Path | None
+    concurrency: int
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    thinking: bool | None
+    param: list[str] | None
+    config: Path | None
+    turns: str
+    tool_policy: str
+    think_tags: str
+    think_dialect: str
+    token_ids: str
+    fmt: str
+    shard_size: str
+    shard: str | None
+    truncated: str
+    progress_every: float
+    engine_start_timeout: float
+    engine_restarts: int
+    engine_backoff: float
+    engine_hang_timeout: float
+    plan: Path | None
+    metrics_port: int | None
+    metrics_host: str
+    json: bool
+
+
+def job_config(a: GenerateArgs) -> JobConfig:
+    """The job the options ask for, each flag checked (a UsageError names it); the servers'
     URLs parsed and the open-file limit fitted to their streams before anything is sent."""
-    _check_flags(locals())
-    fmt, turns, tool_policy = _answers_format(answers, fmt, input, turns, tool_policy)
-    token_ids = _batch_ids(answers, token_ids)
-    servers = [ServerSpec(u, concurrency) for u in url or []]
-    if url_file is not None:
-        servers += read_url_file(url_file, concurrency)
-    engines = [parse_command(c) for c in serve or []]
-    servers += [ServerSpec(c.url, concurrency) for c in engines]
+    _check_flags(a)
+    fmt, turns, tool_policy = _answers_format(a.answers, a.fmt, a.input, a.turns, a.tool_policy)
+    token_ids = _batch_ids(a.answers, a.token_ids)
+    servers = [ServerSpec(u, a.concurrency) for u in a.url or []]
+    if a.url_file is not None:
+        servers += read_url_file(a.url_file, a.concurrency)
+    engines = [parse_command(c) for c in a.serve or []]
+    servers += [ServerSpec(c.url, a.concurrency) for c in engines]
     if not servers:
         raise UsageError(
             "no server: give --url URL (repeatable), --url-file FILE or --serve CMD"
@@ -129,42 +125,38 @@ def job_config(
         Endpoint.parse(s.url)  # a bad URL fails now, with its own message
     fit_descriptors(sum(s.concurrency for s in servers), len(servers), "-c/--concurrency")
     params = job_params(
-        config=config, temperature=temperature, top_p=top_p, top_k=top_k,
-        max_tokens=max_tokens, thinking=thinking, extra=param,
+        config=a.config, temperature=a.temperature, top_p=a.top_p, top_k=a.top_k,
+        max_tokens=a.max_tokens, thinking=a.thinking, extra=a.param,
     )  # fmt: skip
     return JobConfig(
-        input=input, output=output, servers=servers,
-        api_key=load_api_key(api_key_env, api_key_file), model=model, params=params,
-        turns=turns, tool_policy=tool_policy, fmt=fmt,
-        shard=ShardSpec.parse(shard) if shard else None, shard_bytes=parse_size(shard_size),
-        skip_invalid=skip_invalid, retries=retries, retry_backoff=retry_backoff,
-        timeout=timeout, down_timeout=down_timeout, drain=drain, on_truncated=truncated,
-        retry_errors=retry_errors, force=force, input_changed=input_changed, limit=limit,
-        think_tags=_checked(parse_tags, think_tags),
-        think_dialect=_checked(parse_dialect, think_dialect),
-        keep_raw=keep_raw, token_ids=token_ids, answers=answers, engines=engines,
-        engine=EngineOptions(engine_start_timeout, engine_restarts, engine_backoff,
-                             engine_hang_timeout),
+        **a.as_typed(), servers=servers, api_key=load_api_key(a.api_key_env, a.api_key_file),
+        params=params, turns=turns, tool_policy=tool_policy, fmt=fmt,
+        shard=ShardSpec.parse(a.shard) if a.shard else None,
+        shard_bytes=parse_size(a.shard_size), on_truncated=a.truncated,
+        think_tags=_checked(parse_tags, a.think_tags),
+        think_dialect=_checked(parse_dialect, a.think_dialect), token_ids=token_ids,
+        engines=engines, engine=EngineOptions(a.engine_start_timeout, a.engine_restarts,
+                                              a.engine_backoff, a.engine_hang_timeout),
     )  # fmt: skip
 
 
-def _check_flags(f: dict[str, Any]) -> None:
+def _check_flags(a: GenerateArgs) -> None:
     for name in ("concurrency", "max_tokens", "timeout", "down_timeout", "limit",
                  "progress_every", "engine_start_timeout", "engine_hang_timeout"):  # fmt: skip
-        positive("--" + name.replace("_", "-"), f[name])
-    if f["engine_restarts"] < 0 or f["engine_backoff"] < 0:
+        positive("--" + name.replace("_", "-"), getattr(a, name))
+    if a.engine_restarts < 0 or a.engine_backoff < 0:
         raise UsageError("--engine-restarts and --engine-backoff must be 0 or more")
-    if f["retries"] < 0 or f["retry_backoff"] < 0 or f["drain"] < 0:
+    if a.retries < 0 or a.retry_backoff < 0 or a.drain < 0:
         raise UsageError("--retries, --retry-backoff and --drain must be 0 or more")
-    _choice("--turns", f["turns"], ("all", "last"))
-    _choice("--tool-policy", f["tool_policy"], POLICIES)
-    _choice("--format", f["fmt"], ("jsonl", "parquet"))
-    _choice("--truncated", f["truncated"], ("keep", "error"))
-    _choice("--answers", f["answers"], ANSWERS)
-    _choice("--token-ids", f["token_ids"], ("auto", "on", "off"))
-    if f["input_changed"] is not None:
-        _choice("--input-changed", f["input_changed"], ("regenerate", "keep"))
-    if f["fmt"] == "parquet":
+    _choice("--turns", a.turns, ("all", "last"))
+    _choice("--tool-policy", a.tool_policy, POLICIES)
+    _choice("--format", a.fmt, ("jsonl", "parquet"))
+    _choice("--truncated", a.truncated, ("keep", "error"))
+    _choice("--answers", a.answers, ANSWERS)
+    _choice("--token-ids", a.token_ids, ("auto", "on", "off"))
+    if a.input_changed is not None:
+        _choice("--input-changed", a.input_changed, ("regenerate", "keep"))
+    if a.fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
         except ImportError:

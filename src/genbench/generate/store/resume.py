@@ -3,30 +3,16 @@ it (repaired), the input checked against it, and what changed between them."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Protocol
 
 from genbench.generate.fingerprint import LazyFps, RequestCheck
-from genbench.generate.input.reader import InputScan, ShardSpec, scan
+from genbench.generate.input.reader import InputScan, scan
+from genbench.generate.jobconfig import JobConfig
 from genbench.generate.store import changes, lostjob
 from genbench.generate.store.durable import output_errors
 from genbench.generate.store.jobfile import token_ids_change
 from genbench.generate.store.readback import rekey_index
 from genbench.generate.store.writer import Existing, Store
-
-
-class PrepareConfig(Protocol):
-    """What `prepare` reads of the job's config (`genbench.generate.job.JobConfig`): a
-    protocol, so that this module needs nothing from the job that calls it."""
-
-    input: Path
-    turns: str
-    shard: ShardSpec | None
-    skip_invalid: bool
-    retry_errors: bool
-    force: bool
-    limit: int | None
-    token_ids: str
 
 
 class PrepareNotes(Protocol):
@@ -36,7 +22,7 @@ class PrepareNotes(Protocol):
 
 
 def prepare(
-    cfg: PrepareConfig, store: Store, listener: PrepareNotes
+    cfg: JobConfig, store: Store, listener: PrepareNotes
 ) -> tuple[Existing, InputScan, RequestCheck]:
     """Local work only: the output directory, then the input. Fails before any request."""
     with output_errors(store.out):  # a repair on a full disk: one line, exit 12

@@ -199,12 +199,13 @@ def test_the_cycle_finder_finds_a_cycle():
 
 # -- inside generate/: the input below the store, the store below the job --
 # input/ reads and checks rows and needs nothing else of generate; store/ owns the output
-# directory and reads besides only the input and a row's request fingerprint (what it
-# indexes); the job, the pipeline, the progress and the console stand above both.
+# directory and reads besides only the input, a row's request fingerprint (what it indexes)
+# and the job's settings (what a resume compares); the job, the pipeline, the progress and
+# the console stand above both.
 GENERATE_FLOORS = {
     "genbench.generate.input": set(),
     "genbench.generate.store": {"genbench.generate.input", "genbench.generate.fingerprint",
-                                "genbench.generate.recipe"},
+                                "genbench.generate.recipe", "genbench.generate.jobconfig"},
 }  # fmt: skip
 
 

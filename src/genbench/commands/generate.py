@@ -184,7 +184,6 @@ def generate(
     finally:
         listener.stop()
         watch.stop(exporter)
-    watch.batch_output(cfg, answers, console)
     if json:
         doc = {**asdict(result), "exit_code": result.exit_code}
         if listener.forecast is not None:

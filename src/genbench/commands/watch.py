@@ -14,12 +14,9 @@ import typer
 from rich.console import Console
 
 from genbench.errors import UsageError
-from genbench.fmt import counted
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.listeners import Listeners
 from genbench.generate.outcome import Listener
-from genbench.generate.store.batch import write_answers
-from genbench.generate.store.layout import Layout
 
 ANSWERS = typer.Option(
     "conversations",
@@ -62,11 +59,3 @@ def stop(exporter: Any) -> None:
     if exporter is not None:
         exporter.stop()
 
-
-def batch_output(cfg: JobConfig, answers: str, console: Console) -> None:
-    """The Batch output the run leaves (generate/store/batch.py decides which), named."""
-    left = write_answers(Layout(cfg.output, cfg.shard_tag), answers)
-    if left is not None:
-        dest, n = left
-        what = "output" if answers == "both" else "errors"
-        console.print(f"  batch {what}: {dest} ({counted(n, 'line')})")

@@ -34,7 +34,7 @@ from genbench.generate.progress import Progress, RowInfo
 from genbench.generate.serve import start_engines
 from genbench.generate.servers import Server, check_token_ids
 from genbench.generate.store import scheme
-from genbench.generate.store.batch import row_bytes
+from genbench.generate.store.batch import row_bytes, write_answers
 from genbench.generate.store.durable import output_errors
 from genbench.generate.store.resume import prepare
 from genbench.generate.store.writer import Existing, Store
@@ -177,7 +177,16 @@ class Job:
                 self.engines.close()
             self.store.lock.release()
         self.listener.finished(result)  # the caller's listener, and the job's run notes
+        self._leave_answers()
         return result
+
+    def _leave_answers(self) -> None:
+        """--answers both|batch: the Batch output, rebuilt from what the directory holds at
+        the end of every run, interrupted ones included (store/batch.py), and named."""
+        left = write_answers(self.store.layout, self.cfg.answers)
+        if left is not None:
+            what = "output" if self.cfg.answers == "both" else "errors"
+            self.listener.note(f"batch {what}: {left[0]} ({fmt.counted(left[1], 'line')})")
 
     async def _run(self, handle_signals: bool) -> JobResult:
         t0 = time.monotonic()

@@ -185,7 +185,7 @@ def generate(
         listener.stop()
         watch.stop(exporter)
     if json:
-        doc = {**asdict(result), "exit_code": result.exit_code}
+        doc = {**result.to_dict(), "exit_code": result.exit_code}
         if listener.forecast is not None:
             doc["plan"] = listener.plan_outcome or asdict(listener.forecast)
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())

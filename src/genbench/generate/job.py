@@ -30,7 +30,7 @@ from genbench.generate.jobconfig import JobConfig
 from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.pipeline import Retries, row_load
-from genbench.generate.progress import Progress, RowInfo
+from genbench.generate.progress import Progress, RowInfo, ServerState
 from genbench.generate.serve import start_engines
 from genbench.generate.servers import Server, check_token_ids
 from genbench.generate.store import scheme
@@ -440,19 +440,13 @@ class Job:
 
     # -- progress -------------------------------------------------------------------------
 
-    def server_states(self) -> list[dict[str, Any]]:
+    def server_states(self) -> list[ServerState]:
         now = time.monotonic()
         return [
-            {
-                "url": s.name,
-                "state": s.state,
-                "down_s": None if s.down_since is None else round(now - s.down_since, 1),
-                "in_flight": s.in_flight,
-                "concurrency": s.streams,
-                "downs": s.downs,
-            }
+            ServerState(s.name, s.state, None if s.down_since is None else
+                        round(now - s.down_since, 1), s.in_flight, s.streams, s.downs)
             for s in self.servers
-        ]
+        ]  # fmt: skip
 
     async def _ticker(self) -> None:
         assert self.progress is not None
@@ -462,7 +456,7 @@ class Job:
 
     def _result(self, status: str, message: str, t0: float) -> JobResult:
         p = self.progress
-        snap = p.snapshot(self.server_states()) if p else {}
+        snap = p.snapshot(self.server_states()) if p else None
         first, last = self._t_first_send, self._t_last_done
         files = [str(f) for f in self.store.data_files()] if self.store.out.is_dir() else []
         return JobResult(
@@ -470,8 +464,8 @@ class Job:
             message=message,
             model=self.model or None,
             total=p.total if p else 0,
-            done=snap.get("done", 0),
-            failed=snap.get("failed", 0),
+            done=snap.done if snap else 0,
+            failed=snap.failed if snap else 0,
             done_this_run=p.done if p else 0,
             failed_this_run=p.failed if p else 0,
             truncated_this_run=p.truncated if p else 0,

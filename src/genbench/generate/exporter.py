@@ -167,6 +167,18 @@ METRICS = (
            _per_engine(lambda e: {(e.engine,): e.down_s or 0}), ("engine",)),
 )  # fmt: skip
 
+# counted from each request record as it ends: (name, help, labels, their values or None)
+RECORD_COUNTERS: tuple[tuple[str, str, list[str], Callable[[RequestRecord, str], Any]], ...] = (
+    ("genbench_requests", "Requests ended, by server and outcome (done, next, retry, requeued, "
+     "failed).", ["server", "outcome"], lambda r, outcome: (r.server, outcome)),
+    ("genbench_request_failures", "Failed requests by server and error kind.", ["server", "kind"],
+     lambda r, _: None if r.error_kind is None else (r.server, str(r.error_kind))),
+    ("genbench_retries", "Charged retries of a row.", ["server"],
+     lambda r, outcome: (r.server,) if outcome == "retry" else None),
+    ("genbench_requeues", "Rows sent back to the queue uncharged (their server went away).",
+     ["server"], lambda r, outcome: (r.server,) if outcome == "requeued" else None),
+)  # fmt: skip
+
 
 class MetricsExporter(Listener):
     """A job listener that serves what it hears on `/metrics` while the job runs."""
@@ -177,16 +189,8 @@ class MetricsExporter(Listener):
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = JobCollector()
         self.registry.register(self.collector)
-        r = self.registry
-        self.requests = Counter("genbench_requests", "Requests ended, by server and outcome "
-                                "(done, next, retry, requeued, failed).",
-                                ["server", "outcome"], registry=r)  # fmt: skip
-        self.failures = Counter("genbench_request_failures", "Failed requests by server and "
-                                "error kind.", ["server", "kind"], registry=r)  # fmt: skip
-        self.retries = Counter("genbench_retries", "Charged retries of a row.", ["server"],
-                               registry=r)  # fmt: skip
-        self.requeues = Counter("genbench_requeues", "Rows sent back to the queue uncharged "
-                                "(their server went away).", ["server"], registry=r)  # fmt: skip
+        self.counters = [(Counter(name, doc, labels, registry=self.registry), read)
+                         for name, doc, labels, read in RECORD_COUNTERS]  # fmt: skip
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -225,13 +229,9 @@ class MetricsExporter(Listener):
 
     def record(self, rec: RequestRecord) -> None:
         outcome = str(rec.extra.get("outcome") or "")
-        self.requests.labels(rec.server, outcome).inc()
-        if rec.error_kind is not None:
-            self.failures.labels(rec.server, str(rec.error_kind)).inc()
-        if outcome == "retry":
-            self.retries.labels(rec.server).inc()
-        elif outcome == "requeued":
-            self.requeues.labels(rec.server).inc()
+        for counter, read in self.counters:
+            if (labels := read(rec, outcome)) is not None:
+                counter.labels(*labels).inc()
 
     def finished(self, result: Any) -> None:
         if result.snapshot:

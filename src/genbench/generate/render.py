@@ -47,22 +47,14 @@ class JobConsole(Listener):
     is the plan's forecast for the rows to do (`plan.document.job_forecast`), when the job
     has a plan: the command makes it, so this package reads no plan itself."""
 
-    def __init__(
-        self,
-        console: Console,
-        progress_every: float,
-        quiet_json: bool,
-        forecast_for: Callable[[int], Any] | None = None,
-        concurrency: int | None = None,
-        down_timeout: float | None = None,
-    ) -> None:
-        self.console = console
+    def __init__(self, console: Console, progress_every: float, quiet_json: bool,
+                 forecast_for: Callable[[int], Any] | None = None, concurrency: int | None = None,
+                 down_timeout: float | None = None) -> None:  # fmt: skip
+        self.console, self.every, self.quiet_json = console, progress_every, quiet_json
+        self.forecast_for, self.concurrency = forecast_for, concurrency
         self.down_timeout = down_timeout
-        self.every = progress_every
         self.live: Live | None = None
         self.last_line = 0.0
-        self.quiet_json = quiet_json
-        self.forecast_for, self.concurrency = forecast_for, concurrency
         self.forecast: Any = None  # plan.document.JobForecast
         self.plan_outcome: dict[str, Any] | None = None
 

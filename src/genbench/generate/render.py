@@ -67,19 +67,12 @@ class JobConsole(Listener):
             c.print(f"  input: {n:,} of {n + info['invalid'] + left:,} rows (--limit)")
         else:
             c.print(f"  input: {rows(n)}" + _derived(info["derived_ids"]))
-        if info["done_before"] or info["failed_before"]:
-            failed = (
-                f", {info['failed_before']:,} failed earlier (--retry-errors to try them again)"
-                if info["failed_before"]
-                else ""
-            )
-            c.print(
-                f"  resuming: {rows(info['done_before'])} already done{failed}; "
-                f"{info['todo']:,} to go"
-            )
+        if (failed := info["failed_before"]) or info["done_before"]:
+            again = f", {failed:,} failed earlier (--retry-errors to try them again)"
+            c.print(f"  resuming: {rows(info['done_before'])} already done{again if failed else ''}"
+                    f"; {info['todo']:,} to go")  # fmt: skip
         if info["invalid"]:
-            n_bad = info["invalid"]
-            c.print(f"  [yellow]invalid rows, to the errors file: {n_bad:,}[/]")
+            c.print(f"  [yellow]invalid rows, to the errors file: {info['invalid']:,}[/]")
         f = self.forecast
         if f is not None:
             c.print(f"  plan: {_forecast_text(f)} ({f.basis}; {f.path})")
@@ -290,15 +283,10 @@ def print_result(r: JobResult, console: Console) -> None:
               "some_failed": "yellow", "unanswered": "yellow"}.get(r.status, "red")  # fmt: skip
     label = LABELS.get(r.status, r.status.replace("_", " "))
     console.print(f"[{colour}]{label}[/]: {r.message}")
-    console.print(
-        f"  rows: {r.done:,} done, {r.failed:,} failed of {r.total:,}"
-        + (
-            f" (this run: {r.done_this_run:,} done, {r.failed_this_run:,} failed, "
-            f"{r.truncated_this_run:,} cut by max_tokens)"
-            if r.done_this_run or r.failed_this_run
-            else ""
-        )
-    )
+    this_run = (f" (this run: {r.done_this_run:,} done, {r.failed_this_run:,} failed, "
+                f"{r.truncated_this_run:,} cut by max_tokens)")  # fmt: skip
+    console.print(f"  rows: {r.done:,} done, {r.failed:,} failed of {r.total:,}"
+                  + (this_run if r.done_this_run or r.failed_this_run else ""))  # fmt: skip
     if r.sending_s > 0 and r.tokens:
         est = f", estimated on {counted(r.estimated_rows, 'row')}" if r.estimated_rows else ""
         if r.tokenized_rows:

@@ -91,8 +91,10 @@ def _verdicts(plan: dict[str, Any] | None) -> Samples | None:
     return {(v,): v == verdict for v in ("inside", "unsure", "outside")}
 
 
-def _per_server(read: Callable[[ServerState], Any]) -> Callable[[Snapshot, Any], Samples]:
-    return lambda s, _: {(x.url,): read(x) or 0 for x in s.servers}
+def _server(name: str, kind: Any, doc: str, read: Callable[[ServerState], Any]) -> Metric:
+    """A family with a sample per server (0 where the value is None)."""
+    return Metric(name, kind, doc, lambda s, _: {(x.url,): read(x) or 0 for x in s.servers},
+                  ("server",))  # fmt: skip
 
 
 def _per_engine(read: Callable[[EngineState], Samples]) -> Callable[[Snapshot, Any], Any]:
@@ -103,16 +105,14 @@ def _per_engine(read: Callable[[EngineState], Samples]) -> Callable[[Snapshot, A
 G, C = GaugeMetricFamily, CounterMetricFamily
 # the families in the order /metrics lists them (docs/generate.md lists them too)
 METRICS = (
-    Metric("genbench_rows", G, "Rows of the job (this shard), done or not.",
-           lambda s, _: s.total),
+    Metric("genbench_rows", G, "Rows of the job (this shard), done or not.", lambda s, _: s.total),
     Metric("genbench_rows_done", C, "Rows durably written, earlier runs included.",
            lambda s, _: s.done),
     Metric("genbench_rows_failed", C, "Rows in the errors file, earlier runs included.",
            lambda s, _: s.failed),
     Metric("genbench_rows_truncated", C, "Rows of this run cut by max_tokens.",
            lambda s, _: s.truncated_this_run),
-    Metric("genbench_rows_remaining", G, "Rows neither done nor failed.",
-           lambda s, _: s.remaining),
+    Metric("genbench_rows_remaining", G, "Rows neither done nor failed.", lambda s, _: s.remaining),
     Metric("genbench_elapsed_seconds", G, "Seconds since this run started.",
            lambda s, _: s.elapsed_s),
     Metric("genbench_last_row_done_timestamp_seconds", G, "When the rows done count last grew "
@@ -143,20 +143,16 @@ METRICS = (
            "ETA.", lambda s, _: (s.plan or {}).get("on_course_s")),
     Metric("genbench_plan_verdict", G, "1 for the projection against the plan's bar: inside, "
            "unsure or outside.", lambda s, _: _verdicts(s.plan), ("verdict",)),
-    Metric("genbench_server_up", G, "1 while the server is up.",
-           _per_server(lambda x: x.state == "up"), ("server",)),
-    Metric("genbench_server_downs", C, "Times the server went down.",
-           _per_server(lambda x: x.downs), ("server",)),
-    Metric("genbench_server_in_flight", G, "Requests in flight.",
-           _per_server(lambda x: x.in_flight), ("server",)),
-    Metric("genbench_server_streams", G, "Streams the server is given now.",
-           _per_server(lambda x: x.concurrency), ("server",)),
-    Metric("genbench_server_down_seconds", G, "Seconds down (0 while up).",
-           _per_server(lambda x: x.down_s), ("server",)),
-    Metric("genbench_server_rows_per_second", G, "Rows ended per second, recent window.",
-           _per_server(lambda x: x.rows_per_s), ("server",)),
-    Metric("genbench_server_tokens_per_second", G, "Tokens per second, recent window.",
-           _per_server(lambda x: x.tokens_per_s), ("server",)),
+    _server("genbench_server_up", G, "1 while the server is up.", lambda x: x.state == "up"),
+    _server("genbench_server_downs", C, "Times the server went down.", lambda x: x.downs),
+    _server("genbench_server_in_flight", G, "Requests in flight.", lambda x: x.in_flight),
+    _server("genbench_server_streams", G, "Streams the server is given now.",
+            lambda x: x.concurrency),
+    _server("genbench_server_down_seconds", G, "Seconds down (0 while up).", lambda x: x.down_s),
+    _server("genbench_server_rows_per_second", G, "Rows ended per second, recent window.",
+            lambda x: x.rows_per_s),
+    _server("genbench_server_tokens_per_second", G, "Tokens per second, recent window.",
+            lambda x: x.tokens_per_s),
     # --serve: each engine up or not, its restarts by cause, its downtime
     Metric("genbench_engine_up", G, "1 while the engine genbench started is up.",
            _per_engine(lambda e: {(e.engine, e.url): e.up}), ("engine", "server")),

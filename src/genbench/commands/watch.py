@@ -2,8 +2,8 @@
 
 `--metrics-port` / `--metrics-host` serve the job's progress to Prometheus while it runs
 (generate/exporter.py); `--answers` writes OpenAI Batch output lines instead of, or beside,
-the conversations (generate/store/batch.py). Kept apart from generate.py, which holds the job's
-other options.
+the conversations (generate/store/batch.py, written by the job's end). Kept apart from
+generate.py, which holds the job's other options.
 """
 
 from __future__ import annotations

@@ -177,16 +177,11 @@ class Job:
                 self.engines.close()
             self.store.lock.release()
         self.listener.finished(result)  # the caller's listener, and the job's run notes
-        self._leave_answers()
-        return result
-
-    def _leave_answers(self) -> None:
-        """--answers both|batch: the Batch output, rebuilt from what the directory holds at
-        the end of every run, interrupted ones included (store/batch.py), and named."""
-        left = write_answers(self.store.layout, self.cfg.answers)
-        if left is not None:
+        # --answers both|batch: the Batch output of every run, interrupted ones included
+        if left := write_answers(self.store.layout, self.cfg.answers):
             what = "output" if self.cfg.answers == "both" else "errors"
             self.listener.note(f"batch {what}: {left[0]} ({fmt.counted(left[1], 'line')})")
+        return result
 
     async def _run(self, handle_signals: bool) -> JobResult:
         t0 = time.monotonic()

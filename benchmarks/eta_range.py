@@ -44,7 +44,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from genbench.generate.progress import Progress
+from genbench.generate.progress import Progress, ServerState
 from genbench.plan.document import JobForecast
 from genbench.records import RequestRecord, read_records
 
@@ -267,12 +267,12 @@ def replay(job: Job, seed: int) -> Points:
         states = []
         for s in job.servers:
             d = [now[0] - a for srv, a, b in job.down if srv == s and a <= now[0] < b]
-            states.append({"url": s, "state": "down" if d else "up", "down_s": d[0] if d else None,
-                           "in_flight": 0, "concurrency": 1})  # fmt: skip
+            states.append(ServerState(s, "down" if d else "up", d[0] if d else None,
+                                      in_flight=0, concurrency=1))  # fmt: skip
         snap = prog.snapshot(states)
         if done < 0.1 * rows or done >= rows:
             continue
-        e, lo, hi = snap["eta_s"], snap["eta_lo_s"], snap["eta_hi_s"]
+        e, lo, hi = snap.eta_s, snap.eta_lo_s, snap.eta_hi_s
         el = now[0]
         out.share.append(done / rows)
         if lo is None or hi is None:

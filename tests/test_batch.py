@@ -116,6 +116,33 @@ def test_both_an_interrupted_run_writes_what_is_done_and_the_rerun_the_rest(sim,
     assert [t["role"] for t in turn] == ["system", "user", "assistant"]
 
 
+def test_a_library_caller_of_the_job_gets_its_batch_output(sim, tmp_path):
+    """The Batch output is the job's to leave, not the command line's: a program that runs
+    `Job` itself finds it, and hears it named."""
+    import asyncio
+
+    from test_generate import prompts, write_rows
+
+    from genbench.generate.job import Job
+    from genbench.generate.jobconfig import JobConfig
+    from genbench.generate.outcome import Listener
+    from genbench.generate.servers import ServerSpec
+
+    notes: list[str] = []
+
+    class Notes(Listener):
+        def note(self, text: str, style: str = "") -> None:
+            notes.append(text)
+
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(6))
+    cfg = JobConfig(inp, out, [ServerSpec(sim.url, 4)], retry_backoff=0.05, answers="both")
+    result = asyncio.run(Job(cfg, Notes()).run(handle_signals=False))
+    assert result.status == "complete", result
+    assert len(batch_output(out / BATCH_OUTPUT)) == 6
+    assert f"batch output: {out / BATCH_OUTPUT} (6 lines)" in notes, notes
+
+
 def test_the_body_is_the_request_its_max_tokens_included(sim, tmp_path):
     inp, out = tmp_path / "batch.jsonl", tmp_path / "out"
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]

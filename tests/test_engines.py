@@ -185,7 +185,7 @@ def test_an_engine_alive_but_not_answering_is_killed_after_its_grace_and_restart
     assert "has not answered /health for" in down[0]["line"]
     # down since it last answered, not since it was stopped: the hang counts as downtime
     assert down[0]["since"] <= down[0]["at"] - 1.5
-    assert result.snapshot["engines"][0]["down_s"] >= 1.5
+    assert result.snapshot.engines[0].down_s >= 1.5
     assert down[0]["code"] is None or down[0]["code"] == -signal.SIGKILL
     assert 'genbench_engine_restarts_total{cause="hang",engine="engine 1"} 1.0' in metrics
 
@@ -249,7 +249,7 @@ def test_an_engine_oom_killed_by_the_kernel_is_named_by_its_line_and_restarted(t
     assert any(line in n for n in listener.notes)  # said on the console, as the job ran
     assert "OOM-killed by the kernel 1 time" in result.engines_line, result  # at the end
     assert 'genbench_engine_restarts_total{cause="oom",engine="engine 1"} 1.0' in metrics
-    assert result.snapshot["engines"][0]["down_s"] > 0
+    assert result.snapshot.engines[0].down_s > 0
     r = genbench("report", str(out))
     assert r.returncode == 0, r.stderr
     html = (out / "report.html").read_text()
@@ -490,7 +490,7 @@ def test_a_vllm_engine_oom_killed_mid_job_is_named_restarted_and_the_job_complet
     assert "out of memory: Killed process" in down[0]["line"]
     assert [e["restart"] for e in events(out) if e["event"] == "up" and "restart" in e] == [1]
     assert 'genbench_engine_restarts_total{cause="oom",engine="engine 1"} 1.0' in metrics
-    assert result.snapshot["engines"][0]["down_s"] > 0
+    assert result.snapshot.engines[0].down_s > 0
     r = genbench("report", str(out))
     assert r.returncode == 0, r.stderr
     html = (out / "report.html").read_text()

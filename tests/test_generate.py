@@ -19,6 +19,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from genbench.generate.job import Job
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.outcome import Listener
 from genbench.generate.pipeline import Retries, row_load
-from genbench.generate.progress import Progress
+from genbench.generate.progress import Progress, ServerState
 from genbench.generate.servers import ServerSpec
 from genbench.generate.store.readback import scan_jsonl_shard
 from genbench.generate.store.runlog import read_runs
@@ -613,7 +614,7 @@ def test_a_job_that_runs_out_of_descriptors_goes_on_with_fewer_streams(sim, tmp_
     assert short and {r.error_kind for r in short} == {"local_limit"}
     assert all(r.extra["outcome"] == "requeued" for r in short)
     assert any("out of file descriptors: raise ulimit -n" in n for n in notes), notes
-    assert result.snapshot["servers"][0]["concurrency"] < 64, notes
+    assert result.snapshot.servers[0].concurrency < 64, notes
 
 
 def test_a_library_caller_of_the_job_gets_its_run_notes(sim, tmp_path):
@@ -741,9 +742,9 @@ def test_eta_and_error_bar_from_recent_windows():
     assert eta == pytest.approx((1000 - 300) / 5.0, rel=0.02)
     # a steady rate: the range is the allowance for speed not yet seen (generate.eta.UNSEEN)
     assert err is not None and err < UNSEEN * eta
-    snap = prog.snapshot([{"url": "s"}])
-    assert snap["tokens_per_s"] == pytest.approx(50, rel=0.05)
-    assert snap["servers"][0]["rows_per_s"] == pytest.approx(5, rel=0.05)
+    snap = prog.snapshot([ServerState("s")])
+    assert snap.tokens_per_s == pytest.approx(50, rel=0.05)
+    assert snap.servers[0].rows_per_s == pytest.approx(5, rel=0.05)
 
 
 def _job_at(rates: list[float]) -> tuple[Progress, list[float]]:
@@ -786,9 +787,9 @@ def test_the_etas_range_is_the_plans_model_of_the_speed():
         assert e.seconds == pytest.approx(left / (half / 148) - 1.5, rel=0.005)  # ±1 cluster
         ranges[name] = (e.hi_s - e.lo_s) / e.seconds
         lows[name] = e.lo_s / e.seconds
-        snap = prog.snapshot([{"url": "s"}])
-        assert (snap["eta_lo_s"], snap["eta_hi_s"]) == (round(e.lo_s), round(e.hi_s))
-        assert snap["eta_err_s"] == round((e.hi_s - e.lo_s) / 2)
+        snap = prog.snapshot([ServerState("s")])
+        assert (snap.eta_lo_s, snap.eta_hi_s) == (round(e.lo_s), round(e.hi_s))
+        assert snap.eta_err_s == round((e.hi_s - e.lo_s) / 2)
     h = UNSEEN * 4699.5 / (4699.5 + 299)  # steady: the allowance alone, ± a cluster's gap
     assert ranges["steady"] == pytest.approx((1 / (1 - h) - 1 / (1 + h)), abs=0.002)
     assert ranges["steady"] < ranges["scatter"]
@@ -821,32 +822,31 @@ def test_the_panel_says_when_the_jobs_speed_leaves_the_plans_range():
     assert no_range.course(10.0, 50.0, 40.0, 60.0)["verdict"] is None
 
     prog, _ = _job_at([20] * 10)  # 6,000 rows in 300 s, 94,000 to go at 20/s: 4,700 s
-    snap = prog.snapshot([{"url": "s", "state": "up", "down_s": None, "in_flight": 8,
-                           "concurrency": 8}])  # fmt: skip
+    snap = prog.snapshot([ServerState("s", "up", None, in_flight=8, concurrency=8)])
     for plan, said in ((f, None), (JobForecast("p", "pilot", 100_000, 1, 3000.0, 2700.0,
                                                3300.0, "b", None), "slower")):  # fmt: skip
-        for elapsed in (snap["elapsed_s"] - plan.hold_s, snap["elapsed_s"]):  # a miss that lasts
-            snap["plan"] = plan.course(elapsed, snap["eta_s"], snap["eta_lo_s"],
-                                       snap["eta_hi_s"])  # fmt: skip
+        for elapsed in (snap.elapsed_s - plan.hold_s, snap.elapsed_s):  # a miss that lasts
+            snap = replace(snap, plan=plan.course(elapsed, snap.eta_s, snap.eta_lo_s,
+                                                  snap.eta_hi_s))  # fmt: skip
         console = Console(width=200, record=True)
         console.print(render(snap))
         text = console.export_text()
         if said is None:
-            assert snap["plan"]["verdict"] == "inside" and "plan's range" not in text
+            assert snap.plan["verdict"] == "inside" and "plan's range" not in text
         else:
-            assert snap["plan"]["verdict"] == "outside"
+            assert snap.plan["verdict"] == "outside"
             assert f"the job's speed has left the plan's range: it runs {said}" in text
     # past the plan's range, the ETA's own range still reaching it: not said outside
-    lo_on = snap["elapsed_s"] + snap["eta_lo_s"]
+    lo_on = snap.elapsed_s + snap.eta_lo_s
     for plan_lo, plan_hi, said in ((lo_on - 300, lo_on + 100, "no sign yet that the job left"),
                                    (lo_on - 400, lo_on - 100, "said outside once that lasts")):
         g = JobForecast("p", "pilot", 100_000, 1, plan_lo + 100, plan_lo, plan_hi, "b", None)
-        snap["plan"] = g.course(snap["elapsed_s"], snap["eta_s"], snap["eta_lo_s"],
-                                snap["eta_hi_s"])  # fmt: skip
+        snap = replace(snap, plan=g.course(snap.elapsed_s, snap.eta_s, snap.eta_lo_s,
+                                           snap.eta_hi_s))  # fmt: skip
         console = Console(width=250, record=True)
         console.print(render(snap))
         text = console.export_text()
-        assert snap["plan"]["verdict"] == "unsure" and said in text, text
+        assert snap.plan["verdict"] == "unsure" and said in text, text
         assert "outside the plan" not in text and "has left the plan's range" not in text
 
 
@@ -866,17 +866,17 @@ def test_with_every_server_down_the_eta_is_held_and_the_panel_says_so():
             prog.on_record(RequestRecord(f"x{t}-{k}", server="s", t_end=t - 0.1 * k,
                                          completion_tokens=10, extra=end))  # fmt: skip
         prog.on_durable("row", [(f"x{t}{k}", None) for k in range(5)])
-    up = {"url": "s", "state": "up", "down_s": None, "in_flight": 8, "concurrency": 8}
+    up = ServerState("s", "up", None, in_flight=8, concurrency=8)
     before = prog.snapshot([up])
-    assert before["all_down_s"] is None
+    assert before.all_down_s is None
     for down_s in (1.0, 38.0, 250.0):
         now[0] = 60.0 + down_s
-        snap = prog.snapshot([{**up, "state": "down", "down_s": down_s, "in_flight": 0}])
-        assert snap["eta_s"] == before["eta_s"] and snap["all_down_s"] == down_s
+        snap = prog.snapshot([replace(up, state="down", down_s=down_s, in_flight=0)])
+        assert snap.eta_s == before.eta_s and snap.all_down_s == down_s
     console = Console(width=150, record=True)
     console.print(render(snap, 1800.0))
     text = console.export_text()
     assert "all servers down for 4.2 min; waiting, gives up after 30.0 min" in text
     assert "held while no server is up" in text and "finishes" not in text
     now[0] = 400.0  # back up: the ETA follows the rate again
-    assert prog.snapshot([up])["all_down_s"] is None
+    assert prog.snapshot([up]).all_down_s is None

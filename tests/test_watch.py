@@ -214,18 +214,20 @@ def test_every_metric_is_named_by_the_conventions_and_listed_in_the_docs():
 
     from genbench.errors import ErrorKind
     from genbench.generate.exporter import MetricsExporter
+    from genbench.generate.progress import ServerState, Snapshot
     from genbench.records import RequestRecord
 
     e = MetricsExporter()
     e.planned({"input": "in.jsonl", "output": "out", "shard": None})
-    server = {"url": "http://a/v1", "state": "down", "down_s": 3.0, "in_flight": 0,
-              "concurrency": 4, "downs": 1, "rows_per_s": None, "tokens_per_s": None}
-    e.tick({"total": 10, "done": 3, "failed": 1, "truncated_this_run": 0, "remaining": 6,
-            "elapsed_s": 5.0, "tokens": 100, "thinking_tokens": 30, "rows_per_s": 0.5,
-            "tokens_per_s": 20.0, "thinking_tokens_per_s": 5.0, "answer_tokens_per_s": 15.0,
-            "eta_s": 12, "eta_lo_s": 10, "eta_hi_s": 15, "all_down_s": 3.0, "servers": [server],
-            "plan": {"seconds": 20, "lo_s": 15, "hi_s": 25, "on_course_s": 17,
-                     "verdict": "inside"}})  # fmt: skip
+    server = ServerState(url="http://a/v1", state="down", down_s=3.0, in_flight=0,
+                         concurrency=4, downs=1, rows_per_s=None, tokens_per_s=None)  # fmt: skip
+    e.tick(Snapshot(total=10, done=3, failed=1, done_this_run=3, failed_this_run=1,
+                    truncated_this_run=0, remaining=6, elapsed_s=5.0, tokens=100,
+                    thinking_tokens=30, rows_per_s=0.5, tokens_per_s=20.0,
+                    thinking_tokens_per_s=5.0, answer_tokens_per_s=15.0, eta_s=12, eta_err_s=2,
+                    eta_lo_s=10, eta_hi_s=15, all_down_s=3.0, servers=(server,),
+                    plan={"seconds": 20, "lo_s": 15, "hi_s": 25, "on_course_s": 17,
+                          "verdict": "inside"}))  # fmt: skip
     for outcome in ("requeued", "retry"):
         e.record(RequestRecord("r", server="http://a/v1", error_kind=ErrorKind.DISCONNECTED,
                                extra={"outcome": outcome}))  # fmt: skip

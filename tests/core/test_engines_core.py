@@ -166,4 +166,4 @@ def test_the_eta_is_carried_at_the_availability_measured_so_far():
     assert prog.eta_range().seconds == pytest.approx(plain.seconds / 0.8, rel=1e-9)
     prog.engines = _Availability(0.5, 0.8)
     assert prog.eta_range().seconds == pytest.approx(plain.seconds * 0.5 / 0.8, rel=1e-9)
-    assert prog.snapshot([])["engines_availability"] == 0.8
+    assert prog.snapshot([]).engines_availability == 0.8

@@ -104,9 +104,8 @@ def generate(**options: Any) -> None:
     finally:
         listener.stop()
         watch.stop(exporter)
-    watch.batch_output(cfg, a.answers, console)
     if a.json:
-        doc = {**asdict(result), "exit_code": result.exit_code}
+        doc = {**result.to_dict(), "exit_code": result.exit_code}
         if listener.forecast is not None:
             doc["plan"] = listener.plan_outcome or asdict(listener.forecast)
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())

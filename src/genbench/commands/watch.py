@@ -2,8 +2,8 @@
 
 `--metrics-port` / `--metrics-host` serve the job's progress to Prometheus while it runs
 (generate/exporter.py); `--answers` writes OpenAI Batch output lines instead of, or beside,
-the conversations (generate/store/batch.py). Kept apart from generate.py, which holds the job's
-other options.
+the conversations (generate/store/batch.py, written by the job's end). Kept apart from
+generate.py, which holds the job's other options.
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ import typer
 from rich.console import Console
 
 from genbench.errors import UsageError
-from genbench.fmt import counted
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.listeners import Listeners
 from genbench.generate.outcome import Listener
-from genbench.generate.store.batch import write_answers
-from genbench.generate.store.layout import Layout
 
 ANSWERS = typer.Option(
     "conversations",
@@ -62,11 +59,3 @@ def stop(exporter: Any) -> None:
     if exporter is not None:
         exporter.stop()
 
-
-def batch_output(cfg: JobConfig, answers: str, console: Console) -> None:
-    """The Batch output the run leaves (generate/store/batch.py decides which), named."""
-    left = write_answers(Layout(cfg.output, cfg.shard_tag), answers)
-    if left is not None:
-        dest, n = left
-        what = "output" if answers == "both" else "errors"
-        console.print(f"  batch {what}: {dest} ({counted(n, 'line')})")

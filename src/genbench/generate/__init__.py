@@ -14,10 +14,12 @@ The job is split so each part can be reasoned about (and tested) alone:
   `agent` a conversation that replays or keeps an agentic row's tool calls;
 * `pipeline` rows through load, and what a failed request means for its row;
 * `servers`  the pool of servers (load slots): which are up, which are polled back;
-* `progress` durable counts, and rates and the ETA from the request records (`stats`);
+* `progress` durable counts, and rates and the ETA from the request records (`stats`),
+             shown each tick as one typed `Snapshot`;
 * `wander`, `eta` how the speed wandered: the ETA's range, and the plan's (`plan.bar`);
-* `job`      one run: input, preflight, the load, the store;
-* `exporter` the job's progress on /metrics for Prometheus (`--metrics-port`);
+* `job`      one run: input, preflight, the load, the store, and what it leaves (run
+             notes, the Batch output of --answers);
+* `exporter` the job's progress on /metrics for Prometheus (`--metrics-port`), a table;
 * `listeners` several listeners at once, and the notes each run leaves.
 
 docs/generate.md describes the formats and guarantees for users.

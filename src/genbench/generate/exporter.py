@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, disable_created_metrics, start_http_server
@@ -27,17 +28,18 @@ from prometheus_client.registry import Collector
 from genbench import __version__
 from genbench.errors import UsageError
 from genbench.generate.outcome import Listener
+from genbench.generate.progress import EngineState, ServerState, Snapshot
 from genbench.records import RequestRecord
 
 LOOPBACK = "127.0.0.1"
 
 
 class JobCollector(Collector):
-    """The latest snapshot as metric families, built at scrape time (the scrape thread
-    reads a dict the job replaces whole each tick, never one it is changing)."""
+    """The latest snapshot as metric families (METRICS), built at scrape time (the scrape
+    thread reads a snapshot the job replaces whole each tick, never one it is changing)."""
 
     def __init__(self) -> None:
-        self.snap: dict[str, Any] = {}
+        self.snap: Snapshot | None = None
         self.info: dict[str, str] = {"version": __version__}
         self.last_done_at: float | None = None
 
@@ -45,125 +47,133 @@ class JobCollector(Collector):
         snap = self.snap
         yield InfoMetricFamily("genbench_job", "The job: input, output, genbench version.",
                                value=dict(self.info))  # fmt: skip
-        if not snap:
+        if snap is not None:
+            for m in METRICS:
+                yield from m.family(snap, self.last_done_at)
+
+
+Samples = dict[tuple[str, ...], Any]  # a labelled family's samples: {label values: value}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One family of /metrics: its name, type (kind), help, labels, and how it is read from the
+    snapshot (and when the rows done last grew): a value, or `Samples` where it has labels;
+    None: no family this scrape."""
+
+    name: str
+    kind: type[GaugeMetricFamily] | type[CounterMetricFamily]
+    help: str
+    read: Callable[[Snapshot, float | None], Any]
+    labels: tuple[str, ...] = ()
+
+    def family(self, snap: Snapshot, last_done_at: float | None) -> Iterator[Any]:
+        got = self.read(snap, last_done_at)
+        if got is None:
             return
-        yield from _rows(snap, self.last_done_at)
-        yield from _rates(snap)
-        yield from _eta(snap)
-        yield from _servers(snap.get("servers") or [])
-        yield from _engines(snap.get("engines") or [])
+        if not self.labels:
+            yield self.kind(self.name, self.help, value=float(got))
+            return
+        fam = self.kind(self.name, self.help, labels=list(self.labels))
+        for labels, value in got.items():
+            fam.add_metric(list(labels), float(value))
+        yield fam
 
 
-def _gauge(name: str, doc: str, value: Any) -> Iterator[GaugeMetricFamily]:
-    if value is not None:
-        yield GaugeMetricFamily(name, doc, value=float(value))
+def _kinds(thinking: float | None, answer: float | None) -> Samples:
+    return {("thinking",): thinking or 0, ("answer",): answer or 0}
 
 
-def _rows(snap: dict[str, Any], last_done_at: float | None) -> Iterator[Any]:
-    yield from _gauge("genbench_rows", "Rows of the job (this shard), done or not.", snap["total"])
-    yield CounterMetricFamily("genbench_rows_done", "Rows durably written, earlier runs "
-                              "included.", value=snap["done"])  # fmt: skip
-    yield CounterMetricFamily("genbench_rows_failed", "Rows in the errors file, earlier runs "
-                              "included.", value=snap["failed"])  # fmt: skip
-    yield CounterMetricFamily("genbench_rows_truncated", "Rows of this run cut by max_tokens.",
-                              value=snap["truncated_this_run"])  # fmt: skip
-    yield from _gauge("genbench_rows_remaining", "Rows neither done nor failed.", snap["remaining"])
-    yield from _gauge("genbench_elapsed_seconds", "Seconds since this run started.",
-                      snap["elapsed_s"])  # fmt: skip
-    yield from _gauge("genbench_last_row_done_timestamp_seconds", "When the rows done count "
-                      "last grew (Unix time).", last_done_at)  # fmt: skip
-    tokens = CounterMetricFamily("genbench_tokens", "Generated tokens of this run's durable "
-                                 "rows, by kind.", labels=["kind"])  # fmt: skip
-    thinking = snap.get("thinking_tokens") or 0
-    tokens.add_metric(["thinking"], thinking)
-    tokens.add_metric(["answer"], (snap.get("tokens") or 0) - thinking)
-    yield tokens
+def _verdicts(plan: dict[str, Any] | None) -> Samples | None:
+    verdict = (plan or {}).get("verdict")
+    if verdict is None:
+        return None
+    return {(v,): v == verdict for v in ("inside", "unsure", "outside")}
 
 
-def _rates(snap: dict[str, Any]) -> Iterator[Any]:
-    yield from _gauge("genbench_rows_per_second", "Rows ended per second, recent window.",
-                      snap.get("rows_per_s"))  # fmt: skip
-    if snap.get("tokens_per_s") is None:
-        return
-    g = GaugeMetricFamily("genbench_tokens_per_second", "Tokens per second, recent window, by "
-                          "kind.", labels=["kind"])  # fmt: skip
-    g.add_metric(["thinking"], snap.get("thinking_tokens_per_s") or 0.0)
-    g.add_metric(["answer"], snap.get("answer_tokens_per_s") or 0.0)
-    yield g
+def _server(name: str, kind: Any, doc: str, read: Callable[[ServerState], Any]) -> Metric:
+    """A family with a sample per server (0 where the value is None)."""
+    return Metric(name, kind, doc, lambda s, _: {(x.url,): read(x) or 0 for x in s.servers},
+                  ("server",))  # fmt: skip
 
 
-def _eta(snap: dict[str, Any]) -> Iterator[Any]:
-    yield from _gauge("genbench_eta_seconds", "Seconds left, as the panel's ETA (rows left at "
-                      "the rate between clusters of completions).", snap.get("eta_s"))  # fmt: skip
-    yield from _gauge("genbench_eta_low_seconds", "Low end of the ETA's 95% range.",
-                      snap.get("eta_lo_s"))  # fmt: skip
-    yield from _gauge("genbench_eta_high_seconds", "High end of the ETA's 95% range.",
-                      snap.get("eta_hi_s"))  # fmt: skip
-    yield from _gauge("genbench_all_servers_down_seconds", "Seconds every server has been down.",
-                      snap.get("all_down_s"))  # fmt: skip
-    plan = snap.get("plan")
-    if not plan:
-        return
-    yield from _gauge("genbench_plan_seconds", "The plan's forecast of this run's wall time.",
-                      plan.get("seconds"))  # fmt: skip
-    yield from _gauge("genbench_plan_low_seconds", "Low end of the plan's 95% bar.",
-                      plan.get("lo_s"))  # fmt: skip
-    yield from _gauge("genbench_plan_high_seconds", "High end of the plan's 95% bar.",
-                      plan.get("hi_s"))  # fmt: skip
-    yield from _gauge("genbench_plan_on_course_seconds", "Where the run is headed: elapsed "
-                      "plus the ETA.", plan.get("on_course_s"))  # fmt: skip
-    if plan.get("verdict") is not None:
-        doc = "1 for the projection against the plan's bar: inside, unsure or outside."
-        g = GaugeMetricFamily("genbench_plan_verdict", doc, labels=["verdict"])
-        for v in ("inside", "unsure", "outside"):
-            g.add_metric([v], float(plan["verdict"] == v))
-        yield g
+def _per_engine(read: Callable[[EngineState], Samples]) -> Callable[[Snapshot, Any], Any]:
+    return lambda s, _: {k: v for e in s.engines for k, v in read(e).items()} \
+        if s.engines else None  # fmt: skip
 
 
-SERVER_GAUGES = (  # (name, help, snapshot key)
-    ("genbench_server_in_flight", "Requests in flight.", "in_flight"),
-    ("genbench_server_streams", "Streams the server is given now.", "concurrency"),
-    ("genbench_server_down_seconds", "Seconds down (0 while up).", "down_s"),
-    ("genbench_server_rows_per_second", "Rows ended per second, recent window.", "rows_per_s"),
-    ("genbench_server_tokens_per_second", "Tokens per second, recent window.", "tokens_per_s"),
-)
+G, C = GaugeMetricFamily, CounterMetricFamily
+# the families in the order /metrics lists them (docs/generate.md lists them too)
+METRICS = (
+    Metric("genbench_rows", G, "Rows of the job (this shard), done or not.", lambda s, _: s.total),
+    Metric("genbench_rows_done", C, "Rows durably written, earlier runs included.",
+           lambda s, _: s.done),
+    Metric("genbench_rows_failed", C, "Rows in the errors file, earlier runs included.",
+           lambda s, _: s.failed),
+    Metric("genbench_rows_truncated", C, "Rows of this run cut by max_tokens.",
+           lambda s, _: s.truncated_this_run),
+    Metric("genbench_rows_remaining", G, "Rows neither done nor failed.", lambda s, _: s.remaining),
+    Metric("genbench_elapsed_seconds", G, "Seconds since this run started.",
+           lambda s, _: s.elapsed_s),
+    Metric("genbench_last_row_done_timestamp_seconds", G, "When the rows done count last grew "
+           "(Unix time).", lambda _, at: at),
+    Metric("genbench_tokens", C, "Generated tokens of this run's durable rows, by kind.",
+           lambda s, _: _kinds(s.thinking_tokens, s.tokens - (s.thinking_tokens or 0)),
+           ("kind",)),
+    Metric("genbench_rows_per_second", G, "Rows ended per second, recent window.",
+           lambda s, _: s.rows_per_s),
+    Metric("genbench_tokens_per_second", G, "Tokens per second, recent window, by kind.",
+           lambda s, _: None if s.tokens_per_s is None else
+           _kinds(s.thinking_tokens_per_s, s.answer_tokens_per_s), ("kind",)),
+    Metric("genbench_eta_seconds", G, "Seconds left, as the panel's ETA (rows left at the "
+           "rate between clusters of completions).", lambda s, _: s.eta_s),
+    Metric("genbench_eta_low_seconds", G, "Low end of the ETA's 95% range.",
+           lambda s, _: s.eta_lo_s),
+    Metric("genbench_eta_high_seconds", G, "High end of the ETA's 95% range.",
+           lambda s, _: s.eta_hi_s),
+    Metric("genbench_all_servers_down_seconds", G, "Seconds every server has been down.",
+           lambda s, _: s.all_down_s),
+    Metric("genbench_plan_seconds", G, "The plan's forecast of this run's wall time.",
+           lambda s, _: (s.plan or {}).get("seconds")),
+    Metric("genbench_plan_low_seconds", G, "Low end of the plan's 95% bar.",
+           lambda s, _: (s.plan or {}).get("lo_s")),
+    Metric("genbench_plan_high_seconds", G, "High end of the plan's 95% bar.",
+           lambda s, _: (s.plan or {}).get("hi_s")),
+    Metric("genbench_plan_on_course_seconds", G, "Where the run is headed: elapsed plus the "
+           "ETA.", lambda s, _: (s.plan or {}).get("on_course_s")),
+    Metric("genbench_plan_verdict", G, "1 for the projection against the plan's bar: inside, "
+           "unsure or outside.", lambda s, _: _verdicts(s.plan), ("verdict",)),
+    _server("genbench_server_up", G, "1 while the server is up.", lambda x: x.state == "up"),
+    _server("genbench_server_downs", C, "Times the server went down.", lambda x: x.downs),
+    _server("genbench_server_in_flight", G, "Requests in flight.", lambda x: x.in_flight),
+    _server("genbench_server_streams", G, "Streams the server is given now.",
+            lambda x: x.concurrency),
+    _server("genbench_server_down_seconds", G, "Seconds down (0 while up).", lambda x: x.down_s),
+    _server("genbench_server_rows_per_second", G, "Rows ended per second, recent window.",
+            lambda x: x.rows_per_s),
+    _server("genbench_server_tokens_per_second", G, "Tokens per second, recent window.",
+            lambda x: x.tokens_per_s),
+    # --serve: each engine up or not, its restarts by cause, its downtime
+    Metric("genbench_engine_up", G, "1 while the engine genbench started is up.",
+           _per_engine(lambda e: {(e.engine, e.url): e.up}), ("engine", "server")),
+    Metric("genbench_engine_restarts", C, "Restarts of the engine, by the cause of its death.",
+           _per_engine(lambda e: {(e.engine, c): n for c, n in e.restarts_by_cause.items()}),
+           ("engine", "cause")),
+    Metric("genbench_engine_down_seconds", C, "Seconds the engine was down.",
+           _per_engine(lambda e: {(e.engine,): e.down_s or 0}), ("engine",)),
+)  # fmt: skip
 
-
-def _servers(servers: list[dict[str, Any]]) -> Iterator[Any]:
-    up = GaugeMetricFamily("genbench_server_up", "1 while the server is up.", labels=["server"])
-    downs = CounterMetricFamily("genbench_server_downs", "Times the server went down.",
-                                labels=["server"])  # fmt: skip
-    for s in servers:
-        up.add_metric([s["url"]], float(s["state"] == "up"))
-        downs.add_metric([s["url"]], s.get("downs") or 0)
-    yield up
-    yield downs
-    for name, doc, key in SERVER_GAUGES:
-        g = GaugeMetricFamily(name, doc, labels=["server"])
-        for s in servers:
-            v = s.get(key)
-            g.add_metric([s["url"]], float(v or 0.0))
-        yield g
-
-
-def _engines(engines: list[dict[str, Any]]) -> Iterator[Any]:
-    """--serve: each engine up or not, its restarts by cause, its downtime."""
-    if not engines:
-        return
-    up = GaugeMetricFamily("genbench_engine_up", "1 while the engine genbench started is up.",
-                           labels=["engine", "server"])  # fmt: skip
-    restarts = CounterMetricFamily("genbench_engine_restarts", "Restarts of the engine, by the "
-                                   "cause of its death.", labels=["engine", "cause"])  # fmt: skip
-    down = CounterMetricFamily("genbench_engine_down_seconds", "Seconds the engine was down.",
-                               labels=["engine"])  # fmt: skip
-    for e in engines:
-        up.add_metric([e["engine"], e["url"]], float(e["up"]))
-        for cause, n in (e.get("restarts_by_cause") or {}).items():
-            restarts.add_metric([e["engine"], cause], n)
-        down.add_metric([e["engine"]], e.get("down_s") or 0.0)
-    yield up
-    yield restarts
-    yield down
+# counted from each request record as it ends: (name, help, labels, their values or None)
+RECORD_COUNTERS: tuple[tuple[str, str, list[str], Callable[[RequestRecord, str], Any]], ...] = (
+    ("genbench_requests", "Requests ended, by server and outcome (done, next, retry, requeued, "
+     "failed).", ["server", "outcome"], lambda r, outcome: (r.server, outcome)),
+    ("genbench_request_failures", "Failed requests by server and error kind.", ["server", "kind"],
+     lambda r, _: None if r.error_kind is None else (r.server, str(r.error_kind))),
+    ("genbench_retries", "Charged retries of a row.", ["server"],
+     lambda r, outcome: (r.server,) if outcome == "retry" else None),
+    ("genbench_requeues", "Rows sent back to the queue uncharged (their server went away).",
+     ["server"], lambda r, outcome: (r.server,) if outcome == "requeued" else None),
+)  # fmt: skip
 
 
 class MetricsExporter(Listener):
@@ -175,16 +185,8 @@ class MetricsExporter(Listener):
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = JobCollector()
         self.registry.register(self.collector)
-        r = self.registry
-        self.requests = Counter("genbench_requests", "Requests ended, by server and outcome "
-                                "(done, next, retry, requeued, failed).",
-                                ["server", "outcome"], registry=r)  # fmt: skip
-        self.failures = Counter("genbench_request_failures", "Failed requests by server and "
-                                "error kind.", ["server", "kind"], registry=r)  # fmt: skip
-        self.retries = Counter("genbench_retries", "Charged retries of a row.", ["server"],
-                               registry=r)  # fmt: skip
-        self.requeues = Counter("genbench_requeues", "Rows sent back to the queue uncharged "
-                                "(their server went away).", ["server"], registry=r)  # fmt: skip
+        self.counters = [(Counter(name, doc, labels, registry=self.registry), read)
+                         for name, doc, labels, read in RECORD_COUNTERS]  # fmt: skip
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -215,21 +217,17 @@ class MetricsExporter(Listener):
         self.collector.info.update(input=str(info["input"]), output=str(info["output"]),
                                    shard=str(info.get("shard") or ""))  # fmt: skip
 
-    def tick(self, snap: dict[str, Any]) -> None:
+    def tick(self, snap: Snapshot) -> None:
         c = self.collector
-        if c.last_done_at is None or snap["done"] != c.snap.get("done"):
+        if c.snap is None or snap.done != c.snap.done:
             c.last_done_at = time.time()
         c.snap = snap
 
     def record(self, rec: RequestRecord) -> None:
         outcome = str(rec.extra.get("outcome") or "")
-        self.requests.labels(rec.server, outcome).inc()
-        if rec.error_kind is not None:
-            self.failures.labels(rec.server, str(rec.error_kind)).inc()
-        if outcome == "retry":
-            self.retries.labels(rec.server).inc()
-        elif outcome == "requeued":
-            self.requeues.labels(rec.server).inc()
+        for counter, read in self.counters:
+            if (labels := read(rec, outcome)) is not None:
+                counter.labels(*labels).inc()
 
     def finished(self, result: Any) -> None:
         if result.snapshot:

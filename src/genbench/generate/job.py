@@ -30,11 +30,11 @@ from genbench.generate.jobconfig import JobConfig
 from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.pipeline import Retries, row_load
-from genbench.generate.progress import Progress, RowInfo
+from genbench.generate.progress import Progress, RowInfo, ServerState
 from genbench.generate.serve import start_engines
 from genbench.generate.servers import Server, check_token_ids
 from genbench.generate.store import scheme
-from genbench.generate.store.batch import row_bytes
+from genbench.generate.store.batch import row_bytes, write_answers
 from genbench.generate.store.durable import output_errors
 from genbench.generate.store.resume import prepare
 from genbench.generate.store.writer import Existing, Store
@@ -177,6 +177,10 @@ class Job:
                 self.engines.close()
             self.store.lock.release()
         self.listener.finished(result)  # the caller's listener, and the job's run notes
+        # --answers both|batch: the Batch output of every run, interrupted ones included
+        if left := write_answers(self.store.layout, self.cfg.answers):
+            what = "output" if self.cfg.answers == "both" else "errors"
+            self.listener.note(f"batch {what}: {left[0]} ({fmt.counted(left[1], 'line')})")
         return result
 
     async def _run(self, handle_signals: bool) -> JobResult:
@@ -431,19 +435,13 @@ class Job:
 
     # -- progress -------------------------------------------------------------------------
 
-    def server_states(self) -> list[dict[str, Any]]:
+    def server_states(self) -> list[ServerState]:
         now = time.monotonic()
         return [
-            {
-                "url": s.name,
-                "state": s.state,
-                "down_s": None if s.down_since is None else round(now - s.down_since, 1),
-                "in_flight": s.in_flight,
-                "concurrency": s.streams,
-                "downs": s.downs,
-            }
+            ServerState(s.name, s.state, None if s.down_since is None else
+                        round(now - s.down_since, 1), s.in_flight, s.streams, s.downs)
             for s in self.servers
-        ]
+        ]  # fmt: skip
 
     async def _ticker(self) -> None:
         assert self.progress is not None
@@ -453,7 +451,7 @@ class Job:
 
     def _result(self, status: str, message: str, t0: float) -> JobResult:
         p = self.progress
-        snap = p.snapshot(self.server_states()) if p else {}
+        snap = p.snapshot(self.server_states()) if p else None
         first, last = self._t_first_send, self._t_last_done
         files = [str(f) for f in self.store.data_files()] if self.store.out.is_dir() else []
         return JobResult(
@@ -461,8 +459,8 @@ class Job:
             message=message,
             model=self.model or None,
             total=p.total if p else 0,
-            done=snap.get("done", 0),
-            failed=snap.get("failed", 0),
+            done=snap.done if snap else 0,
+            failed=snap.failed if snap else 0,
             done_this_run=p.done if p else 0,
             failed_this_run=p.failed if p else 0,
             truncated_this_run=p.truncated if p else 0,

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from genbench.generate.outcome import JobResult, Listener
+from genbench.generate.progress import Snapshot
 from genbench.generate.store.runlog import runs_path
 from genbench.records import RequestRecord
 
@@ -35,9 +36,9 @@ class Listeners(Listener):
         for one in self.all:
             one.note(text, style)
 
-    def tick(self, snap: dict[str, Any]) -> None:
+    def tick(self, snap: Snapshot) -> None:
         for one in self.all:
-            one.tick(snap)
+            snap = one.tick(snap) or snap
 
     def record(self, rec: RequestRecord) -> None:
         for one in self.all:
@@ -59,17 +60,17 @@ class RunNotes(Listener):
     def planned(self, info: dict[str, Any]) -> None:
         self.info = info
 
-    def tick(self, snap: dict[str, Any]) -> None:
+    def tick(self, snap: Snapshot) -> None:
         if self.started or not self.path.parent.is_dir():
             return
         self.started = True
-        plan = snap.get("plan")
+        plan = snap.plan
         band = {k: plan.get(k) for k in ("seconds", "lo_s", "hi_s")} if plan else None
         i = self.info
         self._append({
             "event": "start",
-            "at": round(time.time() - snap["elapsed_s"], 3),
-            "total": snap["total"],
+            "at": round(time.time() - snap.elapsed_s, 3),
+            "total": snap.total,
             "done_before": i.get("done_before", 0),
             "failed_before": i.get("failed_before", 0),
             "todo": i.get("todo"),

@@ -4,11 +4,12 @@ listen need not import the job, nor the job them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from genbench.errors import ExitCode
 from genbench.generate.ending import failed_exit
+from genbench.generate.progress import Snapshot
 from genbench.records import RequestRecord
 
 
@@ -17,7 +18,9 @@ class Listener:
 
     def planned(self, info: dict[str, Any]) -> None: ...
     def note(self, text: str, style: str = "") -> None: ...
-    def tick(self, snap: dict[str, Any]) -> None: ...
+    # each tick's snapshot; one returned is what the listeners after this one see (the
+    # console adds the plan's course)
+    def tick(self, snap: Snapshot) -> Snapshot | None: ...
     def record(self, rec: RequestRecord) -> None: ...  # every request, as it ends
     def finished(self, result: JobResult) -> None: ...
 
@@ -42,12 +45,16 @@ class JobResult:
     sending_s: float = 0.0
     files: list[str] = field(default_factory=list)
     errors_file: str | None = None
-    snapshot: dict[str, Any] = field(default_factory=dict)
+    snapshot: Snapshot | None = None
     failure: dict[str, Any] | None = None  # this run's most common: {kind, rows, message}
     # rows of this run without an answer or without ids (ending.Unanswered.to_dict)
     unanswered: dict[str, Any] = field(default_factory=dict)
     ids_line: str = ""  # the rows without token ids, by server ('' when none)
     engines_line: str = ""  # --serve: how long the engines were down and why ('' if never)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As `generate --json` prints it: the snapshot as the progress lines write it."""
+        return {**asdict(self), "snapshot": self.snapshot.to_dict() if self.snapshot else {}}
 
     @property
     def exit_code(self) -> int:

@@ -21,7 +21,8 @@ instead, and the snapshot says how long every server has been down (`all_down_s`
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from genbench.generate.eta import Completions, Eta, estimate
@@ -29,7 +30,7 @@ from genbench.records import RequestRecord
 from genbench.stats import RecentRates
 
 ROW_ENDS = ("done", "failed")  # a record's `outcome` when it ended its row
-__all__ = ["Eta", "Progress", "RowInfo"]
+__all__ = ["EngineState", "Eta", "Progress", "RowInfo", "ServerState", "Snapshot"]
 
 
 @dataclass(slots=True)
@@ -42,6 +43,74 @@ class RowInfo:
     truncated: bool = False
     estimated: bool = False  # its token counts estimated (meta.tokens_estimated)
     tokenized: bool = False  # its thinking counted by the server's /tokenize
+
+
+@dataclass(frozen=True, slots=True)
+class ServerState:
+    """A server as the job sees it (job.server_states), and its recent rates (progress)."""
+
+    url: str
+    state: str = "up"
+    down_s: float | None = None  # None while up
+    in_flight: int = 0
+    concurrency: int = 0  # the streams it is given now
+    downs: int = 0
+    rows_per_s: float | None = None
+    tokens_per_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    """--serve: an engine the job started (Supervisor.states)."""
+
+    engine: str
+    url: str
+    up: bool
+    pid: int | None
+    restarts: int
+    restarts_by_cause: dict[str, int]
+    down_s: float
+    last_death: str
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The job at one tick: what the panel, the JSON progress line and the exporter show.
+    Rates and the ETA are None while there is too little to go on."""
+
+    elapsed_s: float
+    total: int
+    done: int  # earlier runs included, as `failed`
+    failed: int
+    done_this_run: int
+    failed_this_run: int
+    truncated_this_run: int
+    remaining: int
+    rows_per_s: float | None
+    tokens_per_s: float | None
+    thinking_tokens_per_s: float | None
+    answer_tokens_per_s: float | None
+    tokens: int  # of this run's durable rows
+    thinking_tokens: int
+    eta_s: float | None
+    eta_err_s: float | None
+    eta_lo_s: float | None
+    eta_hi_s: float | None
+    all_down_s: float | None  # how long every server has been down (the ETA held meanwhile)
+    servers: tuple[ServerState, ...] = ()
+    engines: tuple[EngineState, ...] | None = None  # --serve only
+    engines_availability: float | None = None
+    plan: dict[str, Any] | None = None  # --plan: the course against it (JobForecast.course)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the JSON progress line writes it: no engines without --serve, no plan without
+        --plan."""
+        d = asdict(self)
+        if self.engines is None:
+            del d["engines"], d["engines_availability"]
+        if self.plan is None:
+            del d["plan"]
+        return d
 
 
 class Progress:
@@ -121,53 +190,39 @@ class Progress:
             return 1.0
         return got[1] / got[0]
 
-    def snapshot(self, servers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """Everything the display and the log line show, as plain data."""
+    def snapshot(self, servers: Sequence[ServerState] = ()) -> Snapshot:
+        """Everything the display, the log line and the exporter show."""
         r = self.recent.rates(self.rate_window) or {}
         tok, think = r.get("tokens"), r.get("thinking_tokens")
-        down = [s.get("down_s") for s in servers or []]
+        down = [s.down_s for s in servers]
         all_down = min(down) if down and None not in down else None  # type: ignore[type-var]
-        if all_down is None:
-            e = self._held = self.eta_range()
-        else:
-            e = self._held
-        snap: dict[str, Any] = {
-            "elapsed_s": round(self.clock() - self.t0, 1),
-            "total": self.total,
-            "done": self.done_before + self.done,
-            "failed": self.failed_before + self.failed,
-            "done_this_run": self.done,
-            "failed_this_run": self.failed,
-            "truncated_this_run": self.truncated,
-            "remaining": self.remaining,
-            "rows_per_s": _round(r.get("units"), 3),
-            "tokens_per_s": _round(tok, 1),
-            "thinking_tokens_per_s": _round(think, 1),
-            "answer_tokens_per_s": _round(None if tok is None else tok - (think or 0), 1),
-            "tokens": self.tokens,
-            "thinking_tokens": self.thinking,
-            "eta_s": _round(e.seconds, 0) if e else None,
-            "eta_err_s": _round(e.err_s, 0) if e else None,
-            "eta_lo_s": _round(e.lo_s, 0) if e else None,
-            "eta_hi_s": _round(e.hi_s, 0) if e else None,
-            "all_down_s": all_down,
-            "servers": [],
-        }
+        if all_down is None:  # while every server is down: the ETA from before
+            self._held = self.eta_range()
+        e, engines, avail = self._held, None, None
+        eta = (e.seconds, e.err_s, e.lo_s, e.hi_s) if e else (None,) * 4
+        elapsed = round(self.clock() - self.t0, 1)
         if self.engines is not None:
-            snap["engines"] = self.engines.states()
+            engines = tuple(EngineState(**d) for d in self.engines.states())
             got = self.engines.availability(self.eta_window)
-            snap["engines_availability"] = None if got is None else round(got[1], 4)
-        for s in servers or []:
-            per = self.servers.get(s["url"])
-            rr = (per.rates(self.rate_window) if per else None) or {}
-            snap["servers"].append(
-                {
-                    **s,
-                    "rows_per_s": _round(rr.get("units"), 3),
-                    "tokens_per_s": _round(rr.get("tokens"), 1),
-                }
-            )
-        return snap
+            avail = None if got is None else round(got[1], 4)
+        return Snapshot(
+            elapsed_s=elapsed, total=self.total, done=self.done_before + self.done,
+            failed=self.failed_before + self.failed, done_this_run=self.done,
+            failed_this_run=self.failed, truncated_this_run=self.truncated,
+            remaining=self.remaining, rows_per_s=_round(r.get("units"), 3),
+            tokens_per_s=_round(tok, 1), thinking_tokens_per_s=_round(think, 1),
+            answer_tokens_per_s=_round(None if tok is None else tok - (think or 0), 1),
+            tokens=self.tokens, thinking_tokens=self.thinking,
+            eta_s=_round(eta[0], 0), eta_err_s=_round(eta[1], 0), eta_lo_s=_round(eta[2], 0),
+            eta_hi_s=_round(eta[3], 0), all_down_s=all_down,
+            servers=tuple(map(self._rated, servers)), engines=engines, engines_availability=avail,
+        )  # fmt: skip
+
+    def _rated(self, s: ServerState) -> ServerState:
+        per = self.servers.get(s.url)
+        r = (per.rates(self.rate_window) if per else None) or {}
+        return replace(s, rows_per_s=_round(r.get("units"), 3),
+                       tokens_per_s=_round(r.get("tokens"), 1))  # fmt: skip
 
 
 def _round(x: float | None, nd: int) -> float | None:

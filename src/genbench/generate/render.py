@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -20,6 +21,7 @@ from genbench.fmt import counted, duration, duration_range, number, rate
 from genbench.generate.ending import LABELS, rows
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.outcome import JobResult, Listener
+from genbench.generate.progress import Snapshot
 
 ESTIMATED_NOTE = (
     "token counts estimated: the server sent thinking without counting it (or sent no usage); "
@@ -45,22 +47,14 @@ class JobConsole(Listener):
     is the plan's forecast for the rows to do (`plan.document.job_forecast`), when the job
     has a plan: the command makes it, so this package reads no plan itself."""
 
-    def __init__(
-        self,
-        console: Console,
-        progress_every: float,
-        quiet_json: bool,
-        forecast_for: Callable[[int], Any] | None = None,
-        concurrency: int | None = None,
-        down_timeout: float | None = None,
-    ) -> None:
-        self.console = console
+    def __init__(self, console: Console, progress_every: float, quiet_json: bool,
+                 forecast_for: Callable[[int], Any] | None = None, concurrency: int | None = None,
+                 down_timeout: float | None = None) -> None:  # fmt: skip
+        self.console, self.every, self.quiet_json = console, progress_every, quiet_json
+        self.forecast_for, self.concurrency = forecast_for, concurrency
         self.down_timeout = down_timeout
-        self.every = progress_every
         self.live: Live | None = None
         self.last_line = 0.0
-        self.quiet_json = quiet_json
-        self.forecast_for, self.concurrency = forecast_for, concurrency
         self.forecast: Any = None  # plan.document.JobForecast
         self.plan_outcome: dict[str, Any] | None = None
 
@@ -73,19 +67,12 @@ class JobConsole(Listener):
             c.print(f"  input: {n:,} of {n + info['invalid'] + left:,} rows (--limit)")
         else:
             c.print(f"  input: {rows(n)}" + _derived(info["derived_ids"]))
-        if info["done_before"] or info["failed_before"]:
-            failed = (
-                f", {info['failed_before']:,} failed earlier (--retry-errors to try them again)"
-                if info["failed_before"]
-                else ""
-            )
-            c.print(
-                f"  resuming: {rows(info['done_before'])} already done{failed}; "
-                f"{info['todo']:,} to go"
-            )
+        if (failed := info["failed_before"]) or info["done_before"]:
+            again = f", {failed:,} failed earlier (--retry-errors to try them again)"
+            c.print(f"  resuming: {rows(info['done_before'])} already done{again if failed else ''}"
+                    f"; {info['todo']:,} to go")  # fmt: skip
         if info["invalid"]:
-            n_bad = info["invalid"]
-            c.print(f"  [yellow]invalid rows, to the errors file: {n_bad:,}[/]")
+            c.print(f"  [yellow]invalid rows, to the errors file: {info['invalid']:,}[/]")
         f = self.forecast
         if f is not None:
             c.print(f"  plan: {_forecast_text(f)} ({f.basis}; {f.path})")
@@ -99,12 +86,10 @@ class JobConsole(Listener):
         line = f"  [{style}]{text}[/]" if style else f"  {text}"
         self.console.print(line)
 
-    def tick(self, snap: dict[str, Any]) -> None:
-        f = self.forecast
-        if f is not None:
-            snap["plan"] = f.course(
-                snap["elapsed_s"], snap.get("eta_s"), snap.get("eta_lo_s"), snap.get("eta_hi_s")
-            )
+    def tick(self, snap: Snapshot) -> Snapshot:
+        """Shown, with the plan's course added: the listeners after the console see it."""
+        if self.forecast is not None:
+            snap = replace(snap, plan=self._course(snap))
         if self.console.is_terminal:
             if self.live is None:
                 self.live = Live(
@@ -112,12 +97,15 @@ class JobConsole(Listener):
                 )
                 self.live.start()
             self.live.update(panel(snap, self.down_timeout), refresh=True)
-            return
+            return snap
         now = time.monotonic()
         if now - self.last_line >= self.every:
             self.last_line = now
-            line = orjson.dumps({"event": "progress", **snap}).decode()
-            print(line, file=sys.stderr, flush=True)
+            _progress_line(snap)
+        return snap
+
+    def _course(self, snap: Snapshot) -> dict[str, Any]:
+        return self.forecast.course(snap.elapsed_s, snap.eta_s, snap.eta_lo_s, snap.eta_hi_s)
 
     def stop(self) -> None:
         if self.live is not None:
@@ -126,15 +114,11 @@ class JobConsole(Listener):
 
     def finished(self, result: JobResult) -> None:
         self.stop()
-        if not self.console.is_terminal and result.snapshot and result.status != "nothing_to_do":
-            snap = dict(result.snapshot)
+        snap = result.snapshot
+        if not self.console.is_terminal and snap and result.status != "nothing_to_do":
             if self.forecast is not None:  # the last line too says where the job ended up
-                e = snap.get
-                snap["plan"] = self.forecast.course(
-                    e("elapsed_s") or 0.0, e("eta_s"), e("eta_lo_s"), e("eta_hi_s")
-                )
-            line = orjson.dumps({"event": "progress", **snap}).decode()
-            print(line, file=sys.stderr, flush=True)
+                snap = replace(snap, plan=self._course(snap))
+            _progress_line(snap)
         print_result(result, self.console)
         f = self.forecast
         ended = result.status in ("complete", "some_failed", "limit", "unanswered")
@@ -149,6 +133,11 @@ class JobConsole(Listener):
                 f"  plan: {said}; the job took {took}: "
                 f"the forecast was {o['error']:+.1%} off{inside[o['inside_bar']]}"
             )
+
+
+def _progress_line(snap: Snapshot) -> None:
+    print(orjson.dumps({"event": "progress", **snap.to_dict()}).decode(), file=sys.stderr,
+          flush=True)  # fmt: skip
 
 
 def _with_bar(seconds: float, lo: float | None, hi: float | None, none: str = "") -> str:
@@ -173,55 +162,47 @@ def _derived(n: int) -> str:
     )
 
 
-def panel(snap: dict[str, Any], down_timeout: float | None = None) -> Group:
+def panel(snap: Snapshot, down_timeout: float | None = None) -> Group:
     """The live panel: rows, rates, the ETA (and the plan's), each server's state."""
-    total = snap["total"] or 1
-    resolved = snap["done"] + snap["failed"]
+    total = snap.total or 1
+    resolved = snap.done + snap.failed
     bar = Table.grid(padding=(0, 1))
     bar.add_row(
         ProgressBar(total=total, completed=resolved, width=40),
-        Text(f"{resolved:,}/{snap['total']:,} rows ({resolved / total:.1%})"),
+        Text(f"{resolved:,}/{snap.total:,} rows ({resolved / total:.1%})"),
         Text(
-            f"failed {snap['failed']:,}  truncated {snap['truncated_this_run']:,}",
-            style="red" if snap["failed"] else "",
+            f"failed {snap.failed:,}  truncated {snap.truncated_this_run:,}",
+            style="red" if snap.failed else "",
         ),
     )
-    eta, lo, hi = snap.get("eta_s"), snap.get("eta_lo_s"), snap.get("eta_hi_s")
+    eta, all_down = snap.eta_s, snap.all_down_s
     # the range, not ± half of it: its two sides differ (a slow side, the tail)
-    eta_text = "ETA " + _with_bar(eta, lo, hi) if eta is not None else "ETA " + duration(eta)
-    all_down = snap.get("all_down_s")
+    eta_text = "ETA " + (duration(eta) if eta is None else _with_bar(eta, snap.eta_lo_s,
+                                                                     snap.eta_hi_s))  # fmt: skip
     if all_down is not None:
         eta_text += "  (held while no server is up)"
-    elif eta is not None and snap["remaining"]:
+    elif eta is not None and snap.remaining:
         eta_text += (
             "  (finishes ~" + time.strftime("%a %H:%M", time.localtime(time.time() + eta)) + ")"
         )
     rates = Text(
-        f"{number(snap['rows_per_s'], 2)} rows/s   {rate(snap['tokens_per_s'])} "
-        f"(thinking {rate(snap['thinking_tokens_per_s'])}, answer "
-        f"{rate(snap['answer_tokens_per_s'])})"
+        f"{number(snap.rows_per_s, 2)} rows/s   {rate(snap.tokens_per_s)} "
+        f"(thinking {rate(snap.thinking_tokens_per_s)}, answer "
+        f"{rate(snap.answer_tokens_per_s)})"
     )
-    plan = snap.get("plan")
+    plan = snap.plan
     if plan:
         eta_text += "   plan " + _with_bar(plan["seconds"], plan["lo_s"], plan["hi_s"])
-    eta_line = Text(f"{eta_text}   elapsed {duration(snap['elapsed_s'])}")
+    eta_line = Text(f"{eta_text}   elapsed {duration(snap.elapsed_s)}")
     course = _course(plan) if plan else None
     t = Table(box=None, padding=(0, 2), show_edge=False)
     for col in ("server", "state", "in flight", "rows/s", "tok/s"):
         t.add_column(col, justify="left" if col in ("server", "state") else "right")
-    for s in snap["servers"]:
-        state = (
-            "[green]up[/]"
-            if s["state"] == "up"
-            else f"[red]down {duration(s['down_s'])}[/] (polling)"
-        )
-        t.add_row(
-            s["url"],
-            state,
-            f"{s['in_flight']}/{s['concurrency']}",
-            number(s["rows_per_s"], 2),
-            rate(s["tokens_per_s"], ""),
-        )
+    for s in snap.servers:
+        up = s.state == "up"
+        state = "[green]up[/]" if up else f"[red]down {duration(s.down_s)}[/] (polling)"
+        t.add_row(s.url, state, f"{s.in_flight}/{s.concurrency}", number(s.rows_per_s, 2),
+                  rate(s.tokens_per_s, ""))  # fmt: skip
     lines = [bar, rates, eta_line] + ([course] if course is not None else [])
     lines += engine_lines(snap)
     if all_down is None:
@@ -231,19 +212,19 @@ def panel(snap: dict[str, Any], down_timeout: float | None = None) -> Group:
     return Group(*lines, down_line, t)
 
 
-def engine_lines(snap: dict[str, Any]) -> list[Text]:
+def engine_lines(snap: Snapshot) -> list[Text]:
     """--serve: how long the engines were down and why, and the availability the ETA uses;
     nothing while none has been down."""
-    engines = [e for e in snap.get("engines") or [] if e["down_s"] or not e["up"]]
+    engines = [e for e in snap.engines or () if e.down_s or not e.up]
     if not engines:
         return []
     parts = []
     for e in engines:
-        why = ", ".join(f"{c} ×{n}" for c, n in e["restarts_by_cause"].items())
-        state = "up again," if e["up"] else "down now,"
-        parts.append(f"{e['engine']} {state} down {duration(e['down_s'])}"
+        why = ", ".join(f"{c} ×{n}" for c, n in e.restarts_by_cause.items())
+        state = "up again," if e.up else "down now,"
+        parts.append(f"{e.engine} {state} down {duration(e.down_s)}"
                      + (f" ({why})" if why else ""))  # fmt: skip
-    avail = snap.get("engines_availability")
+    avail = snap.engines_availability
     tail = f"; the ETA counts {avail:.1%} availability" if avail is not None else ""
     return [Text("engines: " + "; ".join(parts) + tail, style="yellow")]
 
@@ -302,15 +283,10 @@ def print_result(r: JobResult, console: Console) -> None:
               "some_failed": "yellow", "unanswered": "yellow"}.get(r.status, "red")  # fmt: skip
     label = LABELS.get(r.status, r.status.replace("_", " "))
     console.print(f"[{colour}]{label}[/]: {r.message}")
-    console.print(
-        f"  rows: {r.done:,} done, {r.failed:,} failed of {r.total:,}"
-        + (
-            f" (this run: {r.done_this_run:,} done, {r.failed_this_run:,} failed, "
-            f"{r.truncated_this_run:,} cut by max_tokens)"
-            if r.done_this_run or r.failed_this_run
-            else ""
-        )
-    )
+    this_run = (f" (this run: {r.done_this_run:,} done, {r.failed_this_run:,} failed, "
+                f"{r.truncated_this_run:,} cut by max_tokens)")  # fmt: skip
+    console.print(f"  rows: {r.done:,} done, {r.failed:,} failed of {r.total:,}"
+                  + (this_run if r.done_this_run or r.failed_this_run else ""))  # fmt: skip
     if r.sending_s > 0 and r.tokens:
         est = f", estimated on {counted(r.estimated_rows, 'row')}" if r.estimated_rows else ""
         if r.tokenized_rows:

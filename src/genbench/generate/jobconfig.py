@@ -11,6 +11,7 @@ from typing import Any
 from genbench.engines.command import EngineCommand
 from genbench.engines.supervisor import EngineOptions
 from genbench.generate.input.reader import ShardSpec
+from genbench.generate.recipe import Recipe
 from genbench.generate.servers import ServerSpec
 from genbench.transport.thinking import DEFAULT_TAGS
 
@@ -60,6 +61,11 @@ class JobConfig:
             fp["tool_policy"] = self.tool_policy
         fp["token_ids"], fp["answers"] = self.token_ids, self.answers
         return fp
+
+    @property
+    def recipe(self) -> Recipe:
+        """What shapes the rows' requests (generate/recipe.py)."""
+        return Recipe(self.params, self.turns, self.tool_policy)
 
     @property
     def shard_tag(self) -> str | None:

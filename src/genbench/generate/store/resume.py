@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from genbench.generate.fingerprint import LazyFps, RequestCheck
 from genbench.generate.input.reader import InputScan, ShardSpec, scan
+from genbench.generate.recipe import Recipe
 from genbench.generate.store import changes, lostjob
 from genbench.generate.store.durable import output_errors
 from genbench.generate.store.jobfile import token_ids_change
@@ -20,13 +21,15 @@ class PrepareConfig(Protocol):
     protocol, so that this module needs nothing from the job that calls it."""
 
     input: Path
-    turns: str
     shard: ShardSpec | None
     skip_invalid: bool
     retry_errors: bool
     force: bool
     limit: int | None
     token_ids: str
+
+    @property
+    def recipe(self) -> Recipe: ...
 
 
 class PrepareNotes(Protocol):
@@ -59,7 +62,7 @@ def prepare(
     if ids_note:
         listener.note(ids_note, "yellow")
     kept = changes.read_kept(store)
-    check = RequestCheck(cfg.params, cfg.turns == "all", existing.fps, kept, cfg.tool_policy)
+    check = RequestCheck(cfg.recipe, existing.fps, kept)
     res = scan(
         cfg.input,
         existing.done,

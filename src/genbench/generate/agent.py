@@ -36,7 +36,7 @@ from typing import Any
 
 from genbench.generate.conversation import Conversation
 from genbench.generate.input.reader import Row
-from genbench.generate.recipe import REPLAY, Recipe, agentic
+from genbench.generate.recipe import REPLAY, Recipe, TurnPlan, turn_plan
 from genbench.records import RequestRecord
 
 
@@ -48,8 +48,10 @@ class AgentConversation(Conversation):
         "cut",
     )  # fmt: skip
 
-    def __init__(self, row: Row, recipe: Recipe, rid: str | None = None) -> None:
-        super().__init__(row, recipe, rid)
+    def __init__(
+        self, row: Row, recipe: Recipe, rid: str | None = None, plan: TurnPlan | None = None
+    ) -> None:
+        super().__init__(row, recipe, rid, plan)
         extra: dict[str, Any] = {"tools": row.tools} if row.tools else {}
         if row.tool_choice is not None:
             extra["tool_choice"] = row.tool_choice
@@ -140,4 +142,5 @@ class AgentConversation(Conversation):
 def start(row: Row, recipe: Recipe, rid: str | None = None) -> Conversation:
     """The row's conversation: an agentic row's (tools, in the row or its params; calls,
     results) is an `AgentConversation`, its calls under the recipe's tool policy."""
-    return (AgentConversation if agentic(row) else Conversation)(row, recipe, rid)
+    plan = turn_plan(row, recipe)
+    return (Conversation if plan.tools is None else AgentConversation)(row, recipe, rid, plan)

@@ -3,8 +3,10 @@
 A row is one or more requests: with `turns="all"` every user turn of a multi-turn
 conversation gets a freshly generated answer, in order, each request carrying the
 regenerated history (as SpecForge's regenerate script does); with `turns="last"` only
-the final assistant turn is generated. Progress within a row survives a failed request,
-so a retry resumes at the turn that failed.
+the final assistant turn is generated. Which turns are asked for, and which are sent as
+written, is the row's `TurnPlan` (recipe.py): one walk through the row, for a chat row and
+an agentic one (agent.py) under either tool policy alike. Progress within a row survives a
+failed request, so a retry resumes at the turn that failed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from genbench.generate.input.params import merge, split_max_tokens
 from genbench.generate.input.reader import Row
 from genbench.generate.input.tools import wire
-from genbench.generate.recipe import Recipe, turn_plan
+from genbench.generate.recipe import Recipe, TurnPlan, turn_plan
 from genbench.generate.store.rows import row_line
 from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest
@@ -49,8 +51,11 @@ class Conversation:
         "thinking_from", "spec",
     )  # fmt: skip
 
-    def __init__(self, row: Row, recipe: Recipe, rid: str | None = None) -> None:
-        self.row, self.rid, self.plan = row, rid or row.id, turn_plan(row, recipe)
+    def __init__(
+        self, row: Row, recipe: Recipe, rid: str | None = None, plan: TurnPlan | None = None
+    ) -> None:
+        self.row, self.rid = row, rid or row.id
+        self.plan = turn_plan(row, recipe) if plan is None else plan  # its turns asked
         merged = merge(recipe.params, row.params) if row.params else dict(recipe.params)
         self.max_tokens, self.params = split_max_tokens(merged)
         self.out: list[dict[str, Any]] = []

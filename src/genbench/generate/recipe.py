@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from genbench.generate.input.reader import Row
 from genbench.generate.input.tools import POLICIES, is_agentic
@@ -32,8 +32,7 @@ class Recipe:
         return self.turns == ALL
 
 
-@dataclass(frozen=True)
-class TurnPlan:
+class TurnPlan(NamedTuple):
     """Which turns of a row are asked for: a request after each message `asks` names
     (indices into `messages`, in order), carrying the messages before it that `sent` marks;
     the others are answers generated again, or come after the last turn asked. `tools`: the
@@ -65,22 +64,21 @@ def turn_plan(row: Row, recipe: Recipe) -> TurnPlan:
     """The row's plan: a chat row's (and under `replay`, an agentic row's) user turns are
     answered, each by the first assistant turn after it; under `keep` a tool result is a
     turn answered too, and an original call that results follow is sent as written."""
-    msgs = row.messages
-    tools = recipe.tool_policy if agentic(row) else None
+    msgs, n = row.messages, len(row.messages)
+    agentic = is_agentic(msgs, row.tools) or "tools" in row.params  # tools in its params too
+    tools = recipe.tool_policy if agentic else None
     keep = tools == KEEP
     prompts = ("user", "tool") if keep else ("user",)
     if not recipe.all_turns:  # the last turn asked, the turns before it as written
         last = max(i for i, m in enumerate(msgs) if m["role"] in prompts)
-        return TurnPlan(msgs, (last,), tuple(i <= last for i in range(len(msgs))), tools)
+        return TurnPlan(msgs, (last,), (True,) * (last + 1) + (False,) * (n - last - 1), tools)
     again = ("assistant", "tool") if tools == REPLAY else ("assistant",)  # generated again
-    sent = [m["role"] not in again or (keep and _called(msgs, i)) for i, m in enumerate(msgs)]
-    asks = [i for i, m in enumerate(msgs) if m["role"] in prompts and _answered(msgs, i, keep)]
+    sent, asks = [], []
+    for i, m in enumerate(msgs):
+        sent.append(m["role"] not in again or keep and _called(msgs, i))
+        if m["role"] in prompts and _answered(msgs, i, keep):
+            asks.append(i)
     return TurnPlan(msgs, tuple(asks), tuple(sent), tools)
-
-
-def agentic(row: Row) -> bool:
-    """A row with tools (its own or in its params), calls or results: agent.py's."""
-    return is_agentic(row.messages, row.tools) or "tools" in row.params
 
 
 def _called(msgs: list[dict[str, Any]], i: int) -> bool:

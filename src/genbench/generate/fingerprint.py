@@ -11,9 +11,9 @@ fingerprints (empty values are left out).
 Computing it means parsing and normalising the row (microseconds), too slow for every
 row of a 1M-row resume. So the store also keeps, per row, a *line key*: the input line's
 length and a CRC-32 seeded by the job's *salt* (the fingerprint of a fixed synthetic row
-under this job's `Recipe`: sampling, `--turns`, and its tool policy). Same bytes, same salt: same request, no
-parsing. Anything else (a reformatted line, new job settings, a newer genbench) falls
-back to the fingerprint itself, which decides.
+under this job's `Recipe`: sampling, `--turns`, tool policy). Same bytes, same salt: same
+request, no parsing. Anything else (a reformatted line, new job settings, a newer
+genbench) falls back to the fingerprint itself, which decides.
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ async def run_pilot(
     warmup: Sequence[ChatRequest] = (),
     warmup_s: float = 0.0,
     stop: PilotStop | None = None,
-    recipe: Recipe | None = None,
+    recipe: Recipe = Recipe(),  # frozen: one default for every call
     think: ThinkMode | None = None,
     token_ids: str | None = None,
     accept: str | None = None,
@@ -204,7 +204,6 @@ async def run_pilot(
 
     `token_ids`: the dialect the server gives ids in (check's), kept as the job keeps them
     (`--token-ids auto`), so the rows measured weigh what the job's will."""
-    recipe = recipe or Recipe()
     timeouts = Timeouts(connect=10.0, read=timeout, total=None)
     # the protocol-level transport `run` uses: the client's own CPU stays out of the pilot
     client = Client(ep, model, timeouts=timeouts, keep_text=True, think=think, token_ids=token_ids,

@@ -32,6 +32,7 @@ import orjson
 
 from genbench.generate.fingerprint import job_salt, line_key, row_fingerprint, to_hex
 from genbench.generate.input.reader import Row
+from genbench.generate.recipe import Recipe
 from genbench.generate.store.layout import STATE_DIR
 from genbench.generate.store.writer import Store
 from genbench.rows import row_line
@@ -60,12 +61,12 @@ async def build_output(out: Path, rows: int) -> None:
         store.load_existing(),
         {"model": "genbench-sim", "params": {}, "turns": "all", "format": "jsonl"},
     )
-    salt = job_salt({}, True)
+    salt = job_salt(Recipe())
     for i in range(rows):
         rid = f"row-{i:08d}"
         prompt = [{"role": "user", "content": f"Question {i}: explain X."}]
         conv = [*prompt, {"role": "assistant", "content": ANSWER, "reasoning_content": ""}]
-        fp = row_fingerprint(Row(rid, prompt, {}, i + 1), {}, True)
+        fp = row_fingerprint(Row(rid, prompt, {}, i + 1), Recipe())
         meta = {**META, "request": to_hex(fp)}
         store.write_row(rid, row_line(rid, conv, meta), None, (fp, line_key(salt, input_line(i))))
         if i % 20000 == 19999:

@@ -37,6 +37,7 @@ from genbench.generate.jobconfig import JobConfig
 from genbench.generate.outcome import Listener
 from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress, ServerState
+from genbench.generate.recipe import Recipe
 from genbench.generate.servers import ServerSpec
 from genbench.generate.store.readback import scan_jsonl_shard
 from genbench.generate.store.runlog import read_runs
@@ -666,7 +667,7 @@ def test_out_of_descriptors_at_connect_means_fewer_streams_not_a_failed_row():
 
     rows = [Row(f"r{i}", [{"role": "user", "content": "q"}], {}, i + 1) for i in range(40)]
     slot, recs = Slot(InstantClient(short=3), 8), []  # type: ignore[arg-type]
-    load = row_load([slot], rows, Sink(), params={}, turns="all", retries=Retries(retries=0),
+    load = row_load([slot], rows, Sink(), recipe=Recipe(), retries=Retries(retries=0),
                     on_record=recs.append)  # fmt: skip
     asyncio.run(load.run())
     assert sorted(done) == sorted(r.id for r in rows) and slot.streams == 8 - 3

@@ -23,6 +23,7 @@ from tests_helpers import closed_port_url, sim_metric
 
 from genbench import fmt
 from genbench.errors import InputFileError, UsageError
+from genbench.generate.recipe import Recipe
 from genbench.plan import (
     WANDER_HORIZON,
     Draws,
@@ -595,8 +596,9 @@ def test_pilot_reads_the_file_as_generate_does(tmp_path):
     by_line = {r.line: r for r in got.rows}
     assert by_line[1].params == {"max_tokens": 5}
     assert by_line[3].output_id == 7
-    assert turn_count(by_line[2], all_turns=True) == 2 and turn_count(by_line[2], False) == 1
-    assert turn_count(by_line[1], all_turns=True) == 1
+    assert turn_count(by_line[2], Recipe()) == 2
+    assert turn_count(by_line[2], Recipe(turns="last")) == 1
+    assert turn_count(by_line[1], Recipe()) == 1
     # a big file: a random sample of it, every row checked all the same
     big = tmp_path / "big.jsonl"
     write_prompts(big, 500)

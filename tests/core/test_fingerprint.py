@@ -9,6 +9,7 @@ import pytest
 
 from genbench.generate.fingerprint import _canonical, job_salt, line_key, row_fingerprint
 from genbench.generate.input.reader import Row
+from genbench.generate.recipe import Recipe
 from genbench.transport.client import ChatRequest
 
 pytestmark = pytest.mark.core
@@ -22,29 +23,30 @@ CONV = (("system", "be brief"), ("user", "hi"), ("assistant", "old answer"), ("u
 
 
 def test_what_is_asked_changes_it_and_nothing_else_does():
-    base = row_fingerprint(row(*CONV), {"temperature": 0.6}, True)
-    assert base == row_fingerprint(row(*CONV), {"temperature": 0.6}, True)  # stable
+    base = row_fingerprint(row(*CONV), Recipe({"temperature": 0.6}))
+    assert base == row_fingerprint(row(*CONV), Recipe({"temperature": 0.6}))  # stable
     changed = [
-        row_fingerprint(row(*CONV[:-1], ("user", "why not")), {"temperature": 0.6}, True),
-        row_fingerprint(row(*CONV), {"temperature": 0.7}, True),  # the job's sampling
-        row_fingerprint(row(*CONV, params={"max_tokens": 9}), {"temperature": 0.6}, True),
-        row_fingerprint(row(*CONV), {"temperature": 0.6}, False),  # --turns last
-        row_fingerprint(row(*CONV[1:]), {"temperature": 0.6}, True),  # no system prompt
+        row_fingerprint(row(*CONV[:-1], ("user", "why not")), Recipe({"temperature": 0.6})),
+        row_fingerprint(row(*CONV), Recipe({"temperature": 0.7})),  # the job's sampling
+        row_fingerprint(row(*CONV, params={"max_tokens": 9}), Recipe({"temperature": 0.6})),
+        row_fingerprint(row(*CONV), Recipe({"temperature": 0.6}, "last")),  # --turns last
+        row_fingerprint(row(*CONV[1:]), Recipe({"temperature": 0.6})),  # no system prompt
     ]
     assert base not in changed and len(set(changed)) == len(changed)
     # --turns all regenerates every answer: the old one in the input is not asked
     other = (*CONV[:2], ("assistant", "another old answer"), CONV[3])
-    assert row_fingerprint(row(*other), {"temperature": 0.6}, True) == base
+    assert row_fingerprint(row(*other), Recipe({"temperature": 0.6})) == base
     # --turns last sends the earlier answers as written: then they are asked
-    assert row_fingerprint(row(*other), {}, False) != row_fingerprint(row(*CONV), {}, False)
+    last = Recipe(turns="last")
+    assert row_fingerprint(row(*other), last) != row_fingerprint(row(*CONV), last)
 
 
 def test_the_order_of_fields_and_max_tokens_spelling_do_not_matter():
-    a = row_fingerprint(row(("user", "hi")), {"temperature": 0.6, "top_p": 0.9}, True)
-    b = row_fingerprint(row(("user", "hi")), {"top_p": 0.9, "temperature": 0.6}, True)
+    a = row_fingerprint(row(("user", "hi")), Recipe({"temperature": 0.6, "top_p": 0.9}))
+    b = row_fingerprint(row(("user", "hi")), Recipe({"top_p": 0.9, "temperature": 0.6}))
     assert a == b
-    c = row_fingerprint(row(("user", "hi")), {"max_tokens": 5}, True)
-    d = row_fingerprint(row(("user", "hi")), {"max_completion_tokens": 5}, True)
+    c = row_fingerprint(row(("user", "hi")), Recipe({"max_tokens": 5}))
+    d = row_fingerprint(row(("user", "hi")), Recipe({"max_completion_tokens": 5}))
     assert c == d  # both are sent as max_tokens
 
 
@@ -65,12 +67,12 @@ def test_a_field_added_to_requests_changes_no_fingerprint_until_it_is_set():
 
 
 def test_line_keys_and_salts():
-    salt = job_salt({}, True)
-    assert salt == job_salt({}, True) != job_salt({"temperature": 0.6}, True)
-    assert job_salt({}, True) != job_salt({}, False)
+    salt = job_salt(Recipe())
+    assert salt == job_salt(Recipe()) != job_salt(Recipe({"temperature": 0.6}))
+    assert job_salt(Recipe()) != job_salt(Recipe(turns="last"))
     line = b'{"id": "a", "prompt": "hi"}'
     assert line_key(salt, line) == line_key(salt, line) != line_key(salt, line + b" ")
-    assert line_key(salt, line) != line_key(job_salt({"temperature": 0.6}, True), line)
+    assert line_key(salt, line) != line_key(job_salt(Recipe({"temperature": 0.6})), line)
     assert all(line_key(s, b"") != 0 for s in range(100))  # 0 means unknown
 
 
@@ -91,10 +93,35 @@ def test_an_agentic_rows_tools_tool_choice_and_results_are_part_of_its_request()
         m = [dict(x) for x in msgs]
         m[2]["content"] = result
         r = Row("x", m, {}, 1, tools=list(tools), tool_choice=choice)
-        return row_fingerprint(r, {}, True, policy)
+        return row_fingerprint(r, Recipe(tool_policy=policy))
 
     base = fp()
     assert base == fp()
     others = [fp(tools=()), fp(choice="required"), fp(result="rainy"), fp(policy="keep")]
     assert base not in others and len(set(others)) == len(others)
-    assert job_salt({}, True, "keep") != job_salt({}, True) == job_salt({}, True, "replay")
+    keep, replay = Recipe(tool_policy="keep"), Recipe(tool_policy="replay")
+    assert job_salt(keep) != job_salt(Recipe()) == job_salt(replay)
+
+
+def test_salts_and_fingerprints_stay_those_earlier_runs_wrote():
+    """An output directory made by an earlier genbench resumes as it was: its line keys'
+    salts and its rows' fingerprints, pinned."""
+    assert f"{job_salt(Recipe()):016x}" == "a549275c8416c598"
+    assert f"{job_salt(Recipe(turns='last')):016x}" == "f92b3b085c364240"
+    assert f"{job_salt(Recipe(tool_policy='keep')):016x}" == "0d976a3f1150b52c"
+    assert f"{job_salt(Recipe({'temperature': 0.6, 'max_tokens': 100})):016x}" == "79bb50c2736b5ad5"
+    chat = row(*CONV, ("assistant", "y"))
+    assert f"{row_fingerprint(chat, Recipe({'temperature': 0.6, 'max_tokens': 100})):016x}" == (
+        "e5d8494b43da85d1"
+    )
+    assert f"{row_fingerprint(chat, Recipe(turns='last')):016x}" == "0e138d3173d611f1"
+    call = {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    msgs = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "a", "content": "A"},
+        {"role": "assistant", "content": "doneA"},
+    ]
+    agent = Row("ag", msgs, {}, 1, tools=[TOOL])
+    assert f"{row_fingerprint(agent, Recipe()):016x}" == "4c25561e3ec329f3"
+    assert f"{row_fingerprint(agent, Recipe(tool_policy='keep')):016x}" == "a2c9deb6717480bb"

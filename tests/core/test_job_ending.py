@@ -8,6 +8,7 @@ import pytest
 from genbench.generate.ending import Failures, Unanswered, ending
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint
 from genbench.generate.input.reader import Row
+from genbench.generate.recipe import Recipe
 from genbench.generate.store.lostjob import COULD_HAVE, attribute, refusal
 
 pytestmark = pytest.mark.core
@@ -66,16 +67,16 @@ def _row(i: int) -> Row:
     ],
 )
 def test_a_changed_setting_is_found_from_the_rows_fingerprints(then, now, said):
-    samples = [(_row(i), row_fingerprint(_row(i), then, True)) for i in range(3)]
-    assert attribute(samples, now, True, "replay") == f"{said} (found from the rows' fingerprints)"
+    samples = [(_row(i), row_fingerprint(_row(i), Recipe(then))) for i in range(3)]
+    assert attribute(samples, Recipe(now)) == f"{said} (found from the rows' fingerprints)"
 
 
 def test_turns_are_found_and_two_changes_are_listed_not_guessed():
-    samples = [(_row(i), row_fingerprint(_row(i), {}, False)) for i in range(2)]
-    assert attribute(samples, {}, True, "replay").startswith("--turns was last, now all")
+    samples = [(_row(i), row_fingerprint(_row(i), Recipe({}, "last"))) for i in range(2)]
+    assert attribute(samples, Recipe()).startswith("--turns was last, now all")
     two = {"temperature": 0.3, "top_p": 0.5}
-    samples = [(_row(i), row_fingerprint(_row(i), two, True)) for i in range(2)]
-    check = RequestCheck({"temperature": 0.7, "top_p": 0.9}, True, {})
+    samples = [(_row(i), row_fingerprint(_row(i), Recipe(two))) for i in range(2)]
+    check = RequestCheck(Recipe({"temperature": 0.7, "top_p": 0.9}), {})
     check.samples = samples
     assert refusal("missing", check) == (
         ".genbench/job.json is missing, so no setting can be named; any of these could have "

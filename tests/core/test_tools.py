@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from genbench.errors import InputFileError
-from genbench.generate.agent import AgentConversation
+from genbench.generate.agent import AgentConversation, start
 from genbench.generate.input.reader import parse_row, scan
-from genbench.generate.row_units import start, turn_count
+from genbench.generate.recipe import Recipe, turn_count
 from genbench.records import RequestRecord
 from genbench.transport.stream import StreamParser, parse_whole
 
@@ -275,7 +275,7 @@ def answer(conv, text: str = "", calls: list | None = None) -> None:
 
 def test_replay_feeds_the_cached_results_in_order_to_the_new_calls():
     row = parse_row(agentic(2), 1)
-    conv = start(row, {}, all_turns=False)
+    conv = start(row, Recipe({}, "last"))
     assert isinstance(conv, AgentConversation)
     first = conv.next_request()
     assert [m["role"] for m in first.messages] == ["system", "user"]
@@ -299,7 +299,7 @@ def test_replay_feeds_the_cached_results_in_order_to_the_new_calls():
 
 
 def test_replay_ends_the_row_when_the_results_run_out():
-    conv = start(parse_row(agentic(1), 1), {}, all_turns=True)
+    conv = start(parse_row(agentic(1), 1), Recipe({}))
     conv.next_request()
     answer(conv, calls=[call("n0")])
     conv.next_request()
@@ -311,7 +311,7 @@ def test_replay_ends_the_row_when_the_results_run_out():
 
 def test_keep_sends_the_original_calls_and_regenerates_the_answer():
     row = parse_row(agentic(2), 1)
-    conv = start(row, {"temperature": 0}, all_turns=True, tool_policy="keep")
+    conv = start(row, Recipe({"temperature": 0}, tool_policy="keep"))
     req = conv.next_request()
     assert req.messages == [
         {k: v for k, v in m.items()} for m in row.messages[:-1]
@@ -323,9 +323,9 @@ def test_keep_sends_the_original_calls_and_regenerates_the_answer():
 
 def test_requests_per_row_follow_the_original_under_each_policy():
     row = parse_row(agentic(3), 1)
-    assert turn_count(row, True, "replay") == 4  # three calls and the answer
-    assert turn_count(row, True, "keep") == 1
-    assert turn_count(parse_row({"prompt": "hi"}, 1), True) == 1
+    assert turn_count(row, Recipe(tool_policy="replay")) == 4  # three calls and the answer
+    assert turn_count(row, Recipe(tool_policy="keep")) == 1
+    assert turn_count(parse_row({"prompt": "hi"}, 1), Recipe()) == 1
 
 
 def test_replay_with_every_turn_uses_each_user_turns_own_results():
@@ -337,8 +337,8 @@ def test_replay_with_every_turn_uses_each_user_turns_own_results():
              {"role": "assistant", "content": "", "tool_calls": [call("b")]},
              {"role": "tool", "tool_call_id": "b", "content": "result B"},
              {"role": "assistant", "content": "done B"}]  # fmt: skip
-    conv = start(parse_row({"messages": msgs, "tools": TOOLS}, 1), {}, all_turns=True)
-    assert turn_count(conv.row, True) == 4
+    conv = start(parse_row({"messages": msgs, "tools": TOOLS}, 1), Recipe({}))
+    assert turn_count(conv.row, Recipe()) == 4
     conv.next_request()
     answer(conv, "no call: the first turn's result is left unused")
     req = conv.next_request()
@@ -365,7 +365,7 @@ def test_an_xlam_row_is_a_query_and_its_calls_with_a_schema_made_of_its_paramete
     params = row.tools[0]["function"]["parameters"]
     assert params == {"type": "object", "required": ["type"], "properties": {
         "type": {"type": "string", "description": "kind"}, "n": {"type": "array"}}}  # fmt: skip
-    conv = start(row, {}, all_turns=True)
+    conv = start(row, Recipe({}))
     assert [m["role"] for m in conv.next_request().messages] == ["user"]
     answer(conv, calls=[call("x")])
     assert conv.next_request() is None and conv.meta("m")["tool_results_ran_out"] is True
@@ -374,12 +374,12 @@ def test_an_xlam_row_is_a_query_and_its_calls_with_a_schema_made_of_its_paramete
 def test_a_forcing_tool_choice_goes_where_the_original_called_and_none_where_it_answered():
     force = {"type": "function", "function": {"name": "get_weather"}}
     row = parse_row({**agentic(1), "tool_choice": force}, 1)
-    conv = start(row, {}, all_turns=False)
+    conv = start(row, Recipe({}, "last"))
     assert conv.next_request().params["tool_choice"] == force  # a result is there to answer
     answer(conv, calls=[call("n0")])
     assert conv.next_request().params["tool_choice"] == "none"  # the original answered here
-    keep = start(row, {}, all_turns=False, tool_policy="keep")
+    keep = start(row, Recipe(turns="last", tool_policy="keep"))
     assert keep.next_request().params["tool_choice"] == "none"
-    auto = start(parse_row({**agentic(1), "tool_choice": "auto"}, 1), {}, all_turns=False)
+    auto = start(parse_row({**agentic(1), "tool_choice": "auto"}, 1), Recipe({}, "last"))
     conv_req = auto.next_request()
     assert conv_req.params["tool_choice"] == "auto" and conv_req.params["tools"] == TOOLS

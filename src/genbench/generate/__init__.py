@@ -7,9 +7,11 @@ The job is split so each part can be reasoned about (and tested) alone:
              the shard a run takes;
 * `store/`   the one owner of the output directory: `layout` names every path, `writer`
              the sharded data files, the done index, the errors file and the request log,
-             `durable` its append-only files, `rows` the output row format and Parquet,
+             `durable` its append-only files (the output row format is `genbench.rows`),
              `resume` what a rerun finds (repairs, settings compared, changed input),
              `batch` the answers in OpenAI Batch shape;
+* `recipe`   what shapes a row's requests: the job's sampling, --turns and --tool-policy
+             (`Recipe`, what the job's salt hashes), and each row's turns asked (`TurnPlan`);
 * `conversation` a row on its way: its turns in order, as one unit of `genbench.load`;
   `agent` a conversation that replays or keeps an agentic row's tool calls;
 * `pipeline` rows through load, and what a failed request means for its row;

@@ -31,135 +31,52 @@ ordinary assistant turn: one generated turn, one training sample.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from typing import Any
 
 from genbench.generate.conversation import Conversation
 from genbench.generate.input.reader import Row
-from genbench.generate.input.tools import wire
+from genbench.generate.recipe import REPLAY, Recipe, TurnPlan, turn_plan
 from genbench.records import RequestRecord
-from genbench.rows import row_line
-from genbench.transport.client import ChatRequest
-
-_PROMPTS = ("user", "tool")
 
 
 class AgentConversation(Conversation):
     """A row with tools: the requests it makes and what its answers say about calls."""
 
     __slots__ = (
-        "policy", "results", "names", "made", "calls", "call_turns", "call_tokens",
-        "ran_out", "differ", "last_prompt", "cut",
+        "results", "names", "made", "calls", "call_turns", "call_tokens", "ran_out", "differ",
+        "cut",
     )  # fmt: skip
 
     def __init__(
-        self,
-        row: Row,
-        params: dict[str, Any],
-        all_turns: bool,
-        rid: str | None = None,
-        policy: str = "replay",
+        self, row: Row, recipe: Recipe, rid: str | None = None, plan: TurnPlan | None = None
     ) -> None:
-        super().__init__(row, params, all_turns, rid)
+        super().__init__(row, recipe, rid, plan)
         extra: dict[str, Any] = {"tools": row.tools} if row.tools else {}
         if row.tool_choice is not None:
             extra["tool_choice"] = row.tool_choice
         self.params = {**self.params, **extra}  # every request carries them
-        self.policy = policy
         self.results: deque[dict[str, Any]] = deque()  # the segment's cached results
         self.names: list[str] = []  # the functions the original called in the segment
         self.made: list[str] = []  # and those the target called there
         self.calls = self.call_turns = self.call_tokens = 0
         self.ran_out = self.differ = self.cut = False
-        msgs = row.messages
-        self.last_prompt = max(i for i, m in enumerate(msgs) if m["role"] in _PROMPTS)
 
-    # -- where the next request is ------------------------------------------------------
-
-    def _advance(self) -> bool:
-        if self.waiting:
-            return True
-        return self._keep() if self.policy == "keep" else self._replay()
-
-    def _replay(self) -> bool:
-        msgs = self.row.messages
-        while self.pos < len(msgs):
-            i = self.pos
-            m = msgs[i]
-            self.pos += 1
-            if self.all_turns:
-                if m["role"] in ("assistant", "tool"):
-                    continue  # regenerated, and its results replayed
-                self.out.append(m)
-                if m["role"] == "user" and (i + 1 == len(msgs) or msgs[i + 1]["role"] != "user"):
-                    return self._segment(i)
-            elif i <= self.last_user:
-                self.out.append(m)
-                if i == self.last_user:
-                    return self._segment(i)
-        return False
-
-    def _segment(self, user: int) -> bool:
-        """The user turn at `user` is answered next: the results and calls that followed
-        it in the original, up to the next user turn."""
-        msgs = self.row.messages
-        end = next((j for j in range(user + 1, len(msgs)) if msgs[j]["role"] == "user"), None)
-        part = msgs[user + 1 : end]
-        self.results = deque(m for m in part if m["role"] == "tool")
-        self.names = [c["function"]["name"] for m in part for c in m.get("tool_calls", ())]
-        self.made = []
-        self.waiting = True
-        return True
-
-    def _keep(self) -> bool:
-        msgs = self.row.messages
-        while self.pos < len(msgs):
-            i = self.pos
-            m = msgs[i]
-            self.pos += 1
-            if self.all_turns:
-                if m["role"] == "assistant":
-                    if self._kept(i):
-                        self.out.append(m)
-                    continue  # a plain answer: generated at the point before it
-                self.out.append(m)
-                if m["role"] in _PROMPTS and self._answered_next(i):
-                    self.waiting = True
-                    return True
-            elif i <= self.last_prompt:
-                self.out.append(m)
-                if i == self.last_prompt:
-                    self.waiting = True
-                    return True
-        return False
-
-    def _kept(self, i: int) -> bool:
-        """An original call that results follow: history under `keep`."""
-        msgs = self.row.messages
-        return "tool_calls" in msgs[i] and i + 1 < len(msgs) and msgs[i + 1]["role"] == "tool"
-
-    def _answered_next(self, i: int) -> bool:
-        msgs = self.row.messages
-        if i + 1 == len(msgs):
-            return True
-        nxt = msgs[i + 1]
-        return nxt["role"] == "assistant" and not self._kept(i + 1)
-
-    def next_request(self) -> ChatRequest | None:
-        if not self._advance():
-            return None
-        if self.sent_at is None:
-            self.sent_at = round(time.time(), 3)
-        msgs = [wire(m) for m in self.out]
-        return ChatRequest(self.rid, msgs, self.max_tokens, self._params_now(), self.row.group)
+    def _asking(self, i: int) -> None:
+        """Under `replay`, the user turn at `i` is answered next: the results and calls
+        that followed it in the original, up to the next user turn."""
+        if self.plan.tools == REPLAY:
+            part = self.plan.segment(i)
+            self.results = deque(m for m in part if m["role"] == "tool")
+            self.names = [c["function"]["name"] for m in part for c in m.get("tool_calls", ())]
+            self.made = []
 
     def _params_now(self) -> dict[str, Any]:
         """The request's fields: a forcing tool_choice only where the original called."""
         choice = self.row.tool_choice
         if choice not in ("required",) and not isinstance(choice, dict):
             return self.params
-        if self.policy == "replay":
+        if self.plan.tools == REPLAY:
             called = bool(self.results)
         else:
             msgs = self.row.messages
@@ -177,7 +94,7 @@ class AgentConversation(Conversation):
         self.calls += len(calls)
         self.call_turns += 1
         self.call_tokens += rec.tool_tokens or 0
-        if self.policy != "replay":
+        if self.plan.tools != REPLAY:
             return
         if rec.finish_reason == "length":  # a call cut by max_tokens: no result answers it
             self.cut = True
@@ -211,7 +128,7 @@ class AgentConversation(Conversation):
     def meta(self, model: str) -> dict[str, Any]:
         out = super().meta(model)
         out.update(
-            tool_policy=self.policy,
+            tool_policy=self.plan.tools,
             tool_calls=self.calls,
             tool_call_turns=self.call_turns,
             tool_call_tokens=self.call_tokens,
@@ -221,22 +138,9 @@ class AgentConversation(Conversation):
         )
         return out
 
-    def line(self, model: str) -> bytes:
-        return row_line(self.row.output_id, self.out, self.meta(model), tools=self.row.tools)
 
-    def expected_requests(self) -> int:
-        """Requests the row makes: under `replay`, as many as the original's assistant
-        turns after each user turn it answers (the target may make more or fewer)."""
-        if self.policy == "keep":
-            return super().expected_requests()
-        msgs = self.row.messages
-        users = [i for i, m in enumerate(msgs) if m["role"] == "user"]
-        if self.all_turns:
-            users = [i for i in users if i + 1 == len(msgs) or msgs[i + 1]["role"] != "user"]
-        else:
-            users = users[-1:]
-        n = 0
-        for u in users:
-            end = next((j for j in range(u + 1, len(msgs)) if msgs[j]["role"] == "user"), None)
-            n += max(1, sum(m["role"] == "assistant" for m in msgs[u + 1 : end]))
-        return n
+def start(row: Row, recipe: Recipe, rid: str | None = None) -> Conversation:
+    """The row's conversation: an agentic row's (tools, in the row or its params; calls,
+    results) is an `AgentConversation`, its calls under the recipe's tool policy."""
+    plan = turn_plan(row, recipe)
+    return (Conversation if plan.tools is None else AgentConversation)(row, recipe, rid, plan)

@@ -3,17 +3,22 @@
 A row is one or more requests: with `turns="all"` every user turn of a multi-turn
 conversation gets a freshly generated answer, in order, each request carrying the
 regenerated history (as SpecForge's regenerate script does); with `turns="last"` only
-the final assistant turn is generated. Progress within a row survives a failed request,
-so a retry resumes at the turn that failed.
+the final assistant turn is generated. Which turns are asked for, and which are sent as
+written, is the row's `TurnPlan` (recipe.py): one walk through the row, for a chat row and
+an agentic one (agent.py) under either tool policy alike. Progress within a row survives a
+failed request, so a retry resumes at the turn that failed.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from genbench.generate.input.params import merge, split_max_tokens
 from genbench.generate.input.reader import Row
+from genbench.generate.input.tools import wire
+from genbench.generate.recipe import Recipe, TurnPlan, turn_plan
 from genbench.records import RequestRecord
 from genbench.rows import row_line
 from genbench.transport.client import ChatRequest
@@ -40,22 +45,22 @@ class Conversation:
     """The conversation so far, what its attempts cost, and the next request to send."""
 
     __slots__ = (
-        "row", "rid", "all_turns", "max_tokens", "params", "out", "pos", "waiting", "last_user",
-        "attempts", "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated",
-        "truncated", "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "ids",
-        "request", "thinking_from", "spec",
+        "row", "rid", "plan", "max_tokens", "params", "out", "pos", "waiting", "attempts",
+        "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated", "truncated",
+        "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "ids", "request",
+        "thinking_from", "spec",
     )  # fmt: skip
 
     def __init__(
-        self, row: Row, params: dict[str, Any], all_turns: bool, rid: str | None = None
+        self, row: Row, recipe: Recipe, rid: str | None = None, plan: TurnPlan | None = None
     ) -> None:
-        self.row, self.rid, self.all_turns = row, rid or row.id, all_turns
-        merged = merge(params, row.params) if row.params else params
+        self.row, self.rid = row, rid or row.id
+        self.plan = turn_plan(row, recipe) if plan is None else plan  # its turns asked
+        merged = merge(recipe.params, row.params) if row.params else dict(recipe.params)
         self.max_tokens, self.params = split_max_tokens(merged)
         self.out: list[dict[str, Any]] = []
         self.pos = 0
         self.waiting = False
-        self.last_user = max(i for i, m in enumerate(row.messages) if m["role"] == "user")
         self.attempts = self.losses = self.turns = 0
         self.prompt_tokens = self.tokens = self.thinking = 0
         self.estimated = self.truncated = False
@@ -73,35 +78,42 @@ class Conversation:
         self.spec: list[dict[str, Any]] = []  # each answered turn's acceptance, when said
 
     def _advance(self) -> bool:
-        """Move through the row to the next turn to generate; False when the row is done."""
+        """Move through the row to the next turn its plan asks for; False when it is done."""
         if self.waiting:
             return True
-        msgs = self.row.messages
+        msgs, plan = self.row.messages, self.plan
         while self.pos < len(msgs):
             i = self.pos
-            m = msgs[i]
             self.pos += 1
-            if self.all_turns:
-                if m["role"] == "assistant":
-                    continue  # the answer is regenerated
-                self.out.append(m)
-                if m["role"] == "user" and (i + 1 == len(msgs) or msgs[i + 1]["role"] != "user"):
-                    self.waiting = True
-                    return True
-            elif i <= self.last_user:
-                self.out.append(m)
-                if i == self.last_user:
-                    self.waiting = True
-                    return True
+            if plan.sent[i]:
+                self.out.append(msgs[i])
+            if i in plan.asks:
+                self._asking(i)
+                self.waiting = True
+                return True
         return False
+
+    def _asking(self, i: int) -> None:
+        """The turn at `i` is answered next (agent.py readies its cached results)."""
 
     def next_request(self) -> ChatRequest | None:
         if not self._advance():
             return None
         if self.sent_at is None:
             self.sent_at = round(time.time(), 3)
-        msgs = [{"role": m["role"], "content": m["content"]} for m in self.out]
-        return ChatRequest(self.rid, msgs, self.max_tokens, self.params, self.row.group)
+        msgs = [wire(m) for m in self.out]
+        return ChatRequest(self.rid, msgs, self.max_tokens, self._params_now(), self.row.group)
+
+    def _params_now(self) -> dict[str, Any]:
+        return self.params
+
+    def asked(self) -> Iterator[ChatRequest]:
+        """The requests this fresh conversation makes, each answered by an empty turn: what
+        it asks, whatever comes back (its fingerprint: fingerprint.py)."""
+        while (req := self.next_request()) is not None:
+            yield req
+            self.out.append({"role": "assistant", "content": ""})
+            self.waiting = False
 
     def answered(self, rec: RequestRecord) -> None:
         """A turn's answer: it joins the conversation, its costs the row's."""
@@ -183,18 +195,8 @@ class Conversation:
         return out
 
     def line(self, model: str) -> bytes:
-        """The row as the data file holds it."""
-        return row_line(self.row.output_id, self.out, self.meta(model))
-
-
-    def expected_requests(self) -> int:
-        """Requests the row makes: every user turn's answer with --turns all, else one."""
-        n = 0
-        while self._advance():
-            n += 1
-            self.waiting = False
-        self.out, self.pos = [], 0
-        return n
+        """The row as the data file holds it (an agentic row's `tools` beside its turns)."""
+        return row_line(self.row.output_id, self.out, self.meta(model), tools=self.row.tools)
 
 
 def _prompt_tokens(rec: RequestRecord) -> int:

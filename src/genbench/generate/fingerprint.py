@@ -11,9 +11,9 @@ fingerprints (empty values are left out).
 Computing it means parsing and normalising the row (microseconds), too slow for every
 row of a 1M-row resume. So the store also keeps, per row, a *line key*: the input line's
 length and a CRC-32 seeded by the job's *salt* (the fingerprint of a fixed synthetic row
-under this job's sampling and `--turns`). Same bytes, same salt: same request, no
-parsing. Anything else (a reformatted line, new job settings, a newer genbench) falls
-back to the fingerprint itself, which decides.
+under this job's `Recipe`: sampling, `--turns`, tool policy). Same bytes, same salt: same
+request, no parsing. Anything else (a reformatted line, new job settings, a newer
+genbench) falls back to the fingerprint itself, which decides.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Any
 
 import orjson
 
-from genbench.generate.conversation import Conversation
+from genbench.generate.agent import start
 from genbench.generate.input.linekey import line_key
 from genbench.generate.input.reader import Row
-from genbench.generate.row_units import start
+from genbench.generate.recipe import REPLAY, Recipe
 from genbench.transport.client import ChatRequest
 
 __all__ = [
@@ -69,24 +69,20 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     return dataclasses.MISSING
 
 
-def row_fingerprint(
-    row: Row, params: dict[str, Any], all_turns: bool, tool_policy: str = "replay"
-) -> int:
+def row_fingerprint(row: Row, recipe: Recipe) -> int:
     """The fingerprint (an unsigned 64-bit int, never 0) of the requests `row` makes."""
-    conv = start(row, params, all_turns, tool_policy=tool_policy)
+    conv = start(row, recipe)
     h = hashlib.blake2b(digest_size=8)
-    if type(conv) is not Conversation:
-        # an agentic row: its later requests follow the target's calls, so what it asks is
-        # its first request and everything of the row that the others are made from
-        first = conv.next_request()
-        h.update(_dumps(_canonical(first)) if first is not None else b"")
-        h.update(_dumps([row.messages, row.tools, row.tool_choice, tool_policy, all_turns]))
+    if conv.plan.tools is None:
+        for req in conv.asked():
+            h.update(_dumps(_canonical(req)) + b"\n")
         return int.from_bytes(h.digest(), "big") or 1
-    while (req := conv.next_request()) is not None:
-        h.update(_dumps(_canonical(req)))
-        h.update(b"\n")
-        conv.out.append({"role": "assistant", "content": ""})  # the answer, as a placeholder
-        conv.waiting = False
+    # an agentic row: its later requests follow the target's calls, so what it asks is its
+    # first request and everything of the row that the others are made from
+    first = next(conv.asked(), None)
+    h.update(_dumps(_canonical(first)) if first is not None else b"")
+    rest = [row.messages, row.tools, row.tool_choice, recipe.tool_policy, recipe.all_turns]
+    h.update(_dumps(rest))
     return int.from_bytes(h.digest(), "big") or 1
 
 
@@ -94,13 +90,13 @@ def _dumps(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS, default=str)
 
 
-def job_salt(params: dict[str, Any], all_turns: bool, tool_policy: str = "replay") -> int:
-    """What the line keys of this job are keyed by: changes with the job's sampling, its
-    `--turns`, its tool policy and the way genbench builds requests."""
-    fp = row_fingerprint(PROBE, params, all_turns).to_bytes(8, "big")
-    if tool_policy == "replay":  # the default leaves the keys of earlier jobs as they were
+def job_salt(recipe: Recipe) -> int:
+    """What the line keys of this job are keyed by: changes with its recipe (sampling,
+    `--turns`, tool policy) and the way genbench builds requests."""
+    fp = row_fingerprint(PROBE, recipe).to_bytes(8, "big")
+    if recipe.tool_policy == REPLAY:  # the default leaves the keys of earlier jobs as they were
         return int.from_bytes(fp, "big")
-    digest = hashlib.blake2b(fp + tool_policy.encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(fp + recipe.tool_policy.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") or 1
 
 
@@ -126,18 +122,16 @@ class RequestCheck:
     genbench: trusted). `kept`: rows kept by `--input-changed keep`, with the fingerprint
     and line key they were kept for (fingerprint 0: kept although not in the input)."""
 
-    params: dict[str, Any]
-    all_turns: bool
+    recipe: Recipe
     fps: Any  # id -> fingerprint: a mapping with .get (store.LazyFps)
     kept: dict[str, tuple[int, int]] = field(default_factory=dict)
-    tool_policy: str = "replay"
     changes: list[tuple[str, int, int]] = field(default_factory=list)  # (id, fp now, key)
     learned: dict[str, int] = field(default_factory=dict)  # id -> key, for the index
     # a few changed rows and the fingerprint each was made with: lostjob.attribute
     samples: list[tuple[Row, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.salt = job_salt(self.params, self.all_turns, self.tool_policy)
+        self.salt = job_salt(self.recipe)
 
     def key(self, raw: bytes) -> int:
         return line_key(self.salt, raw)
@@ -159,7 +153,7 @@ class RequestCheck:
         old = self.fps.get(row_id, 0)
         if not old:
             return False  # made by a genbench that kept no fingerprint: cannot tell
-        fp = row_fingerprint(row, self.params, self.all_turns, self.tool_policy)
+        fp = row_fingerprint(row, self.recipe)
         k = self.kept.get(row_id)
         if fp == old:
             self.learned[row_id] = key  # the same request from another line: its new key

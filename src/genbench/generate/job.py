@@ -276,11 +276,9 @@ class Job:
             list(self.servers),
             rows,
             self,
-            params=cfg.params,
-            turns=cfg.turns,
+            recipe=cfg.recipe,
             retries=retries,
             on_bad=self._write_bad,
-            tool_policy=cfg.tool_policy,
             on_record=self._on_record,
             keep_records=False,
             down_timeout=cfg.down_timeout,
@@ -375,8 +373,7 @@ class Job:
             entry["meta"] = conv.meta(self.model)
             self.store.write_error(conv.row.id, entry, info)
         else:
-            cfg = self.cfg
-            fp = row_fingerprint(conv.row, cfg.params, cfg.turns == "all", cfg.tool_policy)
+            fp = row_fingerprint(conv.row, self.cfg.recipe)
             conv.request = to_hex(fp)
             line = row_bytes(conv, self.model, self.cfg.fmt)
             self.store.write_row(conv.row.id, line, info, (fp, conv.row.src))

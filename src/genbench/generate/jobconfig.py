@@ -12,6 +12,7 @@ from typing import Any
 from genbench.engines.command import EngineCommand
 from genbench.engines.supervisor import EngineOptions
 from genbench.generate.input.shard import ShardSpec
+from genbench.generate.recipe import ALL, REPLAY, Recipe
 from genbench.generate.servers import ServerSpec
 from genbench.transport.thinking import DEFAULT_TAGS
 
@@ -50,8 +51,8 @@ class JobConfig(AsTyped):
     servers: list[ServerSpec]
     api_key: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
-    turns: str = "all"  # all | last
-    tool_policy: str = "replay"  # replay | keep: an agentic row's calls (generate/agent.py)
+    turns: str = ALL  # all | last
+    tool_policy: str = REPLAY  # replay | keep: an agentic row's calls (generate/agent.py)
     fmt: str = "jsonl"  # jsonl | parquet | batch (JSONL of OpenAI Batch output lines)
     shard: ShardSpec | None = None
     shard_bytes: int = 256 << 20
@@ -71,10 +72,15 @@ class JobConfig(AsTyped):
         """The settings job.json keeps: those store.FINGERPRINT_KEYS names are compared on
         resume; token_ids and answers are kept to name a change (generate/store/jobfile.py)."""
         fp = {"model": model, "params": self.params, "turns": self.turns, "format": self.fmt}
-        if self.tool_policy != "replay":  # the default leaves earlier jobs' fingerprints be
+        if self.tool_policy != REPLAY:  # the default leaves earlier jobs' fingerprints be
             fp["tool_policy"] = self.tool_policy
         fp["token_ids"], fp["answers"] = self.token_ids, self.answers
         return fp
+
+    @property
+    def recipe(self) -> Recipe:
+        """What shapes the rows' requests (generate/recipe.py)."""
+        return Recipe(self.params, self.turns, self.tool_policy)
 
     @property
     def shard_tag(self) -> str | None:

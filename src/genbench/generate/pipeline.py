@@ -32,14 +32,15 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from genbench.errors import ErrorKind, Retry, descriptor_advice, no_worker_left, retry_for
+from genbench.generate.agent import start
 from genbench.generate.conversation import Conversation
 from genbench.generate.input.reader import BadRow, Row
-from genbench.generate.row_units import Label, conversations
+from genbench.generate.recipe import Recipe
 from genbench.load import Load, Policy, Slot, WorkQueue
 from genbench.records import RequestRecord
 from genbench.transport.thinking_count import ThinkingCounter
@@ -234,26 +235,44 @@ class RowPolicy(Policy):
         return True
 
 
+Label = Callable[[int, Row], tuple[str, dict[str, Any]]]
+
+
+def conversations(
+    rows: Iterable[Row | BadRow],
+    recipe: Recipe,
+    on_bad: Callable[[BadRow], None] | None = None,
+    label: Label | None = None,
+) -> Iterator[Conversation]:
+    """The rows as units for `load`, read lazily; a row that cannot be sent goes to
+    `on_bad`. `label(n, row)` gives the n-th row's request id and what its records
+    carry in `extra` (default: the row's id, nothing)."""
+    for n, row in enumerate(rows):
+        if isinstance(row, BadRow):
+            if on_bad is not None:
+                on_bad(row)
+            continue
+        rid, tag = label(n, row) if label else (row.id, {})
+        conv = start(row, recipe, rid)
+        conv.tag = tag
+        yield conv
+
+
 def row_load(
     slots: list[Slot],
     rows: Iterable[Row | BadRow],
     sink: RowSink,
     *,
-    params: dict[str, Any],
-    turns: str,
+    recipe: Recipe,
     retries: Retries,
     phase: str = "generate",
     admit: Callable[[int], bool] | None = None,
     label: Label | None = None,
     on_bad: Callable[[BadRow], None] | None = None,
-    tool_policy: str = "replay",
     **load: Any,
 ) -> Load:
-    """The load that sends `rows` as generate does: each row a conversation, failures
-    handled by `RowPolicy`, finished rows to `sink`. `load` goes to `Load`
-    (on_record, keep_records, down_timeout, drain)."""
-    units = conversations(
-        rows, params, turns == "all", on_bad=on_bad, label=label, tool_policy=tool_policy
-    )
-    queue = WorkQueue(units, admit)
+    """The load that sends `rows` as generate does: each row a conversation made to
+    `recipe`, failures handled by `RowPolicy`, finished rows to `sink`. `load` goes to
+    `Load` (on_record, keep_records, down_timeout, drain)."""
+    queue = WorkQueue(conversations(rows, recipe, on_bad, label), admit)
     return Load(slots, queue, RowPolicy(sink, retries), phase=phase, **load)

@@ -16,6 +16,7 @@ from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
 from genbench.generate.input.params import job_params
 from genbench.generate.pipeline import Retries
+from genbench.generate.recipe import Recipe
 from genbench.plan import rescale
 from genbench.plan.configurations import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
@@ -378,10 +379,9 @@ def _run(
     # open-ended: until the bar is reached, at most every row once; fixed: K draws
     items = itertools.islice(stream, len(rows) if stop is not None else pilot.size)
     rnd = random.Random(args.seed + 1)
-    warm = first_turn_requests(
-        [rows[rnd.randrange(len(rows))] for _ in range(4 * c)], pilot.params, args.turns == "all",
-        "warm", args.tool_policy,
-    )  # fmt: skip
+    recipe = Recipe(pilot.params, args.turns, args.tool_policy)
+    drawn = [rows[rnd.randrange(len(rows))] for _ in range(4 * c)]
+    warm = first_turn_requests(drawn, recipe, "warm")
     size = (
         f"until ±{stop.target:.0%} (≥ {stop.min_requests}"
         + (f", ≥ {stop.min_s:g} s" if stop.min_s else "")
@@ -408,10 +408,8 @@ def _run(
                 warmup=warm,
                 warmup_s=args.warmup,
                 stop=stop,
-                params=pilot.params,
-                turns=args.turns,
+                recipe=recipe,
                 think=think,
-                tool_policy=args.tool_policy,
                 token_ids=token_ids,
                 accept=accept,
             )

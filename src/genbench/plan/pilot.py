@@ -17,10 +17,11 @@ import orjson
 
 from genbench.errors import ErrorKind, InputFileError
 from genbench.fmt import counted
+from genbench.generate.agent import start
 from genbench.generate.conversation import Conversation
 from genbench.generate.input.reader import Row, iter_rows, scan
 from genbench.generate.pipeline import Retries, row_load
-from genbench.generate.row_units import start, turn_count
+from genbench.generate.recipe import Recipe, turn_count
 from genbench.generate.servers import Server
 from genbench.load import run_phase
 from genbench.plan.bar import TARGET_REL_ERROR, length_halfwidth
@@ -92,17 +93,11 @@ def draws_of(draws: int, total: int) -> str:
     return f"{draws:,} draws from the {counted(total, 'row')} (some twice)"
 
 
-def first_turn_requests(
-    rows: Sequence[Row],
-    params: dict[str, Any],
-    all_turns: bool,
-    prefix: str,
-    tool_policy: str = "replay",
-) -> list[ChatRequest]:
+def first_turn_requests(rows: Sequence[Row], recipe: Recipe, prefix: str) -> list[ChatRequest]:
     """Each row's first request, as generate sends it (for the warm-up)."""
     out = []
     for i, row in enumerate(rows):
-        req = start(row, params, all_turns, f"{prefix}-{i}", tool_policy).next_request()
+        req = start(row, recipe, f"{prefix}-{i}").next_request()
         if req is not None:
             out.append(req)
     return out
@@ -187,10 +182,8 @@ async def run_pilot(
     warmup: Sequence[ChatRequest] = (),
     warmup_s: float = 0.0,
     stop: PilotStop | None = None,
-    params: dict[str, Any] | None = None,
-    turns: str = "all",
+    recipe: Recipe = Recipe(),  # frozen: one default for every call
     think: ThinkMode | None = None,
-    tool_policy: str = "replay",
     token_ids: str | None = None,
     accept: str | None = None,
 ) -> PilotRun:
@@ -227,18 +220,16 @@ async def run_pilot(
             on_record(rec)
 
     def label(n: int, row: Row) -> tuple[str, dict[str, Any]]:
-        want = turn_count(row, turns == "all", tool_policy)  # the last record says how many
+        want = turn_count(row, recipe)  # the last record says how many
         return f"pilot-{n}-line{row.line}", {"row": n, "turns": want}
 
     load = row_load(
         [server],
         rows,
         PilotSink(model, run, stop),
-        params=params or {},
-        turns=turns,
+        recipe=recipe,
         retries=Retries(),
         phase="pilot",
-        tool_policy=tool_policy,
         admit=(lambda n: not stop.done()) if stop is not None else None,
         label=label,
         on_record=record,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ def check_params(p: dict[str, Any]) -> tuple[str, str] | None:
 check_row_params = check_params
 
 
-def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def merge(base: Mapping[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """`over` wins; nested objects merge one level deep."""
     out = dict(base)
     for k, v in over.items():

@@ -15,10 +15,13 @@ the settings that could have changed.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from genbench.generate.fingerprint import row_fingerprint
 from genbench.generate.input.reader import Row
+from genbench.generate.input.tools import POLICIES
+from genbench.generate.recipe import TURNS, Recipe
 
 MISSING, UNREADABLE = "missing", "unreadable"
 FOUND = "found from the rows' fingerprints"  # how a setting named without job.json is marked
@@ -49,43 +52,39 @@ def _grid(key: str) -> Iterator[Any]:
         yield from (round(i * 0.01, 2) for i in range(0, 201))
 
 
-def _candidates(
-    params: dict[str, Any], all_turns: bool, tool_policy: str
-) -> Iterator[tuple[str, dict[str, Any], bool, str]]:
-    """(the change named, params, all_turns, tool_policy) to try, one setting changed."""
+def _candidates(recipe: Recipe) -> Iterator[tuple[str, Recipe]]:
+    """(the change named, the recipe it was made with) to try, one setting changed."""
+    params = recipe.params
     for key in dict.fromkeys((*params, *SAMPLING)):
         flag = f"--{key.replace('_', '-')}" if key in FLAGGED else f"--param {key}"
         now = params.get(key)
         shown = "not set" if now is None else f"{now}"
         if key in params:
             rest = {k: v for k, v in params.items() if k != key}
-            yield f"{flag} was not set, now {shown}", rest, all_turns, tool_policy
+            yield f"{flag} was not set, now {shown}", replace(recipe, params=rest)
         if key == "chat_template_kwargs":
             continue
         for v in _grid(key):
             if v != now:
-                yield f"{flag} was {v}, now {shown}", {**params, key: v}, all_turns, tool_policy
+                yield f"{flag} was {v}, now {shown}", replace(recipe, params={**params, key: v})
     kw = params.get("chat_template_kwargs") or {}
     for think in (True, False):
         if kw.get("enable_thinking") is not think:
             was = {**params, "chat_template_kwargs": {**kw, "enable_thinking": think}}
-            yield f"--thinking was {'on' if think else 'off'}", was, all_turns, tool_policy
-    turns = "last" if all_turns else "all"
-    yield f"--turns was {turns}, now {'all' if all_turns else 'last'}", params, not all_turns, \
-        tool_policy  # fmt: skip
-    other = "keep" if tool_policy == "replay" else "replay"
-    yield f"--tool-policy was {other}, now {tool_policy}", params, all_turns, other
+            yield f"--thinking was {'on' if think else 'off'}", replace(recipe, params=was)
+    turns = next(t for t in TURNS if t != recipe.turns)
+    yield f"--turns was {turns}, now {recipe.turns}", replace(recipe, turns=turns)
+    other = next(p for p in POLICIES if p != recipe.tool_policy)
+    yield f"--tool-policy was {other}, now {recipe.tool_policy}", replace(recipe, tool_policy=other)
 
 
-def attribute(
-    samples: list[tuple[Row, int]], params: dict[str, Any], all_turns: bool, tool_policy: str
-) -> str | None:
+def attribute(samples: list[tuple[Row, int]], recipe: Recipe) -> str | None:
     """The one setting whose earlier value gives every sampled done row (row, the
     fingerprint it was made with) its stored fingerprint, in words; None if none does."""
     if not samples:
         return None
-    for said, p, turns, policy in _candidates(params, all_turns, tool_policy):
-        if all(row_fingerprint(r, p, turns, policy) == old for r, old in samples):
+    for said, was in _candidates(recipe):
+        if all(row_fingerprint(r, was) == old for r, old in samples):
             return f"{said} ({FOUND})"
     return None
 
@@ -93,7 +92,7 @@ def attribute(
 def refusal(problem: str, check: Any) -> str:
     """What to say, job.json gone, when done rows answer a request that changed (`check`:
     the scan's `fingerprint.RequestCheck`, with its sampled changed rows)."""
-    found = attribute(check.samples, check.params, check.all_turns, check.tool_policy)
+    found = attribute(check.samples, check.recipe)
     if found:
         return f".genbench/job.json is {problem}: {found}"
     return (f".genbench/job.json is {problem}, so no setting can be named; any of these "

@@ -45,7 +45,7 @@ def prepare(
     if ids_note:
         listener.note(ids_note, "yellow")
     kept = changes.read_kept(store)
-    check = RequestCheck(cfg.params, cfg.turns == "all", existing.fps, kept, cfg.tool_policy)
+    check = RequestCheck(cfg.recipe, existing.fps, kept)
     res = scan(
         cfg.input,
         existing.done,

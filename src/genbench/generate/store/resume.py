@@ -3,6 +3,7 @@ it (repaired), the input checked against it, and what changed between them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from genbench.generate.fingerprint import LazyFps, RequestCheck
@@ -21,10 +22,35 @@ class PrepareNotes(Protocol):
     def note(self, text: str, style: str = "") -> None: ...
 
 
-def prepare(
-    cfg: JobConfig, store: Store, listener: PrepareNotes
-) -> tuple[Existing, InputScan, RequestCheck]:
+@dataclass
+class Resume:
+    """What a run found before it sent anything, as one value: the directory as earlier runs
+    left it (`existing`: shards, the job file; its done ids already let go), the input
+    checked against it (`scan`: rows to do, bad rows), the requests' check (`check`: the
+    job's salt), and every note said on the way (repairs, settings compared, changed input),
+    in order, as (text, style)."""
+
+    existing: Existing
+    scan: InputScan
+    check: RequestCheck
+    notes: list[tuple[str, str]] = field(default_factory=list)
+
+
+class _Said:
+    """The listener, and a copy of what it was told."""
+
+    def __init__(self, listener: PrepareNotes) -> None:
+        self.listener = listener
+        self.notes: list[tuple[str, str]] = []
+
+    def note(self, text: str, style: str = "") -> None:
+        self.notes.append((text, style))
+        self.listener.note(text, style)
+
+
+def prepare(cfg: JobConfig, store: Store, told: PrepareNotes) -> Resume:
     """Local work only: the output directory, then the input. Fails before any request."""
+    listener = _Said(told)
     with output_errors(store.out):  # a repair on a full disk: one line, exit 12
         if cfg.retry_errors:
             moved = store.set_aside_errors()
@@ -68,7 +94,7 @@ def prepare(
     # 1M done ids are not needed past this point: the run writes only res.todo
     existing.done, existing.fps, existing.failed = {}, LazyFps(), set()
     check.fps, check.kept = LazyFps(), {}
-    return existing, res, check
+    return Resume(existing, res, check, listener.notes)
 
 
 def _old_model(existing: Existing) -> Any:

@@ -88,16 +88,11 @@ def token_ids_change(old: dict[str, Any] | None, new: str, force: bool) -> str |
 
 
 def first_change(old: dict[str, Any], new: dict[str, Any], keys: tuple[str, ...]) -> str | None:
-    """The first setting that makes `new` another job than `old`. A model not known yet (a
-    shard's first look, before the servers answer) is not compared; a model is compared by
-    its name, not the directory it was loaded from (each node may copy it to its own disk)."""
+    """The first setting that makes `new` another job than `old`; a model not known yet (a
+    shard's first look, before the servers answer) is not compared."""
     for k in keys:
         a, b = job_setting(old, k), job_setting(new, k)
-        if k == "model":
-            if a is None or b is None:
-                continue
-            a, b = str(a).rstrip("/").rpartition("/")[2], str(b).rstrip("/").rpartition("/")[2]
-        if a != b:
+        if a != b and not (k == "model" and None in (a, b)):
             return k
     return None
 

@@ -1,7 +1,8 @@
-"""Options shared by the commands, declared once, and their validation. Three groups: the
-server (URL, MODEL, KEY_ENV, KEY_FILE), thinking (THINK_TAGS, THINK_DIALECT) and sampling
+"""Options shared by the commands, declared once, and their validation. Four groups: the
+server (URL, MODEL, KEY_ENV, KEY_FILE), thinking (THINK_TAGS, THINK_DIALECT), sampling
 (MAX_TOKENS, TEMPERATURE, TOP_P, TOP_K, THINKING, PARAM, CONFIG: a job's request fields,
-which `plan` and `generate` both take)."""
+which `plan` and `generate` both take) and hidden-state storage (HIDDEN_SIZE,
+LAYERS_CAPTURED, DTYPE_BYTES: `plan` and `inspect`)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,15 @@ PARAM = typer.Option(
 CONFIG = typer.Option(
     None, "--config", help="The job's JSON or TOML file of request fields (flags override it)."
 )
+
+# -- hidden-state storage: what a drafter's training set would take (plan, inspect)
+HIDDEN_SIZE = typer.Option(
+    None, "--hidden-size", help="Hidden-state storage: the target model's hidden size."
+)
+LAYERS_CAPTURED = typer.Option(
+    None, "--layers-captured", help="Hidden-state storage: layers kept per token."
+)
+DTYPE_BYTES = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value.")
 
 
 def think_dialect(text: str) -> str:

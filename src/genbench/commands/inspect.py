@@ -61,13 +61,6 @@ SERVER_EFFECT = typer.Option(
     0.1, "--server-effect", help="Servers: smallest |rank-biserial effect| worth naming."
 )
 EXAMPLES = typer.Option(5, "--examples", help="Example ids kept per defect.")
-HIDDEN_SIZE = typer.Option(
-    None, "--hidden-size", help="Hidden-state storage: the target model's hidden size."
-)
-LAYERS_CAPTURED = typer.Option(
-    None, "--layers-captured", help="Hidden-state storage: layers kept per token."
-)
-DTYPE_BYTES = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value.")
 URL = typer.Option(
     None,
     "--url",
@@ -95,9 +88,9 @@ def inspect_cmd(
     server_alpha: float = SERVER_ALPHA,
     server_effect: float = SERVER_EFFECT,
     examples: int = EXAMPLES,
-    hidden_size: int | None = HIDDEN_SIZE,
-    layers_captured: int | None = LAYERS_CAPTURED,
-    dtype_bytes: int = DTYPE_BYTES,
+    hidden_size: int | None = common.HIDDEN_SIZE,
+    layers_captured: int | None = common.LAYERS_CAPTURED,
+    dtype_bytes: int = common.DTYPE_BYTES,
     url: str | None = URL,
     drift_sample: int = DRIFT_SAMPLE,
     key_env: str = common.KEY_ENV,

@@ -133,16 +133,32 @@ def repeat_points(
     return Series(f"{label} repeats", run.color, xs, ys, marker="dot", line=False, tips=tips)
 
 
+def sweep_levels(runs: list[Run]) -> list[int]:
+    """The concurrency levels of the runs' sweeps, burst and sustained together."""
+    return sorted(set(concurrencies(runs, "burst")) | set(concurrencies(runs, "sustained")))
+
+
+def sweep_figure(runs: list[Run], name: str, title: str, subtitle: str, y_label: str) -> Figure:
+    """An empty figure over the runs' concurrency levels: a log x axis once they span 8x."""
+    levels = sweep_levels(runs)
+    return Figure(
+        name,
+        title,
+        subtitle,
+        "concurrent requests (C)",
+        y_label,
+        x_log=len(levels) > 1 and levels[-1] / levels[0] >= 8,
+        x_ticks=[float(c) for c in levels],
+    )
+
+
 def throughput(runs: list[Run]) -> Figure:
-    levels = sorted(set(concurrencies(runs, "burst")) | set(concurrencies(runs, "sustained")))
-    fig = Figure(
+    fig = sweep_figure(
+        runs,
         "throughput",
         "Throughput vs concurrency",
         "sustained: tokens arriving in the steady window (solid); burst: tokens / wall (dashed)",
-        "concurrent requests (C)",
         "output tokens/s",
-        x_log=len(levels) > 1 and levels[-1] / levels[0] >= 8,
-        x_ticks=[float(c) for c in levels],
     )
     repeats = False
     for run in runs:
@@ -186,21 +202,18 @@ def throughput(runs: list[Run]) -> Figure:
 
 
 def per_request_rate(runs: list[Run]) -> Figure:
-    levels = sorted(set(concurrencies(runs, "burst")) | set(concurrencies(runs, "sustained")))
-    fig = Figure(
+    fig = sweep_figure(
+        runs,
         "per_request",
         "Per-request decode speed vs concurrency",
         "median of each request's decode tok/s; whiskers p10–p90 (what one user sees)",
-        "concurrent requests (C)",
         "decode tokens/s per request",
-        x_log=len(levels) > 1 and levels[-1] / levels[0] >= 8,
-        x_ticks=[float(c) for c in levels],
     )
     for i, run in enumerate(runs):
         k = dodge(i, len(runs), fig.x_log)
         xs, ys, whisk, tips = [], [], [], []
         medians: list[tuple[float, list[float]]] = []
-        for c in levels:
+        for c in sweep_levels(runs):
             pooled: list[float] = []
             meds: list[float] = []
             for rep in run.repeat_runs:
@@ -389,15 +402,12 @@ def server_metric(
     runs: list[Run], key: str, title: str, y_label: str, scale: float = 1.0
 ) -> Figure:
     """A server-side figure (peak gauge or acceptance) vs concurrency, sustained and burst."""
-    levels = sorted(set(concurrencies(runs, "burst")) | set(concurrencies(runs, "sustained")))
-    fig = Figure(
+    fig = sweep_figure(
+        runs,
         f"server_{key}",
         title,
         "from the server's /metrics, sampled during each phase; solid sustained, dashed burst",
-        "concurrent requests (C)",
         y_label,
-        x_log=len(levels) > 1 and levels[-1] / levels[0] >= 8,
-        x_ticks=[float(c) for c in levels],
     )
     for i, run in enumerate(runs):
         k = dodge(i, len(runs), fig.x_log)

@@ -14,17 +14,10 @@ from typing import Any
 from genbench import fmt
 from genbench.compare.runs import PALETTE
 from genbench.fmt import nbytes
+from genbench.inspect.detect import LABELS as DEFECT_LABELS
 from genbench.report.figures import Figure, HBar, Series
 
-LABELS = {
-    "loops": "repetition loop",
-    "unclosed": "thinking never closed",
-    "empty": "empty answer",
-    "tags": "leftover tags",
-    "garbled": "U+FFFD replacement characters",
-    "short": "too short",
-    "dup": "duplicate answer",
-}
+LABELS = DEFECT_LABELS | {"short": "too short"}  # a figure's row labels are narrow
 BAD = "#e15759"
 
 

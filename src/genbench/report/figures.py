@@ -152,6 +152,16 @@ def sweep_figure(runs: list[Run], name: str, title: str, subtitle: str, y_label:
     )
 
 
+def sweep_series(
+    run: Run, kind: str, pts: list[tuple[float, float]], tips: list[str] | None = None
+) -> Series:
+    """One run's line of one sweep kind: sustained solid with circles, burst dashed with
+    squares."""
+    dash, marker = ("", "circle") if kind == "sustained" else ("dash", "square")
+    xs, ys = [x for x, _ in pts], [y for _, y in pts]
+    return Series(f"{run.label} {kind}", run.color, xs, ys, dash=dash, marker=marker, tips=tips)
+
+
 def throughput(runs: list[Run]) -> Figure:
     fig = sweep_figure(
         runs,
@@ -162,31 +172,15 @@ def throughput(runs: list[Run]) -> Figure:
     )
     repeats = False
     for run in runs:
-        for kind, key, dash, marker in (
-            ("sustained", "steady_tps", "", "circle"),
-            ("burst", "output_tps", "dash", "square"),
-        ):
+        for kind, key in (("sustained", "steady_tps"), ("burst", "output_tps")):
             by_c = sweep_values(run, kind, key)
             pts = [(float(c), sum(v) / len(v)) for c, v in by_c.items()]
             if not pts:
                 continue
             n = len(run.repeat_runs)
-            what = f"mean of {n} repeats" if n > 1 else ""
-            fig.series.append(
-                Series(
-                    f"{run.label} {kind}",
-                    run.color,
-                    [x for x, _ in pts],
-                    [y for _, y in pts],
-                    dash=dash,
-                    marker=marker,
-                    tips=[
-                        f"{run.label} {kind} C={x:g}: {y:,.0f} tok/s"
-                        + (f" ({what})" if n > 1 else "")
-                        for x, y in pts
-                    ],
-                )
-            )
+            what = f" (mean of {n} repeats)" if n > 1 else ""
+            tips = [f"{run.label} {kind} C={x:g}: {y:,.0f} tok/s{what}" for x, y in pts]
+            fig.series.append(sweep_series(run, kind, pts, tips))
             dots = repeat_points(
                 run, f"{run.label} {kind}", [(float(c), v) for c, v in by_c.items()], "tok/s",
                 fig.x_log,
@@ -411,23 +405,14 @@ def server_metric(
     )
     for i, run in enumerate(runs):
         k = dodge(i, len(runs), fig.x_log)
-        for kind, dash, marker in (("sustained", "", "circle"), ("burst", "dash", "square")):
+        for kind in ("sustained", "burst"):
             pts = [
                 (p["concurrency"] * (k if fig.x_log else 1 + k), float(m[key]) * scale)
                 for p in run.kind(kind)
                 if (m := p.get("server_metrics") or {}).get(key) is not None
             ]
             if pts:
-                fig.series.append(
-                    Series(
-                        f"{run.label} {kind}",
-                        run.color,
-                        [x for x, _ in pts],
-                        [y for _, y in pts],
-                        dash=dash,
-                        marker=marker,
-                    )
-                )
+                fig.series.append(sweep_series(run, kind, pts))
     return fig
 
 

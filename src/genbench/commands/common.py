@@ -11,11 +11,11 @@ from typing import Any
 import typer
 
 from genbench import fmt
-from genbench.errors import UsageError, positive
+from genbench.errors import positive
 from genbench.transport.endpoint import DEFAULT_KEY_ENV, endpoint
 from genbench.transport.eventloop import run_async
 from genbench.transport.open_files import Descriptors, fit_descriptors
-from genbench.transport.thinking import DEFAULT_TAGS, parse_dialect, parse_tags
+from genbench.transport.thinking import DEFAULT_TAGS
 
 URL = typer.Option(None, "--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1")
 MODEL = typer.Option(None, "--model", help="Model to use. [default: the only one served]")
@@ -96,21 +96,6 @@ LAYERS_CAPTURED = typer.Option(
     None, "--layers-captured", help="Hidden-state storage: layers kept per token."
 )
 DTYPE_BYTES = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value.")
-
-
-def think_dialect(text: str) -> str:
-    try:
-        return parse_dialect(text)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-
-
-def think_tags(text: str) -> tuple[str, str]:
-    """--think-tags, checked."""
-    try:
-        return parse_tags(text)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
 
 
 __all__ = ["descriptors", "endpoint", "positive", "run_async"]

@@ -14,7 +14,7 @@ from genbench import fmt
 from genbench.errors import positive
 from genbench.transport.endpoint import DEFAULT_KEY_ENV, endpoint
 from genbench.transport.eventloop import run_async
-from genbench.transport.open_files import Descriptors, fit_descriptors
+from genbench.transport.open_files import fit_descriptors as descriptors
 from genbench.transport.thinking import DEFAULT_TAGS
 
 URL = typer.Option(None, "--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1")
@@ -98,13 +98,7 @@ LAYERS_CAPTURED = typer.Option(
 DTYPE_BYTES = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value.")
 
 
-__all__ = ["descriptors", "endpoint", "positive", "run_async"]
-
-
-def descriptors(streams: int, servers: int = 1, lower: str = "--concurrency") -> Descriptors:
-    """Before anything is sent: raise the open-file limit to fit `streams` connections over
-    `servers`, or refuse in one line (genbench.transport.open_files)."""
-    return fit_descriptors(streams, servers, lower)
+__all__ = ["descriptors", "endpoint", "positive", "run_async"]  # called before a send
 
 
 def loading(console: Any) -> Any:

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from genbench import fmt
+from genbench.generate.store.layout import shard_tags
 from genbench.report.engines import engines_figure, events_table, read_events
 from genbench.report.figures import FAIL_COLOR, Figure
-from genbench.report.job import _short, figures, label, load_job, shard_tags
+from genbench.report.job import _short, figures, label, load_job
 from genbench.report.joblog import JobHistory
 
 
@@ -128,7 +129,7 @@ def job_sections(path: Path, figure_html: Any) -> list[tuple[str, str, list[Figu
     """Read the job at `path` and draw its sections, one per request log (a --shard's
     each): (label, HTML, figures)."""
     out = []
-    for tag in shard_tags(path):
+    for tag in shard_tags(path):  # each --shard drawn as a job of its own
         h, notes = load_job(path, tag)
         figs = figures(h, notes, tag)
         events = read_events(path, tag)

@@ -15,7 +15,7 @@ from genbench import fmt
 from genbench.compare.runs import PALETTE
 from genbench.fmt import nbytes
 from genbench.inspect.detect import LABELS as DEFECT_LABELS
-from genbench.report.figures import Figure, HBar, Series
+from genbench.report.figures import Figure, HBar, Series, slug
 
 LABELS = DEFECT_LABELS | {"short": "too short"}  # a figure's row labels are narrow
 BAD = "#e15759"
@@ -31,10 +31,6 @@ def directory(doc: dict[str, Any]) -> str:
     when it is also drawn as a generate job."""
     path = Path(str(doc.get("_path") or label(doc)))
     return str(path.parent) if path.name == "inspect.json" else str(path)
-
-
-def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in text)
 
 
 def defects_figure(doc: dict[str, Any], key: str) -> Figure:
@@ -110,7 +106,7 @@ def cdf_figure(doc: dict[str, Any], key: str, metric: str) -> Figure:
 
 
 def figures(doc: dict[str, Any], index: int) -> list[Figure]:
-    key = f"{index}_{_slug(label(doc))}"
+    key = f"{index}_{slug(label(doc))}"
     return [
         defects_figure(doc, key),
         cdf_figure(doc, key, "output_tokens"),

@@ -8,7 +8,7 @@ import orjson
 import typer
 
 from genbench.commands import common
-from genbench.commands.console import err, out
+from genbench.commands.console import err, out, reading
 from genbench.inspect import SETTINGS_FLAGS, Thresholds, inspect_data, settings_from_flags
 from genbench.inspect.clean import parse_drop
 from genbench.inspect.detect import DEFAULT_TAGS
@@ -104,18 +104,10 @@ def inspect_cmd(
     common.positive("--drift-sample", drift_sample)
     tokenizer = common.endpoint(url, key_env, key_file) if url else None
     drop_names = parse_drop(drop) if drop is not None else None
-    if err.is_terminal:
-        with err.status(f"reading {path}") as status:
-            doc = inspect_data(
-                path, settings, drop=drop_names, out=out_dir, save=save,
-                progress=lambda n: status.update(f"reading {path}: {n:,} rows"),
-                tokenizer=tokenizer, drift_sample=drift_sample,
-            )  # fmt: skip
-    else:
-        doc = inspect_data(
-            path, settings, drop=drop_names, out=out_dir, save=save,
-            tokenizer=tokenizer, drift_sample=drift_sample,
-        )  # fmt: skip
+    doc = reading(str(path), lambda progress: inspect_data(
+        path, settings, drop=drop_names, out=out_dir, save=save, progress=progress,
+        tokenizer=tokenizer, drift_sample=drift_sample,
+    ))  # fmt: skip
     if json:
         print_inspection(doc, err)
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import typer
 
 from genbench.check.preflight import preflight
@@ -67,7 +66,7 @@ def _check(url: str, model: str | None, api_key_env: str, api_key_file: Path | N
         )
     )
     if json:
-        typer.echo(orjson.dumps(rep.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        common.print_json(rep.to_dict())
     else:
         print_check(rep, out, err)
     raise typer.Exit(rep.exit_code)

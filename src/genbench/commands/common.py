@@ -6,8 +6,10 @@ LAYERS_CAPTURED, DTYPE_BYTES: `plan` and `inspect`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import orjson
 import typer
 
 from genbench import fmt
@@ -99,6 +101,11 @@ DTYPE_BYTES = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes
 
 
 __all__ = ["descriptors", "endpoint", "positive", "run_async"]  # called before a send
+
+
+def print_json(doc: Any, default: Callable[[Any], Any] | None = None) -> None:
+    """--json: the command's document on stdout, indented."""
+    typer.echo(orjson.dumps(doc, default=default, option=orjson.OPT_INDENT_2).decode())
 
 
 def loading(console: Any) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import typer
 
 from genbench.commands import common
@@ -64,8 +63,6 @@ def export_cmd(
     doc = reading(where, lambda progress: export_data(
         source, fmt, target, rules, empty_system=empty_system, progress=progress
     ))  # fmt: skip
+    print_export(doc, err if json else out)
     if json:
-        print_export(doc, err)
-        typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    else:
-        print_export(doc, out)
+        common.print_json(doc)

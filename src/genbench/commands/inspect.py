@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import typer
 
 from genbench.commands import common
@@ -108,8 +107,6 @@ def inspect_cmd(
         path, settings, drop=drop_names, out=out_dir, save=save, progress=progress,
         tokenizer=tokenizer, drift_sample=drift_sample,
     ))  # fmt: skip
+    print_inspection(doc, err if json else out)
     if json:
-        print_inspection(doc, err)
-        typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    else:
-        print_inspection(doc, out)
+        common.print_json(doc)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import typer
 
 from genbench.commands import common
@@ -190,4 +189,4 @@ def plan(
         paths, why = write_job_files(jobs, doc, args, servers)
         console.print(f"job files for {why}: {', '.join(map(str, paths))} (fill in FILL_IN)")
     if json:
-        typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+        common.print_json(doc)

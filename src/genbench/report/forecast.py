@@ -24,7 +24,7 @@ FORECAST_COLOR = "#1d2330"
 FIELD_COLOR = "#f28e2b"
 
 
-def table_html(t: DecisionTable, title: bool = True) -> str:
+def table_html(t: DecisionTable) -> str:
     """A table of text, its title above and its notes below; a cell's line breaks kept."""
     head = "".join(_cell("th", j, h, t.left) for j, h in enumerate(t.head))
     body = "".join(
@@ -32,8 +32,8 @@ def table_html(t: DecisionTable, title: bool = True) -> str:
         for row in t.rows
     )
     foot = "".join(f"<p class='note'>{escape(line)}</p>" for line in t.foot)
-    top = f"<h3>{escape(t.title)}</h3>" if title else ""
-    return f"{top}<div class='tablewrap'><table><tr>{head}</tr>{body}</table></div>{foot}"
+    table = f"<div class='tablewrap'><table><tr>{head}</tr>{body}</table></div>"
+    return f"<h3>{escape(t.title)}</h3>{table}{foot}"
 
 
 def _cell(tag: str, j: int, text: str, left: tuple[int, ...]) -> str:

@@ -68,7 +68,7 @@ ALIASES: dict[str, dict[str, str]] = {
 }
 
 
-def apply_aliases(argv: list[str], warn: bool = True) -> list[str]:
+def apply_aliases(argv: list[str]) -> list[str]:
     """argv with every old flag spelling of its command replaced by the new one."""
     command = next((a for a in argv if not a.startswith("-")), None)
     table = ALIASES.get(command or "", {})
@@ -81,7 +81,7 @@ def apply_aliases(argv: list[str], warn: bool = True) -> list[str]:
             return new + argv[i:]
         name, eq, value = arg.partition("=")
         if name in table:
-            if warn and name not in warned:
+            if name not in warned:
                 warned.add(name)
                 typer.echo(
                     f"genbench: warning: {command} {name} is now {table[name]}; "

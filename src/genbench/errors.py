@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import re
 import resource  # here, not when needed: an import needs a descriptor
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class ExitCode(IntEnum):
@@ -204,6 +208,14 @@ class UsageError(GenbenchError):
     """Bad input from the user: a flag value, a file, a line of a file."""
 
     exit_code = ExitCode.USAGE
+
+
+def checked(parse: Callable[[str], T], text: str) -> T:
+    """`parse(text)`, a flag's parser: its ValueError said as a one-line UsageError."""
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def positive(name: str, value: float | int | None) -> None:

@@ -403,10 +403,7 @@ RATE_FIELDS = ("requests", "units", "tokens", "thinking_tokens")
 class RecentRates:
     """Rates over the last `keep` seconds of records, by the time each ended: requests,
     units (what the caller counts as finished work: `generate`'s rows), output tokens and
-    thinking tokens of successful requests. Per-second bins, so memory is the window.
-
-    `rate_with_error` gives a rate and the standard error of its mean over sub-windows:
-    a rate that drifts (longer prompts later in a file, a server lost) gets a wider one."""
+    thinking tokens of successful requests. Per-second bins, so memory is the window."""
 
     def __init__(
         self,
@@ -451,39 +448,6 @@ class RecentRates:
         if end - start < min_s:
             return None
         return {k: v / (end - start) for k, v in self.totals(start, end).items()}
-
-    def rate_with_error(
-        self, what: str, window: float, parts: int = 6, min_s: float = 5.0
-    ) -> tuple[float, float | None] | None:
-        """(rate, standard error of it) over the last `window` seconds, the error from the
-        spread of the rate over `parts` sub-windows (None when there are too few bins)."""
-        got = self.part_rates(what, window, parts, min_s)
-        if got is None:
-            return None
-        rate, sub, _ = got
-        k = len(sub)
-        if k < 3:
-            return rate, None
-        mean = sum(sub) / k
-        sd = math.sqrt(sum((x - mean) ** 2 for x in sub) / (k - 1))
-        return rate, sd / math.sqrt(k)
-
-    def part_rates(
-        self, what: str, window: float, parts: int, min_s: float = 5.0
-    ) -> tuple[float, list[float], float] | None:
-        """(rate over the last `window` seconds, the rate in each of up to `parts` equal
-        sub-windows of it in time order, the seconds one spans); the sub-windows are
-        empty when there are fewer than 3 bins to cut. None before `min_s` seconds."""
-        start, end = self._span(window)
-        if end - start < min_s:
-            return None
-        rate = self.totals(start, end)[what] / (end - start)
-        k = min(parts, int((end - start) / self.bin_s))
-        if k < 3:
-            return rate, [], 0.0
-        step = (end - start) / k
-        sub = [self.totals(start + i * step, start + (i + 1) * step)[what] / step for i in range(k)]
-        return rate, sub, step
 
 
 def cluster_index(starts: np.ndarray, lens: np.ndarray, pick: np.ndarray) -> np.ndarray:

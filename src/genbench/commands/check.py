@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import typer
 
 from genbench.check.preflight import preflight
@@ -12,7 +11,8 @@ from genbench.check.render import print_check
 from genbench.commands import common
 from genbench.commands.console import err, out
 from genbench.engines.start import serving
-from genbench.errors import UsageError
+from genbench.errors import UsageError, checked
+from genbench.transport.thinking import parse_dialect, parse_tags
 
 
 def check(
@@ -54,7 +54,7 @@ def _check(url: str, model: str | None, api_key_env: str, api_key_file: Path | N
            json: bool) -> None:  # fmt: skip
     ep = common.endpoint(url, api_key_env, api_key_file)
     common.descriptors(1)
-    tags, dialect = common.think_tags(think_tags), common.think_dialect(think_dialect)
+    tags, dialect = checked(parse_tags, think_tags), checked(parse_dialect, think_dialect)
     rep = common.run_async(
         preflight(
             ep,
@@ -66,7 +66,7 @@ def _check(url: str, model: str | None, api_key_env: str, api_key_file: Path | N
         )
     )
     if json:
-        typer.echo(orjson.dumps(rep.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        common.print_json(rep.to_dict())
     else:
         print_check(rep, out, err)
     raise typer.Exit(rep.exit_code)

@@ -1,22 +1,25 @@
-"""Options shared by the commands, declared once, and their validation. Three groups: the
-server (URL, MODEL, KEY_ENV, KEY_FILE), thinking (THINK_TAGS, THINK_DIALECT) and sampling
+"""Options shared by the commands, declared once, and their validation. Four groups: the
+server (URL, MODEL, KEY_ENV, KEY_FILE), thinking (THINK_TAGS, THINK_DIALECT), sampling
 (MAX_TOKENS, TEMPERATURE, TOP_P, TOP_K, THINKING, PARAM, CONFIG: a job's request fields,
-which `plan` and `generate` both take)."""
+which `plan` and `generate` both take) and hidden-state storage (HIDDEN_SIZE,
+LAYERS_CAPTURED, DTYPE_BYTES: `plan` and `inspect`)."""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any, get_type_hints
 
+import orjson
 import typer
 
 from genbench import fmt
-from genbench.errors import UsageError, positive
+from genbench.errors import positive
 from genbench.transport.endpoint import DEFAULT_KEY_ENV, endpoint
 from genbench.transport.eventloop import run_async
-from genbench.transport.open_files import Descriptors, fit_descriptors
-from genbench.transport.thinking import DEFAULT_TAGS, parse_dialect, parse_tags
+from genbench.transport.open_files import fit_descriptors as descriptors
+from genbench.transport.thinking import DEFAULT_TAGS
 
 URL = typer.Option(None, "--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1")
 MODEL = typer.Option(None, "--model", help="Model to use. [default: the only one served]")
@@ -89,29 +92,22 @@ CONFIG = typer.Option(
     None, "--config", help="The job's JSON or TOML file of request fields (flags override it)."
 )
 
-
-def think_dialect(text: str) -> str:
-    try:
-        return parse_dialect(text)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-
-
-def think_tags(text: str) -> tuple[str, str]:
-    """--think-tags, checked."""
-    try:
-        return parse_tags(text)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+# -- hidden-state storage: what a drafter's training set would take (plan, inspect)
+HIDDEN_SIZE = typer.Option(
+    None, "--hidden-size", help="Hidden-state storage: the target model's hidden size."
+)
+LAYERS_CAPTURED = typer.Option(
+    None, "--layers-captured", help="Hidden-state storage: layers kept per token."
+)
+DTYPE_BYTES = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value.")
 
 
-__all__ = ["descriptors", "endpoint", "positive", "run_async"]
+__all__ = ["descriptors", "endpoint", "positive", "run_async"]  # called before a send
 
 
-def descriptors(streams: int, servers: int = 1, lower: str = "--concurrency") -> Descriptors:
-    """Before anything is sent: raise the open-file limit to fit `streams` connections over
-    `servers`, or refuse in one line (genbench.transport.open_files)."""
-    return fit_descriptors(streams, servers, lower)
+def print_json(doc: Any, default: Callable[[Any], Any] | None = None) -> None:
+    """--json: the command's document on stdout, indented."""
+    typer.echo(orjson.dumps(doc, default=default, option=orjson.OPT_INDENT_2).decode())
 
 
 def signature(args: type, options: dict[str, Any]) -> inspect.Signature:

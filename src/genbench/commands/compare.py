@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import orjson
 import typer
 
 from genbench.commands import common
@@ -46,6 +45,6 @@ def compare_cmd(
     frac = parse_pct("--allowance", allowance)
     cmp = compare(load_sides(runs), force=force, allowance=frac)
     if json:
-        typer.echo(orjson.dumps(cmp.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        common.print_json(cmp.to_dict())
         return
     print_comparison(cmp, out)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from rich.console import Console
+
+T = TypeVar("T")
 
 
 def _console(stderr: bool) -> Console:
@@ -15,3 +20,12 @@ def _console(stderr: bool) -> Console:
 
 out = _console(stderr=False)
 err = _console(stderr=True)
+
+
+def reading(what: str, read: Callable[[Callable[[int], None] | None], T]) -> T:
+    """`read(progress)`, under a line on a terminal's stderr counting the rows read so far
+    (a log gets no line redrawn)."""
+    if not err.is_terminal:
+        return read(None)
+    with err.status(f"reading {what}") as status:
+        return read(lambda n: status.update(f"reading {what}: {n:,} rows"))

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import typer
 
 from genbench.commands import common
-from genbench.commands.console import err, out
+from genbench.commands.console import err, out, reading
 from genbench.errors import UsageError
 from genbench.export import FORMATS, Rules, default_out, export_data
 from genbench.export.formats import TOKENS
@@ -61,20 +60,9 @@ def export_cmd(
     source = sources if len(sources) > 1 else sources[0]
     where = ", ".join(map(str, sources))
     rules = Rules(keep_cut=keep_cut, min_tokens=min_tokens)
-    if err.is_terminal:
-        with err.status(f"reading {where}") as status:
-            doc = export_data(
-                source,
-                fmt,
-                target,
-                rules,
-                empty_system=empty_system,
-                progress=lambda n: status.update(f"reading {where}: {n:,} rows"),
-            )
-    else:
-        doc = export_data(source, fmt, target, rules, empty_system=empty_system)
+    doc = reading(where, lambda progress: export_data(
+        source, fmt, target, rules, empty_system=empty_system, progress=progress
+    ))  # fmt: skip
+    print_export(doc, err if json else out)
     if json:
-        print_export(doc, err)
-        typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    else:
-        print_export(doc, out)
+        common.print_json(doc)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-import orjson
 import typer
 
 from genbench.commands import common, watch
@@ -108,7 +107,7 @@ def generate(**options: Any) -> None:
         doc = {**result.to_dict(), "exit_code": result.exit_code}
         if listener.forecast is not None:
             doc["plan"] = listener.plan_outcome or asdict(listener.forecast)
-        typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+        common.print_json(doc)
     if result.exit_code:
         raise typer.Exit(result.exit_code)
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import typer
 
 from genbench.commands import common
-from genbench.commands.console import err, out
+from genbench.commands.console import err, out, reading
 from genbench.inspect import SETTINGS_FLAGS, Thresholds, inspect_data, settings_from_flags
 from genbench.inspect.clean import parse_drop
 from genbench.inspect.detect import DEFAULT_TAGS
@@ -61,13 +60,6 @@ SERVER_EFFECT = typer.Option(
     0.1, "--server-effect", help="Servers: smallest |rank-biserial effect| worth naming."
 )
 EXAMPLES = typer.Option(5, "--examples", help="Example ids kept per defect.")
-HIDDEN_SIZE = typer.Option(
-    None, "--hidden-size", help="Hidden-state storage: the target model's hidden size."
-)
-LAYERS_CAPTURED = typer.Option(
-    None, "--layers-captured", help="Hidden-state storage: layers kept per token."
-)
-DTYPE_BYTES = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value.")
 URL = typer.Option(
     None,
     "--url",
@@ -95,9 +87,9 @@ def inspect_cmd(
     server_alpha: float = SERVER_ALPHA,
     server_effect: float = SERVER_EFFECT,
     examples: int = EXAMPLES,
-    hidden_size: int | None = HIDDEN_SIZE,
-    layers_captured: int | None = LAYERS_CAPTURED,
-    dtype_bytes: int = DTYPE_BYTES,
+    hidden_size: int | None = common.HIDDEN_SIZE,
+    layers_captured: int | None = common.LAYERS_CAPTURED,
+    dtype_bytes: int = common.DTYPE_BYTES,
     url: str | None = URL,
     drift_sample: int = DRIFT_SAMPLE,
     key_env: str = common.KEY_ENV,
@@ -111,20 +103,10 @@ def inspect_cmd(
     common.positive("--drift-sample", drift_sample)
     tokenizer = common.endpoint(url, key_env, key_file) if url else None
     drop_names = parse_drop(drop) if drop is not None else None
-    if err.is_terminal:
-        with err.status(f"reading {path}") as status:
-            doc = inspect_data(
-                path, settings, drop=drop_names, out=out_dir, save=save,
-                progress=lambda n: status.update(f"reading {path}: {n:,} rows"),
-                tokenizer=tokenizer, drift_sample=drift_sample,
-            )  # fmt: skip
-    else:
-        doc = inspect_data(
-            path, settings, drop=drop_names, out=out_dir, save=save,
-            tokenizer=tokenizer, drift_sample=drift_sample,
-        )  # fmt: skip
+    doc = reading(str(path), lambda progress: inspect_data(
+        path, settings, drop=drop_names, out=out_dir, save=save, progress=progress,
+        tokenizer=tokenizer, drift_sample=drift_sample,
+    ))  # fmt: skip
+    print_inspection(doc, err if json else out)
     if json:
-        print_inspection(doc, err)
-        typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    else:
-        print_inspection(doc, out)
+        common.print_json(doc)

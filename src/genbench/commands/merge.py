@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-import orjson
 import typer
 from rich.markup import escape
 
@@ -56,5 +55,5 @@ def merge_cmd(
         console.print(escape(line))
     if json:
         doc = {**asdict(proof), "exact": proof.exact, "merged": merged}
-        typer.echo(orjson.dumps(doc, default=str, option=orjson.OPT_INDENT_2).decode())
+        common.print_json(doc, default=str)
     raise typer.Exit(proof.exit_code)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import typer
 
 from genbench.commands import common
@@ -86,13 +85,6 @@ WARMUP = typer.Option(
 )
 SEED = typer.Option(0, "--seed", help="Seed for the pilot's prompts and the bootstrap.")
 BOOTSTRAP = typer.Option(200, "--bootstrap", help="Bootstrap replicates for the bar.")
-HIDDEN_SIZE = typer.Option(
-    None, "--hidden-size", help="Hidden-state storage: the target model's hidden size."
-)
-LAYERS_CAPTURED = typer.Option(
-    None, "--layers-captured", help="Hidden-state storage: layers kept per token."
-)
-DTYPE_BYTES = typer.Option(2, "--dtype-bytes", help="Hidden-state storage: bytes/value.")
 BYTES_PER_TOKEN = typer.Option(
     None,
     "--bytes-per-token",
@@ -165,9 +157,9 @@ def plan(
     warmup: float = WARMUP,
     seed: int = SEED,
     bootstrap: int = BOOTSTRAP,
-    hidden_size: int | None = HIDDEN_SIZE,
-    layers_captured: int | None = LAYERS_CAPTURED,
-    dtype_bytes: int = DTYPE_BYTES,
+    hidden_size: int | None = common.HIDDEN_SIZE,
+    layers_captured: int | None = common.LAYERS_CAPTURED,
+    dtype_bytes: int = common.DTYPE_BYTES,
     bytes_per_token: float | None = BYTES_PER_TOKEN,
     timeout: float = TIMEOUT,
     out_dir: Path | None = OUT_DIR,
@@ -197,4 +189,4 @@ def plan(
         paths, why = write_job_files(jobs, doc, args, servers)
         console.print(f"job files for {why}: {', '.join(map(str, paths))} (fill in FILL_IN)")
     if json:
-        typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+        common.print_json(doc)

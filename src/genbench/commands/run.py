@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import typer
 from rich.console import Console
 
@@ -184,7 +183,7 @@ def run(
 
         console.print(f"report: {write_report(done.dirs, done.out / 'report.html')}")
     if json:
-        typer.echo(orjson.dumps(done.to_json(), option=orjson.OPT_INDENT_2).decode())
+        common.print_json(done.to_json())
 
 
 def _compare_sides(dirs: list[Path], console: Console) -> None:

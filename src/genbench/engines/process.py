@@ -61,7 +61,7 @@ class EngineProcess:
                  log_limit: int = LOG_LIMIT) -> None:  # fmt: skip
         self.cmd, self.name, self.log_path, self.log_limit = cmd, name, log_path, log_limit
         self.proc: subprocess.Popen[bytes] | None = None
-        self.started = self.started_wall = 0.0
+        self.started = 0.0
         self.lines: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.pids: set[int] = set()  # the engine and every process seen in its group
         self.engine_pid: int | None = None  # the engine's own pid (the keeper's child)
@@ -103,7 +103,7 @@ class EngineProcess:
         except OSError as e:
             raise EngineNotStarted(f"{self.name}: cannot run {self.cmd.argv[0]!r} "
                                    f"({e.strerror or e})") from None  # fmt: skip
-        self.started, self.started_wall = time.monotonic(), time.time()
+        self.started = time.monotonic()
         self.pids, self.engine_pid = {self.proc.pid}, None
         self.lines.clear()
         self._pump = threading.Thread(target=self._copy_output, args=(self.proc.stdout,),

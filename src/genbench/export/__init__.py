@@ -18,11 +18,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from genbench import __version__
 from genbench.atomic import writing
 from genbench.errors import GenbenchError, UsageError
 from genbench.export.checks import Repeats, nothing_written
@@ -36,6 +34,7 @@ from genbench.export.formats import (
 )
 from genbench.export.samples import REASONS, Rules, Sample, samples
 from genbench.inspect.reader import SHARD_RE, FileStats, data_files, kind_of, read_rows
+from genbench.run.result import document_head
 
 __all__ = ["FORMATS", "Rules", "default_out", "export_data", "summary_path"]
 
@@ -195,10 +194,7 @@ def document(
 ) -> dict[str, Any]:
     """The summary: what was read, written and left out, and why (docs/generate.md)."""
     doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "schema_version": SCHEMA_VERSION,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "genbench_version": __version__,
+        **document_head(SCHEMA, SCHEMA_VERSION, created_first=True),
         "source": {
             "paths": [str(p) for p in sources],
             "files": [str(s.path) for s in stats],

@@ -133,12 +133,6 @@ def _ids(ids: list[str]) -> str:
     return f"{len(ids):,} {'id' if len(ids) == 1 else 'ids'} ({shown})"
 
 
-def job_input(out: Path) -> Path | None:
-    """The input the directory's job files name (the first that names one)."""
-    found = _named_input(out)
-    return found[0] if found else None
-
-
 def _named_input(out: Path) -> tuple[Path, Path] | None:
     """(the input, the job file that names it): the first job file that names one."""
     state = out / STATE_DIR

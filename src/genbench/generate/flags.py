@@ -6,11 +6,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from genbench.engines.command import parse_command
 from genbench.engines.supervisor import EngineOptions
-from genbench.errors import UsageError, positive
+from genbench.errors import UsageError, checked, positive
 from genbench.generate.input.batch import is_batch_file
 from genbench.generate.input.params import job_params
 from genbench.generate.input.reader import ShardSpec
@@ -133,8 +132,8 @@ def job_config(a: GenerateArgs) -> JobConfig:
         params=params, turns=turns, tool_policy=tool_policy, fmt=fmt,
         shard=ShardSpec.parse(a.shard) if a.shard else None,
         shard_bytes=parse_size(a.shard_size), on_truncated=a.truncated,
-        think_tags=_checked(parse_tags, a.think_tags),
-        think_dialect=_checked(parse_dialect, a.think_dialect), token_ids=token_ids,
+        think_tags=checked(parse_tags, a.think_tags),
+        think_dialect=checked(parse_dialect, a.think_dialect), token_ids=token_ids,
         engines=engines, engine=EngineOptions(a.engine_start_timeout, a.engine_restarts,
                                               a.engine_backoff, a.engine_hang_timeout),
     )  # fmt: skip
@@ -192,13 +191,6 @@ def _batch_ids(answers: str, token_ids: str) -> str:
             "beside them)"
         )
     return "off"
-
-
-def _checked(parse: Any, text: str) -> Any:
-    try:
-        return parse(text)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
 
 
 def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -14,6 +14,15 @@ from genbench.rows import OutputRow, Turn
 # Defects in the order they are reported; each is a `--drop` name.
 DEFECTS = ("loops", "unclosed", "empty", "tags", "garbled", "short", "dup")
 BIT = {name: 1 << i for i, name in enumerate(DEFECTS)}
+LABELS = {  # how the reports name them
+    "loops": "repetition loop",
+    "unclosed": "thinking never closed",
+    "empty": "empty answer",
+    "tags": "leftover tags",
+    "garbled": "U+FFFD replacement characters",
+    "short": "too short to supervise",
+    "dup": "duplicate answer",
+}
 RULES = {
     "loops": "the end of the thinking or of the answer repeats one unit (period <= "
     "window/repeats chars) at least `loop_repeats` times, covering at least `loop_cover` "

@@ -8,19 +8,17 @@ newer schema with one line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from genbench import __version__
 from genbench.errors import UsageError
 from genbench.fmt import counted
 from genbench.inspect.detect import BIT, DEFECTS, RULES, Thresholds
 from genbench.inspect.distribution import describe, odd_servers
 from genbench.inspect.scan import Scan
-from genbench.run.result import has_schema, read_document
+from genbench.run.result import document_head, has_schema, read_document
 
 if TYPE_CHECKING:
     from genbench.plan import HiddenStates
@@ -227,10 +225,7 @@ def build(source: Path, sc: Scan, s: Settings) -> tuple[dict[str, Any], Analysis
     flags = a["flags"]
     share = _share(a)
     doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "schema_version": SCHEMA_VERSION,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "genbench_version": __version__,
+        **document_head(SCHEMA, SCHEMA_VERSION, created_first=True),
         "source": {
             "path": str(source),
             "files": [

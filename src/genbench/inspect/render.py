@@ -10,19 +10,9 @@ from rich.table import Table
 
 from genbench.fmt import counted as _n  # `1 row`, `2 rows`
 from genbench.fmt import nbytes
-from genbench.inspect.detect import DEFECTS
+from genbench.inspect.detect import DEFECTS, LABELS
 from genbench.inspect.fidelity import fidelity_lines
 from genbench.transport.acceptance import lines as accept_lines
-
-LABELS = {
-    "loops": "repetition loop",
-    "unclosed": "thinking never closed",
-    "empty": "empty answer",
-    "tags": "leftover tags",
-    "garbled": "U+FFFD replacement characters",
-    "short": "too short to supervise",
-    "dup": "duplicate answer",
-}
 
 
 def _tokens(d: dict[str, Any], key: str) -> str:

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from genbench import __version__
 from genbench.errors import UsageError
-from genbench.run.result import read_document, write_json_atomic
+from genbench.run.result import document_head, read_document, write_json_atomic
 
 PLAN_SCHEMA = "genbench.plan"
 PLAN_SCHEMA_VERSION = 1
@@ -42,10 +40,7 @@ ONE_SERVER = {
 
 def new_plan_doc(mode: str, source: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
     return {
-        "schema": PLAN_SCHEMA,
-        "schema_version": PLAN_SCHEMA_VERSION,
-        "genbench_version": __version__,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        **document_head(PLAN_SCHEMA, PLAN_SCHEMA_VERSION),
         "mode": mode,
         "source": source,
         "inputs": inputs,

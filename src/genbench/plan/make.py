@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from genbench import fmt
 from genbench.check.preflight import CheckReport, CheckRetries, preflight
-from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, positive
+from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, checked, positive
 from genbench.generate.input.params import job_params
 from genbench.generate.pipeline import Retries
 from genbench.generate.recipe import Recipe
@@ -348,10 +348,7 @@ def _pilot_run(args: PlanArgs, watch: PilotWatch) -> tuple[_Pilot, CheckReport, 
         stop.min_requests = min(size, source.total)
     out = args.out_dir or Path("genbench-runs") / f"{datetime.now():%Y%m%d-%H%M%S}-plan"
     pilot = _Pilot(ep, source, concurrency, size, stop, params, out)
-    try:
-        tags, dialect = parse_tags(args.think_tags), parse_dialect(args.think_dialect)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    tags, dialect = checked(parse_tags, args.think_tags), checked(parse_dialect, args.think_dialect)
     r = Retries()  # the pilot's requests' (pilot.py): its test request retries as they do
     retries = CheckRetries(r.retries, r.backoff, r.max_backoff)
     check = run_async(preflight(ep, args.model, timeout=args.timeout, think_tags=tags,

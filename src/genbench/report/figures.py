@@ -133,44 +133,54 @@ def repeat_points(
     return Series(f"{label} repeats", run.color, xs, ys, marker="dot", line=False, tips=tips)
 
 
-def throughput(runs: list[Run]) -> Figure:
-    levels = sorted(set(concurrencies(runs, "burst")) | set(concurrencies(runs, "sustained")))
-    fig = Figure(
-        "throughput",
-        "Throughput vs concurrency",
-        "sustained: tokens arriving in the steady window (solid); burst: tokens / wall (dashed)",
+def sweep_levels(runs: list[Run]) -> list[int]:
+    """The concurrency levels of the runs' sweeps, burst and sustained together."""
+    return sorted(set(concurrencies(runs, "burst")) | set(concurrencies(runs, "sustained")))
+
+
+def sweep_figure(runs: list[Run], name: str, title: str, subtitle: str, y_label: str) -> Figure:
+    """An empty figure over the runs' concurrency levels: a log x axis once they span 8x."""
+    levels = sweep_levels(runs)
+    return Figure(
+        name,
+        title,
+        subtitle,
         "concurrent requests (C)",
-        "output tokens/s",
+        y_label,
         x_log=len(levels) > 1 and levels[-1] / levels[0] >= 8,
         x_ticks=[float(c) for c in levels],
     )
+
+
+def sweep_series(
+    run: Run, kind: str, pts: list[tuple[float, float]], tips: list[str] | None = None
+) -> Series:
+    """One run's line of one sweep kind: sustained solid with circles, burst dashed with
+    squares."""
+    dash, marker = ("", "circle") if kind == "sustained" else ("dash", "square")
+    xs, ys = [x for x, _ in pts], [y for _, y in pts]
+    return Series(f"{run.label} {kind}", run.color, xs, ys, dash=dash, marker=marker, tips=tips)
+
+
+def throughput(runs: list[Run]) -> Figure:
+    fig = sweep_figure(
+        runs,
+        "throughput",
+        "Throughput vs concurrency",
+        "sustained: tokens arriving in the steady window (solid); burst: tokens / wall (dashed)",
+        "output tokens/s",
+    )
     repeats = False
     for run in runs:
-        for kind, key, dash, marker in (
-            ("sustained", "steady_tps", "", "circle"),
-            ("burst", "output_tps", "dash", "square"),
-        ):
+        for kind, key in (("sustained", "steady_tps"), ("burst", "output_tps")):
             by_c = sweep_values(run, kind, key)
             pts = [(float(c), sum(v) / len(v)) for c, v in by_c.items()]
             if not pts:
                 continue
             n = len(run.repeat_runs)
-            what = f"mean of {n} repeats" if n > 1 else ""
-            fig.series.append(
-                Series(
-                    f"{run.label} {kind}",
-                    run.color,
-                    [x for x, _ in pts],
-                    [y for _, y in pts],
-                    dash=dash,
-                    marker=marker,
-                    tips=[
-                        f"{run.label} {kind} C={x:g}: {y:,.0f} tok/s"
-                        + (f" ({what})" if n > 1 else "")
-                        for x, y in pts
-                    ],
-                )
-            )
+            what = f" (mean of {n} repeats)" if n > 1 else ""
+            tips = [f"{run.label} {kind} C={x:g}: {y:,.0f} tok/s{what}" for x, y in pts]
+            fig.series.append(sweep_series(run, kind, pts, tips))
             dots = repeat_points(
                 run, f"{run.label} {kind}", [(float(c), v) for c, v in by_c.items()], "tok/s",
                 fig.x_log,
@@ -186,21 +196,18 @@ def throughput(runs: list[Run]) -> Figure:
 
 
 def per_request_rate(runs: list[Run]) -> Figure:
-    levels = sorted(set(concurrencies(runs, "burst")) | set(concurrencies(runs, "sustained")))
-    fig = Figure(
+    fig = sweep_figure(
+        runs,
         "per_request",
         "Per-request decode speed vs concurrency",
         "median of each request's decode tok/s; whiskers p10–p90 (what one user sees)",
-        "concurrent requests (C)",
         "decode tokens/s per request",
-        x_log=len(levels) > 1 and levels[-1] / levels[0] >= 8,
-        x_ticks=[float(c) for c in levels],
     )
     for i, run in enumerate(runs):
         k = dodge(i, len(runs), fig.x_log)
         xs, ys, whisk, tips = [], [], [], []
         medians: list[tuple[float, list[float]]] = []
-        for c in levels:
+        for c in sweep_levels(runs):
             pooled: list[float] = []
             meds: list[float] = []
             for rep in run.repeat_runs:
@@ -389,35 +396,23 @@ def server_metric(
     runs: list[Run], key: str, title: str, y_label: str, scale: float = 1.0
 ) -> Figure:
     """A server-side figure (peak gauge or acceptance) vs concurrency, sustained and burst."""
-    levels = sorted(set(concurrencies(runs, "burst")) | set(concurrencies(runs, "sustained")))
-    fig = Figure(
+    fig = sweep_figure(
+        runs,
         f"server_{key}",
         title,
         "from the server's /metrics, sampled during each phase; solid sustained, dashed burst",
-        "concurrent requests (C)",
         y_label,
-        x_log=len(levels) > 1 and levels[-1] / levels[0] >= 8,
-        x_ticks=[float(c) for c in levels],
     )
     for i, run in enumerate(runs):
         k = dodge(i, len(runs), fig.x_log)
-        for kind, dash, marker in (("sustained", "", "circle"), ("burst", "dash", "square")):
+        for kind in ("sustained", "burst"):
             pts = [
                 (p["concurrency"] * (k if fig.x_log else 1 + k), float(m[key]) * scale)
                 for p in run.kind(kind)
                 if (m := p.get("server_metrics") or {}).get(key) is not None
             ]
             if pts:
-                fig.series.append(
-                    Series(
-                        f"{run.label} {kind}",
-                        run.color,
-                        [x for x, _ in pts],
-                        [y for _, y in pts],
-                        dash=dash,
-                        marker=marker,
-                    )
-                )
+                fig.series.append(sweep_series(run, kind, pts))
     return fig
 
 

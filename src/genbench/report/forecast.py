@@ -17,6 +17,7 @@ from genbench import fmt
 from genbench.plan.summary import BarMark, Forecast, forecast
 from genbench.plan.tables import DecisionTable, decision_tables
 from genbench.report.figures import Figure, HBar
+from genbench.report.parts import tiles_html
 from genbench.report.svg import nice_step
 
 RANGE_COLOR = "#4e79a7"
@@ -24,7 +25,7 @@ FORECAST_COLOR = "#1d2330"
 FIELD_COLOR = "#f28e2b"
 
 
-def table_html(t: DecisionTable, title: bool = True) -> str:
+def table_html(t: DecisionTable) -> str:
     """A table of text, its title above and its notes below; a cell's line breaks kept."""
     head = "".join(_cell("th", j, h, t.left) for j, h in enumerate(t.head))
     body = "".join(
@@ -32,8 +33,8 @@ def table_html(t: DecisionTable, title: bool = True) -> str:
         for row in t.rows
     )
     foot = "".join(f"<p class='note'>{escape(line)}</p>" for line in t.foot)
-    top = f"<h3>{escape(t.title)}</h3>" if title else ""
-    return f"{top}<div class='tablewrap'><table><tr>{head}</tr>{body}</table></div>{foot}"
+    table = f"<div class='tablewrap'><table><tr>{head}</tr>{body}</table></div>"
+    return f"<h3>{escape(t.title)}</h3>{table}{foot}"
 
 
 def _cell(tag: str, j: int, text: str, left: tuple[int, ...]) -> str:
@@ -97,14 +98,6 @@ def _offsets(m: BarMark) -> tuple[float, float, float | None]:
     return m.lo_s * pct - 100, m.hi_s * pct - 100, other
 
 
-def _tiles(figures: list[tuple[str, str, str]]) -> str:
-    return "".join(
-        f'<div class="tile"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
-        f'<div class="d">{escape(d)}</div></div>'
-        for k, v, d in figures
-    )
-
-
 def section(
     doc: dict[str, Any], title: str, fig_id: str, figure_html: Callable[[Figure], str]
 ) -> tuple[str, list[Figure]]:
@@ -116,7 +109,7 @@ def section(
         f"<h2>{escape(title)}</h2><p class='lead'>{escape(f.what)} "
         f"<span class='path'>{escape(str(doc.get('_path', '')))}</span></p>",
         f"<section class='cards'><div class='card plan' style='--run:{RANGE_COLOR}'>"
-        f"<div class='tiles'>{_tiles(f.figures)}</div></div></section>",
+        f"<div class='tiles'>{tiles_html(f.figures)}</div></div></section>",
         table_html(f.time),
         "".join(f"<p class='note'>{escape(line)}</p>" for line in f.bar),
         f"<div class='grid'>{figure_html(fig)}</div>" if fig else "",

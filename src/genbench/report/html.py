@@ -19,6 +19,7 @@ import genbench.report.inspection as inspection
 from genbench import __version__, fmt
 from genbench.compare.runs import Run, workload_differences
 from genbench.fmt import when
+from genbench.report.parts import table_of, tiles_html
 from genbench.report.svg import WIDE, WIDTH, draw, swatch
 from genbench.run.readings import sweep_readings
 
@@ -109,19 +110,6 @@ def _ms(v: Any) -> str:
     return fmt.ms(v).removesuffix(" ms")
 
 
-def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> str:
-    """A table whose first `text_cols` columns are text (left), the rest numbers (right)."""
-
-    def cell(tag: str, i: int, c: str) -> str:
-        return f"<{tag} class='t'>{c}</{tag}>" if i < text_cols else f"<{tag}>{c}</{tag}>"
-
-    th = "".join(cell("th", i, h) for i, h in enumerate(head))
-    body = "".join(
-        "<tr>" + "".join(cell("td", i, c) for i, c in enumerate(r)) + "</tr>" for r in rows
-    )
-    return f'<div class="tablewrap"><table><tr>{th}</tr>{body}</table></div>'
-
-
 def _tag(run: Run) -> str:
     label = run.label + (" r1" if len(run.repeats) > 1 else "")
     return f'<span class="runtag" style="--run:{run.color}"></span>{escape(label)}'
@@ -132,11 +120,7 @@ def card(run: Run) -> str:
     status = str(d.get("status") or "?")
     bad = "" if status == "complete" else " bad"
     msg = f" — {escape(str(d['status_message']))}" if d.get("status_message") else ""
-    tiles = "".join(
-        f'<div class="tile"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
-        f'<div class="d">{escape(det)}</div></div>'
-        for k, v, det in cards.summary_cards(run)
-    )
+    tiles = tiles_html(cards.summary_cards(run))
     url = (d.get("target") or {}).get("url") or ""
     return (
         f'<div class="card" style="--run:{run.color}"><h3>{escape(run.label)}'
@@ -166,9 +150,10 @@ def numbers(sides: list[Run]) -> str:
             )
     out = ""
     if rows:
-        out += "<h3>Single stream</h3>" + _table(
+        out += "<h3>Single stream</h3>" + table_of(
             ["run", "output tokens", "decode tok/s", "e2e tok/s", "TTFT p50 (ms)", "requests"],
             rows,
+            {0},
         )
     rows = []
     for run in runs:
@@ -195,7 +180,7 @@ def numbers(sides: list[Run]) -> str:
                 ]
             )
     if rows:
-        out += "<h3>Concurrency sweep</h3>" + _table(
+        out += "<h3>Concurrency sweep</h3>" + table_of(
             [
                 "run",
                 "C",
@@ -210,6 +195,7 @@ def numbers(sides: list[Run]) -> str:
                 "requests",
             ],
             rows,
+            {0},
         )
         for run in sides:  # the console's words for what seems to disagree
             tag = f"{run.label}: " if len(sides) > 1 else ""
@@ -253,7 +239,7 @@ def server_table(runs: list[Run]) -> str:
             else:
                 cells.append(f"{v:,.0f}")
         rows.append(cells)
-    return _table(["run", "phase", *[c[1] for c in cols]], rows, text_cols=2)
+    return table_of(["run", "phase", *[c[1] for c in cols]], rows, {0, 1})
 
 
 def plan_sections(runs: list[Run]) -> list[tuple[str, list[F.Figure]]]:

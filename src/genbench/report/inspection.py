@@ -14,17 +14,11 @@ from typing import Any
 from genbench import fmt
 from genbench.compare.runs import PALETTE
 from genbench.fmt import nbytes
-from genbench.report.figures import Figure, HBar, Series
+from genbench.inspect.detect import LABELS as DEFECT_LABELS
+from genbench.report.figures import Figure, HBar, Series, slug
+from genbench.report.parts import table_of, tiles_html
 
-LABELS = {
-    "loops": "repetition loop",
-    "unclosed": "thinking never closed",
-    "empty": "empty answer",
-    "tags": "leftover tags",
-    "garbled": "U+FFFD replacement characters",
-    "short": "too short",
-    "dup": "duplicate answer",
-}
+LABELS = DEFECT_LABELS | {"short": "too short"}  # a figure's row labels are narrow
 BAD = "#e15759"
 
 
@@ -38,10 +32,6 @@ def directory(doc: dict[str, Any]) -> str:
     when it is also drawn as a generate job."""
     path = Path(str(doc.get("_path") or label(doc)))
     return str(path.parent) if path.name == "inspect.json" else str(path)
-
-
-def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in text)
 
 
 def defects_figure(doc: dict[str, Any], key: str) -> Figure:
@@ -117,7 +107,7 @@ def cdf_figure(doc: dict[str, Any], key: str, metric: str) -> Figure:
 
 
 def figures(doc: dict[str, Any], index: int) -> list[Figure]:
-    key = f"{index}_{_slug(label(doc))}"
+    key = f"{index}_{slug(label(doc))}"
     return [
         defects_figure(doc, key),
         cdf_figure(doc, key, "output_tokens"),
@@ -150,11 +140,7 @@ def _tiles(doc: dict[str, Any]) -> str:
          f"{_num((st.get('tokens') or {}).get('hidden_state'))} tokens"),
     ]  # fmt: skip
     tiles += _fidelity_tiles(doc.get("fidelity"))
-    return "".join(
-        f'<div class="tile"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
-        f'<div class="d">{escape(d)}</div></div>'
-        for k, v, d in tiles
-    )
+    return tiles_html(tiles)
 
 
 def _fidelity_tiles(f: dict[str, Any] | None) -> list[tuple[str, str, str]]:
@@ -218,19 +204,6 @@ def _server_rows(doc: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _table(head: list[str], rows: list[list[str]], text: set[int]) -> str:
-    """A table whose columns in `text` are left-aligned text, the others numbers."""
-
-    def cell(tag: str, i: int, c: str) -> str:
-        return f"<{tag} class='t'>{c}</{tag}>" if i in text else f"<{tag}>{c}</{tag}>"
-
-    th = "".join(cell("th", i, h) for i, h in enumerate(head))
-    body = "".join(
-        "<tr>" + "".join(cell("td", i, c) for i, c in enumerate(r)) + "</tr>" for r in rows
-    )
-    return f'<div class="tablewrap"><table><tr>{th}</tr>{body}</table></div>'
-
-
 def section(doc: dict[str, Any], figs: list[Figure], figure_html: Any) -> str:
     """The HTML of one inspection; `figure_html` draws a figure as the page does."""
     servers = doc.get("servers") or {}
@@ -257,14 +230,14 @@ def section(doc: dict[str, Any], figs: list[Figure], figure_html: Any) -> str:
         "</div></section>",
         "<div class='grid'>" + "".join(figure_html(f) for f in figs) + "</div>",
         "<h3>Defects</h3>"
-        + _table(
+        + table_of(
             ["defect", "rows", "share", "rule", "examples (ids)"], _defect_rows(doc), {0, 3, 4}
         ),
         f"<p class='note'>duplicates: {dups.get('exact', 0):,} exact and "
         f"{dups.get('near_only', 0):,} more up to case and whitespace, among "
         f"{dups.get('rows_checked', 0):,} answers checked</p>",
         f"<h3>Servers</h3><p>{escape(verdict)}</p>"
-        + _table(
+        + table_of(
             [
                 "server",
                 "rows",

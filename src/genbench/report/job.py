@@ -24,14 +24,8 @@ from genbench.report.joblog import EDGES, JobHistory, read_job_log
 ETA_WINDOW_S = 300.0  # from the log's bins (the live panel's ETA is generate/eta.py's)
 
 
-def shard_tags(path: Path) -> list[str | None]:
-    """The request logs of a generate output: None for the job's own, a tag ('1of4') for
-    each --shard's (each is drawn as a job of its own: its own rows, rates and ETA)."""
-    return layout.shard_tags(path)
-
-
 def is_job(path: Path) -> bool:
-    return bool(shard_tags(path))
+    return bool(layout.shard_tags(path))
 
 
 def load_job(path: Path, tag: str | None = None) -> tuple[JobHistory, list[dict[str, Any]]]:

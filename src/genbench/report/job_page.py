@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from genbench import fmt
+from genbench.generate.store.layout import shard_tags
 from genbench.report.engines import engines_figure, events_table, read_events
 from genbench.report.figures import FAIL_COLOR, Figure
-from genbench.report.job import _short, figures, label, load_job, shard_tags
+from genbench.report.job import _short, figures, label, load_job
 from genbench.report.joblog import JobHistory
+from genbench.report.parts import table_of, tiles_html
 
 
 def _tiles(h: JobHistory, notes: list[dict[str, Any]]) -> str:
@@ -32,11 +34,7 @@ def _tiles(h: JobHistory, notes: list[dict[str, Any]]) -> str:
         ("requests", f"{h.records:,}", f"{sum(h.kinds.values()):,} failed"),
         ("server downs", f"{downs:,}", f"{fmt.counted(requeued, 'row')} requeued"),
     ]
-    return "".join(
-        f'<div class="tile"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
-        f'<div class="d">{escape(d)}</div></div>'
-        for k, v, d in tiles
-    )
+    return tiles_html(tiles)
 
 
 def _server_table(h: JobHistory) -> str:
@@ -50,17 +48,11 @@ def _server_table(h: JobHistory) -> str:
             f"({n} requeued)"
             for a, z, n in s.downs[:8]
         ) + ("; …" if len(s.downs) > 8 else "")
-        cells = [escape(_short(s.name)), f"{s.requests:,}", f"{s.rows:,}", f"{s.failed:,}",
-                 f"{s.requeued:,}", f"{s.retries:,}", f"{len(s.downs):,}",
-                 fmt.duration(down_s) if s.downs else "—", f"{s.tokens:,}",
-                 escape(spans) or "—"]  # fmt: skip
-        body.append(
-            "<tr>" + "".join(f"<td class='t'>{c}</td>" if i in (0, 9) else f"<td>{c}</td>"
-                             for i, c in enumerate(cells)) + "</tr>"  # fmt: skip
-        )
-    th = "".join(f"<th class='t'>{c}</th>" if i in (0, 9) else f"<th>{c}</th>"
-                 for i, c in enumerate(head))  # fmt: skip
-    return f'<div class="tablewrap"><table><tr>{th}</tr>{"".join(body)}</table></div>'
+        body.append([escape(_short(s.name)), f"{s.requests:,}", f"{s.rows:,}", f"{s.failed:,}",
+                     f"{s.requeued:,}", f"{s.retries:,}", f"{len(s.downs):,}",
+                     fmt.duration(down_s) if s.downs else "—", f"{s.tokens:,}",
+                     escape(spans) or "—"])  # fmt: skip
+    return table_of(head, body, {0, 9})
 
 
 def section(path: Path, h: JobHistory, notes: list[dict[str, Any]], figs: list[Figure],
@@ -128,7 +120,7 @@ def job_sections(path: Path, figure_html: Any) -> list[tuple[str, str, list[Figu
     """Read the job at `path` and draw its sections, one per request log (a --shard's
     each): (label, HTML, figures)."""
     out = []
-    for tag in shard_tags(path):
+    for tag in shard_tags(path):  # each --shard drawn as a job of its own
         h, notes = load_job(path, tag)
         figs = figures(h, notes, tag)
         events = read_events(path, tag)

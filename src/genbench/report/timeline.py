@@ -26,11 +26,6 @@ from genbench.report.figures import (
 from genbench.stats import token_events
 
 
-def phase_origin(run: Run, name: str) -> float | None:
-    recs = run.records(name)
-    return min(r.t_send for r in recs) if recs else None
-
-
 def window_bands(run: Run, name: str, end: float) -> list[Band]:
     """Ramp, steady window and tail of a sustained phase, in seconds from its first send."""
     p = run.phase(name) or {}

@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from genbench import __version__
 from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.check.server_metrics import (
     MetricsScraper,
@@ -35,6 +34,7 @@ from genbench.run.result import (
     RESULT_FILE,
     SCHEMA,
     SCHEMA_VERSION,
+    document_head,
     prepare_out_dir,
     write_json_atomic,
 )
@@ -95,10 +95,7 @@ class RunState:
     def __init__(self, out: Path, cfg: RunConfig, target: dict[str, Any]) -> None:
         self.out = out
         self.doc: dict[str, Any] = {
-            "schema": SCHEMA,
-            "schema_version": SCHEMA_VERSION,
-            "genbench_version": __version__,
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            **document_head(SCHEMA, SCHEMA_VERSION),
             "status": "running",
             "status_message": None,
             "target": target,

@@ -4,18 +4,16 @@ with a one-line error naming it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 
 from genbench.check.server_metrics import metrics_target
-from genbench.errors import UsageError
+from genbench.errors import UsageError, checked
 from genbench.run.runconfig import RunConfig
 from genbench.transport.thinking import parse_dialect, parse_tags
 
-T = TypeVar("T")
 # the flags `run_config` reads (the command's others choose what to run, not how)
 CONFIG_FLAGS = (
     "url", "natural", "temperature", "timeout", "thinking", "think_tags", "think_dialect",
@@ -135,8 +133,8 @@ def run_config(
 ) -> RunConfig:
     """`genbench run`'s flags as the run's config, each checked (a UsageError names it)."""
     cfg = RunConfig(natural=natural, temperature=temperature, timeout=timeout, thinking=thinking)
-    cfg.think_tags = list(_checked(parse_tags, think_tags))
-    cfg.think_dialect = _checked(parse_dialect, think_dialect)
+    cfg.think_tags = list(checked(parse_tags, think_tags))
+    cfg.think_dialect = checked(parse_dialect, think_dialect)
     local = url is None
     if local:
         local_defaults(cfg, quick)
@@ -169,10 +167,3 @@ def run_config(
     cfg.prompts = str(prompts) if prompts is not None else None
     cfg.validate()
     return cfg
-
-
-def _checked(parse: Callable[[str], T], text: str) -> T:
-    try:
-        return parse(text)
-    except ValueError as e:
-        raise UsageError(str(e)) from None

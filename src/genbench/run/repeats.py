@@ -32,7 +32,6 @@ async def execute_repeats(
     repeats: int,
     listener: RunListener,
     target_extra: dict[str, Any] | None = None,
-    check_timeout: float = 300.0,
 ) -> list[list[RunState]]:
     """The whole run `repeats` times on each (label, endpoint, directory) target.
 
@@ -57,8 +56,6 @@ async def execute_repeats(
                 }
             }
             out = side_dir / REPEAT_DIR.format(i)
-            state = await execute_run(
-                ep, model, cfg, out, listener, target_extra, check_timeout, doc_extra=extra
-            )
+            state = await execute_run(ep, model, cfg, out, listener, target_extra, doc_extra=extra)
             states[k].append(state)
     return states

@@ -7,12 +7,13 @@ The schema is documented in docs/results.md.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from genbench import __version__
 from genbench.atomic import write_atomic
 from genbench.errors import UsageError
 from genbench.generate.store.layout import has_request_log, job_file
@@ -21,6 +22,16 @@ SCHEMA = "genbench.result"
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
 REQUESTS_FILE = "requests.jsonl"
+
+
+def document_head(schema: str, version: int, created_first: bool = False) -> dict[str, Any]:
+    """The fields every schema'd document opens with (what `read_document` checks), the
+    genbench that wrote it and when; exports and inspections have always said when first."""
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    head = {"schema": schema, "schema_version": version}
+    if created_first:
+        return head | {"created": created, "genbench_version": __version__}
+    return head | {"genbench_version": __version__, "created": created}
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

@@ -290,42 +290,28 @@ class SimConfig:
             if not ok:
                 raise UsageError(f"{flag} {value}: expected {what}")
 
-        finite = math.isfinite
+        def number(flag: str, value: float, above_zero: bool) -> None:
+            ok = (value > 0 if above_zero else value >= 0) and math.isfinite(value)
+            need(ok, flag, value, "a number > 0" if above_zero else "a number >= 0")
+
+        def one_of(flag: str, value: str, names: tuple[str, ...]) -> None:
+            need(value in names, flag, repr(value), " or ".join(names))
+
         need(bool(self.host), "--host", repr(self.host), "a host name or address")
         need(0 <= self.port <= 65535, "--port", self.port, "0..65535 (0 picks a free port)")
         need(bool(self.model.strip()), "--model", repr(self.model), "a non-empty name")
-        need(self.tps > 0 and finite(self.tps), "--tps", self.tps, "a number > 0")
-        need(
-            self.per_seq_ms >= 0 and finite(self.per_seq_ms),
-            "--per-seq-ms",
-            self.per_seq_ms,
-            "a number >= 0",
-        )
-        need(self.ttft_ms >= 0 and finite(self.ttft_ms), "--ttft-ms", self.ttft_ms, "a number >= 0")
+        number("--tps", self.tps, above_zero=True)
+        number("--per-seq-ms", self.per_seq_ms, above_zero=False)
+        number("--ttft-ms", self.ttft_ms, above_zero=False)
         if self.prefill_tps is not None:
-            need(
-                self.prefill_tps > 0 and finite(self.prefill_tps),
-                "--prefill-tps",
-                self.prefill_tps,
-                "a number > 0",
-            )
+            number("--prefill-tps", self.prefill_tps, above_zero=True)
         need(self.max_batch >= 1, "--max-batch", self.max_batch, "an integer >= 1")
         need(self.max_model_len >= 1, "--max-model-len", self.max_model_len, "an integer >= 1")
         need(
             self.thinking_tokens >= 0, "--thinking-tokens", self.thinking_tokens, "an integer >= 0"
         )
-        need(
-            self.reasoning_dialect in REASONING_DIALECTS,
-            "--reasoning-dialect",
-            repr(self.reasoning_dialect),
-            " or ".join(REASONING_DIALECTS),
-        )
-        need(
-            self.dialect in SERVER_DIALECTS,
-            "--dialect",
-            repr(self.dialect),
-            " or ".join(SERVER_DIALECTS),
-        )
+        one_of("--reasoning-dialect", self.reasoning_dialect, REASONING_DIALECTS)
+        one_of("--dialect", self.dialect, SERVER_DIALECTS)
         if self.dialect == "sglang":
             need(
                 self.reasoning_dialect == "reasoning_content",
@@ -333,12 +319,7 @@ class SimConfig:
                 repr(self.reasoning_dialect),
                 "reasoning_content with --dialect sglang (the field SGLang sends)",
             )
-        need(
-            self.token_ids in TOKEN_ID_DIALECTS,
-            "--token-ids",
-            repr(self.token_ids),
-            " or ".join(TOKEN_ID_DIALECTS),
-        )
+        one_of("--token-ids", self.token_ids, TOKEN_ID_DIALECTS)
         need(
             self.token_ids != "sglang" or self.dialect == "sglang",
             "--token-ids",
@@ -353,8 +334,7 @@ class SimConfig:
 
         for rule in self.spec_accept_match:
             parse_accept_match(rule)
-        need(self.spec_metrics in SPEC_METRICS, "--per-request-spec-decode-metrics",
-             repr(self.spec_metrics), " or ".join(SPEC_METRICS))  # fmt: skip
+        one_of("--per-request-spec-decode-metrics", self.spec_metrics, SPEC_METRICS)
         self.output_len_dist()
         self.drift_model()
         from genbench.sim.tools import parse_tool_calls  # it reads the sim's text

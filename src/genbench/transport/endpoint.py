@@ -57,10 +57,6 @@ class Endpoint:
             path, assumed = "/v1", True
         return cls(base_url=root + path, root=root, api_key=api_key or None, path_assumed=assumed)
 
-    @property
-    def display(self) -> str:
-        return self.base_url
-
     def headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
         if self.api_key:

@@ -438,12 +438,15 @@ def test_a_steady_server_keeps_a_tight_range(sim_factory, tmp_path):
 
 
 def _starved(doc: dict) -> bool:
-    """The pilot's stretches moved beyond 5% on a host with more runnable work than cores:
-    other programs took CPU time from the sim or from genbench (the sim's resync counter
-    sees only the first), so the speed the pilot measured did move."""
+    """The sim's speed does not move, so a pilot whose stretches moved beyond 5% saw the
+    host take CPU time from the sim or from genbench (the sim's resync counter sees only
+    the first); and on a host with more runnable work than cores the replay the model is
+    checked on misses the pilot by the time genbench waited for a core. Either way the
+    range is then rightly wider than a steady server's: what must hold is that it carries
+    what was seen and says so."""
     import os
 
-    return doc["model"]["speed"]["moved"] > 0.05 and os.getloadavg()[0] > (os.cpu_count() or 1)
+    return doc["model"]["speed"]["moved"] > 0.05 or os.getloadavg()[0] > (os.cpu_count() or 1)
 
 
 def _assert_the_wander_seen_is_carried(doc: dict) -> None:

@@ -87,19 +87,33 @@ def token_ids_change(old: dict[str, Any] | None, new: str, force: bool) -> str |
     )
 
 
-def first_change(old: dict[str, Any], new: dict[str, Any], keys: tuple[str, ...]) -> str | None:
-    """The first setting that makes `new` another job than `old`. A model not known yet (a
-    shard's first look, before the servers answer) is not compared; a model is compared by
-    its name, not the directory it was loaded from (each node may copy it to its own disk)."""
+def first_change(
+    old: dict[str, Any], new: dict[str, Any], keys: tuple[str, ...], sibling: bool = False
+) -> str | None:
+    """The first setting that makes `new` another job than `old` (a resume compares every
+    setting as it was written). A `sibling` shard's model is not compared while it is not
+    known yet (a shard's first look, before the servers answer), and a model loaded from a
+    directory is compared by its name, not the directory (each node may copy it to its own
+    disk); a served name such as `org/model` is compared whole (another org's model of the
+    same name is another model)."""
     for k in keys:
         a, b = job_setting(old, k), job_setting(new, k)
-        if k == "model":
+        if k == "model" and sibling:
             if a is None or b is None:
                 continue
-            a, b = str(a).rstrip("/").rpartition("/")[2], str(b).rstrip("/").rpartition("/")[2]
+            a, b = _model_name(a), _model_name(b)
         if a != b:
             return k
     return None
+
+
+def _model_name(model: object) -> str:
+    """A model's name: the last part of a path it was loaded from (`/scratch/x/Qwen3-8B`,
+    `./Qwen3-8B`), else the served name as it is."""
+    text = str(model)
+    if text.startswith(("/", "./", "../", "~")):
+        return text.rstrip("/").rpartition("/")[2]
+    return text
 
 
 def read_jobs(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:

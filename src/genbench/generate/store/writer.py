@@ -248,7 +248,7 @@ class Store:
                 )
             return
         for path, sibling in read_jobs(self.layout.sibling_jobs()):
-            changed = first_change(sibling, job, FINGERPRINT_KEYS)
+            changed = first_change(sibling, job, FINGERPRINT_KEYS, sibling=True)
             if changed:
                 name, was, now = setting_change(sibling, job, changed)
                 raise UsageError(

@@ -114,16 +114,18 @@ def test_the_model_is_compared_by_its_name_only_where_it_was_loaded_from_a_direc
     sim_factory, tmp_path
 ):
     """Shards whose engines loaded one model from each node's own copy (`/scratch/a/m`,
-    `/scratch/b/m`) are one job; another org's model of the same name (`org-a/m`, `org-b/m`)
-    is refused for a shard's first run, and a plain resume compares the model whole, as it
-    always did."""
+    `/scratch/b/m`, or the hub's `org-a/m`) are one job; another org's model of the same
+    name (`org-a/m`, `org-b/m`) is refused for a shard's first run, and a plain resume
+    compares the model whole, as it always did."""
     sims = {m: sim_factory(*QUICK, "--model", m)
             for m in ("/scratch/a/m", "/scratch/b/m", "org-a/m", "org-b/m")}  # fmt: skip
     inp = tmp_path / "in.jsonl"
     write_rows(inp, prompts(12))
     copies = tmp_path / "copies"
-    assert gen(inp, copies, sims["/scratch/a/m"].url, "--shard", "1/2").returncode == 0
-    p = gen(inp, copies, sims["/scratch/b/m"].url, "--shard", "2/2")
+    assert gen(inp, copies, sims["/scratch/a/m"].url, "--shard", "1/3").returncode == 0
+    p = gen(inp, copies, sims["/scratch/b/m"].url, "--shard", "2/3")
+    assert p.returncode == 0, p.stderr
+    p = gen(inp, copies, sims["org-a/m"].url, "--shard", "3/3")
     assert p.returncode == 0, p.stderr
     orgs = tmp_path / "orgs"
     assert gen(inp, orgs, sims["org-a/m"].url, "--shard", "1/2").returncode == 0

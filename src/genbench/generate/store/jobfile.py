@@ -92,28 +92,24 @@ def first_change(
 ) -> str | None:
     """The first setting that makes `new` another job than `old` (a resume compares every
     setting as it was written). A `sibling` shard's model is not compared while it is not
-    known yet (a shard's first look, before the servers answer), and a model loaded from a
-    directory is compared by its name, not the directory (each node may copy it to its own
-    disk); a served name such as `org/model` is compared whole (another org's model of the
-    same name is another model)."""
+    known yet (a shard's first look, before the servers answer); one loaded from a directory
+    is compared by its name, not the directory (each node may copy it to its own disk), but
+    two served names are compared whole (`org-a/m` and `org-b/m` are two models)."""
     for k in keys:
         a, b = job_setting(old, k), job_setting(new, k)
         if k == "model" and sibling:
             if a is None or b is None:
                 continue
-            a, b = _model_name(a), _model_name(b)
+            if _loaded_from_disk(a) or _loaded_from_disk(b):
+                a, b = str(a).rstrip("/").rpartition("/")[2], str(b).rstrip("/").rpartition("/")[2]
         if a != b:
             return k
     return None
 
 
-def _model_name(model: object) -> str:
-    """A model's name: the last part of a path it was loaded from (`/scratch/x/Qwen3-8B`,
-    `./Qwen3-8B`), else the served name as it is."""
-    text = str(model)
-    if text.startswith(("/", "./", "../", "~")):
-        return text.rstrip("/").rpartition("/")[2]
-    return text
+def _loaded_from_disk(model: object) -> bool:
+    """A model named by the path it was loaded from (`/scratch/x/Qwen3-8B`, `./Qwen3-8B`)."""
+    return str(model).startswith(("/", "./", "../", "~"))
 
 
 def read_jobs(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:

@@ -110,6 +110,38 @@ def test_a_shard_run_with_other_settings_than_its_siblings_is_refused(quick, tmp
     assert "different settings" in genbench("merge", str(out)).stdout  # still named there
 
 
+def test_the_model_is_compared_by_its_name_only_where_it_was_loaded_from_a_directory(
+    sim_factory, tmp_path
+):
+    """Shards whose engines loaded one model from each node's own copy (`/scratch/a/m`,
+    `/scratch/b/m`, or the hub's `org-a/m`) are one job; another org's model of the same
+    name (`org-a/m`, `org-b/m`) is refused for a shard's first run, and a plain resume
+    compares the model whole, as it always did."""
+    sims = {m: sim_factory(*QUICK, "--model", m)
+            for m in ("/scratch/a/m", "/scratch/b/m", "org-a/m", "org-b/m")}  # fmt: skip
+    inp = tmp_path / "in.jsonl"
+    write_rows(inp, prompts(12))
+    copies = tmp_path / "copies"
+    assert gen(inp, copies, sims["/scratch/a/m"].url, "--shard", "1/3").returncode == 0
+    p = gen(inp, copies, sims["/scratch/b/m"].url, "--shard", "2/3")
+    assert p.returncode == 0, p.stderr
+    p = gen(inp, copies, sims["org-a/m"].url, "--shard", "3/3")
+    assert p.returncode == 0, p.stderr
+    p = genbench("merge", str(copies))  # merge compares the models as generate did
+    assert p.returncode == 0 and "different settings" not in p.stdout, p.stdout
+    orgs = tmp_path / "orgs"
+    assert gen(inp, orgs, sims["org-a/m"].url, "--shard", "1/2").returncode == 0
+    line = refusal(gen(inp, orgs, sims["org-b/m"].url, "--shard", "2/2"))
+    assert "model was org-a/m there, now org-b/m" in line, line
+    nothing_of(orgs, "-2of2")
+    one = tmp_path / "one"
+    write_rows(inp, prompts(6))
+    assert gen(inp, one, sims["org-a/m"].url).returncode == 0
+    write_rows(inp, prompts(12))
+    line = refusal(gen(inp, one, sims["org-b/m"].url))
+    assert "different settings (model was org-a/m, now org-b/m)" in line, line
+
+
 def test_two_schemes_started_at_once_one_is_refused(sim_factory, tmp_path):
     slow = sim_factory(*SLOW)
     inp, out = tmp_path / "in.jsonl", tmp_path / "out"

@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from genbench.generate.exporter import METRICS, MetricsExporter
-from genbench.generate.listeners import Listeners
+from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.progress import EngineState, Progress, ServerState, Snapshot
 
@@ -76,6 +76,23 @@ def test_the_listeners_after_the_console_see_the_snapshot_it_hands_on():
 
     Listeners(Listener(), Console(), After()).tick(snapshot())
     assert seen[0].plan == {"seconds": 9.0}
+
+
+def test_the_jobs_run_notes_see_the_plan_the_commands_console_adds(tmp_path):
+    """The job hears the command's listeners (console, exporter) as one, then its RunNotes:
+    the plan's forecast the console adds reaches runs.jsonl's start line (the job report
+    draws the ETA against it)."""
+
+    class Console(Listener):
+        def tick(self, snap: Snapshot) -> Snapshot:
+            return replace(snap, plan={"seconds": 9.0, "lo_s": 8.0, "hi_s": 11.0, "off": 0.1})
+
+    (tmp_path / ".genbench").mkdir()
+    notes = RunNotes(tmp_path)
+    Listeners(Listeners(Console(), Listener()), notes).tick(snapshot())
+    start = orjson.loads(notes.path.read_bytes().splitlines()[0])
+    assert start["event"] == "start" and start["plan"] == {"seconds": 9.0, "lo_s": 8.0,
+                                                           "hi_s": 11.0}  # fmt: skip
 
 
 def test_the_exporter_lists_each_declared_family_once_in_its_order():

@@ -33,6 +33,7 @@ from genbench.fmt import counted as _n
 from genbench.generate.input.reader import ShardSpec, scan
 from genbench.generate.input.shard import stable_hash
 from genbench.generate.store.durable import scan_errors
+from genbench.generate.store.jobfile import model_names
 from genbench.generate.store.layout import (
     JOB_GLOB,
     LOCK_GLOB,
@@ -223,8 +224,11 @@ def settings_differ(out: Path) -> str | None:
             doc = orjson.loads(p.read_bytes())
             docs[p.name] = {k: v for k, v in doc.items() if k not in _NOT_SETTINGS}
     keys = sorted({k for d in docs.values() for k in d})
-    differ = [k for k in keys if len({orjson.dumps(d.get(k), option=orjson.OPT_SORT_KEYS)
-                                      for d in docs.values()}) > 1]  # fmt: skip
+    models = model_names([d.get("model") for d in docs.values()])  # as generate compares them
+    pairs = list(zip(docs.values(), models, strict=True))
+    differ = [k for k in keys if len({orjson.dumps(m if k == "model" else d.get(k),
+                                                   option=orjson.OPT_SORT_KEYS)
+                                      for d, m in pairs}) > 1]  # fmt: skip
     if not differ:
         return None
     parts = []

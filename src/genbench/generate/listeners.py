@@ -36,9 +36,12 @@ class Listeners(Listener):
         for one in self.all:
             one.note(text, style)
 
-    def tick(self, snap: Snapshot) -> None:
+    def tick(self, snap: Snapshot) -> Snapshot:
+        """The snapshot as the last listener saw it (the console's plan course added), so a
+        Listeners inside another (the command's in the job's) hands it on too."""
         for one in self.all:
             snap = one.tick(snap) or snap
+        return snap
 
     def record(self, rec: RequestRecord) -> None:
         for one in self.all:

@@ -87,14 +87,36 @@ def token_ids_change(old: dict[str, Any] | None, new: str, force: bool) -> str |
     )
 
 
-def first_change(old: dict[str, Any], new: dict[str, Any], keys: tuple[str, ...]) -> str | None:
-    """The first setting that makes `new` another job than `old`; a model not known yet (a
-    shard's first look, before the servers answer) is not compared."""
+def first_change(
+    old: dict[str, Any], new: dict[str, Any], keys: tuple[str, ...], sibling: bool = False
+) -> str | None:
+    """The first setting that makes `new` another job than `old` (a resume compares every
+    setting as it was written). A `sibling` shard's model is not compared while it is not
+    known yet (a shard's first look, before the servers answer); one loaded from a directory
+    is compared by its name, not the directory (each node may copy it to its own disk), but
+    two served names are compared whole (`org-a/m` and `org-b/m` are two models)."""
     for k in keys:
         a, b = job_setting(old, k), job_setting(new, k)
-        if a != b and not (k == "model" and None in (a, b)):
+        if k == "model" and sibling:
+            if a is None or b is None:
+                continue
+            a, b = model_names([a, b])
+        if a != b:
             return k
     return None
+
+
+def model_names(models: list[Any]) -> list[Any]:
+    """The shards' models as compared: by name where any was loaded from a directory, whole
+    where all are served names (`org-a/m` and `org-b/m` are two models)."""
+    if not any(_loaded_from_disk(m) for m in models if m is not None):
+        return models
+    return [m if m is None else str(m).rstrip("/").rpartition("/")[2] for m in models]
+
+
+def _loaded_from_disk(model: object) -> bool:
+    """A model named by the path it was loaded from (`/scratch/x/Qwen3-8B`, `./Qwen3-8B`)."""
+    return str(model).startswith(("/", "./", "../", "~"))
 
 
 def read_jobs(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:

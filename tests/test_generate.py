@@ -343,6 +343,22 @@ def test_bad_input_after_a_finished_job_loses_nothing_and_skip_invalid(sim, tmp_
     assert len(error_rows(out)) == 5
 
 
+def test_skip_invalid_generates_the_first_copy_of_a_doubled_id(sim, tmp_path):
+    """The second copy of an id is the bad row, kept in the errors file by its line: the
+    first copy is generated (it was dropped: the copy's entry carried the id, which made the
+    row failed, on this run and every rerun)."""
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, [*prompts(2), {"id": "r0", "prompt": "the same id again"}])
+    p = gen(inp, out, "--url", sim.url, "--skip-invalid")
+    assert p.returncode == 0, p.stderr
+    assert_exactly_once(out, ["r0", "r1"])
+    assert [(e["id"], e["line"]) for e in error_rows(out)] == [(None, 3)]
+    assert "duplicate id 'r0'" in error_rows(out)[0]["error"]
+    p = gen(inp, out, "--url", sim.url, "--skip-invalid")  # nothing to do, nothing said twice
+    assert p.returncode == 0 and len(error_rows(out)) == 1, p.stderr
+    assert_exactly_once(out, ["r0", "r1"])
+
+
 # -- failures: retries, non-retryable errors -------------------------------------------------
 
 

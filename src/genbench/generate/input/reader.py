@@ -387,9 +387,11 @@ class _Scan:
             self.bad_ids.add(b.id)
         elif self.shard.index != 1:
             return  # id-less bad rows are reported by shard 1 only
-        key = b.id if b.id is not None else f"line:{n}"
+        # a second copy of an id is kept by its line: its id is the first copy's, to be done
+        rid = None if dup is not None else b.id
+        key = rid if rid is not None else f"line:{n}"
         if key not in self.known_bad:
-            res.bad.append(BadRow(n, b.id, b.problem, b.field, _raw(raw)))
+            res.bad.append(BadRow(n, rid, b.problem, b.field, _raw(raw)))
 
 
     def report(self) -> InputFileError:

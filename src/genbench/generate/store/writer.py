@@ -62,20 +62,11 @@ from genbench.generate.store.durable import (
     write_failed,
 )
 from genbench.generate.store.jobfile import first_change, read_jobs, setting_change
-from genbench.generate.store.layout import (
-    SCHEME_FILE,
-    SCHEME_LOCK,
-    Layout,
-    is_generate_dir,
-)
+from genbench.generate.store.layout import SCHEME_FILE, SCHEME_LOCK, Layout, is_generate_dir
 from genbench.generate.store.lock import OutputLock
 from genbench.generate.store.readback import index_keys, scan_jsonl_shard
 from genbench.records import RecordWriter, RequestRecord
-from genbench.rows import (
-    convert_to_parquet,
-    json_default,
-    parquet_ids,
-)
+from genbench.rows import convert_to_parquet, json_default, parquet_ids
 
 SCHEMA = "genbench.generate"
 SCHEMA_VERSION = 1
@@ -98,7 +89,6 @@ class Existing:
     duplicates: int = 0
     job: dict[str, Any] | None = None
     job_problem: tuple[str, str] | None = None  # job.json missing or unreadable (lostjob.py)
-
 
 
 class Store:
@@ -149,13 +139,8 @@ class Store:
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._conversions: list[asyncio.Future[Any]] = []
         self._converting: set[Path] = set()
-        self.rows_written = 0
-        self.converted: list[Path] = []
 
     # -- resume ---------------------------------------------------------------------------
-
-    def shard_path(self, number: int, ext: str = "jsonl") -> Path:
-        return self.layout.shard(number, ext)
 
     def index_path(self, shard: Path) -> Path:
         return self.layout.index(shard)
@@ -318,7 +303,6 @@ class Store:
             return False
         self._waiting.append((False, line, (row_id, info), keys))
         self._place()
-        self.rows_written += 1
         self._note_pending(len(line))
         return True
 
@@ -371,7 +355,7 @@ class Store:
             self._closing.append(self.current)
             self.current = None
             self._kick.set()
-        path = self.shard_path(self._next_number)
+        path = self.layout.shard(self._next_number)
         self.current = AppendFile(path, self.index_path(path), self.reserve)
         self._next_number += 1
 
@@ -438,7 +422,6 @@ class Store:
         def done(f: asyncio.Future[Any]) -> None:
             if not f.cancelled() and f.exception() is None:
                 path.unlink(missing_ok=True)  # the index stays: its rows' line keys
-                self.converted.append(dst)
 
         fut.add_done_callback(done)
         self._conversions.append(fut)

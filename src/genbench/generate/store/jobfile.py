@@ -46,8 +46,12 @@ def _param_change(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, str, s
     """The first request field that changed, by the flag that sets it: `--temperature
     was not set, now 0.7`, not `params was {}, now {"temperature":0.7}`."""
     key = next(k for k in dict.fromkeys((*old, *new)) if old.get(k) != new.get(k))
-    flag = f"--{key.replace('_', '-')}" if key in FLAGGED else f"--param {key}"
-    return flag, _shown(old.get(key)), _shown(new.get(key))
+    return param_flag(key), _shown(old.get(key)), _shown(new.get(key))
+
+
+def param_flag(key: str) -> str:
+    """The flag that sets a request field: its own (`--top-p`), else `--param KEY`."""
+    return f"--{key.replace('_', '-')}" if key in FLAGGED else f"--param {key}"
 
 
 def _shown(v: Any) -> str:

@@ -137,6 +137,11 @@ def input_kind(path: Path) -> str:
     return "jsonl"
 
 
+def _items(path: Path, kind: str) -> Iterator[tuple[int, Any]]:
+    """(line or row number, its bytes or decoded row) of the file, in order."""
+    return _parquet(path) if kind == "parquet" else _jsonl(path)
+
+
 # -- parsing one row ------------------------------------------------------------------------
 
 
@@ -252,7 +257,7 @@ def scan(
     sc.left_failed, sc.check = set(failed), check
     sc.salt = check.salt & 0xFFFFFFFF if check is not None else None
     sc.kept = check is not None and check.has_kept()
-    rows: Iterator[tuple[int, Any]] = _parquet(path) if kind == "parquet" else _jsonl(path)
+    rows = _items(path, kind)
     seen = 0
     for n, item in rows:
         seen += 1
@@ -375,22 +380,16 @@ class _Scan:
         return _Bad(f"{what}{AT}{hint}; ids must be unique", "id", row_id)  # AT: report()
 
     def bad(self, n: int, b: _Bad, raw: Any, dup: str | None = None) -> None:
-        res = self.res
-        if not self.skip_invalid:  # counted, the first few kept: reported after the pass
-            self.errors.add(n, b.problem, b.field, dup)
-            res.bad_lines.add(n)
-            if b.id is not None:
-                self.bad_ids.add(b.id)
-            return
-        res.bad_lines.add(n)
+        self.res.bad_lines.add(n)
         if b.id is not None:
             self.bad_ids.add(b.id)
-        elif self.shard.index != 1:
+        if not self.skip_invalid:  # counted, the first few kept: reported after the pass
+            self.errors.add(n, b.problem, b.field, dup)
+            return
+        if b.id is None and self.shard.index != 1:
             return  # id-less bad rows are reported by shard 1 only
-        key = b.id if b.id is not None else f"line:{n}"
-        if key not in self.known_bad:
-            res.bad.append(BadRow(n, b.id, b.problem, b.field, _raw(raw)))
-
+        if (b.id if b.id is not None else f"line:{n}") not in self.known_bad:
+            self.res.bad.append(BadRow(n, b.id, b.problem, b.field, _raw(raw)))
 
     def report(self) -> InputFileError:
         """Every bad row found, as one error: one row's line as it always was, else each
@@ -437,8 +436,7 @@ def iter_rows(
     carries the key of its line (`Row.src`)."""
     kind = input_kind(path)
     shard = shard or ShardSpec(1, 1)
-    rows: Iterator[tuple[int, Any]] = _parquet(path) if kind == "parquet" else _jsonl(path)
-    for n, item in rows:
+    for n, item in _items(path, kind):
         if last_line is not None and n > last_line:
             return
         if n in bad_lines:

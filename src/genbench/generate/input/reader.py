@@ -40,7 +40,7 @@ from genbench.generate.input.files import parquet_rows as _parquet
 from genbench.generate.input.linekey import _crc, fast_id, line_key, raw_of
 from genbench.generate.input.messages import BadField as _Bad
 from genbench.generate.input.messages import messages as read_messages
-from genbench.generate.input.params import check_row_params
+from genbench.generate.input.params import check_params
 from genbench.generate.input.shard import ShardSpec
 from genbench.generate.input.tools import BadTool, row_tools
 
@@ -164,7 +164,7 @@ def _params(obj: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise _Bad(f"expected an object of sampling fields, got {type(raw).__name__}", "params")
     params = {k: v for k, v in raw.items() if v is not None}  # Parquet structs pad with nulls
-    problem = check_row_params(params)
+    problem = check_params(params)
     if problem:
         raise _Bad(problem[1], f"params.{problem[0]}" if problem[0] else "params")
     return params

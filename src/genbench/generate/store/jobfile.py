@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import UsageError
+from genbench.generate.input.params import FLAGGED
 
 # what a job.json made before a setting was kept had: that setting's default then
 DEFAULTS = {"tool_policy": "replay"}
@@ -36,10 +37,6 @@ def setting_change(old: dict[str, Any], new: dict[str, Any], key: str) -> tuple[
     if key == "params" and isinstance(old.get(key), dict) and isinstance(new.get(key), dict):
         return _param_change(old[key], new[key])
     return key, _show(old.get(key)), _show(new.get(key))
-
-
-# sampling fields with a flag of their own (params.job_params); the rest came by --param
-FLAGGED = ("temperature", "top_p", "top_k", "max_tokens")
 
 
 def _param_change(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, str, str]:

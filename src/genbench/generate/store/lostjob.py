@@ -19,10 +19,11 @@ from dataclasses import replace
 from typing import Any
 
 from genbench.generate.fingerprint import row_fingerprint
+from genbench.generate.input.params import FLAGGED
 from genbench.generate.input.reader import Row
 from genbench.generate.input.tools import POLICIES
 from genbench.generate.recipe import TURNS, Recipe
-from genbench.generate.store.jobfile import FLAGGED, param_flag
+from genbench.generate.store.jobfile import param_flag
 
 MISSING, UNREADABLE = "missing", "unreadable"
 FOUND = "found from the rows' fingerprints"  # how a setting named without job.json is marked

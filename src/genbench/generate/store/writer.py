@@ -80,7 +80,7 @@ class Existing:
     """What a previous run left: ids done, keys failed, where to append next."""
 
     done: dict[str, int] = field(default_factory=dict)  # id -> its input line's key (or 0)
-    fps: LazyFps = field(default_factory=lambda: LazyFps())  # id -> its request's fingerprint
+    fps: LazyFps = field(default_factory=LazyFps)  # id -> its request's fingerprint
     failed: set[str] = field(default_factory=set)
     shards: list[Path] = field(default_factory=list)
     jsonl_shards: list[Path] = field(default_factory=list)

@@ -234,7 +234,7 @@ def _set_aside_jsonl(
         digest = int.from_bytes(hashlib.file_digest(f, _blake8).digest(), "big") or 1
     keys = [(existing.fps.get(i, 0), existing.done.get(i, 0)) for i in ids]
     entry = index_entry(st.st_size, ids, keys, digest, st.st_mtime_ns) if ids else b""
-    write_atomic(store.index_path(shard), entry)
+    write_atomic(store.layout.index(shard), entry)
     return len(drops)
 
 

@@ -142,9 +142,6 @@ class Store:
 
     # -- resume ---------------------------------------------------------------------------
 
-    def index_path(self, shard: Path) -> Path:
-        return self.layout.index(shard)
-
     def check_directory(self) -> None:
         """Refuse a directory that has files but is not a genbench generate output."""
         if self.out.exists() and not self.out.is_dir():
@@ -183,12 +180,12 @@ class Store:
                 if "jsonl" in files:  # converted, but the JSONL was not yet deleted
                     files["jsonl"].unlink()  # its index stays: the line keys of its rows
                 ids, fps = parquet_ids(files["parquet"])
-                keys = index_keys(self.index_path(files["parquet"]))  # kept at conversion
+                keys = index_keys(self.layout.index(files["parquet"]))  # kept at conversion
                 srcs = [keys.get(i, 0) for i in ids]
                 ex.shards.append(files["parquet"])
             else:
                 scan = scan_jsonl_shard(
-                    files["jsonl"], self.index_path(files["jsonl"]), repair, self.quarantine_path
+                    files["jsonl"], self.layout.index(files["jsonl"]), repair, self.quarantine_path
                 )
                 ids, fps, srcs = scan.ids, scan.fps, scan.srcs
                 ex.notes.extend(scan.notes)
@@ -258,7 +255,7 @@ class Store:
         if existing.jsonl_shards:
             last = existing.jsonl_shards[-1]
             if last == existing.shards[-1] and last.stat().st_size < self.shard_bytes:
-                self.current = AppendFile(last, self.index_path(last), self.reserve)
+                self.current = AppendFile(last, self.layout.index(last), self.reserve)
                 self._next_number = max(self._next_number, self._number(last) + 1)
 
     def _number(self, p: Path) -> int:
@@ -356,7 +353,7 @@ class Store:
             self.current = None
             self._kick.set()
         path = self.layout.shard(self._next_number)
-        self.current = AppendFile(path, self.index_path(path), self.reserve)
+        self.current = AppendFile(path, self.layout.index(path), self.reserve)
         self._next_number += 1
 
     # -- syncing --------------------------------------------------------------------------

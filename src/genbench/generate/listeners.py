@@ -36,9 +36,10 @@ class Listeners(Listener):
         for one in self.all:
             one.note(text, style)
 
-    def tick(self, snap: Snapshot) -> None:
+    def tick(self, snap: Snapshot) -> Snapshot:
         for one in self.all:
             snap = one.tick(snap) or snap
+        return snap  # what the listeners of an enclosing Listeners see (the console's plan)
 
     def record(self, rec: RequestRecord) -> None:
         for one in self.all:

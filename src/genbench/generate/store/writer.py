@@ -108,8 +108,7 @@ class Store:
     ) -> None:
         self.out = out
         self.layout = lay = Layout(out, shard_tag)
-        self.prefix = lay.prefix
-        self.errors_path, self.quarantine_path = lay.errors, lay.quarantine
+        self.errors_path = lay.errors
         self.state, self.job_path, self.requests_path = lay.state, lay.job, lay.requests
         self.lock = OutputLock(out, self.state, lay.lock_name, (SCHEME_FILE, SCHEME_LOCK))
         self.log: RecordWriter | None = None
@@ -157,7 +156,7 @@ class Store:
 
     def load_existing(self, repair: bool = True) -> Existing:
         """Scan what earlier runs wrote; cut torn tails; finish interrupted conversions."""
-        ex = Existing()
+        ex, lay = Existing(), self.layout
         if not self.out.is_dir():
             return ex
         if self.job_path.exists():
@@ -172,7 +171,7 @@ class Store:
             m = self._shard_re.match(p.name)
             if m:
                 found.setdefault(int(m[1]), {})[m[2]] = p
-            elif p.name.startswith(self.prefix + "-") and is_temp(p) and ".parquet" in p.name:
+            elif p.name.startswith(lay.prefix + "-") and is_temp(p) and ".parquet" in p.name:
                 p.unlink()  # a conversion that did not finish; its JSONL is still there
         for number in sorted(found):
             files = found[number]
@@ -180,17 +179,16 @@ class Store:
                 if "jsonl" in files:  # converted, but the JSONL was not yet deleted
                     files["jsonl"].unlink()  # its index stays: the line keys of its rows
                 ids, fps = parquet_ids(files["parquet"])
-                keys = index_keys(self.layout.index(files["parquet"]))  # kept at conversion
+                keys = index_keys(lay.index(files["parquet"]))  # kept at conversion
                 srcs = [keys.get(i, 0) for i in ids]
                 ex.shards.append(files["parquet"])
             else:
-                scan = scan_jsonl_shard(
-                    files["jsonl"], self.layout.index(files["jsonl"]), repair, self.quarantine_path
-                )
+                jsonl = files["jsonl"]
+                scan = scan_jsonl_shard(jsonl, lay.index(jsonl), repair, lay.quarantine)
                 ids, fps, srcs = scan.ids, scan.fps, scan.srcs
                 ex.notes.extend(scan.notes)
-                ex.shards.append(files["jsonl"])
-                ex.jsonl_shards.append(files["jsonl"])
+                ex.shards.append(jsonl)
+                ex.jsonl_shards.append(jsonl)
             before = len(ex.done)
             ex.done.update(zip(ids, srcs, strict=True))
             ex.fps.add(ids, fps)

@@ -249,14 +249,8 @@ def scan(
     _check_exists(path)
     kind = input_kind(path)
     _not_what_it_says(path, kind)
-    sc = _Scan(InputScan(path=path, kind=kind), shard or ShardSpec(1, 1), limit)
-    sc.done, sc.failed, sc.skip_invalid, sc.known_bad = done, failed, skip_invalid, known_bad
-    # Ids of earlier runs are used up as they are met, so meeting one again is a duplicate;
-    # new ids live in res.todo and invalid ones in bad_ids: no separate set of all ids.
-    sc.left_done = dict(done) if isinstance(done, dict) else dict.fromkeys(done, 0)
-    sc.left_failed, sc.check = set(failed), check
-    sc.salt = check.salt & 0xFFFFFFFF if check is not None else None
-    sc.kept = check is not None and check.has_kept()
+    res = InputScan(path=path, kind=kind)
+    sc = _Scan(res, shard or ShardSpec(1, 1), limit, done, failed, skip_invalid, known_bad, check)
     rows = _items(path, kind)
     seen = 0
     for n, item in rows:
@@ -268,27 +262,32 @@ def scan(
         raise sc.report()
     if not seen:
         raise InputFileError(path, None, "no rows (the file is empty or blank)")
-    if sc.res.last_line is not None and sc.shard.count == 1:  # --limit: the rows after it
-        sc.res.left = rows_after(path, kind, rows, seen)
-    if sc.res.last_line is None:  # read to the end: what was not met is not in the input
-        sc.res.removed = [i for i in sc.left_done if check is None or not check.kept_gone(i)]
-    return sc.res
+    if res.last_line is not None and sc.shard.count == 1:  # --limit: the rows after it
+        res.left = rows_after(path, kind, rows, seen)
+    if res.last_line is None:  # read to the end: what was not met is not in the input
+        res.removed = [i for i in sc.left_done if check is None or not check.kept_gone(i)]
+    return res
 
 
 class _Scan:
-    """The first pass's state; `row` takes one row and says when --limit is reached."""
+    """The first pass's state (`scan`'s arguments); `row` takes one row and says when
+    --limit is reached."""
 
-    def __init__(self, res: InputScan, shard: ShardSpec, limit: int | None) -> None:
-        self.res, self.shard, self.limit = res, shard, limit
+    def __init__(
+        self, res: InputScan, shard: ShardSpec, limit: int | None, done: Collection[str],
+        failed: Collection[str], skip_invalid: bool, known_bad: Collection[str],
+        check: RequestCheck | None,
+    ) -> None:  # fmt: skip
+        self.res, self.shard, self.limit, self.check = res, shard, limit, check
+        self.done, self.failed, self.known_bad = done, failed, known_bad
+        self.skip_invalid = skip_invalid
+        # Ids of earlier runs are used up as they are met, so meeting one again is a
+        # duplicate; new ids live in res.todo and invalid ones in bad_ids: no set of all ids.
+        self.left_done = dict(done) if isinstance(done, dict) else dict.fromkeys(done, 0)
+        self.left_failed = set(failed)
         self.bad_ids: set[str] = set()
-        self.done: Collection[str] = frozenset()
-        self.failed = self.known_bad = frozenset[str]()
-        self.left_done: dict[str, int] = {}
-        self.check: RequestCheck | None = None
-        self.salt: int | None = None
-        self.kept = False  # rows kept by --input-changed keep: their own keys
-        self.left_failed: set[str] = set()
-        self.skip_invalid = False
+        self.salt = check.salt & 0xFFFFFFFF if check is not None else None
+        self.kept = check is not None and check.has_kept()  # --input-changed keep's own keys
         self.errors = BadRows(res.path, res.where)  # without --skip-invalid: all reported
 
     def row(self, n: int, item: Any) -> bool:

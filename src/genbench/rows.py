@@ -13,6 +13,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -105,21 +106,15 @@ def turn_ids(row: Mapping[str, Any]) -> list[TurnIds]:
     (`--turns last`) have none and are not returned."""
     out = []
     for i, t in enumerate(row.get("conversations") or ()):
-        if not isinstance(t, Mapping) or t.get("role") != "assistant":
-            continue
-        if t.get("finish_reason") is None:
-            continue
-        prompt, gen = t.get("prompt_token_ids"), t.get("token_ids")
-        out.append(
-            TurnIds(
-                i,
-                None if prompt is None else list(prompt),
-                None if gen is None else list(gen),
-                t.get("finish_reason"),
-                t.get("token_ids_error"),
-            )
-        )
+        assistant = isinstance(t, Mapping) and t.get("role") == "assistant"
+        if assistant and t.get("finish_reason") is not None:
+            ids = _ints(t.get("prompt_token_ids")), _ints(t.get("token_ids"))
+            out.append(TurnIds(i, *ids, t["finish_reason"], t.get("token_ids_error")))
     return out
+
+
+def _ints(ids: Any) -> list[int] | None:
+    return None if ids is None else list(ids)
 
 
 def parquet_schema() -> Any:
@@ -168,23 +163,20 @@ def _convert(src: str, out: BinaryIO, batch_rows: int) -> int:
     schema = parquet_schema()
     n = 0
     with pq.ParquetWriter(out, schema, compression="zstd") as w, open(src, "rb") as f:
-        batch: list[dict[str, Any]] = []
-        for line in f:
-            obj = orjson.loads(line)
-            obj["id"] = str(obj["id"])  # one column type: integer ids become text
-            for t in obj["conversations"]:
-                t["content"] = _text(t.get("content"))
-            if obj.get("tools") is not None:
-                obj["tools"] = _text(obj["tools"])
-            batch.append(obj)
-            if len(batch) >= batch_rows:
-                w.write_table(pa.Table.from_pylist(batch, schema=schema))
-                n += len(batch)
-                batch = []
-        if batch:
+        while batch := [_parquet_row(line) for line in islice(f, batch_rows)]:
             w.write_table(pa.Table.from_pylist(batch, schema=schema))
             n += len(batch)
     return n
+
+
+def _parquet_row(line: bytes) -> dict[str, Any]:
+    obj = orjson.loads(line)
+    obj["id"] = str(obj["id"])  # one column type: integer ids become text
+    for t in obj["conversations"]:
+        t["content"] = _text(t.get("content"))
+    if obj.get("tools") is not None:
+        obj["tools"] = _text(obj["tools"])
+    return obj
 
 
 def parquet_ids(path: Path) -> tuple[list[str], list[int]]:

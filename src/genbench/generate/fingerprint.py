@@ -140,8 +140,7 @@ class RequestCheck:
         return bool(self.kept)
 
     def kept_key(self, row_id: str) -> int:
-        k = self.kept.get(row_id)
-        return k[1] if k else 0
+        return self.kept.get(row_id, (0, 0))[1]
 
     def kept_gone(self, row_id: str) -> bool:
         k = self.kept.get(row_id)
@@ -154,11 +153,10 @@ class RequestCheck:
         if not old:
             return False  # made by a genbench that kept no fingerprint: cannot tell
         fp = row_fingerprint(row, self.recipe)
-        k = self.kept.get(row_id)
         if fp == old:
             self.learned[row_id] = key  # the same request from another line: its new key
             return False
-        if k is not None and k[0] == fp:
+        if self.kept.get(row_id, (0, 0))[0] == fp:  # kept for this request (fp is never 0)
             return False
         self.changes.append((row_id, fp, key))
         if len(self.samples) < 3:

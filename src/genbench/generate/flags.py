@@ -15,10 +15,13 @@ from genbench.generate.input.params import job_params
 from genbench.generate.input.reader import ShardSpec
 from genbench.generate.input.tools import POLICIES
 from genbench.generate.jobconfig import AsTyped, JobConfig
+from genbench.generate.recipe import TURNS
 from genbench.generate.servers import ServerSpec
+from genbench.generate.store import changes
 from genbench.transport.endpoint import Endpoint, load_api_key
 from genbench.transport.open_files import fit_descriptors
 from genbench.transport.thinking import parse_dialect, parse_tags
+from genbench.transport.token_ids import MODES
 
 ANSWERS = ("conversations", "batch", "both")
 
@@ -147,14 +150,14 @@ def _check_flags(a: GenerateArgs) -> None:
         raise UsageError("--engine-restarts and --engine-backoff must be 0 or more")
     if a.retries < 0 or a.retry_backoff < 0 or a.drain < 0:
         raise UsageError("--retries, --retry-backoff and --drain must be 0 or more")
-    _choice("--turns", a.turns, ("all", "last"))
+    _choice("--turns", a.turns, TURNS)
     _choice("--tool-policy", a.tool_policy, POLICIES)
     _choice("--format", a.fmt, ("jsonl", "parquet"))
     _choice("--truncated", a.truncated, ("keep", "error"))
     _choice("--answers", a.answers, ANSWERS)
-    _choice("--token-ids", a.token_ids, ("auto", "on", "off"))
+    _choice("--token-ids", a.token_ids, MODES)
     if a.input_changed is not None:
-        _choice("--input-changed", a.input_changed, ("regenerate", "keep"))
+        _choice("--input-changed", a.input_changed, changes.POLICIES)
     if a.fmt == "parquet":
         try:
             import pyarrow  # noqa: F401

@@ -36,7 +36,7 @@ from genbench.generate.servers import Server, check_token_ids
 from genbench.generate.store import scheme
 from genbench.generate.store.batch import row_bytes, write_answers
 from genbench.generate.store.durable import output_errors
-from genbench.generate.store.resume import Resume, prepare
+from genbench.generate.store.resume import prepare
 from genbench.generate.store.writer import Existing, Store
 from genbench.load import Load
 from genbench.records import RequestRecord
@@ -75,12 +75,6 @@ class Job:
         self.engines: Supervisor | None = None  # --serve: the engines this job started
 
     # -- preparation ----------------------------------------------------------------------
-
-    def prepare(self) -> Resume:
-        """Local work only: the output directory, then the input. Fails before any request."""
-        found = prepare(self.cfg, self.store, self.listener)
-        self.check = found.check
-        return found
 
     async def _preflight(self) -> list[CheckReport]:
         cfg = self.cfg
@@ -187,8 +181,8 @@ class Job:
     async def _run(self, handle_signals: bool) -> JobResult:
         t0 = time.monotonic()
         cfg = self.cfg
-        found = self.prepare()
-        existing, res = found.existing, found.scan
+        found = prepare(cfg, self.store, self.listener)  # local work: fails before any request
+        existing, res, self.check = found.existing, found.scan, found.check
         self._announce(existing, res)
         if not res.todo and not res.bad:
             self.progress = Progress(res.rows + len(res.bad), res.done, res.failed, [])

@@ -18,7 +18,7 @@ import orjson
 
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.progress import Snapshot
-from genbench.generate.store.runlog import runs_path
+from genbench.generate.store.layout import Layout
 from genbench.records import RequestRecord
 
 
@@ -56,7 +56,7 @@ class RunNotes(Listener):
     """Appends this run's start (at its first tick: the store exists by then) and end."""
 
     def __init__(self, out_dir: Path, shard_tag: str | None = None) -> None:
-        self.path = runs_path(out_dir, shard_tag)
+        self.path = Layout(out_dir, shard_tag).runs
         self.info: dict[str, Any] = {}
         self.started = False
 

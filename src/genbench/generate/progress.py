@@ -30,6 +30,7 @@ from genbench.records import RequestRecord
 from genbench.stats import RecentRates
 
 ROW_ENDS = ("done", "failed")  # a record's `outcome` when it ended its row
+RATE_WINDOW, ETA_WINDOW = 30.0, 300.0  # seconds of records the rates, and the ETA, look at
 __all__ = ["EngineState", "Eta", "Progress", "RowInfo", "ServerState", "Snapshot"]
 
 
@@ -121,8 +122,6 @@ class Progress:
         failed_before: int,
         servers: list[str],
         *,
-        rate_window: float = 30.0,
-        eta_window: float = 300.0,
         clock: Any = time.perf_counter,
     ) -> None:
         self.total = total
@@ -130,10 +129,9 @@ class Progress:
         self.done = self.failed = self.truncated = self.tokens = self.thinking = 0
         # rows whose thinking the server left out of usage: estimated, or counted by /tokenize
         self.estimated = self.tokenized = 0
-        self.rate_window, self.eta_window, self.clock = rate_window, eta_window, clock
-        self.t0 = clock()
-        self.recent = RecentRates(eta_window, clock=clock)
-        self.servers = {s: RecentRates(rate_window, clock=clock) for s in servers}
+        self.clock, self.t0 = clock, clock()
+        self.recent = RecentRates(ETA_WINDOW, clock=clock)
+        self.servers = {s: RecentRates(RATE_WINDOW, clock=clock) for s in servers}
         self._held: Eta | None = None  # the ETA before every server went down
         self.ended = Completions()  # when rows ended, for the ETA
         self.engines: Any = None  # --serve: the Supervisor (its availability scales the ETA)
@@ -185,14 +183,14 @@ class Progress:
     def _availability(self) -> float:
         """The engines' share of time up so far over their share in the ETA's window: the
         window's rate, carried over the time left, at the availability measured so far."""
-        got = self.engines.availability(self.eta_window) if self.engines is not None else None
+        got = self.engines.availability(ETA_WINDOW) if self.engines is not None else None
         if not got or got[0] <= 0:
             return 1.0
         return got[1] / got[0]
 
     def snapshot(self, servers: Sequence[ServerState] = ()) -> Snapshot:
         """Everything the display, the log line and the exporter show."""
-        r = self.recent.rates(self.rate_window) or {}
+        r = self.recent.rates(RATE_WINDOW) or {}
         tok, think = r.get("tokens"), r.get("thinking_tokens")
         down = [s.down_s for s in servers]
         all_down = min(down) if down and None not in down else None  # type: ignore[type-var]
@@ -203,7 +201,7 @@ class Progress:
         elapsed = round(self.clock() - self.t0, 1)
         if self.engines is not None:
             engines = tuple(EngineState(**d) for d in self.engines.states())
-            got = self.engines.availability(self.eta_window)
+            got = self.engines.availability(ETA_WINDOW)
             avail = None if got is None else round(got[1], 4)
         return Snapshot(
             elapsed_s=elapsed, total=self.total, done=self.done_before + self.done,
@@ -220,7 +218,7 @@ class Progress:
 
     def _rated(self, s: ServerState) -> ServerState:
         per = self.servers.get(s.url)
-        r = (per.rates(self.rate_window) if per else None) or {}
+        r = (per.rates(RATE_WINDOW) if per else None) or {}
         return replace(s, rows_per_s=_round(r.get("units"), 3),
                        tokens_per_s=_round(r.get("tokens"), 1))  # fmt: skip
 

@@ -88,8 +88,7 @@ class JobConsole(Listener):
 
     def tick(self, snap: Snapshot) -> Snapshot:
         """Shown, with the plan's course added: the listeners after the console see it."""
-        if self.forecast is not None:
-            snap = replace(snap, plan=self._course(snap))
+        snap = self._on_course(snap)
         if self.console.is_terminal:
             if self.live is None:
                 self.live = Live(
@@ -104,8 +103,12 @@ class JobConsole(Listener):
             _progress_line(snap)
         return snap
 
-    def _course(self, snap: Snapshot) -> dict[str, Any]:
-        return self.forecast.course(snap.elapsed_s, snap.eta_s, snap.eta_lo_s, snap.eta_hi_s)
+    def _on_course(self, snap: Snapshot) -> Snapshot:
+        """The snapshot with the plan's course, when the job has a plan."""
+        if self.forecast is None:
+            return snap
+        f, s = self.forecast, snap
+        return replace(s, plan=f.course(s.elapsed_s, s.eta_s, s.eta_lo_s, s.eta_hi_s))
 
     def stop(self) -> None:
         if self.live is not None:
@@ -116,9 +119,7 @@ class JobConsole(Listener):
         self.stop()
         snap = result.snapshot
         if not self.console.is_terminal and snap and result.status != "nothing_to_do":
-            if self.forecast is not None:  # the last line too says where the job ended up
-                snap = replace(snap, plan=self._course(snap))
-            _progress_line(snap)
+            _progress_line(self._on_course(snap))  # the last line too: where the job ended up
         print_result(result, self.console)
         f = self.forecast
         ended = result.status in ("complete", "some_failed", "limit", "unanswered")

@@ -26,6 +26,10 @@ from genbench.transport.endpoint import Endpoint
 from genbench.transport.health import answers
 from genbench.transport.token_ids import describe
 
+POLL_FIRST, POLL_MAX = 0.25, 5.0  # seconds between a down server's /health polls, doubling
+PROBE_TIMEOUT = 3.0  # for /health to answer
+ROUTE_TIMEOUT = 60.0  # for a router's tiny request to be answered
+
 
 def check_token_ids(mode: str, reports: list[Any], note: Callable[[str, str], None]) -> None:
     """What `--token-ids` makes of the servers that answered their check (`CheckReport`s):
@@ -62,18 +66,11 @@ class Server(Slot):
         client: Client,
         concurrency: int,
         *,
-        poll_first: float = 0.25,
-        poll_max: float = 5.0,
-        probe_timeout: float = 3.0,
         on_change: Callable[[Server, str], None] | None = None,
         router: bool = False,
-        request_timeout: float = 60.0,
     ) -> None:
         super().__init__(client, concurrency, endpoint.base_url)
-        self.endpoint = endpoint
-        self.router, self.request_timeout = router, request_timeout
-        self.poll_first, self.poll_max, self.probe_timeout = poll_first, poll_max, probe_timeout
-        self.on_change = on_change
+        self.endpoint, self.router, self.on_change = endpoint, router, on_change
         self._poller: asyncio.Task[None] | None = None
         self._probe: asyncio.Task[bool] | None = None
 
@@ -89,13 +86,13 @@ class Server(Slot):
             self._poller = asyncio.get_running_loop().create_task(self._poll())
 
     async def _poll(self) -> None:
-        delay = self.poll_first
+        delay = POLL_FIRST
         while True:
             await asyncio.sleep(delay)
             if await self.probe() and await self._routes():
                 self.mark_up()
                 return
-            delay = min(delay * 2, self.poll_max)
+            delay = min(delay * 2, POLL_MAX)
 
     async def probe(self) -> bool:
         """Is /health answering 200? Concurrent callers share one probe."""
@@ -109,7 +106,7 @@ class Server(Slot):
             return True
         req = ChatRequest("probe", [{"role": "user", "content": "Say OK."}], max_tokens=1)
         try:
-            async with asyncio.timeout(self.request_timeout):
+            async with asyncio.timeout(ROUTE_TIMEOUT):
                 rec = await self.client.chat(req, phase="probe")
         except TimeoutError:
             return False
@@ -117,7 +114,7 @@ class Server(Slot):
 
     async def _health(self) -> bool:
         # through the client's pool: a dead server's connections have left it already
-        return await answers(self.client.pool, self.endpoint, self.probe_timeout)
+        return await answers(self.client.pool, self.endpoint, PROBE_TIMEOUT)
 
     async def close(self) -> None:
         for t in (self._poller, self._probe):

@@ -83,27 +83,20 @@ class SpeedWander:
     horizon: float = WANDER_HORIZON  # pilot lengths
 
     @classmethod
-    def fit(
-        cls,
-        values: Sequence[float],
-        stretch_s: float,
-        exponent: float = WANDER_EXPONENT,
-        horizon: float = WANDER_HORIZON,
-    ) -> SpeedWander:
+    def fit(cls, values: Sequence[float], stretch_s: float) -> SpeedWander:
         """From the pilot's stretches (speeds in any unit, in time order)."""
         v = [float(x) for x in values if math.isfinite(x)]
         mean = sum(v) / len(v) if v else 0.0
         if len(v) < 3 or mean <= 0:
-            return cls(len(v), stretch_s, (), 0.0, 0.0, 0.0, 0.0, exponent, horizon)
+            return cls(len(v), stretch_s, (), 0.0, 0.0, 0.0, 0.0)
         v = [x / mean for x in v]
         gamma = semivariogram(v, len(v) // 2)
         ks = range(1, len(gamma) + 1)
         noise, growth = _fit_nonneg(
-            [k**exponent for k in ks], gamma, [math.sqrt(len(v) - k) for k in ks]
+            [k**WANDER_EXPONENT for k in ks], gamma, [math.sqrt(len(v) - k) for k in ks]
         )
         moved = math.sqrt(sum((x - 1) ** 2 for x in v) / (len(v) - 1))
-        return cls(len(v), stretch_s, tuple(gamma), noise, growth, moved, lag1(v),
-                   exponent, horizon)  # fmt: skip
+        return cls(len(v), stretch_s, tuple(gamma), noise, growth, moved, lag1(v))
 
     @property
     def pilot_s(self) -> float:

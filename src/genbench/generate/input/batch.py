@@ -17,6 +17,9 @@ from typing import Any
 
 import orjson
 
+from genbench.errors import InputFileError
+from genbench.generate.input.files import jsonl_lines
+
 CHAT_URL = "/v1/chat/completions"
 JOB_FIELDS = ("model", "stream", "stream_options")  # the job's own, not the row's
 MARK = "\x00batch"  # a key no JSON row of another format holds: this row came from a Batch line
@@ -74,18 +77,12 @@ def field_name(field: str | None) -> str | None:
 
 
 def is_batch_file(path: Path) -> bool:
-    """Whether the input's first line is a Batch request (JSONL only)."""
-    import gzip
-
+    """Whether the input's first line is a Batch request (JSONL only); a file that cannot
+    be read is left to the input scan to say so."""
     if path.suffix in (".parquet", ".pq") or not path.is_file():
         return False
-    opener: Any = gzip.open if path.name.lower().endswith(".gz") else open
     try:
-        with opener(path, "rb") as f:
-            for line in f:
-                s = line.strip().removeprefix(b"\xef\xbb\xbf")
-                if s:
-                    return is_batch_line(orjson.loads(s))
-    except (OSError, orjson.JSONDecodeError, EOFError):
+        first = next(jsonl_lines(path), None)
+        return first is not None and is_batch_line(orjson.loads(first[1]))
+    except (InputFileError, orjson.JSONDecodeError):
         return False
-    return False

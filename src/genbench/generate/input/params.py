@@ -21,6 +21,7 @@ from genbench.errors import UsageError
 
 RESERVED = ("model", "messages", "stream", "stream_options", "n")
 MAX_TOKENS_KEYS = ("max_tokens", "max_completion_tokens")
+FLAGGED = ("temperature", "top_p", "top_k", "max_tokens")  # the fields with a flag of their own
 
 
 def _is_num(v: Any) -> bool:
@@ -49,9 +50,6 @@ def check_params(p: dict[str, Any]) -> tuple[str, str] | None:
     if ctk is not None and not isinstance(ctk, dict):
         return "chat_template_kwargs", f"expected an object, got {type(ctk).__name__}"
     return None
-
-
-check_row_params = check_params
 
 
 def merge(base: Mapping[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -118,12 +116,7 @@ def job_params(
     for text in extra or []:
         k, v = parse_param(text)
         flags = merge(flags, {k: v})
-    for k, v in (
-        ("temperature", temperature),
-        ("top_p", top_p),
-        ("top_k", top_k),
-        ("max_tokens", max_tokens),
-    ):
+    for k, v in zip(FLAGGED, (temperature, top_p, top_k, max_tokens), strict=True):
         if v is not None:
             flags[k] = v
     if thinking is not None:

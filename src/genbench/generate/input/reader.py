@@ -40,7 +40,7 @@ from genbench.generate.input.files import parquet_rows as _parquet
 from genbench.generate.input.linekey import _crc, fast_id, line_key, raw_of
 from genbench.generate.input.messages import BadField as _Bad
 from genbench.generate.input.messages import messages as read_messages
-from genbench.generate.input.params import check_row_params
+from genbench.generate.input.params import check_params
 from genbench.generate.input.shard import ShardSpec
 from genbench.generate.input.tools import BadTool, row_tools
 
@@ -137,6 +137,11 @@ def input_kind(path: Path) -> str:
     return "jsonl"
 
 
+def _items(path: Path, kind: str) -> Iterator[tuple[int, Any]]:
+    """(line or row number, its bytes or decoded row) of the file, in order."""
+    return _parquet(path) if kind == "parquet" else _jsonl(path)
+
+
 # -- parsing one row ------------------------------------------------------------------------
 
 
@@ -159,7 +164,7 @@ def _params(obj: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise _Bad(f"expected an object of sampling fields, got {type(raw).__name__}", "params")
     params = {k: v for k, v in raw.items() if v is not None}  # Parquet structs pad with nulls
-    problem = check_row_params(params)
+    problem = check_params(params)
     if problem:
         raise _Bad(problem[1], f"params.{problem[0]}" if problem[0] else "params")
     return params
@@ -244,15 +249,9 @@ def scan(
     _check_exists(path)
     kind = input_kind(path)
     _not_what_it_says(path, kind)
-    sc = _Scan(InputScan(path=path, kind=kind), shard or ShardSpec(1, 1), limit)
-    sc.done, sc.failed, sc.skip_invalid, sc.known_bad = done, failed, skip_invalid, known_bad
-    # Ids of earlier runs are used up as they are met, so meeting one again is a duplicate;
-    # new ids live in res.todo and invalid ones in bad_ids: no separate set of all ids.
-    sc.left_done = dict(done) if isinstance(done, dict) else dict.fromkeys(done, 0)
-    sc.left_failed, sc.check = set(failed), check
-    sc.salt = check.salt & 0xFFFFFFFF if check is not None else None
-    sc.kept = check is not None and check.has_kept()
-    rows: Iterator[tuple[int, Any]] = _parquet(path) if kind == "parquet" else _jsonl(path)
+    res = InputScan(path=path, kind=kind)
+    sc = _Scan(res, shard or ShardSpec(1, 1), limit, done, failed, skip_invalid, known_bad, check)
+    rows = _items(path, kind)
     seen = 0
     for n, item in rows:
         seen += 1
@@ -263,27 +262,32 @@ def scan(
         raise sc.report()
     if not seen:
         raise InputFileError(path, None, "no rows (the file is empty or blank)")
-    if sc.res.last_line is not None and sc.shard.count == 1:  # --limit: the rows after it
-        sc.res.left = rows_after(path, kind, rows, seen)
-    if sc.res.last_line is None:  # read to the end: what was not met is not in the input
-        sc.res.removed = [i for i in sc.left_done if check is None or not check.kept_gone(i)]
-    return sc.res
+    if res.last_line is not None and sc.shard.count == 1:  # --limit: the rows after it
+        res.left = rows_after(path, kind, rows, seen)
+    if res.last_line is None:  # read to the end: what was not met is not in the input
+        res.removed = [i for i in sc.left_done if check is None or not check.kept_gone(i)]
+    return res
 
 
 class _Scan:
-    """The first pass's state; `row` takes one row and says when --limit is reached."""
+    """The first pass's state (`scan`'s arguments); `row` takes one row and says when
+    --limit is reached."""
 
-    def __init__(self, res: InputScan, shard: ShardSpec, limit: int | None) -> None:
-        self.res, self.shard, self.limit = res, shard, limit
+    def __init__(
+        self, res: InputScan, shard: ShardSpec, limit: int | None, done: Collection[str],
+        failed: Collection[str], skip_invalid: bool, known_bad: Collection[str],
+        check: RequestCheck | None,
+    ) -> None:  # fmt: skip
+        self.res, self.shard, self.limit, self.check = res, shard, limit, check
+        self.done, self.failed, self.known_bad = done, failed, known_bad
+        self.skip_invalid = skip_invalid
+        # Ids of earlier runs are used up as they are met, so meeting one again is a
+        # duplicate; new ids live in res.todo and invalid ones in bad_ids: no set of all ids.
+        self.left_done = dict(done) if isinstance(done, dict) else dict.fromkeys(done, 0)
+        self.left_failed = set(failed)
         self.bad_ids: set[str] = set()
-        self.done: Collection[str] = frozenset()
-        self.failed = self.known_bad = frozenset[str]()
-        self.left_done: dict[str, int] = {}
-        self.check: RequestCheck | None = None
-        self.salt: int | None = None
-        self.kept = False  # rows kept by --input-changed keep: their own keys
-        self.left_failed: set[str] = set()
-        self.skip_invalid = False
+        self.salt = check.salt & 0xFFFFFFFF if check is not None else None
+        self.kept = check is not None and check.has_kept()  # --input-changed keep's own keys
         self.errors = BadRows(res.path, res.where)  # without --skip-invalid: all reported
 
     def row(self, n: int, item: Any) -> bool:
@@ -375,24 +379,18 @@ class _Scan:
         return _Bad(f"{what}{AT}{hint}; ids must be unique", "id", row_id)  # AT: report()
 
     def bad(self, n: int, b: _Bad, raw: Any, dup: str | None = None) -> None:
-        res = self.res
-        if not self.skip_invalid:  # counted, the first few kept: reported after the pass
-            self.errors.add(n, b.problem, b.field, dup)
-            res.bad_lines.add(n)
-            if b.id is not None:
-                self.bad_ids.add(b.id)
-            return
-        res.bad_lines.add(n)
+        self.res.bad_lines.add(n)
         if b.id is not None:
             self.bad_ids.add(b.id)
-        elif self.shard.index != 1:
+        if not self.skip_invalid:  # counted, the first few kept: reported after the pass
+            self.errors.add(n, b.problem, b.field, dup)
+            return
+        if b.id is None and self.shard.index != 1:
             return  # id-less bad rows are reported by shard 1 only
         # a second copy of an id is kept by its line: its id is the first copy's, to be done
         rid = None if dup is not None else b.id
-        key = rid if rid is not None else f"line:{n}"
-        if key not in self.known_bad:
-            res.bad.append(BadRow(n, rid, b.problem, b.field, _raw(raw)))
-
+        if (rid if rid is not None else f"line:{n}") not in self.known_bad:
+            self.res.bad.append(BadRow(n, rid, b.problem, b.field, _raw(raw)))
 
     def report(self) -> InputFileError:
         """Every bad row found, as one error: one row's line as it always was, else each
@@ -439,8 +437,7 @@ def iter_rows(
     carries the key of its line (`Row.src`)."""
     kind = input_kind(path)
     shard = shard or ShardSpec(1, 1)
-    rows: Iterator[tuple[int, Any]] = _parquet(path) if kind == "parquet" else _jsonl(path)
-    for n, item in rows:
+    for n, item in _items(path, kind):
         if last_line is not None and n > last_line:
             return
         if n in bad_lines:

@@ -29,9 +29,8 @@ def completion(row_id: str | int, conversations: list[dict[str, Any]], meta: dic
     message: dict[str, Any] = {"role": "assistant", "content": turn.get("content") or ""}
     if turn.get("reasoning_content"):
         message["reasoning_content"] = turn["reasoning_content"]
-    for key in ("tool_calls",):  # rows that carry the model's tool calls keep them
-        if turn.get(key):
-            message[key] = turn[key]
+    if turn.get("tool_calls"):  # rows that carry the model's tool calls keep them
+        message["tool_calls"] = turn["tool_calls"]
     prompt, done = meta.get("prompt_tokens") or 0, meta.get("completion_tokens") or 0
     usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": done,
                              "total_tokens": prompt + done}  # fmt: skip

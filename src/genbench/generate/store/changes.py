@@ -72,18 +72,10 @@ def _examples(ids: list[str]) -> str:
     return "e.g. " + shown + (", …" if len(ids) > EXAMPLES else "")
 
 
-def stale_path(store: Store) -> Path:
-    return store.layout.stale
-
-
-def replaced_path(store: Store) -> Path:
-    return store.layout.replaced
-
-
 def read_kept(store: Store) -> dict[str, tuple[int, int]]:
     """The rows `--input-changed keep` kept: id -> (fingerprint kept for, 0 if gone; key)."""
     kept: dict[str, tuple[int, int]] = {}
-    path = stale_path(store)
+    path = store.layout.stale
     if not path.exists():
         return kept
     for line in path.read_bytes().splitlines():
@@ -110,15 +102,15 @@ def settle(
         back = "rerun with that setting as it was, or " if lostjob.FOUND in why else "rerun "
         raise UsageError(
             f"--out {store.out}: {why}{ch.describe()}: {back}with --input-changed regenerate "
-            f"(their old answers go to {replaced_path(store).name} and the changed rows are "
+            f"(their old answers go to {store.layout.replaced.name} and the changed rows are "
             f"generated again) or --input-changed keep (kept as they are, listed in "
-            f"{stale_path(store).name})"
+            f"{store.layout.stale.name})"
         )
     if policy == "keep":
         _keep(store, existing, res, check, ch)
         return (
             f"--input-changed keep: {ch.describe()}; kept as they are, listed in "
-            f"{stale_path(store)}"
+            f"{store.layout.stale}"
         )
     why = {c[0]: CHANGED for c in ch.changed} | dict.fromkeys(ch.removed, GONE)
     moved = set_aside(store, existing, why)
@@ -127,7 +119,7 @@ def settle(
     again = f"; the {len(ch.changed):,} changed are generated again" if ch.changed else ""
     return (
         f"--input-changed regenerate: {ch.describe()}; {moved:,} old answers moved to "
-        f"{replaced_path(store)}{again}"
+        f"{store.layout.replaced}{again}"
     )
 
 
@@ -145,7 +137,7 @@ def _keep(
 
 
 def _write_kept(store: Store, kept: dict[str, tuple[int, int]], existing: Existing) -> None:
-    path = stale_path(store)
+    path = store.layout.stale
     if not kept:
         path.unlink(missing_ok=True)
         return
@@ -183,7 +175,7 @@ def drop_duplicates(store: Store, existing: Existing) -> str:
     return (
         f"{moved:,} rows repeated an id already in the data ({_examples(sorted(dups))}: files "
         f"merged by hand?); the first copy of each is kept, the others moved to "
-        f"{replaced_path(store)}"
+        f"{store.layout.replaced}"
     )
 
 
@@ -235,14 +227,14 @@ def _set_aside_jsonl(
             pos += len(line)
     if not drops:
         return 0
-    append_once(replaced_path(store), aside)
+    append_once(store.layout.replaced, aside)
     drop_lines(shard, drops, pos)
     st = shard.stat()
     with open(shard, "rb") as f:
         digest = int.from_bytes(hashlib.file_digest(f, _blake8).digest(), "big") or 1
     keys = [(existing.fps.get(i, 0), existing.done.get(i, 0)) for i in ids]
     entry = index_entry(st.st_size, ids, keys, digest, st.st_mtime_ns) if ids else b""
-    write_atomic(store.index_path(shard), entry)
+    write_atomic(store.layout.index(shard), entry)
     return len(drops)
 
 
@@ -267,7 +259,7 @@ def _set_aside_parquet(
         _aside_line(why[str(r["id"])], shard.name, i, orjson.dumps(r))
         for i, r in zip(where, rows, strict=True)
     )
-    append_once(replaced_path(store), aside)
+    append_once(store.layout.replaced, aside)
     with writing(shard) as f:
         pq.write_table(table.filter(pa.array([not g for g in gone])), f, compression="zstd")
     return len(rows)

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import UsageError
+from genbench.generate.input.params import FLAGGED
 
 # what a job.json made before a setting was kept had: that setting's default then
 DEFAULTS = {"tool_policy": "replay"}
@@ -38,16 +39,16 @@ def setting_change(old: dict[str, Any], new: dict[str, Any], key: str) -> tuple[
     return key, _show(old.get(key)), _show(new.get(key))
 
 
-# sampling fields with a flag of their own (params.job_params); the rest came by --param
-FLAGGED = ("temperature", "top_p", "top_k", "max_tokens")
-
-
 def _param_change(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, str, str]:
     """The first request field that changed, by the flag that sets it: `--temperature
     was not set, now 0.7`, not `params was {}, now {"temperature":0.7}`."""
     key = next(k for k in dict.fromkeys((*old, *new)) if old.get(k) != new.get(k))
-    flag = f"--{key.replace('_', '-')}" if key in FLAGGED else f"--param {key}"
-    return flag, _shown(old.get(key)), _shown(new.get(key))
+    return param_flag(key), _shown(old.get(key)), _shown(new.get(key))
+
+
+def param_flag(key: str) -> str:
+    """The flag that sets a request field: its own (`--top-p`), else `--param KEY`."""
+    return f"--{key.replace('_', '-')}" if key in FLAGGED else f"--param {key}"
 
 
 def _shown(v: Any) -> str:

@@ -19,14 +19,15 @@ from dataclasses import replace
 from typing import Any
 
 from genbench.generate.fingerprint import row_fingerprint
+from genbench.generate.input.params import FLAGGED
 from genbench.generate.input.reader import Row
 from genbench.generate.input.tools import POLICIES
 from genbench.generate.recipe import TURNS, Recipe
+from genbench.generate.store.jobfile import param_flag
 
 MISSING, UNREADABLE = "missing", "unreadable"
 FOUND = "found from the rows' fingerprints"  # how a setting named without job.json is marked
 # the sampling fields a flag sets (params.job_params), then common --param ones
-FLAGGED = ("temperature", "top_p", "top_k", "max_tokens")
 SAMPLING = (*FLAGGED, "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
             "seed")  # fmt: skip
 COULD_HAVE = "--max-tokens, --temperature, --top-p, --top-k, --thinking, --param, --config, " \
@@ -56,7 +57,7 @@ def _candidates(recipe: Recipe) -> Iterator[tuple[str, Recipe]]:
     """(the change named, the recipe it was made with) to try, one setting changed."""
     params = recipe.params
     for key in dict.fromkeys((*params, *SAMPLING)):
-        flag = f"--{key.replace('_', '-')}" if key in FLAGGED else f"--param {key}"
+        flag = param_flag(key)
         now = params.get(key)
         shown = "not set" if now is None else f"{now}"
         if key in params:

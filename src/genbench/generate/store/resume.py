@@ -89,7 +89,7 @@ def prepare(cfg: JobConfig, store: Store, told: PrepareNotes) -> Resume:
         listener.note(note, "yellow")
     if check.learned:  # checked the slow way once: the fast way next time
         with output_errors(store.out):
-            for idx in sorted({store.index_path(p) for p in store.data_files()}):
+            for idx in sorted({store.layout.index(p) for p in store.data_files()}):
                 rekey_index(idx, check.learned, existing.fps)
     # 1M done ids are not needed past this point: the run writes only res.todo
     existing.done, existing.fps, existing.failed = {}, LazyFps(), set()

@@ -15,14 +15,9 @@ import orjson
 from genbench.generate.store.layout import Layout
 
 
-def runs_path(out_dir: Path, shard_tag: str | None = None) -> Path:
-    """runs.jsonl, or runs-<i>of<N>.jsonl for one --shard (as the request log is named)."""
-    return Layout(out_dir, shard_tag).runs
-
-
 def read_runs(out_dir: Path, shard_tag: str | None = None) -> list[dict[str, Any]]:
     """The notes of every run of the job, oldest first; a torn or bad line is skipped."""
-    path = runs_path(out_dir, shard_tag)
+    path = Layout(out_dir, shard_tag).runs  # runs-<i>of<N>.jsonl for one --shard
     runs: list[dict[str, Any]] = []
     try:
         data = path.read_bytes()

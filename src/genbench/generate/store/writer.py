@@ -62,20 +62,11 @@ from genbench.generate.store.durable import (
     write_failed,
 )
 from genbench.generate.store.jobfile import first_change, read_jobs, setting_change
-from genbench.generate.store.layout import (
-    SCHEME_FILE,
-    SCHEME_LOCK,
-    Layout,
-    is_generate_dir,
-)
+from genbench.generate.store.layout import SCHEME_FILE, SCHEME_LOCK, Layout, is_generate_dir
 from genbench.generate.store.lock import OutputLock
 from genbench.generate.store.readback import index_keys, scan_jsonl_shard
 from genbench.records import RecordWriter, RequestRecord
-from genbench.rows import (
-    convert_to_parquet,
-    json_default,
-    parquet_ids,
-)
+from genbench.rows import convert_to_parquet, json_default, parquet_ids
 
 SCHEMA = "genbench.generate"
 SCHEMA_VERSION = 1
@@ -89,7 +80,7 @@ class Existing:
     """What a previous run left: ids done, keys failed, where to append next."""
 
     done: dict[str, int] = field(default_factory=dict)  # id -> its input line's key (or 0)
-    fps: LazyFps = field(default_factory=lambda: LazyFps())  # id -> its request's fingerprint
+    fps: LazyFps = field(default_factory=LazyFps)  # id -> its request's fingerprint
     failed: set[str] = field(default_factory=set)
     shards: list[Path] = field(default_factory=list)
     jsonl_shards: list[Path] = field(default_factory=list)
@@ -98,7 +89,6 @@ class Existing:
     duplicates: int = 0
     job: dict[str, Any] | None = None
     job_problem: tuple[str, str] | None = None  # job.json missing or unreadable (lostjob.py)
-
 
 
 class Store:
@@ -118,8 +108,7 @@ class Store:
     ) -> None:
         self.out = out
         self.layout = lay = Layout(out, shard_tag)
-        self.prefix = lay.prefix
-        self.errors_path, self.quarantine_path = lay.errors, lay.quarantine
+        self.errors_path = lay.errors
         self.state, self.job_path, self.requests_path = lay.state, lay.job, lay.requests
         self.lock = OutputLock(out, self.state, lay.lock_name, (SCHEME_FILE, SCHEME_LOCK))
         self.log: RecordWriter | None = None
@@ -149,16 +138,8 @@ class Store:
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._conversions: list[asyncio.Future[Any]] = []
         self._converting: set[Path] = set()
-        self.rows_written = 0
-        self.converted: list[Path] = []
 
     # -- resume ---------------------------------------------------------------------------
-
-    def shard_path(self, number: int, ext: str = "jsonl") -> Path:
-        return self.layout.shard(number, ext)
-
-    def index_path(self, shard: Path) -> Path:
-        return self.layout.index(shard)
 
     def check_directory(self) -> None:
         """Refuse a directory that has files but is not a genbench generate output."""
@@ -175,7 +156,7 @@ class Store:
 
     def load_existing(self, repair: bool = True) -> Existing:
         """Scan what earlier runs wrote; cut torn tails; finish interrupted conversions."""
-        ex = Existing()
+        ex, lay = Existing(), self.layout
         if not self.out.is_dir():
             return ex
         if self.job_path.exists():
@@ -190,7 +171,7 @@ class Store:
             m = self._shard_re.match(p.name)
             if m:
                 found.setdefault(int(m[1]), {})[m[2]] = p
-            elif p.name.startswith(self.prefix + "-") and is_temp(p) and ".parquet" in p.name:
+            elif p.name.startswith(lay.prefix + "-") and is_temp(p) and ".parquet" in p.name:
                 p.unlink()  # a conversion that did not finish; its JSONL is still there
         for number in sorted(found):
             files = found[number]
@@ -198,17 +179,16 @@ class Store:
                 if "jsonl" in files:  # converted, but the JSONL was not yet deleted
                     files["jsonl"].unlink()  # its index stays: the line keys of its rows
                 ids, fps = parquet_ids(files["parquet"])
-                keys = index_keys(self.index_path(files["parquet"]))  # kept at conversion
+                keys = index_keys(lay.index(files["parquet"]))  # kept at conversion
                 srcs = [keys.get(i, 0) for i in ids]
                 ex.shards.append(files["parquet"])
             else:
-                scan = scan_jsonl_shard(
-                    files["jsonl"], self.index_path(files["jsonl"]), repair, self.quarantine_path
-                )
+                jsonl = files["jsonl"]
+                scan = scan_jsonl_shard(jsonl, lay.index(jsonl), repair, lay.quarantine)
                 ids, fps, srcs = scan.ids, scan.fps, scan.srcs
                 ex.notes.extend(scan.notes)
-                ex.shards.append(files["jsonl"])
-                ex.jsonl_shards.append(files["jsonl"])
+                ex.shards.append(jsonl)
+                ex.jsonl_shards.append(jsonl)
             before = len(ex.done)
             ex.done.update(zip(ids, srcs, strict=True))
             ex.fps.add(ids, fps)
@@ -273,7 +253,7 @@ class Store:
         if existing.jsonl_shards:
             last = existing.jsonl_shards[-1]
             if last == existing.shards[-1] and last.stat().st_size < self.shard_bytes:
-                self.current = AppendFile(last, self.index_path(last), self.reserve)
+                self.current = AppendFile(last, self.layout.index(last), self.reserve)
                 self._next_number = max(self._next_number, self._number(last) + 1)
 
     def _number(self, p: Path) -> int:
@@ -318,7 +298,6 @@ class Store:
             return False
         self._waiting.append((False, line, (row_id, info), keys))
         self._place()
-        self.rows_written += 1
         self._note_pending(len(line))
         return True
 
@@ -371,8 +350,8 @@ class Store:
             self._closing.append(self.current)
             self.current = None
             self._kick.set()
-        path = self.shard_path(self._next_number)
-        self.current = AppendFile(path, self.index_path(path), self.reserve)
+        path = self.layout.shard(self._next_number)
+        self.current = AppendFile(path, self.layout.index(path), self.reserve)
         self._next_number += 1
 
     # -- syncing --------------------------------------------------------------------------
@@ -438,7 +417,6 @@ class Store:
         def done(f: asyncio.Future[Any]) -> None:
             if not f.cancelled() and f.exception() is None:
                 path.unlink(missing_ok=True)  # the index stays: its rows' line keys
-                self.converted.append(dst)
 
         fut.add_done_callback(done)
         self._conversions.append(fut)

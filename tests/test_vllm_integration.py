@@ -56,9 +56,18 @@ def test_reasoning_tokens_match_usage(vllm_server, tmp_path):
     thinking = [r for r in recs if r.reasoning_tokens]
     assert thinking, "the reasoning server produced no thinking"
     for r in recs:
-        # one token per chunk without speculative decoding: the stream's own split must
-        # agree with usage.completion_tokens_details.reasoning_tokens
-        assert r.chunk_kinds.count("r") == (r.reasoning_tokens or 0), r.id
+        thinking_chunks, said = r.chunk_kinds.count("r"), r.reasoning_tokens or 0
+        if len(r.chunk_kinds) == r.completion_tokens:
+            # one token per chunk without speculative decoding: the stream's own split must
+            # agree with usage.completion_tokens_details.reasoning_tokens
+            assert thinking_chunks == said, r.id
+        else:
+            # vLLM merges the deltas a client has not read yet into one chunk (seen beside
+            # a second suite: 47 chunks for 48 thinking tokens): each chunk is then a token
+            # or more, of one kind or at the boundary, so the split is bounded by usage
+            assert len(r.chunk_kinds) < r.completion_tokens, r.id
+            assert thinking_chunks <= said, r.id
+            assert len(r.chunk_kinds) - thinking_chunks <= r.completion_tokens - said, r.id
         assert not r.tokens_estimated
 
 

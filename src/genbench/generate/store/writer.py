@@ -214,24 +214,18 @@ class Store:
         """A resumed job must be generated with the same model, sampling, turns and format;
         a shard's first run with the same as the shards already in the directory (an array's
         tasks share it: a task resubmitted with other flags would mix two jobs' rows)."""
-        old = existing.job
         if force:
             return
-        if old is not None:
-            changed = first_change(old, job, FINGERPRINT_KEYS)
-            if changed:
+        own = existing.job is not None
+        found = [(None, existing.job)] if own else read_jobs(self.layout.sibling_jobs())
+        for path, old in found:
+            if changed := first_change(old, job, FINGERPRINT_KEYS, sibling=not own):
                 name, was, now = setting_change(old, job, changed)
                 raise UsageError(
                     f"--out {self.out} holds a job made with different settings ({name} was "
                     f"{was}, now {now}): use a new --out, or --force to continue with the new "
                     "settings"
-                )
-            return
-        for path, sibling in read_jobs(self.layout.sibling_jobs()):
-            changed = first_change(sibling, job, FINGERPRINT_KEYS, sibling=True)
-            if changed:
-                name, was, now = setting_change(sibling, job, changed)
-                raise UsageError(
+                ) if path is None else UsageError(
                     f"--out {self.out}: this shard would be generated with other settings than "
                     f"the shard of {path.name} ({name} was {was} there, now {now}): run it "
                     "with that shard's flags, or --force to mix them"

@@ -69,6 +69,24 @@ def test_records_estimate_by_chunks_then_count_with_tokenize(llama):
             rec.reasoning_tokens, by_chunks)  # fmt: skip
 
 
+def test_a_blank_first_thought_does_not_teach_the_wrong_tokenize_body(llama):
+    """A random model's thinking can be a blank line: llama.cpp answers vLLM's /tokenize body
+    with no tokens, so a blank first text must not fix that body, or every later thought
+    counts 0 (seen in a rehearsal: a row's thinking text, counted 0 tokens)."""
+    ep = Endpoint.parse(llama.base_url)
+
+    async def main():
+        async with Client(ep, "genbench-tiny", keep_text=True) as c:
+            counter = ThinkingCounter(c.pool, ep, "genbench-tiny")
+            blank = await counter.tokens("")
+            words = await counter.tokens("module United which So the night system")
+            return blank, words, counter.shape
+
+    blank, words, shape = asyncio.run(main())
+    text = "module United which So the night system"
+    assert blank == 0 and shape == "content" and words == tokenize(llama, text) > 0
+
+
 def test_check_counts_the_short_thought(llama):
     doc = json.loads(genbench("check", "--url", llama.base_url, "--json").stdout)
     assert doc["thinking_dialect"] == "separate" and doc["thinking"] is True

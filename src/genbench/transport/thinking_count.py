@@ -58,11 +58,18 @@ class ThinkingCounter:
         """The number of tokens in `text`, or None when the server cannot say."""
         if self.available is False:
             return None
+        answered = False
         for shape in [self.shape] if self.shape else list(SHAPES):
             count = await self._ask(shape, text, timeout)
-            if count is not None and (self.shape or count > 0 or not text.strip()):
+            if count is not None and (self.shape or count > 0):
                 self.shape, self.available = shape, True
                 return count
+            answered |= count is not None
+        if answered and not text.strip():
+            # blank text tokenized to nothing by every shape: 0, and the shape still unknown
+            # (a shape learned here would be the first that answers at all: llama.cpp gives
+            # vLLM's body an empty answer, and every later count would be 0)
+            return 0
         if self.available is None:
             self.available = False
         return None

@@ -517,8 +517,17 @@ def test_run_serve_vllm_autoregressive_then_ngram_and_plan_names_the_faster(tmp_
     p = genbench("plan", "--from", str(out), "--samples", "100000", "--tokens-per-sample", "128",
                  "-o", str(tmp_path / "plan"), "--json")  # fmt: skip
     assert p.returncode == 0, p.stderr
-    # the tiny random model repeats itself: n-gram drafts are accepted, b decodes faster
-    assert "the forecast tables and `generate --plan` use the fastest, b" in p.stderr
+    # the tiny random model repeats itself: n-gram drafts are accepted, so b decodes faster
+    # on a quiet host (692.8 vs 1,448 tok/s); on a loaded one the two runs met different
+    # load, so the plan must name whichever each run measured faster, whatever it is
+    best = {}
+    for name in ("a", "b"):
+        doc = json.loads((out / name / "result.json").read_text())
+        best[name] = max((((doc.get("sweep") or {}).get("sustained") or {})
+                          .get("by_concurrency") or {}).values())  # fmt: skip
+    fastest = max(best, key=lambda n: best[n])
+    assert f"the forecast tables and `generate --plan` use the fastest, {fastest}" in p.stderr, (
+        best, p.stderr[-2000:])  # fmt: skip
 
 
 STOPPED = [(signal.SIGINT, "genbench: interrupted"),

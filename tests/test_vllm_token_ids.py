@@ -68,7 +68,10 @@ def server_agrees(server: Any, row: dict[str, Any]) -> int:
         text = r.json()["prompt"]
         eos = EOS if t.finish_reason == "stop" else ""
         want = turn["reasoning_content"] + turn["content"] + eos
-        assert text.replace("</think>", "", 1) == want, (row["id"], t.turn)
+        # vLLM's streaming reasoning parser drops the text of every </think> token, the
+        # first (thinking ends) and any later one a random model generates again (seen
+        # once in a rehearsal): the ids keep them all, the streamed text none
+        assert text.replace("</think>", "") == want.replace("</think>", ""), (row["id"], t.turn)
     return len(got)
 
 

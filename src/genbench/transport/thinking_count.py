@@ -61,7 +61,10 @@ class ThinkingCounter:
         answered = False
         for shape in [self.shape] if self.shape else list(SHAPES):
             count = await self._ask(shape, text, timeout)
-            if count is not None and (self.shape or count > 0):
+            # this shape's answer counts when it is the one learned, or says something: a
+            # request that began before another learned the shape must not take the empty
+            # answer of the other body (concurrent rows: one counted 0, another's shape kept)
+            if count is not None and (shape == self.shape or count > 0):
                 self.shape, self.available = shape, True
                 return count
             answered |= count is not None

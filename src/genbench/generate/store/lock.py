@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import os
 import socket
 import sys
@@ -33,6 +34,7 @@ from genbench.errors import OutputError, UsageError
 from genbench.generate.store.layout import LOCK, LOCK_GLOB
 
 NOTE_WAIT_S = 1.0  # how long a refused process waits for a new holder's note
+OPEN_TRIES = 5  # a directory removed under us this often is being removed on purpose
 
 
 class OutputLock:
@@ -48,14 +50,7 @@ class OutputLock:
 
     def acquire(self) -> None:
         """Take the lock or raise UsageError naming the holder. Creates the directories."""
-        try:
-            for d in (self.out, self.state):
-                if not d.is_dir():
-                    d.mkdir()
-                    self.created.append(d)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise lock_write_failed(self.out, e) from None
+        fd = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -73,6 +68,28 @@ class OutputLock:
         with contextlib.suppress(OSError):  # the note is advice; the lock is held already
             os.ftruncate(fd, 0)
             os.pwrite(fd, orjson.dumps(note) + b"\n", 0)
+
+    def _open(self) -> int:
+        """The lock file's descriptor, making the directories on the way. Two first runs
+        started at once (shards of one job) race here: a directory the other made a moment
+        ago is theirs to share, not an error, and one the other removed again as it ended
+        (an empty run cleans up what it made) is made anew."""
+        for attempt in itertools.count(1):
+            try:
+                for d in (self.out, self.state):
+                    with contextlib.suppress(FileExistsError):
+                        d.mkdir()
+                        self.created += [] if d in self.created else [d]
+                    if not d.is_dir():
+                        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+                return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError as e:
+                if attempt == OPEN_TRIES or not self.out.parent.is_dir():
+                    raise lock_write_failed(self.out, e) from None
+                # removed between our mkdir and open by a run that ended: make it again
+            except OSError as e:
+                raise lock_write_failed(self.out, e) from None
+        raise AssertionError("itertools.count never ends")
 
     def holder(self) -> str:
         """Who holds the lock, from its note: 'pid 123 on host, since ...'."""

@@ -359,6 +359,27 @@ def test_skip_invalid_generates_the_first_copy_of_a_doubled_id(sim, tmp_path):
     assert_exactly_once(out, ["r0", "r1"])
 
 
+def test_a_doubled_id_kept_by_its_id_by_an_earlier_genbench_is_done_on_resume(sim, tmp_path):
+    """A directory an earlier genbench wrote: r0's second copy in the errors file under the
+    id r0, and r0 itself never generated. The resume reads that entry as the line's: r0 is
+    done now, and the line is not reported again (it had counted r0 failed, re-reported the
+    line and ended 'every row failed', exit 2)."""
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out"
+    write_rows(inp, prompts(1, start=1))
+    assert gen(inp, out, "--url", sim.url).returncode == 0
+    old = {
+        "id": "r0", "line": 3, "error_kind": "invalid_input", "field": "id",
+        "error": "field 'id': duplicate id 'r0' as an earlier line", "failed_at": 1.0,
+    }  # fmt: skip
+    (out / "errors.jsonl").write_bytes(orjson.dumps(old) + b"\n")
+    write_rows(inp, [*prompts(2), {"id": "r0", "prompt": "the same id again"}])
+    p = gen(inp, out, "--url", sim.url, "--skip-invalid")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "complete: all rows done" in p.stdout, p.stdout
+    assert_exactly_once(out, ["r0", "r1"])
+    assert error_rows(out) == [old]
+
+
 # -- failures: retries, non-retryable errors -------------------------------------------------
 
 

@@ -221,7 +221,10 @@ def test_a_slurm_array_with_a_requeued_task_writes_every_id_once(slurm, tmp_path
     assert mine is not None and mine.read_bytes().count(b"\n") < share  # mid-way
     slurm.run("scontrol", "requeue", f"{job}_1")
     wait_for(lambda: slurm.states(job).get("1") == "PENDING", 120, "task 1 requeued")
-    slurm.run("scontrol", "update", f"JobId={job}_1", "StartTime=now")  # no 120 s wait
+    # Slurm holds a requeued task 120 s; 2 s is enough: slurmd refuses a launch whose
+    # credential is from the same second as the kill's revocation ("Job credential
+    # revoked", the task then FAILED: seen in a rehearsal with StartTime=now)
+    slurm.run("scontrol", "update", f"JobId={job}_1", "StartTime=now+2")
     wait_for(lambda: set(slurm.states(job).values()) == {"COMPLETED"}, 300,
              "every task to complete")  # fmt: skip
     assert slurm.field(job, 1, "Restarts") == "1"

@@ -51,6 +51,7 @@ class Job:
 
     def __init__(self, cfg: JobConfig, listener: Listener | None = None) -> None:
         self.cfg = cfg
+        self.recipe = cfg.recipe  # read-only: built once, not per row
         # who hears the job, and the run notes every job leaves for its report (runs.jsonl)
         self.listener = Listeners(listener or Listener(), RunNotes(cfg.output, cfg.shard_tag))
         self.store = Store(
@@ -272,7 +273,7 @@ class Job:
             list(self.servers),
             rows,
             self,
-            recipe=cfg.recipe,
+            recipe=self.recipe,
             retries=retries,
             on_bad=self._write_bad,
             on_record=self._on_record,
@@ -369,7 +370,7 @@ class Job:
             entry["meta"] = conv.meta(self.model)
             self.store.write_error(conv.row.id, entry, info)
         else:
-            fp = row_fingerprint(conv.row, self.cfg.recipe)
+            fp = row_fingerprint(conv.row, self.recipe)
             conv.request = to_hex(fp)
             line = row_bytes(conv, self.model, self.cfg.fmt)
             self.store.write_row(conv.row.id, line, info, (fp, conv.row.src))

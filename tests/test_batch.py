@@ -9,6 +9,7 @@ field in the Batch line's own terms.
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 from collections import Counter
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
+from conftest import genbench
 from test_generate import SIM, cli, data_rows, gen, line_count, popen, wait_for
 
 from genbench.generate.input.batch import batch_row, field_name
@@ -222,3 +224,20 @@ def test_failed_lines_come_back_in_batch_shape_too(sim, tmp_path):
         answered = sorted(x["custom_id"] for x in data_rows(out)) if answers == "batch" else \
             sorted(k for k, v in got.items() if v["error"] is None)  # fmt: skip
         assert answered == ["task-0", "task-1"]
+
+
+def test_the_merge_names_a_command_that_finishes_a_batch_job(sim, tmp_path):
+    """`--answers batch` over shards, one never run: the merge's command, run as it reads,
+    finishes the job (it had named --format batch and --token-ids off, which the job sets
+    itself and generate refuses as flags)."""
+    inp, out = tmp_path / "batch.jsonl", tmp_path / "out"
+    write_lines(inp, batch_lines(12))
+    assert gen(inp, out, "--url", sim.url, "--answers", "batch", "--shard", "1/2").returncode == 0
+    p = genbench("merge", str(out))
+    assert p.returncode == 1, p.stdout + p.stderr
+    named = p.stdout.split("genbench generate ", 1)[1].split(" with --shard 2/2", 1)[0]
+    assert "--answers batch" in named and "--format" not in named, named
+    cmd = shlex.split(named.replace("--url ...", f"--url {sim.url}"))
+    assert genbench("generate", *cmd, "--shard", "2/2", *FAST).returncode == 0
+    p = genbench("merge", str(out))
+    assert p.returncode == 0 and "every input id exactly once: 12 of 12" in p.stdout, p.stdout

@@ -206,9 +206,12 @@ def job_flags(out: Path) -> list[str]:
             flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(v))}")
         else:
             flags.append("--param " + shlex.quote(f"{k}={orjson.dumps(v).decode()}"))
+    # --answers batch sets these itself (a format of its own, no ids): not flags to give
+    implied = {"format": "batch", "token_ids": "off"} if doc.get("answers") == "batch" else {}
     for k, default in _DEFAULTS.items():
-        if doc.get(k, default) != default:
-            flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(doc[k]))}")
+        v = doc.get(k, default)
+        if v != default and implied.get(k) != v:
+            flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(v))}")
     return flags
 
 

@@ -64,6 +64,8 @@ def _row(i: int) -> Row:
         ({"max_tokens": 4096}, {"max_tokens": 2048}, "--max-tokens was 4096, now 2048"),
         ({"top_k": 20}, {"top_k": 40}, "--top-k was 20, now 40"),
         ({"min_p": 0.05}, {}, "--param min_p was 0.05, now not set"),
+        ({}, {"chat_template_kwargs": {"enable_thinking": True}}, "--thinking was not set, now on"),
+        ({}, {"stop": ["x"]}, '--param stop was not set, now ["x"]'),
     ],
 )
 def test_a_changed_setting_is_found_from_the_rows_fingerprints(then, now, said):

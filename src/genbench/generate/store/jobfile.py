@@ -43,7 +43,7 @@ def _param_change(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, str, s
     """The first request field that changed, by the flag that sets it: `--temperature
     was not set, now 0.7`, not `params was {}, now {"temperature":0.7}`."""
     key = next(k for k in dict.fromkeys((*old, *new)) if old.get(k) != new.get(k))
-    return param_flag(key), _shown(old.get(key)), _shown(new.get(key))
+    return param_flag(key), shown(old.get(key)), shown(new.get(key))
 
 
 def param_flag(key: str) -> str:
@@ -51,7 +51,8 @@ def param_flag(key: str) -> str:
     return f"--{key.replace('_', '-')}" if key in FLAGGED else f"--param {key}"
 
 
-def _shown(v: Any) -> str:
+def shown(v: Any) -> str:
+    """A setting's value as a person reads it: 'not set', the text, or JSON."""
     return "not set" if v is None else _show(v)
 
 

@@ -23,7 +23,7 @@ from genbench.generate.input.params import FLAGGED
 from genbench.generate.input.reader import Row
 from genbench.generate.input.tools import POLICIES
 from genbench.generate.recipe import TURNS, Recipe
-from genbench.generate.store.jobfile import param_flag
+from genbench.generate.store.jobfile import param_flag, shown
 
 MISSING, UNREADABLE = "missing", "unreadable"
 FOUND = "found from the rows' fingerprints"  # how a setting named without job.json is marked
@@ -57,17 +57,16 @@ def _candidates(recipe: Recipe) -> Iterator[tuple[str, Recipe]]:
     """(the change named, the recipe it was made with) to try, one setting changed."""
     params = recipe.params
     for key in dict.fromkeys((*params, *SAMPLING)):
-        flag = param_flag(key)
-        now = params.get(key)
-        shown = "not set" if now is None else f"{now}"
+        flag, now = param_flag(key), params.get(key)
         if key in params:
             rest = {k: v for k, v in params.items() if k != key}
-            yield f"{flag} was not set, now {shown}", replace(recipe, params=rest)
+            yield _unset(flag, now), replace(recipe, params=rest)
         if key == "chat_template_kwargs":
             continue
         for v in _grid(key):
             if v != now:
-                yield f"{flag} was {v}, now {shown}", replace(recipe, params={**params, key: v})
+                said = f"{flag} was {v}, now {shown(now)}"
+                yield said, replace(recipe, params={**params, key: v})
     kw = params.get("chat_template_kwargs") or {}
     for think in (True, False):
         if kw.get("enable_thinking") is not think:
@@ -77,6 +76,14 @@ def _candidates(recipe: Recipe) -> Iterator[tuple[str, Recipe]]:
     yield f"--turns was {turns}, now {recipe.turns}", replace(recipe, turns=turns)
     other = next(p for p in POLICIES if p != recipe.tool_policy)
     yield f"--tool-policy was {other}, now {recipe.tool_policy}", replace(recipe, tool_policy=other)
+
+
+def _unset(flag: str, now: Any) -> str:
+    """A setting that was not set, now is: --thinking by its own flag where that is all
+    the chat_template_kwargs hold."""
+    if isinstance(now, dict) and set(now) == {"enable_thinking"}:
+        return f"--thinking was not set, now {'on' if now['enable_thinking'] else 'off'}"
+    return f"{flag} was not set, now {shown(now)}"
 
 
 def attribute(samples: list[tuple[Row, int]], recipe: Recipe) -> str | None:

@@ -113,6 +113,19 @@ def test_a_missing_job_json_is_said_and_a_changed_temperature_is_named(tmp_path)
         assert len(data(out)) == 5
 
 
+def test_a_shards_missing_job_file_is_named_as_it_is(tmp_path):
+    inp = write(tmp_path / "in.jsonl", plain_rows(4))
+    out = tmp_path / "out"
+    with SimProcess(*SIM) as sim:
+        assert gen(inp, out, sim.url, "--shard", "1/2").returncode == 0
+        (out / ".genbench" / "job-1of2.json").unlink()
+        p = gen(inp, out, sim.url, "--shard", "1/2", "--temperature", "0.7")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert ".genbench/job-1of2.json is missing" in p.stdout, p.stdout
+    assert ".genbench/job-1of2.json is missing: --temperature was not set" in p.stderr, p.stderr
+    assert "job.json" not in p.stdout + p.stderr
+
+
 def test_with_job_json_a_changed_temperature_is_named_by_its_flag(tmp_path):
     """The same change with job.json there reads as it does without: the flag, not the
     job's `params` JSON."""

@@ -97,7 +97,9 @@ def settle(
         return None
     if policy is None:
         lost = existing.job_problem  # no job.json to name a setting: the fingerprints try
-        why = f"{lostjob.refusal(lost[0], check)}; " if lost and ch.changed else ""
+        why = ""
+        if lost and ch.changed:
+            why = f"{lostjob.refusal(lost[0], check, store.job_path.name)}; "
         # a setting named from the fingerprints: the plain fix is to set it as it was
         back = "rerun with that setting as it was, or " if lostjob.FOUND in why else "rerun "
         raise UsageError(

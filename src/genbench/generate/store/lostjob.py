@@ -34,11 +34,12 @@ COULD_HAVE = "--max-tokens, --temperature, --top-p, --top-k, --thinking, --param
     "--turns, --tool-policy, or the input's rows"  # fmt: skip
 
 
-def problem_line(out: object, problem: str, detail: str = "") -> str:
-    """The one line that says job.json is gone, and what that costs."""
+def problem_line(out: object, problem: str, detail: str = "", name: str = "job.json") -> str:
+    """The one line that says the job file (`name`: a shard's is job-2of4.json) is gone,
+    and what that costs."""
     what = "is missing" if problem == MISSING else f"is unreadable ({detail})"
     return (
-        f"--out {out}: .genbench/job.json {what}: the settings its rows were made with are "
+        f"--out {out}: .genbench/{name} {what}: the settings its rows were made with are "
         "unknown; each done row's request fingerprint is checked against this run's"
     )
 
@@ -97,11 +98,11 @@ def attribute(samples: list[tuple[Row, int]], recipe: Recipe) -> str | None:
     return None
 
 
-def refusal(problem: str, check: Any) -> str:
-    """What to say, job.json gone, when done rows answer a request that changed (`check`:
-    the scan's `fingerprint.RequestCheck`, with its sampled changed rows)."""
+def refusal(problem: str, check: Any, name: str = "job.json") -> str:
+    """What to say, the job file gone, when done rows answer a request that changed
+    (`check`: the scan's `fingerprint.RequestCheck`, with its sampled changed rows)."""
     found = attribute(check.samples, check.recipe)
     if found:
-        return f".genbench/job.json is {problem}: {found}"
-    return (f".genbench/job.json is {problem}, so no setting can be named; any of these "
+        return f".genbench/{name} is {problem}: {found}"
+    return (f".genbench/{name} is {problem}, so no setting can be named; any of these "
             f"could have changed: {COULD_HAVE}")  # fmt: skip

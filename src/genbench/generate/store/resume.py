@@ -60,7 +60,8 @@ def prepare(cfg: JobConfig, store: Store, told: PrepareNotes) -> Resume:
     for n in existing.notes:
         listener.note(f"repaired {n}", "yellow")
     if existing.job_problem:  # said once; job.json is written again only if the job goes on
-        listener.note(lostjob.problem_line(store.out, *existing.job_problem), "yellow")
+        line = lostjob.problem_line(store.out, *existing.job_problem, store.job_path.name)
+        listener.note(line, "yellow")
     if existing.duplicates:  # every id once: the first copy stays
         with output_errors(store.out):
             listener.note(changes.drop_duplicates(store, existing), "yellow")

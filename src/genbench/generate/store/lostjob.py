@@ -24,6 +24,7 @@ from genbench.generate.input.reader import Row
 from genbench.generate.input.tools import POLICIES
 from genbench.generate.recipe import TURNS, Recipe
 from genbench.generate.store.jobfile import param_flag, shown
+from genbench.generate.store.layout import JOB_FILE
 
 MISSING, UNREADABLE = "missing", "unreadable"
 FOUND = "found from the rows' fingerprints"  # how a setting named without job.json is marked
@@ -34,7 +35,7 @@ COULD_HAVE = "--max-tokens, --temperature, --top-p, --top-k, --thinking, --param
     "--turns, --tool-policy, or the input's rows"  # fmt: skip
 
 
-def problem_line(out: object, problem: str, detail: str = "", name: str = "job.json") -> str:
+def problem_line(out: object, problem: str, detail: str = "", name: str = JOB_FILE) -> str:
     """The one line that says the job file (`name`: a shard's is job-2of4.json) is gone,
     and what that costs."""
     what = "is missing" if problem == MISSING else f"is unreadable ({detail})"
@@ -98,7 +99,7 @@ def attribute(samples: list[tuple[Row, int]], recipe: Recipe) -> str | None:
     return None
 
 
-def refusal(problem: str, check: Any, name: str = "job.json") -> str:
+def refusal(problem: str, check: Any, name: str = JOB_FILE) -> str:
     """What to say, the job file gone, when done rows answer a request that changed
     (`check`: the scan's `fingerprint.RequestCheck`, with its sampled changed rows)."""
     found = attribute(check.samples, check.recipe)

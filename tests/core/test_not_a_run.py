@@ -10,6 +10,7 @@ import pytest
 
 from genbench.errors import UsageError
 from genbench.plan.from_result import plan_from_result
+from genbench.report import split_inputs
 from genbench.run.result import load_result
 
 pytestmark = pytest.mark.core
@@ -78,3 +79,17 @@ def test_a_run_cut_short_after_some_sustained_levels_is_rated_with_a_note():
     doc = plan_from_result(_cut_short("server_down", {"1": 50.0}), [1000], 1, None, 100.0,
                            None, None)  # fmt: skip
     assert any("stopped early (status server_down)" in n for n in doc["notes"]), doc["notes"]
+
+
+def test_report_says_a_copy_without_its_request_log_is_one(tmp_path):
+    """merge --out and inspect --drop write the rows, not the requests: the report says so,
+    and 'nothing was sent' only of an output that has no rows either."""
+    out = tmp_path / "out"
+    (out / ".genbench").mkdir(parents=True)
+    with pytest.raises(UsageError, match="no request log yet \\(nothing was sent\\)"):
+        split_inputs([out])
+    (out / "data-00000.jsonl").write_text("{}\n")
+    with pytest.raises(UsageError) as e:
+        split_inputs([out])
+    assert "copy without its request log" in str(e.value), e.value
+    assert "nothing was sent" not in str(e.value) and f"genbench inspect {out}" in str(e.value)

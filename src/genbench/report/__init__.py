@@ -8,7 +8,7 @@ from typing import Any
 from genbench.atomic import write_atomic
 from genbench.compare.runs import Run, load_sides
 from genbench.errors import UsageError
-from genbench.generate.store.layout import is_generate_dir
+from genbench.generate.store.layout import has_data, is_generate_dir
 from genbench.inspect.document import is_inspection, load_inspect
 from genbench.report import decision, inspection
 from genbench.report.figures import MAX_BARS, Figure, focus_phase
@@ -88,10 +88,15 @@ def split_inputs(paths: list[str] | list[Path]) -> tuple[list[Path], list[dict[s
         if is_inspection(p):
             docs.append(load_inspect(p))
         elif p.is_dir() and is_generate_dir(p) and not (p / "result.json").exists():
-            raise UsageError(
-                f"{p}: a generate output with no request log yet (nothing was sent): "
-                "nothing to draw"
+            why = (
+                "a generate output's copy without its request log (merge --out and inspect "
+                f"--drop keep the rows, not the requests): nothing to draw; `genbench inspect "
+                f"{p}` checks its data"
+                if has_data(p)
+                else "a generate output with no request log yet (nothing was sent): nothing "
+                "to draw"
             )
+            raise UsageError(f"{p}: {why}")
         else:
             runs.append(p)
     return runs, docs

@@ -182,6 +182,12 @@ def has_request_log(path: Path) -> bool:
     return any((path / STATE_DIR).glob("requests*.jsonl"))
 
 
+def has_data(path: Path) -> bool:
+    """Data files are there (a copy by merge --out or inspect --drop has them, and no
+    request log: it keeps the rows, not the requests sent)."""
+    return path.is_dir() and any(DATA_FILE_RE.match(p.name) for p in path.iterdir())
+
+
 def data_tag(shard: Path) -> str:
     """A data file's tag as its side files carry it: '' or '-1of4'."""
     return shard.name[len("data") : shard.name.rindex("-")]

@@ -355,3 +355,23 @@ def test_the_plan_writes_a_slurm_array_and_a_valid_indexed_job_manifest(tmp_path
                  "--job-files", str(jobs / "genbench-array.sbatch"))  # fmt: skip
     assert p.returncode == 12 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.strip().endswith("genbench-array.sbatch: is a file; give a directory")
+
+
+def test_a_clean_copy_of_a_sharded_job_resumes_shard_by_shard(quick, tmp_path):
+    """inspect --drop --out copies each shard's job file and the scheme: each shard resumes
+    into the copy under its own settings (it had copied job.json only, which a sharded job
+    has not: every shard's resume said its job file was missing)."""
+    inp, out, clean = tmp_path / "in.jsonl", tmp_path / "out", tmp_path / "clean"
+    write_rows(inp, prompts(20))
+    for s in ("1/2", "2/2"):
+        assert gen(inp, out, quick.url, "--shard", s).returncode == 0
+    p = genbench("inspect", str(out), "--drop", "all", "--out", str(clean))
+    assert p.returncode == 0, p.stdout + p.stderr
+    state = {q.name for q in (clean / ".genbench").iterdir()}
+    assert {"job-1of2.json", "job-2of2.json", "shards.json"} <= state, state
+    assert scheme_of(clean) == 2
+    for s in ("1/2", "2/2"):
+        p = gen(inp, clean, quick.url, "--shard", s)
+        assert p.returncode == 0 and "is missing" not in p.stdout, p.stdout + p.stderr
+    assert refusal(gen(inp, clean, quick.url)).count("2 shards") == 1
+    assert_exactly_once(clean, [f"r{i}" for i in range(20)])

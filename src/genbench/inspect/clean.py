@@ -9,8 +9,9 @@ unchanged. Beside the data:
     CLEAN_DIR/dropped.jsonl     one line per dropped row: id, reasons, the row it copies
                                 (dup), file and line in the original
     CLEAN_DIR/regenerate.jsonl  the dropped rows as generate input (id, conversations)
-    CLEAN_DIR/.genbench/job.json, errors*.jsonl   copied from a generate directory, so that
-                                generate can resume into CLEAN_DIR (docs/inspect.md)
+    CLEAN_DIR/.genbench/job*.json, shards.json, errors*.jsonl   copied from a generate
+                                directory (each --shard's too), so that generate can resume
+                                into CLEAN_DIR (docs/inspect.md)
 
 Each file is written under a temporary name, fsynced and renamed; the manifest last, so a
 CLEAN_DIR with a manifest is complete.
@@ -19,7 +20,6 @@ CLEAN_DIR with a manifest is complete.
 from __future__ import annotations
 
 import gzip
-import shutil
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
@@ -29,7 +29,7 @@ import orjson
 
 from genbench.atomic import write_atomic, writing
 from genbench.errors import OutputError, UsageError
-from genbench.generate.store.layout import STATE_DIR, error_files, job_file
+from genbench.generate.store.layout import JOB_GLOB, SCHEME_FILE, STATE_DIR, error_files
 from genbench.generate.store.lock import OutputLock, refuse_if_held
 from genbench.inspect.detect import BIT, DEFECTS
 from genbench.inspect.reader import FileStats, parquet_batches, raw_lines
@@ -151,14 +151,14 @@ def _copy_state(source: Path, out: Path) -> list[str]:
     copied = []
     if not source.is_dir():
         return copied
-    job = job_file(source)
-    if job.exists():
-        copy = job_file(out)
+    state = source / STATE_DIR  # the job's settings, each --shard's, and the shard scheme
+    for p in [*sorted(state.glob(JOB_GLOB)), *state.glob(SCHEME_FILE)]:
+        copy = out / STATE_DIR / p.name
         copy.parent.mkdir(exist_ok=True)
-        shutil.copy2(job, copy)
+        write_atomic(copy, p.read_bytes())
         copied.append(str(copy.relative_to(out)))
     for p in error_files(source):
-        shutil.copy2(p, out / p.name)
+        write_atomic(out / p.name, p.read_bytes())
         copied.append(p.name)
     return copied
 

@@ -228,7 +228,7 @@ class Job:
         before = (existing.job or {}).get("input")
         if before and before != str(cfg.input):
             self.listener.note(
-                f"this output was started from {before}; rows are matched by id, so only "
+                f"the last run into this output read {before}; rows are matched by id, so only "
                 "ids also in this input count as done",
                 "yellow",
             )

@@ -11,7 +11,7 @@ from genbench.engines.command import parse_command
 from genbench.engines.supervisor import EngineOptions
 from genbench.errors import UsageError, checked, positive
 from genbench.generate.input.batch import is_batch_file
-from genbench.generate.input.params import job_params
+from genbench.generate.input.params import RequestFlags
 from genbench.generate.input.reader import ShardSpec
 from genbench.generate.input.tools import POLICIES
 from genbench.generate.jobconfig import AsTyped, JobConfig
@@ -69,7 +69,7 @@ def read_url_file(path: Path, default_c: int) -> list[ServerSpec]:
 
 
 @dataclass
-class GenerateArgs(AsTyped):
+class GenerateArgs(AsTyped, RequestFlags):
     """`genbench generate`'s options as the user typed them, one field per option (the
     command, commands/generate.py, gives each its flag, default and help): those the job
     keeps as typed (AsTyped), those `job_config` reads into the job's other settings, and
@@ -81,13 +81,6 @@ class GenerateArgs(AsTyped):
     api_key_env: str
     api_key_file: Path | None
     concurrency: int
-    max_tokens: int | None
-    temperature: float | None
-    top_p: float | None
-    top_k: int | None
-    thinking: bool | None
-    param: list[str] | None
-    config: Path | None
     turns: str
     tool_policy: str
     think_tags: str
@@ -126,13 +119,9 @@ def job_config(a: GenerateArgs) -> JobConfig:
     for s in servers:
         Endpoint.parse(s.url)  # a bad URL fails now, with its own message
     fit_descriptors(sum(s.concurrency for s in servers), len(servers), "-c/--concurrency")
-    params = job_params(
-        config=a.config, temperature=a.temperature, top_p=a.top_p, top_k=a.top_k,
-        max_tokens=a.max_tokens, thinking=a.thinking, extra=a.param,
-    )  # fmt: skip
     return JobConfig(
         **a.as_typed(), servers=servers, api_key=load_api_key(a.api_key_env, a.api_key_file),
-        params=params, turns=turns, tool_policy=tool_policy, fmt=fmt,
+        params=a.params(), turns=turns, tool_policy=tool_policy, fmt=fmt,
         shard=ShardSpec.parse(a.shard) if a.shard else None,
         shard_bytes=parse_size(a.shard_size), on_truncated=a.truncated,
         think_tags=checked(parse_tags, a.think_tags),

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from genbench import fmt
 from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, checked, positive
-from genbench.generate.input.params import job_params
+from genbench.generate.input.params import RequestFlags
 from genbench.generate.pipeline import Retries
 from genbench.generate.recipe import Recipe
 from genbench.plan import rescale
@@ -72,7 +72,7 @@ class PilotInterrupted(GenbenchError):
 
 
 @dataclass
-class PlanArgs:
+class PlanArgs(RequestFlags):
     """`genbench plan`'s flags, as given (`from_` is --from, `out_dir` --out)."""
 
     samples: str | None
@@ -91,13 +91,6 @@ class PlanArgs:
     pilot_min_time: float
     pilot_max_time: float
     speed_drift: float
-    max_tokens: int | None
-    temperature: float | None
-    top_p: float | None
-    top_k: int | None
-    thinking: bool | None
-    param: list[str] | None
-    config: Path | None
     turns: str
     warmup: float
     seed: int
@@ -322,15 +315,7 @@ def _plan_rescaled(
 
 def _pilot_run(args: PlanArgs, watch: PilotWatch) -> tuple[_Pilot, CheckReport, PilotRun]:
     """The pilot as the flags set it up, the server's check, and what the pilot saw."""
-    params = job_params(
-        config=args.config,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        max_tokens=args.max_tokens,
-        thinking=args.thinking,
-        extra=args.param or [],
-    )
+    params = args.params()
     stop = None
     if not args.pilot:
         stop = PilotStop(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,28 @@ def job_params(
         flag = "--" + bad[0].replace("_", "-")
         raise UsageError(f"{flag}: {bad[1]}")
     return p
+
+
+@dataclass(kw_only=True)
+class RequestFlags:
+    """The request fields the flags set, declared once for the commands that take them
+    (generate, and plan's pilot: commands/common.py gives each its option)."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    thinking: bool | None = None
+    param: list[str] | None = None
+    config: Path | None = None
+
+    def params(self) -> dict[str, Any]:
+        """The job's sampling fields these flags give (config file, then flags)."""
+        return job_params(
+            config=self.config, temperature=self.temperature, top_p=self.top_p,
+            top_k=self.top_k, max_tokens=self.max_tokens, thinking=self.thinking,
+            extra=self.param,
+        )  # fmt: skip
 
 
 def split_max_tokens(p: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:

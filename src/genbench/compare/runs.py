@@ -136,32 +136,17 @@ class Run:
             return None
 
 
-def load_runs(paths: list[str] | list[Path]) -> list[Run]:
-    """Load every run, label each by its directory name (made unique), colour by position."""
-    runs = []
-    for i, p in enumerate(paths):
-        doc = load_result(p)
-        path = Path(doc.pop("_path"))
-        runs.append(Run(doc, path, color=PALETTE[i % len(PALETTE)]))
-    seen: dict[str, int] = {}
-    for run in runs:
-        base = run.dir.name or str(run.dir)
-        seen[base] = seen.get(base, 0) + 1
-        run.label = base if seen[base] == 1 else f"{base}#{seen[base]}"
-    return runs
-
-
 def load_sides(specs: list[str] | list[Path]) -> list[Run]:
     """One Run per side, standing for all of the side's repeats (`Run.repeats`).
 
     A side is a run directory or result.json; a directory of repeats (`repeat-1`,
     `repeat-2`, ... as `run --repeat` writes them); or several of those joined by commas.
     Sides are labelled by their directory name (a comma list by what its names share) and
-    coloured by position, as `load_runs` does for single runs."""
+    coloured by position; a side's repeats take its colour and its label with their index."""
     sides: list[Run] = []
     for i, spec in enumerate(specs):
         paths = _side_paths(str(spec))
-        runs = load_runs(paths)
+        runs = [Run(doc, Path(doc.pop("_path"))) for doc in map(load_result, paths)]
         first = runs[0]
         first.color = PALETTE[i % len(PALETTE)]
         if len(runs) > 1 or len(paths) > 1 or Path(spec) != Path(paths[0]):

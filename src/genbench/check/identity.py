@@ -7,9 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from genbench.check.router import identify_router
+from genbench.check.router import get_json, identify_router
 from genbench.transport.client import ConnectionPool
 from genbench.transport.endpoint import Endpoint
 
@@ -70,12 +68,8 @@ async def identify(
         if path in asked:
             continue
         asked.add(path)
-        try:
-            status, body = await get_body(pool, ep, ep.root + path, timeout)
-            obj = orjson.loads(body) if status == 200 else None
-        except Exception:  # a probe that fails just tells us nothing
-            continue
-        if not isinstance(obj, dict):
+        obj = await get_json(get, path)  # a probe that fails just tells us nothing
+        if obj is None:
             continue
         _read_identity(info, kind, path, obj)
         if info.kind:

@@ -22,7 +22,8 @@ from genbench.fmt import counted
 Get = Callable[[str], Awaitable[tuple[int, bytes]]]
 
 
-async def _json(get: Get, path: str) -> dict[str, Any] | None:
+async def get_json(get: Get, path: str) -> dict[str, Any] | None:
+    """The JSON object a GET of `path` answers with 200; None for anything else."""
     try:
         status, body = await get(path)
         obj = orjson.loads(body) if status == 200 else None
@@ -43,16 +44,16 @@ def _workers(obj: dict[str, Any] | None) -> list[dict[str, Any]] | None:
 async def identify_router(get: Get) -> tuple[str, dict[str, Any]] | None:
     """(kind, details) when the server is a router: kind 'sglang-router', 'vllm-router' or
     'router'; details hold its workers' URLs and how many it counts healthy."""
-    workers = _workers(await _json(get, "/workers"))
+    workers = _workers(await get_json(get, "/workers"))
     if workers is None:
         return None
     details: dict[str, Any] = {
         "workers": sorted(w["url"] for w in workers),
         "healthy_workers": sum(1 for w in workers if w.get("is_healthy") is not False),
     }
-    if "router_manager" in (await _json(get, "/get_server_info") or {}):
+    if "router_manager" in (await get_json(get, "/get_server_info") or {}):
         return "sglang-router", details
-    if isinstance((await _json(get, "/list_workers") or {}).get("urls"), list):
+    if isinstance((await get_json(get, "/list_workers") or {}).get("urls"), list):
         return "vllm-router", details
     return "router", details
 

@@ -234,11 +234,11 @@ async def probe_metrics(
     return MetricsProbe("ok", dialect=dialect, http_status=status, hint=hint)
 
 
-async def tiny_request(client: Client, max_tokens: int = 16) -> RequestRecord:
+async def tiny_request(client: Client) -> RequestRecord:
     req = ChatRequest(
         id="check",
         messages=[{"role": "user", "content": TINY_PROMPT}],
-        max_tokens=max_tokens,
+        max_tokens=16,
         params={"temperature": 0},
     )
     return await client.chat(req, phase="check")
@@ -251,7 +251,6 @@ async def preflight(
     timeout: float = 120.0,
     connect_timeout: float = 3.0,
     tiny: bool = True,
-    max_tokens: int = 16,
     think_tags: tuple[str, str] = DEFAULT_TAGS,
     think_dialect: str = AUTO,
     token_ids: str = "auto",
@@ -268,9 +267,7 @@ async def preflight(
     timeouts = Timeouts(connect=connect_timeout, read=timeout, total=timeout)
     pool = ConnectionPool(ep.root)  # the GETs and the test request share its connections
     try:
-        await _checks(
-            pool, ep, rep, model, timeouts, tiny, max_tokens, think_tags, token_ids, retries
-        )
+        await _checks(pool, ep, rep, model, timeouts, tiny, think_tags, token_ids, retries)
         rep.ok = True
     except PreflightFailed as pf:
         rep.exit_code, rep.diagnosis = pf.diagnosis.exit_code, pf.diagnosis.message
@@ -288,10 +285,9 @@ async def _checks(
     model: str | None,
     timeouts: Timeouts,
     tiny: bool,
-    max_tokens: int,
     think_tags: tuple[str, str],
-    token_ids: str = "auto",
-    retries: CheckRetries | None = None,
+    token_ids: str,
+    retries: CheckRetries | None,
 ) -> None:
     """Health, models, identity, the test request: raises PreflightFailed at the first fault."""
     connect = timeouts.connect
@@ -322,11 +318,11 @@ async def _checks(
             ep, rep.model, timeouts=timeouts, session=pool, keep_text=True, token_ids=ask,
             accept=acceptance.ask_for(rep.server.kind),
         )  # fmt: skip
-        rec = await _tiny_through_router(client, max_tokens, rep, retries)
+        rec = await _tiny_through_router(client, rep, retries)
         if ask is not None and not rec.ok and rec.http_status in range(400, 500):
             rep.token_ids_note = f"the server refused the request for ids ({rec.error_message})"
             client.token_ids = ask = None  # the test request again, without asking
-            rec = await _tiny_through_router(client, max_tokens, rep, retries)
+            rec = await _tiny_through_router(client, rep, retries)
         if not rec.ok:
             diag = request_diagnosis(ep, rec)
             raise PreflightFailed(model_diagnosis(rep.model, rep.models, rep.url, model, diag))
@@ -338,7 +334,7 @@ async def _checks(
             rep.reasoning_tokens, rep.reasoning_source = rec.reasoning_tokens, "tokenizer"
         _read_acceptance(rep, rec)
         if token_ids != "off":
-            await _read_ids(rep, client, rec, ask, max_tokens)
+            await _read_ids(rep, client, rec, ask)
     if rep.model not in rep.models:
         done = "but served: a router?" if tiny else "not tried (no test request)"
         listing = f"not listed by /v1/models ({served(rep.models)})"
@@ -353,14 +349,12 @@ def _read_acceptance(rep: CheckReport, rec: RequestRecord) -> None:
         rep.acceptance_note = acceptance.HOW_ON.get(rep.server.kind or "")
 
 
-async def _read_ids(
-    rep: CheckReport, client: Client, rec: RequestRecord, ask: str | None, max_tokens: int
-) -> None:
+async def _read_ids(rep: CheckReport, client: Client, rec: RequestRecord, ask: str | None) -> None:
     """Did the test reply carry ids? A server of unknown kind is asked in a request of its
     own (vLLM's field), so one that refuses the field fails only that."""
     if ask is None and rep.server.kind not in KIND_DIALECT and rep.token_ids_note is None:
         client.token_ids = ask = VLLM
-        rec = await tiny_request(client, max_tokens)
+        rec = await tiny_request(client)
         if not rec.ok:
             rep.token_ids_note = f"asked with return_token_ids: {rec.error_message}"
             return
@@ -369,7 +363,7 @@ async def _read_ids(
 
 
 async def _tiny_through_router(
-    client: Client, max_tokens: int, rep: CheckReport, retries: CheckRetries | None = None
+    client: Client, rep: CheckReport, retries: CheckRetries | None
 ) -> RequestRecord:
     """The test request; sent again (UPSTREAM_TRIES in all) while a router answers that the
     worker it chose failed: the next may go to a live one. Any other failure is sent again
@@ -378,7 +372,7 @@ async def _tiny_through_router(
     upstream = retried = 0
     retries = retries or CheckRetries()
     while True:
-        rec = await tiny_request(client, max_tokens)
+        rec = await tiny_request(client)
         if rec.ok:
             return rec
         kind = rec.error_kind or ErrorKind.OTHER

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import typer
@@ -37,36 +38,21 @@ def check(
         if url or len(serve) > 1:
             raise UsageError("check takes one server: --url URL or one --serve CMD")
         common.positive("--engine-start-timeout", engine_start_timeout)
-        with serving(serve, None, engine_start_timeout, common.loading(err)) as cmds:
-            _check(cmds[0].url, model, api_key_env, api_key_file, timeout, connect_timeout,
-                   think_tags, think_dialect, json)  # fmt: skip
-    if not url:
+    elif not url:
         raise UsageError(
             "--url is required: the server to check, e.g. http://127.0.0.1:8000/v1 "
             "(or --serve CMD: an engine to start)"
         )
-    _check(url, model, api_key_env, api_key_file, timeout, connect_timeout, think_tags,
-           think_dialect, json)  # fmt: skip
-
-
-def _check(url: str, model: str | None, api_key_env: str, api_key_file: Path | None,
-           timeout: float, connect_timeout: float, think_tags: str, think_dialect: str,
-           json: bool) -> None:  # fmt: skip
-    ep = common.endpoint(url, api_key_env, api_key_file)
-    common.descriptors(1)
-    tags, dialect = checked(parse_tags, think_tags), checked(parse_dialect, think_dialect)
-    rep = common.run_async(
-        preflight(
-            ep,
-            model,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            think_tags=tags,
-            think_dialect=dialect,
-        )
-    )
-    if json:
-        common.print_json(rep.to_dict())
-    else:
-        print_check(rep, out, err)
-    raise typer.Exit(rep.exit_code)
+    engine = serving(serve, None, engine_start_timeout, common.loading(err)) if serve else None
+    with engine or nullcontext() as cmds:  # --url: nothing to start
+        ep = common.endpoint(cmds[0].url if cmds else url, api_key_env, api_key_file)
+        common.descriptors(1)
+        tags, dialect = checked(parse_tags, think_tags), checked(parse_dialect, think_dialect)
+        checks = preflight(ep, model, timeout=timeout, connect_timeout=connect_timeout,
+                           think_tags=tags, think_dialect=dialect)  # fmt: skip
+        rep = common.run_async(checks)
+        if json:
+            common.print_json(rep.to_dict())
+        else:
+            print_check(rep, out, err)
+        raise typer.Exit(rep.exit_code)

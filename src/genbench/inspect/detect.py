@@ -7,7 +7,7 @@ a thought that loops until max_tokens is both a loop and thinking that never clo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from genbench.rows import OutputRow, Turn
 
@@ -58,14 +58,7 @@ class Thresholds:
     tags: tuple[str, ...] = field(default=DEFAULT_TAGS)
 
     def describe(self) -> dict[str, object]:
-        return {
-            "min_tokens": self.min_tokens,
-            "loop_window": self.loop_window,
-            "loop_cover": self.loop_cover,
-            "loop_repeats": self.loop_repeats,
-            "dup_min_chars": self.dup_min_chars,
-            "tags": list(self.tags),
-        }
+        return {**asdict(self), "tags": list(self.tags)}  # the fields in order, tags a list
 
 
 @dataclass(frozen=True, slots=True)

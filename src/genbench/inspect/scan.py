@@ -208,14 +208,10 @@ def scan(
             cols.nbytes.append(row.nbytes)
             cols.flags.append(bits)
             keys = answer_keys(row, th)
-            if keys is None:
-                cols.exact.append(0)
-                cols.near.append(0)
-                cols.keyed.append(0)
-            else:
-                cols.exact.append(keys[0])
-                cols.near.append(keys[1])
-                cols.keyed.append(1)
+            exact, near = (0, 0) if keys is None else keys
+            cols.exact.append(exact)
+            cols.near.append(near)
+            cols.keyed.append(keys is not None)
             if jsonl:  # reservoir sample: every row equally likely to be kept
                 if len(sample) < PARQUET_SAMPLE:
                     sample.append(obj)

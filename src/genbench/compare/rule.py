@@ -268,22 +268,10 @@ Add = Callable[..., None]  # build_rows's add(key, section, label, unit, better,
 
 def _single_rows(add: Add, every: list[Run]) -> None:
     for n in lengths(every):
-        add(
-            f"single.{n}.decode_tps",
-            "single",
-            f"decode tok/s, {n} tokens",
-            "tok/s",
-            "higher",
-            lambda r, n=n: per_request(r, r.single_phase(n), "decode_tps", "mean"),
-        )
-        add(
-            f"single.{n}.ttft_p50",
-            "single",
-            f"TTFT p50, {n} tokens",
-            "ms",
-            "lower",
-            lambda r, n=n: per_request(r, r.single_phase(n), "ttft_s", "p50", 1000),
-        )
+        add(f"single.{n}.decode_tps", "single", f"decode tok/s, {n} tokens", "tok/s", "higher",
+            lambda r, n=n: per_request(r, r.single_phase(n), "decode_tps", "mean"))  # fmt: skip
+        add(f"single.{n}.ttft_p50", "single", f"TTFT p50, {n} tokens", "ms", "lower",
+            lambda r, n=n: per_request(r, r.single_phase(n), "ttft_s", "p50", 1000))  # fmt: skip
 
 
 def _sweep_rows(add: Add, every: list[Run]) -> None:
@@ -291,45 +279,20 @@ def _sweep_rows(add: Add, every: list[Run]) -> None:
     for c in sorted(sustained | set(concurrencies(every, "burst"))):
         g = f"C={c}"
         kind = "sustained" if c in sustained else "burst"
-        add(
-            f"sustained.c{c}.steady_tps",
-            "throughput",
-            f"sustained tok/s, C={c}",
-            "tok/s",
-            "higher",
-            lambda r, c=c: sustained_tps(r, c),
-            g,
-        )
-        add(
-            f"burst.c{c}.output_tps",
-            "throughput",
-            f"burst tok/s, C={c}",
-            "tok/s",
-            "higher",
-            lambda r, c=c: burst_tps(r, c),
-            g,
-        )
-        add(
-            f"sweep.c{c}.decode_tps_p50",
-            "throughput",
-            f"per-request decode tok/s p50, C={c}",
-            "tok/s",
-            "higher",
+        add(f"sustained.c{c}.steady_tps", "throughput", f"sustained tok/s, C={c}", "tok/s",
+            "higher", lambda r, c=c: sustained_tps(r, c), g)  # fmt: skip
+        add(f"burst.c{c}.output_tps", "throughput", f"burst tok/s, C={c}", "tok/s", "higher",
+            lambda r, c=c: burst_tps(r, c), g)  # fmt: skip
+        add(f"sweep.c{c}.decode_tps_p50", "throughput", f"per-request decode tok/s p50, C={c}",
+            "tok/s", "higher",
             lambda r, c=c, k=kind: per_request(r, r.sweep_phase(k, c), "decode_tps", "p50"),
-            g,
-        )
+            g)  # fmt: skip
         for dist_name, name, stat in LATENCY:
-            add(
-                f"latency.c{c}.{name.lower()}_{stat}",
-                "latency",
-                f"{name} {stat}, C={c} ({kind})",
-                "ms",
-                "lower",
+            add(f"latency.c{c}.{name.lower()}_{stat}", "latency", f"{name} {stat}, C={c} ({kind})",
+                "ms", "lower",
                 lambda r, c=c, k=kind, d=dist_name, st=stat: per_request(
-                    r, r.sweep_phase(k, c), d, st, 1000
-                ),
-                g,
-            )
+                    r, r.sweep_phase(k, c), d, st, 1000),
+                g)  # fmt: skip
 
 
 def _spec_rows(add: Add, every: list[Run]) -> None:
@@ -343,14 +306,8 @@ def _spec_rows(add: Add, every: list[Run]) -> None:
             if said and p["name"] not in names:
                 names.append(p["name"])
     for name in names:
-        add(
-            f"spec.{name}.acceptance_length",
-            "speculative",
-            f"acceptance length, {name}",
-            "tokens",
-            "higher",
-            lambda r, name=name: acceptance(r, name),
-        )
+        add(f"spec.{name}.acceptance_length", "speculative", f"acceptance length, {name}",
+            "tokens", "higher", lambda r, name=name: acceptance(r, name))  # fmt: skip
     groups: dict[str, list[str]] = {}  # phase -> the groups any side measured, in order
     for r in every:
         for p in r.phases:

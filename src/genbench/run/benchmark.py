@@ -338,34 +338,16 @@ class Runner:
             self.counter = ThinkingCounter(client.pool, self.ep, self.model)
         try:
             if cfg.warmup and "warmup" not in cfg.skip:
-                reqs = iter(
-                    [
-                        ChatRequest(
-                            f"warmup-{i}",
-                            messages(WARMUP_PROMPT),
-                            cfg.warmup_tokens,
-                            self._params(cfg.warmup_tokens, force=False),
-                        )
-                        for i in range(cfg.warmup)
-                    ]
-                )
-                await self._phase(
-                    client, "warmup", "warmup", reqs, 1, cfg.warmup_tokens, max_requests=cfg.warmup
-                )
+                n = cfg.warmup_tokens
+                reqs = iter([ChatRequest(f"warmup-{i}", messages(WARMUP_PROMPT), n,
+                                         self._params(n, force=False)) for i in range(cfg.warmup)])
+                await self._phase(client, "warmup", "warmup", reqs, 1, n, max_requests=cfg.warmup)
             force = not cfg.natural
             if "single" not in cfg.skip:
                 for n in cfg.lengths:
                     reqs = cycle_for(self.state.prompts, f"single{n}", n, self._params(n, force))
-                    await self._phase(
-                        client,
-                        f"single-{n}",
-                        "single",
-                        reqs,
-                        1,
-                        n,
-                        max_requests=cfg.prompts_per_length,
-                        force=force,
-                    )
+                    await self._phase(client, f"single-{n}", "single", reqs, 1, n,
+                                      max_requests=cfg.prompts_per_length, force=force)  # fmt: skip
             if "sweep" not in cfg.skip:
                 await self._sweep(client, force)
         finally:
@@ -384,17 +366,8 @@ class Runner:
             if "sustained" in cfg.shapes:
                 reqs = cycle_for(self.state.prompts, f"sustained{c}", n, self._params(n, force))
                 total = None if cfg.duration else c * cfg.requests_per_slot
-                await self._phase(
-                    client,
-                    f"sustained-c{c}",
-                    "sustained",
-                    reqs,
-                    c,
-                    n,
-                    max_requests=total,
-                    duration=cfg.duration,
-                    force=force,
-                )
+                await self._phase(client, f"sustained-c{c}", "sustained", reqs, c, n, force=force,
+                                  max_requests=total, duration=cfg.duration)  # fmt: skip
 
 
 async def execute_run(

@@ -143,14 +143,8 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
         for p in singles:
             s = p["summary"]
             forced = {True: "yes", False: "[red]no[/]", None: "natural"}[p["length_forced"]]
-            t.add_row(
-                str(p["max_tokens"]),
-                rate(s["decode_tps"]["mean"], ""),
-                rate(s["output_tps"], ""),
-                ms(s["ttft_s"]["mean"]),
-                _fails(s),
-                forced,
-            )
+            t.add_row(str(p["max_tokens"]), rate(s["decode_tps"]["mean"], ""),
+                      rate(s["output_tps"], ""), ms(s["ttft_s"]["mean"]), _fails(s), forced)
         console.print(t)
     _sweep_table(doc, console)
     spec = [p for p in phases if (p.get("server_metrics") or {}).get("spec_mean_acceptance_length")]
@@ -199,17 +193,8 @@ def _sweep_table(doc: dict[str, Any], console: Console) -> None:
     t = Table(
         title=f"concurrency sweep ({phases[0]['max_tokens']} output tokens)", title_justify="left"
     )
-    for col in (
-        "C",
-        "burst tok/s",
-        "sustained tok/s",
-        "per-req tok/s",
-        "TTFT p50",
-        "TTFT p99",
-        "ITL p50",
-        "TPOT p50",
-        "requests",
-    ):
+    for col in ("C", "burst tok/s", "sustained tok/s", "per-req tok/s", "TTFT p50", "TTFT p99",
+                "ITL p50", "TPOT p50", "requests"):  # fmt: skip
         t.add_column(col, justify="right")
     for c in sorted(by_c):
         b, su = by_c[c].get("burst"), by_c[c].get("sustained")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from genbench.errors import GenbenchError, UsageError, positive
-from genbench.inspect.clean import WRITE_FAILED_EXIT, check_out, write_clean
+from genbench.inspect.clean import REGENERATE, WRITE_FAILED_EXIT, check_out, write_clean
 from genbench.inspect.detect import BIT, DEFECTS, Thresholds
 from genbench.inspect.document import INSPECT_FILE, Settings, build, storage
 from genbench.inspect.fidelity import DRIFT_SAMPLE, Fidelity, check_drift
@@ -50,17 +50,13 @@ def follow_up(source: Path, out: Path) -> dict[str, str]:
             job = orjson.loads(job_file(source).read_bytes())
         except (OSError, ValueError):
             job = None
-    flags = "--url URL"
-    if job:
-        flags += (
-            " (and the job's sampling: model, params, --turns, --format as in .genbench/job.json)"
-        )
-    else:
-        flags += " (and the original job's sampling flags)"
-    cmds = {
-        "regenerate": f"genbench generate --input {out / 'regenerate.jsonl'} --out REGEN_DIR "
-        f"{flags}",
-    }
+    sampling = (
+        "the job's sampling: model, params, --turns, --format as in .genbench/job.json"
+        if job
+        else "the original job's sampling flags"
+    )
+    flags = f"--url URL (and {sampling})"
+    cmds = {"regenerate": f"genbench generate --input {out / REGENERATE} --out REGEN_DIR {flags}"}
     if job and job.get("input"):
         cmds["resume_into_copy"] = f"genbench generate --input {job['input']} --out {out} {flags}"
     return cmds
@@ -174,10 +170,5 @@ def settings_from_flags(
         from genbench.plan import HiddenStates
 
         hidden = HiddenStates(hidden_size, layers_captured, dtype_bytes)
-    return Settings(
-        Thresholds(min_tokens, loop_window, loop_cover, loop_repeats, dup_min_chars, tag_list),
-        server_alpha,
-        server_effect,
-        examples,
-        hidden,
-    )
+    th = Thresholds(min_tokens, loop_window, loop_cover, loop_repeats, dup_min_chars, tag_list)
+    return Settings(th, server_alpha, server_effect, examples, hidden)

@@ -226,14 +226,8 @@ async def check_drift(
     examples = []
     for r in drifted[:DRIFT_EXAMPLES]:
         at = r["at"]
-        examples.append(
-            {
-                "id": r["id"],
-                "at": at,
-                "ids": r["ids"][at : at + 5],
-                "retokenized": r["again"][at : at + 5],
-            }
-        )
+        examples.append({"id": r["id"], "at": at, "ids": r["ids"][at : at + 5],
+                         "retokenized": r["again"][at : at + 5]})  # fmt: skip
     n = len(results)
     return {
         "url": ep.root,

@@ -114,13 +114,9 @@ def request_diagnosis(ep: Endpoint, rec: RequestRecord) -> Diagnosis:
     kind = rec.error_kind
     msg = rec.error_message or ""
     if kind in (ErrorKind.HTTP_STATUS, ErrorKind.UPSTREAM) and rec.http_status:
-        body_msg = msg.split(": ", 1)[1] if ": " in msg else msg
-        return status_diagnosis(
-            ep,
-            ep.base_url + "/chat/completions",
-            rec.http_status,
-            orjson.dumps({"error": {"message": body_msg}}),
-        )
+        body_msg = msg.split(": ", 1)[1] if ": " in msg else msg  # the server's words
+        body = orjson.dumps({"error": {"message": body_msg}})
+        return status_diagnosis(ep, ep.base_url + "/chat/completions", rec.http_status, body)
     code = kind.exit_code if kind is not None else Exit.REQUEST_FAILED
     return Diagnosis(code, _request_words(where(ep), kind, msg), kind=kind)
 
@@ -131,11 +127,7 @@ def _request_words(host: str, kind: ErrorKind | None, msg: str) -> str:
             f"connection refused at {host} during the test request: "
             "the server stopped (killed, e.g. out of memory?)"
         )
-    if kind in (
-        ErrorKind.READ_TIMEOUT,
-        ErrorKind.TOTAL_TIMEOUT,
-        ErrorKind.CONNECT_TIMEOUT,
-    ):
+    if kind in (ErrorKind.READ_TIMEOUT, ErrorKind.TOTAL_TIMEOUT, ErrorKind.CONNECT_TIMEOUT):
         return (
             f"the test request to {host} timed out ({msg}): the server "
             "accepts connections but does not generate. Raise --timeout for a "

@@ -158,14 +158,9 @@ async def _health(pool: ConnectionPool, ep: Endpoint, timeout: float, path: str 
         return "absent"
     if status == 503:
         msg = error_message_from_body(body, limit=160)
-        raise PreflightFailed(
-            Diagnosis(
-                ErrorKind.HTTP_STATUS.exit_code,
-                f"{where(ep)} answers {path} with 503: {NOT_READY[path]} ({msg})",
-                kind=ErrorKind.HTTP_STATUS,
-                http_status=503,
-            )
-        )
+        said = f"{where(ep)} answers {path} with 503: {NOT_READY[path]} ({msg})"
+        kind = ErrorKind.HTTP_STATUS
+        raise PreflightFailed(Diagnosis(kind.exit_code, said, kind=kind, http_status=503))
     raise PreflightFailed(status_diagnosis(ep, ep.root + path, status, body))
 
 
@@ -185,14 +180,11 @@ async def _models(
         ids = [m["id"] for m in data]
     except (orjson.JSONDecodeError, KeyError, TypeError):
         snippet = " ".join(body[:60].decode("utf-8", "replace").split())
-        raise PreflightFailed(
-            Diagnosis(
-                Exit.BAD_RESPONSE,
-                f"{url} did not answer in the OpenAI "
-                f'shape (expected {{"data": [{{"id": ...}}]}}, got '
-                f"{snippet!r}): is this an OpenAI-compatible server?",
-            )
-        ) from None
+        said = (
+            f'{url} did not answer in the OpenAI shape (expected {{"data": [{{"id": ...}}]}}, '
+            f"got {snippet!r}): is this an OpenAI-compatible server?"
+        )
+        raise PreflightFailed(Diagnosis(Exit.BAD_RESPONSE, said)) from None
     first = data[0] if data and isinstance(data[0], dict) else {}
     return ids, first
 
@@ -206,12 +198,8 @@ def pick_model(ids: list[str], wanted: str | None, url: str) -> str:
         return ids[0]
     if not ids:
         raise PreflightFailed(Diagnosis(Exit.MODEL, f"{url} serves no models"))
-    raise PreflightFailed(
-        Diagnosis(
-            Exit.MODEL,
-            f"{url} serves {len(ids)} models ({', '.join(ids)}): choose one with --model",
-        )
-    )
+    said = f"{url} serves {len(ids)} models ({', '.join(ids)}): choose one with --model"
+    raise PreflightFailed(Diagnosis(Exit.MODEL, said))
 
 
 async def probe_metrics(

@@ -14,6 +14,7 @@ from test_export_rows import IDS, gen, row, user
 from genbench.errors import UsageError
 from genbench.export import Rules, export_data
 from genbench.inspect import Settings, inspect_data
+from genbench.inspect.clean import parse_drop
 from genbench.inspect.detect import Thresholds, examine
 from genbench.inspect.fidelity import Fidelity
 from genbench.inspect.render import print_inspection
@@ -149,3 +150,8 @@ def test_one_row_is_said_in_the_singular(tmp_path) -> None:
     assert ": 1 row in 1 file" in text and "of 1 row have" in text
     assert "storage: 1 row," in text and "token ids: 1 of 1 row token-exact" in text
     assert "1 rows" not in text
+
+
+def test_a_drop_name_given_twice_is_one_rule():
+    """The kept rows' mask sums the names' bits: a name twice would be another bit."""
+    assert parse_drop("loops, loops,dup,loops") == ["loops", "dup"]

@@ -44,8 +44,9 @@ WRITE_FAILED_EXIT = 12
 
 
 def parse_drop(text: str) -> list[str]:
-    """`loops,unclosed,dup` (or `all`) -> defect names, checked."""
-    names = [t.strip() for t in text.split(",") if t.strip()]
+    """`loops,unclosed,dup` (or `all`) -> defect names, checked, each once (a name given
+    twice is one rule: the kept rows' mask is a sum of the names' bits)."""
+    names = list(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
     if names == ["all"]:
         return list(DEFECTS)
     bad = [n for n in names if n not in DEFECTS]

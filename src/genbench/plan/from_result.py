@@ -55,6 +55,10 @@ class _RunRates:
         seconds = tokens / (self.sustained[c] * servers)
         return {**duration(seconds), **_with_bar(seconds, self.bars.get(c))}
 
+    def ours(self, tokens: float, c: int) -> dict[str, Any]:
+        """A row's forecast at the sustained rate of C on one server (ours_best, ours_chosen)."""
+        return {"concurrency": c, "tok_per_s": self.sustained[c], **self.time_at(tokens, c)}
+
 
 def plan_from_result(
     doc: dict[str, Any],
@@ -361,19 +365,11 @@ def _row(
     row: dict[str, Any] = {
         "samples": s,
         "tokens": {"output": tokens, "thinking": tokens * share, "answer": tokens * (1 - share)},
-        "ours_best": {
-            "concurrency": best,
-            "tok_per_s": rates.sustained[best],
-            **rates.time_at(tokens, best),
-        },
+        "ours_best": rates.ours(tokens, best),
         "storage": storage.row(s, tokens),
     }
     if concurrency is not None:
-        row["ours_chosen"] = {
-            "concurrency": concurrency,
-            "tok_per_s": rates.sustained[concurrency],
-            **rates.time_at(tokens, concurrency),
-        }
+        row["ours_chosen"] = rates.ours(tokens, concurrency)
     if servers > 1:
         c_used = concurrency if concurrency is not None else best
         row["at_servers"] = {

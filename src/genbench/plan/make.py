@@ -146,15 +146,7 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
         doc, where = _plan_rescaled(args, load_result(froms[0]), counts, hidden, watch)
     elif froms:
         result = load_result(froms[0])
-        doc = plan_from_result(
-            result,
-            counts,
-            args.servers,
-            args.concurrency,
-            args.tokens_per_sample,
-            hidden,
-            args.bytes_per_token,
-        )
+        doc = _from_result(result, args, counts, hidden)
         where = Path(result["_path"]).parent  # beside the run, where its report finds it
         if args.out_dir is not None and args.out_dir.resolve() != where.resolve():
             where = args.out_dir
@@ -169,6 +161,14 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
         doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
     doc["notes"].extend(ask.notes)
     return doc, save_plan(doc, where) if where is not None else None
+
+
+def _from_result(
+    result: dict[str, Any], args: PlanArgs, counts: list[int], hidden: HiddenStates | None
+) -> dict[str, Any]:
+    """The plan from one run result at the flags' servers, concurrency and tokens per sample."""
+    return plan_from_result(result, counts, args.servers, args.concurrency,
+                            args.tokens_per_sample, hidden, args.bytes_per_token)  # fmt: skip
 
 
 def _candidate(doc: dict[str, Any]) -> Candidate:
@@ -288,9 +288,7 @@ def _plan_rescaled(
     """`--from RUN --prompts FILE --url URL`: the run's plan at its own rate and at the rate
     rescaled to the tokens per step the pilot measured on the prompts (plan/rescale.py);
     saved beside the pilot's records."""
-    plan_args = (counts, args.servers, args.concurrency, args.tokens_per_sample, hidden,
-                 args.bytes_per_token)  # fmt: skip
-    unscaled = plan_from_result(result, *plan_args)
+    unscaled = _from_result(result, args, counts, hidden)
     run_t = rescale.run_tokens_per_step(result)
     if not run_t:  # before the pilot: nothing it measured could be used
         raise UsageError(
@@ -307,7 +305,7 @@ def _plan_rescaled(
         )
     pilot_t["concurrency"] = pilot.concurrency
     scaled, factors = rescale.scaled_result(result, pilot_t, run_t)
-    doc = plan_from_result(scaled, *plan_args)
+    doc = _from_result(scaled, args, counts, hidden)
     rescale.attach(doc, unscaled, pilot_t, run_t, factors)
     doc["source"]["pilot_records"] = str(pilot.out / REQUESTS_FILE)
     return doc, pilot.out

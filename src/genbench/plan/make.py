@@ -395,12 +395,10 @@ def _run(
             )
         )
     except (KeyboardInterrupt, asyncio.CancelledError):
-        watch.pilot_ended()
         raise PilotInterrupted(pilot.out) from None
     except ServerDown as e:
-        watch.pilot_ended()
         raise GenbenchError(f"{e}; pilot records so far in {pilot.out}", e.exit_code) from None
-    finally:
+    finally:  # on an error too: the progress bar is gone before the error is printed
         watch.pilot_ended()
     if not any(r.ok for r in run.records):
         kinds = sorted({r.error_kind or "?" for r in run.records})

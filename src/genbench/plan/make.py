@@ -43,7 +43,7 @@ from genbench.transport import acceptance
 from genbench.transport.endpoint import Endpoint, endpoint
 from genbench.transport.eventloop import run_async
 from genbench.transport.open_files import fit_descriptors
-from genbench.transport.thinking import ThinkMode, parse_dialect, parse_tags
+from genbench.transport.thinking import parse_dialect, parse_tags
 
 DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
 DEFAULT_PILOT_C = 32
@@ -339,21 +339,13 @@ def _pilot_run(args: PlanArgs, watch: PilotWatch) -> tuple[_Pilot, CheckReport, 
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out)
-    run = _run(pilot, args, check.model or "", watch, check.think_mode(), check.token_ids,
-               acceptance.ask_for(check.server.kind))  # fmt: skip
+    run = _run(pilot, args, check, watch)
     return pilot, check, run
 
 
-def _run(
-    pilot: _Pilot,
-    args: PlanArgs,
-    model: str,
-    watch: PilotWatch,
-    think: ThinkMode | None = None,
-    token_ids: str | None = None,
-    accept: str | None = None,
-) -> PilotRun:
-    """The warm-up and the pilot, its progress told to `watch`."""
+def _run(pilot: _Pilot, args: PlanArgs, check: CheckReport, watch: PilotWatch) -> PilotRun:
+    """The warm-up and the pilot, on the server as `check` found it (its model, its thinking
+    dialect, its token ids and acceptance), its progress told to `watch`."""
     rows, stop, c = pilot.source.rows, pilot.stop, pilot.concurrency
     stream = pilot_stream(rows, args.seed)
     # open-ended: until the bar is reached, at most every row once; fixed: K draws
@@ -379,7 +371,7 @@ def _run(
         run = run_async(
             run_pilot(
                 pilot.ep,
-                model,
+                check.model or "",
                 items,
                 c,
                 pilot.out,
@@ -389,9 +381,9 @@ def _run(
                 warmup_s=args.warmup,
                 stop=stop,
                 recipe=recipe,
-                think=think,
-                token_ids=token_ids,
-                accept=accept,
+                think=check.think_mode(),
+                token_ids=check.token_ids,
+                accept=acceptance.ask_for(check.server.kind),
             )
         )
     except (KeyboardInterrupt, asyncio.CancelledError):

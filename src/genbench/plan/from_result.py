@@ -177,11 +177,10 @@ def measured_concurrency(doc: dict[str, Any], concurrency: int) -> tuple[int, st
     if not sustained or concurrency in sustained:
         return concurrency, None
     below = [c for c in sustained if c < concurrency]
-    if below and max(below) == max(sustained):
-        c = max(below)
-        return c, f"sweep reached C={c} only, not the job's C={concurrency}: rated at C={c}"
     if below:
         c = max(below)
+        if c == max(sustained):
+            return c, f"sweep reached C={c} only, not the job's C={concurrency}: rated at C={c}"
         return c, f"C={concurrency} not measured: rated at C={c}, the nearest below"
     c = min(sustained)
     return c, (

@@ -157,13 +157,9 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
     if i["servers"] > 1:
         cols.append((f"×{i['servers']} servers", _time("at_servers")))
     if f["concurrency"]:
+        vs: Cell = lambda r: f"{r['field']['seconds'] / r['ours_best']['seconds'] - 1:+.0%}"  # noqa: E731
         cols += [(f"field: burst C={f['concurrency']}", _time("field")), ("days", _days("field"))]
-        cols.append(
-            (
-                "field vs ours",
-                lambda r: f"{r['field']['seconds'] / r['ours_best']['seconds'] - 1:+.0%}",
-            )
-        )
+        cols.append(("field vs ours", vs))
     title = "time: sustained rate (ours) beside the field's burst"
     console.print(_table(title, doc["rows"], cols))
     if has_bar:

@@ -212,22 +212,13 @@ def _row(
     out: dict[str, Any] = {"samples": row["samples"], "seconds": sec, "lo_s": lo, "hi_s": hi}
     at = row.get("at_servers")
     if servers == 1:
-        out["at_servers"] = {"servers": 1, "seconds": sec, "lo_s": lo, "hi_s": hi}
+        m_sec, m_lo, m_hi = sec, lo, hi
     elif isinstance(at, dict) and at.get("servers") == servers and "seconds" in at:
         m_sec = float(at["seconds"])
-        out["at_servers"] = {
-            "servers": servers,
-            "seconds": m_sec,
-            "lo_s": float(at.get("lo_s", m_sec)),
-            "hi_s": float(at.get("hi_s", m_sec)),
-        }
-    else:
-        out["at_servers"] = {
-            "servers": servers,
-            "seconds": sec / servers,
-            "lo_s": lo / servers,
-            "hi_s": hi / servers,
-        }
+        m_lo, m_hi = float(at.get("lo_s", m_sec)), float(at.get("hi_s", m_sec))
+    else:  # the job shared evenly: one server's time / M
+        m_sec, m_lo, m_hi = sec / servers, lo / servers, hi / servers
+    out["at_servers"] = {"servers": servers, "seconds": m_sec, "lo_s": m_lo, "hi_s": m_hi}
     if deadline is not None:
         need = max(1, _ceil(hi / deadline.seconds))
         out["servers_needed"] = {

@@ -55,6 +55,10 @@ class _RunRates:
         seconds = tokens / (self.sustained[c] * servers)
         return {**duration(seconds), **_with_bar(seconds, self.bars.get(c))}
 
+    def ours(self, tokens: float, c: int) -> dict[str, Any]:
+        """A row's forecast at the sustained rate of C on one server (ours_best, ours_chosen)."""
+        return {"concurrency": c, "tok_per_s": self.sustained[c], **self.time_at(tokens, c)}
+
 
 def plan_from_result(
     doc: dict[str, Any],
@@ -173,11 +177,10 @@ def measured_concurrency(doc: dict[str, Any], concurrency: int) -> tuple[int, st
     if not sustained or concurrency in sustained:
         return concurrency, None
     below = [c for c in sustained if c < concurrency]
-    if below and max(below) == max(sustained):
-        c = max(below)
-        return c, f"sweep reached C={c} only, not the job's C={concurrency}: rated at C={c}"
     if below:
         c = max(below)
+        if c == max(sustained):
+            return c, f"sweep reached C={c} only, not the job's C={concurrency}: rated at C={c}"
         return c, f"C={concurrency} not measured: rated at C={c}, the nearest below"
     c = min(sustained)
     return c, (
@@ -266,12 +269,7 @@ LENGTH_TOLERANCE = 0.25  # tokens per sample this far from the sweep's length ge
 
 def sweep_length(doc: dict[str, Any]) -> float | None:
     """Mean output tokens of the requests the sustained rates were measured on."""
-    ok = out = 0
-    for p in doc.get("phases") or []:
-        if p.get("kind") == "sustained":
-            s = p.get("summary") or {}
-            ok += int(s.get("ok") or 0)
-            out += int(s.get("output_tokens") or 0)
+    ok, out, _ = _phase_sums(doc, "sustained")
     if ok and out:
         return out / ok
     cfg = (doc.get("config") or {}).get("sweep_tokens")
@@ -366,19 +364,11 @@ def _row(
     row: dict[str, Any] = {
         "samples": s,
         "tokens": {"output": tokens, "thinking": tokens * share, "answer": tokens * (1 - share)},
-        "ours_best": {
-            "concurrency": best,
-            "tok_per_s": rates.sustained[best],
-            **rates.time_at(tokens, best),
-        },
+        "ours_best": rates.ours(tokens, best),
         "storage": storage.row(s, tokens),
     }
     if concurrency is not None:
-        row["ours_chosen"] = {
-            "concurrency": concurrency,
-            "tok_per_s": rates.sustained[concurrency],
-            **rates.time_at(tokens, concurrency),
-        }
+        row["ours_chosen"] = rates.ours(tokens, concurrency)
     if servers > 1:
         c_used = concurrency if concurrency is not None else best
         row["at_servers"] = {
@@ -398,11 +388,12 @@ def _row(
     return row
 
 
-def _phase_sums(doc: dict[str, Any]) -> tuple[int, int, int]:
-    """Requests answered, output and thinking tokens over the run's measured phases."""
+def _phase_sums(doc: dict[str, Any], kind: str | None = None) -> tuple[int, int, int]:
+    """Requests answered, output and thinking tokens over the run's measured phases (its
+    phases of `kind` alone, when given)."""
     ok = out = think = 0
     for p in doc.get("phases") or []:
-        if p.get("kind") == "warmup":
+        if p.get("kind") == "warmup" or (kind is not None and p.get("kind") != kind):
             continue
         s = p.get("summary") or {}
         ok += int(s.get("ok") or 0)

@@ -43,7 +43,7 @@ from genbench.transport import acceptance
 from genbench.transport.endpoint import Endpoint, endpoint
 from genbench.transport.eventloop import run_async
 from genbench.transport.open_files import fit_descriptors
-from genbench.transport.thinking import ThinkMode, parse_dialect, parse_tags
+from genbench.transport.thinking import parse_dialect, parse_tags
 
 DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
 DEFAULT_PILOT_C = 32
@@ -146,15 +146,7 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
         doc, where = _plan_rescaled(args, load_result(froms[0]), counts, hidden, watch)
     elif froms:
         result = load_result(froms[0])
-        doc = plan_from_result(
-            result,
-            counts,
-            args.servers,
-            args.concurrency,
-            args.tokens_per_sample,
-            hidden,
-            args.bytes_per_token,
-        )
+        doc = _from_result(result, args, counts, hidden)
         where = Path(result["_path"]).parent  # beside the run, where its report finds it
         if args.out_dir is not None and args.out_dir.resolve() != where.resolve():
             where = args.out_dir
@@ -169,6 +161,14 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
         doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
     doc["notes"].extend(ask.notes)
     return doc, save_plan(doc, where) if where is not None else None
+
+
+def _from_result(
+    result: dict[str, Any], args: PlanArgs, counts: list[int], hidden: HiddenStates | None
+) -> dict[str, Any]:
+    """The plan from one run result at the flags' servers, concurrency and tokens per sample."""
+    return plan_from_result(result, counts, args.servers, args.concurrency,
+                            args.tokens_per_sample, hidden, args.bytes_per_token)  # fmt: skip
 
 
 def _candidate(doc: dict[str, Any]) -> Candidate:
@@ -288,9 +288,7 @@ def _plan_rescaled(
     """`--from RUN --prompts FILE --url URL`: the run's plan at its own rate and at the rate
     rescaled to the tokens per step the pilot measured on the prompts (plan/rescale.py);
     saved beside the pilot's records."""
-    plan_args = (counts, args.servers, args.concurrency, args.tokens_per_sample, hidden,
-                 args.bytes_per_token)  # fmt: skip
-    unscaled = plan_from_result(result, *plan_args)
+    unscaled = _from_result(result, args, counts, hidden)
     run_t = rescale.run_tokens_per_step(result)
     if not run_t:  # before the pilot: nothing it measured could be used
         raise UsageError(
@@ -307,7 +305,7 @@ def _plan_rescaled(
         )
     pilot_t["concurrency"] = pilot.concurrency
     scaled, factors = rescale.scaled_result(result, pilot_t, run_t)
-    doc = plan_from_result(scaled, *plan_args)
+    doc = _from_result(scaled, args, counts, hidden)
     rescale.attach(doc, unscaled, pilot_t, run_t, factors)
     doc["source"]["pilot_records"] = str(pilot.out / REQUESTS_FILE)
     return doc, pilot.out
@@ -341,21 +339,13 @@ def _pilot_run(args: PlanArgs, watch: PilotWatch) -> tuple[_Pilot, CheckReport, 
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out)
-    run = _run(pilot, args, check.model or "", watch, check.think_mode(), check.token_ids,
-               acceptance.ask_for(check.server.kind))  # fmt: skip
+    run = _run(pilot, args, check, watch)
     return pilot, check, run
 
 
-def _run(
-    pilot: _Pilot,
-    args: PlanArgs,
-    model: str,
-    watch: PilotWatch,
-    think: ThinkMode | None = None,
-    token_ids: str | None = None,
-    accept: str | None = None,
-) -> PilotRun:
-    """The warm-up and the pilot, its progress told to `watch`."""
+def _run(pilot: _Pilot, args: PlanArgs, check: CheckReport, watch: PilotWatch) -> PilotRun:
+    """The warm-up and the pilot, on the server as `check` found it (its model, its thinking
+    dialect, its token ids and acceptance), its progress told to `watch`."""
     rows, stop, c = pilot.source.rows, pilot.stop, pilot.concurrency
     stream = pilot_stream(rows, args.seed)
     # open-ended: until the bar is reached, at most every row once; fixed: K draws
@@ -381,7 +371,7 @@ def _run(
         run = run_async(
             run_pilot(
                 pilot.ep,
-                model,
+                check.model or "",
                 items,
                 c,
                 pilot.out,
@@ -391,18 +381,16 @@ def _run(
                 warmup_s=args.warmup,
                 stop=stop,
                 recipe=recipe,
-                think=think,
-                token_ids=token_ids,
-                accept=accept,
+                think=check.think_mode(),
+                token_ids=check.token_ids,
+                accept=acceptance.ask_for(check.server.kind),
             )
         )
     except (KeyboardInterrupt, asyncio.CancelledError):
-        watch.pilot_ended()
         raise PilotInterrupted(pilot.out) from None
     except ServerDown as e:
-        watch.pilot_ended()
         raise GenbenchError(f"{e}; pilot records so far in {pilot.out}", e.exit_code) from None
-    finally:
+    finally:  # on an error too: the progress bar is gone before the error is printed
         watch.pilot_ended()
     if not any(r.ok for r in run.records):
         kinds = sorted({r.error_kind or "?" for r in run.records})

@@ -157,13 +157,9 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
     if i["servers"] > 1:
         cols.append((f"×{i['servers']} servers", _time("at_servers")))
     if f["concurrency"]:
+        vs: Cell = lambda r: f"{r['field']['seconds'] / r['ours_best']['seconds'] - 1:+.0%}"  # noqa: E731
         cols += [(f"field: burst C={f['concurrency']}", _time("field")), ("days", _days("field"))]
-        cols.append(
-            (
-                "field vs ours",
-                lambda r: f"{r['field']['seconds'] / r['ours_best']['seconds'] - 1:+.0%}",
-            )
-        )
+        cols.append(("field vs ours", vs))
     title = "time: sustained rate (ours) beside the field's burst"
     console.print(_table(title, doc["rows"], cols))
     if has_bar:
@@ -181,13 +177,9 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
         f"{fmt.duration(m['pilot_wall_s'])}, {fmt.pct(m['fail_rate'])} failed"
     )
     think = m["thinking_tokens"]["mean"] or 0
-    est = m.get("thinking_estimated_requests") or 0
-    est_s = f", estimated by chunks on {fmt.counted(est, 'request')}" if est else ""
-    if counted := m.get("thinking_counted_requests") or 0:  # as run and generate say it
-        est_s += f", counted by the server's /tokenize on {fmt.counted(counted, 'request')}"
     console.print(
         f"  output tokens per sample: mean {out_d['mean']:,.0f}, p50 {out_d['p50']:,.0f}, "
-        f"p90 {out_d['p90']:,.0f}, max {out_d['max']:,.0f} (thinking {think:,.0f} of it{est_s})"
+        f"p90 {out_d['p90']:,.0f}, max {out_d['max']:,.0f} (thinking {think:,.0f} of it{_how(m)})"
     )
     steady = m.get("pilot_steady_tps")
     console.print(
@@ -214,6 +206,16 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
         pilot = doc["model"].get("pilot_samples")
         drift = bool((doc.get("inputs") or {}).get("speed_drift"))
         console.print(f"  {_bar_parts(row['rel_halfwidth'], row['parts'], tgt, pilot, drift)}")
+
+
+def _how(m: dict[str, Any]) -> str:
+    """How the pilot's thinking was had where the server did not count it, as run and
+    generate say it (the report's forecast says it alike: `plan.summary`)."""
+    est, counted = m.get("thinking_estimated_requests"), m.get("thinking_counted_requests")
+    out = f", estimated by chunks on {fmt.counted(est, 'request')}" if est else ""
+    if counted:
+        out += f", counted by the server's /tokenize on {fmt.counted(counted, 'request')}"
+    return out
 
 
 FLOOR_FROM = {

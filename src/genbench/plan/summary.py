@@ -14,7 +14,7 @@ from typing import Any
 
 from genbench import fmt
 from genbench.plan.document import ONE_SERVER
-from genbench.plan.render import _bar_parts, _model_check
+from genbench.plan.render import _bar_parts, _how, _model_check
 from genbench.plan.tables import DecisionTable
 
 # the parts of a bar plan.json may hold, in words (a part not named here shows its key)
@@ -104,15 +104,6 @@ def _pilot_head(doc: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
                 else f"against {fmt.duration(rep.get('actual_s'))} measured")  # fmt: skip
         figures.append(("model check", fmt.pct(rep.get("error"), signed=True), said))
     return what, figures
-
-
-def _how(m: dict[str, Any]) -> str:
-    """How the pilot's thinking was had where the server did not count it (as printed)."""
-    est, counted = m.get("thinking_estimated_requests"), m.get("thinking_counted_requests")
-    out = f", estimated by chunks on {fmt.counted(est, 'request')}" if est else ""
-    if counted:
-        out += f", counted by the server's /tokenize on {fmt.counted(counted, 'request')}"
-    return out
 
 
 def _result_head(doc: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:

@@ -17,6 +17,7 @@ from genbench.generate.store.layout import Layout
 from genbench.report.figures import FAIL_COLOR, Figure, HBar
 from genbench.report.job import _Axis, _color
 from genbench.report.joblog import JobHistory
+from genbench.report.parts import table_of
 
 CAUSE_TEXT = {"oom": "OOM kill", "signal": "signal", "exit": "exited", "hang": "hang",
               "start_failed": "start failed"}  # fmt: skip
@@ -94,10 +95,7 @@ def events_table(events: list[dict[str, Any]]) -> str:
             continue
         when = time.strftime("%m-%d %H:%M:%S", time.localtime(ev["at"]))
         cause = CAUSE_TEXT.get(ev.get("cause"), ev["event"].replace("_", " "))
-        rows.append(f"<tr><td class='t'>{when}</td><td class='t'>{escape(ev['engine'])}</td>"
-                    f"<td class='t'>{escape(cause)}</td><td class='t'>"
-                    f"{escape(str(ev.get('line') or ''))}</td></tr>")  # fmt: skip
+        rows.append([when, escape(ev["engine"]), escape(cause), escape(str(ev.get("line") or ""))])
     if not rows:
         return "<p class='note'>engines: never down</p>"
-    head = "".join(f"<th class='t'>{c}</th>" for c in ("when", "engine", "cause", "why"))
-    return f'<div class="tablewrap"><table><tr>{head}</tr>{"".join(rows)}</table></div>'
+    return table_of(["when", "engine", "cause", "why"], rows, range(4))

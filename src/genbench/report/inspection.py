@@ -51,18 +51,8 @@ def defects_figure(doc: dict[str, Any], key: str) -> Figure:
     for i, name in enumerate(names):
         rows = int(defects[name].get("rows") or 0)
         if rows:
-            share = rows / n_rows
-            fig.bars.append(
-                HBar(
-                    i,
-                    0,
-                    rows,
-                    BAD,
-                    0.85,
-                    f"{LABELS[name]}: {fmt.counted(rows, 'row')} ({share:.2%})",
-                    f"{rows:,}",
-                )  # fmt: skip
-            )
+            tip = f"{LABELS[name]}: {fmt.counted(rows, 'row')} ({rows / n_rows:.2%})"
+            fig.bars.append(HBar(i, 0, rows, BAD, 0.85, tip, f"{rows:,}"))
     if not fig.bars:
         fig.empty = "no defects found"
     return fig

@@ -102,7 +102,6 @@ class ServerLife:
     requeued: int = 0
     retries: int = 0
     tokens: int = 0
-    first: float | None = None
     last: float | None = None
 
     @property
@@ -200,7 +199,6 @@ class _Reader:
     def _life(self, life: ServerLife, sent: float, end: float, outcome: Any, kind: Any,
               message: str) -> None:  # fmt: skip
         life.requests += 1
-        life.first = sent if life.first is None else min(life.first, sent)
         life.last = end if life.last is None else max(life.last, end)
         if life.down and sent > life.downs[-1][0]:
             life.downs[-1][1] = sent  # a request sent again: /health answered

@@ -126,15 +126,9 @@ def tokens_over_time(runs: list[Run], name: str | None, max_bins: int = 80) -> F
         if w and rate:
             label = "steady window" if len(runs) == 1 else f"{run.label} steady window"
             fig.bands.append(Band(w[0], w[1], label, run.color, 0.10))
+            steady = f"{run.label} steady {rate:,.0f} tok/s"
             fig.series.append(
-                Series(
-                    f"{run.label} steady {rate:,.0f} tok/s",
-                    run.color,
-                    [w[0], w[1]],
-                    [rate, rate],
-                    dash="dash",
-                    marker="none",
-                )
+                Series(steady, run.color, [w[0], w[1]], [rate, rate], dash="dash", marker="none")
             )
     if not fig.series:
         fig.empty = "no requests.jsonl, or no phase to plot"

@@ -120,3 +120,13 @@ def test_how_to_turn_metrics_on_names_each_servers_flag() -> None:
     assert "--metrics" in metrics_off_hint("llama.cpp")
     assert "proxy" in metrics_off_hint("vLLM")
     assert "no server-side counters" in metrics_off_hint(None)
+
+
+def test_a_line_the_parser_refuses_costs_that_line_alone() -> None:
+    text = sglang_text(100, 50, 2).replace(
+        "# TYPE sglang:generation_tokens_total counter", "this is not exposition format"
+    )
+    s = parse_prometheus(text + 'odd{q="a\\"b"} 7\n')
+    assert s["sglang:prompt_tokens_total"][0][1] == 100.0
+    assert s["sglang:generation_tokens_total"][0][1] == 50.0
+    assert s["odd"] == [({"q": 'a"b'}, 7.0)]  # label escapes read as Prometheus reads them

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from genbench.check.metric_names import (
     COUNTERS,
@@ -36,31 +38,38 @@ from genbench.transport.failures import Failure
 
 __all__ = ["COUNTERS", "GAUGES", "LABELLED", "MetricsScraper", "Snapshot", "parse_prometheus"]
 
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
-def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """name -> [(labels, value)] for every sample in Prometheus text exposition format."""
-    out: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        labels = dict(_LABEL.findall(m.group(2) or ""))
-        out[m.group(1)].append((labels, value))
+def parse_prometheus(text: str) -> Samples:
+    """name -> [(labels, value)] for every sample in Prometheus text exposition format,
+    read by prometheus_client's own parser (escapes, histograms, `+Inf`, as Prometheus
+    reads them). A line the parser refuses costs that line alone, not the scrape: an
+    engine's /metrics with one odd line still gives its counters."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError:
+        families = [f for line in text.splitlines() for f in _line_families(line)]
+    out: Samples = defaultdict(list)
+    for family in families:
+        for sample in family.samples:
+            out[sample.name].append((dict(sample.labels), float(sample.value)))
     return out
+
+
+def _line_families(line: str) -> list[Metric]:
+    """One line parsed alone (comments carry only a family's type, which no reader asks)."""
+    if not line or line[0] == "#":
+        return []
+    try:
+        return list(text_string_to_metric_families(line + "\n"))
+    except ValueError:
+        return []
 
 
 @dataclass
 class Snapshot:
-    samples: dict[str, list[tuple[dict[str, str], float]]]
+    samples: Samples
     dialect: str | None = None
 
     def total(self, name: str) -> float | None:
@@ -119,7 +128,9 @@ class MetricsScraper:
         if status != 200:
             self.available = False
             return None
-        samples = parse_prometheus(body.decode("utf-8", "replace"))
+        # parsed beside the loop: a large /metrics takes tens of ms, which would otherwise
+        # stall every stream's chunk timing in the phase it samples
+        samples = await asyncio.to_thread(parse_prometheus, body.decode("utf-8", "replace"))
         self.available = bool(samples)
         return Snapshot(samples, dialect_of(samples)) if samples else None
 
@@ -205,7 +216,7 @@ class SummedScraper(MetricsScraper):
         if not snaps or any(s is None for s in snaps):
             self.available = False if all(p.available is False for p in self._parts) else None
             return None
-        merged: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+        merged: Samples = defaultdict(list)
         for snap in snaps:
             assert snap is not None
             for name, rows in snap.samples.items():

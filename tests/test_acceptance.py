@@ -222,3 +222,43 @@ def test_plan_from_a_run_rescales_its_rate_to_your_prompts_acceptance(sim_factor
     assert res.returncode == 2, res.stderr + res.stdout
     assert "said its speculative acceptance" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "p2").exists()
+
+
+def test_rows_unknown_or_impossible_are_left_out_of_every_pool(sim_factory, tmp_path):
+    """#45: a reply that lost its usage chunk says nothing of what was drafted (unknown),
+    one that says 10 x its drafts + 7 accepted cannot be (dropped): inspect, the job report
+    and run pool the three sound rows (code 4.00, 4.00, translate 1.00) and count the two."""
+    sim = sim_factory(*SIM, "--output-len", "fixed:33", "--per-request-spec-decode-metrics",
+                      "summary", "--fault", "no-usage:match=silent",
+                      "--fault", "bad-acceptance:match=liar")  # fmt: skip
+    said = [("c1", "code", "code a sort"), ("c2", "code", "code a map"),
+            ("t1", "translate", "translate cat"), ("s1", "code", "code silent"),
+            ("l1", "code", "code liar")]  # fmt: skip
+    rows = [{"id": i, "group": g, "messages": [{"role": "user", "content": text}]}
+            for i, g, text in said]  # fmt: skip
+    wl = tmp_path / "prompts.jsonl"
+    wl.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    out = tmp_path / "gen"
+    res = genbench("generate", "-i", str(wl), "--url", sim.url, "-o", str(out))
+    assert res.returncode == 0, res.stderr + res.stdout
+    meta = {r["id"]: r["meta"] for r in map(orjson.loads, (out / "data-00000.jsonl").open("rb"))}
+    assert "spec_steps" not in meta["s1"] and meta["l1"]["spec_dropped"] == "accepted > drafted"
+    res = genbench("inspect", str(out))
+    assert res.returncode == 0, res.stderr
+    acc = json.loads((out / "inspect.json").read_text())["acceptance"]
+    # each row: 32 decode tokens; code 8 steps of 3 accepted, translate 32 steps of none
+    assert (acc["requests"], acc["of"], acc["length"]) == (3, 5, pytest.approx(1 + 48 / 48))
+    assert (acc["unknown"], acc["dropped"]) == (1, {"accepted > drafted": 1})
+    assert "left out: 1 row that said none (unknown) · 1 dropped, their figures cannot be " \
+        "(accepted > drafted: 1)" in res.stdout  # fmt: skip
+    html = tmp_path / "report.html"
+    res = genbench("report", str(out), "-o", str(html))
+    assert res.returncode == 0, res.stderr
+    assert "pooled over 3 answers; left out: 1 answer that said none (unknown)" in (
+        html.read_text()
+    )
+    doc = run(sim.url, tmp_path, "--prompts-per-length", "5")
+    single = doc["phases"][0]["summary"]["acceptance"]
+    assert (single["requests"], single["of"], single["dropped"]) == (
+        3, 5, {"accepted > drafted": 1})  # fmt: skip
+    assert single["unknown"] == 1 and single["length"] == pytest.approx(2.0)

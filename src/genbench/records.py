@@ -93,6 +93,8 @@ class RequestRecord:
     # speculative acceptance as the server said it for this request (steps, drafted, accepted,
     # length, hist, src: genbench.transport.acceptance); None where it said nothing
     spec: dict[str, Any] | None = None
+    # why figures it said were dropped (genbench.transport.acceptance: NOT_COUNTS, ...)
+    spec_dropped: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # in place of the chunk arrays, in a compact record: n chunks, r of them thinking,
     # decode_s (first to last chunk: its mean gap is decode_s / (n - 1)), itl_p99
@@ -170,7 +172,7 @@ class RequestRecord:
         for name in _IDS:
             del d[name]
         d["chunk_offsets"] = [round(x, 6) for x in self.chunk_offsets]
-        for name in ("text", "reasoning", "raw", "chunks", "tool_calls", "spec"):
+        for name in ("text", "reasoning", "raw", "chunks", "tool_calls", "spec", "spec_dropped"):
             if d[name] is None:
                 del d[name]
         if not self.extra:

@@ -57,6 +57,7 @@ META_FIELDS: tuple[tuple[str, str], ...] = (
     ("spec_accepted", "int64"),
     ("spec_drafted", "int64"),
     ("spec_length", "float64"),
+    ("spec_dropped", "string"),  # why a turn's figures were dropped: they cannot be
 )
 
 

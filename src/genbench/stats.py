@@ -352,15 +352,29 @@ def acceptance_of(items: Iterable[tuple[int, int, str | None, int]]) -> dict[str
     return out
 
 
+def left_out(out: dict[str, Any], unknown: int, dropped: Counter[str]) -> None:
+    """What a pool of acceptance left out, in its summary: `unknown` (said nothing) and
+    `dropped` (why: count), each only where there is one."""
+    if unknown:
+        out["unknown"] = unknown
+    if dropped:
+        out["dropped"] = dict(dropped.most_common())
+
+
 def acceptance(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
     """The requests' acceptance (records' `spec`, their `extra.group`), with how many of
-    them said it (`of`), its dialect, and the drafts proposed where every one says."""
-    specs = [(r, r.spec) for r in records if r.spec]
+    them said it (`of`), its dialect, and the drafts proposed where every one says. Pooled
+    as the server's counters pool: over verify steps (a request that never drafted has
+    none). A request that said nothing is unknown, one whose figures cannot be dropped:
+    both counted (`unknown`, `dropped` by why) and left out."""
+    specs = [(r, r.spec) for r in records if r.spec and r.spec["steps"]]
     out = acceptance_of((s["steps"], s["accepted"], r.extra.get("group"),
                          r.completion_tokens or 0) for r, s in specs)  # fmt: skip
     if out is None:
         return None
     out["of"] = len(records)
+    left_out(out, sum(r.spec is None and r.spec_dropped is None for r in records),
+             Counter(r.spec_dropped for r in records if r.spec_dropped))  # fmt: skip
     out["src"] = Counter(s["src"] for _, s in specs).most_common(1)[0][0]
     if all(s.get("drafted") is not None for _, s in specs):
         out["drafted"] = sum(s["drafted"] for _, s in specs)

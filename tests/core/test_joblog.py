@@ -100,17 +100,21 @@ def test_a_log_with_no_finished_request_draws_figures_that_say_so(tmp_path, cont
     assert len(figs) == 7 and all(f.empty and not f.has_data for f in figs)
 
 
-def test_a_request_without_figures_on_a_speculative_server_counts_as_drafting_nothing(
+def test_a_request_that_said_nothing_is_unknown_and_one_that_drafted_nothing_one_a_step(
     tmp_path,
 ):
-    """vLLM sends no acceptance for a request that never drafted: the job report counts it at
-    one token a step on a server that gave figures for others (inspect's rule), and leaves
-    out the requests of a server that never gave any."""
+    """vLLM says zero steps for a request that never drafted: the job report counts it at
+    one token a step (inspect's rule). A request that said nothing (its usage chunk lost) is
+    unknown, and one whose figures cannot be is dropped: both counted, neither pooled."""
     spec = {"steps": 4, "drafted": 12, "accepted": 6}
-    recs = [rec(0, A, 0.0, spec=spec), rec(1, A, 1.0), rec(2, B, 0.0), rec(3, B, 1.0)]
+    none = {"steps": 0, "drafted": 0, "accepted": 0}
+    recs = [rec(0, A, 0.0, spec=spec), rec(1, A, 1.0, spec=none), rec(2, B, 0.0),
+            rec(3, B, 1.0, spec_dropped="accepted > drafted"),
+            rec(4, B, 2.0, spec={"steps": 4, "drafted": 3, "accepted": 6})]  # fmt: skip
     path = tmp_path / "requests.jsonl"
     write(path, [recs], [CLOCK])
     acc = read_job_log(path).accept.to_dict()
-    # A: 4 steps with 6 accepted, and 9 steps drafting nothing for the silent 10 tokens
+    # A: 4 steps with 6 accepted, and 9 steps drafting nothing for the other's 10 tokens
     assert acc is not None and (acc["requests"], acc["steps"], acc["accepted"]) == (2, 13, 6)
     assert acc["length"] == pytest.approx(1 + 6 / 13)
+    assert (acc["unknown"], acc["dropped"]) == (1, {"accepted > drafted": 2})

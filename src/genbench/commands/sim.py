@@ -97,8 +97,8 @@ FAULT = typer.Option(
     None,
     "--fault",
     help="Inject a fault, KIND[:key=value,...]; repeatable. Kinds: refuse, die, http, "
-    "stall-first, stall-mid, inband-error, malformed, truncate, no-usage, no-ids, "
-    "not-openai, unhealthy, no-tools, split, loop, unclosed, empty-answer, inline-think, "
+    "stall-first, stall-mid, inband-error, malformed, truncate, no-usage, bad-acceptance, "
+    "no-ids, not-openai, unhealthy, no-tools, split, loop, unclosed, empty-answer, inline-think, "
     "uncounted-think, garble, ignore-prompt; "
     "after=N, until=N and match=TEXT limit one to some requests. See docs/sim.md.",
 )

@@ -42,6 +42,7 @@ from genbench.compare.noise import ALLOWANCE, FLOOR, Z, noise_rule
 from genbench.compare.runs import Run, concurrencies, lengths, workload_differences
 from genbench.errors import UsageError
 from genbench.records import RequestRecord
+from genbench.transport.acceptance import verified
 
 __all__ = [
     "ALLOWANCE",
@@ -201,7 +202,7 @@ def acceptance(run: Run, name: str) -> Estimate | None:
         return None
     acc = (p.get("summary") or {}).get("acceptance")
     if acc and acc.get("requests") == acc.get("of"):
-        xs = [r.spec["length"] for r in _ok(run, p) if r.spec]
+        xs = [r.spec["length"] for r in _ok(run, p) if verified(r.spec)]
         return Estimate(float(acc["length"]), bootstrap_rel(xs, _mean, sum(xs) / len(xs)))
     v = (p.get("server_metrics") or {}).get("spec_mean_acceptance_length")
     if v is None:
@@ -218,7 +219,9 @@ def group_acceptance(run: Run, name: str, group: str) -> Estimate | None:
     p = run.phase(name)
     if p is None:
         return None
-    xs = [r.spec["length"] for r in _ok(run, p) if r.spec and r.extra.get("group") == group]
+    xs = [
+        r.spec["length"] for r in _ok(run, p) if verified(r.spec) and r.extra.get("group") == group
+    ]
     if not xs:
         return None
     point = sum(xs) / len(xs)

@@ -48,7 +48,7 @@ class Conversation:
         "row", "rid", "plan", "max_tokens", "params", "out", "pos", "waiting", "attempts",
         "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated", "truncated",
         "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "ids", "request",
-        "thinking_from", "spec",
+        "thinking_from", "spec", "spec_dropped",
     )  # fmt: skip
 
     def __init__(
@@ -76,6 +76,7 @@ class Conversation:
         self.ids: list[str] = []
         self.request: str | None = None  # its requests' fingerprint, in meta (fingerprint.py)
         self.spec: list[dict[str, Any]] = []  # each answered turn's acceptance, when said
+        self.spec_dropped: str | None = None  # why a turn's figures could not be kept
 
     def _advance(self) -> bool:
         """Move through the row to the next turn its plan asks for; False when it is done."""
@@ -140,6 +141,8 @@ class Conversation:
         self.latency += rec.e2e or 0.0
         if rec.spec:
             self.spec.append(rec.spec)
+        elif rec.spec_dropped:
+            self.spec_dropped = rec.spec_dropped
 
     def _keep_ids(self, turn: dict[str, Any], rec: RequestRecord) -> None:
         """The turn's ids as served (arrays: `rows.row_line` writes them as lists), and why
@@ -184,12 +187,14 @@ class Conversation:
     def _accept(self) -> dict[str, Any]:
         """The row's group and acceptance over its turns (pooled: 1 + accepted / steps)."""
         out: dict[str, Any] = {"group": self.row.group} if self.row.group else {}
+        if self.spec_dropped:  # a turn's figures could not be: the row's sum would not be
+            return out | {"spec_dropped": self.spec_dropped}
         if not self.spec:
             return out
         steps = sum(s["steps"] for s in self.spec)
         accepted = sum(s["accepted"] for s in self.spec)
-        out.update(spec_steps=steps, spec_accepted=accepted,
-                   spec_length=round(1.0 + accepted / steps, 4))  # fmt: skip
+        length = round(1.0 + accepted / steps, 4) if steps else 1.0  # none drafted: said so
+        out.update(spec_steps=steps, spec_accepted=accepted, spec_length=length)
         if all(s.get("drafted") is not None for s in self.spec):
             out["spec_drafted"] = sum(s["drafted"] for s in self.spec)
         return out

@@ -5,64 +5,68 @@ A row generated on a server that said each request's acceptance keeps it summed 
 turns in `meta` (`spec_steps`, `spec_accepted`; generate/conversation.py) beside its
 `group` (the input row's group, category or source field). Rows are told apart by group,
 worst first, and by output length (genbench.stats.acceptance_of); a row's length is its
-`1 + accepted / steps`. A row that said nothing, generated on a server that said it for
-other rows, drafted nothing (vLLM sends no figures for such a request): it counts at one
-token a step, so the prompts the drafter serves worst are not left out of their group.
+`1 + accepted / steps`.
+
+A row that said it drafted nothing (vLLM's `num_spec_steps: 0`) counts at one token a step,
+so the prompts the drafter serves worst are not left out of their group. A row that said
+nothing is unknown: counted, and left out of every pool (a reply that lost its usage chunk
+says nothing of what was drafted). Figures that cannot be (more accepted than drafted, more
+verify steps than tokens, counts that are not counts) are dropped and counted by why.
 """
 
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 from typing import Any
 
-from genbench.stats import acceptance_of
+from genbench.stats import acceptance_of, left_out
+from genbench.transport.acceptance import impossible
 
 
 class AcceptTally:
-    """The rows' (steps, accepted, group, tokens), kept compactly: a set may hold millions."""
+    """The rows' (steps, accepted, group, tokens), kept compactly: a set may hold millions;
+    with the rows left out: `unknown` (said nothing), `dropped` (by why)."""
 
     def __init__(self) -> None:
         self.steps, self.accepted, self.tokens = array("q"), array("q"), array("q")
         self.group = array("I")
         self.names: dict[str, int] = {"": 0}
-        # rows that said nothing, by server: on a server that said it for other rows, a
-        # request that never drafted (vLLM then sends no figures): one token a step
-        self.silent: dict[Any, tuple[array[int], array[int]]] = {}  # server: groups, tokens
-        self.speaking: set[Any] = set()
+        self.unknown = 0
+        self.dropped: Counter[str] = Counter()
 
     def add(self, obj: Any) -> None:
+        """One row, as a JSONL line or a Parquet row gives it."""
         meta = obj.get("meta") if isinstance(obj, dict) else None
         if not isinstance(meta, dict):
             return
         tokens = meta.get("completion_tokens")
-        server = meta.get("server") if isinstance(meta.get("server"), str) else None
-        said = "spec_steps" in meta
-        self.add_request(server, meta.get("spec_steps"), meta.get("spec_accepted"),
-                         meta.get("group"), tokens if type(tokens) is int else 0, said)  # fmt: skip
+        self.add_request(
+            meta.get("spec_steps"), meta.get("spec_accepted"), meta.get("group"),
+            tokens if type(tokens) is int else 0, drafted=meta.get("spec_drafted"),
+            dropped=meta.get("spec_dropped"), estimated=meta.get("tokens_estimated") is True,
+        )  # fmt: skip
 
-    def add_request(self, server: Any, steps: Any, accepted: Any, group: Any, tokens: int,
-                    said: bool = False) -> None:  # fmt: skip
-        """One answer's figures; an answer without them (`said`: it held the field, empty)
-        waits to learn whether its server gives acceptance for others (`settle`)."""
-        if type(steps) is not int or type(accepted) is not int or steps <= 0 or accepted < 0:
-            if tokens > 1 and not said:
-                g = self.names.setdefault(group, len(self.names)) if isinstance(group, str) else 0
-                groups, counts = self.silent.setdefault(server, (array("I"), array("q")))
-                groups.append(g)
-                counts.append(tokens)
+    def add_request(self, steps: Any, accepted: Any, group: Any, tokens: int, *,
+                    drafted: Any = None, dropped: Any = None,
+                    estimated: bool = False) -> None:  # fmt: skip
+        """One row's or one answer's figures (the job report's): pooled, unknown or
+        dropped. `dropped` is why generate dropped them already; `estimated` tokens (no
+        usage) prove nothing about the steps."""
+        if dropped is not None:
+            self.dropped[str(dropped)] += 1
             return
-        self.speaking.add(server)
+        if steps is None and accepted is None:
+            self.unknown += 1
+            return
+        if why := impossible(steps, accepted, drafted, tokens=None if estimated else tokens):
+            self.dropped[why] += 1
+            return
+        if not steps:  # said: it drafted nothing, one token a step (the first is prefill's)
+            if tokens <= 1:
+                return  # no decode step to count
+            steps = tokens - 1
         self.add_item(steps, accepted, group, tokens)
-
-    def settle(self) -> None:
-        """The silent rows of a speculative server counted at one token a step (accepted
-        0); those of a server that never said acceptance stay out."""
-        for server in self.speaking & self.silent.keys():
-            groups, counts = self.silent.pop(server)
-            self.steps.extend(n - 1 for n in counts)
-            self.accepted.extend(0 for _ in counts)
-            self.group.extend(groups)
-            self.tokens.extend(counts)
 
     def add_item(self, steps: int, accepted: int, group: Any, tokens: int) -> None:
         """One row's (or one request's: the job report's) figures."""
@@ -77,10 +81,13 @@ class AcceptTally:
         return len(self.steps)
 
     def to_dict(self) -> dict[str, Any] | None:
-        """By group worst first and by output length; None when no row kept acceptance."""
-        self.settle()
+        """By group worst first and by output length, with what was left out; None when no
+        row kept acceptance."""
         names = {i: n for n, i in self.names.items()}
-        return acceptance_of(
+        out = acceptance_of(
             (s, a, names[g], t)
             for s, a, g, t in zip(self.steps, self.accepted, self.group, self.tokens, strict=True)
         )
+        if out is not None:
+            left_out(out, self.unknown, self.dropped)
+        return out

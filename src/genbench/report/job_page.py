@@ -14,6 +14,7 @@ from genbench.report.figures import FAIL_COLOR, Figure
 from genbench.report.job import _short, figures, label, load_job
 from genbench.report.joblog import JobHistory
 from genbench.report.parts import table_of, tiles_html
+from genbench.transport.acceptance import left_out_words
 
 
 def _tiles(h: JobHistory, notes: list[dict[str, Any]]) -> str:
@@ -110,8 +111,10 @@ def _accept_table(h: JobHistory) -> str:
     )
     head = ("<tr><th class='t'>group or output length</th><th>answers</th><th>length (pooled)</th>"
             "<th>p10</th><th>p50</th><th>p90</th></tr>")  # fmt: skip
+    gone = left_out_words(acc, "answer")
+    gone = f"; left out: {escape(gone)}" if gone else ""
     return (f"<h3>Speculative acceptance</h3><p class='note'>tokens per verify step, "
-            f"{acc['length']:.2f} pooled over {acc['requests']:,} answers; groups worst "
+            f"{acc['length']:.2f} pooled over {acc['requests']:,} answers{gone}; groups worst "
             f"first, then by output length</p><div class='tablewrap'><table>{head}{body}"
             "</table></div>")  # fmt: skip
 

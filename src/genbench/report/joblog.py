@@ -178,10 +178,12 @@ class _Reader:
         thinking = g("reasoning_tokens", dft("reasoning_tokens")) or 0
         life.tokens += tokens
         spec = g("spec") if isinstance(g("spec"), dict) else {}
-        # a request without figures counts as drafting nothing where its server gave them
-        # for others (vLLM sends none for a request that never drafted): inspect's rule
-        self.h.accept.add_request(life.name, spec.get("steps"), int(spec.get("accepted") or 0),
-                                  (g("extra") or {}).get("group"), tokens)  # fmt: skip
+        # inspect's rule: said nothing is unknown, figures that cannot be are dropped
+        self.h.accept.add_request(
+            spec.get("steps"), spec.get("accepted"), (g("extra") or {}).get("group"), tokens,
+            drafted=spec.get("drafted"), dropped=g("spec_dropped"),
+            estimated=g("tokens_estimated", dft("tokens_estimated")) is True,
+        )  # fmt: skip
         self.h.bins.add(i, "tokens", life.name, tokens)
         self.h.bins.add(i, "thinking", life.name, thinking)
         first = [t for t in (g("ttft_answer"), g("ttft_thinking"), g("ttft")) if t is not None]

@@ -32,6 +32,7 @@ FAULT_KEYS: dict[str, dict[str, Any]] = {
     "malformed": {"at": 10},
     "truncate": {"at": 10},
     "no-usage": {},
+    "bad-acceptance": {},  # says 10 x the drafts + 7 accepted: figures that cannot be
     "no-ids": {},
     "not-openai": {},
     "unhealthy": {},

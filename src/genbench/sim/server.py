@@ -273,7 +273,7 @@ class SimServer:
             r.ids, r.prompt_ids = cfg.token_ids, ids.prompt_ids(messages)
         r.finish = finish
         r.uncounted = any(f.kind == "uncounted-think" for f in active)
-        spec.setup(r, cfg, body, messages)
+        spec.setup(r, cfg, body, messages, {f.kind for f in active})
         r.id = "chatcmpl-" + os.urandom(12).hex()
         r.created = int(time.time())
         _in_flight(r, body, active)

@@ -27,10 +27,11 @@ SPEC_METRICS = ("none", "summary", "detailed")
 class Tally:
     """One request's verify steps: accepted drafts by step, as vLLM's histogram counts."""
 
-    __slots__ = ("steps", "accepted", "drafted", "hist", "per_step")
+    __slots__ = ("steps", "accepted", "drafted", "hist", "per_step", "bad")
 
     def __init__(self, k: int, detailed: bool) -> None:
         self.steps = self.accepted = self.drafted = 0
+        self.bad = False  # `--fault bad-acceptance`: said as 10 x the drafts + 7 accepted
         self.hist = [0] * k  # index j: steps that accepted j of the K-1 drafts
         self.per_step: list[int] | None = [] if detailed else None
 
@@ -98,8 +99,9 @@ def wants(dialect: str, spec_metrics: str, body: dict[str, Any]) -> bool:
     return spec_metrics != "none"
 
 
-def setup(r: Any, cfg: Any, body: dict[str, Any], messages: Any) -> None:
-    """Fix a request's acceptance, and whether it is said, before it decodes."""
+def setup(r: Any, cfg: Any, body: dict[str, Any], messages: Any, faults: set[str]) -> None:
+    """Fix a request's acceptance, whether it is said, and whether truly (the fault kinds
+    that hit it), before it decodes."""
     if cfg.spec_k < 2:
         return
     if cfg.spec_accept_match:
@@ -109,12 +111,17 @@ def setup(r: Any, cfg: Any, body: dict[str, Any], messages: Any) -> None:
         r.accept = cfg.spec_accept
     if wants(cfg.dialect, cfg.spec_metrics, body):
         r.spec = Tally(cfg.spec_k, cfg.spec_metrics == "detailed")
+        r.spec.bad = "bad-acceptance" in faults
 
 
 def said(r: Any, dialect: str, completion_tokens: int) -> tuple[str, dict[str, Any]] | None:
     """Where the acceptance goes and what it says: ("metrics", ...) or ("sglext", ...)."""
     if r.spec is None:
         return None
+    t = r.spec
+    if t.bad:  # a copy that cannot be: more accepted than drafted, the length past K
+        t = Tally(len(t.hist), False)
+        t.steps, t.drafted, t.accepted = r.spec.steps, r.spec.drafted, 10 * r.spec.drafted + 7
     if dialect == "sglang":
-        return "sglext", {"spec_tokens_details": sglang_details(r.spec, completion_tokens)}
-    return "metrics", {"speculative_decoding": vllm_metrics(r.spec)}
+        return "sglext", {"spec_tokens_details": sglang_details(t, completion_tokens)}
+    return "metrics", {"speculative_decoding": vllm_metrics(t)}

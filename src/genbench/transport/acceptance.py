@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from genbench.records import RequestRecord
+
 VLLM, SGLANG, SGLANG_META = "vllm", "sglang", "sglang-meta"
 
 # what the request asks of each dialect (vLLM needs nothing: its flag is the server's)
@@ -56,8 +58,20 @@ def ask_for(kind: str | None) -> str | None:
     return ASK_KINDS.get(kind or "")
 
 
+# Why figures a server said are not kept (a record's `spec_dropped`, a row's meta): each a
+# thing that cannot be. They are dropped, and counted wherever acceptance is pooled.
+NOT_COUNTS = "not counts"  # a string, a list, NaN, a negative, a figure missing
+OVER_DRAFTED = "accepted > drafted"
+OVER_K = "length > k + 1"  # more drafts accepted in a step than a step drafts
+OVER_TOKENS = "steps > tokens"  # each verify step gives at least one token
+_BAD = -1  # a figure given, and not a count
+
+
 def _int(v: Any) -> int | None:
-    return v if type(v) is int and v >= 0 else None
+    """A count, None where it is not given, _BAD where it is given and is not a count."""
+    if v is None:
+        return None
+    return v if type(v) is int and v >= 0 else _BAD
 
 
 def _hist(v: Any) -> list[int] | None:
@@ -66,13 +80,37 @@ def _hist(v: Any) -> list[int] | None:
     return None
 
 
-def shape(src: str, steps: int, accepted: int | None, drafted: int | None,
-          hist: list[int] | None) -> dict[str, Any] | None:  # fmt: skip
-    """The one shape, or None when the figures say nothing (no step: no speculation)."""
-    if not steps or accepted is None:
+def impossible(steps: Any, accepted: Any, drafted: Any = None, k: int | None = None,
+               tokens: int | None = None) -> str | None:  # fmt: skip
+    """Why these figures cannot be (one of the reasons above), or None: counts of the wrong
+    type, more accepted than drafted, a step accepting more than `k` drafts (the length
+    above k + 1), more verify steps than `tokens` generated (each gives one at least)."""
+    counts = (steps, accepted) + (() if drafted is None else (drafted,))
+    if any(type(v) is not int or v < 0 for v in counts):
+        return NOT_COUNTS
+    if drafted is not None and accepted > drafted:
+        return OVER_DRAFTED
+    if accepted and (not steps or (k is not None and accepted > k * steps)):
+        return OVER_K
+    if tokens is not None and steps > tokens:
+        return OVER_TOKENS
+    return None
+
+
+def shape(src: str, steps: int | None, accepted: int | None, drafted: int | None,
+          hist: list[int] | None, k: int | None = None) -> dict[str, Any] | None:  # fmt: skip
+    """The one shape; None when nothing was said; `{"src", "dropped": why}` for figures that
+    cannot be. Zero steps is said too: a request none of whose steps drafted (vLLM says
+    `num_spec_steps: 0`), length 1."""
+    if steps is None and accepted is None:
         return None
-    out: dict[str, Any] = {"src": src, "steps": steps, "accepted": accepted,
-                           "length": round(1.0 + accepted / steps, 6)}  # fmt: skip
+    if steps is None or accepted is None or _BAD in (steps, accepted, drafted):
+        return {"src": src, "dropped": NOT_COUNTS}
+    k = k if k is not None and k > 0 else (len(hist) - 1 if hist else None)
+    if why := impossible(steps, accepted, drafted, k):
+        return {"src": src, "dropped": why}
+    length = round(1.0 + accepted / steps, 6) if steps else 1.0
+    out: dict[str, Any] = {"src": src, "steps": steps, "accepted": accepted, "length": length}
     if drafted is not None:
         out["drafted"] = drafted
     if hist is not None:
@@ -81,29 +119,35 @@ def shape(src: str, steps: int, accepted: int | None, drafted: int | None,
 
 
 def from_vllm(m: Any) -> dict[str, Any] | None:
-    """vLLM's `metrics.speculative_decoding` object."""
-    if not isinstance(m, dict):
+    """vLLM's `metrics.speculative_decoding` object (None: absent; not an object: garbled)."""
+    if m is None:
         return None
-    steps = _int(m.get("num_spec_steps"))
-    return shape(VLLM, steps or 0, _int(m.get("num_accepted_draft_tokens")),
-                 _int(m.get("num_draft_tokens")), _hist(m.get("acceptance_histogram")))  # fmt: skip
+    if not isinstance(m, dict):
+        return {"src": VLLM, "dropped": NOT_COUNTS}
+    k = _int(m.get("num_spec_tokens"))
+    return shape(VLLM, _int(m.get("num_spec_steps")), _int(m.get("num_accepted_draft_tokens")),
+                 _int(m.get("num_draft_tokens")), _hist(m.get("acceptance_histogram")),
+                 k if k != _BAD else None)  # fmt: skip
 
 
 def from_sglang(d: Any) -> dict[str, Any] | None:
     """SGLang's `sglext.spec_tokens_details` (one request: an object; n > 1: a list)."""
     if isinstance(d, list) and d:
         d = d[0]
-    if not isinstance(d, dict):
+    if d is None:
         return None
-    steps = _int(d.get("spec_verify_ct"))
-    return shape(SGLANG, steps or 0, _int(d.get("spec_num_correct_drafts")),
+    if not isinstance(d, dict):
+        return {"src": SGLANG, "dropped": NOT_COUNTS}
+    return shape(SGLANG, _int(d.get("spec_verify_ct")), _int(d.get("spec_num_correct_drafts")),
                  _int(d.get("spec_num_proposed_drafts")),
                  _hist(d.get("spec_correct_drafts_histogram")))  # fmt: skip
 
 
 def from_meta(meta: Any) -> int | None:
-    """Older SGLang: `meta_info.spec_verify_ct`, the verify steps alone."""
-    return _int(meta.get("spec_verify_ct")) if isinstance(meta, dict) else None
+    """Older SGLang: `meta_info.spec_verify_ct`, the verify steps alone (0 or garbled: None,
+    as an autoregressive SGLang may say 0)."""
+    steps = _int(meta.get("spec_verify_ct")) if isinstance(meta, dict) else None
+    return steps or None
 
 
 def read(obj: dict[str, Any], choice: Any) -> dict[str, Any] | int | None:
@@ -133,6 +177,22 @@ def from_steps(steps: int, completion_tokens: int | None) -> dict[str, Any] | No
     return shape(SGLANG_META, steps, max(0, completion_tokens - 1 - steps), None, None)
 
 
+def settle(rec: RequestRecord) -> None:
+    """Once a reply's tokens are known: figures said for more verify steps than it has
+    tokens are dropped (`spec_dropped`); estimated tokens prove nothing."""
+    spec = rec.spec
+    if spec is None or rec.tokens_estimated or rec.completion_tokens is None:
+        return
+    if impossible(spec["steps"], spec["accepted"], tokens=rec.completion_tokens):
+        rec.spec, rec.spec_dropped = None, OVER_TOKENS
+
+
+def verified(spec: dict[str, Any] | None) -> bool:
+    """Figures over one verify step at least: what a pool of lengths per request takes (a
+    request that never drafted has no length of its own; `run` and `compare` pool as the
+    server's counters do, which leave it out)."""
+    return bool(spec and spec["steps"])
+
 
 def _row(r: dict[str, Any], noun: str) -> str:
     n = r["requests"]
@@ -143,6 +203,19 @@ def _row(r: dict[str, Any], noun: str) -> str:
 def _bin(r: dict[str, Any]) -> str:
     hi = r["hi"]
     return f"{r['lo']:,}–{hi:,} tokens" if hi is not None else f"over {r['lo'] - 1:,} tokens"
+
+
+def left_out_words(acc: dict[str, Any], noun: str) -> str:
+    """What a pool left out, in words ("" where nothing): the unknown (said nothing) and
+    the dropped, by why."""
+    parts = []
+    if n := acc.get("unknown"):
+        parts.append(f"{n:,} {noun}{'s' if n != 1 else ''} that said none (unknown)")
+    if dropped := acc.get("dropped"):
+        n = sum(dropped.values())
+        why = ", ".join(f"{k}: {v:,}" for k, v in dropped.items())
+        parts.append(f"{n:,} dropped, their figures cannot be ({why})")
+    return " · ".join(parts)
 
 
 def lines(acc: dict[str, Any], what: str = "", noun: str = "request") -> list[str]:
@@ -156,6 +229,8 @@ def lines(acc: dict[str, Any], what: str = "", noun: str = "request") -> list[st
             f"(per {noun} p10 {acc['p10']:.2f} · p50 {acc['p50']:.2f} · p90 {acc['p90']:.2f}"
             f"{src})")  # fmt: skip
     out = [head]
+    if gone := left_out_words(acc, noun):
+        out.append(f"  left out: {gone}")
     if acc.get("by_group"):
         out.append("  by group, worst first: " + " · ".join(
             f"{g['group']} {_row(g, noun)}" for g in acc["by_group"]))  # fmt: skip
@@ -166,6 +241,7 @@ def lines(acc: dict[str, Any], what: str = "", noun: str = "request") -> list[st
 
 
 __all__ = [
-    "HOW", "HOW_ON", "REQUEST_FIELDS", "SGLANG", "SGLANG_META", "VLLM", "ask_for", "describe",
-    "from_sglang", "from_steps", "from_vllm", "lines", "read", "shape",
+    "HOW", "HOW_ON", "NOT_COUNTS", "OVER_DRAFTED", "OVER_K", "OVER_TOKENS", "REQUEST_FIELDS",
+    "SGLANG", "SGLANG_META", "VLLM", "ask_for", "describe", "from_sglang", "from_steps",
+    "from_vllm", "impossible", "left_out_words", "lines", "read", "settle", "shape", "verified",
 ]  # fmt: skip

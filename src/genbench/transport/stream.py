@@ -210,7 +210,7 @@ class StreamParser:
         if type(spec) is int:
             self.verify_ct = spec
         else:
-            self.rec.spec = spec  # type: ignore[assignment]
+            _keep_spec(self.rec, spec)  # type: ignore[arg-type]
 
     def text(self, rel: float, thinking: str | None, content: str | None) -> None:
         """A chunk with text arrived `rel` seconds after the request was sent."""
@@ -356,6 +356,7 @@ class StreamParser:
             estimate_tokens(rec)
         elif self.verify_ct and rec.spec is None:
             rec.spec = acceptance.from_steps(self.verify_ct, rec.completion_tokens)
+        acceptance.settle(rec)
         if split is not None and (rec.reasoning_tokens is None or rec.tokens_estimated):
             estimate_thinking(rec, split.tags_seen)
         elif not rec.reasoning_tokens and rec.thinking_chars:  # split, not counted (or 0)
@@ -414,7 +415,9 @@ def parse_whole(
     spec = acceptance.read(obj, choice)
     if type(spec) is int:
         spec = acceptance.from_steps(spec, rec.completion_tokens)
-    rec.spec = spec  # type: ignore[assignment]
+    if spec is not None:
+        _keep_spec(rec, spec)  # type: ignore[arg-type]
+        acceptance.settle(rec)
     if (split is not None and rec.reasoning_tokens is None) or (
         thinking and not rec.reasoning_tokens
     ):  # thinking the server did not count (or counted as 0 tokens: text is never 0)
@@ -465,6 +468,15 @@ def estimate_thinking(rec: RequestRecord, tags: int) -> None:
     total = rec.completion_tokens or 0
     rec.reasoning_tokens = min(total, round(total * thinking / chunks)) if chunks else 0
     rec.reasoning_source = "estimate"
+
+
+def _keep_spec(rec: RequestRecord, spec: dict[str, Any]) -> None:
+    """The figures a reply said, or why they were dropped (never both, never a dropped
+    shape in `spec`: its readers take `steps` and `accepted`)."""
+    if "dropped" in spec:
+        rec.spec, rec.spec_dropped = None, spec["dropped"]
+    else:
+        rec.spec, rec.spec_dropped = spec, None
 
 
 __all__ = [

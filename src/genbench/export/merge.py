@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shlex
 import shutil
 import tempfile
 from collections import Counter
@@ -32,8 +31,9 @@ from genbench.errors import ExitCode, InputFileError, OutputError, UsageError
 from genbench.fmt import counted as _n
 from genbench.generate.input.reader import ShardSpec, scan
 from genbench.generate.input.shard import stable_hash
+from genbench.generate.store import seal as sealed
 from genbench.generate.store.durable import scan_errors
-from genbench.generate.store.jobfile import model_names
+from genbench.generate.store.jobfile import job_flags, model_names
 from genbench.generate.store.layout import (
     JOB_GLOB,
     LOCK_GLOB,
@@ -66,10 +66,15 @@ class Proof:
     notes: list[str] = field(default_factory=list)
     schemes: list[int] = field(default_factory=list)  # those its files' names show
     flags: list[str] = field(default_factory=list)  # the job's settings, as generate's flags
+    parts: list[sealed.PartCheck] = field(default_factory=list)  # each data part's checksum
+
+    @property
+    def changed(self) -> list[sealed.PartCheck]:
+        return [c for c in self.parts if c.state == sealed.CHANGED]
 
     @property
     def exact(self) -> bool:
-        return not (self.missing or self.failed or self.doubled)
+        return not (self.missing or self.failed or self.doubled or self.changed)
 
     @property
     def exit_code(self) -> int:
@@ -86,6 +91,10 @@ class Proof:
                 f"input rows, in {scheme}"
             )
             return [head, *self._extra()]
+        if self.changed and not (self.missing or self.failed or self.doubled):
+            return [f"{self.out}: NOT proved: a data part's bytes changed since it was sealed "
+                    f"({scheme})", *sealed.damage_lines(self.out, self.changed),
+                    *self._extra()]  # fmt: skip
         out = [f"{self.out}: NOT every input id exactly once ({scheme}, {self.input_rows:,} "
                f"input rows, {_n(self.ids, 'id')} in the data)"]  # fmt: skip
         if self.missing:
@@ -102,10 +111,11 @@ class Proof:
                 f"writes the first of each); genbench merge {self.out} --out NEW keeps "
                 "every id once in a new directory"
             )
-        return out + self._extra()
+        return out + sealed.damage_lines(self.out, self.changed) + self._extra()
 
     def _extra(self) -> list[str]:
-        out = [f"note: {n}" for n in self.notes]  # an incomplete last line: a task running?
+        out = [sealed.summary(self.parts)] if self.parts else []
+        out += [f"note: {n}" for n in self.notes]  # an incomplete last line: a task running?
         if self.extra:
             are = "is" if self.extra == 1 else "are"
             out.append(f"{_n(self.extra, 'id')} in the data {are} not in {self.input} "
@@ -187,34 +197,6 @@ def running(out: Path) -> list[str]:
     return found
 
 
-_NAMED = {"max_tokens", "temperature", "top_p", "top_k"}  # generate's own flags
-_DEFAULTS = {"turns": "all", "format": "jsonl", "token_ids": "auto",
-             "answers": "conversations", "tool_policy": "replay"}  # fmt: skip
-
-
-def job_flags(out: Path) -> list[str]:
-    """The settings of the directory's first job file as generate's flags: a shard run
-    without them would be refused (a changed job) or, a shard's first run, differ."""
-    jobs = sorted((out / STATE_DIR).glob("job*.json"))
-    try:
-        doc = orjson.loads(jobs[0].read_bytes()) if jobs else {}
-    except (OSError, ValueError):
-        return []
-    flags: list[str] = []
-    for k, v in (doc.get("params") or {}).items():
-        if k in _NAMED:
-            flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(v))}")
-        else:
-            flags.append("--param " + shlex.quote(f"{k}={orjson.dumps(v).decode()}"))
-    # --answers batch sets these itself (a format of its own, no ids): not flags to give
-    implied = {"format": "batch", "token_ids": "off"} if doc.get("answers") == "batch" else {}
-    for k, default in _DEFAULTS.items():
-        v = doc.get(k, default)
-        if v != default and implied.get(k) != v:
-            flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(v))}")
-    return flags
-
-
 _NOT_SETTINGS = {"shard", "created", "genbench_version", "input"}
 
 
@@ -250,9 +232,14 @@ def scheme_of(out: Path) -> int:
     return found if found is not None else max(from_files(out), default=1)
 
 
-def rows_of(out: Path, notes: list[str]) -> Iterator[tuple[str, bytes]]:
-    """(id, the row as one JSON line) of every data file of every shard, in name order."""
+def rows_of(
+    out: Path, notes: list[str], skip: frozenset[Path] = frozenset()
+) -> Iterator[tuple[str, bytes]]:
+    """(id, the row as one JSON line) of every data file of every shard, in name order
+    (but those in `skip`: parts whose bytes changed since they were sealed)."""
     for path in data_files(out):
+        if path in skip:
+            continue
         stats = FileStats(path, kind_of(path))
         if stats.kind == "parquet":
             for batch in parquet_batches(path, columns=None):
@@ -284,8 +271,10 @@ def check(out: Path, input: Path | None = None) -> Proof:
         proof.notes.append(differ)
     proof.notes += running(out)
     proof.flags = job_flags(out)
+    proof.parts = sealed.verify(data_files(out))
+    changed = frozenset(c.part for c in proof.changed)
     counts: Counter[str] = Counter()
-    for rid, _ in rows_of(out, proof.notes):
+    for rid, _ in rows_of(out, proof.notes, changed):
         counts[rid] += 1
     proof.rows, proof.ids = counts.total(), len(counts)
     proof.doubled = {k: v for k, v in counts.items() if v > 1}
@@ -302,7 +291,8 @@ def check(out: Path, input: Path | None = None) -> Proof:
             f"{b.describe()}{', ...' if len(res.bad) > 1 else ''}): no run generates "
             "them; generate --skip-invalid writes them to the errors file"
         )
-    proof.missing = sorted(res.todo - failed)
+    held = {i for c in proof.changed for i in sealed.held_ids(c.part)}  # said with their part
+    proof.missing = sorted(res.todo - failed - held)
     proof.failed = sorted(res.todo & failed)
     proof.extra = len(counts) - res.done
     return proof
@@ -320,6 +310,8 @@ def merge_into(source: Path, out: Path, shards: int) -> dict[str, Any]:
         raise UsageError(f"--out {out}: exists and {what}; give a new directory")
     if out.resolve().is_relative_to(source.resolve()):
         raise UsageError(f"--out {out}: inside {source}; give a directory outside it")
+    if changed := [c for c in sealed.verify(data_files(source)) if c.state == sealed.CHANGED]:
+        raise UsageError("; ".join(sealed.damage_lines(source, changed)) + "; then merge again")
     try:  # written beside, then renamed: a generate of NEW never sees it half made
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.merging-", dir=out.parent))
     except OSError as e:
@@ -356,6 +348,8 @@ def _write(source: Path, out: Path, shards: int) -> dict[str, Any]:
             f.flush()
             os.fsync(f.fileno())
             f.close()
+    for lay in layouts:
+        sealed.seal(lay.shard(0))  # written whole: never appended to
     _job_files(source, out, specs)
     doc = {"shards": shards, "recorded": datetime.now(UTC).isoformat(), "merged_from": str(source)}
     write_atomic(out / STATE_DIR / SCHEME_FILE, orjson.dumps(doc) + b"\n")

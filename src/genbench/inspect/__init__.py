@@ -62,6 +62,22 @@ def follow_up(source: Path, out: Path) -> dict[str, str]:
     return cmds
 
 
+def integrity(path: Path, files: list[Path]) -> dict[str, Any] | None:
+    """A generate directory's parts against their seals (None for a single file): a part
+    whose bytes changed since it was sealed is refused, with its rows and the command that
+    generates them again; inspecting it would judge bytes nobody generated."""
+    if not path.is_dir():
+        return None
+    from genbench.generate.store import seal as sealed
+
+    checks = sealed.verify(files)
+    if damage := sealed.damage_lines(path, checks):
+        raise GenbenchError("; ".join(damage))
+    return {"summary": sealed.summary(checks),
+            **{s: [c.part.name for c in checks if c.state == s]
+               for s in (sealed.VERIFIED, sealed.UNSEALED)}}  # fmt: skip
+
+
 def drift(fid: Fidelity, tokenizer: Endpoint) -> dict[str, Any]:
     """The sampled turns' round trip through the server's tokenizer (inspect/fidelity.py)."""
     from genbench.transport.eventloop import run_async
@@ -93,10 +109,13 @@ def inspect_data(
     elif out is not None:
         raise UsageError("--out needs --drop: which defects to leave out of the copy")
     sample = drift_sample if tokenizer is not None else 0
+    parts = integrity(path, files)
     sc = scan(files, settings.thresholds, settings.examples, progress, sample)
     if sc.rows == 0:
         raise UsageError(f"{path}: no rows to inspect")
     doc, an = build(path, sc, settings)
+    if parts is not None:
+        doc["integrity"] = parts
     if tokenizer is not None and sc.fidelity is not None:
         doc["fidelity"]["drift"] = drift(sc.fidelity, tokenizer)
     if drop and out is not None:

@@ -184,5 +184,7 @@ def print_inspection(doc: dict[str, Any], console: Console) -> None:
         for line in accept_lines(acc, " (each row over its turns)", "row"):
             console.print(escape(line))
     _storage_lines(doc, console)
+    if integrity := doc.get("integrity"):
+        console.print(escape(integrity["summary"]))
     if doc.get("saved"):
         console.print(f"inspect: {doc['saved']}")

@@ -33,6 +33,7 @@ from genbench.generate.input.reader import InputScan
 from genbench.generate.store import lostjob
 from genbench.generate.store.durable import index_entry
 from genbench.generate.store.readback import append_once, drop_lines, entry_id, line_id
+from genbench.generate.store.seal import reseal
 from genbench.generate.store.writer import Existing, Store
 
 CHANGED, GONE = "request changed", "not in the input"
@@ -231,6 +232,7 @@ def _set_aside_jsonl(
         return 0
     append_once(store.layout.replaced, aside)
     drop_lines(shard, drops, pos)
+    reseal(shard)
     st = shard.stat()
     with open(shard, "rb") as f:
         digest = int.from_bytes(hashlib.file_digest(f, _blake8).digest(), "big") or 1
@@ -264,4 +266,5 @@ def _set_aside_parquet(
     append_once(store.layout.replaced, aside)
     with writing(shard) as f:
         pq.write_table(table.filter(pa.array([not g for g in gone])), f, compression="zstd")
+    reseal(shard)
     return len(rows)

@@ -13,6 +13,8 @@
     DIR/.genbench/runs.jsonl         one line when a run starts, one when it ends
     DIR/.genbench/data-NNNNN.idx     which ids a shard holds, up to which byte, their
                                      requests' fingerprints, content checks (advisory)
+    DIR/.genbench/data-NNNNN.jsonl.sum  a sealed part's size and CRC-32 (seal.py)
+    DIR/.genbench/damaged/           parts set aside by a resume: their bytes changed
     DIR/.genbench/lock               the one writer's lock
     DIR/.genbench/engines.jsonl      --serve: every engine start, stop and death, its cause
     DIR/.genbench/engines{-iofN}/    --serve: each engine's own output (bounded logs)
@@ -140,11 +142,31 @@ class Layout:
         return sorted(p for p in self.out.iterdir() if pattern.match(p.name))
 
     def index(self, shard: Path) -> Path:
-        return self.state / (shard.stem + ".idx")
+        return self.state / (shard.stem + INDEX_SUFFIX)
 
     def retried_errors(self, stamp: str) -> Path:
         """Where --retry-errors sets the errors file aside."""
         return self.state / f"{self.errors.stem}-retried-{stamp}.jsonl"
+
+
+SEAL_SUFFIX = ".sum"
+INDEX_SUFFIX = ".idx"
+DAMAGED_DIR = "damaged"
+
+
+def seal_of(part: Path) -> Path:
+    """Where a data part's seal is kept: its size and checksum once it was sealed."""
+    return part.parent / STATE_DIR / (part.name + SEAL_SUFFIX)
+
+
+def index_of(part: Path) -> Path:
+    """A data part's index, found from the part alone (any job or shard of its directory)."""
+    return part.parent / STATE_DIR / (part.stem + INDEX_SUFFIX)
+
+
+def damaged_place(part: Path) -> Path:
+    """Where a resume sets a part aside whose bytes changed since it was sealed."""
+    return part.parent / STATE_DIR / DAMAGED_DIR / part.name
 
 
 def is_generate_dir(path: Path) -> bool:

@@ -17,8 +17,9 @@ hand edit) is moved, with its byte offset, to the quarantine file beside the err
 file, and the rest of the file is kept (rewritten under a temporary name, fsynced and
 renamed); its id is then not done and is generated again. Unreadable lines at the end
 of the file are a torn tail (a crash mid-write) and are cut, as before. Bit rot that
-leaves size and mtime as they were is not seen by the fast path (hashing every shard
-on every resume costs about 0.5 s per GB: benchmarks/README.md).
+leaves size and mtime as they were is not seen by the fast path; a sealed part's checksum
+sees it (seal.py, verified on every resume), and then every row of a batch whose hash
+changed is moved aside, readable or not (`changed`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,11 @@ def _read_index(idx: Path) -> list[_Batch]:
     return batches
 
 
+def index_ids(idx: Path) -> list[str]:
+    """Every id an index names, in the order its rows were written."""
+    return [i for b in _read_index(idx) for i in b.ids]
+
+
 def index_keys(idx: Path) -> dict[str, int]:
     """id -> line key, from an index (a Parquet shard keeps its JSONL's index for them)."""
     return {i: k for b in _read_index(idx) for i, k in zip(b.ids, b.srcs, strict=True) if k}
@@ -154,15 +160,42 @@ def _trusted(path: Path, batches: list[_Batch], st: os.stat_result) -> int:
     return used
 
 
+def _changed(path: Path, batches: list[_Batch], size: int) -> tuple[int, list[tuple[int, int]]]:
+    """A sealed part whose bytes changed: the first batch to read from, and the spans of the
+    batches whose bytes changed (a batch without a hash, and bytes no batch names, count
+    as changed: nothing vouches for them)."""
+    spans: list[tuple[int, int]] = []
+    with open(path, "rb") as f:
+        for b in batches:
+            f.seek(b.start)
+            if b.end > size or not b.digest or digest64(f.read(b.end - b.start)) != b.digest:
+                spans.append((b.start, b.end))
+    last = batches[-1].end if batches else 0
+    if last < size:
+        spans.append((last, size))
+    first = next((i for i, b in enumerate(batches) if (b.start, b.end) in spans), len(batches))
+    return first, spans
+
+
 def scan_jsonl_shard(
-    path: Path, idx: Path | None, repair: bool = True, quarantine: Path | None = None
+    path: Path,
+    idx: Path | None,
+    repair: bool = True,
+    quarantine: Path | None = None,
+    changed: bool = False,
 ) -> ShardScan:
     """The ids a JSONL shard holds; cut a torn tail and move unreadable lines with good
-    rows after them to `quarantine` (when `repair`)."""
+    rows after them to `quarantine` (when `repair`). `changed`: a sealed part whose bytes
+    are not those it was sealed with: every row of a batch whose bytes changed is moved
+    aside too, readable or not (a changed byte may leave valid JSON)."""
     st = path.stat()
     size = st.st_size
     batches = _read_index(idx) if idx is not None else []
-    used = _trusted(path, batches, st)
+    spans: list[tuple[int, int]] = []
+    if changed:
+        used, spans = _changed(path, batches, size)
+    else:
+        used = _trusted(path, batches, st)
     keep = batches[:used]
     pos = keep[-1].end if keep else 0
     ids: list[str] = []
@@ -173,7 +206,7 @@ def scan_jsonl_shard(
         fps.extend(b.fps)
         srcs.extend(b.srcs)
     known = {i: s for b in batches[used:] for i, s in zip(b.ids, b.srcs, strict=True) if s}
-    tail = _read_lines(path, pos)
+    tail = _read_lines(path, pos, spans)
     for _, rid, fp in tail.good:
         ids.append(rid)
         fps.append(fp)
@@ -182,7 +215,9 @@ def scan_jsonl_shard(
     end = tail.end
     if end < size:
         notes.append(f"{path.name}: cut {size - end} bytes of an incomplete last line")
-    if tail.bad:
+    if changed:
+        notes.append(_changed_note(path, tail.bad, quarantine))
+    elif tail.bad:
         notes += [_quarantine_note(path, off, line, quarantine) for off, line in tail.bad]
     scan = ShardScan(ids, end, notes, fps, srcs, len(tail.bad))
     if not repair:
@@ -232,8 +267,9 @@ class _Lines:
     digest: int  # of the good rows' bytes from the start offset, as they will be
 
 
-def _read_lines(path: Path, pos: int) -> _Lines:
-    """The rows from byte `pos` on, line by line."""
+def _read_lines(path: Path, pos: int, spans: list[tuple[int, int]] | None = None) -> _Lines:
+    """The rows from byte `pos` on, line by line; a line within one of `spans` (bytes that
+    changed since the part was sealed) is bad even where it reads as a row."""
     good: list[tuple[int, str, int]] = []
     bad: list[tuple[int, bytes]] = []
     pending: list[tuple[int, bytes]] = []  # unreadable, and no good row after them yet
@@ -245,7 +281,11 @@ def _read_lines(path: Path, pos: int) -> _Lines:
             if not line.endswith(b"\n"):
                 break
             rid, fp = line_id(line)
-            if rid is None:
+            if spans and any(a <= pos < b for a, b in spans):
+                bad += [*pending, (pos, line)]
+                pending = []
+                end = pos + len(line)
+            elif rid is None:
                 pending.append((pos, line))
             else:
                 bad += pending
@@ -255,6 +295,17 @@ def _read_lines(path: Path, pos: int) -> _Lines:
                 end = pos + len(line)
             pos += len(line)
     return _Lines(good, bad, end, int.from_bytes(h.digest(), "big"))
+
+
+def _changed_note(path: Path, bad: list[tuple[int, bytes]], quarantine: Path | None) -> str:
+    ids = [fast_id(line) or "?" for _, line in bad]
+    shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+    where = quarantine.name if quarantine is not None else "quarantine"
+    return (
+        f"{path.name}: its bytes changed since it was sealed (its checksum differs): "
+        f"{len(bad):,} {'row' if len(bad) == 1 else 'rows'} of the batches that changed "
+        f"({shown}) moved to {where}, to be generated again"
+    )
 
 
 def _quarantine_note(path: Path, off: int, line: bytes, quarantine: Path | None) -> str:

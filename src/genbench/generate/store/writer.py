@@ -51,6 +51,7 @@ import orjson
 from genbench.atomic import fsync_dir, is_temp, move, write_atomic
 from genbench.errors import OutOfDescriptors, OutputError, UsageError, descriptor_advice
 from genbench.generate.fingerprint import LazyFps
+from genbench.generate.store import seal as sealed
 from genbench.generate.store.durable import (
     AppendFile,
     Pending,
@@ -66,7 +67,7 @@ from genbench.generate.store.layout import SCHEME_FILE, SCHEME_LOCK, Layout, is_
 from genbench.generate.store.lock import OutputLock
 from genbench.generate.store.readback import index_keys, scan_jsonl_shard
 from genbench.records import RecordWriter, RequestRecord
-from genbench.rows import convert_to_parquet, json_default, parquet_ids
+from genbench.rows import json_default, parquet_ids
 
 SCHEMA = "genbench.generate"
 SCHEMA_VERSION = 1
@@ -178,13 +179,20 @@ class Store:
             if "parquet" in files:
                 if "jsonl" in files:  # converted, but the JSONL was not yet deleted
                     files["jsonl"].unlink()  # its index stays: the line keys of its rows
-                ids, fps = parquet_ids(files["parquet"])
-                keys = index_keys(lay.index(files["parquet"]))  # kept at conversion
+                    sealed.unseal(files["jsonl"])
+                if sealed.check(part := files["parquet"]).state == sealed.CHANGED:
+                    ex.notes.append(self._set_aside(part, repair))
+                    continue
+                ids, fps = parquet_ids(part)
+                keys = index_keys(lay.index(part))  # kept at conversion
                 srcs = [keys.get(i, 0) for i in ids]
-                ex.shards.append(files["parquet"])
+                ex.shards.append(part)
             else:
                 jsonl = files["jsonl"]
-                scan = scan_jsonl_shard(jsonl, lay.index(jsonl), repair, lay.quarantine)
+                changed = sealed.check(jsonl).state == sealed.CHANGED  # a sealed part: verified
+                scan = scan_jsonl_shard(jsonl, lay.index(jsonl), repair, lay.quarantine, changed)
+                if changed and repair:
+                    sealed.seal(jsonl)  # its changed rows set aside: what it holds now
                 ids, fps, srcs = scan.ids, scan.fps, scan.srcs
                 ex.notes.extend(scan.notes)
                 ex.shards.append(jsonl)
@@ -199,6 +207,14 @@ class Store:
         ex.failed, notes = scan_errors(self.errors_path, repair)
         ex.notes.extend(notes)
         return ex
+
+    def _set_aside(self, part: Path, repair: bool) -> str:
+        """A Parquet part whose bytes changed since it was sealed: moved aside (its rows
+        are then generated again); what the resume says of it."""
+        what = f"{part.name}: its bytes changed since it was sealed (its checksum differs)"
+        if not repair:
+            return f"{what}; its rows are not counted as done"
+        return f"{what}: moved to {sealed.set_aside(part)}; its rows are generated again"
 
     def set_aside_errors(self) -> Path | None:
         """--retry-errors: move the errors file into the state directory; its rows are
@@ -246,7 +262,8 @@ class Store:
         self._next_number = existing.next_number
         if existing.jsonl_shards:
             last = existing.jsonl_shards[-1]
-            if last == existing.shards[-1] and last.stat().st_size < self.shard_bytes:
+            small = last.stat().st_size < self.shard_bytes
+            if last == existing.shards[-1] and small and not sealed.is_sealed(last):
                 self.current = AppendFile(last, self.layout.index(last), self.reserve)
                 self._next_number = max(self._next_number, self._number(last) + 1)
 
@@ -375,6 +392,9 @@ class Store:
                 flush(batches, dir_fd)
                 if log is not None:
                     log.write_out(data)
+                for f in closing:  # full: never written again (Parquet: sealed converted)
+                    if f.full and self.fmt != "parquet":
+                        sealed.seal(f.path)
 
             try:
                 await asyncio.get_running_loop().run_in_executor(None, work)
@@ -402,7 +422,7 @@ class Store:
                 ctx = multiprocessing.get_context("spawn")
                 self._pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx)
             fut = asyncio.get_running_loop().run_in_executor(
-                self._pool, convert_to_parquet, str(path), str(dst)
+                self._pool, sealed.convert_and_seal, str(path), str(dst)
             )
         except OSError:  # no descriptors to start the converter: the job's end converts it
             return
@@ -411,6 +431,7 @@ class Store:
         def done(f: asyncio.Future[Any]) -> None:
             if not f.cancelled() and f.exception() is None:
                 path.unlink(missing_ok=True)  # the index stays: its rows' line keys
+                sealed.unseal(path)
 
         fut.add_done_callback(done)
         self._conversions.append(fut)
@@ -440,6 +461,10 @@ class Store:
             for p in self.data_files():
                 if p.suffix == ".jsonl":
                     self._convert(p)
+        elif convert_all:  # the job is complete: its last parts are written for good too
+            last = [p for p in self.data_files() if p.suffix == ".jsonl"]
+            with output_errors(self.out):
+                await asyncio.get_running_loop().run_in_executor(None, _seal_all, last)
         try:
             if self._conversions:
                 results = await asyncio.gather(*self._conversions, return_exceptions=True)
@@ -455,3 +480,9 @@ class Store:
 
     def data_files(self) -> list[Path]:
         return self.layout.data_files()
+
+
+def _seal_all(parts: list[Path]) -> None:
+    for p in parts:
+        if not sealed.is_sealed(p):
+            sealed.seal(p)

@@ -514,6 +514,7 @@ def test_an_output_of_an_older_genbench_without_fingerprints_resumes_as_before(q
         old.append(orjson.dumps(row) + b"\n")
     data.write_bytes(b"".join(old))
     idx.write_bytes(orjson.dumps({"end": data.stat().st_size, "ids": [f"r{i}" for i in range(10)]}))
+    (out / ".genbench" / "data-00000.jsonl.sum").unlink()  # an older genbench sealed none
     write_rows(inp, [*prompts(10)[:3], {"id": "r3", "prompt": "edited"}, *prompts(10)[4:]])
     p = gen(inp, out, quick.url)  # rows without a fingerprint cannot be compared: trusted
     assert p.returncode == 0 and "nothing to do" in p.stdout, p.stderr

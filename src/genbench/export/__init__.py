@@ -34,6 +34,7 @@ from genbench.export.formats import (
 )
 from genbench.export.samples import REASONS, Rules, Sample, samples
 from genbench.inspect.reader import SHARD_RE, FileStats, data_files, kind_of, read_rows
+from genbench.rows import RowMeta
 from genbench.run.result import document_head
 
 __all__ = ["FORMATS", "Rules", "default_out", "export_data", "summary_path"]
@@ -93,9 +94,9 @@ def _row_lines(
         kept = [s for s in found if s.turn not in left]
         if not kept:
             c.rows_left_out += 1
-        meta = obj.get("meta") or {}
+        meta = RowMeta.of(obj)
         lines = [token_line(s) if fmt == TOKENS else speculators_line(s, meta) for s in kept]
-        if meta.get("token_ids") == "unchecked":  # the server's ids, no usage to check them
+        if meta.token_ids == "unchecked":  # the server's ids, no usage to check them
             c.unchecked += len(kept)
         for s in kept:
             _count_sample(s, c)

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from genbench.export.samples import Sample
+from genbench.rows import RowMeta
 
 TOKENS, SPECFORGE, SPECULATORS = "specforge-tokens", "specforge", "speculators"
 FORMATS = (TOKENS, SPECFORGE, SPECULATORS)
@@ -44,7 +45,7 @@ def token_line(s: Sample) -> bytes:
     )
 
 
-def speculators_line(s: Sample, meta: Mapping[str, Any]) -> bytes:
+def speculators_line(s: Sample, meta: RowMeta) -> bytes:
     """A speculators-format row; `metadata` keeps one type per field, for a datasets column."""
     assert s.prompt is not None and s.generated is not None
     return (
@@ -57,8 +58,8 @@ def speculators_line(s: Sample, meta: Mapping[str, Any]) -> bytes:
                 "metadata": {
                     "turn": s.turn,
                     "finish_reason": s.finish_reason,
-                    "server": str(meta.get("server") or ""),
-                    "model": str(meta.get("model") or ""),
+                    "server": meta.server or "",
+                    "model": meta.model or "",
                 },
             }
         )
@@ -102,8 +103,7 @@ def text_row(
     if turns == 0:
         return TextRow(None, 0, "none", 0)
     past = [m for i, m in enumerate(keep) if m.get("role") == "assistant" and i not in generated]
-    meta = row.get("meta")
-    keep_policy = isinstance(meta, Mapping) and meta.get("tool_policy") == "keep"
+    keep_policy = RowMeta.of(row).tool_policy == "keep"
     kept_calls = sum(1 for m in past if m.get("tool_calls")) if keep_policy else 0
     msgs = [_message(m) for m in keep]
     system = "sent" if msgs[0]["role"] == "system" else "none"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -352,8 +353,8 @@ class Job:
     # -- where rows go (the pipeline's sink) ----------------------------------------------
 
     def finish(self, conv: Conversation) -> str | None:
-        info = RowInfo(conv.server, conv.tokens, conv.thinking, conv.truncated, conv.estimated,
-                       conv.thinking_from == "tokenizer")  # fmt: skip
+        meta = conv.meta(self.model)
+        info = RowInfo.of(meta)
         first = self.unanswered.stopped_by is None
         mode = "off" if self.cfg.fmt == "batch" else self.cfg.token_ids
         if self.unanswered.without_ids(conv.ids, conv.server, mode):  # `on`: not kept
@@ -367,12 +368,11 @@ class Job:
             entry = self._error_entry(conv, ErrorKind.TRUNCATED, why)
             self.failures.add(ErrorKind.TRUNCATED, why)
             entry["conversations"] = conv.out
-            entry["meta"] = conv.meta(self.model)
+            entry["meta"] = meta.to_json()
             self.store.write_error(conv.row.id, entry, info)
         else:
             fp = row_fingerprint(conv.row, self.recipe)
-            conv.request = to_hex(fp)
-            line = row_bytes(conv, self.model, self.cfg.fmt)
+            line = row_bytes(conv.done(replace(meta, request=to_hex(fp))), self.cfg.fmt)
             self.store.write_row(conv.row.id, line, info, (fp, conv.row.src))
             self.unanswered.ran_out += bool(getattr(conv, "ran_out", False))
             self.unanswered.call_cut += bool(getattr(conv, "cut", False))

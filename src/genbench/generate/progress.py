@@ -27,6 +27,7 @@ from typing import Any
 
 from genbench.generate.eta import Completions, Eta, estimate
 from genbench.records import RequestRecord
+from genbench.rows import RowMeta
 from genbench.stats import RecentRates
 
 ROW_ENDS = ("done", "failed")  # a record's `outcome` when it ended its row
@@ -44,6 +45,14 @@ class RowInfo:
     truncated: bool = False
     estimated: bool = False  # its token counts estimated (meta.tokens_estimated)
     tokenized: bool = False  # its thinking counted by the server's /tokenize
+
+    @classmethod
+    def of(cls, m: RowMeta) -> RowInfo:
+        """A written row's, from its meta."""
+        tokens, thinking = m.completion_tokens or 0, m.reasoning_tokens or 0
+        tokenized = m.reasoning_tokens_from == "tokenizer"
+        return cls(m.server or "", tokens, thinking, bool(m.truncated), bool(m.tokens_estimated),
+                   tokenized)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

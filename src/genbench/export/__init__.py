@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from genbench.atomic import writing
-from genbench.errors import GenbenchError, UsageError
+from genbench.errors import OutputError, UsageError
 from genbench.export import specforge, speculators  # noqa: F401 (each registers its formats)
 from genbench.export.checks import Repeats, nothing_written
 from genbench.export.formats import FORMATS, Format, get
@@ -35,7 +35,6 @@ __all__ = ["FORMATS", "Rules", "default_out", "export_data", "summary_path"]
 
 SCHEMA = "genbench.export"
 SCHEMA_VERSION = 1
-WRITE_FAILED_EXIT = 12
 
 
 def default_out(source: Path, fmt: str) -> Path:
@@ -169,9 +168,7 @@ def export_data(
                 left_out = dict(c.left_out)
                 raise nothing_written(form.token_exact, left_out, c.rows, rules.min_tokens)
     except OSError as e:
-        raise GenbenchError(
-            f"--out {out}: cannot write it ({e.strerror or e})", WRITE_FAILED_EXIT
-        ) from None
+        raise OutputError(f"--out {out}: cannot write it ({e.strerror or e})") from None
     doc = document(sources, fmt, out, rules, empty_system, c, stats)
     doc["repeated"] = repeats.describe()
     _save(doc)
@@ -231,6 +228,4 @@ def _save(doc: dict[str, Any]) -> None:
     try:
         write_json_atomic(target, doc)
     except OSError as e:
-        raise GenbenchError(
-            f"{target}: cannot write the summary ({e.strerror or e})", WRITE_FAILED_EXIT
-        ) from None
+        raise OutputError(f"{target}: cannot write the summary ({e.strerror or e})") from None

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from genbench.generate.progress import RowInfo
+from genbench.generate.progress import Progress
 from genbench.rows import DataRow, RowMeta, _omit, parquet_schema
 
 pytestmark = pytest.mark.core
@@ -71,11 +71,14 @@ def test_missing_unknown_and_mistyped_keys_are_passed_over() -> None:
     assert out["ttft_s"] is None and "request" not in out and "tool_calls" not in out
 
 
-def test_progress_takes_a_row_from_its_meta() -> None:
+def test_progress_counts_a_row_from_its_meta() -> None:
     meta = RowMeta(server="u", completion_tokens=9, reasoning_tokens=4, truncated=True,
                    tokens_estimated=False, reasoning_tokens_from="tokenizer")  # fmt: skip
-    assert RowInfo.of(meta) == RowInfo("u", 9, 4, True, False, True)
-    assert RowInfo.of(RowMeta()) == RowInfo("", 0, 0)
+    p = Progress(3, 0, 0, ["u"])
+    p.on_durable("row", [("a", meta), ("b", RowMeta())])
+    p.on_durable("error", [("c", None)])
+    assert (p.done, p.failed, p.tokens, p.thinking, p.truncated) == (2, 1, 9, 4, 1)
+    assert (p.estimated, p.tokenized) == (0, 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from genbench.generate.jobconfig import JobConfig
 from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.pipeline import Retries, row_load
-from genbench.generate.progress import Progress, RowInfo, ServerState
+from genbench.generate.progress import Progress, ServerState
 from genbench.generate.serve import start_engines
 from genbench.generate.servers import Server, check_token_ids
 from genbench.generate.store import scheme
@@ -354,7 +354,6 @@ class Job:
 
     def finish(self, conv: Conversation) -> str | None:
         meta = conv.meta(self.model)
-        info = RowInfo.of(meta)
         first = self.unanswered.stopped_by is None
         mode = "off" if self.cfg.fmt == "batch" else self.cfg.token_ids
         if self.unanswered.without_ids(conv.ids, conv.server, mode):  # `on`: not kept
@@ -369,11 +368,11 @@ class Job:
             self.failures.add(ErrorKind.TRUNCATED, why)
             entry["conversations"] = conv.out
             entry["meta"] = meta.to_json()
-            self.store.write_error(conv.row.id, entry, info)
+            self.store.write_error(conv.row.id, entry, meta)
         else:
             fp = row_fingerprint(conv.row, self.recipe)
             line = row_bytes(conv.done(replace(meta, request=to_hex(fp))), self.cfg.fmt)
-            self.store.write_row(conv.row.id, line, info, (fp, conv.row.src))
+            self.store.write_row(conv.row.id, line, meta, (fp, conv.row.src))
             self.unanswered.ran_out += bool(getattr(conv, "ran_out", False))
             self.unanswered.call_cut += bool(getattr(conv, "cut", False))
         self._t_last_done = time.perf_counter()
@@ -382,7 +381,7 @@ class Job:
     def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> str | None:
         entry = self._error_entry(conv, kind, why)
         self.failures.add(kind, why)
-        self.store.write_error(conv.row.id, entry, RowInfo(conv.server, 0, 0))
+        self.store.write_error(conv.row.id, entry)
         return self.store.take_shortage()
 
     def note(self, text: str, style: str = "") -> None:

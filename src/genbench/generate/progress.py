@@ -32,27 +32,7 @@ from genbench.stats import RecentRates
 
 ROW_ENDS = ("done", "failed")  # a record's `outcome` when it ended its row
 RATE_WINDOW, ETA_WINDOW = 30.0, 300.0  # seconds of records the rates, and the ETA, look at
-__all__ = ["EngineState", "Eta", "Progress", "RowInfo", "ServerState", "Snapshot"]
-
-
-@dataclass(slots=True)
-class RowInfo:
-    """What progress needs of a finished row."""
-
-    server: str
-    tokens: int
-    thinking: int
-    truncated: bool = False
-    estimated: bool = False  # its token counts estimated (meta.tokens_estimated)
-    tokenized: bool = False  # its thinking counted by the server's /tokenize
-
-    @classmethod
-    def of(cls, m: RowMeta) -> RowInfo:
-        """A written row's, from its meta."""
-        tokens, thinking = m.completion_tokens or 0, m.reasoning_tokens or 0
-        tokenized = m.reasoning_tokens_from == "tokenizer"
-        return cls(m.server or "", tokens, thinking, bool(m.truncated), bool(m.tokens_estimated),
-                   tokenized)  # fmt: skip
+__all__ = ["EngineState", "Eta", "Progress", "ServerState", "Snapshot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,18 +126,19 @@ class Progress:
         self.engines: Any = None  # --serve: the Supervisor (its availability scales the ETA)
 
     def on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
-        """Rows (or errors) now on disk."""
-        for _, info in items:
+        """Rows (or errors) now on disk, each with its meta (a failed one's: None)."""
+        for _, m in items:
             if kind == "row":
                 self.done += 1
             else:
                 self.failed += 1
-            if isinstance(info, RowInfo):
-                self.truncated += info.truncated
-                self.tokens += info.tokens
-                self.thinking += info.thinking
-                self.estimated += info.estimated
-                self.tokenized += info.tokenized
+            if isinstance(m, RowMeta):
+                self.truncated += bool(m.truncated)
+                self.tokens += m.completion_tokens or 0
+                self.thinking += m.reasoning_tokens or 0
+                self.estimated += bool(m.tokens_estimated)
+                # counted by the server's /tokenize: its thinking was left out of usage
+                self.tokenized += m.reasoning_tokens_from == "tokenizer"
 
     def on_record(self, rec: RequestRecord) -> None:
         """A request of the job ended."""

@@ -65,6 +65,13 @@ class Sample:
     def cut(self) -> bool:
         return self.finish_reason == "length"
 
+    def ids(self) -> dict[str, list[int]]:
+        """A token format's fields: the prompt's ids then the generated ones, and the loss
+        mask over them (1 on the generated ids: the loss is taken there)."""
+        assert self.prompt is not None and self.generated is not None
+        mask = [0] * len(self.prompt) + [1] * len(self.generated)
+        return {"input_ids": self.prompt + self.generated, "loss_mask": mask}
+
     def short(self, min_tokens: int) -> bool:
         return self.tokens is not None and self.tokens < min_tokens
 

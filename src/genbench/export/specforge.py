@@ -27,17 +27,7 @@ MAX_LENGTH = 2048  # SpecForge's data.max_length when a config does not set it
 
 def token_line(s: Sample, meta: RowMeta) -> bytes:
     """A SpecForge pre-tokenized row."""
-    assert s.prompt is not None and s.generated is not None
-    return (
-        orjson.dumps(
-            {
-                "id": s.id,
-                "input_ids": s.prompt + s.generated,
-                "loss_mask": [0] * len(s.prompt) + [1] * len(s.generated),
-            }
-        )
-        + b"\n"
-    )
+    return orjson.dumps({"id": s.id, **s.ids()}) + b"\n"
 
 
 def _message(m: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,24 +15,10 @@ SPECULATORS = "speculators"
 
 def speculators_line(s: Sample, meta: RowMeta) -> bytes:
     """A speculators-format row; `metadata` keeps one type per field, for a datasets column."""
-    assert s.prompt is not None and s.generated is not None
-    return (
-        orjson.dumps(
-            {
-                "id": s.id,
-                "primary_id": str(s.row_id),
-                "input_ids": s.prompt + s.generated,
-                "loss_mask": [0] * len(s.prompt) + [1] * len(s.generated),
-                "metadata": {
-                    "turn": s.turn,
-                    "finish_reason": s.finish_reason,
-                    "server": meta.server or "",
-                    "model": meta.model or "",
-                },
-            }
-        )
-        + b"\n"
-    )
+    info = {"turn": s.turn, "finish_reason": s.finish_reason, "server": meta.server or "",
+            "model": meta.model or ""}  # fmt: skip
+    row = {"id": s.id, "primary_id": str(s.row_id), **s.ids(), "metadata": info}
+    return orjson.dumps(row) + b"\n"
 
 
 register(Format(

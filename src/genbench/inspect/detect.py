@@ -85,12 +85,12 @@ def _match_length(tail: str, q: int, known: int) -> int:
     return lo
 
 
-def turn_loop(turn: Turn, th: Thresholds) -> tuple[str, Loop] | None:
+def _loops(turn: Turn, row: OutputRow, th: Thresholds) -> str | None:
     """A loop at the end of the answer, or else of the thinking."""
     for part, text in (("answer", turn.answer), ("thinking", turn.thinking)):
-        loop = find_loop(text, th)
-        if loop is not None:
-            return part, loop
+        if (loop := find_loop(text, th)) is not None:
+            return (f"{part} ends in a loop: a {loop.period}-char unit covers the last "
+                    f"{loop.covered:,} of {loop.window:,} chars")  # fmt: skip
     return None
 
 
@@ -122,21 +122,18 @@ def empty(turn: Turn, truncated: bool) -> bool:
     return not answer.strip() and not unclosed(turn, truncated)
 
 
-def leftover_tag(turn: Turn, tags: tuple[str, ...]) -> str | None:
+def _tags(turn: Turn, row: OutputRow, th: Thresholds) -> str | None:
     for text in (turn.answer, turn.thinking):
         if "<" in text:
-            for tag in tags:
+            for tag in th.tags:
                 if tag in text:
-                    return tag
+                    return f"contains {tag}"
     return None
 
 
-def garbled(turn: Turn) -> int:
-    return turn.answer.count("\ufffd") + turn.thinking.count("\ufffd")
-
-
-def short(row: OutputRow, th: Thresholds) -> bool:
-    return row.completion_tokens < th.min_tokens
+def _garbled(turn: Turn, row: OutputRow, th: Thresholds) -> str | None:
+    bad = turn.answer.count("\ufffd") + turn.thinking.count("\ufffd")
+    return f"{bad} U+FFFD replacement {'char' if bad == 1 else 'chars'}" if bad else None
 
 
 def answer_keys(row: OutputRow, th: Thresholds) -> tuple[int, int] | None:
@@ -179,24 +176,6 @@ def register(d: Defect) -> Defect:
     return d
 
 
-def _loops(turn: Turn, row: OutputRow, th: Thresholds) -> str | None:
-    if (found := turn_loop(turn, th)) is None:
-        return None
-    part, loop = found
-    return (f"{part} ends in a loop: a {loop.period}-char unit covers the last "
-            f"{loop.covered:,} of {loop.window:,} chars")  # fmt: skip
-
-
-def _garbled(turn: Turn, row: OutputRow, th: Thresholds) -> str | None:
-    bad = garbled(turn)
-    return f"{bad} U+FFFD replacement {'char' if bad == 1 else 'chars'}" if bad else None
-
-
-def _tag(turn: Turn, row: OutputRow, th: Thresholds) -> str | None:
-    tag = leftover_tag(turn, th.tags)
-    return f"contains {tag}" if tag else None
-
-
 register(Defect(
     "loops", "repetition loop", "the end of the thinking or of the answer repeats one unit "
     "(period <= window/repeats chars) at least `loop_repeats` times, covering at least "
@@ -216,7 +195,7 @@ register(Defect(
 ))  # fmt: skip
 register(Defect(
     "tags", "leftover tags", "the answer or the thinking contains one of `tags` verbatim",
-    turn=_tag,
+    turn=_tags,
 ))  # fmt: skip
 register(Defect(
     "garbled", "U+FFFD replacement characters", "the answer or the thinking contains U+FFFD, "
@@ -227,7 +206,7 @@ register(Defect(
     "short", "too short to supervise", "fewer than `min_tokens` output tokens "
     "(meta.completion_tokens): less than one block of target tokens to supervise",
     row=lambda r, th: f"{r.completion_tokens} output tokens < {th.min_tokens}"
-    if short(r, th) else None,
+    if r.completion_tokens < th.min_tokens else None,
 ))  # fmt: skip
 register(Defect(
     "dup", "duplicate answer", "the answer (all assistant turns' content, at least "

@@ -38,7 +38,7 @@ from genbench.transport.server_kind import traits
 from genbench.transport.stream import share_by_chars
 from genbench.transport.thinking import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 from genbench.transport.thinking_count import ThinkingCounter
-from genbench.transport.token_ids import VLLM, ask_for, asked_apart, reply_ids
+from genbench.transport.token_ids import VLLM, IdsMode, ask_for, asked_apart, reply_ids
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
@@ -322,7 +322,7 @@ async def _checks(
         if await ThinkingCounter(pool, ep, rep.model).count([rec]):  # the server left it out
             rep.reasoning_tokens, rep.reasoning_source = rec.reasoning_tokens, "tokenizer"
         _read_acceptance(rep, rec)
-        if token_ids != "off":
+        if token_ids != IdsMode.OFF:
             await _read_ids(rep, client, rec, ask)
     if rep.model not in rep.models:
         done = "but served: a router?" if tiny else "not tried (no test request)"

@@ -30,6 +30,7 @@ from genbench.export.samples import REASONS, Rules, Sample, samples
 from genbench.inspect.reader import SHARD_RE, FileStats, data_files, kind_of, read_rows
 from genbench.rows import RowMeta
 from genbench.run.result import document_head
+from genbench.transport.token_ids import UNCHECKED
 
 __all__ = ["FORMATS", "Rules", "default_out", "export_data", "summary_path"]
 
@@ -89,7 +90,7 @@ def _row_lines(
             c.rows_left_out += 1
         meta = RowMeta.of(obj)
         lines = [fmt.sample(s, meta) for s in kept]
-        if meta.token_ids == "unchecked":  # the server's ids, no usage to check them
+        if meta.token_ids == UNCHECKED:  # the server's ids, no usage to check them
             c.unchecked += len(kept)
         for s in kept:
             _count_sample(s, c)

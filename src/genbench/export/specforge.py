@@ -19,6 +19,7 @@ import orjson
 
 from genbench.export.formats import Format, TextRow, register
 from genbench.export.samples import Sample
+from genbench.generate.input.modes import ToolPolicy
 from genbench.rows import RowMeta
 
 TOKENS, SPECFORGE = "specforge-tokens", "specforge"
@@ -55,7 +56,7 @@ def text_row(
     if turns == 0:
         return TextRow(None, 0, "none", 0)
     past = [m for i, m in enumerate(keep) if m.get("role") == "assistant" and i not in generated]
-    keep_policy = RowMeta.of(row).tool_policy == "keep"
+    keep_policy = RowMeta.of(row).tool_policy == ToolPolicy.KEEP
     kept_calls = sum(1 for m in past if m.get("tool_calls")) if keep_policy else 0
     msgs = [_message(m) for m in keep]
     system = "sent" if msgs[0]["role"] == "system" else "none"

@@ -28,6 +28,7 @@ import orjson
 
 from genbench.fmt import counted
 from genbench.rows import RowMeta, turn_ids
+from genbench.transport.token_ids import UNCHECKED
 
 DRIFT_EXAMPLES = 5
 DRIFT_SAMPLE = 1000  # turns round-tripped by default: 2,000 requests
@@ -77,7 +78,7 @@ class Fidelity:
         all_exact = bool(found)
         # ids kept but the server sent no usage to count them against: their own count,
         # never token-exact (the row's status says it; a row without one is judged by ids)
-        unchecked = meta.token_ids == "unchecked"
+        unchecked = meta.token_ids == UNCHECKED
         for t in found:
             self.cut += t.finish_reason == "length"
             if t.prompt is None or t.generated is None:

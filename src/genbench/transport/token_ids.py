@@ -25,6 +25,7 @@ the server's own count (`usage`): `check_turn` says why a turn's ids cannot be t
 from __future__ import annotations
 
 from array import array
+from enum import StrEnum
 from typing import Any
 
 from genbench.transport.server_kind import traits
@@ -150,8 +151,15 @@ def row_status(turns: list[str]) -> str:
     return EXACT
 
 
-# `--token-ids`: ask where the server can give them (auto), insist (on), never ask (off)
-MODES = ("auto", "on", "off")
+class IdsMode(StrEnum):
+    """`--token-ids`: ask where the server can give them, insist, never ask."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+MODES = tuple(IdsMode)
 
 HOW = {
     VLLM: "vLLM's return_token_ids",
@@ -163,7 +171,7 @@ def ask_for(kind: str | None, mode: str) -> tuple[str | None, str | None]:
     """How check's test request asks a server of this kind for ids (None: not in it; a
     kind not known to give them or not is asked apart), and why none can come, when known."""
     t = traits(kind)
-    if mode == "off" or asked_apart(kind):
+    if mode == IdsMode.OFF or asked_apart(kind):
         return None, None
     return t.ids, None if t.ids else f"{kind}'s chat endpoint returns no token ids"
 

@@ -19,6 +19,7 @@ import orjson
 
 from genbench.atomic import writing
 from genbench.errors import OutputError
+from genbench.generate.input.modes import Answers, DataFormat
 from genbench.generate.store.layout import Layout
 from genbench.rows import DataRow, RowMeta
 
@@ -62,7 +63,7 @@ def answer_line(row: DataRow) -> bytes:
 def row_bytes(row: DataRow, fmt: str) -> bytes:
     """A finished row as the data file holds it: a Batch output line in format `batch`
     (`--answers batch`), else the conversations line."""
-    return answer_line(row) if fmt == "batch" else row.line()
+    return answer_line(row) if fmt == DataFormat.BATCH else row.line()
 
 
 def error_line(entry: dict[str, Any]) -> bytes:
@@ -95,12 +96,12 @@ def write_answers(lay: Layout, answers: str) -> tuple[Path, int] | None:
     --answers both: batch_output.jsonl, every finished row; --answers batch (the data files
     are the output): batch_errors.jsonl, the failed rows in Batch shape, when there are.
     (the file, its lines), or None when the run leaves none."""
-    if answers == "conversations" or not lay.out.is_dir():
+    if answers == Answers.CONVERSATIONS or not lay.out.is_dir():
         return None
-    if answers == "batch" and not lay.errors.exists():
+    if answers == Answers.BATCH and not lay.errors.exists():
         return None
-    dest = lay.batch_output if answers == "both" else lay.batch_errors
-    data = lay.data_files() if answers == "both" else []
+    dest = lay.batch_output if answers == Answers.BOTH else lay.batch_errors
+    data = lay.data_files() if answers == Answers.BOTH else []
     try:
         return dest, write_batch_output(data, lay.errors, dest)
     except OSError as e:  # the data is whole; only this file of it is not (rerun writes it)

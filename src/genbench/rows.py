@@ -114,13 +114,6 @@ _PARQUET_ORDER = (
 )  # fmt: skip
 
 
-def meta_columns(cls: type[RowMeta] = RowMeta) -> list[tuple[str, str]]:
-    """The Parquet `meta` struct's fields: (name, pyarrow type alias)."""
-    kinds = _kinds(cls)
-    order = [*_PARQUET_ORDER, *(n for n in kinds if n not in _PARQUET_ORDER)]
-    return [(n, _ARROW[kinds[n]]) for n in order if n in kinds]
-
-
 def _is(v: Any, kind: str) -> bool:
     """`v` is of a field's kind (a bool is no int; an int is a float)."""
     if isinstance(v, bool):
@@ -208,7 +201,10 @@ def parquet_schema(meta_type: type[RowMeta] = RowMeta) -> Any:
             ("token_ids_error", pa.string()),
         ]
     )
-    meta = pa.struct([(name, pa.type_for_alias(t)) for name, t in meta_columns(meta_type)])
+    kinds = _kinds(meta_type)
+    old = [n for n in _PARQUET_ORDER if n in kinds]  # then the fields added since
+    order = old + [n for n in kinds if n not in old]
+    meta = pa.struct([(n, pa.type_for_alias(_ARROW[kinds[n]])) for n in order])
     fields = [("id", pa.string()), ("conversations", pa.list_(turn))]
     # an agentic row's tools as their JSON text: every row's schema differs
     return pa.schema([*fields, ("tools", pa.string()), ("meta", meta)])

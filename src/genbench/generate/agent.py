@@ -129,15 +129,11 @@ class AgentConversation(Conversation):
 
     def meta(self, model: str) -> RowMeta:
         return replace(
-            super().meta(model),
-            tool_policy=self.plan.tools,
-            tool_calls=self.calls,
-            tool_call_turns=self.call_turns,
-            tool_call_tokens=self.call_tokens,
-            tool_results_ran_out=self.ran_out,
-            tool_names_differ=self.differ,
+            super().meta(model), tool_policy=self.plan.tools, tool_calls=self.calls,
+            tool_call_turns=self.call_turns, tool_call_tokens=self.call_tokens,
+            tool_results_ran_out=self.ran_out, tool_names_differ=self.differ,
             tool_call_cut=self.cut,
-        )
+        )  # fmt: skip
 
 
 def start(row: Row, recipe: Recipe, rid: str | None = None) -> Conversation:

@@ -160,26 +160,16 @@ class Conversation:
 
     def meta(self, model: str) -> RowMeta:
         return RowMeta(
-            server=self.server,
-            model=model,
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=self.tokens,
-            reasoning_tokens=self.thinking,
-            answer_tokens=self.tokens - self.thinking,
-            tokens_estimated=self.estimated,
-            reasoning_tokens_from=self.thinking_from,
-            finish_reason=self.finish,
-            truncated=self.truncated,
-            turns=self.turns,
-            attempts=self.attempts + 1,
+            server=self.server, model=model, prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.tokens, reasoning_tokens=self.thinking,
+            answer_tokens=self.tokens - self.thinking, tokens_estimated=self.estimated,
+            reasoning_tokens_from=self.thinking_from, finish_reason=self.finish,
+            truncated=self.truncated, turns=self.turns, attempts=self.attempts + 1,
             ttft_s=None if self.ttft is None else round(self.ttft, 4),
-            latency_s=round(self.latency, 4),
-            sent_at=self.sent_at,
-            finished_at=round(time.time(), 3),
-            token_ids=row_status(self.ids),
-            group=self.row.group or None,
-            **self._accept(),
-        )
+            latency_s=round(self.latency, 4), sent_at=self.sent_at,
+            finished_at=round(time.time(), 3), token_ids=row_status(self.ids),
+            group=self.row.group or None, **self._accept(),
+        )  # fmt: skip
 
     def _accept(self) -> dict[str, Any]:
         """The row's acceptance over its turns (pooled: 1 + accepted / steps)."""

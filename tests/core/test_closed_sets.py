@@ -29,11 +29,23 @@ SETS: list[tuple[type[StrEnum], tuple[str, ...]]] = [
 ]
 
 
-def comparisons(names: tuple[str, ...], value: str) -> re.Pattern[str]:
-    """`x.name == "value"`, `!=`, or `name in (..., "value", ...)`."""
-    name = rf"\b(?:{'|'.join(names)})"
-    lit = rf"""["']{re.escape(value)}["']"""
-    return re.compile(rf"{name}\s*(?:==|!=)\s*{lit}|{name}\s+(?:not\s+)?in\s+\([^)]*{lit}")
+NAMES = {name: enum for enum, names in SETS for name in names}
+# `x.name == "value"`, `!=`, or `name in (..., "value", ...)`, the values as written
+COMPARED = re.compile(
+    rf"\b(?P<name>{'|'.join(NAMES)})(?:\s*(?:==|!=)\s*(?P<one>[\"'][^\"']*[\"'])"
+    r"|\s+(?:not\s+)?in\s+\((?P<many>[^)]*)\))"
+)
+
+
+def spelled(text: str) -> list[tuple[int, str, str]]:
+    """(line, what, set) for each comparison of a setting with one of its values as text."""
+    out = []
+    for m in COMPARED.finditer(text):
+        enum = NAMES[m["name"]]
+        said = re.findall(r"""["']([^"']*)["']""", m["one"] or m["many"] or "")
+        if any(v in {e.value for e in enum} for v in said):
+            out.append((text.count("\n", 0, m.start()) + 1, m.group(0), enum.__name__))
+    return out
 
 
 def test_no_setting_is_compared_with_its_value_spelled_out() -> None:
@@ -41,16 +53,13 @@ def test_no_setting_is_compared_with_its_value_spelled_out() -> None:
     for path in sorted(SRC.rglob("*.py")):
         if path in HOMES or "sim" in path.relative_to(SRC).parts[:1]:
             continue
-        text = path.read_text(encoding="utf-8")
-        for enum, names in SETS:
-            for member in enum:
-                for m in comparisons(names, member.value).finditer(text):
-                    line = text.count("\n", 0, m.start()) + 1
-                    found.append(f"{path.relative_to(SRC)}:{line}: {m.group(0)} ({enum.__name__})")
+        for line, what, name in spelled(path.read_text(encoding="utf-8")):
+            found.append(f"{path.relative_to(SRC)}:{line}: {what} ({name})")
     assert not found, "\n".join(found)
 
 
 def test_the_check_sees_a_literal() -> None:
-    assert comparisons(("fmt",), "parquet").search('if cfg.fmt == "parquet":')
-    assert comparisons(("turns",), "all").search('if a.turns not in ("all", "last"):')
-    assert not comparisons(("fmt",), "parquet").search("if cfg.fmt == DataFormat.PARQUET:")
+    assert spelled('if cfg.fmt == "parquet":') == [(1, 'fmt == "parquet"', "DataFormat")]
+    assert spelled('\nif a.turns not in ("all", "last"):')[0][:1] == (2,)
+    assert not spelled("if cfg.fmt == DataFormat.PARQUET:")
+    assert not spelled('if kind == "parquet" or fmt == "csv":')  # not a setting, not a value

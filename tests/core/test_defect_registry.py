@@ -4,13 +4,13 @@ left out of a clean copy, with nothing else of inspect changed."""
 
 from __future__ import annotations
 
-import importlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
+from test_export_registry import command_again
 from typer.testing import CliRunner
 
 from genbench import cli
@@ -34,13 +34,11 @@ def many() -> Iterator[Defect]:
     rule = register(Defect("many", "says many", "the answer says `many` twice", turn=says_many))
     yield rule
     del DEFECTS[rule.name], BIT[rule.name]
-    importlib.reload(importlib.import_module("genbench.commands.inspect"))  # its help again
-    cli._register(["inspect"])
+    command_again("inspect")  # its help as it was
 
 
 def test_a_registered_rule_is_found_reported_and_dropped(many: Defect, tmp_path: Path):
-    importlib.reload(importlib.import_module("genbench.commands.inspect"))
-    cli._register(["inspect"])
+    command_again("inspect")
     res = CliRunner().invoke(cli.app, ["inspect", "--help"], terminal_width=1000)
     assert "loops,unclosed,empty,tags,garbled,short,dup,many (or all)" in res.output
     src = tmp_path / "in"

@@ -29,19 +29,24 @@ def made_up_line(s: Sample, meta: RowMeta) -> bytes:
     return orjson.dumps({"sample": s.id, "n": len(s.generated), "model": meta.model}) + b"\n"
 
 
+def command_again(name: str) -> None:
+    """The command's module run again, so its options' help reads the registries as they
+    are now, and the command registered with the app again."""
+    importlib.reload(importlib.import_module(f"genbench.commands.{name}"))
+    cli._register([name])
+
+
 @pytest.fixture
 def made_up() -> Iterator[Format]:
     fmt = register(Format("made-up", "a test's own rows", "Nobody: give it {out}",
                           sample=made_up_line))  # fmt: skip
     yield fmt
     del FORMATS[fmt.name]
-    importlib.reload(importlib.import_module("genbench.commands.export"))  # its help again
-    cli._register(["export"])
+    command_again("export")  # its help as it was
 
 
 def test_a_registered_format_is_in_the_help_and_written(made_up: Format, tmp_path: Path):
-    importlib.reload(importlib.import_module("genbench.commands.export"))
-    cli._register(["export"])
+    command_again("export")
     res = CliRunner().invoke(cli.app, ["export", "--help"], terminal_width=1000)
     assert res.exit_code == 0
     assert "speculators (vllm-project/speculators' rows) or made-up (a test's own rows)." in (

@@ -9,10 +9,11 @@ import typer
 from genbench.commands import common
 from genbench.commands.console import err, out, reading
 from genbench.errors import UsageError
-from genbench.export import FORMATS, Rules, default_out, export_data
-from genbench.export.formats import TOKENS
+from genbench.export import Rules, default_out, export_data
+from genbench.export.formats import choices_help, get
 from genbench.export.render import print_export
 from genbench.export.samples import DEFAULT_MIN_TOKENS
+from genbench.export.specforge import TOKENS
 
 
 def export_cmd(
@@ -24,9 +25,7 @@ def export_cmd(
     fmt: str = typer.Option(
         TOKENS,
         "--format",
-        help="specforge-tokens (SpecForge's pre-tokenized rows: the ids the server generated), "
-        "specforge (its conversations file, re-tokenized by the trainer) or speculators "
-        "(vllm-project/speculators' rows).",
+        help=choices_help(),
     ),
     out_file: Path | None = typer.Option(
         None,
@@ -52,8 +51,7 @@ def export_cmd(
 ) -> None:
     """Write a generated set as one file a drafter trainer reads: SpecForge's token rows or
     conversations, or speculators' rows; cut and short turns left out and counted."""
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    get(fmt)  # one of the formats registered (export/formats.py)
     if min_tokens < 0:
         raise UsageError(f"--min-tokens must be 0 or more, got {min_tokens}")
     target = out_file or default_out(sources[0], fmt)

@@ -23,7 +23,7 @@ from typing import Any
 
 from genbench.errors import ErrorKind, ExitCode
 from genbench.fmt import counted
-from genbench.transport.token_ids import NONE, PARTIAL, row_status
+from genbench.transport.token_ids import NONE, PARTIAL, IdsMode, row_status
 
 # the cause, once: the status is printed before it and the resume hint after it
 MESSAGES = {
@@ -80,10 +80,10 @@ class Unanswered:
         """Count a row whose generated turns (their statuses: `ids`) lack token ids, under
         `--token-ids` auto or on; True when it is not to be kept (`on`, which then stops
         the job: `stopped_by` names the first server that gave none)."""
-        if mode == "off" or row_status(ids) not in (NONE, PARTIAL):
+        if mode == IdsMode.OFF or row_status(ids) not in (NONE, PARTIAL):
             return False
         self.no_ids[server] += 1
-        if mode != "on":
+        if mode != IdsMode.ON:
             return False
         self.stopped_by = self.stopped_by or server
         return True

@@ -11,6 +11,7 @@ from genbench.engines.command import parse_command
 from genbench.engines.supervisor import EngineOptions
 from genbench.errors import UsageError, checked, positive
 from genbench.generate.input.batch import is_batch_file
+from genbench.generate.input.modes import Answers, DataFormat, OnTruncated, ToolPolicy, Turns
 from genbench.generate.input.params import RequestFlags
 from genbench.generate.input.reader import ShardSpec
 from genbench.generate.input.tools import POLICIES
@@ -21,9 +22,9 @@ from genbench.generate.store import changes
 from genbench.transport.endpoint import Endpoint, load_api_key
 from genbench.transport.open_files import fit_descriptors
 from genbench.transport.thinking import parse_dialect, parse_tags
-from genbench.transport.token_ids import MODES
+from genbench.transport.token_ids import MODES, IdsMode
 
-ANSWERS = ("conversations", "batch", "both")
+ANSWERS = tuple(Answers)
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -141,13 +142,13 @@ def _check_flags(a: GenerateArgs) -> None:
         raise UsageError("--retries, --retry-backoff and --drain must be 0 or more")
     _choice("--turns", a.turns, TURNS)
     _choice("--tool-policy", a.tool_policy, POLICIES)
-    _choice("--format", a.fmt, ("jsonl", "parquet"))
-    _choice("--truncated", a.truncated, ("keep", "error"))
+    _choice("--format", a.fmt, (DataFormat.JSONL, DataFormat.PARQUET))
+    _choice("--truncated", a.truncated, tuple(OnTruncated))
     _choice("--answers", a.answers, ANSWERS)
     _choice("--token-ids", a.token_ids, MODES)
     if a.input_changed is not None:
         _choice("--input-changed", a.input_changed, changes.POLICIES)
-    if a.fmt == "parquet":
+    if a.fmt == DataFormat.PARQUET:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
@@ -163,26 +164,26 @@ def _answers_format(
     output lines are a format of their own on disk (a job keeps one); a Batch request line
     is one request, sent as its body has it, so every turn but the last is context and its
     calls and results are history (nothing replayed)."""
-    if answers == "batch" and fmt != "jsonl":
+    if answers == Answers.BATCH and fmt != DataFormat.JSONL:
         raise UsageError("--answers batch writes JSON Lines: leave --format at jsonl")
     if is_batch_file(input):
-        turns, tool_policy = "last", "keep"
-    return ("batch" if answers == "batch" else fmt), turns, tool_policy
+        turns, tool_policy = Turns.LAST, ToolPolicy.KEEP
+    return (DataFormat.BATCH if answers == Answers.BATCH else fmt), turns, tool_policy
 
 
 def _batch_ids(answers: str, token_ids: str) -> str:
     """OpenAI's Batch output shape has no place for token ids: `--answers batch` asks for
     none (auto) or is refused with them required (on); `--answers both` keeps them in the
     conversations, beside batch_output.jsonl."""
-    if answers != "batch":
+    if answers != Answers.BATCH:
         return token_ids
-    if token_ids == "on":
+    if token_ids == IdsMode.ON:
         raise UsageError(
             "--token-ids on: --answers batch writes OpenAI's Batch shape, which keeps no "
             "token ids; use --answers both (the conversations keep them, batch_output.jsonl "
             "beside them)"
         )
-    return "off"
+    return IdsMode.OFF
 
 
 def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,13 +25,14 @@ from genbench.generate.conversation import Conversation
 from genbench.generate.ending import Failures, Unanswered, ending
 from genbench.generate.ending import rows as row_count
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
+from genbench.generate.input.modes import Answers, DataFormat, OnTruncated
 from genbench.generate.input.reader import BadRow, InputScan, iter_rows
 from genbench.generate.input.tool_probe import probe_tools
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.pipeline import Retries, row_load
-from genbench.generate.progress import Progress, RowInfo, ServerState
+from genbench.generate.progress import Progress, ServerState
 from genbench.generate.serve import start_engines
 from genbench.generate.servers import Server, check_token_ids
 from genbench.generate.store import scheme
@@ -44,6 +46,7 @@ from genbench.transport import acceptance
 from genbench.transport.client import Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import ThinkMode, ThinkState
+from genbench.transport.token_ids import IdsMode
 
 
 class Job:
@@ -110,7 +113,7 @@ class Job:
         # one model: a server not up yet speaks the dialect the others showed
         seen = next((r.think_mode() for r in reports if r.ok), None)
         ids_seen = next((r.token_ids for r in reports if r.ok and r.token_ids), None)
-        if cfg.fmt == "batch":  # flags.py asked for none: say so, not "rows keep the ids"
+        if cfg.fmt == DataFormat.BATCH:  # flags.py asked for none: say so, not "rows keep the ids"
             self.listener.note("token ids: not kept (the Batch shape of --answers batch has no "
                                "place for them; --answers both keeps them)")  # fmt: skip
         for spec, rep in zip(cfg.servers, reports, strict=True):
@@ -175,7 +178,7 @@ class Job:
         self.listener.finished(result)  # the caller's listener, and the job's run notes
         # --answers both|batch: the Batch output of every run, interrupted ones included
         if left := write_answers(self.store.layout, self.cfg.answers):
-            what = "output" if self.cfg.answers == "both" else "errors"
+            what = "output" if self.cfg.answers == Answers.BOTH else "errors"
             self.listener.note(f"batch {what}: {left[0]} ({fmt.counted(left[1], 'line')})")
         return result
 
@@ -187,7 +190,7 @@ class Job:
         self._announce(existing, res)
         if not res.todo and not res.bad:
             self.progress = Progress(res.rows + len(res.bad), res.done, res.failed, [])
-            if cfg.fmt == "parquet" and existing.jsonl_shards:
+            if cfg.fmt == DataFormat.PARQUET and existing.jsonl_shards:
                 await self.store.close(convert_all=True)
             why = "every row is already done" if res.rows else "the input has no rows"
             return self._result("nothing_to_do", why, t0)
@@ -352,28 +355,26 @@ class Job:
     # -- where rows go (the pipeline's sink) ----------------------------------------------
 
     def finish(self, conv: Conversation) -> str | None:
-        info = RowInfo(conv.server, conv.tokens, conv.thinking, conv.truncated, conv.estimated,
-                       conv.thinking_from == "tokenizer")  # fmt: skip
+        meta = conv.meta(self.model)
         first = self.unanswered.stopped_by is None
-        mode = "off" if self.cfg.fmt == "batch" else self.cfg.token_ids
+        mode = IdsMode.OFF if self.cfg.fmt == DataFormat.BATCH else self.cfg.token_ids
         if self.unanswered.without_ids(conv.ids, conv.server, mode):  # `on`: not kept
             if first and self.load is not None:  # and the job stops (ending.py)
                 self.listener.note(f"{conv.server} answered without token ids (--token-ids "
                                    "on): stopping; rows without ids are not kept", "red")
                 self.load.stop()
             return self.store.take_shortage()
-        if conv.truncated and self.cfg.on_truncated == "error":
+        if conv.truncated and self.cfg.on_truncated == OnTruncated.ERROR:
             why = "cut by max_tokens (finish_reason length)"
             entry = self._error_entry(conv, ErrorKind.TRUNCATED, why)
             self.failures.add(ErrorKind.TRUNCATED, why)
             entry["conversations"] = conv.out
-            entry["meta"] = conv.meta(self.model)
-            self.store.write_error(conv.row.id, entry, info)
+            entry["meta"] = meta.to_json()
+            self.store.write_error(conv.row.id, entry, meta)
         else:
             fp = row_fingerprint(conv.row, self.recipe)
-            conv.request = to_hex(fp)
-            line = row_bytes(conv, self.model, self.cfg.fmt)
-            self.store.write_row(conv.row.id, line, info, (fp, conv.row.src))
+            line = row_bytes(conv.done(replace(meta, request=to_hex(fp))), self.cfg.fmt)
+            self.store.write_row(conv.row.id, line, meta, (fp, conv.row.src))
             self.unanswered.ran_out += bool(getattr(conv, "ran_out", False))
             self.unanswered.call_cut += bool(getattr(conv, "cut", False))
         self._t_last_done = time.perf_counter()
@@ -382,7 +383,7 @@ class Job:
     def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> str | None:
         entry = self._error_entry(conv, kind, why)
         self.failures.add(kind, why)
-        self.store.write_error(conv.row.id, entry, RowInfo(conv.server, 0, 0))
+        self.store.write_error(conv.row.id, entry)
         return self.store.take_shortage()
 
     def note(self, text: str, style: str = "") -> None:

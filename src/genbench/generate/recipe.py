@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from genbench.generate.input.modes import Turns
 from genbench.generate.input.reader import Row
 from genbench.generate.input.tools import POLICIES, is_agentic
 
-ALL, LAST = TURNS = ("all", "last")  # --turns: every user turn's answer, or the last one
-REPLAY, KEEP = POLICIES  # --tool-policy: an agentic row's calls made again, or kept (agent.py)
+ALL, LAST = TURNS = tuple(Turns)  # --turns
+REPLAY, KEEP = POLICIES  # --tool-policy (agent.py)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest, Client
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.health import answers
-from genbench.transport.token_ids import describe
+from genbench.transport.token_ids import IdsMode, describe
 
 POLL_FIRST, POLL_MAX = 0.25, 5.0  # seconds between a down server's /health polls, doubling
 PROBE_TIMEOUT = 3.0  # for /health to answer
@@ -36,10 +36,10 @@ def check_token_ids(mode: str, reports: list[Any], note: Callable[[str, str], No
     a note each, how it gives ids or why it gives none. `on` refuses, before any request
     and in one line, a server that gives none (exit 10: its answers lack what the job
     needs)."""
-    if mode == "off":
+    if mode == IdsMode.OFF:
         return
     for r in reports:
-        if mode == "on" and r.token_ids is None:
+        if mode == IdsMode.ON and r.token_ids is None:
             raise GenbenchError(
                 f"{r.url}: --token-ids on, but this server gives no token ids "
                 f"({r.token_ids_note or 'it sent none'}); use --token-ids auto to keep the "

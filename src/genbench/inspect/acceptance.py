@@ -20,8 +20,9 @@ from array import array
 from collections import Counter
 from typing import Any
 
+from genbench.rows import RowMeta
 from genbench.stats import acceptance_of, left_out
-from genbench.transport.acceptance import impossible
+from genbench.transport.acceptance import NOT_COUNTS, impossible
 
 
 class AcceptTally:
@@ -37,14 +38,18 @@ class AcceptTally:
 
     def add(self, obj: Any) -> None:
         """One row, as a JSONL line or a Parquet row gives it."""
-        meta = obj.get("meta") if isinstance(obj, dict) else None
-        if not isinstance(meta, dict):
+        raw = obj.get("meta") if isinstance(obj, dict) else None
+        if not isinstance(raw, dict):
             return
-        tokens = meta.get("completion_tokens")
+        m = RowMeta.read(raw)
+        figures = (m.spec_steps, m.spec_accepted, m.spec_drafted)
+        # a figure the row holds that RowMeta read as None is not a count (a string, a list)
+        held = sum(raw.get(k) is not None for k in ("spec_steps", "spec_accepted", "spec_drafted"))
+        garbled = held > sum(v is not None for v in figures)
         self.add_request(
-            meta.get("spec_steps"), meta.get("spec_accepted"), meta.get("group"),
-            tokens if type(tokens) is int else 0, drafted=meta.get("spec_drafted"),
-            dropped=meta.get("spec_dropped"), estimated=meta.get("tokens_estimated") is True,
+            m.spec_steps, m.spec_accepted, m.group, m.completion_tokens or 0,
+            drafted=m.spec_drafted, dropped=NOT_COUNTS if garbled else m.spec_dropped,
+            estimated=m.tokens_estimated is True,
         )  # fmt: skip
 
     def add_request(self, steps: Any, accepted: Any, group: Any, tokens: int, *,

@@ -15,8 +15,9 @@ from genbench import fmt
 from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, checked, positive
 from genbench.generate.input.params import RequestFlags
+from genbench.generate.input.tools import POLICIES
 from genbench.generate.pipeline import Retries
-from genbench.generate.recipe import Recipe
+from genbench.generate.recipe import TURNS, Recipe
 from genbench.plan import rescale
 from genbench.plan.configurations import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
@@ -229,9 +230,9 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
         "timeout", "target_error", "pilot_max_time", "price",
     ):  # fmt: skip
         positive("--" + name.replace("_", "-"), getattr(args, name))
-    if args.turns not in ("all", "last"):
+    if args.turns not in TURNS:
         raise UsageError(f"--turns must be all or last, got {args.turns!r}")
-    if args.tool_policy not in ("replay", "keep"):
+    if args.tool_policy not in POLICIES:
         raise UsageError(f"--tool-policy must be replay or keep, got {args.tool_policy!r}")
     if args.speed_drift < 0:
         raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")

@@ -38,6 +38,8 @@ from typing import Any
 
 import orjson
 
+from genbench.generate.input.modes import ToolPolicy
+
 # ShareGPT `from` values of tool turns: "call" (an assistant turn that calls) or "tool"
 SHAREGPT_TOOL_FROM = {
     "function_call": "call",
@@ -48,7 +50,7 @@ SHAREGPT_TOOL_FROM = {
     "tool_response": "tool",
     "tool": "tool",
 }
-POLICIES = ("replay", "keep")
+POLICIES = tuple(ToolPolicy)
 TOOL_CHOICES = ("auto", "none", "required")
 _CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _RESPONSE_TAG = re.compile(r"^\s*<tool_response>\s*(.*?)\s*</tool_response>\s*$", re.S)

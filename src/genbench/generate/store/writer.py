@@ -51,6 +51,7 @@ import orjson
 from genbench.atomic import fsync_dir, is_temp, move, write_atomic
 from genbench.errors import OutOfDescriptors, OutputError, UsageError, descriptor_advice
 from genbench.generate.fingerprint import LazyFps
+from genbench.generate.input.modes import DataFormat
 from genbench.generate.store import seal as sealed
 from genbench.generate.store.durable import (
     AppendFile,
@@ -393,7 +394,7 @@ class Store:
                 if log is not None:
                     log.write_out(data)
                 for f in closing:  # full: never written again (Parquet: sealed converted)
-                    if f.full and self.fmt != "parquet":
+                    if f.full and self.fmt != DataFormat.PARQUET:
                         sealed.seal(f.path)
 
             try:
@@ -407,7 +408,7 @@ class Store:
             for f in closing:
                 f.close()
                 self._closing.remove(f)
-                if self.fmt == "parquet" and f.full:
+                if self.fmt == DataFormat.PARQUET and f.full:
                     self._convert(f.path)
             self.reserve.refill()
 
@@ -457,7 +458,7 @@ class Store:
             os.close(self._dir_fd)
             self._dir_fd = None
         self.reserve.close()
-        if convert_all and self.fmt == "parquet":
+        if convert_all and self.fmt == DataFormat.PARQUET:
             for p in self.data_files():
                 if p.suffix == ".jsonl":
                     self._convert(p)

@@ -10,6 +10,7 @@ and the ETA are computed from those records (progress.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from datetime import UTC, datetime
@@ -43,6 +44,7 @@ from genbench.records import RequestRecord
 from genbench.transport import acceptance
 from genbench.transport.client import Client, Timeouts
 from genbench.transport.endpoint import Endpoint
+from genbench.transport.eventloop import graceful
 from genbench.transport.thinking import ThinkMode, ThinkState
 
 
@@ -68,6 +70,7 @@ class Job:
         self.model = cfg.model or ""
         self.load: Load | None = None
         self._stops = 0
+        self.stop_signal: int | None = None  # the operator's, when one stopped the job
         self._t_first_send: float | None = None
         self._t_last_done: float | None = None
         self.check: RequestCheck | None = None
@@ -191,7 +194,7 @@ class Job:
                 await self.store.close(convert_all=True)
             why = "every row is already done" if res.rows else "the input has no rows"
             return self._result("nothing_to_do", why, t0)
-        await start_engines(self, handle_signals)
+        await start_engines(self)
         reports = await self._preflight()
         if res.tools is not None:  # agentic rows: a server that refuses tools stops us now
             ep = Endpoint.parse(next(r for r in reports if r.ok).url, cfg.api_key)
@@ -289,12 +292,15 @@ class Job:
             self.engines.watch()
 
     async def _send(self, handle_signals: bool) -> str:
-        """Run the load beside the store's syncer and the progress ticker; the status."""
+        """Run the load beside the store's syncer and the progress ticker; the status. A
+        signal stops sending and drains the rows in flight (a second: at once)."""
+        assert self.load is not None
+        with graceful(self.request_stop) if handle_signals else contextlib.nullcontext():
+            return await self._sending()
+
+    async def _sending(self) -> str:
         assert self.load is not None
         loop = asyncio.get_running_loop()
-        if handle_signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, self.request_stop, sig)
         syncer = loop.create_task(self.store.run_syncer())
         syncer.add_done_callback(self._syncer_ended)  # a full disk stops the job at once
         ticker = loop.create_task(self._ticker())
@@ -319,9 +325,6 @@ class Job:
                 await asyncio.gather(syncer, ticker, return_exceptions=True)
                 for s in self.servers:
                     await s.close()
-                if handle_signals:  # only now: a Ctrl-C during the final fsync is ignored
-                    for sig in (signal.SIGINT, signal.SIGTERM):
-                        loop.remove_signal_handler(sig)
         return status
 
     def _syncer_ended(self, task: asyncio.Task[None]) -> None:
@@ -330,13 +333,14 @@ class Job:
         if not task.cancelled() and task.exception() is not None and self.load is not None:
             self.load.stop(now=True)
 
-    def request_stop(self, sig: int = signal.SIGINT) -> None:
+    def request_stop(self, sig: int = signal.SIGINT, count: int = 1) -> None:
         """Ctrl-C (or SIGTERM): stop sending, let in-flight rows finish for `drain` s.
         Twice: stop now."""
         self._stops += 1
+        self.stop_signal = self.stop_signal or sig
         if self.load is None:
             return
-        if self._stops == 1:
+        if self._stops == 1 and count == 1:
             n = sum(s.in_flight for s in self.servers)
             again = "Ctrl-C again" if sig == signal.SIGINT else "a second SIGTERM"
             if n:
@@ -470,6 +474,7 @@ class Job:
             snapshot=snap,
             failure=self.failures.most_common(),
             unanswered=self.unanswered.to_dict(),
+            signal=self.stop_signal,
             ids_line=self.unanswered.ids_line(p.done if p else 0),
         )
 

@@ -31,8 +31,10 @@ class RunInterrupted(GenbenchError):
 
     exit_code = ExitCode.INTERRUPTED
 
-    def __init__(self, out: Path) -> None:
-        super().__init__(f"partial results saved in {out}")
+    def __init__(self, out: Path, stop: BaseException | None = None) -> None:
+        super().__init__(
+            f"partial results saved in {out}", getattr(stop, "exit_code", ExitCode.INTERRUPTED)
+        )
 
 
 @dataclass
@@ -142,8 +144,8 @@ def _drive(coro: Coroutine[Any, Any, T], listener: RunListener, out: Path) -> T:
     """Run the measurement; on Ctrl-C stop the live display and say where the results are."""
     try:
         return run_async(coro)
-    except (KeyboardInterrupt, asyncio.CancelledError):
+    except (KeyboardInterrupt, asyncio.CancelledError) as e:
         listener.stopped()
-        raise RunInterrupted(out) from None
+        raise RunInterrupted(out, e) from None
     finally:
         listener.stopped()

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import errno
 import multiprocessing
 import os
@@ -67,6 +66,7 @@ from genbench.generate.store.lock import OutputLock
 from genbench.generate.store.readback import index_keys, scan_jsonl_shard
 from genbench.records import RecordWriter, RequestRecord
 from genbench.rows import convert_to_parquet, json_default, parquet_ids
+from genbench.transport.eventloop import wait_event
 
 SCHEMA = "genbench.generate"
 SCHEMA_VERSION = 1
@@ -353,8 +353,7 @@ class Store:
     async def run_syncer(self) -> None:
         """Sync every `sync_interval` seconds, or sooner when many rows wait."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self.sync_interval)
+            await wait_event(self._kick, self.sync_interval)
             self._kick.clear()
             await self.sync()
 

@@ -400,7 +400,7 @@ def test_a_fatal_error_after_the_start_stops_the_engine_and_waits_for_it(tmp_pat
                  "--model", "no-such-model", timeout=120)  # fmt: skip
     assert r.returncode == 8, r.stderr  # the preflight's: the model is not served
     evs = events(out)
-    assert [e["event"] for e in evs] == ["up", "stop"] and not alive(evs[0]["pid"])
+    assert [e["event"] for e in evs] == ["start", "up", "stop"] and not alive(evs[1]["pid"])
 
 
 # -- check --serve, run --serve, plan --from --------------------------------------------------

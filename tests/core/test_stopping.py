@@ -24,9 +24,9 @@ def test_no_module_waits_with_asyncio_wait_for_which_drops_a_cancel_on_311():
     used = []
     for p in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Attribute) and node.attr == "wait_for":
-                if isinstance(node.value, ast.Name) and node.value.id == "asyncio":
-                    used.append(f"{p.relative_to(SRC)}:{node.lineno}")
+            name = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            if name and node.attr == "wait_for" and node.value.id == "asyncio":
+                used.append(f"{p.relative_to(SRC)}:{node.lineno}")
     assert not used, f"use transport.eventloop.wait_event: {used}"
 
 

@@ -1,0 +1,103 @@
+"""The operator's word ends a job, and a secret stays secret (issue #45): real genbench
+processes against the sim on 127.0.0.1, as an `--url` server or a `--serve` engine.
+
+Every wait is on an event (a line in a log, a file, a process gone), with a deadline far
+above what it takes on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from conftest import genbench
+
+from genbench.engines.process import group_members
+
+PY = shlex.quote(sys.executable)
+SIM = f"{PY} -m genbench sim --port {{port}} --tps 400 --ttft-ms 2 --output-len fixed:8"
+DRAIN = 2.0  # the jobs' --drain: a stop must end them within it and a few seconds
+
+
+def wait_for(what: str, cond: Callable[[], Any], timeout: float = 90.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if got := cond():
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"gave up waiting for {what} after {timeout:g} s")
+
+
+def write_prompts(path: Path, n: int) -> Path:
+    path.write_text("".join(json.dumps({"id": f"r{i}", "messages": [{"role": "user",
+                    "content": f"question {i}"}]}) + "\n" for i in range(n)))  # fmt: skip
+    return path
+
+
+def events(out: Path) -> list[dict[str, Any]]:
+    p = out / ".genbench" / "engines.jsonl"
+    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+
+def start(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    log = open(tmp / "genbench.log", "wb")  # noqa: SIM115 - the child holds it
+    argv = [sys.executable, "-m", "genbench", *args]
+    env = {**os.environ, **(env or {})}
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def said(tmp: Path) -> str:
+    return (tmp / "genbench.log").read_text(errors="replace")
+
+
+def ended_within(proc: subprocess.Popen[bytes], seconds: float) -> int:
+    """The exit status of a process that must end within `seconds` (killed if not)."""
+    try:
+        return proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"still running {seconds:g} s after the signal") from None
+
+
+def lock_free(out: Path) -> bool:
+    """No process holds the output directory's lock (a second job could take it)."""
+    with open(out / ".genbench" / "lock", "rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return True
+
+
+def groups_empty(out: Path) -> bool:
+    """Every engine the job started (each in its own process group) is gone, children too."""
+    pgids = {e["pgid"] for e in events(out) if e.get("pgid")}
+    return bool(pgids) and not any(group_members(g) for g in pgids)
+
+
+# -- 5: every engine event is a line, the failed first start included -----------------------
+
+
+def test_a_failed_first_start_is_a_line_of_engines_jsonl_and_report_draws_it(tmp_path):
+    inp, out = write_prompts(tmp_path / "in.jsonl", 3), tmp_path / "out"
+    engine = "sh -c 'echo loading the model; exit 3' --port {port}"
+    r = genbench("generate", "-i", str(inp), "-o", str(out), "--serve", engine, timeout=60)
+    assert r.returncode == 13, r.stderr
+    evs = events(out)
+    assert [e["event"] for e in evs] == ["start", "start_failed"], evs
+    assert evs[1]["code"] == 3 and "exited with status 3" in evs[1]["line"]
+    r = genbench("report", str(out), "-o", str(tmp_path / "r.html"), timeout=60)
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "exited with status 3; its last line: loading the model" in page

@@ -12,6 +12,7 @@ import typer
 
 from genbench import __version__
 from genbench.errors import ExitCode, GenbenchError
+from genbench.redact import redact
 from genbench.transport.eventloop import Interrupted
 
 app = typer.Typer(
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         rc = app(args=argv, standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
     except GenbenchError as e:
-        typer.echo(f"genbench: error: {e}", err=True)
+        typer.echo(f"genbench: error: {redact(str(e))}", err=True)
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)

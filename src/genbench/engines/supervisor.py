@@ -42,8 +42,8 @@ from genbench.engines.start import (
     wait_healthy,
 )
 from genbench.errors import EngineFailed
+from genbench.redact import redact, redact_doc
 from genbench.transport.client import ConnectionPool
-from genbench.transport.endpoint import Endpoint
 from genbench.transport.health import answers
 
 POLL_S = 0.25
@@ -115,7 +115,7 @@ class Supervisor:
                "pid": e.proc.pid if started else None,
                "pgid": e.proc.pgid if started else None, **more}  # fmt: skip
         with contextlib.suppress(OSError), open(self.events, "ab") as f:
-            f.write(orjson.dumps(doc) + b"\n")
+            f.write(orjson.dumps(redact_doc(doc)) + b"\n")
 
     async def start(self, model: str | None = None) -> None:
         """Every engine started and healthy, or EngineFailed with all of them stopped. Each
@@ -184,7 +184,7 @@ class Supervisor:
 
     async def _until_down(self, e: Engine, pool: ConnectionPool) -> bool:
         """Wait until the engine dies or hangs; record it, tell the job; True to restart."""
-        ep, last_ok, next_probe = Endpoint.parse(e.cmd.url), time.monotonic(), 0.0
+        ep, last_ok, next_probe = e.cmd.endpoint, time.monotonic(), 0.0
         while True:
             await asyncio.sleep(POLL_S)
             proc = e.proc
@@ -215,7 +215,7 @@ class Supervisor:
         not since it was stopped), else now."""
         now = time.monotonic()
         start = now if since is None else min(since, now)
-        e.up, e.last_death = False, death.line
+        e.up, e.last_death = False, redact(death.line)  # the panel and /metrics show it
         e.downs.append([start, None, death.cause])
         more = {} if since is None else {"since": round(time.time() - (now - start), 3)}
         self.event(e, "down", cause=death.cause, line=death.line, code=death.code, **more)

@@ -65,6 +65,7 @@ from genbench.generate.store.layout import SCHEME_FILE, SCHEME_LOCK, Layout, is_
 from genbench.generate.store.lock import OutputLock
 from genbench.generate.store.readback import index_keys, scan_jsonl_shard
 from genbench.records import RecordWriter, RequestRecord
+from genbench.redact import redact_doc
 from genbench.rows import convert_to_parquet, json_default, parquet_ids
 from genbench.transport.eventloop import wait_event
 
@@ -239,7 +240,7 @@ class Store:
         doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **job}
         if existing.job and existing.job.get("created"):
             doc["created"] = existing.job["created"]
-        write_atomic(self.job_path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        write_atomic(self.job_path, orjson.dumps(redact_doc(doc), option=orjson.OPT_INDENT_2))
         fsync_dir(self.out)
         self._dir_fd = os.open(self.out, os.O_RDONLY)  # held: a sync opens no descriptor
         self.reserve = Reserve(3)  # a new shard and the errors file, at the descriptor limit

@@ -12,9 +12,11 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -101,3 +103,48 @@ def test_a_failed_first_start_is_a_line_of_engines_jsonl_and_report_draws_it(tmp
     assert r.returncode == 0, r.stderr
     page = (tmp_path / "r.html").read_text()
     assert "exited with status 3; its last line: loading the model" in page
+
+
+# -- 3, 4: the engine gets the job's key; no planted secret is written or printed ----------
+
+ENV_KEY, WORD, FLAG = "sk-envkey-PLANTED1", "hf_word_PLANTED2", "sk-flag-PLANTED3"
+
+
+def test_three_planted_secrets_reach_the_engine_and_appear_in_no_file_line_or_metric(tmp_path):
+    """The job's key in OPENAI_API_KEY (which the engine asks for: the sim's --api-key-env),
+    a `HF_TOKEN=` word and an `--api-key` flag in --serve. The engine prints its arguments
+    and the key it got (as vLLM prints its arguments at start-up)."""
+    inp, out = write_prompts(tmp_path / "in.jsonl", 400), tmp_path / "out"
+    shown = 'echo "args: $*; key: $OPENAI_API_KEY; hf: $HF_TOKEN"'
+    engine = (f"HF_TOKEN={WORD} sh -c '{shown}; exec {SIM} --tps 40 --api-key-env "
+              f"OPENAI_API_KEY' {{port}} --api-key {FLAG}").replace("{port} --tps", "$0 --tps")
+    port = free_port()
+    proc = start(tmp_path, "generate", "-i", str(inp), "-o", str(out), "--serve", engine,
+                 "--metrics-port", str(port), "--drain", str(DRAIN), "-c", "4",
+                 env={"OPENAI_API_KEY": ENV_KEY})  # fmt: skip
+    try:
+        reqs = out / ".genbench" / "requests.jsonl"
+        wait_for("requests answered", lambda: reqs.exists() and reqs.read_bytes().count(b"\n") > 8)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        proc.send_signal(signal.SIGTERM)
+        assert ended_within(proc, DRAIN + 15) == 143
+    finally:
+        proc.kill()
+        proc.wait()
+    r = genbench("report", str(out), "-o", str(out / "report.html"), timeout=60)
+    assert r.returncode == 0, r.stderr
+    log = (out / ".genbench" / "engines" / "engine-1.log").read_text()
+    assert "args: --api-key ***; key: ***; hf: ***" in log  # it got them; we wrote ***
+    assert "genbench_engine_up" in metrics
+    texts = {"console": said(tmp_path) + r.stdout + r.stderr, "/metrics": metrics}
+    texts |= {str(p): p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()}
+    leaks = [(where, s) for where, t in texts.items() for s in (ENV_KEY, WORD, FLAG) if s in t]
+    assert not leaks, leaks
+    assert "HF_TOKEN=*** sh -c" in said(tmp_path)  # the command is shown, its secret not
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

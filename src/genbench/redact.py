@@ -57,11 +57,11 @@ def redact(text: str) -> str:
 
 
 def _masked_assign(m: re.Match[str]) -> str:
-    return f"{m[1]}={MASK}" if secret_name(m[1]) and m[2] != MASK else m[0]
+    return f"{m[1]}={MASK}" if secret_name(m[1]) and not m[2].startswith(MASK) else m[0]
 
 
 def _masked_flag(m: re.Match[str]) -> str:
-    return f"{m[1]}{m[2]}{MASK}" if secret_name(m[1]) and m[3] != MASK else m[0]
+    return f"{m[1]}{m[2]}{MASK}" if secret_name(m[1]) and not m[3].startswith(MASK) else m[0]
 
 
 def redact_bytes(data: bytes) -> bytes:

@@ -82,6 +82,7 @@ class Engine:
     downs: list[list[Any]] = field(default_factory=list)  # [down at, up at | None, cause]
     first_up: float | None = None
     last_death: str = ""
+    gave_up: bool = False  # out of restarts (--engine-restarts): it will not come back
 
     def down_s(self, since: float, now: float) -> float:
         """Seconds down within [since, now] (monotonic)."""
@@ -101,8 +102,10 @@ class Supervisor:
         note: Callable[[str, str], None] = lambda text, style: None,
         on_down: Callable[[str, str], None] = lambda url, line: None,
         on_wait: Waiting | None = None,
+        on_gave_up: Callable[[], None] = lambda: None,
     ) -> None:
         self.cmds, self.opts, self.note, self.on_down = list(cmds), opts, note, on_down
+        self.on_gave_up = on_gave_up
         self.on_wait = on_wait
         self.log_dir, self.events = log_dir, events  # the output directory's layout names them
         self.engines: list[Engine] = []
@@ -244,10 +247,19 @@ class Supervisor:
             self.note(f"{e.name} is healthy again after {fmt.duration(loading)} (restart "
                       f"{e.restarts}, pid {e.proc.pid})", "green")  # fmt: skip
             return True
-        self.event(e, "gave_up", restarts=e.restarts)
+        e.gave_up = True
+        self.event(e, "gave_up", restarts=e.restarts, line=e.last_death)
         self.note(f"{e.name}: not restarted again ({e.restarts} restarts, --engine-restarts)",
                   "red")  # fmt: skip
+        self.on_gave_up()
         return False
+
+    def all_gave_up(self) -> str | None:
+        """Every engine out of restarts: one line naming each one's last death; else None."""
+        if not self.engines or not all(e.gave_up for e in self.engines):
+            return None
+        deaths = "; ".join(e.last_death or f"{e.name}: no death recorded" for e in self.engines)
+        return f"every engine is out of restarts (--engine-restarts): {deaths}"
 
     def close(self, why: str = "end") -> None:
         """Stop every engine and wait for it (SIGTERM, SIGKILL after the grace); logged."""

@@ -134,6 +134,8 @@ METRICS = (
            lambda s, _: s.eta_hi_s),
     Metric("genbench_all_servers_down_seconds", G, "Seconds every server has been down.",
            lambda s, _: s.all_down_s),
+    Metric("genbench_no_server", G, "1 while no server is up: nothing can run, and the ETA "
+           "families are absent.", lambda s, _: s.eta_note is not None),
     Metric("genbench_plan_seconds", G, "The plan's forecast of this run's wall time.",
            lambda s, _: (s.plan or {}).get("seconds")),
     Metric("genbench_plan_low_seconds", G, "Low end of the plan's 95% bar.",

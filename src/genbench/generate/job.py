@@ -71,6 +71,7 @@ class Job:
         self.load: Load | None = None
         self._stops = 0
         self.stop_signal: int | None = None  # the operator's, when one stopped the job
+        self.no_server: str | None = None  # why nothing can run any more (engines given up)
         self._t_first_send: float | None = None
         self._t_last_done: float | None = None
         self.check: RequestCheck | None = None
@@ -141,6 +142,19 @@ class Job:
             if s.name == url:
                 s.mark_down(line)
 
+    def engines_gave_up(self) -> None:
+        """An engine is out of restarts. When every one is, and the job has no other server
+        (a --url server may come back; an engine given up will not), nothing can run: the
+        job ends now, not after --down-timeout."""
+        line = self.engines.all_gave_up() if self.engines is not None else None
+        engine_urls = {c.url for c in self.cfg.engines}
+        if line is None or any(s.name not in engine_urls for s in self.servers):
+            return
+        self.no_server = line
+        self.listener.note(f"{line}: stopping, nothing can run", "red")
+        if self.load is not None:
+            self.load.stop(now=True)
+
     def _server_changed(self, server: Server, what: str) -> None:
         poll = "polling its /health" + (" and a tiny request" if server.router else "")
         if server.up:
@@ -206,6 +220,8 @@ class Job:
             status, self.failures, done, res.failed, res.left, res.rows, cfg.down_timeout,
             self.unanswered,
         )  # fmt: skip
+        if status == "engines_gone" and self.no_server:
+            message = self.no_server  # each engine's last death, in the one line
         result = self._result(status, message, t0)
         if self.engines is not None:  # in the end block, beside the tokens it explains
             result.engines_line = self.engines.summary() or ""
@@ -309,7 +325,9 @@ class Job:
             await self.load.run()
             if syncer.done() and not syncer.cancelled() and syncer.exception() is not None:
                 raise syncer.exception()  # type: ignore[misc]
-            if self.load.stopped.is_set() or not self.load.queue.complete:
+            if self.no_server is not None and not self.load.queue.complete:
+                status = "engines_gone"
+            elif self.load.stopped.is_set() or not self.load.queue.complete:
                 status = "interrupted"
         except ServerDown:
             self.listener.note(

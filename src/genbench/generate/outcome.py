@@ -64,5 +64,6 @@ class JobResult:
         if self.status == "interrupted" and self.signal is not None:
             return 128 + self.signal  # the shell's: 130 SIGINT, 143 SIGTERM
         codes = {"interrupted": ExitCode.INTERRUPTED, "servers_down": ExitCode.REFUSED,
+                 "engines_gone": ExitCode.ENGINES_GONE,
                  "no_token_ids": ExitCode.BAD_RESPONSE}  # fmt: skip
         return codes.get(self.status, ExitCode.OK)

@@ -33,7 +33,7 @@ async def start_engines(job: Any) -> None:
 
     job.engines = Supervisor(cfg.engines, cfg.engine, lay.engine_events, lay.engine_logs,
                              note=job.listener.note, on_down=job.engine_down,
-                             on_wait=loading)  # fmt: skip
+                             on_wait=loading, on_gave_up=job.engines_gave_up)  # fmt: skip
     try:
         await job.engines.start(cfg.model)
     except asyncio.CancelledError:

@@ -24,9 +24,11 @@ from typing import Any
 from conftest import genbench
 
 from genbench.engines.process import group_members
+from genbench.sim.process import SimProcess
 
 PY = shlex.quote(sys.executable)
-SIM = f"{PY} -m genbench sim --port {{port}} --tps 400 --ttft-ms 2 --output-len fixed:8"
+SIM_ARGS = ("--tps", "400", "--ttft-ms", "2", "--output-len", "fixed:8")
+SIM = f"{PY} -m genbench sim --port {{port}} " + " ".join(SIM_ARGS)
 DRAIN = 2.0  # the jobs' --drain: a stop must end them within it and a few seconds
 
 
@@ -148,3 +150,130 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# -- 1: SIGTERM and SIGINT end a job in every state -----------------------------------------
+
+
+class Case:
+    """One job, stopped in one state: `ready` says it is there, `sigs` are then sent (the
+    second once the first was heard), and it must end with `code` within DRAIN + 5 s."""
+
+    def __init__(self, name: str, tmp: Path, args: list[str], ready: Callable[[Case], Any],
+                 sigs: tuple[int, ...] = (signal.SIGTERM,), rows: int = 400) -> None:  # fmt: skip
+        self.name, self.tmp, self.ready, self.sigs = name, tmp / name, ready, sigs
+        self.tmp.mkdir()
+        self.out = self.tmp / "out"
+        inp = write_prompts(self.tmp / "in.jsonl", rows)
+        self.proc = start(self.tmp, "generate", "-i", str(inp), "-o", str(self.out), "-c", "4",
+                          "--drain", str(DRAIN), *args)  # fmt: skip
+        self.code = 128 + sigs[0]
+
+    def log_has(self, text: str, times: int = 1) -> bool:
+        return said(self.tmp).count(text) >= times
+
+    def stop(self) -> int:
+        there = lambda: self.ready(self) or self.proc.poll() is not None  # noqa: E731
+        wait_for(f"{self.name}: its state", there)
+        assert self.proc.poll() is None, f"{self.name} ended by itself: {said(self.tmp)}"
+        self.proc.send_signal(self.sigs[0])
+        if len(self.sigs) > 1:  # the second once the first was heard: stop now, not drain
+            wait_for(f"{self.name}: the first heard", lambda: self.log_has("stopping: waiting"))
+            self.proc.send_signal(self.sigs[1])
+        return ended_within(self.proc, DRAIN + 5)
+
+
+def test_sigterm_and_sigint_end_a_job_in_every_state_engines_stopped_lock_released(tmp_path):
+    dying = f"{SIM} --fault die:after=12"
+    with SimProcess(*SIM_ARGS, "--fault", "die:after=12") as gone, \
+            SimProcess(*SIM_ARGS, "--tps", "4", "--output-len", "fixed:4000") as slow, \
+            socket.socket() as deaf:  # fmt: skip
+        deaf.bind(("127.0.0.1", 0))
+        deaf.listen(8)  # the kernel accepts; nothing ever answers
+        deaf.setblocking(False)
+        deaf_url = f"http://127.0.0.1:{deaf.getsockname()[1]}/v1"
+        held: list[socket.socket] = []
+        marker = tmp_path / "started-once"
+        flapping = (f"sh -c 'if [ -e {marker} ]; then exec {SIM} --fault unhealthy; else touch "
+                    f"{marker}; exec {dying}; fi'").replace("{port}", "$0") + " {port}"
+        cases = [
+            Case("all_down", tmp_path, ["--url", gone.url],
+                 lambda c: c.log_has("is down (")),
+            Case("backoff", tmp_path, ["--serve", dying, "--engine-backoff", "600"],
+                 lambda c: c.log_has("restarting in")),
+            Case("restarting", tmp_path, ["--serve", flapping, "--engine-backoff", "0.1"],
+                 lambda c: [e for e in events(c.out) if e.get("restart") == 1],
+                 (signal.SIGINT,)),
+            Case("gave_up", tmp_path, ["--serve", dying, "--engine-restarts", "0", "--url",
+                                       f"http://127.0.0.1:{free_port()}/v1"],
+                 lambda c: c.log_has("not restarted again")),
+            Case("preflight", tmp_path, ["--url", deaf_url, "--timeout", "300"],
+                 lambda c: accepted(deaf, held)),
+            Case("second", tmp_path, ["--url", slow.url, "--drain", "60"],
+                 lambda c: (c.out / ".genbench" / "requests.jsonl").exists(),
+                 (signal.SIGTERM, signal.SIGTERM)),
+        ]  # fmt: skip
+        try:
+            ended = {c.name: c.stop() for c in cases}
+        finally:
+            for c in cases:
+                c.proc.kill()
+                c.proc.wait()
+            for conn in held:
+                conn.close()
+    assert ended == {c.name: c.code for c in cases}, {c.name: said(c.tmp) for c in cases}
+    for c in cases:
+        assert lock_free(c.out), c.name
+        if events(c.out):
+            assert groups_empty(c.out), (c.name, events(c.out))
+            assert events(c.out)[-1]["event"] in ("stop", "gave_up", "down"), c.name
+    assert "gives up after" not in said(tmp_path / "second")
+
+
+def accepted(server: socket.socket, held: list[socket.socket]) -> bool:
+    """A client connected (the job's preflight is waiting on an answer that never comes)."""
+    try:
+        held.append(server.accept()[0])
+    except BlockingIOError:
+        return bool(held)
+    return True
+
+
+def test_sigterm_ends_the_plans_pilot_and_run_serve_and_takes_the_engine(tmp_path):
+    inp = write_prompts(tmp_path / "in.jsonl", 40)
+    slow = ("--tps", "4", "--output-len", "fixed:4000")
+    with SimProcess(*SIM_ARGS, *slow) as sim:
+        plan = start(_dir(tmp_path, "plan"), "plan", "--prompts", str(inp), "--url", sim.url,
+                     "--pilot", "20", "-c", "4", "-o", str(tmp_path / "pilot"))  # fmt: skip
+        run = start(_dir(tmp_path, "run"), "run", "--serve", f"{SIM} {' '.join(slow)}", "-o",
+                    str(tmp_path / "runs"), "--skip", "warmup")  # fmt: skip
+        try:
+            wait_for("the pilot sending", lambda: list((tmp_path / "pilot").rglob("*.jsonl")))
+            plan.send_signal(signal.SIGTERM)
+            assert ended_within(plan, 10) == 143
+            log = tmp_path / "runs" / "engine-1.log"
+            wait_for("the run's engine serving", lambda: log.exists() and b"listening" in
+                     log.read_bytes() and children(run.pid))  # fmt: skip
+            keeper = children(run.pid)[0]  # the engine's process group
+            wait_for("the run measuring", lambda: (tmp_path / "runs" / "result.json").exists())
+            run.send_signal(signal.SIGTERM)
+            assert ended_within(run, 15) == 143
+        finally:
+            for p in (plan, run):
+                p.kill()
+                p.wait()
+    assert not group_members(keeper)
+    assert "interrupted" in said(tmp_path / "plan") and "interrupted" in said(tmp_path / "run")
+
+
+def _dir(tmp: Path, name: str) -> Path:
+    (tmp / name).mkdir()
+    return tmp / name
+
+
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []

@@ -75,7 +75,10 @@ def ended_within(proc: subprocess.Popen[bytes], seconds: float) -> int:
 
 def lock_free(out: Path) -> bool:
     """No process holds the output directory's lock (a second job could take it)."""
-    with open(out / ".genbench" / "lock", "rb") as f:
+    lock = out / ".genbench" / "lock"
+    if not lock.exists():
+        return True
+    with open(lock, "rb") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -196,7 +199,9 @@ def test_sigterm_and_sigint_end_a_job_in_every_state_engines_stopped_lock_releas
         marker = tmp_path / "started-once"
         flapping = (f"sh -c 'if [ -e {marker} ]; then exec {SIM} --fault unhealthy; else touch "
                     f"{marker}; exec {dying}; fi'").replace("{port}", "$0") + " {port}"
-        cases = [
+        cases = [  # the preflight first: its /health wait is bounded (5 s), the others' not
+            Case("preflight", tmp_path, ["--url", deaf_url, "--timeout", "300"],
+                 lambda c: accepted(deaf, held)),
             Case("all_down", tmp_path, ["--url", gone.url],
                  lambda c: c.log_has("is down (")),
             Case("backoff", tmp_path, ["--serve", dying, "--engine-backoff", "600"],
@@ -207,8 +212,6 @@ def test_sigterm_and_sigint_end_a_job_in_every_state_engines_stopped_lock_releas
             Case("gave_up", tmp_path, ["--serve", dying, "--engine-restarts", "0", "--url",
                                        f"http://127.0.0.1:{free_port()}/v1"],
                  lambda c: c.log_has("not restarted again")),
-            Case("preflight", tmp_path, ["--url", deaf_url, "--timeout", "300"],
-                 lambda c: accepted(deaf, held)),
             Case("second", tmp_path, ["--url", slow.url, "--drain", "60"],
                  lambda c: (c.out / ".genbench" / "requests.jsonl").exists(),
                  (signal.SIGTERM, signal.SIGTERM)),

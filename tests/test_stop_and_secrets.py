@@ -280,3 +280,21 @@ def children(pid: int) -> list[int]:
             return [int(x) for x in f.read().split()]
     except OSError:
         return []
+
+
+# -- 2: a job that can make no progress ends; no ETA while nothing can run ----------------
+
+
+def test_every_engine_out_of_restarts_ends_the_job_at_once_naming_each_death(tmp_path):
+    inp, out = write_prompts(tmp_path / "in.jsonl", 400), tmp_path / "out"
+    r = genbench("generate", "-i", str(inp), "-o", str(out), "-c", "4", "--serve",
+                 f"{SIM} --fault die:after=12", "--engine-restarts", "0", "--progress-every",
+                 "0.1", timeout=120)  # fmt: skip
+    assert r.returncode == 14, r.stdout + r.stderr
+    end = [ln for ln in r.stdout.splitlines() if ln.startswith("stopped, no server left")]
+    assert len(end) == 1 and "every engine is out of restarts (--engine-restarts): engine 1 " \
+        "(pid " in end[0] and "exited with status" in end[0], r.stdout  # fmt: skip
+    lines = [json.loads(x) for x in r.stderr.splitlines() if x.startswith('{"event":"progress"')]
+    down = [p for p in lines if p["all_down_s"] is not None]
+    assert down and all(p["eta_s"] is None and p["eta_note"] == "no server" for p in down)
+    assert [e["event"] for e in events(out)][-1] == "gave_up"

@@ -93,3 +93,30 @@ def test_a_signal_with_no_stop_registered_cancels_at_once_and_finally_blocks_run
         run_async(command())
     assert ran == ["finally"] and e.value.exit_code == 130
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+
+def test_no_eta_while_no_server_is_up_and_metrics_say_no_server():
+    """Rows ended at a steady rate give an ETA; with every server down nothing can run, and
+    the snapshot says "no server" instead of holding a number (it said eta_s 2.0 with 352
+    rows left)."""
+    from prometheus_client import generate_latest
+
+    from genbench.generate.exporter import MetricsExporter
+    from genbench.generate.progress import Progress, ServerState
+    from genbench.records import RequestRecord
+
+    now = [0.0]
+    p = Progress(100, 0, 0, ["s"], clock=lambda: now[0])
+    for i in range(40):
+        now[0] = 1.0 + i
+        p.on_record(RequestRecord(f"r{i}", server="s", t_send=now[0] - 0.5, t_end=now[0],
+                                  completion_tokens=10, extra={"outcome": "done"}))  # fmt: skip
+        p.on_durable("row", [(f"r{i}", None)])
+    up = p.snapshot([ServerState("s")])
+    down = p.snapshot([ServerState("s", "down", 5.0)])
+    assert up.eta_s is not None and up.eta_note is None
+    assert down.eta_s is None and down.eta_lo_s is None and down.eta_note == "no server"
+    e = MetricsExporter()
+    e.tick(down)
+    text = generate_latest(e.registry).decode()
+    assert "genbench_no_server 1.0" in text and "genbench_eta_seconds" not in text

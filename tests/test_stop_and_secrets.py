@@ -121,8 +121,10 @@ def test_three_planted_secrets_reach_the_engine_and_appear_in_no_file_line_or_me
     and the key it got (as vLLM prints its arguments at start-up)."""
     inp, out = write_prompts(tmp_path / "in.jsonl", 400), tmp_path / "out"
     shown = 'echo "args: $*; key: $OPENAI_API_KEY; hf: $HF_TOKEN"'
-    engine = (f"HF_TOKEN={WORD} sh -c '{shown}; exec {SIM} --tps 40 --api-key-env "
-              f"OPENAI_API_KEY' {{port}} --api-key {FLAG}").replace("{port} --tps", "$0 --tps")
+    engine = (
+        f"HF_TOKEN={WORD} sh -c '{shown}; exec {SIM} --tps 40 --api-key-env "
+        f"OPENAI_API_KEY' {{port}} --api-key {FLAG}"
+    ).replace("{port} --tps", "$0 --tps")
     port = free_port()
     proc = start(tmp_path, "generate", "-i", str(inp), "-o", str(out), "--serve", engine,
                  "--metrics-port", str(port), "--drain", str(DRAIN), "-c", "4",
@@ -197,8 +199,10 @@ def test_sigterm_and_sigint_end_a_job_in_every_state_engines_stopped_lock_releas
         deaf_url = f"http://127.0.0.1:{deaf.getsockname()[1]}/v1"
         held: list[socket.socket] = []
         marker = tmp_path / "started-once"
-        flapping = (f"sh -c 'if [ -e {marker} ]; then exec {SIM} --fault unhealthy; else touch "
-                    f"{marker}; exec {dying}; fi'").replace("{port}", "$0") + " {port}"
+        flapping = (
+            f"sh -c 'if [ -e {marker} ]; then exec {SIM} --fault unhealthy; else touch "
+            f"{marker}; exec {dying}; fi'"
+        ).replace("{port}", "$0") + " {port}"
         cases = [  # the preflight first: its /health wait is bounded (5 s), the others' not
             Case("preflight", tmp_path, ["--url", deaf_url, "--timeout", "300"],
                  lambda c: accepted(deaf, held)),
@@ -298,3 +302,13 @@ def test_every_engine_out_of_restarts_ends_the_job_at_once_naming_each_death(tmp
     down = [p for p in lines if p["all_down_s"] is not None]
     assert down and all(p["eta_s"] is None and p["eta_note"] == "no server" for p in down)
     assert [e["event"] for e in events(out)][-1] == "gave_up"
+
+
+def test_an_engine_refusing_the_jobs_key_is_named_at_once_with_both_settings(tmp_path):
+    engine = f"SIMKEY=sk-engine-PLANTED4 {SIM} --api-key-env SIMKEY"
+    r = genbench("check", "--serve", engine, env={"OPENAI_API_KEY": ENV_KEY}, timeout=60)
+    assert r.returncode == 6, r.stdout + r.stderr  # the key's code, not 13 after a long wait
+    line = r.stderr.strip().splitlines()[-1]
+    assert "refused genbench's API key" in line and "$OPENAI_API_KEY (--api-key-env)" in line
+    assert "SIMKEY (its environment), --api-key-env SIMKEY" in line, line
+    assert "PLANTED" not in r.stdout + r.stderr

@@ -94,11 +94,17 @@ def _cancelled_stays_cancelled() -> None:
 def refused(eng: EngineProcess, diagnosis: str) -> str:
     """The line for an engine that answers 401: the job's key setting and the engine's."""
     cmd = eng.cmd
-    sent = f"genbench sent the key from {cmd.key_from}" if cmd.api_key else (
-        f"genbench sent no key ({cmd.key_from or '--api-key-env'} is unset or empty)")
+    sent = (
+        f"genbench sent the key from {cmd.key_from}"
+        if cmd.api_key
+        else (f"genbench sent no key ({cmd.key_from or '--api-key-env'} is unset or empty)")
+    )
     own = secrets_in(cmd.argv, cmd.env)[1]
-    theirs = f"the engine's own is set by {', '.join(own)} in --serve" if own else \
-        "the engine's command sets no key genbench can see"
+    theirs = (
+        f"the engine's own is set by {', '.join(own)} in --serve"
+        if own
+        else "the engine's command sets no key genbench can see"
+    )
     return (f"{eng.name} (pid {eng.pid}) refused genbench's API key: {diagnosis}; {sent}, "
             f"and {theirs}: give both the same key; stopped it")  # fmt: skip
 

@@ -144,7 +144,9 @@ def _engines_only(path: Path, tag: str | None) -> str:
         what = ev["event"].replace("_", " ")
         rows.append([when, escape(ev["engine"]), escape(what),
                      escape(str(ev.get("line") or ev.get("command") or ""))])  # fmt: skip
-    return (f"<h2>Generate job: {escape(label(path, tag))}</h2><p class='lead'>Nothing was "
-            "sent: the engines genbench started (--serve) never became healthy. Their events, "
-            "from the engines' log:</p><h3>Engines</h3>"
-            + table_of(["when", "engine", "event", "line"], rows, range(4)))
+    return (
+        f"<h2>Generate job: {escape(label(path, tag))}</h2><p class='lead'>Nothing was "
+        "sent: the engines genbench started (--serve) never became healthy. Their events, "
+        "from the engines' log:</p><h3>Engines</h3>"
+        + table_of(["when", "engine", "event", "line"], rows, range(4))
+    )

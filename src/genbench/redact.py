@@ -2,8 +2,9 @@
 
 What is a secret: the value of a `NAME=value` word whose name says key, token, secret or
 password (`HF_TOKEN=hf_...`, `SIMKEY=sk-...`); the value of a flag so named (`--api-key
-sk-...`, `--hf-token=...`; not `--api-key-env NAME` or `--api-key-file PATH`, which name
-where a secret is, nor `--max-tokens`); and every value `register`ed: the job's API key,
+sk-...`, `--hf-token=...`; the name's last word says it: not `--api-key-env NAME` or
+`--api-key-file PATH`, which name where a secret is, nor `--token-ids`, `--max-tokens` or
+`--bytes-per-token`); and every value `register`ed: the job's API key,
 and the secrets found in an engine's command line, wherever they appear later (an engine
 printing its arguments at start-up, an error echoing a header). Each becomes `***`.
 
@@ -20,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 MASK = "***"
-MIN_LEN = 4  # a registered value shorter than this is too common a string to replace
+MIN_LEN = 8  # shorter: a placeholder (vLLM's EMPTY, "none"), too common a string to replace
 _WORDS = ("key", "token", "secret", "password", "passwd")
 # a flag naming where a secret is, not the secret: its value is kept
 _WHERE = ("env", "file", "path", "dir", "name", "var")
@@ -33,9 +34,9 @@ _known: set[str] = set()
 def secret_name(name: str) -> bool:
     """Does `name` (an environment variable or a flag) say it holds a secret?"""
     parts = [p for p in re.split(r"[-_]+", name.lower()) if p]
-    if not parts or parts[-1] in _WHERE:
+    if not parts or parts[-1] in _WHERE or parts[-2:-1] == ["per"]:  # --bytes-per-token: a rate
         return False
-    return any(p.endswith(w) for p in parts for w in _WORDS)
+    return parts[-1].endswith(_WORDS)  # the name's last word: not --token-ids, --max-tokens
 
 
 def register(*values: str | None) -> None:

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.core
         # where a secret is, and words that only look like one, are kept
         ("sim --api-key-env OPENAI_API_KEY --api-key-file /k", None),
         ("vllm --max-tokens 16 --tokenizer t TOKENIZERS_PARALLELISM=false", None),
+        ("--token-ids was auto, now off; --bytes-per-token 2048 --tokens-per-sample 9", None),
         ("a flag with no value: --api-key --port 1", None),
     ],
 )

@@ -310,7 +310,6 @@ class Job:
     async def _send(self, handle_signals: bool) -> str:
         """Run the load beside the store's syncer and the progress ticker; the status. A
         signal stops sending and drains the rows in flight (a second: at once)."""
-        assert self.load is not None
         with graceful(self.request_stop) if handle_signals else contextlib.nullcontext():
             return await self._sending()
 

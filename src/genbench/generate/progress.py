@@ -108,12 +108,14 @@ class Snapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """As the JSON progress line writes it: no engines without --serve, no plan without
-        --plan."""
+        --plan, no eta_note while a server is up."""
         d = asdict(self)
         if self.engines is None:
             del d["engines"], d["engines_availability"]
         if self.plan is None:
             del d["plan"]
+        if self.eta_note is None:
+            del d["eta_note"]
         return d
 
 

@@ -270,8 +270,8 @@ def replay(job: Job, seed: int) -> Points:
             states.append(ServerState(s, "down" if d else "up", d[0] if d else None,
                                       in_flight=0, concurrency=1))  # fmt: skip
         snap = prog.snapshot(states)
-        if done < 0.1 * rows or done >= rows:
-            continue
+        if done < 0.1 * rows or done >= rows or snap.eta_note is not None:
+            continue  # no server up: no ETA to score (nothing can run; the panel says so)
         e, lo, hi = snap.eta_s, snap.eta_lo_s, snap.eta_hi_s
         el = now[0]
         out.share.append(done / rows)

@@ -12,6 +12,8 @@ import typer
 
 from genbench import __version__
 from genbench.errors import ExitCode, GenbenchError
+from genbench.redact import redact
+from genbench.transport.eventloop import Interrupted
 
 app = typer.Typer(
     name="genbench",
@@ -107,27 +109,22 @@ def _register(argv: list[str]) -> None:
 
 def _said_when_interrupted(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A Ctrl-C or SIGTERM the command did not take itself ends it with one line, exit 130
-    (typer would end it silently)."""
+    or 143 (typer would end it silently)."""
 
     @functools.wraps(fn)
     def command(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except KeyboardInterrupt as e:
-            _interrupted(e)
-            raise typer.Exit(ExitCode.INTERRUPTED) from None
+            raise typer.Exit(_interrupted(e)) from None
 
     return command
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, taken as a Ctrl-C: what a command started (engines, a live display) is
-    stopped by the same path, and the command says why it ended (a job installs its own
-    handler while it runs: it drains in-flight rows first)."""
-
-
 def _terminated(signum: int, frame: object) -> None:
-    raise Terminated()
+    """SIGTERM where no event loop runs (run_async takes it there): taken as a Ctrl-C, so
+    what a command started (engines, a live display) is stopped by the same path."""
+    raise Interrupted(signum)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         rc = app(args=argv, standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
     except GenbenchError as e:
-        typer.echo(f"genbench: error: {e}", err=True)
+        typer.echo(f"genbench: error: {redact(str(e))}", err=True)
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
@@ -147,8 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo("genbench: aborted", err=True)
         sys.exit(ExitCode.INTERRUPTED)
     except KeyboardInterrupt as e:
-        _interrupted(e)
-        sys.exit(ExitCode.INTERRUPTED)
+        sys.exit(_interrupted(e))
     except Exception as e:  # click usage errors (typer may vendor its own click)
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             hint = ""
@@ -159,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
         raise
 
 
-def _interrupted(e: BaseException) -> None:
-    typer.echo(f"genbench: {'stopped by SIGTERM' if isinstance(e, Terminated) else 'interrupted'}",
-               err=True)  # fmt: skip
+def _interrupted(e: BaseException) -> int:
+    """Says why the command ended; its exit code (128 + the signal)."""
+    stop = e if isinstance(e, Interrupted) else Interrupted(signal.SIGINT)
+    typer.echo(f"genbench: {stop.said}", err=True)
+    return stop.exit_code

@@ -37,6 +37,7 @@ class ExitCode(IntEnum):
     REQUEST_FAILED = 11
     OUTPUT = 12
     ENGINE = 13  # an engine genbench started (--serve) never became healthy
+    ENGINES_GONE = 14  # every --serve engine out of restarts, no other server: nothing can run
     INTERRUPTED = 130
 
 

@@ -22,7 +22,6 @@ seconds before they are cancelled.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import time
@@ -33,6 +32,7 @@ from typing import Any, Protocol
 from genbench.errors import ServerDown
 from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest, Client
+from genbench.transport.eventloop import wait_event
 
 __all__ = ["Load", "PhaseRun", "Policy", "ServerDown", "Slot", "Unit", "WorkQueue", "run_phase"]
 
@@ -115,8 +115,7 @@ class WorkQueue:
         ev.set()
 
     async def changed(self, timeout: float | None = None) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+        await wait_event(self._changed, timeout)
 
     @property
     def complete(self) -> bool:
@@ -143,8 +142,7 @@ class WorkQueue:
                     self.in_flight += 1
                     return unit
                 due = self.retries[0][0] - time.monotonic() if self.retries else None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ev.wait(), due)
+            await wait_event(ev, due)
         return None
 
     def done(self, unit: Unit) -> None:

@@ -46,13 +46,14 @@ def snapshot(engines: bool = False) -> Snapshot:
 
 def test_the_progress_line_keeps_its_keys_and_their_order():
     d = snapshot().to_dict()
-    assert list(d) == LINE_KEYS  # no engines without --serve, no plan without --plan
+    # no engines without --serve, no plan without --plan; the server down: no ETA, and why
+    assert list(d) == [*LINE_KEYS, "eta_note"] and d["eta_note"] == "no server"
     assert (d["total"], d["done"], d["failed"], d["remaining"], d["all_down_s"]) == (10, 2, 1,
                                                                                      7, 3.0)
     assert list(d["servers"][0]) == SERVER_KEYS
     served = replace(snapshot(engines=True), plan={"seconds": 5.0})
     d = orjson.loads(orjson.dumps(served.to_dict()))
-    assert list(d) == [*LINE_KEYS, "engines", "engines_availability", "plan"]
+    assert list(d) == [*LINE_KEYS, "engines", "engines_availability", "plan", "eta_note"]
     assert d["engines"] == [ENGINE] and d["engines_availability"] == 0.75
     assert served.engines == (EngineState(**ENGINE),)
 

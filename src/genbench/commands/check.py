@@ -43,7 +43,9 @@ def check(
             "--url is required: the server to check, e.g. http://127.0.0.1:8000/v1 "
             "(or --serve CMD: an engine to start)"
         )
-    engine = serving(serve, None, engine_start_timeout, common.loading(err)) if serve else None
+    keys = (api_key_env, api_key_file)  # an engine started with a key asks for it
+    engine = serving(serve, None, engine_start_timeout, common.loading(err), keys) if serve \
+        else None  # fmt: skip
     with engine or nullcontext() as cmds:  # --url: nothing to start
         ep = common.endpoint(cmds[0].url if cmds else url, api_key_env, api_key_file)
         common.descriptors(1)

@@ -8,7 +8,6 @@ import typer
 
 from genbench.commands import common
 from genbench.commands.console import err, out
-from genbench.errors import ExitCode
 from genbench.plan.jobfiles import job_files_dir, write_job_files
 from genbench.plan.make import PilotInterrupted, PlanArgs, make_plan
 from genbench.plan.render import PlanConsole, print_plan
@@ -181,7 +180,7 @@ def plan(
         doc, saved = make_plan(args, PlanConsole(console))
     except PilotInterrupted as e:
         err.print(f"[red]interrupted[/]: {e}")
-        raise typer.Exit(ExitCode.INTERRUPTED) from None
+        raise typer.Exit(e.exit_code) from None
     print_plan(doc, console)
     if saved is not None:
         console.print(f"plan: {saved}")

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from genbench.commands import common
 from genbench.commands.console import err, out
-from genbench.errors import ExitCode, UsageError
+from genbench.errors import UsageError
 from genbench.run.flags import CONFIG_FLAGS, default_text, run_config
 from genbench.run.render import RunConsole, print_outcome
 from genbench.run.session import RunInterrupted, run_benchmark, run_served
@@ -172,7 +172,7 @@ def run(
                                  repeated)  # fmt: skip
     except RunInterrupted as e:
         err.print(f"[red]interrupted[/]: {e}")
-        raise typer.Exit(ExitCode.INTERRUPTED) from None
+        raise typer.Exit(e.exit_code) from None
     if len(done.dirs) > 1:
         _compare_sides(done.dirs, console)
     print_outcome(done, console)

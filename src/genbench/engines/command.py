@@ -15,9 +15,11 @@ import re
 import shlex
 import socket
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from genbench.errors import UsageError
+from genbench.redact import register, secrets_in
+from genbench.transport.endpoint import Endpoint
 
 PORT = "{port}"
 LOCAL = "local"
@@ -35,6 +37,10 @@ class EngineCommand:
     host: str = "127.0.0.1"
     env: dict[str, str] = field(default_factory=dict)
     text: str = ""
+    # the job's API key, sent on the start check, the health probe and every request (an
+    # engine started with a key of its own asks for it), and where the job read it from
+    api_key: str | None = field(default=None, repr=False)
+    key_from: str = ""
 
     @property
     def root(self) -> str:
@@ -44,6 +50,15 @@ class EngineCommand:
     @property
     def url(self) -> str:
         return self.root + "/v1"
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """Where genbench asks it, with the job's key."""
+        return Endpoint.parse(self.url, self.api_key)
+
+    def keyed(self, api_key: str | None, key_from: str = "") -> EngineCommand:
+        """The same command, asked with the job's key."""
+        return replace(self, api_key=api_key or None, key_from=key_from)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -67,6 +82,7 @@ def parse_command(text: str, flag: str = "--serve") -> EngineCommand:
     while words and _ENV.match(words[0]):
         name, _, value = words.pop(0).partition("=")
         env[name] = value
+    register(*secrets_in(words, env)[0])  # its keys reach it, and no line genbench writes
     if not words:
         raise UsageError(f"{flag} {text!r}: no command to run")
     host = _LOOPBACK.get(_option(words, "--host") or "", _option(words, "--host") or "127.0.0.1")

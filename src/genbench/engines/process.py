@@ -37,6 +37,7 @@ from typing import IO
 from genbench.atomic import rotate
 from genbench.engines.command import EngineCommand
 from genbench.engines.keeper import PDEATHSIG
+from genbench.redact import redact_bytes
 
 LOG_LIMIT = 16 << 20  # bytes of one log file; one rotated file is kept beside it
 TAIL_LINES = 200
@@ -121,6 +122,7 @@ class EngineProcess:
                     log.close()
                     rotate(self.log_path)
                     log = open(self.log_path, "ab")  # noqa: SIM115
+                raw = redact_bytes(raw)  # an engine that prints its arguments (vLLM does)
                 log.write(raw)
                 log.flush()
                 text = raw.decode("utf-8", "replace").rstrip()

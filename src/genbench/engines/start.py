@@ -24,8 +24,9 @@ from genbench.check.preflight import preflight
 from genbench.engines.command import EngineCommand, parse_command
 from genbench.engines.death import Death, why_died
 from genbench.engines.process import EngineNotStarted, EngineProcess
-from genbench.errors import EngineFailed
-from genbench.transport.endpoint import Endpoint
+from genbench.errors import EngineFailed, ExitCode
+from genbench.redact import secrets_in
+from genbench.transport.endpoint import DEFAULT_KEY_ENV, key_source, load_api_key
 from genbench.transport.eventloop import run_async
 
 START_TIMEOUT = 900.0  # seconds: a 1T-parameter model loads in minutes (330 s in the field)
@@ -52,7 +53,7 @@ async def wait_healthy(
 ) -> float:
     """Seconds the engine took to become healthy; EngineFailed (exit 13) when it exits
     first (named at once) or is not healthy within `timeout` (stopped, then named)."""
-    ep = Endpoint.parse(eng.cmd.url)
+    ep = eng.cmd.endpoint  # the job's key: an engine started with one asks for it
     said = 0.0
     while True:
         waited = time.monotonic() - eng.started
@@ -65,6 +66,9 @@ async def wait_healthy(
             return time.monotonic() - eng.started
         if not eng.alive:
             continue  # named above, with its exit status
+        if rep.exit_code == ExitCode.AUTH:  # up, and refusing the key: no wait will help
+            await asyncio.to_thread(eng.stop, 10.0)
+            raise EngineFailed(refused(eng, rep.diagnosis), ExitCode.AUTH)
         if waited >= timeout:
             await asyncio.to_thread(eng.stop, 10.0)
             last = eng.last_line()
@@ -85,6 +89,24 @@ def _cancelled_stays_cancelled() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
+
+
+def refused(eng: EngineProcess, diagnosis: str) -> str:
+    """The line for an engine that answers 401: the job's key setting and the engine's."""
+    cmd = eng.cmd
+    sent = (
+        f"genbench sent the key from {cmd.key_from}"
+        if cmd.api_key
+        else (f"genbench sent no key ({cmd.key_from or '--api-key-env'} is unset or empty)")
+    )
+    own = secrets_in(cmd.argv, cmd.env)[1]
+    theirs = (
+        f"the engine's own is set by {', '.join(own)} in --serve"
+        if own
+        else "the engine's command sets no key genbench can see"
+    )
+    return (f"{eng.name} (pid {eng.pid}) refused genbench's API key: {diagnosis}; {sent}, "
+            f"and {theirs}: give both the same key; stopped it")  # fmt: skip
 
 
 def start_failure(eng: EngineProcess, waited: float) -> Death:
@@ -149,11 +171,14 @@ def serving(
     log_dir: Path | None = None,
     timeout: float = START_TIMEOUT,
     on_wait: Waiting | None = None,
+    keys: tuple[str | None, Path | None] = (DEFAULT_KEY_ENV, None),
 ) -> Iterator[list[EngineCommand]]:
     """`--serve` for a command that uses its engines for one stretch (check, run): started
     and healthy on entry, stopped and waited for on exit, however it is left. Their logs go
-    to `log_dir` (default: a new temporary directory, named in any failure)."""
-    cmds = [parse_command(t) for t in texts]
+    to `log_dir` (default: a new temporary directory, named in any failure). `keys`: the
+    command's --api-key-env and --api-key-file, whose key the start check sends."""
+    key, source = load_api_key(*keys), key_source(*keys)
+    cmds = [parse_command(t).keyed(key, source) for t in texts]
     where = log_dir or Path(tempfile.mkdtemp(prefix="genbench-engines-"))
     engines = run_async(start_engines(cmds, where, timeout, on_wait))
     try:

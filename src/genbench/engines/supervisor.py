@@ -36,14 +36,14 @@ from genbench.engines.start import (
     START_TIMEOUT,
     Waiting,
     engine_names,
+    log_path,
     spawn,
-    start_engines,
     stop_all,
     wait_healthy,
 )
 from genbench.errors import EngineFailed
+from genbench.redact import redact, redact_doc
 from genbench.transport.client import ConnectionPool
-from genbench.transport.endpoint import Endpoint
 from genbench.transport.health import answers
 
 POLL_S = 0.25
@@ -82,6 +82,7 @@ class Engine:
     downs: list[list[Any]] = field(default_factory=list)  # [down at, up at | None, cause]
     first_up: float | None = None
     last_death: str = ""
+    gave_up: bool = False  # out of restarts (--engine-restarts): it will not come back
 
     def down_s(self, since: float, now: float) -> float:
         """Seconds down within [since, now] (monotonic)."""
@@ -101,8 +102,10 @@ class Supervisor:
         note: Callable[[str, str], None] = lambda text, style: None,
         on_down: Callable[[str, str], None] = lambda url, line: None,
         on_wait: Waiting | None = None,
+        on_gave_up: Callable[[], None] = lambda: None,
     ) -> None:
         self.cmds, self.opts, self.note, self.on_down = list(cmds), opts, note, on_down
+        self.on_gave_up = on_gave_up
         self.on_wait = on_wait
         self.log_dir, self.events = log_dir, events  # the output directory's layout names them
         self.engines: list[Engine] = []
@@ -110,25 +113,65 @@ class Supervisor:
 
     def event(self, e: Engine, what: str, **more: Any) -> None:
         """One line of the events file, written at once (a crash keeps what happened)."""
+        started = e.proc.proc is not None
         doc = {"at": round(time.time(), 3), "engine": e.name, "url": e.cmd.url, "event": what,
-               "pid": e.proc.pid if e.proc.proc is not None else None, **more}  # fmt: skip
+               "pid": e.proc.pid if started else None,
+               "pgid": e.proc.pgid if started else None, **more}  # fmt: skip
         with contextlib.suppress(OSError), open(self.events, "ab") as f:
-            f.write(orjson.dumps(doc) + b"\n")
+            f.write(orjson.dumps(redact_doc(doc)) + b"\n")
 
     async def start(self, model: str | None = None) -> None:
-        """Every engine started and healthy, or EngineFailed with all of them stopped."""
+        """Every engine started and healthy, or EngineFailed with all of them stopped. Each
+        start is a line of the events file, and so is a first start that fails."""
         for name, cmd in zip(engine_names(len(self.cmds)), self.cmds, strict=True):
             self.note(f"{name}: starting {cmd.text} on {cmd.url} (log: "
                       f"{self.log_dir}/{name.replace(' ', '-')}.log)", "")  # fmt: skip
-        procs = await start_engines(self.cmds, self.log_dir, self.opts.start_timeout,
-                                    self.on_wait, model)  # fmt: skip
+        try:
+            for name, cmd in zip(engine_names(len(self.cmds)), self.cmds, strict=True):
+                e = Engine(name, cmd, EngineProcess(cmd, name, log_path(self.log_dir, name)))
+                self.engines.append(e)
+                self._spawn(e, command=cmd.text)
+            await self._all_up(model)
+        except EngineFailed:
+            self.close("start_failed")
+            raise
+        except BaseException:  # a signal (the command cancelled), or a bug
+            self.close("interrupted")
+            raise
+
+    async def _all_up(self, model: str | None) -> None:
+        """Every engine healthy; the first that fails cancels the other waits, and is raised."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for e in self.engines:
+                    tg.create_task(self._first_up(e, model))
+        except* EngineFailed as group:
+            raise group.exceptions[0] from None
+
+    def _spawn(self, e: Engine, **more: Any) -> None:
+        """The engine's process started and logged; a start that cannot run is logged too."""
+        try:
+            e.proc = spawn(e.cmd, e.name, self.log_dir)
+        except EngineFailed as f:
+            self.event(e, "start_failed", line=str(f), **more)
+            raise
+        self.event(e, "start", **more)
+
+    async def _healthy(self, e: Engine, model: str | None = None, **more: Any) -> float:
+        """Seconds the started engine took to be healthy; a failure is logged and raised."""
+        try:
+            return await wait_healthy(e.proc, self.opts.start_timeout, self.on_wait, model)
+        except EngineFailed as f:
+            self.event(e, "start_failed", line=str(f), code=e.proc.returncode, **more)
+            raise
+
+    async def _first_up(self, e: Engine, model: str | None) -> None:
+        loading = await self._healthy(e, model)
         now = time.monotonic()
-        for name, cmd, proc in zip(engine_names(len(procs)), self.cmds, procs, strict=True):
-            e = Engine(name, cmd, proc, up=True, first_up=now)
-            self.engines.append(e)
-            self.event(e, "up", loading_s=round(now - proc.started, 1), command=cmd.text)
-            self.note(f"{name} is healthy after {fmt.duration(now - proc.started)} "
-                      f"(pid {proc.pid})", "green")  # fmt: skip
+        e.up, e.first_up = True, now
+        self.event(e, "up", loading_s=round(loading, 1), command=e.cmd.text)
+        self.note(f"{e.name} is healthy after {fmt.duration(loading)} (pid {e.proc.pid})",
+                  "green")  # fmt: skip
 
     def watch(self) -> None:
         loop = asyncio.get_running_loop()
@@ -144,7 +187,7 @@ class Supervisor:
 
     async def _until_down(self, e: Engine, pool: ConnectionPool) -> bool:
         """Wait until the engine dies or hangs; record it, tell the job; True to restart."""
-        ep, last_ok, next_probe = Endpoint.parse(e.cmd.url), time.monotonic(), 0.0
+        ep, last_ok, next_probe = e.cmd.endpoint, time.monotonic(), 0.0
         while True:
             await asyncio.sleep(POLL_S)
             proc = e.proc
@@ -175,7 +218,7 @@ class Supervisor:
         not since it was stopped), else now."""
         now = time.monotonic()
         start = now if since is None else min(since, now)
-        e.up, e.last_death = False, death.line
+        e.up, e.last_death = False, redact(death.line)  # the panel and /metrics show it
         e.downs.append([start, None, death.cause])
         more = {} if since is None else {"since": round(time.time() - (now - start), 3)}
         self.event(e, "down", cause=death.cause, line=death.line, code=death.code, **more)
@@ -193,12 +236,10 @@ class Supervisor:
                       f"of at most {self.opts.restarts})", "yellow")  # fmt: skip
             await asyncio.sleep(delay)
             try:
-                e.proc = spawn(e.cmd, e.name, self.log_dir)
-                self.event(e, "start", restart=e.restarts, cause=cause)
-                loading = await wait_healthy(e.proc, self.opts.start_timeout, self.on_wait)
+                self._spawn(e, restart=e.restarts, cause=cause)  # logs a start that cannot run
+                loading = await self._healthy(e, restart=e.restarts)
             except EngineFailed as f:
                 cause = "start_failed"
-                self.event(e, "start_failed", line=str(f))
                 self.note(str(f), "red")
                 continue
             e.up, e.downs[-1][1] = True, time.monotonic()
@@ -206,10 +247,19 @@ class Supervisor:
             self.note(f"{e.name} is healthy again after {fmt.duration(loading)} (restart "
                       f"{e.restarts}, pid {e.proc.pid})", "green")  # fmt: skip
             return True
-        self.event(e, "gave_up", restarts=e.restarts)
+        e.gave_up = True
+        self.event(e, "gave_up", restarts=e.restarts, line=e.last_death)
         self.note(f"{e.name}: not restarted again ({e.restarts} restarts, --engine-restarts)",
                   "red")  # fmt: skip
+        self.on_gave_up()
         return False
+
+    def all_gave_up(self) -> str | None:
+        """Every engine out of restarts: one line naming each one's last death; else None."""
+        if not self.engines or not all(e.gave_up for e in self.engines):
+            return None
+        deaths = "; ".join(e.last_death or f"{e.name}: no death recorded" for e in self.engines)
+        return f"every engine is out of restarts (--engine-restarts): {deaths}"
 
     def close(self, why: str = "end") -> None:
         """Stop every engine and wait for it (SIGTERM, SIGKILL after the grace); logged."""

@@ -30,11 +30,13 @@ MESSAGES = {
     "complete": "all rows done",
     "interrupted": "stopped before every row was done",
     "servers_down": "every server was down for {down:g} s",
+    "engines_gone": "every engine is out of restarts (--engine-restarts) and no other server",
 }
 # how a status is printed, where it is not its own name
 LABELS = {
     "some_failed": "done, with failures", "limit": "done",
     "unanswered": "done, some rows without an answer", "no_token_ids": "stopped",
+    "engines_gone": "stopped, no server left",
 }  # fmt: skip
 
 

@@ -30,6 +30,7 @@ from genbench.errors import UsageError
 from genbench.generate.outcome import Listener
 from genbench.generate.progress import EngineState, ServerState, Snapshot
 from genbench.records import RequestRecord
+from genbench.redact import redact
 
 LOOPBACK = "127.0.0.1"
 
@@ -76,7 +77,7 @@ class Metric:
             return
         fam = self.kind(self.name, self.help, labels=list(self.labels))
         for labels, value in got.items():
-            fam.add_metric(list(labels), float(value))
+            fam.add_metric([redact(str(v)) for v in labels], float(value))
         yield fam
 
 
@@ -133,6 +134,8 @@ METRICS = (
            lambda s, _: s.eta_hi_s),
     Metric("genbench_all_servers_down_seconds", G, "Seconds every server has been down.",
            lambda s, _: s.all_down_s),
+    Metric("genbench_no_server", G, "1 while no server is up: nothing can run, and the ETA "
+           "families are absent.", lambda s, _: s.eta_note is not None),
     Metric("genbench_plan_seconds", G, "The plan's forecast of this run's wall time.",
            lambda s, _: (s.plan or {}).get("seconds")),
     Metric("genbench_plan_low_seconds", G, "Low end of the plan's 95% bar.",
@@ -214,7 +217,8 @@ class MetricsExporter(Listener):
     # -- what the job says ------------------------------------------------------------------
 
     def planned(self, info: dict[str, Any]) -> None:
-        self.collector.info.update(input=str(info["input"]), output=str(info["output"]),
+        self.collector.info.update(input=redact(str(info["input"])),
+                                   output=redact(str(info["output"])),
                                    shard=str(info.get("shard") or ""))  # fmt: skip
 
     def tick(self, snap: Snapshot) -> None:
@@ -227,7 +231,7 @@ class MetricsExporter(Listener):
         outcome = str(rec.extra.get("outcome") or "")
         for counter, read in self.counters:
             if (labels := read(rec, outcome)) is not None:
-                counter.labels(*labels).inc()
+                counter.labels(*(redact(str(v)) for v in labels)).inc()
 
     def finished(self, result: Any) -> None:
         if result.snapshot:

@@ -19,7 +19,7 @@ from genbench.generate.jobconfig import AsTyped, JobConfig
 from genbench.generate.recipe import TURNS
 from genbench.generate.servers import ServerSpec
 from genbench.generate.store import changes
-from genbench.transport.endpoint import Endpoint, load_api_key
+from genbench.transport.endpoint import Endpoint, key_source, load_api_key
 from genbench.transport.open_files import fit_descriptors
 from genbench.transport.thinking import parse_dialect, parse_tags
 from genbench.transport.token_ids import MODES, IdsMode
@@ -111,7 +111,9 @@ def job_config(a: GenerateArgs) -> JobConfig:
     servers = [ServerSpec(u, a.concurrency) for u in a.url or []]
     if a.url_file is not None:
         servers += read_url_file(a.url_file, a.concurrency)
-    engines = [parse_command(c) for c in a.serve or []]
+    keys = (a.api_key_env, a.api_key_file)
+    key, source = load_api_key(*keys), key_source(*keys)  # an engine's start check sends it
+    engines = [parse_command(c).keyed(key, source) for c in a.serve or []]
     servers += [ServerSpec(c.url, a.concurrency) for c in engines]
     if not servers:
         raise UsageError(
@@ -121,7 +123,7 @@ def job_config(a: GenerateArgs) -> JobConfig:
         Endpoint.parse(s.url)  # a bad URL fails now, with its own message
     fit_descriptors(sum(s.concurrency for s in servers), len(servers), "-c/--concurrency")
     return JobConfig(
-        **a.as_typed(), servers=servers, api_key=load_api_key(a.api_key_env, a.api_key_file),
+        **a.as_typed(), servers=servers, api_key=key,
         params=a.params(), turns=turns, tool_policy=tool_policy, fmt=fmt,
         shard=ShardSpec.parse(a.shard) if a.shard else None,
         shard_bytes=parse_size(a.shard_size), on_truncated=a.truncated,

@@ -10,6 +10,7 @@ and the ETA are computed from those records (progress.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from dataclasses import replace
@@ -45,6 +46,7 @@ from genbench.records import RequestRecord
 from genbench.transport import acceptance
 from genbench.transport.client import Client, Timeouts
 from genbench.transport.endpoint import Endpoint
+from genbench.transport.eventloop import graceful
 from genbench.transport.thinking import ThinkMode, ThinkState
 from genbench.transport.token_ids import IdsMode
 
@@ -71,6 +73,8 @@ class Job:
         self.model = cfg.model or ""
         self.load: Load | None = None
         self._stops = 0
+        self.stop_signal: int | None = None  # the operator's, when one stopped the job
+        self.no_server: str | None = None  # why nothing can run any more (engines given up)
         self._t_first_send: float | None = None
         self._t_last_done: float | None = None
         self.check: RequestCheck | None = None
@@ -141,6 +145,19 @@ class Job:
             if s.name == url:
                 s.mark_down(line)
 
+    def engines_gave_up(self) -> None:
+        """An engine is out of restarts. When every one is, and the job has no other server
+        (a --url server may come back; an engine given up will not), nothing can run: the
+        job ends now, not after --down-timeout."""
+        line = self.engines.all_gave_up() if self.engines is not None else None
+        engine_urls = {c.url for c in self.cfg.engines}
+        if line is None or any(s.name not in engine_urls for s in self.servers):
+            return
+        self.no_server = line
+        self.listener.note(f"{line}: stopping, nothing can run", "red")
+        if self.load is not None:
+            self.load.stop(now=True)
+
     def _server_changed(self, server: Server, what: str) -> None:
         poll = "polling its /health" + (" and a tiny request" if server.router else "")
         if server.up:
@@ -194,7 +211,7 @@ class Job:
                 await self.store.close(convert_all=True)
             why = "every row is already done" if res.rows else "the input has no rows"
             return self._result("nothing_to_do", why, t0)
-        await start_engines(self, handle_signals)
+        await start_engines(self)
         reports = await self._preflight()
         if res.tools is not None:  # agentic rows: a server that refuses tools stops us now
             ep = Endpoint.parse(next(r for r in reports if r.ok).url, cfg.api_key)
@@ -206,6 +223,8 @@ class Job:
             status, self.failures, done, res.failed, res.left, res.rows, cfg.down_timeout,
             self.unanswered,
         )  # fmt: skip
+        if status == "engines_gone" and self.no_server:
+            message = self.no_server  # each engine's last death, in the one line
         result = self._result(status, message, t0)
         if self.engines is not None:  # in the end block, beside the tokens it explains
             result.engines_line = self.engines.summary() or ""
@@ -292,12 +311,14 @@ class Job:
             self.engines.watch()
 
     async def _send(self, handle_signals: bool) -> str:
-        """Run the load beside the store's syncer and the progress ticker; the status."""
+        """Run the load beside the store's syncer and the progress ticker; the status. A
+        signal stops sending and drains the rows in flight (a second: at once)."""
+        with graceful(self.request_stop) if handle_signals else contextlib.nullcontext():
+            return await self._sending()
+
+    async def _sending(self) -> str:
         assert self.load is not None
         loop = asyncio.get_running_loop()
-        if handle_signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, self.request_stop, sig)
         syncer = loop.create_task(self.store.run_syncer())
         syncer.add_done_callback(self._syncer_ended)  # a full disk stops the job at once
         ticker = loop.create_task(self._ticker())
@@ -306,7 +327,9 @@ class Job:
             await self.load.run()
             if syncer.done() and not syncer.cancelled() and syncer.exception() is not None:
                 raise syncer.exception()  # type: ignore[misc]
-            if self.load.stopped.is_set() or not self.load.queue.complete:
+            if self.no_server is not None and not self.load.queue.complete:
+                status = "engines_gone"
+            elif self.load.stopped.is_set() or not self.load.queue.complete:
                 status = "interrupted"
         except ServerDown:
             self.listener.note(
@@ -322,9 +345,6 @@ class Job:
                 await asyncio.gather(syncer, ticker, return_exceptions=True)
                 for s in self.servers:
                     await s.close()
-                if handle_signals:  # only now: a Ctrl-C during the final fsync is ignored
-                    for sig in (signal.SIGINT, signal.SIGTERM):
-                        loop.remove_signal_handler(sig)
         return status
 
     def _syncer_ended(self, task: asyncio.Task[None]) -> None:
@@ -333,13 +353,14 @@ class Job:
         if not task.cancelled() and task.exception() is not None and self.load is not None:
             self.load.stop(now=True)
 
-    def request_stop(self, sig: int = signal.SIGINT) -> None:
+    def request_stop(self, sig: int = signal.SIGINT, count: int = 1) -> None:
         """Ctrl-C (or SIGTERM): stop sending, let in-flight rows finish for `drain` s.
         Twice: stop now."""
         self._stops += 1
+        self.stop_signal = self.stop_signal or sig
         if self.load is None:
             return
-        if self._stops == 1:
+        if self._stops == 1 and count == 1:
             n = sum(s.in_flight for s in self.servers)
             again = "Ctrl-C again" if sig == signal.SIGINT else "a second SIGTERM"
             if n:
@@ -471,6 +492,7 @@ class Job:
             snapshot=snap,
             failure=self.failures.most_common(),
             unanswered=self.unanswered.to_dict(),
+            signal=self.stop_signal,
             ids_line=self.unanswered.ids_line(p.done if p else 0),
         )
 

@@ -20,6 +20,7 @@ from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.progress import Snapshot
 from genbench.generate.store.layout import Layout
 from genbench.records import RequestRecord
+from genbench.redact import redact, redact_doc
 
 
 class Listeners(Listener):
@@ -33,6 +34,7 @@ class Listeners(Listener):
             one.planned(info)
 
     def note(self, text: str, style: str = "") -> None:
+        text = redact(text)  # an engine's command line, its last words, an echoed key
         for one in self.all:
             one.note(text, style)
 
@@ -95,6 +97,6 @@ class RunNotes(Listener):
     def _append(self, doc: dict[str, Any]) -> None:
         try:
             with open(self.path, "ab") as f:
-                f.write(orjson.dumps(doc) + b"\n")
+                f.write(orjson.dumps(redact_doc(doc)) + b"\n")
         except OSError:
             pass  # notes for the report: never worth stopping a job over

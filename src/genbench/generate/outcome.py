@@ -51,6 +51,7 @@ class JobResult:
     unanswered: dict[str, Any] = field(default_factory=dict)
     ids_line: str = ""  # the rows without token ids, by server ('' when none)
     engines_line: str = ""  # --serve: how long the engines were down and why ('' if never)
+    signal: int | None = None  # the operator's signal that stopped the job, if one did
 
     def to_dict(self) -> dict[str, Any]:
         """As `generate --json` prints it: the snapshot as the progress lines write it."""
@@ -60,6 +61,9 @@ class JobResult:
     def exit_code(self) -> int:
         if self.status == "failed":  # every row failed: its most common kind's exit code
             return failed_exit(self.failure)
+        if self.status == "interrupted" and self.signal is not None:
+            return 128 + self.signal  # the shell's: 130 SIGINT, 143 SIGTERM
         codes = {"interrupted": ExitCode.INTERRUPTED, "servers_down": ExitCode.REFUSED,
+                 "engines_gone": ExitCode.ENGINES_GONE,
                  "no_token_ids": ExitCode.BAD_RESPONSE}  # fmt: skip
         return codes.get(self.status, ExitCode.OK)

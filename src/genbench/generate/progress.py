@@ -86,21 +86,29 @@ class Snapshot:
     eta_err_s: float | None
     eta_lo_s: float | None
     eta_hi_s: float | None
-    all_down_s: float | None  # how long every server has been down (the ETA held meanwhile)
+    all_down_s: float | None  # how long every server has been down (no ETA meanwhile)
     servers: tuple[ServerState, ...] = ()
     engines: tuple[EngineState, ...] | None = None  # --serve only
     engines_availability: float | None = None
     plan: dict[str, Any] | None = None  # --plan: the course against it (JobForecast.course)
+    # why there is no ETA where it is not too little to go on: "no server" while every
+    # server is down (nothing can run: a number would be a guess at when one comes back)
+    eta_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """As the JSON progress line writes it: no engines without --serve, no plan without
-        --plan."""
+        --plan, no eta_note while a server is up."""
         d = asdict(self)
         if self.engines is None:
             del d["engines"], d["engines_availability"]
         if self.plan is None:
             del d["plan"]
+        if self.eta_note is None:
+            del d["eta_note"]
         return d
+
+
+NO_SERVER = "no server"
 
 
 class Progress:
@@ -121,7 +129,6 @@ class Progress:
         self.clock, self.t0 = clock, clock()
         self.recent = RecentRates(ETA_WINDOW, clock=clock)
         self.servers = {s: RecentRates(RATE_WINDOW, clock=clock) for s in servers}
-        self._held: Eta | None = None  # the ETA before every server went down
         self.ended = Completions()  # when rows ended, for the ETA
         self.engines: Any = None  # --serve: the Supervisor (its availability scales the ETA)
 
@@ -184,9 +191,8 @@ class Progress:
         tok, think = r.get("tokens"), r.get("thinking_tokens")
         down = [s.down_s for s in servers]
         all_down = min(down) if down and None not in down else None  # type: ignore[type-var]
-        if all_down is None:  # while every server is down: the ETA from before
-            self._held = self.eta_range()
-        e, engines, avail = self._held, None, None
+        # while every server is down nothing can run: no ETA, and the snapshot says why
+        e, engines, avail = self.eta_range() if all_down is None else None, None, None
         eta = (e.seconds, e.err_s, e.lo_s, e.hi_s) if e else (None,) * 4
         elapsed = round(self.clock() - self.t0, 1)
         if self.engines is not None:
@@ -204,6 +210,7 @@ class Progress:
             eta_s=_round(eta[0], 0), eta_err_s=_round(eta[1], 0), eta_lo_s=_round(eta[2], 0),
             eta_hi_s=_round(eta[3], 0), all_down_s=all_down,
             servers=tuple(map(self._rated, servers)), engines=engines, engines_availability=avail,
+            eta_note=None if all_down is None else NO_SERVER,
         )  # fmt: skip
 
     def _rated(self, s: ServerState) -> ServerState:

@@ -180,8 +180,8 @@ def panel(snap: Snapshot, down_timeout: float | None = None) -> Group:
     # the range, not ± half of it: its two sides differ (a slow side, the tail)
     eta_text = "ETA " + (duration(eta) if eta is None else _with_bar(eta, snap.eta_lo_s,
                                                                      snap.eta_hi_s))  # fmt: skip
-    if all_down is not None:
-        eta_text += "  (held while no server is up)"
+    if snap.eta_note:
+        eta_text = f"ETA — ({snap.eta_note} up: nothing can run)"
     elif eta is not None and snap.remaining:
         eta_text += (
             "  (finishes ~" + time.strftime("%a %H:%M", time.localtime(time.time() + eta)) + ")"
@@ -312,7 +312,7 @@ def print_result(r: JobResult, console: Console) -> None:
         console.print(f"  most common failure: {f['kind']} ({rows(f['rows'])}): {f['message']}")
     if r.errors_file:
         console.print(f"  failures: {r.errors_file}")
-    if r.status in ("interrupted", "servers_down"):
+    if r.status in ("interrupted", "servers_down", "engines_gone"):
         when = " once they are back" if r.status == "servers_down" else ""
         console.print(
             f"  rerun the same command{when} to resume: finished rows are kept and skipped"

@@ -2,9 +2,9 @@
 
 The engines' events go beside the request log (`.genbench/engines.jsonl`, their output to
 `.genbench/engines/engine-N.log`). While they load the console hears how long, and each
-engine's last log line. A SIGTERM or Ctrl-C while they load stops them and ends the run
-(exit 130) before anything was sent; later, the job's own handlers take over, and the job
-stops its engines (waited for) however it ends.
+engine's last log line. A SIGTERM or Ctrl-C while they load (taken by `run_async`, which
+cancels the job) stops them and ends the run (exit 143 or 130) before anything was sent;
+the job stops its engines (waited for) however it ends.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from typing import Any
 
 from genbench import fmt
 from genbench.engines.supervisor import Supervisor
-from genbench.errors import ExitCode, GenbenchError
+from genbench.errors import GenbenchError
+from genbench.transport.eventloop import signals
 
 
-async def start_engines(job: Any, handle_signals: bool) -> None:
+async def start_engines(job: Any) -> None:
     """Start the job's `--serve` engines (none: nothing to do); `job.engines` is set
     first, so that the job stops them whatever happens next."""
     cfg = job.cfg
@@ -32,21 +33,12 @@ async def start_engines(job: Any, handle_signals: bool) -> None:
 
     job.engines = Supervisor(cfg.engines, cfg.engine, lay.engine_events, lay.engine_logs,
                              note=job.listener.note, on_down=job.engine_down,
-                             on_wait=loading)  # fmt: skip
-    loop, task = asyncio.get_running_loop(), asyncio.current_task()
-    stopped: list[int] = []
-    if handle_signals and task is not None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, lambda s=sig: (stopped.append(s), task.cancel()))
+                             on_wait=loading, on_gave_up=job.engines_gave_up)  # fmt: skip
     try:
         await job.engines.start(cfg.model)
     except asyncio.CancelledError:
-        if not stopped:
+        if not (stopped := signals()):  # not the operator's: someone else's cancel
             raise
         name = signal.Signals(stopped[0]).name
         raise GenbenchError(f"{name} while the engines started: stopped them, nothing was sent",
-                            ExitCode.INTERRUPTED) from None  # fmt: skip
-    finally:
-        if handle_signals and task is not None:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
+                            128 + stopped[0]) from None  # fmt: skip

@@ -68,8 +68,10 @@ class PilotInterrupted(GenbenchError):
 
     exit_code = ExitCode.INTERRUPTED
 
-    def __init__(self, out: Path) -> None:
-        super().__init__(f"pilot records so far in {out}")
+    def __init__(self, out: Path, stop: BaseException | None = None) -> None:
+        super().__init__(
+            f"pilot records so far in {out}", getattr(stop, "exit_code", ExitCode.INTERRUPTED)
+        )
 
 
 @dataclass
@@ -387,8 +389,8 @@ def _run(pilot: _Pilot, args: PlanArgs, check: CheckReport, watch: PilotWatch) -
                 accept=acceptance.ask_for(check.server.kind),
             )
         )
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        raise PilotInterrupted(pilot.out) from None
+    except (KeyboardInterrupt, asyncio.CancelledError) as e:
+        raise PilotInterrupted(pilot.out, e) from None
     except ServerDown as e:
         raise GenbenchError(f"{e}; pilot records so far in {pilot.out}", e.exit_code) from None
     finally:  # on an error too: the progress bar is gone before the error is printed

@@ -25,7 +25,9 @@ ETA_WINDOW_S = 300.0  # from the log's bins (the live panel's ETA is generate/et
 
 
 def is_job(path: Path) -> bool:
-    return bool(layout.shard_tags(path))
+    """A generate output with something to draw: a request log, or its engines' events
+    (a first start that failed sent nothing, and is drawn all the same)."""
+    return bool(layout.shard_tags(path) or layout.engine_tags(path))
 
 
 def load_job(path: Path, tag: str | None = None) -> tuple[JobHistory, list[dict[str, Any]]]:

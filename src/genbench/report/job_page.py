@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from genbench import fmt
-from genbench.generate.store.layout import shard_tags
+from genbench.generate.store.layout import engine_tags, shard_tags
 from genbench.report.engines import engines_figure, events_table, read_events
 from genbench.report.figures import FAIL_COLOR, Figure
 from genbench.report.job import _short, figures, label, load_job
@@ -130,4 +130,26 @@ def job_sections(path: Path, figure_html: Any) -> list[tuple[str, str, list[Figu
         if (eng := engines_figure(h, events, tag)) is not None:
             figs.append(eng)
         out.append((label(path, tag), section(path, h, notes, figs, figure_html, tag), figs))
+    sent = set(shard_tags(path))
+    for tag in engine_tags(path):  # its engines never came up: their events, nothing sent
+        if tag not in sent:
+            out.append((label(path, tag), _engines_only(path, tag), []))
     return out
+
+
+def _engines_only(path: Path, tag: str | None) -> str:
+    """A job that sent nothing (its engines' first start failed): every start and why it
+    failed, from its engines' events."""
+    events = read_events(path, tag)
+    rows = []
+    for ev in events:
+        when = time.strftime("%m-%d %H:%M:%S", time.localtime(ev["at"]))
+        what = ev["event"].replace("_", " ")
+        rows.append([when, escape(ev["engine"]), escape(what),
+                     escape(str(ev.get("line") or ev.get("command") or ""))])  # fmt: skip
+    return (
+        f"<h2>Generate job: {escape(label(path, tag))}</h2><p class='lead'>Nothing was "
+        "sent: the engines genbench started (--serve) never became healthy. Their events, "
+        "from the engines' log:</p><h3>Engines</h3>"
+        + table_of(["when", "engine", "event", "line"], rows, range(4))
+    )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from genbench.errors import ExitCode, GenbenchError
+from genbench.redact import redact
 from genbench.run.benchmark import RunListener, RunState, execute_run
 from genbench.run.result import default_out_dir
 from genbench.run.runconfig import RunConfig
@@ -31,8 +32,10 @@ class RunInterrupted(GenbenchError):
 
     exit_code = ExitCode.INTERRUPTED
 
-    def __init__(self, out: Path) -> None:
-        super().__init__(f"partial results saved in {out}")
+    def __init__(self, out: Path, stop: BaseException | None = None) -> None:
+        super().__init__(
+            f"partial results saved in {out}", getattr(stop, "exit_code", ExitCode.INTERRUPTED)
+        )
 
 
 @dataclass
@@ -128,11 +131,12 @@ def run_served(
     states: list[list[RunState]] = []
     for label, text in zip(labels, texts, strict=True):
         d = out / label if label else out
-        shown = shlex.quote(text).replace("[", "\\[")  # said through markup: brackets kept
+        shown = shlex.quote(redact(text)).replace("[", "\\[")  # said through markup: brackets kept
         listener.say(f"[bold]genbench run --serve[/] {shown} → {d}")
-        with serving([text], d, start_timeout, on_wait) as cmds:
+        with serving([text], d, start_timeout, on_wait, keys) as cmds:
             ep = endpoint(cmds[0].url, *keys)
-            state = _drive(execute_run(ep, model, cfg, d, listener, {"engine": text}), listener, d)
+            doc = {"engine": redact(text)}
+            state = _drive(execute_run(ep, model, cfg, d, listener, doc), listener, d)
         targets.append((label, ep, d))
         states.append([state])
     return RunOutcome(out, targets, states, 1, len(texts) > 1)
@@ -142,8 +146,8 @@ def _drive(coro: Coroutine[Any, Any, T], listener: RunListener, out: Path) -> T:
     """Run the measurement; on Ctrl-C stop the live display and say where the results are."""
     try:
         return run_async(coro)
-    except (KeyboardInterrupt, asyncio.CancelledError):
+    except (KeyboardInterrupt, asyncio.CancelledError) as e:
         listener.stopped()
-        raise RunInterrupted(out) from None
+        raise RunInterrupted(out, e) from None
     finally:
         listener.stopped()

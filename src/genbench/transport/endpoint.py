@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from genbench.errors import UsageError
+from genbench.redact import redact, register
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 
@@ -65,9 +66,8 @@ class Endpoint:
 
     def redact(self, text: str) -> str:
         """Remove the API key from text that may echo it (server error bodies, exceptions)."""
-        if self.api_key and self.api_key in text:
-            text = text.replace(self.api_key, "***")
-        return text
+        register(self.api_key)
+        return redact(text)
 
 
 def load_api_key(
@@ -87,10 +87,19 @@ def load_api_key(
         key = text.strip().splitlines()[0].strip() if text.strip() else ""
         if not key:
             raise UsageError(f"--api-key-file '{p}' is empty: expected the key on its first line")
+        register(key)  # redacted wherever genbench writes from now on
         return key
     if env_var:
-        return os.environ.get(env_var) or None
+        register(key := os.environ.get(env_var) or None)
+        return key
     return None
+
+
+def key_source(env_var: str | None = DEFAULT_KEY_ENV, key_file: str | Path | None = None) -> str:
+    """Where `load_api_key` reads the key, as a person sets it (named in a 401's line)."""
+    if key_file is not None:
+        return f"--api-key-file {key_file}"
+    return f"${env_var} (--api-key-env)" if env_var else "no key (--api-key-env '')"
 
 
 def endpoint(url: str, key_env: str | None, key_file: Path | None) -> Endpoint:

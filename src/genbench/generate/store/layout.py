@@ -200,6 +200,22 @@ def shard_tags(path: Path) -> list[str | None]:
     return tags
 
 
+def engine_tags(path: Path) -> list[str | None]:
+    """The --serve engine event files of a generate output, as `shard_tags` names them: a
+    job whose first start failed left these and no request log."""
+    state = path / STATE_DIR
+    if not path.is_dir() or not state.is_dir():
+        return []
+    tags: list[str | None] = []
+    for p in sorted(state.glob("engines*.jsonl")):
+        rest = p.name.removeprefix("engines").removesuffix(".jsonl")
+        if rest == "":
+            tags.insert(0, None)
+        elif rest.startswith("-") and SHARD_TAG_RE.fullmatch(rest[1:]):
+            tags.append(rest[1:])
+    return tags
+
+
 def has_request_log(path: Path) -> bool:
     return any((path / STATE_DIR).glob("requests*.jsonl"))
 

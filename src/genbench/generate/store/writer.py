@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import errno
 import multiprocessing
 import os
@@ -68,7 +67,9 @@ from genbench.generate.store.layout import SCHEME_FILE, SCHEME_LOCK, Layout, is_
 from genbench.generate.store.lock import OutputLock
 from genbench.generate.store.readback import index_keys, scan_jsonl_shard
 from genbench.records import RecordWriter, RequestRecord
+from genbench.redact import redact_doc
 from genbench.rows import json_default, parquet_ids
+from genbench.transport.eventloop import wait_event
 
 SCHEMA = "genbench.generate"
 SCHEMA_VERSION = 1
@@ -256,7 +257,7 @@ class Store:
         doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **job}
         if existing.job and existing.job.get("created"):
             doc["created"] = existing.job["created"]
-        write_atomic(self.job_path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        write_atomic(self.job_path, orjson.dumps(redact_doc(doc), option=orjson.OPT_INDENT_2))
         fsync_dir(self.out)
         self._dir_fd = os.open(self.out, os.O_RDONLY)  # held: a sync opens no descriptor
         self.reserve = Reserve(3)  # a new shard and the errors file, at the descriptor limit
@@ -371,8 +372,7 @@ class Store:
     async def run_syncer(self) -> None:
         """Sync every `sync_interval` seconds, or sooner when many rows wait."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self.sync_interval)
+            await wait_event(self._kick, self.sync_interval)
             self._kick.clear()
             await self.sync()
 

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -36,22 +37,18 @@ def print_start(cfg: JobConfig, console: Console) -> None:
     console.print(f"[bold]genbench generate[/] {cfg.input} → {cfg.output}{where}")
 
 
-def one_concurrency(cfg: JobConfig) -> int | None:
-    """The servers' one concurrency, None where they differ (the plan's is compared)."""
-    cs = {s.concurrency for s in cfg.servers}
-    return cs.pop() if len(cs) == 1 else None
-
-
 class JobConsole(Listener):
     """Live panel on a terminal; JSON progress lines on stderr otherwise. `forecast_for(todo)`
     is the plan's forecast for the rows to do (`plan.document.job_forecast`), when the job
     has a plan: the command makes it, so this package reads no plan itself."""
 
     def __init__(self, console: Console, progress_every: float, quiet_json: bool,
-                 forecast_for: Callable[[int], Any] | None = None, concurrency: int | None = None,
+                 forecast_for: Callable[[int], Any] | None = None,
+                 plan_said: tuple[str, list[str]] | None = None,
                  down_timeout: float | None = None) -> None:  # fmt: skip
         self.console, self.every, self.quiet_json = console, progress_every, quiet_json
-        self.forecast_for, self.concurrency = forecast_for, concurrency
+        # what the job takes of the plan, and the flags that depart from it (flags.plan_lines)
+        self.forecast_for, self.plan_said = forecast_for, plan_said
         self.down_timeout = down_timeout
         self.live: Live | None = None
         self.last_line = 0.0
@@ -76,11 +73,11 @@ class JobConsole(Listener):
         f = self.forecast
         if f is not None:
             c.print(f"  plan: {_forecast_text(f)} ({f.basis}; {f.path})")
-            if None not in (f.concurrency, self.concurrency) and f.concurrency != self.concurrency:
-                c.print(
-                    f"  [yellow]the plan forecast C={f.concurrency} and this job runs "
-                    f"C={self.concurrency} per server: it is a forecast for another load[/]"
-                )
+        if self.plan_said is not None:  # once, before the first request
+            runs, departs = self.plan_said
+            c.print(f"  plan's configuration: {runs}", markup=False, highlight=False)
+            for line in departs:
+                c.print(f"  [yellow]{escape(line)}[/]")
 
     def note(self, text: str, style: str = "") -> None:
         line = f"  [{style}]{text}[/]" if style else f"  {text}"

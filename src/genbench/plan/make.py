@@ -16,6 +16,7 @@ from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, checked, positive
 from genbench.generate.input.params import RequestFlags
 from genbench.generate.pipeline import Retries
+from genbench.generate.planned import DEFAULT_CONCURRENCY
 from genbench.generate.recipe import Recipe
 from genbench.plan import rescale
 from genbench.plan.configurations import plan_from_results
@@ -46,7 +47,7 @@ from genbench.transport.open_files import fit_descriptors
 from genbench.transport.thinking import parse_dialect, parse_tags
 
 DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
-DEFAULT_PILOT_C = 32
+DEFAULT_PILOT_C = DEFAULT_CONCURRENCY  # generate's too: the two commands share it
 
 
 class PilotWatch(Protocol):

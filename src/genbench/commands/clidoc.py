@@ -77,7 +77,8 @@ MEANINGS: dict[str, str] = {
     "--serve": "An engine command genbench starts, watches and stops; repeatable.",
     "--force": "Go ahead despite a mismatch genbench would otherwise refuse.",
     "--format": "Output file format: jsonl or parquet (generate); the trainer's format (export).",
-    "--from": "A `genbench run` result to forecast from; repeatable, to compare configurations.",
+    "--from": "A `genbench run` result to forecast from (repeatable, to compare "
+    "configurations), or a pilot's plan to plan again from its records.",
     "--gpus-per-server": "GPUs per server, for the job's cost.",
     "--hidden-size": "Hidden-state storage: the target model's hidden size.",
     "--host": "Address the reference server binds.",

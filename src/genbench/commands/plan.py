@@ -23,7 +23,9 @@ FROM = typer.Option(
     None,
     "--from",
     help="A `genbench run` result: its directory or result.json. Repeat it with runs of "
-    "other configurations of the same model to compare them for the job.",
+    "other configurations of the same model to compare them for the job. Or a pilot's plan "
+    "directory: planned again from its recorded requests, nothing sent (other --samples, "
+    "--servers, --deadline, --price).",
 )
 PROMPTS = typer.Option(
     None,

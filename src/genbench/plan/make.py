@@ -35,6 +35,7 @@ from genbench.plan.pilot import (
     read_pilot_input,
     run_pilot,
 )
+from genbench.plan.replan import is_plan, replan
 from genbench.plan.storage import HiddenStates, hidden_states, storage_from_tokens
 from genbench.plan.units import parse_counts
 from genbench.records import RequestRecord
@@ -126,6 +127,8 @@ class _Ask:
 def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path | None]:
     """The plan document, and the plan.json it was saved to (None: the arithmetic's is not
     saved). A bad flag or input is a UsageError before any request is sent."""
+    if len(args.from_ or []) == 1 and is_plan(args.from_[0]):  # type: ignore[index]
+        return _replanned(args, args.from_[0])  # type: ignore[index]
     counts, hidden = _check(args)
     froms = [d for p in args.from_ or [] for d in configuration_dirs(p)]  # run --serve A B
     ask = _ask(args, max(1, len(froms)))
@@ -162,6 +165,29 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
         doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
     doc["notes"].extend(ask.notes)
     return doc, save_plan(doc, where) if where is not None else None
+
+
+def _replanned(args: PlanArgs, path: Path) -> tuple[dict[str, Any], Path]:
+    """`--from PLAN_DIR`: the pilot's plan again from its records, nothing sent."""
+    counts = parse_counts("--samples", args.samples) if args.samples else list(DEFAULT_SAMPLES)
+    for name in ("servers", "bootstrap", "hidden_size", "layers_captured", "dtype_bytes",
+                 "price"):  # fmt: skip
+        positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.speed_drift < 0:
+        raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")
+    if args.tokens_per_sample is not None or args.rate is not None:
+        raise UsageError("--tokens-per-sample and --rate do not apply to a pilot's plan: its "
+                         "records measured them")  # fmt: skip
+    ask = _ask(args, 1)
+    hidden = hidden_states(args.hidden_size, args.layers_captured, args.dtype_bytes)
+    doc, where = replan(path, args, counts, hidden)
+    if ask.wanted:
+        doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
+    doc["notes"].extend(ask.notes)
+    home = path if path.is_dir() else path.parent
+    if where.resolve() != home.resolve():
+        prepare_out_dir(where)
+    return doc, save_plan(doc, where)
 
 
 def _from_result(

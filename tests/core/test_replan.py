@@ -15,10 +15,11 @@ from synthetic import rec
 from genbench.commands.plan import plan
 from genbench.errors import UsageError
 from genbench.plan import walltime
-from genbench.plan.document import read_plan, save_plan
+from genbench.plan.document import add_asked, read_plan, save_plan
 from genbench.plan.from_pilot import plan_from_pilot
 from genbench.plan.make import PlanArgs, make_plan
 from genbench.plan.pilot import PilotRun
+from genbench.plan.render import asked_line
 from genbench.records import RecordWriter, read_records
 from genbench.run.result import REQUESTS_FILE
 
@@ -78,6 +79,7 @@ def pilot_plan(tmp_path: Path) -> Path:
               "speed_drift": 0.0, "seed": 0, "bootstrap": 40}  # fmt: skip
     source = {"kind": "pilot", "records": str(tmp_path / REQUESTS_FILE)}
     doc = plan_from_pilot(run, C, [100_000, 900_000], 1, None, source, inputs, 40, 0)
+    add_asked(doc)  # as make_plan does
     save_plan(doc, tmp_path)
     return tmp_path
 
@@ -120,3 +122,19 @@ def test_other_servers_samples_and_a_deadline_are_arithmetic_on_the_kept_simulat
 def test_a_flag_that_changes_what_the_pilot_measured_is_refused(pilot_dir, given, needle):
     with pytest.raises(UsageError, match=needle.replace("(", r"\(")):
         make_plan(args(from_=[pilot_dir], **given), Quiet())
+
+
+def test_the_figure_asked_for_is_the_time_on_the_servers_asked_in_hours_and_days(pilot_dir):
+    doc, _ = make_plan(args(rate=100.0, tokens_per_sample=2965.0, servers=4, samples="900K"),
+                       Quiet())  # fmt: skip
+    [row] = doc["rows"]
+    one = 900_000 * 2965 / 100
+    assert row["asked"] == {"servers": 4, "seconds": one / 4, "hours": one / 4 / 3600,
+                            "days": one / 4 / 86400, "lo_s": None, "hi_s": None}  # fmt: skip
+    assert asked_line(doc) == "the job: 900,000 samples on 4 servers: 1,853.1 h = 77.21 days"
+    # a pilot's, with its range, and on one server the one-server figure
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="900K", bootstrap=40), Quiet())
+    a, ours = doc["rows"][0]["asked"], doc["rows"][0]["ours"]
+    assert (a["servers"], a["seconds"], a["lo_s"], a["hi_s"]) == (
+        1, ours["seconds"], ours["lo_s"], ours["hi_s"])  # fmt: skip
+    assert "days (95%: " in asked_line(doc)

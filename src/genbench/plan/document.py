@@ -139,6 +139,23 @@ def read_plan(path: Path) -> dict[str, Any]:
     return read_document(file, PLAN_SCHEMA, PLAN_SCHEMA_VERSION, "plan", flag="--plan")
 
 
+def add_asked(doc: dict[str, Any]) -> None:
+    """Each row's time on the servers asked for (`asked`: {servers, seconds, hours, days,
+    lo_s, hi_s}): the figure a person planning N samples on M servers wants, in hours and
+    days, beside the per-server figures the tables hold. Rows without a forecast are left."""
+    servers = int((doc.get("inputs") or {}).get("servers") or 1)
+    for row in doc.get("rows") or []:
+        one = next((row[k] for k in ONE_SERVER.get(doc.get("mode") or "", ())
+                    if isinstance(row.get(k), dict)), None)  # fmt: skip
+        at = row.get("at_servers") if servers > 1 else one
+        if not isinstance(at, dict) or _num(at.get("seconds")) is None:
+            continue
+        sec = float(at["seconds"])
+        row["asked"] = {"servers": servers, "seconds": sec, "hours": sec / 3600,
+                        "days": sec / 86400, "lo_s": _num(at.get("lo_s")),
+                        "hi_s": _num(at.get("hi_s"))}  # fmt: skip
+
+
 def plan_settings(doc: dict[str, Any]) -> Planned:
     """The configuration the plan decided, which `generate --plan` runs unless a flag says
     otherwise: the concurrency its forecast was measured at (a pilot's, a run's chosen C),

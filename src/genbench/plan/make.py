@@ -21,7 +21,7 @@ from genbench.generate.recipe import Recipe
 from genbench.plan import rescale
 from genbench.plan.configurations import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
-from genbench.plan.document import save_plan
+from genbench.plan.document import add_asked, save_plan
 from genbench.plan.from_pilot import plan_from_pilot
 from genbench.plan.from_rate import plan_arithmetic
 from genbench.plan.from_result import plan_from_result
@@ -164,6 +164,7 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
     if ask.wanted and "decision" not in doc:
         doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
     doc["notes"].extend(ask.notes)
+    add_asked(doc)
     return doc, save_plan(doc, where) if where is not None else None
 
 
@@ -184,6 +185,7 @@ def _replanned(args: PlanArgs, path: Path) -> tuple[dict[str, Any], Path]:
     if ask.wanted:
         doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
     doc["notes"].extend(ask.notes)
+    add_asked(doc)
     home = path if path.is_dir() else path.parent
     if where.resolve() != home.resolve():
         prepare_out_dir(where)

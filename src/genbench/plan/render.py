@@ -37,6 +37,8 @@ def print_plan(doc: dict[str, Any], console: Console) -> None:
                 "tokens per sample)"
             )
         console.print(f"  storage: {doc['model'].get('storage_basis', '')}")
+        if line := asked_line(doc):
+            console.print(f"  [bold]{line}[/]")
         if decision:
             _print_decision(decision, console)
     for note in doc.get("notes") or []:
@@ -44,6 +46,22 @@ def print_plan(doc: dict[str, Any], console: Console) -> None:
 
 
 Cell = Callable[[dict[str, Any]], str]
+
+
+def asked_line(doc: dict[str, Any]) -> str | None:
+    """The figure asked for, in words: the largest sample count on the servers asked for,
+    in hours and days, with its range (None: the plan has no `asked` figure)."""
+    rows = [r for r in doc.get("rows") or [] if isinstance(r.get("asked"), dict)]
+    if not rows:
+        return None
+    row = max(rows, key=lambda r: r["samples"])
+    a = row["asked"]
+    n = a["servers"]
+    text = (f"the job: {row['samples']:,} samples on {fmt.counted(n, 'server')}: "
+            f"{a['hours']:,.1f} h = {a['days']:,.2f} days")  # fmt: skip
+    if a.get("lo_s") is not None and a.get("hi_s") is not None:
+        text += f" (95%: {a['lo_s'] / 86400:,.2f} – {a['hi_s'] / 86400:,.2f} days)"
+    return text
 
 
 def _table(title: str, rows: list[dict[str, Any]], cols: list[tuple[str, Cell]]) -> Table:
@@ -92,10 +110,12 @@ def _render_arithmetic(doc: dict[str, Any], console: Console) -> None:
         f"{i['tok_per_s']:,g} tok/s"
     )
     cols = [("samples", _samples), ("tokens", _tokens("output"))]
-    cols += [("time", _time("one_server")), ("days", _days("one_server"))]
     servers = i["servers"]
+    one = " (1 server)" if servers > 1 else ""
+    cols += [("time" + one, _time("one_server")), ("days" + one, _days("one_server"))]
     if servers > 1:
-        cols += [(f"time ×{servers} servers", _time("at_servers")), ("days", _days("at_servers"))]
+        cols += [(f"time ×{servers} servers", _time("at_servers")),
+                 (f"days ×{servers} servers", _days("at_servers"))]  # fmt: skip
     title = "the field's arithmetic (no error bar)"
     console.print(_table(title, doc["rows"], cols + _storage_cols(doc)))
 
@@ -148,7 +168,7 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
         cols.append(
             ("95% range", lambda r: _range("ours_best")(r) if "lo_s" in r["ours_best"] else "—")
         )
-    cols.append(("days", _days("ours_best")))
+    cols.append(("days" + (" (1 server)" if i["servers"] > 1 else ""), _days("ours_best")))
     if rescaled:
         unscaled: Cell = lambda r: fmt.duration(r["ours_best"]["unscaled"]["seconds"])  # noqa: E731
         cols.append(("at the run's acceptance", unscaled))
@@ -156,6 +176,7 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
         cols.append((f"ours C={i['concurrency']}", _time("ours_chosen")))
     if i["servers"] > 1:
         cols.append((f"×{i['servers']} servers", _time("at_servers")))
+        cols.append((f"days ×{i['servers']} servers", _days("at_servers")))
     if f["concurrency"]:
         vs: Cell = lambda r: f"{r['field']['seconds'] / r['ours_best']['seconds'] - 1:+.0%}"  # noqa: E731
         cols += [(f"field: burst C={f['concurrency']}", _time("field")), ("days", _days("field"))]
@@ -193,12 +214,19 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     if rep:
         console.print(f"  model check: {_model_check(rep)}")
     conf = f"{doc['rows'][0]['ours']['confidence']:.0%} range"
-    cols = [("samples", _samples), ("ours", _time("ours")), (conf, _range("ours"))]
-    cols += [("±", lambda r: f"{r['ours']['rel_halfwidth']:.1%}"), ("days", _days("ours"))]
-    if i["servers"] > 1:
-        cols += [(f"×{i['servers']} servers", _time("at_servers")), (conf, _range("at_servers"))]
-    cols.append(("naive: pilot × N/K", _time("naive_pilot")))
+    m_servers = i["servers"]
+    one = " (1 server)" if m_servers > 1 else ""
+    cols = [("samples", _samples), ("ours" + one, _time("ours")), (conf, _range("ours"))]
+    cols += [("±", lambda r: f"{r['ours']['rel_halfwidth']:.1%}"), ("days" + one, _days("ours"))]
+    if m_servers > 1:
+        cols += [(f"×{m_servers} servers", _time("at_servers")), (conf, _range("at_servers")),
+                 (f"days ×{m_servers} servers", _days("at_servers"))]  # fmt: skip
+    cols.append(("naive: pilot × N/K" + one, _time("naive_pilot")))
     console.print(_table("time: the job simulated from the pilot", doc["rows"], cols))
+    console.print(
+        f"  naive: the pilot's wall time × N samples / its K = {m['pilot_samples']:,} samples "
+        "(the field's extrapolation, beside ours)"
+    )
     _tokens_table(doc, console, parquet=True)
     tgt = doc.get("pilot_size_for_target") or {}
     row = max(doc["rows"], key=lambda r: r["ours"]["rel_halfwidth"])["ours"]

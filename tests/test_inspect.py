@@ -289,7 +289,12 @@ def test_parquet_output_gives_the_same_findings_and_clean_copy(job, inspected) -
     assert doc["storage"]["parquet_bytes"] == pytest.approx(size)
 
     clean = job["base"] / "parquet-clean"
+    before = {p.name: p.read_bytes() for p in pdir.iterdir()}
     doc = inspect(str(pdir), "--drop", "loops,dup", "--out", str(clean))
+    # a copy writes only under the copy: the original's files, its inspect.json too, as
+    # they were
+    assert {p.name: p.read_bytes() for p in pdir.iterdir()} == before
+    assert doc["saved"] == str(clean / "inspect.json") and (clean / "inspect.json").exists()
     gone = found(doc)["loops"] | found(doc)["dup"]
     tables = [pq.read_table(p) for p in sorted(clean.glob("*.parquet"))]
     assert all(t.schema == pq.read_schema(next(pdir.glob("*.parquet"))) for t in tables)

@@ -84,7 +84,9 @@ def inspect_data(
 ) -> dict[str, Any]:
     """Inspect a generate output (directory or file); with `drop`, write the clean copy to
     `out`; with `tokenizer` (a server), round-trip `drift_sample` turns' ids through its
-    tokenizer. Returns the document, saved as inspect.json (`save`, or the default place)."""
+    tokenizer. Returns the document, saved as inspect.json (`save`, or the default place:
+    beside the data, or, with a clean copy, in it, so nothing is written beside the
+    original)."""
     files = data_files(path)
     if drop:
         if out is None:
@@ -108,7 +110,8 @@ def inspect_data(
             "storage": storage(sc, an.arrays, kept, settings.hidden),
             "follow_up": follow_up(path, out),
         }
-    target = save or default_save(path)
+    # a clean copy's inspection goes under the copy: the original is only read
+    target = save or (out / INSPECT_FILE if drop and out is not None else default_save(path))
     doc["saved"] = str(target)
     try:
         from genbench.run.result import write_json_atomic

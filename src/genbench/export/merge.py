@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shlex
 import shutil
 import tempfile
 from collections import Counter
@@ -32,6 +31,8 @@ from genbench.errors import ExitCode, InputFileError, OutputError, UsageError
 from genbench.fmt import counted as _n
 from genbench.generate.input.reader import ShardSpec, scan
 from genbench.generate.input.shard import stable_hash
+from genbench.generate.rerun import generate_command, read_job
+from genbench.generate.rerun import job_flags as rerun_flags
 from genbench.generate.store.durable import scan_errors
 from genbench.generate.store.jobfile import model_names
 from genbench.generate.store.layout import (
@@ -45,6 +46,7 @@ from genbench.generate.store.layout import (
 from genbench.generate.store.lock import OutputLock
 from genbench.generate.store.scheme import describe, from_files, recorded
 from genbench.inspect.reader import FileStats, data_files, kind_of, parquet_batches, raw_lines
+from genbench.plan.jobfiles import SBATCH
 
 EXAMPLES = 5
 
@@ -113,19 +115,27 @@ class Proof:
         return out
 
     def _finish(self, ids: list[str], extra: str = "") -> str:
-        """The command that finishes `ids`: their shards' generate, resumed."""
-        flags = "".join(f" {f}" for f in [*self.flags, extra] if f)
-        base = f"genbench generate -i {self.input} -o {self.out} --url ...{flags}"
+        """The command that finishes `ids`: their shards' generate, resumed, whole (the job's
+        settings from its job files; URL: the servers). In an array, the Slurm task ids of
+        those shards (0-based: task i runs --shard i+1/N), and the script that resubmits
+        them, or where none is here, the command that writes it."""
+        base = generate_command(self.input, self.out, [*self.flags, *([extra] if extra else [])])
         if self.shards == 1:
             return f"finish them: {base}"
         owners = sorted({i for i in range(1, self.shards + 1)
                          for rid in ids if ShardSpec(i, self.shards).owns(rid)})  # fmt: skip
         tasks = ",".join(str(i - 1) for i in owners)
-        shards = ", ".join(f"--shard {i}/{self.shards}" for i in owners)
+        script = next((p for p in (Path(SBATCH), self.out / SBATCH) if p.is_file()), None)
+        array = (
+            f"sbatch --array={tasks} {script}"
+            if script is not None
+            else f"no {SBATCH} here: write it with genbench plan --from PLAN_DIR --job-files "
+            f"DIR --servers {self.shards}, then sbatch --array={tasks} DIR/{SBATCH}"
+        )
+        each = "; ".join(f"{base} --shard {i}/{self.shards}" for i in owners)
         return (
-            f"finish them: {base} with {shards}, or resubmit those tasks of the array "
-            f"(its script's --shard auto/{self.shards}: sbatch --array={tasks} "
-            "genbench-array.sbatch)"
+            f"finish them: {each}; or, as a Slurm array, resubmit tasks {tasks} (Slurm's "
+            f"task ids count from 0: task i runs --shard i+1/{self.shards}): {array}"
         )
 
 
@@ -187,32 +197,11 @@ def running(out: Path) -> list[str]:
     return found
 
 
-_NAMED = {"max_tokens", "temperature", "top_p", "top_k"}  # generate's own flags
-_DEFAULTS = {"turns": "all", "format": "jsonl", "token_ids": "auto",
-             "answers": "conversations", "tool_policy": "replay"}  # fmt: skip
-
-
 def job_flags(out: Path) -> list[str]:
     """The settings of the directory's first job file as generate's flags: a shard run
     without them would be refused (a changed job) or, a shard's first run, differ."""
-    jobs = sorted((out / STATE_DIR).glob("job*.json"))
-    try:
-        doc = orjson.loads(jobs[0].read_bytes()) if jobs else {}
-    except (OSError, ValueError):
-        return []
-    flags: list[str] = []
-    for k, v in (doc.get("params") or {}).items():
-        if k in _NAMED:
-            flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(v))}")
-        else:
-            flags.append("--param " + shlex.quote(f"{k}={orjson.dumps(v).decode()}"))
-    # --answers batch sets these itself (a format of its own, no ids): not flags to give
-    implied = {"format": "batch", "token_ids": "off"} if doc.get("answers") == "batch" else {}
-    for k, default in _DEFAULTS.items():
-        v = doc.get(k, default)
-        if v != default and implied.get(k) != v:
-            flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(v))}")
-    return flags
+    doc = read_job(out)
+    return rerun_flags(doc) if doc else []
 
 
 _NOT_SETTINGS = {"shard", "created", "genbench_version", "input"}

@@ -11,7 +11,7 @@ from genbench.commands.console import err, out
 from genbench.errors import ExitCode
 from genbench.plan.jobfiles import job_files_dir, write_job_files
 from genbench.plan.make import PilotInterrupted, PlanArgs, make_plan
-from genbench.plan.render import PlanConsole, print_plan
+from genbench.plan.render import PlanConsole, next_line, print_plan
 
 SAMPLES = typer.Option(
     None,
@@ -190,5 +190,7 @@ def plan(
     if jobs is not None:
         paths, why = write_job_files(jobs, doc, args, servers)
         console.print(f"job files for {why}: {', '.join(map(str, paths))} (fill in FILL_IN)")
+    if line := next_line(doc, saved):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     if json:
         common.print_json(doc)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -46,6 +48,24 @@ def print_plan(doc: dict[str, Any], console: Console) -> None:
 
 
 Cell = Callable[[dict[str, Any]], str]
+
+
+def next_line(doc: dict[str, Any], saved: Any) -> str | None:
+    """The command that comes next, filled in: the job, run by the plan (`generate --plan`:
+    its configuration, its forecast beside the ETA). None for arithmetic, which is not saved."""
+    if saved is None:
+        return None
+    src, i = doc.get("source") or {}, doc.get("inputs") or {}
+    prompts = src.get("prompts") or "PROMPTS.jsonl"
+    servers = int(i.get("servers") or 1)
+    url = src.get("url") if doc.get("mode") == "pilot" else None
+    urls = " ".join(f"--url {shlex.quote(url or 'URL')}" for _ in range(1 if url else servers))
+    plan_dir = shlex.quote(str(Path(str(saved)).parent))
+    line = (f"next: genbench generate -i {shlex.quote(str(prompts))} -o OUT_DIR {urls} "
+            f"--plan {plan_dir}")  # fmt: skip
+    if url and servers > 1:
+        line += f" (and a --url for each of the {servers} servers the plan is for)"
+    return line
 
 
 def asked_line(doc: dict[str, Any]) -> str | None:

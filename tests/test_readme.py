@@ -91,7 +91,15 @@ def test_readme_walk_from_check_to_report_ends_inside_the_plans_bar(tmp_path):
     if behind > 0.15 * took:  # a starved host, not the server: the sims said so
         pytest.skip(f"host too loaded: the sims fell {behind:.1f} s behind in a {took:.1f} s job")
     assert "inside its bar" in said, said[-1500:]
-    walk(readme_line("inspect"))
+    # one count, one meaning: generate's ending, inspect and merge on one output directory
+    assert f"rows: {N} done, 0 failed of {N}" in said
+    tokens = int(re.search(r"tokens: ([\d,]+) \(", said)[1].replace(",", ""))
+    assert f"every input id exactly once: {N} of {N}" in walk(["merge", "out/"])
+    walk(readme_line("inspect"))  # out/'s inspection, written into the copy (out/ only read)
+    seen = orjson.loads((tmp_path / "out-clean/inspect.json").read_bytes())
+    overall = seen["distributions"]["overall"]
+    assert overall["rows"] == N and round(overall["output_tokens"]["mean"] * N) == tokens
+    assert not (tmp_path / "out/inspect.json").exists()
     walk(readme_line("export"))
     kept = sum(1 for f in (tmp_path / "out-clean").glob("data-*.jsonl")
                for _ in f.read_bytes().splitlines())  # fmt: skip

@@ -114,3 +114,17 @@ def test_a_request_without_figures_on_a_speculative_server_counts_as_drafting_no
     # A: 4 steps with 6 accepted, and 9 steps drafting nothing for the silent 10 tokens
     assert acc is not None and (acc["requests"], acc["steps"], acc["accepted"]) == (2, 13, 6)
     assert acc["length"] == pytest.approx(1 + 6 / 13)
+
+
+def test_requests_the_operator_ended_are_interrupted_never_failures(tmp_path):
+    """A Ctrl-C mid-job ends the requests in flight as `cancelled`: the report counts them
+    apart, as interrupted, and neither as failures nor as rows (#46)."""
+    recs = [rec(0, A, 0.0), rec(1, A, 0.5, 1.0, "read_timeout", "retry"),
+            rec(2, A, 1.0, 0.5, "cancelled"), rec(3, B, 1.0, 0.5, "cancelled", "done")]  # fmt: skip
+    path = tmp_path / "requests.jsonl"
+    write(path, [recs], [CLOCK])
+    h = read_job_log(path)
+    assert (h.records, h.interrupted, h.kinds) == (4, 2, {"read_timeout": 1})
+    assert h.servers[A].rows == 1 and h.servers[B].rows == 0  # its 'done' tag: not a row
+    assert "cancelled" not in h.bins.keys("failures")
+    assert sum(h.bins.series("interrupted", A)) == 1

@@ -291,7 +291,7 @@ def print_result(r: JobResult, console: Console) -> None:
             est += f", counted by the server's /tokenize on {counted(r.tokenized_rows, 'row')}"
         console.print(
             f"  tokens: {r.tokens:,} ({r.thinking_tokens:,} thinking{est}) in "
-            f"{duration(r.sending_s)}: {rate(r.tokens / r.sending_s)}"
+            f"{duration(r.sending_s)}: {rate(r.tokens / r.sending_s)} (this run's rows)"
         )
         if r.estimated_rows:
             console.print(f"  {ESTIMATED_NOTE}")

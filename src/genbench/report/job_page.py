@@ -31,7 +31,9 @@ def _tiles(h: JobHistory, notes: list[dict[str, Any]]) -> str:
         ("rows/s", fmt.number(rows / max(sending, 1e-9), 2), "over the time the job ran"),
         ("tokens/s", fmt.rate(tokens / max(sending, 1e-9)), f"{tokens:,} tokens"),
         ("ran", fmt.duration(sending), f"over {fmt.duration(span)}; last: {status}"),
-        ("requests", f"{h.records:,}", f"{sum(h.kinds.values()):,} failed"),
+        ("requests", f"{h.records:,}", f"{sum(h.kinds.values()):,} failed"
+         + (f", {h.interrupted:,} interrupted (Ctrl-C, SIGTERM: not failures)"
+            if h.interrupted else "")),
         ("server downs", f"{downs:,}", f"{fmt.counted(requeued, 'row')} requeued"),
     ]
     return tiles_html(tiles)
@@ -75,7 +77,9 @@ def section(path: Path, h: JobHistory, notes: list[dict[str, Any]], figs: list[F
                                        ("job_rows", "job_tokens", "job_servers")) + "</div>",
         "<h3>Servers</h3>" + _server_table(h),
         *_engines_html(path, by_id, figure_html, tag),
-        f"<p class='note'>failed requests by kind: {escape(kinds or 'none')}</p>",
+        f"<p class='note'>failed requests by kind: {escape(kinds or 'none')}"
+        + (f"; interrupted by the operator (Ctrl-C, SIGTERM), not failures: {h.interrupted:,}"
+           if h.interrupted else "") + "</p>",
         "<div class='grid'>" + "".join(figure_html(by_id[k]) for k in
                                        ("job_failures", "job_eta")) + "</div>",
         "<h3>Latency and length</h3><div class='grid'>" + "".join(

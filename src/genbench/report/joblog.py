@@ -117,7 +117,8 @@ class JobHistory:
     hist: dict[str, np.ndarray]
     runs: list[tuple[float, float]]  # (first send, last end) of each run, wall time
     records: int = 0
-    kinds: dict[str, int] = field(default_factory=dict)
+    kinds: dict[str, int] = field(default_factory=dict)  # failed requests, by kind
+    interrupted: int = 0  # requests the operator ended (Ctrl-C, SIGTERM): never failures
     model: str = ""
     accept: AcceptTally = field(default_factory=AcceptTally)  # each answer's, where said
 
@@ -153,6 +154,9 @@ class _Reader:
         server = g("server", dft("server")) or ""
         extra = g("extra", dft("extra")) or {}
         outcome, kind = extra.get("outcome"), g("error_kind", dft("error_kind"))
+        cancelled = kind == ErrorKind.CANCELLED.value
+        if cancelled:  # the operator's word, not the row's outcome nor a failure
+            outcome = None
         if not self.h.runs:
             self.h.runs.append((math.inf, -math.inf))
         a, z = self.h.runs[-1]
@@ -163,7 +167,10 @@ class _Reader:
         b = self.h.bins
         i = b.index(end)
         b.add(i, "requests", server)
-        if kind is not None:
+        if cancelled:
+            self.h.interrupted += 1
+            b.add(i, "interrupted", server)
+        elif kind is not None:
             b.add(i, "failures", kind)
             self.h.kinds[kind] = self.h.kinds.get(kind, 0) + 1
         if outcome in ("done", "failed", "requeued", "retry"):

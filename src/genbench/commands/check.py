@@ -23,7 +23,9 @@ def check(
     model: str | None = common.MODEL,
     api_key_env: str = common.KEY_ENV,
     api_key_file: Path | None = common.KEY_FILE,
-    timeout: float = typer.Option(120.0, "--timeout", help="Seconds for the test request."),
+    timeout: float = typer.Option(
+        120.0, "--test-timeout", help="Seconds the test request may take, whole (not silence)."
+    ),
     connect_timeout: float = typer.Option(
         3.0, "--connect-timeout", help="Seconds to wait for a connection."
     ),
@@ -32,7 +34,7 @@ def check(
     json: bool = common.JSON,
 ) -> None:
     """Check that a server is alive, serves the model and answers one tiny request."""
-    common.positive("--timeout", timeout)
+    common.positive("--test-timeout", timeout)
     common.positive("--connect-timeout", connect_timeout)
     if serve:  # start the engine, check it, stop it: why an engine will not come up
         if url or len(serve) > 1:

@@ -46,7 +46,7 @@ def pilot(n: int = 120) -> list[Any]:
 def args(**given: Any) -> PlanArgs:
     """plan's options as the command passes them: every default, the given ones typed."""
     typed = {n: p.default.default for n, p in inspect.signature(plan).parameters.items()}
-    for name in ("json", "job_files"):
+    for name in ("json", "job_files", "progress_every"):
         typed.pop(name)
     typed["from_"] = typed.pop("from_")
     return PlanArgs(**{**typed, **given})

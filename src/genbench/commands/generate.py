@@ -73,7 +73,9 @@ OPTIONS: dict[str, Any] = {
         "regenerate (old answers to replaced.jsonl) or keep (listed in stale.jsonl). [default: "
         "refuse, saying which]"),
     "limit": (None, "Only the first N rows (a trial)."),
-    "progress_every": (30.0, "Seconds between JSON progress lines off a terminal."),
+    "progress_every": (30.0, "Seconds between progress lines off a terminal."),
+    "progress_json": (False, "Off a terminal, progress as JSON lines on stderr (one object "
+        "a line, for a machine) instead of a line for people."),
     "engine_start_timeout": common.ENGINE_START_TIMEOUT,
     "engine_restarts": (10, "Restarts of a --serve engine that died, at most (0: none)."),
     "engine_backoff": (5.0, "Seconds before a dead engine's first restart (doubles, up to 5 min)."),
@@ -102,7 +104,8 @@ def generate(**options: Any) -> None:
     console = err if a.json else out
     print_start(cfg, console)
     said = plan_lines(a, planned, cfg) if planned is not None else None
-    listener = JobConsole(console, a.progress_every, a.json, forecast_for, said, a.down_timeout)
+    listener = JobConsole(console, a.progress_every, a.json, forecast_for, said, a.down_timeout,
+                          a.progress_json)  # fmt: skip
     heard, exporter = watch.listeners(listener, cfg, a.metrics_host, a.metrics_port, console)
     try:
         result = common.run_async(run_job(cfg, heard))

@@ -120,6 +120,9 @@ GPUS_PER_SERVER = typer.Option(
     help="GPUs per server, for the cost: one for all, or one per --from in order. "
     "[default: gpus_per_server in the settings file]",
 )
+PROGRESS_EVERY = typer.Option(
+    30.0, "--progress-every", help="Seconds between the pilot's progress lines off a terminal."
+)
 JOB_FILES = typer.Option(
     None,
     "--job-files",
@@ -169,18 +172,20 @@ def plan(
     price: float | None = PRICE,
     gpus_per_server: str | None = GPUS_PER_SERVER,
     job_files: Path | None = JOB_FILES,
+    progress_every: float = PROGRESS_EVERY,
     json: bool = common.JSON,
 ) -> None:
     """Forecast hours, tokens and bytes of a generation job, with an error bar; servers for a
     deadline, cost, and the fastest of several configurations."""
     flags = dict(locals())  # every option above, by name
     console = err if flags.pop("json") else out
-    jobs = flags.pop("job_files")
+    jobs, every = flags.pop("job_files"), flags.pop("progress_every")
+    common.positive("--progress-every", every)
     if jobs is not None:
         job_files_dir(jobs)  # before the plan's pilot, not after
     args = PlanArgs(**flags)
     try:
-        doc, saved = make_plan(args, PlanConsole(console))
+        doc, saved = make_plan(args, PlanConsole(console, every))
     except PilotInterrupted as e:
         err.print(f"[red]interrupted[/]: {e}")
         raise typer.Exit(ExitCode.INTERRUPTED) from None

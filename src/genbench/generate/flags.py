@@ -92,6 +92,7 @@ class GenerateArgs(AsTyped, RequestFlags):
     shard: str | None
     truncated: str
     progress_every: float
+    progress_json: bool
     engine_start_timeout: float
     engine_restarts: int
     engine_backoff: float

@@ -324,10 +324,11 @@ def _bar_parts(
 class PilotProgress:
     """K of total for a fixed pilot; for an open-ended one, the mean length's bar so far."""
 
-    def __init__(self, console: Console, total: int | None, stop: PilotStop | None) -> None:
-        self.tokens = self.failed = 0
-        self.stop_rule = stop
-        self.t0 = time.perf_counter()
+    def __init__(self, console: Console, total: int | None, stop: PilotStop | None,
+                 every: float = 30.0) -> None:  # fmt: skip
+        self.tokens = self.failed = self.ended = 0
+        self.stop_rule, self.total, self.console, self.every = stop, total, console, every
+        self.t0 = self.last_line = time.perf_counter()
         self.progress: Progress | None = None
         if console.is_terminal:
             self.progress = Progress(
@@ -347,10 +348,15 @@ class PilotProgress:
             self.task = self.progress.add_task("pilot", total=total, rate="")
 
     def record(self, rec: RequestRecord) -> None:
+        self.ended += 1
         if rec.ok:
             self.tokens += rec.completion_tokens or 0
         else:
             self.failed += 1
+        now = time.perf_counter()
+        if self.progress is None and now - self.last_line >= self.every:  # off a terminal
+            self.last_line = now
+            self.console.print(self.line(now - self.t0), markup=False, highlight=False)
         if self.progress is not None:
             dt = time.perf_counter() - self.t0
             rate = fmt.rate(self.tokens / dt) if dt > 0 else ""
@@ -362,6 +368,17 @@ class PilotProgress:
                 rate += f"  [red]{self.failed} failed[/]"
             self.progress.update(self.task, advance=1, rate=rate)
 
+    def line(self, elapsed: float) -> str:
+        """Off a terminal (nohup, a Slurm log), every `every` seconds: where the pilot is."""
+        of = f"/{self.total:,}" if self.total is not None else ""
+        text = (f"  pilot: {self.ended:,}{of} requests in {fmt.duration(elapsed)}, "
+                f"{fmt.rate(self.tokens / elapsed) if elapsed > 0 else '—'}")  # fmt: skip
+        rule = self.stop_rule
+        if rule is not None and rule.count >= 2:
+            goal = rule.target * rule.length_share
+            text += f", mean length ±{rule.halfwidth:.1%} (stops at ±{goal:.1%})"
+        return text + (f", {self.failed:,} failed" if self.failed else "")
+
     def stop(self) -> None:
         if self.progress is not None:
             self.progress.stop()
@@ -371,15 +388,15 @@ class PilotProgress:
 class PlanConsole:
     """What `make_plan` tells while it works, on the console (`genbench.plan.make.PilotWatch`)."""
 
-    def __init__(self, console: Console) -> None:
-        self.console = console
+    def __init__(self, console: Console, progress_every: float = 30.0) -> None:
+        self.console, self.every = console, progress_every
         self.bar: PilotProgress | None = None
 
     def say(self, line: str) -> None:
         self.console.print(line)
 
     def pilot_started(self, total: int | None, stop: PilotStop | None) -> None:
-        self.bar = PilotProgress(self.console, total, stop)
+        self.bar = PilotProgress(self.console, total, stop, self.every)
 
     def record(self, rec: RequestRecord) -> None:
         if self.bar is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -46,7 +47,9 @@ def check(
             "(or --serve CMD: an engine to start)"
         )
     engine = serving(serve, None, engine_start_timeout, common.loading(err)) if serve else None
+    t0 = time.monotonic()
     with engine or nullcontext() as cmds:  # --url: nothing to start
+        started = time.monotonic() - t0 if serve else None
         ep = common.endpoint(cmds[0].url if cmds else url, api_key_env, api_key_file)
         common.descriptors(1)
         tags, dialect = checked(parse_tags, think_tags), checked(parse_dialect, think_dialect)
@@ -56,5 +59,5 @@ def check(
         if json:
             common.print_json(rep.to_dict())
         else:
-            print_check(rep, out, err)
+            print_check(rep, out, err, started)
         raise typer.Exit(rep.exit_code)

@@ -152,6 +152,18 @@ def _tokens_table(doc: dict[str, Any], console: Console, parquet: bool = False) 
     if any(r["tokens"].get("prompt") for r in rows):
         cols.append(("prompt tokens", _tokens("prompt")))
     console.print(_table("tokens and storage", rows, cols + _storage_cols(doc, parquet)))
+    if parquet and rows and all(r["storage"].get("parquet_bytes") is None for r in rows):
+        console.print(f"  Parquet: — {parquet_why()}")
+
+
+def parquet_why() -> str:
+    """Why a plan shows no Parquet size: pyarrow is not installed, or nothing was kept to
+    write (every pilot request failed)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyarrow") is None:
+        return "not measured: pyarrow is not installed (pip install 'genbench[parquet]')"
+    return "not measured: the pilot kept no output to write"
 
 
 def _render_result(doc: dict[str, Any], console: Console) -> None:
@@ -297,10 +309,10 @@ def _bar_parts(
     that short would not know its own bar)."""
     goal, need = tgt.get("target", 0.05), tgt.get("requests")
     text = (
-        f"the bar is ±{total:.1%} ({parts['side']} the forecast; its parts add in "
-        f"quadrature): ±{parts['sample']:.1%} from the pilot's sample of requests (their "
-        f"lengths, TTFTs, failures), ±{parts['speed']:.1%} from the server's speed, "
-        f"±{parts['misfit']:.1%} from the model's misfit on the pilot"
+        f"the bar is ±{total:.1%} (its wider side, the one {parts['side']} the forecast; "
+        f"its parts add in quadrature): ±{parts['sample']:.1%} from the pilot's sample of "
+        f"requests (their lengths, TTFTs, failures), ±{parts['speed']:.1%} from the server's "
+        f"speed, ±{parts['misfit']:.1%} from the model's misfit on the pilot"
     )
     if need and total <= goal:
         return (

@@ -128,3 +128,28 @@ def test_requests_the_operator_ended_are_interrupted_never_failures(tmp_path):
     assert h.servers[A].rows == 1 and h.servers[B].rows == 0  # its 'done' tag: not a row
     assert "cancelled" not in h.bins.keys("failures")
     assert sum(h.bins.series("interrupted", A)) == 1
+
+
+def test_rates_over_time_are_a_stated_trailing_mean_and_the_eta_axis_is_the_plans(tmp_path):
+    """A 3-minute job in 1-s bins drew spikes; its rates are means over a window the
+    subtitle states. One wild early projection no longer sets the ETA axis (#46)."""
+    from genbench.report.figures import Series
+    from genbench.report.job import Figure, _Axis, _clip_to_plan, rate_figure, smoothing_bins
+
+    recs = [rec(i, A, float(i), 1.0) for i in range(180)]  # a row a second for 3 minutes
+    path = tmp_path / "requests.jsonl"
+    write(path, [recs], [CLOCK])
+    h = read_job_log(path)
+    w = smoothing_bins(h)
+    assert w * h.bins.width == pytest.approx(10.0)  # 1/40 of 3 min is under the 10-s floor
+    fig = rate_figure(h, _Axis(h), "done")
+    assert f"the mean over the last {10.0:.1f} s" in fig.subtitle
+    steady = fig.series[0].ys[w:-1]
+    assert steady and max(steady) == pytest.approx(min(steady))  # one row a second, flat
+    eta = Figure("job_eta", "ETA", "sub", "x", "y")
+    eta.series = [Series("run 1", "#000", [0, 1, 2], [40.0, 3.2, 3.1]),
+                  Series("plan", "#888", [0, 2], [3.0, 3.0]),
+                  Series("plan's bar", "#888", [0, 2], [3.5, 3.5])]  # fmt: skip
+    _clip_to_plan(eta, _Axis(h))
+    assert eta.y_max == 7.0 and eta.series[0].ys == [7.0, 3.2, 3.1]
+    assert "twice the plan's slow end" in eta.subtitle

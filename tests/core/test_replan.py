@@ -59,9 +59,9 @@ class Quiet:
     def pilot_ended(self) -> None: ...
 
 
-@pytest.fixture
-def pilot_dir(tmp_path: Path) -> Path:
-    return pilot_plan(tmp_path)
+@pytest.fixture(scope="module")
+def pilot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return pilot_plan(tmp_path_factory.mktemp("pilot"))
 
 
 def pilot_plan(tmp_path: Path) -> Path:

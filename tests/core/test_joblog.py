@@ -153,3 +153,21 @@ def test_rates_over_time_are_a_stated_trailing_mean_and_the_eta_axis_is_the_plan
     _clip_to_plan(eta, _Axis(h))
     assert eta.y_max == 7.0 and eta.series[0].ys == [7.0, 3.2, 3.1]
     assert "twice the plan's slow end" in eta.subtitle
+
+
+def test_tokens_are_the_written_rows_and_partial_outputs_are_apart(tmp_path):
+    """One definition, inspect's: the output tokens of the rows written, every turn of
+    each; an interrupted request's partial output is counted apart, a failed row's turns
+    not at all (#46)."""
+    cut = RequestRecord("r2", phase="generate", server=A, model="m", t_send=3.0, t_end=3.5,
+                        sent_at=3.0 + CLOCK, error_kind="cancelled", completion_tokens=5,
+                        extra={"outcome": "requeued", "turn": 1})  # fmt: skip
+    recs = [rec(0, A, 0.0, outcome="next"), rec(0, A, 1.0), rec(1, B, 0.0),
+            rec(2, A, 2.0, outcome="next"), cut,
+            rec(3, B, 1.0, outcome="next"),
+            rec(3, B, 2.0, 1.0, "http_status", "failed")]  # fmt: skip
+    path = tmp_path / "requests.jsonl"
+    write(path, [recs], [CLOCK])
+    h = read_job_log(path)
+    assert (h.row_tokens, h.partial_tokens) == (30, 5)  # r0's two turns and r1; r2's cut
+    assert sum(s.tokens for s in h.servers.values()) == 50  # what the servers answered

@@ -24,12 +24,15 @@ def _tiles(h: JobHistory, notes: list[dict[str, Any]]) -> str:
     downs = sum(len(x.downs) for x in s)
     ends = [n for n in notes if n.get("event") == "end"]
     status = ends[-1]["status"].replace("_", " ") if ends else "—"
-    tokens = sum(x.tokens for x in s)
+    tokens = h.row_tokens  # the written rows' output tokens: inspect's count
+    partial = (f"; {h.partial_tokens:,} more in interrupted requests' partial outputs"
+               if h.partial_tokens else "")  # fmt: skip
     requeued = sum(x.requeued for x in s)
     tiles = [
         ("rows done", f"{rows:,}", f"{failed:,} failed, in {fmt.counted(len(h.runs), 'run')}"),
         ("rows/s", fmt.number(rows / max(sending, 1e-9), 2), "over the time the job ran"),
-        ("tokens/s", fmt.rate(tokens / max(sending, 1e-9)), f"{tokens:,} tokens"),
+        ("tokens/s", fmt.rate(tokens / max(sending, 1e-9)),
+         f"{tokens:,} output tokens of the rows written{partial}"),
         ("ran", fmt.duration(sending), f"over {fmt.duration(span)}; last: {status}"),
         ("requests", f"{h.records:,}", f"{sum(h.kinds.values()):,} failed"
          + (f", {h.interrupted:,} interrupted (Ctrl-C, SIGTERM: not failures)"
@@ -41,7 +44,7 @@ def _tiles(h: JobHistory, notes: list[dict[str, Any]]) -> str:
 
 def _server_table(h: JobHistory) -> str:
     head = ["server", "requests", "rows", "failed", "requeued", "retries", "downs", "down for",
-            "tokens", "down intervals"]  # fmt: skip
+            "tokens answered", "down intervals"]  # fmt: skip
     body = []
     for s in h.servers.values():
         down_s = sum(z - a for a, z, _ in s.downs)

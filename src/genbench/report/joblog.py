@@ -119,6 +119,10 @@ class JobHistory:
     records: int = 0
     kinds: dict[str, int] = field(default_factory=dict)  # failed requests, by kind
     interrupted: int = 0  # requests the operator ended (Ctrl-C, SIGTERM): never failures
+    # output tokens of the rows written (every turn of each, as inspect counts them), and
+    # the partial outputs of the requests the operator ended, apart
+    row_tokens: int = 0
+    partial_tokens: int = 0
     model: str = ""
     accept: AcceptTally = field(default_factory=AcceptTally)  # each answer's, where said
 
@@ -139,12 +143,14 @@ class _Reader:
                             [])  # fmt: skip
         self.defaults: dict[str, Any] = {}
         self.samples: dict[str, list[float]] = defaultdict(list)  # flushed into hist
+        self.pending: dict[str, int] = {}  # a row's earlier turns' tokens, until it is written
 
     def line(self, d: dict[str, Any]) -> None:
         if "defaults" in d:
             self.defaults = d["defaults"]
             self.h.model = self.h.model or str(self.defaults.get("model") or "")
             self._run_ended()
+            self.pending.clear()  # rows in flight when a run ended start again
             self.h.runs.append((math.inf, -math.inf))
             return
         g, dft = d.get, self.defaults.get
@@ -177,6 +183,22 @@ class _Reader:
             b.add(i, outcome, server)
         if kind is None:
             self._answered(life, i, d, dft, sent, end)
+        self._row_tokens(d, dft, outcome, kind)
+
+    def _row_tokens(self, d: dict[str, Any], dft: Any, outcome: Any, kind: Any) -> None:
+        """Tokens counted as inspect counts them: a written row's, every turn; a request
+        the operator ended keeps its partial output apart."""
+        rid = str(d.get("id") or "")
+        tokens = int(d.get("completion_tokens", dft("completion_tokens")) or 0)
+        if kind == ErrorKind.CANCELLED.value:
+            self.h.partial_tokens += tokens
+            self.pending.pop(rid, None)
+        elif kind is None and outcome == "next":
+            self.pending[rid] = self.pending.get(rid, 0) + tokens
+        elif kind is None and outcome == "done":
+            self.h.row_tokens += self.pending.pop(rid, 0) + tokens
+        elif outcome == "failed":
+            self.pending.pop(rid, None)
 
     def _answered(self, life: ServerLife, i: int, d: dict[str, Any], dft: Any, sent: float,
                   end: float) -> None:  # fmt: skip

@@ -260,8 +260,9 @@ def test_follow_up_commands_regenerate_the_dropped_rows(job, cleaned) -> None:
     def run(cmd: str, url: str) -> None:
         """A printed command, run as printed: the job's settings in it, URL filled in."""
         assert cmd.startswith("genbench generate ") and f"--max-tokens {MAX_TOKENS}" in cmd
-        args = shlex.split(cmd.replace("REGEN_DIR", str(regen)).replace("--url URL",
-                                                                        f"--url {url}"))
+        args = shlex.split(
+            cmd.replace("REGEN_DIR", str(regen)).replace("--url URL", f"--url {url}")
+        )
         p = genbench(*args[1:])
         assert p.returncode == 0, p.stderr + p.stdout
 

@@ -52,8 +52,10 @@ def test_a_misfit_wider_than_the_target_is_named_as_the_floor():
     assert tgt["requests"] is None and tgt["floor_from"] == "misfit"
     assert tgt["floor"] == pytest.approx(0.2, rel=1e-12)
     text = _bar_parts(f.rel_halfwidth, _wall(f)["parts"], tgt)
-    assert text.startswith("the bar is ±20.0% (its wider side, the one above the forecast; "
-                           "its parts add in quadrature)")
+    assert text.startswith(
+        "the bar is ±20.0% (its wider side, the one above the forecast; "
+        "its parts add in quadrature)"
+    )
     assert "±0.0% from the pilot's sample of requests" in text
     assert "±20.0% from the model's misfit on the pilot" in text
     assert text.endswith(

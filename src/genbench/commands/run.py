@@ -60,8 +60,9 @@ NATURAL = typer.Option(
     False, "--natural", help="Let the model stop on its own instead of forcing each length."
 )
 TEMPERATURE = typer.Option(
-    None, "--temperature", help="Sampling temperature, as plan's and generate's. [default: the "
-    "server's]"
+    None,
+    "--temperature",
+    help="Sampling temperature, as plan's and generate's. [default: the server's]",
 )
 TIMEOUT = typer.Option(600.0, "--timeout", help="Seconds of silence before a request is abandoned.")
 EXTRA_BODY = typer.Option(

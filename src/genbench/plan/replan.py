@@ -99,8 +99,9 @@ def replan(
     run = PilotRun(
         records=records,
         wall_s=pilot_wall_s(records),
-        jsonl_bytes=[int(r.extra["jsonl_bytes"]) for r in records
-                     if r.extra and "jsonl_bytes" in r.extra],  # fmt: skip
+        jsonl_bytes=[
+            int(r.extra["jsonl_bytes"]) for r in records if r.extra and "jsonl_bytes" in r.extra
+        ],  # fmt: skip
         stopped=str(inputs.get("pilot_stopped") or "size"),
         stopped_at=dict(inputs.get("pilot_stopped_at") or {}),
         samples=int(inputs.get("pilot") or len(sent)),

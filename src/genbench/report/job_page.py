@@ -31,12 +31,22 @@ def _tiles(h: JobHistory, notes: list[dict[str, Any]]) -> str:
     tiles = [
         ("rows done", f"{rows:,}", f"{failed:,} failed, in {fmt.counted(len(h.runs), 'run')}"),
         ("rows/s", fmt.number(rows / max(sending, 1e-9), 2), "over the time the job ran"),
-        ("tokens/s", fmt.rate(tokens / max(sending, 1e-9)),
-         f"{tokens:,} output tokens of the rows written{partial}"),
+        (
+            "tokens/s",
+            fmt.rate(tokens / max(sending, 1e-9)),
+            f"{tokens:,} output tokens of the rows written{partial}",
+        ),
         ("ran", fmt.duration(sending), f"over {fmt.duration(span)}; last: {status}"),
-        ("requests", f"{h.records:,}", f"{sum(h.kinds.values()):,} failed"
-         + (f", {h.interrupted:,} interrupted (Ctrl-C, SIGTERM: not failures)"
-            if h.interrupted else "")),
+        (
+            "requests",
+            f"{h.records:,}",
+            f"{sum(h.kinds.values()):,} failed"
+            + (
+                f", {h.interrupted:,} interrupted (Ctrl-C, SIGTERM: not failures)"
+                if h.interrupted
+                else ""
+            ),
+        ),
         ("server downs", f"{downs:,}", f"{fmt.counted(requeued, 'row')} requeued"),
     ]
     return tiles_html(tiles)

@@ -235,9 +235,10 @@ def test_the_merge_names_a_command_that_finishes_a_batch_job(sim, tmp_path):
     assert gen(inp, out, "--url", sim.url, "--answers", "batch", "--shard", "1/2").returncode == 0
     p = genbench("merge", str(out))
     assert p.returncode == 1, p.stdout + p.stderr
-    named = p.stdout.split("genbench generate ", 1)[1].split(" with --shard 2/2", 1)[0]
+    named = p.stdout.split("finish them: genbench generate ", 1)[1].split(";", 1)[0]
     assert "--answers batch" in named and "--format" not in named, named
-    cmd = shlex.split(named.replace("--url ...", f"--url {sim.url}"))
-    assert genbench("generate", *cmd, "--shard", "2/2", *FAST).returncode == 0
+    assert named.endswith("--shard 2/2"), named
+    cmd = shlex.split(named.replace("--url URL", f"--url {sim.url}"))
+    assert genbench("generate", *cmd, *FAST).returncode == 0
     p = genbench("merge", str(out))
     assert p.returncode == 0 and "every input id exactly once: 12 of 12" in p.stdout, p.stdout

@@ -99,7 +99,7 @@ def test_each_fault_gets_its_diagnosis(sim_factory, fault, code, needles):
 def test_stall_beyond_timeout(sim_factory):
     sim = sim_factory("--fault", "stall-first:seconds=30")
     t0 = time.monotonic()
-    p = genbench("check", "--url", sim.url, "--timeout", "1")
+    p = genbench("check", "--url", sim.url, "--test-timeout", "1")
     assert time.monotonic() - t0 < 10
     assert_one_line_diagnosis(p, Exit.TIMEOUT, "timed out", "--timeout")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -184,10 +185,18 @@ def test_the_merge_names_missing_and_failed_ids_and_the_shards_that_finish_them(
     p = merge(str(out))
     assert p.returncode == 1, p.stderr
     assert f"missing: {len(third) - 1} ids" in p.stdout and "--shard 3/3" in p.stdout
-    assert "sbatch --array=2 " in p.stdout and "--shard 1/3" not in p.stdout
+    assert "resubmit tasks 2 (Slurm's task ids count from 0" in p.stdout
+    assert "--shard 1/3" not in p.stdout
+    # no array script here: the command that writes it, then the task to resubmit
+    assert "no genbench-array.sbatch here: write it with genbench plan --from PLAN_DIR " \
+        "--job-files DIR --servers 3, then sbatch --array=2 DIR/genbench-array.sbatch" in p.stdout
     assert f"failed: 1 id ({third[0]})" in p.stdout and "--retry-errors" in p.stdout
     (out / "errors-3of3.jsonl").unlink()
-    assert gen(inp, out, quick.url, "--shard", "3/3").returncode == 0  # the command it named
+    # the command it named, run as printed (the server filled in): the job's settings in it
+    named = p.stdout.split("finish them: ", 1)[1].split(";", 1)[0]
+    assert named.endswith("--shard 3/3") and "--url URL" in named, named
+    cmd = shlex.split(named.replace("--url URL", f"--url {quick.url}"))
+    assert genbench(*cmd[1:]).returncode == 0, named
     p = merge(str(out), "--json")
     assert p.returncode == 0, p.stderr
     assert "every input id exactly once: 30 of 30 input rows, in 3 shards" in p.stderr
@@ -297,7 +306,7 @@ def test_merge_names_a_shard_still_running(tmp_path):
         assert f"note: shard 2/2 is still running (pid {os.getpid()} on " in p.stdout, p.stdout
         # the command that finishes them carries the job's settings (else a new shard's
         # first run would differ, a resumed one be refused)
-        assert """--url ... --max-tokens 20 --param 'stop=["x y"]' with --shard 2/2""" \
+        assert """--url URL --max-tokens 20 --param 'stop=["x y"]' --shard 2/2""" \
             in p.stdout
     p = genbench("merge", "out", cwd=tmp_path)
     assert "still running" not in p.stdout

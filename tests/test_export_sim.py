@@ -94,7 +94,7 @@ def test_inspect_counts_the_rows_that_are_not_token_exact(job) -> None:
 
 def test_token_export_writes_the_turns_served_with_ids_id_for_id(job) -> None:
     target = job["dir"] / "train.jsonl"
-    doc = run("export", str(job["out"]), "-o", str(target), "--keep-cut", "--min-tokens", "0")
+    doc = run("export", str(job["out"]), "-o", str(target), "--keep-cut", "--min-turn-tokens", "0")
     n_ids = len(job["with_ids"])
     assert doc["counted"]["no_ids"] == doc["left_out"]["no_ids"] == N - n_ids
     lines = [orjson.loads(x) for x in target.read_bytes().splitlines()]
@@ -116,7 +116,7 @@ def test_the_text_export_keeps_every_row_ids_or_not(job) -> None:
         "-o",
         str(target),
         "--keep-cut",
-        "--min-tokens",
+        "--min-turn-tokens",
         "0",
     )
     assert doc["written"] == N and doc["left_out"]["no_ids"] == 0
@@ -189,7 +189,7 @@ def test_a_server_without_usage_gives_unchecked_rows_with_their_prompt_count(
     line = next(x for x in p.stdout.splitlines() if x.startswith("token ids"))
     assert line.startswith("token ids: 0 of 6 rows token-exact, 6 unchecked")
     target = tmp_path / "t.jsonl"
-    p = genbench("export", str(out), "-o", str(target), "--keep-cut", "--min-tokens", "0")
+    p = genbench("export", str(out), "-o", str(target), "--keep-cut", "--min-turn-tokens", "0")
     assert p.returncode == 0, p.stderr
     assert "6 samples written with ids no usage checked" in p.stdout
     doc = json.loads((tmp_path / "t.jsonl.export.json").read_text())

@@ -131,7 +131,7 @@ def export(job: dict[str, Any], *args: str) -> tuple[Path, dict[str, Any]]:
 
 
 def test_specforge_reads_every_token_sample_and_supervises_vllms_ids(job, trainers_python) -> None:
-    path, doc = export(job, "--keep-cut", "--min-tokens", "0")
+    path, doc = export(job, "--keep-cut", "--min-turn-tokens", "0")
     assert doc["written"] == doc["turns"] == TURNS
     lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
     got = consume(trainers_python, "tokens", str(path))
@@ -187,7 +187,7 @@ def test_vllm_itself_renders_the_prompt_ids_and_generates_the_ids(job) -> None:
 
 
 def test_specforge_opens_the_conversations_and_adds_no_system_prompt(job, trainers_python) -> None:
-    path, doc = export(job, "--format", "specforge", "--keep-cut", "--min-tokens", "0")
+    path, doc = export(job, "--format", "specforge", "--keep-cut", "--min-turn-tokens", "0")
     assert doc["written"] == ROWS and doc["system"] == {"sent": 1, "empty": ROWS - 1, "none": 0}
     got = consume(trainers_python, "text", str(path), str(MODEL_DIR), "qwen")["samples"]
     assert len(got) == ROWS  # rows in = rows out (SpecForge shuffles them)
@@ -241,7 +241,7 @@ def test_inspect_reports_fidelity_and_the_drift_the_tokenizer_finds(job, trainer
 
 
 def test_speculators_prepare_data_passes_every_sample_through(job, trainers_python) -> None:
-    path, doc = export(job, "--format", "speculators", "--keep-cut", "--min-tokens", "0")
+    path, doc = export(job, "--format", "speculators", "--keep-cut", "--min-turn-tokens", "0")
     assert doc["written"] == TURNS
     lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
     freq = str(job["dir"] / "token_freq.pt")

@@ -23,8 +23,9 @@ def test_rows_that_end_on_a_call_with_no_result_left_are_named_not_all_done(tmp_
     text = p.stdout + p.stderr
     assert p.returncode == 0, text
     assert "all rows done" not in text, text
-    assert ("done, some rows without an answer: 3 rows end on a tool call without an answer "
-            "(3 with no result left in the input: --tool-policy replay, the results ran out)"
+    assert ("done, some rows without an answer: 3 rows of this run end on a tool call without "
+            "an answer (3 with no result left in the input: --tool-policy replay, the results "
+            "ran out)"
             "; 2 answered") in text  # fmt: skip
     ran_out = {r["id"] for r in data(tmp_path / "out") if r["meta"]["tool_results_ran_out"]}
     assert ran_out == {"a0", "a1", "a2"}
@@ -70,7 +71,8 @@ def test_token_ids_auto_names_the_rows_without_ids_at_the_end(tmp_path):
     assert p.returncode == 0, p.stderr
     none = sum(r["meta"]["token_ids"] == "none" for r in data(tmp_path / "out"))
     assert none == 4
-    assert f"token ids: 4 rows without token ids (of 6 written; {url}: 4)" in p.stdout, p.stdout
+    said = f"token ids: 4 rows of this run without token ids (of 6 written; {url}: 4)"
+    assert said in p.stdout, p.stdout
 
 
 def test_one_500_on_the_preflight_is_retried_as_a_request_would_be(tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -253,17 +254,24 @@ def test_follow_up_commands_regenerate_the_dropped_rows(job, cleaned) -> None:
     follow = cleaned["doc"]["clean"]["follow_up"]
     assert str(job["input"]) in follow["resume_into_copy"]
     dropped = {orjson.loads(x)["id"] for x in (clean / "dropped.jsonl").read_bytes().splitlines()}
+    assert set(cleaned["doc"]["clean"]["follow_up_when"]) == set(follow)  # when each fits
+    regen = job["base"] / "regen"
+
+    def run(cmd: str, url: str) -> None:
+        """A printed command, run as printed: the job's settings in it, URL filled in."""
+        assert cmd.startswith("genbench generate ") and f"--max-tokens {MAX_TOKENS}" in cmd
+        args = shlex.split(
+            cmd.replace("REGEN_DIR", str(regen)).replace("--url URL", f"--url {url}")
+        )
+        p = genbench(*args[1:])
+        assert p.returncode == 0, p.stderr + p.stdout
+
     with SimProcess(*NORMAL) as healthy:  # no faults: what a retry on a good server gives
         # 1. the dropped rows alone, from regenerate.jsonl, into a new directory
-        regen = job["base"] / "regen"
-        p = genbench("generate", "-i", str(clean / "regenerate.jsonl"), "-o", str(regen),
-                     "--max-tokens", MAX_TOKENS, "--url", healthy.url)  # fmt: skip
-        assert p.returncode == 0, p.stderr + p.stdout
+        run(follow["regenerate"], healthy.url)
         assert {r["id"] for r in data_rows(regen)} == dropped
         # 2. the original command, resumed into the copy: exactly the dropped rows are made
-        p = genbench("generate", "-i", str(job["input"]), "-o", str(clean),
-                     "--max-tokens", MAX_TOKENS, "--url", healthy.url)  # fmt: skip
-        assert p.returncode == 0, p.stderr + p.stdout
+        run(follow["resume_into_copy"], healthy.url)
     rows = data_rows(clean)
     assert sorted(r["id"] for r in rows) == sorted(rid(i) for i in range(N))
     doc = inspect(str(clean))
@@ -289,7 +297,12 @@ def test_parquet_output_gives_the_same_findings_and_clean_copy(job, inspected) -
     assert doc["storage"]["parquet_bytes"] == pytest.approx(size)
 
     clean = job["base"] / "parquet-clean"
+    before = {p.name: p.read_bytes() for p in pdir.iterdir()}
     doc = inspect(str(pdir), "--drop", "loops,dup", "--out", str(clean))
+    # a copy writes only under the copy: the original's files, its inspect.json too, as
+    # they were
+    assert {p.name: p.read_bytes() for p in pdir.iterdir()} == before
+    assert doc["saved"] == str(clean / "inspect.json") and (clean / "inspect.json").exists()
     gone = found(doc)["loops"] | found(doc)["dup"]
     tables = [pq.read_table(p) for p in sorted(clean.glob("*.parquet"))]
     assert all(t.schema == pq.read_schema(next(pdir.glob("*.parquet"))) for t in tables)

@@ -58,8 +58,8 @@ def test_a_part_whose_bytes_changed_is_named_with_its_rows_and_regenerated(quick
     command = line.split("regenerate them: ", 1)[1]
     res = genbench("inspect", str(out))
     assert res.returncode == 1 and f"{parts[1].name}: its bytes changed" in res.stderr
-    # the command as printed, the server's URL given where it says `--url ...`
-    argv = shlex.split(command.replace("--url ...", f"--url {quick.url}"))
+    # the command as printed, the server's URL given where it says `--url URL`
+    argv = shlex.split(command.replace("--url URL", f"--url {quick.url}"))
     assert argv[:2] == ["genbench", "generate"]
     res = genbench(*argv[1:])
     assert res.returncode == 0, res.stderr

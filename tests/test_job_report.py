@@ -128,7 +128,8 @@ def test_the_job_report_renders_in_a_browser(job, tmp_path):
     p = genbench("inspect", str(out), "--drop", "loops,empty", "--out", str(clean))
     assert p.returncode == 0, p.stderr
     page = tmp_path / "job.html"
-    p = genbench("report", str(plan), str(out), "-o", str(page))
+    # the inspection of `out` is in the copy (CLEAN/inspect.json: `out` is only read)
+    p = genbench("report", str(plan), str(out), str(clean / "inspect.json"), "-o", str(page))
     assert p.returncode == 0, p.stderr
     assert str(clean) in page.read_text() and "<pre>" in page.read_text()
     shot = tmp_path / "job.png"

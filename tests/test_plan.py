@@ -333,7 +333,8 @@ def test_open_ended_pilot_stops_when_the_mean_length_reaches_its_target(sim_fact
     _render_pilot(doc, console)
     text = console.export_text()
     assert f"calibrated to the pilot's sending {fmt.duration(replay['calibrated_s'])}, " in text
-    assert f"the bar is ±{ours['rel_halfwidth']:.1%} ({parts['side']} the forecast" in text
+    said = f"the bar is ±{ours['rel_halfwidth']:.1%} (its wider side, the one {parts['side']} "
+    assert said + "the forecast" in text
     need = doc["pilot_size_for_target"]["requests"]
     inside = f"inside ±{target:.0%} already"
     said = (f"needs a pilot of about {need:,} requests", "sets a floor", inside)

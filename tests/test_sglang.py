@@ -214,7 +214,7 @@ def test_generate_against_sglang_writes_every_id_once(sim_factory, tmp_path):
 @pytest.mark.parametrize(
     ("cfg", "needle"),
     [
-        (SimConfig(dialect="vllm"), "--dialect 'vllm': expected sim or sglang"),
+        (SimConfig(dialect="trt"), "--dialect 'trt': expected sim or sglang or vllm"),
         (
             SimConfig(dialect="sglang", reasoning_dialect="reasoning"),
             "expected reasoning_content with --dialect sglang",

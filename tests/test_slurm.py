@@ -272,9 +272,10 @@ def test_the_array_tasks_merge_names_resubmitted_finish_the_job(slurm, tmp_path)
             return job
 
         submit("--array=0,2")
-        p = genbench("merge", str(out))
-        assert p.returncode == 1 and "with --shard 2/3, or resubmit" in p.stdout, p.stdout
-        assert "(its script's --shard auto/3: sbatch --array=1 genbench-array.sbatch)" in p.stdout
+        p = genbench("merge", str(out), cwd=tmp_path / "jobs")  # where the script is
+        assert p.returncode == 1 and "--shard 2/3; or, as a Slurm array, resubmit tasks 1 " \
+            in p.stdout, p.stdout
+        assert "task i runs --shard i+1/3): sbatch --array=1 genbench-array.sbatch" in p.stdout
         job = submit("--array=1")
     log = (tmp_path / f"genbench-{job}_1.log").read_text()
     assert "(shard 2/3, from SLURM_ARRAY_TASK_ID=1 of --shard auto/3)" in log, log

@@ -64,6 +64,8 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
 # scripts written for an earlier genbench keep working while they are updated (docs/cli.md).
 ALIASES: dict[str, dict[str, str]] = {
     "run": {"--prompts": "--prompts-per-length"},
+    "check": {"--timeout": "--test-timeout"},  # elsewhere: seconds of silence
+    "export": {"--min-tokens": "--min-turn-tokens"},  # inspect's is per row
     "plan": {"--warmup": "--warmup-time"},
     "generate": {"--output": "--out"},
     "report": {"--output": "--out"},

@@ -52,7 +52,10 @@ def test_a_misfit_wider_than_the_target_is_named_as_the_floor():
     assert tgt["requests"] is None and tgt["floor_from"] == "misfit"
     assert tgt["floor"] == pytest.approx(0.2, rel=1e-12)
     text = _bar_parts(f.rel_halfwidth, _wall(f)["parts"], tgt)
-    assert text.startswith("the bar is ±20.0% (above the forecast; its parts add in quadrature)")
+    assert text.startswith(
+        "the bar is ±20.0% (its wider side, the one above the forecast; "
+        "its parts add in quadrature)"
+    )
     assert "±0.0% from the pilot's sample of requests" in text
     assert "±20.0% from the model's misfit on the pilot" in text
     assert text.endswith(
@@ -65,7 +68,7 @@ def test_without_a_floor_the_advice_is_a_pilot_length():
     tgt = {"target": 0.05, "requests": 1096, "floor": 0.01, "floor_from": None}
     parts = {"side": "below", "sample": 0.10, "speed": 0.006, "misfit": 0.01}
     text = _bar_parts(math.hypot(0.10, 0.006, 0.01), parts, tgt)
-    assert text.startswith("the bar is ±10.1% (below the forecast")
+    assert text.startswith("the bar is ±10.1% (its wider side, the one below the forecast")
     assert text.endswith("; ±5% needs a pilot of about 1,096 requests (--pilot 1096)")
 
 

@@ -72,7 +72,8 @@ def test_an_export_of_nothing_keeps_the_existing_file_and_says_why(tmp_path) -> 
         assert out.read_bytes() == b'{"id": "good"}\n'
         assert not summary_path(out).exists() and not list(tmp_path.glob("*.tmp"))
     short = write_rows(tmp_path / "s", [row("s", [user("c"), gen("C", [1, 5], [7, 8, 2])])])
-    with pytest.raises(GenbenchError, match="1 shorter than --min-tokens 16.*--min-tokens 0"):
+    shorter = "1 shorter than --min-turn-tokens 16.*--min-turn-tokens 0"
+    with pytest.raises(GenbenchError, match=shorter):
         export_data(short, "specforge-tokens", out, Rules())
 
 

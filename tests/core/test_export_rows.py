@@ -56,7 +56,7 @@ def row(rid: str, conv: list[dict[str, Any]], **meta: Any) -> dict[str, Any]:
     return {"id": rid, "conversations": conv, "meta": {**base, **meta}}
 
 
-IDS = list(range(100, 120))  # 20 generated ids: above the default --min-tokens 16
+IDS = list(range(100, 120))  # 20 generated ids: above the default --min-turn-tokens 16
 ROWS = [
     row("ok", [user("a"), gen("A", [1, 2, 3], IDS, thinking="hm")]),
     row("cut", [SYSTEM, user("b"), gen("B", [1, 4], IDS, finish="length")]),

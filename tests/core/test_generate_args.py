@@ -13,10 +13,14 @@ from typing import Any
 import pytest
 
 from genbench.commands.generate import generate
+from genbench.commands.plan import plan
 from genbench.errors import UsageError
-from genbench.generate.flags import GenerateArgs, job_config
+from genbench.generate.flags import GenerateArgs, job_config, plan_lines
 from genbench.generate.jobconfig import JobConfig
+from genbench.generate.planned import DEFAULT_CONCURRENCY, Planned
 from genbench.generate.servers import ServerSpec
+from genbench.plan.document import plan_settings
+from genbench.plan.make import DEFAULT_PILOT_C
 
 pytestmark = pytest.mark.core
 
@@ -32,7 +36,13 @@ def args(**given: Any) -> GenerateArgs:
 
 def test_the_commands_defaults_are_the_librarys(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert job_config(args()) == JobConfig(Path("in.jsonl"), Path("out"), [ServerSpec(URL, 64)])
+    assert job_config(args()) == JobConfig(
+        Path("in.jsonl"), Path("out"), [ServerSpec(URL, DEFAULT_CONCURRENCY)]
+    )
+    # plan's pilot runs the same default: the two commands paired as README pairs them
+    # run one configuration
+    assert inspect.signature(plan).parameters["concurrency"].default.default is None
+    assert DEFAULT_PILOT_C == DEFAULT_CONCURRENCY
 
 
 @pytest.mark.parametrize(("given", "message"), [
@@ -51,3 +61,53 @@ def test_a_bad_option_is_refused_naming_its_flag(given, message):
 def test_a_setting_kept_as_typed_reaches_the_job():
     cfg = job_config(args(retries=5, drain=0.0, answers="both", truncated="error"))
     assert (cfg.retries, cfg.drain, cfg.answers, cfg.on_truncated) == (5, 0.0, "both", "error")
+
+
+def pilot_plan(**inputs: Any) -> dict[str, Any]:
+    """A pilot's plan.json as `genbench plan --prompts` writes it, its inputs given."""
+    base = {"concurrency": 16, "servers": 2, "params": {"max_tokens": 512, "temperature": 0.6},
+            "turns": "last", "tool_policy": "keep"}  # fmt: skip
+    return {"mode": "pilot", "_path": "plans/job/plan.json", "inputs": {**base, **inputs},
+            "rows": [{"samples": 100, "ours": {"seconds": 50.0}}]}  # fmt: skip
+
+
+def test_the_plan_is_the_jobs_settings_where_no_flag_says_otherwise():
+    planned = plan_settings(pilot_plan())
+    assert planned == Planned("plans/job/plan.json", 16, 2, {"max_tokens": 512,
+                              "temperature": 0.6}, "last", "keep")  # fmt: skip
+    a = args(url=[URL, "http://127.0.0.1:10/v1"])
+    cfg = job_config(a, planned)
+    assert [s.concurrency for s in cfg.servers] == [16, 16]
+    assert cfg.params == {"max_tokens": 512, "temperature": 0.6}
+    assert (cfg.turns, cfg.tool_policy) == ("last", "keep")
+    runs, departs = plan_lines(a, planned, cfg)
+    assert departs == [] and runs.startswith("runs C=16 per server; 2 servers; max_tokens 512")
+
+
+def test_a_flag_that_departs_from_the_plan_is_said_with_what_it_does_to_the_forecast():
+    planned = plan_settings(pilot_plan())
+    a = args(concurrency=64, max_tokens=256, temperature=None, turns="all")
+    cfg = job_config(a, planned)
+    assert cfg.servers[0].concurrency == 64 and cfg.turns == "all"
+    assert cfg.params == {"max_tokens": 256, "temperature": 0.6}  # the flag over the plan's
+    _, departs = plan_lines(a, planned, cfg)
+    text = "\n".join(departs)
+    assert len(departs) == 4, text
+    assert "-c 64 departs from the plan's C=16" in text and "another load" in text
+    assert "1 server here, the plan decided 2" in text and "longer than the plan's" in text
+    assert "max_tokens 256 departs from the plan's 512" in text and "forecast may be long" in text
+    assert "--turns all departs from the plan's last" in text
+
+
+def test_a_run_plan_gives_its_chosen_concurrency_and_no_sampling():
+    chosen = {"seconds": 5.0, "concurrency": 8}
+    doc = {"mode": "result", "inputs": {"servers": 1},
+           "rows": [{"samples": 10, "ours_chosen": chosen}]}  # fmt: skip
+    planned = plan_settings(doc)
+    assert (planned.concurrency, planned.servers, planned.params) == (8, 1, None)
+    cfg = job_config(args(), planned)
+    assert cfg.servers[0].concurrency == 8 and cfg.params == {}
+    # a deadline's need is the servers the plan decided
+    doc["decision"] = {"deadline": {"text": "1h"}, "configurations": [
+        {"rows": [{"samples": 10, "servers_needed": {"servers": 3}}]}]}  # fmt: skip
+    assert plan_settings(doc).servers == 3

@@ -20,16 +20,16 @@ def test_rows_ending_on_a_call_are_never_all_rows_done():
     status, why = ending("complete", Failures(), 40, 0, None, 40, 1.0, u)
     assert status == "unanswered" and "all rows done" not in why
     assert why == (
-        "27 rows end on a tool call without an answer (25 with no result left in the input: "
-        "--tool-policy replay, the results ran out; 2 cut by max_tokens mid-call); "
+        "27 rows of this run end on a tool call without an answer (25 with no result left in "
+        "the input: --tool-policy replay, the results ran out; 2 cut by max_tokens mid-call); "
         "13 answered"
     )
     some = Failures()
     some.add("http_status", "HTTP 400")
     status, why = ending("complete", some, 39, 0, None, 40, 1.0, Unanswered(ran_out=1))
-    assert status == "some_failed" and why.endswith("1 row ends on a tool call without an "
-        "answer (1 with no result left in the input: --tool-policy replay, the results ran "
-        "out)")  # fmt: skip
+    assert status == "some_failed" and why.endswith("1 row of this run ends on a tool call "
+        "without an answer (1 with no result left in the input: --tool-policy replay, the "
+        "results ran out)")  # fmt: skip
     status, why = ending("complete", Failures(), 5, 2, None, 5, 1.0, Unanswered(ran_out=1))
     assert status == "unanswered" and why.endswith("failed in an earlier run (--retry-errors "
                                                    "to try them again)")  # fmt: skip
@@ -42,14 +42,14 @@ def test_token_ids_on_stops_and_auto_counts():
     assert not auto.without_ids(["exact"], "http://a/v1", "auto")
     assert not auto.without_ids(["none"], "http://a/v1", "off")
     assert auto.stopped_by is None
-    assert auto.ids_line(9) == "2 rows without token ids (of 9 written; http://a/v1: 2)"
+    assert auto.ids_line(9) == "2 rows of this run without token ids (of 9 written; http://a/v1: 2)"
     on = Unanswered()
     assert on.without_ids(["none"], "http://b/v1", "on")
     assert on.without_ids(["none"], "http://c/v1", "on")
     assert on.stopped_by == "http://b/v1"
     status, why = ending("interrupted", Failures(), 3, 0, None, 9, 1.0, on)
     assert status == "no_token_ids" and why.startswith("http://b/v1 answered without token ids")
-    assert "2 rows without token ids (not kept; http://b/v1: 1, http://c/v1: 1)" in why
+    assert "2 rows of this run without token ids (not kept; http://b/v1: 1, http://c/v1: 1)" in why
 
 
 def _row(i: int) -> Row:

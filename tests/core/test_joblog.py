@@ -118,3 +118,60 @@ def test_a_request_that_said_nothing_is_unknown_and_one_that_drafted_nothing_one
     assert acc is not None and (acc["requests"], acc["steps"], acc["accepted"]) == (2, 13, 6)
     assert acc["length"] == pytest.approx(1 + 6 / 13)
     assert (acc["unknown"], acc["dropped"]) == (1, {"accepted > drafted": 2})
+
+
+def test_requests_the_operator_ended_are_interrupted_never_failures(tmp_path):
+    """A Ctrl-C mid-job ends the requests in flight as `cancelled`: the report counts them
+    apart, as interrupted, and neither as failures nor as rows (#46)."""
+    recs = [rec(0, A, 0.0), rec(1, A, 0.5, 1.0, "read_timeout", "retry"),
+            rec(2, A, 1.0, 0.5, "cancelled"), rec(3, B, 1.0, 0.5, "cancelled", "done")]  # fmt: skip
+    path = tmp_path / "requests.jsonl"
+    write(path, [recs], [CLOCK])
+    h = read_job_log(path)
+    assert (h.records, h.interrupted, h.kinds) == (4, 2, {"read_timeout": 1})
+    assert h.servers[A].rows == 1 and h.servers[B].rows == 0  # its 'done' tag: not a row
+    assert "cancelled" not in h.bins.keys("failures")
+    assert sum(h.bins.series("interrupted", A)) == 1
+
+
+def test_rates_over_time_are_a_stated_trailing_mean_and_the_eta_axis_is_the_plans(tmp_path):
+    """A 3-minute job in 1-s bins drew spikes; its rates are means over a window the
+    subtitle states. One wild early projection no longer sets the ETA axis (#46)."""
+    from genbench.report.figures import Series
+    from genbench.report.job import Figure, _Axis, _clip_to_plan, rate_figure, smoothing_bins
+
+    recs = [rec(i, A, float(i), 1.0) for i in range(180)]  # a row a second for 3 minutes
+    path = tmp_path / "requests.jsonl"
+    write(path, [recs], [CLOCK])
+    h = read_job_log(path)
+    w = smoothing_bins(h)
+    assert w * h.bins.width == pytest.approx(10.0)  # 1/40 of 3 min is under the 10-s floor
+    fig = rate_figure(h, _Axis(h), "done")
+    assert f"the mean over the last {10.0:.1f} s" in fig.subtitle
+    steady = fig.series[0].ys[w:-1]
+    assert steady and max(steady) == pytest.approx(min(steady))  # one row a second, flat
+    eta = Figure("job_eta", "ETA", "sub", "x", "y")
+    eta.series = [Series("run 1", "#000", [0, 1, 2], [40.0, 3.2, 3.1]),
+                  Series("plan", "#888", [0, 2], [3.0, 3.0]),
+                  Series("plan's bar", "#888", [0, 2], [3.5, 3.5])]  # fmt: skip
+    _clip_to_plan(eta, _Axis(h))
+    assert eta.y_max == 7.0 and eta.series[0].ys == [7.0, 3.2, 3.1]
+    assert "twice the plan's slow end" in eta.subtitle
+
+
+def test_tokens_are_the_written_rows_and_partial_outputs_are_apart(tmp_path):
+    """One definition, inspect's: the output tokens of the rows written, every turn of
+    each; an interrupted request's partial output is counted apart, a failed row's turns
+    not at all (#46)."""
+    cut = RequestRecord("r2", phase="generate", server=A, model="m", t_send=3.0, t_end=3.5,
+                        sent_at=3.0 + CLOCK, error_kind="cancelled", completion_tokens=5,
+                        extra={"outcome": "requeued", "turn": 1})  # fmt: skip
+    recs = [rec(0, A, 0.0, outcome="next"), rec(0, A, 1.0), rec(1, B, 0.0),
+            rec(2, A, 2.0, outcome="next"), cut,
+            rec(3, B, 1.0, outcome="next"),
+            rec(3, B, 2.0, 1.0, "http_status", "failed")]  # fmt: skip
+    path = tmp_path / "requests.jsonl"
+    write(path, [recs], [CLOCK])
+    h = read_job_log(path)
+    assert (h.row_tokens, h.partial_tokens) == (30, 5)  # r0's two turns and r1; r2's cut
+    assert sum(s.tokens for s in h.servers.values()) == 50  # what the servers answered

@@ -85,5 +85,5 @@ def test_the_command_that_regenerates_a_shares_part_names_its_share(tmp_path):
     (tmp_path / ".genbench" / "job-2of4.json").write_bytes(orjson.dumps(job))
     part = tmp_path / "data-2of4-00003.jsonl"
     assert sealed.regenerate_command(tmp_path, part) == (
-        f"genbench generate -i 'in put.jsonl' -o {tmp_path} --shard 2/4 --url ... --max-tokens 16"
+        f"genbench generate -i 'in put.jsonl' -o {tmp_path} --shard 2/4 --url URL --max-tokens 16"
     )

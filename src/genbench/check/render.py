@@ -22,11 +22,26 @@ CHECK_THINKING_FROM = {
 }
 
 
-def print_check(rep: CheckReport, out: Console, err: Console) -> None:
-    """The checks that passed, one line each, then ready or the diagnosis (on `err`)."""
+def print_check(
+    rep: CheckReport, out: Console, err: Console, started_s: float | None = None
+) -> None:
+    """The checks that passed, one line each, their notes after them (a note reads the
+    lines above it), then ready or the diagnosis (on `err`); `started_s`: how long a
+    --serve engine took to start, before the checks."""
     out.print(f"[bold]genbench check[/] {rep.url}")
+    _print_lines(rep, out)
     for note in rep.notes:
         out.print(f"  [dim]note:[/] {note}")
+    if rep.ok:
+        took = f"checks {duration(rep.elapsed_s)}"
+        if started_s is not None:
+            took += f", after the engine's start of {duration(started_s)}"
+        out.print(f"[bold green]ready[/] ({took})")
+    else:
+        err.print(f"[bold red]✗[/] {rep.diagnosis}")
+
+
+def _print_lines(rep: CheckReport, out: Console) -> None:
     if rep.health:
         health = "ok" if rep.health == "ok" else "no /health; /v1/models answers"
         if rep.deep_health == "ok":
@@ -73,10 +88,6 @@ def print_check(rep: CheckReport, out: Console, err: Console) -> None:
     if rep.ok and (rep.token_ids or rep.token_ids_note):
         mark = "[green]✓[/]" if rep.token_ids else "[dim]-[/]"
         out.print(f"  {mark} token ids {describe_ids(rep.token_ids, rep.token_ids_note)}")
-    if rep.ok:
-        out.print(f"[bold green]ready[/] ({duration(rep.elapsed_s)})")
-    else:
-        err.print(f"[bold red]✗[/] {rep.diagnosis}")
 
 
 def server_details(d: dict[str, Any]) -> str:

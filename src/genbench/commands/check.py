@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -23,7 +24,9 @@ def check(
     model: str | None = common.MODEL,
     api_key_env: str = common.KEY_ENV,
     api_key_file: Path | None = common.KEY_FILE,
-    timeout: float = typer.Option(120.0, "--timeout", help="Seconds for the test request."),
+    timeout: float = typer.Option(
+        120.0, "--test-timeout", help="Seconds the test request may take, whole (not silence)."
+    ),
     connect_timeout: float = typer.Option(
         3.0, "--connect-timeout", help="Seconds to wait for a connection."
     ),
@@ -32,7 +35,7 @@ def check(
     json: bool = common.JSON,
 ) -> None:
     """Check that a server is alive, serves the model and answers one tiny request."""
-    common.positive("--timeout", timeout)
+    common.positive("--test-timeout", timeout)
     common.positive("--connect-timeout", connect_timeout)
     if serve:  # start the engine, check it, stop it: why an engine will not come up
         if url or len(serve) > 1:
@@ -46,7 +49,9 @@ def check(
     keys = (api_key_env, api_key_file)  # an engine started with a key asks for it
     engine = serving(serve, None, engine_start_timeout, common.loading(err), keys) if serve \
         else None  # fmt: skip
+    t0 = time.monotonic()
     with engine or nullcontext() as cmds:  # --url: nothing to start
+        started = time.monotonic() - t0 if serve else None
         ep = common.endpoint(cmds[0].url if cmds else url, api_key_env, api_key_file)
         common.descriptors(1)
         tags, dialect = checked(parse_tags, think_tags), checked(parse_dialect, think_dialect)
@@ -56,5 +61,5 @@ def check(
         if json:
             common.print_json(rep.to_dict())
         else:
-            print_check(rep, out, err)
+            print_check(rep, out, err, started)
         raise typer.Exit(rep.exit_code)

@@ -26,8 +26,9 @@ A flag name means one thing, with one kind of value, in every command that has i
 
 * **`-i/--input` or `--prompts FILE`**: a prompt file (JSONL or Parquet), in `plan` and
   `generate`. A count of prompts is spelled out: `run --prompts-per-length N`.
-* **`-c/--concurrency`**: requests in flight per server, in every command that sends load.
-  Where a command sweeps (`run`) it takes one number or a comma-separated list.
+* **`-c/--concurrency`**: requests in flight per server, in every command that sends load,
+  32 by default in `plan` and `generate` alike (`generate --plan`: the plan's). Where a
+  command sweeps (`run`) it takes one number or a comma-separated list.
 * **`-o/--out`**: where a command that writes puts what it makes: a directory (`run`,
   `plan`'s pilot, `generate`, `inspect`'s clean copy) or a file (`report`'s HTML,
   `export`'s trainer file).
@@ -36,7 +37,13 @@ A flag name means one thing, with one kind of value, in every command that has i
   `-time`, `-timeout` or is named for time (`--duration`, `--drain`, `--progress-every`).
 * **The job's request fields** (`--temperature`, `--top-p`, `--top-k`, `--max-tokens`,
   `--thinking`, `--param`, `--config`, `--turns`) mean the same in `plan` and `generate`,
-  so a plan forecasts the job the same flags will run; `run --thinking` too.
+  so a plan forecasts the job the same flags will run; `run --thinking` and `run
+  --temperature` too (the server's by default, everywhere).
+* **`--timeout`**: seconds a request may go silent before it is abandoned; `check`'s test
+  request, timed whole, is `--test-timeout`. **`--min-tokens`** is `inspect`'s per row;
+  `export`'s per generated turn is `--min-turn-tokens`. A test walks every command's
+  options and fails on a name with two defaults or kinds of value, but for the few named
+  with why (`tests/core/test_flag_meanings.py`).
 * **`--think-tags OPEN,CLOSE`**: where a server sends its thinking inline in `content`,
   the tags genbench splits it at, in every command that sends requests.
 * **Defaults** are shown in one style, `[default: X]`, in `--help` and below; where the
@@ -60,7 +67,7 @@ MEANINGS: dict[str, str] = {
     "--deadline": "The job's deadline (5d, 36h, 90m, 2d12h).",
     "--down-timeout": "Seconds with every server down before the job gives up.",
     "--drain": "On Ctrl-C, seconds to let requests in flight finish.",
-    "--dialect": "Reference server: whose endpoints and metric names it serves.",
+    "--dialect": "Reference server: whose server it plays (sim, sglang, vllm).",
     "--drift": "Reference server: its speed wanders by PCT over PERIOD seconds.",
     "--drop": "Defects to leave out of inspect's clean copy.",
     "--dtype-bytes": "Hidden-state storage: bytes per value.",
@@ -77,7 +84,8 @@ MEANINGS: dict[str, str] = {
     "--serve": "An engine command genbench starts, watches and stops; repeatable.",
     "--force": "Go ahead despite a mismatch genbench would otherwise refuse.",
     "--format": "Output file format: jsonl or parquet (generate); the trainer's format (export).",
-    "--from": "A `genbench run` result to forecast from; repeatable, to compare configurations.",
+    "--from": "A `genbench run` result to forecast from (repeatable, to compare "
+    "configurations), or a pilot's plan to plan again from its records.",
     "--gpus-per-server": "GPUs per server, for the job's cost.",
     "--hidden-size": "Hidden-state storage: the target model's hidden size.",
     "--host": "Address the reference server binds.",
@@ -97,7 +105,8 @@ MEANINGS: dict[str, str] = {
     "--metrics-host": "Address --metrics-port listens on (loopback unless you choose).",
     "--metrics-port": "Serve the job's progress as Prometheus metrics on this port.",
     "--metrics-url": "A worker's /metrics URL, repeatable: their counters summed per phase.",
-    "--min-tokens": "Rows (inspect) or generated turns (export) with fewer tokens are short.",
+    "--min-tokens": "Inspect: rows with fewer output tokens are short.",
+    "--min-turn-tokens": "Export: generated turns with fewer tokens are short and left out.",
     "--model": "The model's name: the one to request (sim: the one it serves).",
     "--natural": "Let the model stop on its own instead of forcing the length.",
     "--no-metrics": "Reference server: serve no /metrics.",
@@ -114,7 +123,8 @@ MEANINGS: dict[str, str] = {
     "--port": "Port the reference server binds.",
     "--prefill-tps": "Reference server: prompt tokens per second of prefill.",
     "--price": "Price per GPU-hour, for the job's cost.",
-    "--progress-every": "Seconds between JSON progress lines off a terminal.",
+    "--progress-every": "Seconds between progress lines off a terminal (a line for people).",
+    "--progress-json": "Off a terminal, progress as JSON lines on stderr instead.",
     "--prompts-per-length": "Requests per single-stream output length.",
     "--quick": "A short run: fewer lengths and concurrencies.",
     "--rate": "Output tokens/s of one server, for arithmetic without a measurement.",
@@ -146,7 +156,7 @@ MEANINGS: dict[str, str] = {
     "--sweep-tokens": "Output tokens per sweep request.",
     "--tags": "Leftover tags to look for, comma-separated.",
     "--target-error": "Percent error the pilot stops at.",
-    "--temperature": "Sampling temperature.",
+    "--temperature": "Sampling temperature of the requests; default the server's.",
     "--think-tags": "The tags around thinking that arrives inline in content (OPEN,CLOSE).",
     "--think-dialect": "Where thinking arrives, for when check and the replies cannot tell: "
     "auto, separate, inline, inline-opened or none.",
@@ -158,6 +168,7 @@ MEANINGS: dict[str, str] = {
     "--thinking": "chat_template_kwargs.enable_thinking of the requests.",
     "--thinking-tokens": "Reference server: output tokens that go to the reasoning field.",
     "--timeout": "Seconds a request may go unanswered before it is abandoned.",
+    "--test-timeout": "Check: seconds the test request may take, whole.",
     "--tokens-per-sample": "Output tokens per sample, thinking included.",
     "--top-k": "Sampling top_k.",
     "--top-p": "Sampling top_p.",

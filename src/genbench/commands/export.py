@@ -38,7 +38,7 @@ def export_cmd(
     ),
     min_tokens: int = typer.Option(
         DEFAULT_MIN_TOKENS,
-        "--min-tokens",
+        "--min-turn-tokens",
         help="Turns with fewer generated tokens are short and left out (0 keeps them).",
     ),
     empty_system: bool = typer.Option(
@@ -53,7 +53,7 @@ def export_cmd(
     conversations, or speculators' rows; cut and short turns left out and counted."""
     get(fmt)  # one of the formats registered (export/formats.py)
     if min_tokens < 0:
-        raise UsageError(f"--min-tokens must be 0 or more, got {min_tokens}")
+        raise UsageError(f"--min-turn-tokens must be 0 or more, got {min_tokens}")
     target = out_file or default_out(sources[0], fmt)
     source = sources if len(sources) > 1 else sources[0]
     where = ", ".join(map(str, sources))

@@ -13,10 +13,10 @@ import typer
 
 from genbench.commands import common, watch
 from genbench.commands.console import err, out
-from genbench.generate.flags import GenerateArgs, job_config
+from genbench.generate.flags import GenerateArgs, job_config, plan_lines
 from genbench.generate.job import run_job
-from genbench.generate.render import JobConsole, one_concurrency, print_start
-from genbench.plan.document import job_forecast, read_plan
+from genbench.generate.render import JobConsole, print_start
+from genbench.plan.document import job_forecast, plan_settings, read_plan
 
 # one per field of GenerateArgs (generate/flags.py), in --help's order: its typer option, or
 # (default, help) for an option spelled as its field is (common.signature)
@@ -31,7 +31,10 @@ OPTIONS: dict[str, Any] = {
     "model": common.MODEL,
     "api_key_env": common.KEY_ENV,
     "api_key_file": common.KEY_FILE,
-    "concurrency": typer.Option(64, "--concurrency", "-c", help="Requests in flight per server."),
+    "concurrency": typer.Option(
+        None, "--concurrency", "-c", help="Requests in flight per server. [default: 32; "
+        "--plan: the plan's]",
+    ),
     "max_tokens": common.MAX_TOKENS,
     "temperature": common.TEMPERATURE,
     "top_p": common.TOP_P,
@@ -39,8 +42,10 @@ OPTIONS: dict[str, Any] = {
     "thinking": common.THINKING,
     "param": common.PARAM,
     "config": common.CONFIG,
-    "turns": ("all", "all: regenerate every assistant turn; last: only the final one."),
-    "tool_policy": common.TOOL_POLICY,
+    "turns": (None, "all: regenerate every assistant turn; last: only the final one. "
+              "[default: all; --plan: the plan's]"),
+    "tool_policy": typer.Option(None, "--tool-policy", help=common.TOOL_POLICY.help
+                                + " [default: replay; --plan: the plan's]"),
     "think_tags": common.THINK_TAGS,
     "think_dialect": common.THINK_DIALECT,
     "keep_raw": (False, "Also write each answer as generated, thinking and tags in it, where "
@@ -68,14 +73,17 @@ OPTIONS: dict[str, Any] = {
         "regenerate (old answers to replaced.jsonl) or keep (listed in stale.jsonl). [default: "
         "refuse, saying which]"),
     "limit": (None, "Only the first N rows (a trial)."),
-    "progress_every": (30.0, "Seconds between JSON progress lines off a terminal."),
+    "progress_every": (30.0, "Seconds between progress lines off a terminal."),
+    "progress_json": (False, "Off a terminal, progress as JSON lines on stderr (one object "
+        "a line, for a machine) instead of a line for people."),
     "engine_start_timeout": common.ENGINE_START_TIMEOUT,
     "engine_restarts": (10, "Restarts of a --serve engine that died, at most (0: none)."),
     "engine_backoff": (5.0, "Seconds before a dead engine's first restart (doubles, up to 5 min)."),
     "engine_hang_timeout": (120.0, "Seconds an engine may be alive but not answer /health before "
         "it is stopped and restarted."),
-    "plan": (None, "A plan.json (or its directory) from genbench plan: its forecast beside the "
-        "live ETA, and at the end how far off it was."),
+    "plan": (None, "A plan.json (or its directory) from genbench plan: the job runs its "
+        "configuration (concurrency, servers, sampling, max tokens) unless a flag says "
+        "otherwise, its forecast beside the live ETA, and at the end how far off it was."),
     "metrics_port": watch.METRICS_PORT,
     "metrics_host": watch.METRICS_HOST,
     "json": common.JSON,
@@ -85,8 +93,9 @@ OPTIONS: dict[str, Any] = {
 def generate(**options: Any) -> None:
     """Regenerate a prompt file with the target model: resumable, exactly once, many servers."""
     a = GenerateArgs(**options)
-    cfg = job_config(a)
     plan_doc = read_plan(a.plan) if a.plan is not None else None
+    planned = plan_settings(plan_doc) if plan_doc is not None else None
+    cfg = job_config(a, planned)  # the plan's configuration, where no flag says otherwise
     if plan_doc is not None:
         job_forecast(plan_doc, 1, len(cfg.servers))  # a plan without a usable forecast fails now
     forecast_for = None if plan_doc is None else (
@@ -94,9 +103,9 @@ def generate(**options: Any) -> None:
     )  # fmt: skip
     console = err if a.json else out
     print_start(cfg, console)
-    listener = JobConsole(
-        console, a.progress_every, a.json, forecast_for, one_concurrency(cfg), a.down_timeout
-    )
+    said = plan_lines(a, planned, cfg) if planned is not None else None
+    listener = JobConsole(console, a.progress_every, a.json, forecast_for, said, a.down_timeout,
+                          a.progress_json)  # fmt: skip
     heard, exporter = watch.listeners(listener, cfg, a.metrics_host, a.metrics_port, console)
     try:
         result = common.run_async(run_job(cfg, heard))
@@ -107,6 +116,7 @@ def generate(**options: Any) -> None:
         doc = {**result.to_dict(), "exit_code": result.exit_code}
         if listener.forecast is not None:
             doc["plan"] = listener.plan_outcome or asdict(listener.forecast)
+            doc["plan"]["departures"] = said[1] if said else []
         common.print_json(doc)
     if result.exit_code:
         raise typer.Exit(result.exit_code)

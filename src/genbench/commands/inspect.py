@@ -32,7 +32,7 @@ SAVE = typer.Option(
     None,
     "--save",
     help="Where to write inspect.json. [default: DIR/inspect.json, or "
-    "FILE.inspect.json beside a file]",
+    "FILE.inspect.json beside a file; --drop: CLEAN_DIR/inspect.json]",
 )
 MIN_TOKENS = typer.Option(
     D.min_tokens, "--min-tokens", help="Rows with fewer output tokens are too short (short)."

@@ -10,7 +10,7 @@ from genbench.commands import common
 from genbench.commands.console import err, out
 from genbench.plan.jobfiles import job_files_dir, write_job_files
 from genbench.plan.make import PilotInterrupted, PlanArgs, make_plan
-from genbench.plan.render import PlanConsole, print_plan
+from genbench.plan.render import PlanConsole, next_line, print_plan
 
 SAMPLES = typer.Option(
     None,
@@ -22,7 +22,9 @@ FROM = typer.Option(
     None,
     "--from",
     help="A `genbench run` result: its directory or result.json. Repeat it with runs of "
-    "other configurations of the same model to compare them for the job.",
+    "other configurations of the same model to compare them for the job. Or a pilot's plan "
+    "directory: planned again from its recorded requests, nothing sent (other --samples, "
+    "--servers, --deadline, --price).",
 )
 PROMPTS = typer.Option(
     None,
@@ -117,6 +119,9 @@ GPUS_PER_SERVER = typer.Option(
     help="GPUs per server, for the cost: one for all, or one per --from in order. "
     "[default: gpus_per_server in the settings file]",
 )
+PROGRESS_EVERY = typer.Option(
+    30.0, "--progress-every", help="Seconds between the pilot's progress lines off a terminal."
+)
 JOB_FILES = typer.Option(
     None,
     "--job-files",
@@ -166,18 +171,20 @@ def plan(
     price: float | None = PRICE,
     gpus_per_server: str | None = GPUS_PER_SERVER,
     job_files: Path | None = JOB_FILES,
+    progress_every: float = PROGRESS_EVERY,
     json: bool = common.JSON,
 ) -> None:
     """Forecast hours, tokens and bytes of a generation job, with an error bar; servers for a
     deadline, cost, and the fastest of several configurations."""
     flags = dict(locals())  # every option above, by name
     console = err if flags.pop("json") else out
-    jobs = flags.pop("job_files")
+    jobs, every = flags.pop("job_files"), flags.pop("progress_every")
+    common.positive("--progress-every", every)
     if jobs is not None:
         job_files_dir(jobs)  # before the plan's pilot, not after
     args = PlanArgs(**flags)
     try:
-        doc, saved = make_plan(args, PlanConsole(console))
+        doc, saved = make_plan(args, PlanConsole(console, every))
     except PilotInterrupted as e:
         err.print(f"[red]interrupted[/]: {e}")
         raise typer.Exit(e.exit_code) from None
@@ -187,5 +194,7 @@ def plan(
     if jobs is not None:
         paths, why = write_job_files(jobs, doc, args, servers)
         console.print(f"job files for {why}: {', '.join(map(str, paths))} (fill in FILL_IN)")
+    if line := next_line(doc, saved):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     if json:
         common.print_json(doc)

@@ -59,7 +59,11 @@ WARMUP_TOKENS = typer.Option(
 NATURAL = typer.Option(
     False, "--natural", help="Let the model stop on its own instead of forcing each length."
 )
-TEMPERATURE = typer.Option(0.0, "--temperature", help="Sampling temperature.")
+TEMPERATURE = typer.Option(
+    None,
+    "--temperature",
+    help="Sampling temperature, as plan's and generate's. [default: the server's]",
+)
 TIMEOUT = typer.Option(600.0, "--timeout", help="Seconds of silence before a request is abandoned.")
 EXTRA_BODY = typer.Option(
     None,
@@ -133,7 +137,7 @@ def run(
     warmup: int | None = WARMUP,
     warmup_tokens: int | None = WARMUP_TOKENS,
     natural: bool = NATURAL,
-    temperature: float = TEMPERATURE,
+    temperature: float | None = TEMPERATURE,
     timeout: float = TIMEOUT,
     extra_body: str | None = EXTRA_BODY,
     thinking: bool | None = THINKING,

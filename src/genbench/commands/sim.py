@@ -10,18 +10,20 @@ from genbench.sim.config import SimConfig, parse_fault
 DIALECT = typer.Option(
     "sim",
     "--dialect",
-    help="Whose endpoints and metric names to serve: sim (genbench's own) or sglang "
-    "(/server_info, /health_generate, sglang:* metrics; see docs/sim.md).",
+    help="Whose server to play: sim (genbench's own), sglang (/server_info, "
+    "/health_generate, sglang:* metrics, its ids) or vllm (vLLM's replies: the reasoning "
+    "field, return_token_ids; the sim's endpoints; see docs/sim.md).",
 )
 NO_METRICS = typer.Option(
     False, "--no-metrics", help="Serve no /metrics (like SGLang without --enable-metrics)."
 )
 
 TOKEN_IDS = typer.Option(
-    "none",
+    "auto",
     "--token-ids",
     help="Token ids when a request asks: none (llama.cpp's chat), vllm (return_token_ids, "
-    "per chunk) or sglang (the sglext lists; see docs/sim.md).",
+    "per chunk), sglang (the sglext lists; see docs/sim.md) or auto (the dialect's: sim "
+    "none, vllm vllm, sglang sglang).",
 )
 
 DRIFT = typer.Option(
@@ -57,9 +59,10 @@ THINKING_TOKENS = typer.Option(
     0, "--thinking-tokens", help="First N output tokens go to the reasoning field."
 )
 REASONING_DIALECT = typer.Option(
-    "reasoning_content",
+    "auto",
     "--reasoning-dialect",
-    help="Field for thinking text: reasoning_content (SGLang, llama.cpp) or reasoning (vLLM).",
+    help="Field for thinking text: reasoning_content (SGLang, llama.cpp), reasoning (vLLM) or "
+    "auto (the dialect's: vllm reasoning, else reasoning_content).",
 )
 SPEC_K = typer.Option(
     1, "--spec-k", help="Tokens per decode chunk (speculative decoding, all accepted)."
@@ -149,6 +152,8 @@ def sim(
         faults=[parse_fault(f) for f in fault or []], drift=drift, dialect=dialect,
         metrics=not no_metrics, token_ids=token_ids, tool_calls=tool_calls,
     ).validate()  # fmt: skip
+    for note in cfg.notes():
+        typer.echo(f"genbench sim: note: {note}", err=True)
 
     from genbench.sim.server import run
     from genbench.transport.open_files import raise_soft_limit

@@ -79,11 +79,11 @@ def nothing_written(
         )
     else:
         parts = [f"{cut:,} cut by max_tokens"] if cut else []
-        parts += [f"{short:,} shorter than --min-tokens {min_tokens}"] if short else []
+        parts += [f"{short:,} shorter than --min-turn-tokens {min_tokens}"] if short else []
         if no_ids and fmt_needs_ids:
             parts.append(f"{no_ids:,} without trusted ids")
         why = "every generated turn was left out (" + (", ".join(parts) or "none left") + ")"
-        way = "--keep-cut keeps the cut turns, --min-tokens 0 the short ones"
+        way = "--keep-cut keeps the cut turns, --min-turn-tokens 0 the short ones"
         if no_ids and fmt_needs_ids:
             way += "; --format specforge needs no ids"
     return GenbenchError(

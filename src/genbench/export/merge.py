@@ -33,7 +33,7 @@ from genbench.generate.input.reader import ShardSpec, scan
 from genbench.generate.input.shard import stable_hash
 from genbench.generate.store import seal as sealed
 from genbench.generate.store.durable import scan_errors
-from genbench.generate.store.jobfile import job_flags, model_names
+from genbench.generate.store.jobfile import model_names
 from genbench.generate.store.layout import (
     JOB_GLOB,
     LOCK_GLOB,
@@ -43,8 +43,11 @@ from genbench.generate.store.layout import (
     error_files,
 )
 from genbench.generate.store.lock import OutputLock
+from genbench.generate.store.rerun import generate_command, read_job
+from genbench.generate.store.rerun import job_flags as rerun_flags
 from genbench.generate.store.scheme import describe, from_files, recorded
 from genbench.inspect.reader import FileStats, data_files, kind_of, parquet_batches, raw_lines
+from genbench.plan.jobfiles import SBATCH
 
 EXAMPLES = 5
 
@@ -123,19 +126,27 @@ class Proof:
         return out
 
     def _finish(self, ids: list[str], extra: str = "") -> str:
-        """The command that finishes `ids`: their shards' generate, resumed."""
-        flags = "".join(f" {f}" for f in [*self.flags, extra] if f)
-        base = f"genbench generate -i {self.input} -o {self.out} --url ...{flags}"
+        """The command that finishes `ids`: their shards' generate, resumed, whole (the job's
+        settings from its job files; URL: the servers). In an array, the Slurm task ids of
+        those shards (0-based: task i runs --shard i+1/N), and the script that resubmits
+        them, or where none is here, the command that writes it."""
+        base = generate_command(self.input, self.out, [*self.flags, *([extra] if extra else [])])
         if self.shards == 1:
             return f"finish them: {base}"
         owners = sorted({i for i in range(1, self.shards + 1)
                          for rid in ids if ShardSpec(i, self.shards).owns(rid)})  # fmt: skip
         tasks = ",".join(str(i - 1) for i in owners)
-        shards = ", ".join(f"--shard {i}/{self.shards}" for i in owners)
+        script = next((p for p in (Path(SBATCH), self.out / SBATCH) if p.is_file()), None)
+        array = (
+            f"sbatch --array={tasks} {script}"
+            if script is not None
+            else f"no {SBATCH} here: write it with genbench plan --from PLAN_DIR --job-files "
+            f"DIR --servers {self.shards}, then sbatch --array={tasks} DIR/{SBATCH}"
+        )
+        each = "; ".join(f"{base} --shard {i}/{self.shards}" for i in owners)
         return (
-            f"finish them: {base} with {shards}, or resubmit those tasks of the array "
-            f"(its script's --shard auto/{self.shards}: sbatch --array={tasks} "
-            "genbench-array.sbatch)"
+            f"finish them: {each}; or, as a Slurm array, resubmit tasks {tasks} (Slurm's "
+            f"task ids count from 0: task i runs --shard i+1/{self.shards}): {array}"
         )
 
 
@@ -195,6 +206,13 @@ def running(out: Path) -> list[str]:
         finally:
             os.close(fd)
     return found
+
+
+def job_flags(out: Path) -> list[str]:
+    """The settings of the directory's first job file as generate's flags: a shard run
+    without them would be refused (a changed job) or, a shard's first run, differ."""
+    doc = read_job(out)
+    return rerun_flags(doc) if doc else []
 
 
 _NOT_SETTINGS = {"shard", "created", "genbench_version", "input"}

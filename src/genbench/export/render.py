@@ -44,7 +44,7 @@ def print_export(doc: dict[str, Any], console: Console) -> None:
     cut_rule = "kept (--keep-cut)" if rules["keep_cut"] else "left out"
     console.print(
         f"counted: {_reasons(counted, rules['min_tokens'])} "
-        f"(cut turns {cut_rule}; --min-tokens {rules['min_tokens']})"
+        f"(cut turns {cut_rule}; --min-turn-tokens {rules['min_tokens']})"
     )
     if fmt.token_exact:
         ids = doc["ids"]

@@ -102,7 +102,7 @@ class Unanswered:
         if self.call_cut:
             why.append(f"{self.call_cut:,} cut by max_tokens mid-call")
         end = "ends" if n == 1 else "end"
-        return f"{rows(n)} {end} on a tool call without an answer ({'; '.join(why)})"
+        return f"{rows(n)} of this run {end} on a tool call without an answer ({'; '.join(why)})"
 
     def ids_line(self, written: int) -> str:
         """'' or the rows without token ids, by server."""
@@ -111,7 +111,7 @@ class Unanswered:
             return ""
         by = ", ".join(f"{k}: {v:,}" for k, v in self.no_ids.most_common())
         kept = "not kept" if self.stopped_by else f"of {written:,} written"
-        return f"{rows(n)} without token ids ({kept}; {by})"
+        return f"{rows(n)} of this run without token ids ({kept}; {by})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"results_ran_out": self.ran_out, "call_cut": self.call_cut,

@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from genbench import __version__
-from genbench.errors import UsageError
+from genbench.errors import ErrorKind, UsageError
 from genbench.generate.outcome import Listener
 from genbench.generate.progress import EngineState, ServerState, Snapshot
 from genbench.records import RequestRecord
@@ -170,8 +170,12 @@ METRICS = (
 RECORD_COUNTERS: tuple[tuple[str, str, list[str], Callable[[RequestRecord, str], Any]], ...] = (
     ("genbench_requests", "Requests ended, by server and outcome (done, next, retry, requeued, "
      "failed).", ["server", "outcome"], lambda r, outcome: (r.server, outcome)),
-    ("genbench_request_failures", "Failed requests by server and error kind.", ["server", "kind"],
-     lambda r, _: None if r.error_kind is None else (r.server, str(r.error_kind))),
+    ("genbench_request_failures", "Failed requests by server and error kind (an interrupted "
+     "one is not a failure).", ["server", "kind"],
+     lambda r, _: None if r.error_kind in (None, ErrorKind.CANCELLED) else
+     (r.server, str(r.error_kind))),
+    ("genbench_requests_interrupted", "Requests ended by the operator (Ctrl-C, SIGTERM).",
+     ["server"], lambda r, _: (r.server,) if r.error_kind == ErrorKind.CANCELLED else None),
     ("genbench_retries", "Charged retries of a row.", ["server"],
      lambda r, outcome: (r.server,) if outcome == "retry" else None),
     ("genbench_requeues", "Rows sent back to the queue uncharged (their server went away).",

@@ -4,7 +4,7 @@ error naming it, before the input is opened or a server asked."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from genbench.engines.command import parse_command
@@ -16,7 +16,8 @@ from genbench.generate.input.params import RequestFlags
 from genbench.generate.input.reader import ShardSpec
 from genbench.generate.input.tools import POLICIES
 from genbench.generate.jobconfig import AsTyped, JobConfig
-from genbench.generate.recipe import TURNS
+from genbench.generate.planned import Planned, departures, resolve, resolve_concurrency, taken
+from genbench.generate.recipe import ALL, REPLAY, TURNS
 from genbench.generate.servers import ServerSpec
 from genbench.generate.store import changes
 from genbench.transport.endpoint import Endpoint, key_source, load_api_key
@@ -81,9 +82,9 @@ class GenerateArgs(AsTyped, RequestFlags):
     serve: list[str] | None
     api_key_env: str
     api_key_file: Path | None
-    concurrency: int
-    turns: str
-    tool_policy: str
+    concurrency: int | None  # None: the plan's, else the default (generate/planned.py)
+    turns: str | None  # None: the plan's, else all
+    tool_policy: str | None  # None: the plan's, else replay
     think_tags: str
     think_dialect: str
     token_ids: str
@@ -92,6 +93,7 @@ class GenerateArgs(AsTyped, RequestFlags):
     shard: str | None
     truncated: str
     progress_every: float
+    progress_json: bool
     engine_start_timeout: float
     engine_restarts: int
     engine_backoff: float
@@ -102,9 +104,24 @@ class GenerateArgs(AsTyped, RequestFlags):
     json: bool
 
 
-def job_config(a: GenerateArgs) -> JobConfig:
-    """The job the options ask for, each flag checked (a UsageError names it); the servers'
-    URLs parsed and the open-file limit fitted to their streams before anything is sent."""
+def with_plan(a: GenerateArgs, planned: Planned | None) -> GenerateArgs:
+    """The options with what the flags left open taken from the plan (`--plan`), else from
+    the defaults `plan` shares: the concurrency, --turns and --tool-policy."""
+    p = planned or Planned("")
+    return replace(
+        a,
+        concurrency=resolve_concurrency(a.concurrency, planned),
+        turns=resolve(a.turns, p.turns, ALL),
+        tool_policy=resolve(a.tool_policy, p.tool_policy, REPLAY),
+    )
+
+
+def job_config(a: GenerateArgs, planned: Planned | None = None) -> JobConfig:
+    """The job the options ask for (over the plan's settings, `--plan`), each flag checked (a
+    UsageError names it); the servers' URLs parsed and the open-file limit fitted to their
+    streams before anything is sent."""
+    a = with_plan(a, planned)
+    assert a.concurrency is not None and a.turns is not None and a.tool_policy is not None
     _check_flags(a)
     fmt, turns, tool_policy = _answers_format(a.answers, a.fmt, a.input, a.turns, a.tool_policy)
     token_ids = _batch_ids(a.answers, a.token_ids)
@@ -124,7 +141,8 @@ def job_config(a: GenerateArgs) -> JobConfig:
     fit_descriptors(sum(s.concurrency for s in servers), len(servers), "-c/--concurrency")
     return JobConfig(
         **a.as_typed(), servers=servers, api_key=key,
-        params=a.params(), turns=turns, tool_policy=tool_policy, fmt=fmt,
+        params=a.params(planned.params if planned else None), turns=turns,
+        tool_policy=tool_policy, fmt=fmt,
         shard=ShardSpec.parse(a.shard) if a.shard else None,
         shard_bytes=parse_size(a.shard_size), on_truncated=a.truncated,
         think_tags=checked(parse_tags, a.think_tags),
@@ -132,6 +150,16 @@ def job_config(a: GenerateArgs) -> JobConfig:
         engines=engines, engine=EngineOptions(a.engine_start_timeout, a.engine_restarts,
                                               a.engine_backoff, a.engine_hang_timeout),
     )  # fmt: skip
+
+
+def plan_lines(a: GenerateArgs, planned: Planned, cfg: JobConfig) -> tuple[str, list[str]]:
+    """What the job takes of the plan (one line), and each flag that departs from it, with
+    what it does to the forecast: said once, before the first request."""
+    c = resolve_concurrency(a.concurrency, planned)
+    n = len(cfg.servers)
+    lines = departures(planned, concurrency=c, servers=n, params=cfg.params, turns=cfg.turns,
+                       tool_policy=cfg.tool_policy)  # fmt: skip
+    return taken(planned, c, n, cfg.params), lines
 
 
 def _check_flags(a: GenerateArgs) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -36,22 +37,20 @@ def print_start(cfg: JobConfig, console: Console) -> None:
     console.print(f"[bold]genbench generate[/] {cfg.input} → {cfg.output}{where}")
 
 
-def one_concurrency(cfg: JobConfig) -> int | None:
-    """The servers' one concurrency, None where they differ (the plan's is compared)."""
-    cs = {s.concurrency for s in cfg.servers}
-    return cs.pop() if len(cs) == 1 else None
-
-
 class JobConsole(Listener):
     """Live panel on a terminal; JSON progress lines on stderr otherwise. `forecast_for(todo)`
     is the plan's forecast for the rows to do (`plan.document.job_forecast`), when the job
     has a plan: the command makes it, so this package reads no plan itself."""
 
     def __init__(self, console: Console, progress_every: float, quiet_json: bool,
-                 forecast_for: Callable[[int], Any] | None = None, concurrency: int | None = None,
-                 down_timeout: float | None = None) -> None:  # fmt: skip
+                 forecast_for: Callable[[int], Any] | None = None,
+                 plan_said: tuple[str, list[str]] | None = None,
+                 down_timeout: float | None = None,
+                 progress_json: bool = False) -> None:  # fmt: skip
         self.console, self.every, self.quiet_json = console, progress_every, quiet_json
-        self.forecast_for, self.concurrency = forecast_for, concurrency
+        self.progress_json = progress_json  # off a terminal: JSON lines, not a line for people
+        # what the job takes of the plan, and the flags that depart from it (flags.plan_lines)
+        self.forecast_for, self.plan_said = forecast_for, plan_said
         self.down_timeout = down_timeout
         self.live: Live | None = None
         self.last_line = 0.0
@@ -76,11 +75,11 @@ class JobConsole(Listener):
         f = self.forecast
         if f is not None:
             c.print(f"  plan: {_forecast_text(f)} ({f.basis}; {f.path})")
-            if None not in (f.concurrency, self.concurrency) and f.concurrency != self.concurrency:
-                c.print(
-                    f"  [yellow]the plan forecast C={f.concurrency} and this job runs "
-                    f"C={self.concurrency} per server: it is a forecast for another load[/]"
-                )
+        if self.plan_said is not None:  # once, before the first request
+            runs, departs = self.plan_said
+            c.print(f"  plan's configuration: {runs}", markup=False, highlight=False)
+            for line in departs:
+                c.print(f"  [yellow]{escape(line)}[/]")
 
     def note(self, text: str, style: str = "") -> None:
         line = f"  [{style}]{text}[/]" if style else f"  {text}"
@@ -95,13 +94,21 @@ class JobConsole(Listener):
                     console=self.console, refresh_per_second=4, transient=True, auto_refresh=False
                 )
                 self.live.start()
-            self.live.update(panel(snap, self.down_timeout), refresh=True)
+            self.live.update(panel(snap, self.down_timeout, self.console.width), refresh=True)
             return snap
         now = time.monotonic()
         if now - self.last_line >= self.every:
             self.last_line = now
-            _progress_line(snap)
+            self._off_terminal(snap)
         return snap
+
+    def _off_terminal(self, snap: Snapshot) -> None:
+        """Off a terminal (nohup, a Slurm log): a line for people, or JSON when asked."""
+        if self.progress_json:
+            _progress_line(snap)
+        else:
+            self.console.print(progress_text(snap), markup=False, highlight=False,
+                               soft_wrap=True)  # fmt: skip
 
     def _on_course(self, snap: Snapshot) -> Snapshot:
         """The snapshot with the plan's course, when the job has a plan."""
@@ -119,7 +126,7 @@ class JobConsole(Listener):
         self.stop()
         snap = result.snapshot
         if not self.console.is_terminal and snap and result.status != "nothing_to_do":
-            _progress_line(self._on_course(snap))  # the last line too: where the job ended up
+            self._off_terminal(self._on_course(snap))  # the last line too: where it ended up
         print_result(result, self.console)
         f = self.forecast
         ended = result.status in ("complete", "some_failed", "limit", "unanswered")
@@ -134,6 +141,28 @@ class JobConsole(Listener):
                 f"  plan: {said}; the job took {took}: "
                 f"the forecast was {o['error']:+.1%} off{inside[o['inside_bar']]}"
             )
+
+
+def progress_text(snap: Snapshot) -> str:
+    """One line for people, off a terminal: rows, the rate, the ETA and its range, and the
+    plan's verdict, in that order of what a person reading a log wants."""
+    resolved = snap.done + snap.failed
+    total = snap.total or 1
+    eta = "—" if snap.eta_s is None else _with_bar(snap.eta_s, snap.eta_lo_s, snap.eta_hi_s)
+    parts = [
+        time.strftime("%H:%M:%S"),
+        f"rows {resolved:,}/{snap.total:,} ({resolved / total:.1%})"
+        + (f", {snap.failed:,} failed" if snap.failed else ""),
+        f"{number(snap.rows_per_s, 2)} rows/s, {rate(snap.tokens_per_s)}",
+        f"ETA {eta}",
+    ]
+    plan = snap.plan
+    if plan and plan.get("verdict"):
+        said = _with_bar(plan["seconds"], plan["lo_s"], plan["hi_s"])
+        parts.append(f"plan: {plan['verdict']} ({said})")
+    if snap.all_down_s is not None:
+        parts.append(f"all servers down for {duration(snap.all_down_s)}")
+    return "  " + " · ".join(parts)
 
 
 def _progress_line(snap: Snapshot) -> None:
@@ -163,8 +192,13 @@ def _derived(n: int) -> str:
     )
 
 
-def panel(snap: Snapshot, down_timeout: float | None = None) -> Group:
-    """The live panel: rows, rates, the ETA (and the plan's), each server's state."""
+NARROW = 100  # columns: below, the ETA line keeps the ETA and the plan's verdict only
+
+
+def panel(snap: Snapshot, down_timeout: float | None = None, width: int = 200) -> Group:
+    """The live panel: rows, rates, the ETA (and the plan's), each server's state. On a
+    narrow terminal the ETA line keeps the ETA and the plan's verdict and drops the rest
+    (the finishing time, elapsed): they are what a person looks for."""
     total = snap.total or 1
     resolved = snap.done + snap.failed
     bar = Table.grid(padding=(0, 1))
@@ -192,9 +226,17 @@ def panel(snap: Snapshot, down_timeout: float | None = None) -> Group:
         f"{rate(snap.answer_tokens_per_s)})"
     )
     plan = snap.plan
-    if plan:
-        eta_text += "   plan " + _with_bar(plan["seconds"], plan["lo_s"], plan["hi_s"])
-    eta_line = Text(f"{eta_text}   elapsed {duration(snap.elapsed_s)}")
+    if width < NARROW:
+        eta_text = "ETA " + (
+            duration(eta) if eta is None else _with_bar(eta, snap.eta_lo_s, snap.eta_hi_s)
+        )
+        if plan and plan.get("verdict"):
+            eta_text += f"  plan: {plan['verdict']}"
+        eta_line = Text(eta_text, no_wrap=True, overflow="ellipsis")
+    else:
+        if plan:
+            eta_text += "   plan " + _with_bar(plan["seconds"], plan["lo_s"], plan["hi_s"])
+        eta_line = Text(f"{eta_text}   elapsed {duration(snap.elapsed_s)}")
     course = _course(plan) if plan else None
     t = Table(box=None, padding=(0, 2), show_edge=False)
     for col in ("server", "state", "in flight", "rows/s", "tok/s"):
@@ -294,7 +336,7 @@ def print_result(r: JobResult, console: Console) -> None:
             est += f", counted by the server's /tokenize on {counted(r.tokenized_rows, 'row')}"
         console.print(
             f"  tokens: {r.tokens:,} ({r.thinking_tokens:,} thinking{est}) in "
-            f"{duration(r.sending_s)}: {rate(r.tokens / r.sending_s)}"
+            f"{duration(r.sending_s)}: {rate(r.tokens / r.sending_s)} (this run's rows)"
         )
         if r.estimated_rows:
             console.print(f"  {ESTIMATED_NOTE}")

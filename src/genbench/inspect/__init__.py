@@ -38,27 +38,26 @@ def default_save(path: Path) -> Path:
     return path / INSPECT_FILE if path.is_dir() else path.with_name(path.name + ".inspect.json")
 
 
+# which regenerate command fits which case (docs/inspect.md, "Regenerating the dropped rows")
+FOLLOW_UP_WHEN = {
+    "resume_into_copy": "to make the copy whole again (it becomes the data set): the "
+    "original job resumed into the copy generates the dropped ids, skipping the kept ones",
+    "regenerate": "to keep the original and the copy as they are: only the dropped rows, "
+    "into a new directory (REGEN_DIR); then export the copy and REGEN_DIR together",
+}
+
+
 def follow_up(source: Path, out: Path) -> dict[str, str]:
-    """The commands that regenerate the dropped rows (docs/inspect.md explains both)."""
-    job = None
-    if source.is_dir():
-        import orjson
+    """The commands that regenerate the dropped rows, whole: the job's settings from its
+    job.json as generate's flags, the servers `--url URL` (docs/inspect.md explains both;
+    FOLLOW_UP_WHEN says which fits which case)."""
+    from genbench.generate.store.rerun import generate_command, job_flags, read_job
 
-        from genbench.generate.store.layout import job_file
-
-        try:
-            job = orjson.loads(job_file(source).read_bytes())
-        except (OSError, ValueError):
-            job = None
-    sampling = (
-        "the job's sampling: model, params, --turns, --format as in .genbench/job.json"
-        if job
-        else "the original job's sampling flags"
-    )
-    flags = f"--url URL (and {sampling})"
-    cmds = {"regenerate": f"genbench generate --input {out / REGENERATE} --out REGEN_DIR {flags}"}
+    job = read_job(source) if source.is_dir() else None
+    flags = job_flags(job) if job else []
+    cmds = {"regenerate": generate_command(out / REGENERATE, "REGEN_DIR", flags)}
     if job and job.get("input"):
-        cmds["resume_into_copy"] = f"genbench generate --input {job['input']} --out {out} {flags}"
+        cmds["resume_into_copy"] = generate_command(job["input"], out, flags)
     return cmds
 
 
@@ -100,7 +99,9 @@ def inspect_data(
 ) -> dict[str, Any]:
     """Inspect a generate output (directory or file); with `drop`, write the clean copy to
     `out`; with `tokenizer` (a server), round-trip `drift_sample` turns' ids through its
-    tokenizer. Returns the document, saved as inspect.json (`save`, or the default place)."""
+    tokenizer. Returns the document, saved as inspect.json (`save`, or the default place:
+    beside the data, or, with a clean copy, in it, so nothing is written beside the
+    original)."""
     files = data_files(path)
     if drop:
         if out is None:
@@ -126,8 +127,10 @@ def inspect_data(
             "dropped_by_reason": manifest["dropped_by_reason"],
             "storage": storage(sc, an.arrays, kept, settings.hidden),
             "follow_up": follow_up(path, out),
+            "follow_up_when": FOLLOW_UP_WHEN,
         }
-    target = save or default_save(path)
+    # a clean copy's inspection goes under the copy: the original is only read
+    target = save or (out / INSPECT_FILE if drop and out is not None else default_save(path))
     doc["saved"] = str(target)
     try:
         from genbench.run.result import write_json_atomic

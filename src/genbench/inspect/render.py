@@ -118,9 +118,14 @@ def _storage_lines(doc: dict[str, Any], console: Console) -> None:
             f"→ {clean['out']}; JSONL {nbytes(cs.get('jsonl_bytes'))}"
             + (f", hidden states {nbytes(hidden)}" if hidden is not None else "")
         )
-        console.print("regenerate the dropped rows:")
-        for cmd in clean["follow_up"].values():
-            console.print(f"  {cmd}", soft_wrap=True)
+        follow, when = clean["follow_up"], clean.get("follow_up_when") or {}
+        head = "regenerate the dropped rows (URL: your server)"
+        console.print(head + (", either:" if len(follow) > 1 else ":"))
+        for n, (key, cmd) in enumerate(sorted(follow.items(), reverse=True)):
+            lead = "or, " if n else ""
+            if key in when:
+                console.print(f"  {lead}{when[key]}:", markup=False, highlight=False)
+            console.print(f"    {cmd}", soft_wrap=True, markup=False, highlight=False)
 
 
 def _tool_lines(doc: dict[str, Any], console: Console) -> None:

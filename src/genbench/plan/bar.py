@@ -8,12 +8,12 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from genbench.generate.wander import SpeedBar, lag1
-from genbench.plan.walltime import job_walls
+from genbench.plan.walltime import Capped, job_walls, sim_cap
 from genbench.stats import t_975
 
 if TYPE_CHECKING:
@@ -123,6 +123,7 @@ def forecast(
     seed: int = 0,
     time_budget_s: float = 20.0,
     drift: float = 0.0,
+    memo: dict[str, Any] | None = None,
 ) -> list[WallForecast]:
     """For each job (samples, servers): a point forecast (the full pilot, averaged over a
     few simulations) and a 95% interval. The servers share the samples evenly and run
@@ -146,42 +147,91 @@ def forecast(
       sigma 0.75), because a pilot that missed the long tail also looks less variable;
     * the simulation is calibrated to the pilot (`calibration`: the pilot replayed runs
       as fast as the server ran it), and what is left of its error on the pilot
-      (`replay_err`, the tail's) is added in quadrature to each side."""
+      (`replay_err`, the tail's) is added in quadrature to each side.
+
+    `memo` (plan.json's `simulation`) keeps each replicate's simulation of a long job's
+    first `sim_cap` samples: given back with the same seed, replicates and concurrency, a
+    re-plan (plan/replan.py) extends them to other long jobs instead of simulating again,
+    the same figures in milliseconds; an empty dict given is filled."""
     rng = np.random.default_rng(seed)
     shares = [math.ceil(s / m) for s, m in jobs]
-    walls = job_walls(shares, model.concurrency, model.pool, model.step, rng, repeats=3)
+    key = {"seed": seed, "boot": boot, "concurrency": model.concurrency,
+           "cap": sim_cap(model.concurrency)}  # fmt: skip
+    fresh = memo is None or {k: memo.get(k) for k in key} != key
+    old = None if fresh else memo  # type: ignore[assignment]
+    made: list[Capped] = []
+    point_cap = Capped(*old["point"]) if old and old.get("point") else None
+    walls = job_walls(shares, model.concurrency, model.pool, model.step, rng, repeats=3,
+                      capped=point_cap, keep=made)  # fmt: skip
     point = [w * model.calibration for w in walls]
-    reps, means = _bootstrap(model, shares, rng, boot, time_budget_s)
+    kept = [tuple(r) for r in old["reps"]] if old else None
+    reps, means, new = _bootstrap(model, shares, rng, boot, time_budget_s, kept)
+    if memo is not None:
+        point_kept = [made[0].wall_s, made[0].s_per_token] if made else memo.get("point")
+        memo.clear()
+        memo.update(key, point=point_kept if not fresh or made else None, reps=new)
     return _intervals(model, jobs, shares, point, np.array(reps), means, drift)
 
 
 def _bootstrap(
-    model: PilotModel, shares: list[int], rng: np.random.Generator, boot: int, budget_s: float
-) -> tuple[list[list[float]], list[float]]:
+    model: PilotModel,
+    shares: list[int],
+    rng: np.random.Generator,
+    boot: int,
+    budget_s: float,
+    kept: list[tuple[float, ...]] | None = None,
+) -> tuple[list[list[float]], list[float], list[list[float]]]:
     """Each replicate resamples the pilot's requests and simulates every job again: its
-    calibrated walls with the length factor studentized, and that studentized mean length."""
+    calibrated walls with the length factor studentized, and that studentized mean length;
+    and what each replicate's long-job simulation was (`kept` where a re-plan gives them:
+    the long jobs are extended from them, only short ones simulated)."""
     out = model.pool.sample_output
     k = len(out)
     mean = float(out.mean())
     se = float(out.std(ddof=1) / math.sqrt(k)) if k > 1 else 0.0
     reps: list[list[float]] = []
     means: list[float] = []
+    memo: list[list[float]] = []
+    cap = sim_cap(model.concurrency)
     t_end = time.perf_counter() + budget_s
-    for rep in range(boot):
-        if rep >= 20 and time.perf_counter() > t_end:
+    for rep in range(len(kept) if kept is not None else boot):
+        if kept is None and rep >= 20 and time.perf_counter() > t_end:
             break  # enough replicates for a 95% interval; keep the command quick
+        if kept is not None and kept[rep][0] > 0:  # the long jobs from the kept replicate
+            w_cap, spt, m_r, m_t = kept[rep]
+            # each share's wall before calibration, and its length factor's m_t and m_r
+            row = {s: (w_cap + (s - cap) * m_r * spt, m_t, m_r) for s in shares if s > cap}
+            short = sorted({s for s in shares if s <= cap})
+            if short:  # simulated on a fresh resample, at its own length factor
+                pool = model.pool.resample(rng)
+                m = (_studentized(pool, mean, se, k), float(pool.sample_output.mean()))
+                walls = job_walls(short, model.concurrency, pool, model.step, rng)
+                row.update({s: (w, *m) for s, w in zip(short, walls, strict=True)})
+            reps.append([w * model.calibration * t / r for w, t, r in (row[s] for s in shares)])
+            means.append(m_t)
+            memo.append(list(kept[rep]))
+            continue
         pool = model.pool.resample(rng)
-        walls = job_walls(shares, model.concurrency, pool, model.step, rng)
-        out_r = pool.sample_output
-        m_r = float(out_r.mean())
-        se_r = float(out_r.std(ddof=1) / math.sqrt(k)) if k > 1 else 0.0
-        # bootstrap-t: the replicate's length factor m_r/mean is replaced by the
-        # studentized one, mean − t·se with t = (m_r − mean)/se_r, reflected
-        ok_t = se > 0 and se_r > 0
-        m_t = max(mean - (m_r - mean) / se_r * se, 0.05 * mean) if ok_t else m_r
+        made: list[Capped] = []
+        walls = job_walls(shares, model.concurrency, pool, model.step, rng, keep=made)
+        m_r = float(pool.sample_output.mean())
+        m_t = _studentized(pool, mean, se, k)
         reps.append([w * model.calibration * m_t / m_r for w in walls])
         means.append(m_t)
-    return reps, means
+        memo.append([made[0].wall_s, made[0].s_per_token, m_r, m_t] if made
+                    else [0.0, 0.0, m_r, m_t])  # fmt: skip
+    return reps, means, memo
+
+
+def _studentized(pool: Any, mean: float, se: float, k: int) -> float:
+    """Bootstrap-t: the replicate's length factor m_r/mean is replaced by the studentized
+    one, mean − t·se with t = (m_r − mean)/se_r, reflected: the replicate's m_t."""
+    out_r = pool.sample_output
+    m_r = float(out_r.mean())
+    se_r = float(out_r.std(ddof=1) / math.sqrt(k)) if k > 1 else 0.0
+    ok_t = se > 0 and se_r > 0
+    m_t = max(mean - (m_r - mean) / se_r * se, 0.05 * mean) if ok_t else m_r
+    return m_t
 
 
 def _intervals(

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from genbench.errors import UsageError
+from genbench.generate.planned import Planned
+from genbench.plan.jobfiles import tasks_for
 from genbench.run.result import document_head, read_document, write_json_atomic
 
 PLAN_SCHEMA = "genbench.plan"
@@ -135,6 +137,50 @@ def read_plan(path: Path) -> dict[str, Any]:
     """plan.json (or a directory holding one), checked to be a plan this genbench reads."""
     file = path / PLAN_FILE if path.is_dir() else path
     return read_document(file, PLAN_SCHEMA, PLAN_SCHEMA_VERSION, "plan", flag="--plan")
+
+
+def add_asked(doc: dict[str, Any]) -> None:
+    """Each row's time on the servers asked for (`asked`: {servers, seconds, hours, days,
+    lo_s, hi_s}): the figure a person planning N samples on M servers wants, in hours and
+    days, beside the per-server figures the tables hold. Rows without a forecast are left."""
+    servers = int((doc.get("inputs") or {}).get("servers") or 1)
+    for row in doc.get("rows") or []:
+        one = next((row[k] for k in ONE_SERVER.get(doc.get("mode") or "", ())
+                    if isinstance(row.get(k), dict)), None)  # fmt: skip
+        at = row.get("at_servers") if servers > 1 else one
+        if not isinstance(at, dict) or _num(at.get("seconds")) is None:
+            continue
+        sec = float(at["seconds"])
+        row["asked"] = {"servers": servers, "seconds": sec, "hours": sec / 3600,
+                        "days": sec / 86400, "lo_s": _num(at.get("lo_s")),
+                        "hi_s": _num(at.get("hi_s"))}  # fmt: skip
+
+
+def plan_settings(doc: dict[str, Any]) -> Planned:
+    """The configuration the plan decided, which `generate --plan` runs unless a flag says
+    otherwise: the concurrency its forecast was measured at (a pilot's, a run's chosen C),
+    the servers it decided (a deadline's need, else its --servers), and, for a pilot, the
+    sampling, max_tokens, --turns and --tool-policy the pilot sent (a run forces its own
+    lengths: not the job's)."""
+    inputs = doc.get("inputs") or {}
+    c: Any = inputs.get("concurrency")
+    rows = doc.get("rows") or []
+    if doc.get("mode") == "result" and rows and isinstance(rows[0], dict):
+        entry = next((rows[0][k] for k in ONE_SERVER["result"] if isinstance(rows[0].get(k),
+                                                                            dict)), {})  # fmt: skip
+        c = entry.get("concurrency", c)
+    servers = inputs.get("servers")
+    servers = tasks_for(doc, servers)[0] if isinstance(servers, int) and servers > 0 else None
+    pilot = doc.get("mode") == "pilot"
+    params = inputs.get("params") if pilot and isinstance(inputs.get("params"), dict) else None
+    return Planned(
+        path=str(doc.get("_path", PLAN_FILE)),
+        concurrency=c if isinstance(c, int) and not isinstance(c, bool) and c > 0 else None,
+        servers=servers,
+        params=params,
+        turns=inputs.get("turns") if pilot else None,
+        tool_policy=inputs.get("tool_policy") if pilot else None,
+    )
 
 
 def _num(x: Any) -> float | None:

@@ -43,24 +43,21 @@ def plan_from_pilot(
     inputs: dict[str, Any],
     boot: int = 100,
     seed: int = 0,
+    storage: StorageModel | None = None,
+    simulation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The plan of a pilot: the model learned from its records, the job simulated at each
-    sample count (and on M servers), storage measured on its outputs, and notes."""
+    sample count (and on M servers), storage measured on its outputs (or `storage`, as a
+    re-plan read it back: plan/replan.py), and notes. The bootstrap's simulations of a long
+    job are kept in `simulation` (a re-plan's given back: bar.forecast's memo)."""
     model = PilotModel.from_records(run.records, concurrency)
     jobs = [(s, 1) for s in samples] + ([(s, servers) for s in samples] if servers > 1 else [])
     drift = float(inputs.get("speed_drift") or 0.0)
-    every = forecast(model, jobs, boot=boot, seed=seed, drift=drift)
+    sim = dict(simulation or {})
+    every = forecast(model, jobs, boot=boot, seed=seed, drift=drift, memo=sim)
     fc, fc_m = every[: len(samples)], (every[len(samples) :] if servers > 1 else None)
-    jsonl = float(np.mean(run.jsonl_bytes)) if run.jsonl_bytes else JSONL_OVERHEAD_BYTES
-    ids = any(t.generated is not None for r in run.rows for t in turn_ids(r))
-    storage = StorageModel(
-        jsonl,
-        parquet_bytes_per_row(run.rows),
-        f"measured on the pilot's {fmt.counted(len(run.rows), 'output')}, as genbench generate "
-        "writes them (JSONL; Parquet with zstd)"
-        + ("; token ids included (the server gives them: generate keeps them)" if ids else ""),
-        hidden,
-    )
+    if storage is None:
+        storage = _measured_storage(run, hidden)
     plan = new_plan_doc("pilot", source, inputs)
     plan["model"] = {**model.describe(), "storage_basis": storage.basis}
     k = model.pilot_samples
@@ -90,6 +87,7 @@ def plan_from_pilot(
         plan["rows"].append(row)
     plan["notes"] = _notes(model, inputs, concurrency, worst)
     plan["acceptance"] = acceptance([r for r in run.records if r.ok])
+    plan["simulation"] = sim
     if plan["acceptance"] is not None:
         plan["notes"].append(
             f"speculative decoding: the forecast rests on the pilot's own speed, at the "
@@ -97,6 +95,20 @@ def plan_from_pilot(
             "per verify step, pooled), not on a server-wide average (docs/acceptance.md)"
         )
     return plan
+
+
+def _measured_storage(run: PilotRun, hidden: HiddenStates | None) -> StorageModel:
+    """Bytes per sample measured on the pilot's outputs, as generate writes them."""
+    jsonl = float(np.mean(run.jsonl_bytes)) if run.jsonl_bytes else JSONL_OVERHEAD_BYTES
+    ids = any(t.generated is not None for r in run.rows for t in turn_ids(r))
+    return StorageModel(
+        jsonl,
+        parquet_bytes_per_row(run.rows),
+        f"measured on the pilot's {fmt.counted(len(run.rows), 'output')}, as genbench generate "
+        "writes them (JSONL; Parquet with zstd)"
+        + ("; token ids included (the server gives them: generate keeps them)" if ids else ""),
+        hidden,
+    )
 
 
 def _pilot_size(worst: WallForecast, k: int, target: float) -> dict[str, Any]:

@@ -252,7 +252,10 @@ def _run_rates(
     else:
         raise UsageError(
             f"{path}: the run forced every output to a fixed length (field 'config.natural' "
-            "is false), so it did not measure tokens per sample: pass --tokens-per-sample"
+            "is false), so it did not measure tokens per sample: give your samples' mean "
+            "output tokens (thinking included), genbench plan --from "
+            f"{Path(path).parent} --tokens-per-sample T, or measure them on your prompts: "
+            "genbench plan --prompts FILE --url URL"
         )
     burst = _by_c(doc, "burst")
     bpt, bars = _read_requests(Path(path), _sustained_phases(doc))

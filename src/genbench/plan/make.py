@@ -17,11 +17,12 @@ from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, che
 from genbench.generate.input.params import RequestFlags
 from genbench.generate.input.tools import POLICIES
 from genbench.generate.pipeline import Retries
+from genbench.generate.planned import DEFAULT_CONCURRENCY
 from genbench.generate.recipe import TURNS, Recipe
 from genbench.plan import rescale
 from genbench.plan.configurations import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
-from genbench.plan.document import save_plan
+from genbench.plan.document import add_asked, save_plan
 from genbench.plan.from_pilot import plan_from_pilot
 from genbench.plan.from_rate import plan_arithmetic
 from genbench.plan.from_result import plan_from_result
@@ -35,6 +36,7 @@ from genbench.plan.pilot import (
     read_pilot_input,
     run_pilot,
 )
+from genbench.plan.replan import is_plan, replan
 from genbench.plan.storage import HiddenStates, hidden_states, storage_from_tokens
 from genbench.plan.units import parse_counts
 from genbench.records import RequestRecord
@@ -47,7 +49,7 @@ from genbench.transport.open_files import fit_descriptors
 from genbench.transport.thinking import parse_dialect, parse_tags
 
 DEFAULT_SAMPLES = (100_000, 200_000, 500_000, 900_000)
-DEFAULT_PILOT_C = 32
+DEFAULT_PILOT_C = DEFAULT_CONCURRENCY  # generate's too: the two commands share it
 
 
 class PilotWatch(Protocol):
@@ -128,6 +130,8 @@ class _Ask:
 def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path | None]:
     """The plan document, and the plan.json it was saved to (None: the arithmetic's is not
     saved). A bad flag or input is a UsageError before any request is sent."""
+    if len(args.from_ or []) == 1 and is_plan(args.from_[0]):  # type: ignore[index]
+        return _replanned(args, args.from_[0])  # type: ignore[index]
     counts, hidden = _check(args)
     froms = [d for p in args.from_ or [] for d in configuration_dirs(p)]  # run --serve A B
     ask = _ask(args, max(1, len(froms)))
@@ -163,7 +167,32 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
     if ask.wanted and "decision" not in doc:
         doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
     doc["notes"].extend(ask.notes)
+    add_asked(doc)
     return doc, save_plan(doc, where) if where is not None else None
+
+
+def _replanned(args: PlanArgs, path: Path) -> tuple[dict[str, Any], Path]:
+    """`--from PLAN_DIR`: the pilot's plan again from its records, nothing sent."""
+    counts = parse_counts("--samples", args.samples) if args.samples else list(DEFAULT_SAMPLES)
+    for name in ("servers", "bootstrap", "hidden_size", "layers_captured", "dtype_bytes",
+                 "price"):  # fmt: skip
+        positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.speed_drift < 0:
+        raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")
+    if args.tokens_per_sample is not None or args.rate is not None:
+        raise UsageError("--tokens-per-sample and --rate do not apply to a pilot's plan: its "
+                         "records measured them")  # fmt: skip
+    ask = _ask(args, 1)
+    hidden = hidden_states(args.hidden_size, args.layers_captured, args.dtype_bytes)
+    doc, where = replan(path, args, counts, hidden)
+    if ask.wanted:
+        doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
+    doc["notes"].extend(ask.notes)
+    add_asked(doc)
+    home = path if path.is_dir() else path.parent
+    if where.resolve() != home.resolve():
+        prepare_out_dir(where)
+    return doc, save_plan(doc, where)
 
 
 def _from_result(

@@ -255,7 +255,13 @@ def _ended(run: PilotRun, stop: PilotStop | None, records: list[RequestRecord]) 
     if stop is not None and stop.reason:
         run.stopped_at = {"answered": stop.at_count, "length_halfwidth": stop.at_halfwidth}
     run.records = records
-    sent = [r for r in run.records if r.t_send]
-    if sent:
-        run.wall_s = max(r.t_end or r.t_send for r in sent) - min(r.t_send for r in sent)
+    run.wall_s = pilot_wall_s(records)
     return run
+
+
+def pilot_wall_s(records: Sequence[RequestRecord]) -> float:
+    """The pilot's wall time: its first send to its last request's end (0: none sent)."""
+    sent = [r for r in records if r.t_send]
+    if not sent:
+        return 0.0
+    return max(r.t_end or r.t_send for r in sent) - min(r.t_send for r in sent)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -37,6 +39,8 @@ def print_plan(doc: dict[str, Any], console: Console) -> None:
                 "tokens per sample)"
             )
         console.print(f"  storage: {doc['model'].get('storage_basis', '')}")
+        if line := asked_line(doc):
+            console.print(f"  [bold]{line}[/]")
         if decision:
             _print_decision(decision, console)
     for note in doc.get("notes") or []:
@@ -44,6 +48,40 @@ def print_plan(doc: dict[str, Any], console: Console) -> None:
 
 
 Cell = Callable[[dict[str, Any]], str]
+
+
+def next_line(doc: dict[str, Any], saved: Any) -> str | None:
+    """The command that comes next, filled in: the job, run by the plan (`generate --plan`:
+    its configuration, its forecast beside the ETA). None for arithmetic, which is not saved."""
+    if saved is None:
+        return None
+    src, i = doc.get("source") or {}, doc.get("inputs") or {}
+    prompts = src.get("prompts") or "PROMPTS.jsonl"
+    servers = int(i.get("servers") or 1)
+    url = src.get("url") if doc.get("mode") == "pilot" else None
+    urls = " ".join(f"--url {shlex.quote(url or 'URL')}" for _ in range(1 if url else servers))
+    plan_dir = shlex.quote(str(Path(str(saved)).parent))
+    line = (f"next: genbench generate -i {shlex.quote(str(prompts))} -o OUT_DIR {urls} "
+            f"--plan {plan_dir}")  # fmt: skip
+    if url and servers > 1:
+        line += f" (and a --url for each of the {servers} servers the plan is for)"
+    return line
+
+
+def asked_line(doc: dict[str, Any]) -> str | None:
+    """The figure asked for, in words: the largest sample count on the servers asked for,
+    in hours and days, with its range (None: the plan has no `asked` figure)."""
+    rows = [r for r in doc.get("rows") or [] if isinstance(r.get("asked"), dict)]
+    if not rows:
+        return None
+    row = max(rows, key=lambda r: r["samples"])
+    a = row["asked"]
+    n = a["servers"]
+    text = (f"the job: {row['samples']:,} samples on {fmt.counted(n, 'server')}: "
+            f"{a['hours']:,.1f} h = {a['days']:,.2f} days")  # fmt: skip
+    if a.get("lo_s") is not None and a.get("hi_s") is not None:
+        text += f" (95%: {a['lo_s'] / 86400:,.2f} – {a['hi_s'] / 86400:,.2f} days)"
+    return text
 
 
 def _table(title: str, rows: list[dict[str, Any]], cols: list[tuple[str, Cell]]) -> Table:
@@ -92,10 +130,12 @@ def _render_arithmetic(doc: dict[str, Any], console: Console) -> None:
         f"{i['tok_per_s']:,g} tok/s"
     )
     cols = [("samples", _samples), ("tokens", _tokens("output"))]
-    cols += [("time", _time("one_server")), ("days", _days("one_server"))]
     servers = i["servers"]
+    one = " (1 server)" if servers > 1 else ""
+    cols += [("time" + one, _time("one_server")), ("days" + one, _days("one_server"))]
     if servers > 1:
-        cols += [(f"time ×{servers} servers", _time("at_servers")), ("days", _days("at_servers"))]
+        cols += [(f"time ×{servers} servers", _time("at_servers")),
+                 (f"days ×{servers} servers", _days("at_servers"))]  # fmt: skip
     title = "the field's arithmetic (no error bar)"
     console.print(_table(title, doc["rows"], cols + _storage_cols(doc)))
 
@@ -112,6 +152,18 @@ def _tokens_table(doc: dict[str, Any], console: Console, parquet: bool = False) 
     if any(r["tokens"].get("prompt") for r in rows):
         cols.append(("prompt tokens", _tokens("prompt")))
     console.print(_table("tokens and storage", rows, cols + _storage_cols(doc, parquet)))
+    if parquet and rows and all(r["storage"].get("parquet_bytes") is None for r in rows):
+        console.print(f"  Parquet: — {parquet_why()}")
+
+
+def parquet_why() -> str:
+    """Why a plan shows no Parquet size: pyarrow is not installed, or nothing was kept to
+    write (every pilot request failed)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyarrow") is None:
+        return "not measured: pyarrow is not installed (pip install 'genbench[parquet]')"
+    return "not measured: the pilot kept no output to write"
 
 
 def _render_result(doc: dict[str, Any], console: Console) -> None:
@@ -148,7 +200,7 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
         cols.append(
             ("95% range", lambda r: _range("ours_best")(r) if "lo_s" in r["ours_best"] else "—")
         )
-    cols.append(("days", _days("ours_best")))
+    cols.append(("days" + (" (1 server)" if i["servers"] > 1 else ""), _days("ours_best")))
     if rescaled:
         unscaled: Cell = lambda r: fmt.duration(r["ours_best"]["unscaled"]["seconds"])  # noqa: E731
         cols.append(("at the run's acceptance", unscaled))
@@ -156,6 +208,7 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
         cols.append((f"ours C={i['concurrency']}", _time("ours_chosen")))
     if i["servers"] > 1:
         cols.append((f"×{i['servers']} servers", _time("at_servers")))
+        cols.append((f"days ×{i['servers']} servers", _days("at_servers")))
     if f["concurrency"]:
         vs: Cell = lambda r: f"{r['field']['seconds'] / r['ours_best']['seconds'] - 1:+.0%}"  # noqa: E731
         cols += [(f"field: burst C={f['concurrency']}", _time("field")), ("days", _days("field"))]
@@ -193,12 +246,19 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     if rep:
         console.print(f"  model check: {_model_check(rep)}")
     conf = f"{doc['rows'][0]['ours']['confidence']:.0%} range"
-    cols = [("samples", _samples), ("ours", _time("ours")), (conf, _range("ours"))]
-    cols += [("±", lambda r: f"{r['ours']['rel_halfwidth']:.1%}"), ("days", _days("ours"))]
-    if i["servers"] > 1:
-        cols += [(f"×{i['servers']} servers", _time("at_servers")), (conf, _range("at_servers"))]
-    cols.append(("naive: pilot × N/K", _time("naive_pilot")))
+    m_servers = i["servers"]
+    one = " (1 server)" if m_servers > 1 else ""
+    cols = [("samples", _samples), ("ours" + one, _time("ours")), (conf, _range("ours"))]
+    cols += [("±", lambda r: f"{r['ours']['rel_halfwidth']:.1%}"), ("days" + one, _days("ours"))]
+    if m_servers > 1:
+        cols += [(f"×{m_servers} servers", _time("at_servers")), (conf, _range("at_servers")),
+                 (f"days ×{m_servers} servers", _days("at_servers"))]  # fmt: skip
+    cols.append(("naive: pilot × N/K" + one, _time("naive_pilot")))
     console.print(_table("time: the job simulated from the pilot", doc["rows"], cols))
+    console.print(
+        f"  naive: the pilot's wall time × N samples / its K = {m['pilot_samples']:,} samples "
+        "(the field's extrapolation, beside ours)"
+    )
     _tokens_table(doc, console, parquet=True)
     tgt = doc.get("pilot_size_for_target") or {}
     row = max(doc["rows"], key=lambda r: r["ours"]["rel_halfwidth"])["ours"]
@@ -249,10 +309,10 @@ def _bar_parts(
     that short would not know its own bar)."""
     goal, need = tgt.get("target", 0.05), tgt.get("requests")
     text = (
-        f"the bar is ±{total:.1%} ({parts['side']} the forecast; its parts add in "
-        f"quadrature): ±{parts['sample']:.1%} from the pilot's sample of requests (their "
-        f"lengths, TTFTs, failures), ±{parts['speed']:.1%} from the server's speed, "
-        f"±{parts['misfit']:.1%} from the model's misfit on the pilot"
+        f"the bar is ±{total:.1%} (its wider side, the one {parts['side']} the forecast; "
+        f"its parts add in quadrature): ±{parts['sample']:.1%} from the pilot's sample of "
+        f"requests (their lengths, TTFTs, failures), ±{parts['speed']:.1%} from the server's "
+        f"speed, ±{parts['misfit']:.1%} from the model's misfit on the pilot"
     )
     if need and total <= goal:
         return (
@@ -276,10 +336,11 @@ def _bar_parts(
 class PilotProgress:
     """K of total for a fixed pilot; for an open-ended one, the mean length's bar so far."""
 
-    def __init__(self, console: Console, total: int | None, stop: PilotStop | None) -> None:
-        self.tokens = self.failed = 0
-        self.stop_rule = stop
-        self.t0 = time.perf_counter()
+    def __init__(self, console: Console, total: int | None, stop: PilotStop | None,
+                 every: float = 30.0) -> None:  # fmt: skip
+        self.tokens = self.failed = self.ended = 0
+        self.stop_rule, self.total, self.console, self.every = stop, total, console, every
+        self.t0 = self.last_line = time.perf_counter()
         self.progress: Progress | None = None
         if console.is_terminal:
             self.progress = Progress(
@@ -299,10 +360,15 @@ class PilotProgress:
             self.task = self.progress.add_task("pilot", total=total, rate="")
 
     def record(self, rec: RequestRecord) -> None:
+        self.ended += 1
         if rec.ok:
             self.tokens += rec.completion_tokens or 0
         else:
             self.failed += 1
+        now = time.perf_counter()
+        if self.progress is None and now - self.last_line >= self.every:  # off a terminal
+            self.last_line = now
+            self.console.print(self.line(now - self.t0), markup=False, highlight=False)
         if self.progress is not None:
             dt = time.perf_counter() - self.t0
             rate = fmt.rate(self.tokens / dt) if dt > 0 else ""
@@ -314,6 +380,17 @@ class PilotProgress:
                 rate += f"  [red]{self.failed} failed[/]"
             self.progress.update(self.task, advance=1, rate=rate)
 
+    def line(self, elapsed: float) -> str:
+        """Off a terminal (nohup, a Slurm log), every `every` seconds: where the pilot is."""
+        of = f"/{self.total:,}" if self.total is not None else ""
+        text = (f"  pilot: {self.ended:,}{of} requests in {fmt.duration(elapsed)}, "
+                f"{fmt.rate(self.tokens / elapsed) if elapsed > 0 else '—'}")  # fmt: skip
+        rule = self.stop_rule
+        if rule is not None and rule.count >= 2:
+            goal = rule.target * rule.length_share
+            text += f", mean length ±{rule.halfwidth:.1%} (stops at ±{goal:.1%})"
+        return text + (f", {self.failed:,} failed" if self.failed else "")
+
     def stop(self) -> None:
         if self.progress is not None:
             self.progress.stop()
@@ -323,15 +400,15 @@ class PilotProgress:
 class PlanConsole:
     """What `make_plan` tells while it works, on the console (`genbench.plan.make.PilotWatch`)."""
 
-    def __init__(self, console: Console) -> None:
-        self.console = console
+    def __init__(self, console: Console, progress_every: float = 30.0) -> None:
+        self.console, self.every = console, progress_every
         self.bar: PilotProgress | None = None
 
     def say(self, line: str) -> None:
         self.console.print(line)
 
     def pilot_started(self, total: int | None, stop: PilotStop | None) -> None:
-        self.bar = PilotProgress(self.console, total, stop)
+        self.bar = PilotProgress(self.console, total, stop, self.every)
 
     def record(self, rec: RequestRecord) -> None:
         if self.bar is not None:

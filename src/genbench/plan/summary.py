@@ -164,8 +164,8 @@ def _time_table(doc: dict[str, Any]) -> DecisionTable:
     c = _concurrency(doc, rows)
     head = ["samples", "time on 1 server" + (f"\nat C={c}" if c else "")]
     head += ["95% range", "±"] if ranged else []
-    head += ["days"]
-    head += [f"time on {servers} servers"] if servers > 1 else []
+    head += ["days on 1 server" if servers > 1 else "days"]
+    head += [f"time on {servers} servers", f"days on {servers} servers"] if servers > 1 else []
     head += [others[0][0], "vs ours"] if others and others[0] else []
     body = []
     for row, other in zip(rows, others, strict=True):
@@ -177,7 +177,9 @@ def _time_table(doc: dict[str, Any]) -> DecisionTable:
             cells += [fmt.duration_range(lo, hi) if has else "—", _pm(e) if has else "—"]
         cells.append(fmt.days(e.get("seconds")))
         if servers > 1:
-            cells.append(_at_servers(row.get("at_servers")))
+            at = row.get("at_servers")
+            cells.append(_at_servers(at))
+            cells.append(fmt.days(at.get("seconds")) if isinstance(at, dict) else "—")
         if other:
             cells += [fmt.duration(other[1]), _vs(other[1], e.get("seconds"))]
         body.append(cells)

@@ -174,22 +174,38 @@ def job_walls(
     step: StepModel,
     rng: np.random.Generator,
     repeats: int = 1,
+    capped: Capped | None = None,
+    keep: list[Capped] | None = None,
 ) -> list[float]:
     """Wall time of one server's share for each job size: simulated up to `sim_cap`, then
-    the simulated steady seconds per token times the remaining samples' mean tokens."""
+    the simulated steady seconds per token times the remaining samples' mean tokens. The
+    capped simulation is `capped` where given (a re-plan's, kept by the plan: nothing is
+    simulated for the long jobs); the one made is appended to `keep`."""
     cap = sim_cap(concurrency)
     mean_out = float(pool.sample_output.mean())
     walls: dict[int, float] = {}
     big = [s for s in per_server if s > cap]
     if big:
-        runs = [simulate_job(cap, concurrency, pool, step, rng) for _ in range(repeats)]
-        w_cap = sum(r.wall_s for r in runs) / repeats
-        spt = [r.steady_s_per_token for r in runs if r.steady_s_per_token]
-        s_per_tok = sum(spt) / len(spt) if spt else w_cap / (cap * mean_out)
+        if capped is None:
+            runs = [simulate_job(cap, concurrency, pool, step, rng) for _ in range(repeats)]
+            w_cap = sum(r.wall_s for r in runs) / repeats
+            spt = [r.steady_s_per_token for r in runs if r.steady_s_per_token]
+            capped = Capped(w_cap, sum(spt) / len(spt) if spt else w_cap / (cap * mean_out))
+            if keep is not None:
+                keep.append(capped)
         for s in big:
-            walls[s] = w_cap + (s - cap) * mean_out * s_per_tok
+            walls[s] = capped.wall_s + (s - cap) * mean_out * capped.s_per_token
     for s in per_server:
         if s not in walls:
             runs = [simulate_job(s, concurrency, pool, step, rng) for _ in range(repeats)]
             walls[s] = sum(r.wall_s for r in runs) / repeats
     return [walls[s] for s in per_server]
+
+
+@dataclass(frozen=True)
+class Capped:
+    """A long job's first `sim_cap` samples simulated: their wall time and the steady
+    seconds per output token the rest continues at."""
+
+    wall_s: float
+    s_per_token: float

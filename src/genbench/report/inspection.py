@@ -34,7 +34,11 @@ def directory(doc: dict[str, Any]) -> str:
     """The inspected output's directory as the report was given it (out), to name it once
     when it is also drawn as a generate job."""
     path = Path(str(doc.get("_path") or label(doc)))
-    return str(path.parent) if path.name == "inspect.json" else str(path)
+    here = path.parent if path.name == "inspect.json" else path
+    clean, source = doc.get("clean") or {}, (doc.get("source") or {}).get("path")
+    if source and clean.get("out") and Path(str(clean["out"])) == here:
+        return str(source)  # saved in its clean copy (inspect --drop): the source's inspection
+    return str(here)
 
 
 def defects_figure(doc: dict[str, Any], key: str) -> Figure:

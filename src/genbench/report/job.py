@@ -72,28 +72,53 @@ def _down_bands(h: JobHistory, ax: _Axis) -> list[Band]:
 def rate_figure(h: JobHistory, ax: _Axis, metric: str) -> Figure:
     """Rows/s (metric 'done') or tokens/s ('tokens') per server over time."""
     rows = metric == "done"
-    fig = Figure(f"job_{'rows' if rows else 'tokens'}", "Rows/s over time" if rows else
-                 "Tokens/s over time", f"per server, in {fmt.duration(h.bins.width)} bins; "
-                 "shaded: a server down", ax.label, "rows/s" if rows else "tokens/s",
-                 wide=True)  # fmt: skip
     b = h.bins
+    w = smoothing_bins(h)
+    fig = Figure(f"job_{'rows' if rows else 'tokens'}", "Rows/s over time" if rows else
+                 "Tokens/s over time", f"per server, the mean over the last "
+                 f"{fmt.duration(w * b.width)} (bins of {fmt.duration(b.width)}); shaded: a "
+                 "server down", ax.label, "rows/s" if rows else "tokens/s",
+                 wide=True)  # fmt: skip
     xs = [ax(t + b.width / 2) for t in b.starts()]
     total = np.zeros(b.n)
     for i, name in enumerate(h.servers):
-        ys = np.asarray(b.series(metric, name)) / b.width
+        ys = _trailing_mean(np.asarray(b.series(metric, name), dtype=float), w) / b.width
         total += ys
         fig.series.append(Series(_short(name), _color(i), xs, ys.tolist(), marker="none"))
     if len(h.servers) > 1:
         fig.series.append(Series("all servers", "#333", xs, total.tolist(), dash="dash",
                                  marker="none"))  # fmt: skip
     if not rows:
-        think = _total(b, "thinking", h) / b.width
+        think = _trailing_mean(_total(b, "thinking", h), w) / b.width
         fig.series.append(Series("thinking, all servers", "#777", xs, list(think), dash="dot",
                                  marker="none"))  # fmt: skip
     fig.bands = _down_bands(h, ax)
     if not b.n:
         fig.empty = "no requests in the log"
     return fig
+
+
+SMOOTH_SHARE, SMOOTH_MIN_S, SMOOTH_MAX_S = 1 / 40, 10.0, 1800.0
+
+
+def smoothing_bins(h: JobHistory) -> int:
+    """Bins a rate over time is averaged over: 1/40 of the job's span, at least 10 s and at
+    most 30 min, so that a 3-minute job's 1-second bins read as rates, not spikes."""
+    b = h.bins
+    if not b.n:
+        return 1
+    want = min(max(SMOOTH_SHARE * b.n * b.width, SMOOTH_MIN_S), SMOOTH_MAX_S)
+    return max(1, round(want / b.width))
+
+
+def _trailing_mean(v: np.ndarray, w: int) -> np.ndarray:
+    """Each bin's mean over itself and the w - 1 before it (fewer at the start)."""
+    if w <= 1 or not len(v):
+        return v
+    c = np.cumsum(np.concatenate([[0.0], v]))
+    n = np.arange(1, len(v) + 1)
+    lo = np.maximum(n - w, 0)
+    return (c[n] - c[lo]) / (n - lo)
 
 
 def _total(b: Any, metric: str, h: JobHistory) -> np.ndarray:
@@ -203,6 +228,7 @@ def eta_figure(h: JobHistory, ax: _Axis, notes: list[dict[str, Any]]) -> Figure:
                 y = plan[key] / ax.unit
                 fig.series.append(Series(label, "#888", [ax(run[0]), ax(run[1])], [y, y],
                                          dash=dash, marker="none"))  # fmt: skip
+    _clip_to_plan(fig, ax)
     if not fig.series:
         fig.empty = ("no run notes (.genbench/runs.jsonl): the job ran on an older genbench"
                      if not notes else "too few rows for an ETA")  # fmt: skip
@@ -210,6 +236,25 @@ def eta_figure(h: JobHistory, ax: _Axis, notes: list[dict[str, Any]]) -> Figure:
         fig.title = "Projected duration (ETA; no --plan to hold it against)"
         fig.subtitle = fig.subtitle.split("; grey:")[0]
     return fig
+
+
+def _clip_to_plan(fig: Figure, ax: _Axis) -> None:
+    """The y axis set by the plan's range (twice its slow end), else by the projections'
+    median (three times it): one early projection from a few rows no longer flattens the
+    plan and its bar; the projections past it are drawn at the edge, and said so."""
+    plan = [y for s in fig.series if s.label.startswith("plan") for y in s.ys]
+    runs = [y for s in fig.series if not s.label.startswith("plan") for y in s.ys]
+    if not runs:
+        return
+    cap = 2 * max(plan) if plan else 3 * float(np.median(runs))
+    if max(runs) <= cap or cap <= 0:
+        return
+    for s in fig.series:
+        if not s.label.startswith("plan"):
+            s.ys = [min(y, cap) for y in s.ys]
+    fig.y_max = cap
+    basis = "twice the plan's slow end" if plan else "three times the projections' median"
+    fig.subtitle += f"; projections above {cap:,.3g} {ax.name} ({basis}) drawn at the top"
 
 
 def cdf_figure(h: JobHistory, fid: str, title: str, keys: list[tuple[str, str]],

@@ -25,14 +25,29 @@ def _tiles(h: JobHistory, notes: list[dict[str, Any]]) -> str:
     downs = sum(len(x.downs) for x in s)
     ends = [n for n in notes if n.get("event") == "end"]
     status = ends[-1]["status"].replace("_", " ") if ends else "—"
-    tokens = sum(x.tokens for x in s)
+    tokens = h.row_tokens  # the written rows' output tokens: inspect's count
+    partial = (f"; {h.partial_tokens:,} more in interrupted requests' partial outputs"
+               if h.partial_tokens else "")  # fmt: skip
     requeued = sum(x.requeued for x in s)
     tiles = [
         ("rows done", f"{rows:,}", f"{failed:,} failed, in {fmt.counted(len(h.runs), 'run')}"),
         ("rows/s", fmt.number(rows / max(sending, 1e-9), 2), "over the time the job ran"),
-        ("tokens/s", fmt.rate(tokens / max(sending, 1e-9)), f"{tokens:,} tokens"),
+        (
+            "tokens/s",
+            fmt.rate(tokens / max(sending, 1e-9)),
+            f"{tokens:,} output tokens of the rows written{partial}",
+        ),
         ("ran", fmt.duration(sending), f"over {fmt.duration(span)}; last: {status}"),
-        ("requests", f"{h.records:,}", f"{sum(h.kinds.values()):,} failed"),
+        (
+            "requests",
+            f"{h.records:,}",
+            f"{sum(h.kinds.values()):,} failed"
+            + (
+                f", {h.interrupted:,} interrupted (Ctrl-C, SIGTERM: not failures)"
+                if h.interrupted
+                else ""
+            ),
+        ),
         ("server downs", f"{downs:,}", f"{fmt.counted(requeued, 'row')} requeued"),
     ]
     return tiles_html(tiles)
@@ -40,7 +55,7 @@ def _tiles(h: JobHistory, notes: list[dict[str, Any]]) -> str:
 
 def _server_table(h: JobHistory) -> str:
     head = ["server", "requests", "rows", "failed", "requeued", "retries", "downs", "down for",
-            "tokens", "down intervals"]  # fmt: skip
+            "tokens answered", "down intervals"]  # fmt: skip
     body = []
     for s in h.servers.values():
         down_s = sum(z - a for a, z, _ in s.downs)
@@ -76,7 +91,9 @@ def section(path: Path, h: JobHistory, notes: list[dict[str, Any]], figs: list[F
                                        ("job_rows", "job_tokens", "job_servers")) + "</div>",
         "<h3>Servers</h3>" + _server_table(h),
         *_engines_html(path, by_id, figure_html, tag),
-        f"<p class='note'>failed requests by kind: {escape(kinds or 'none')}</p>",
+        f"<p class='note'>failed requests by kind: {escape(kinds or 'none')}"
+        + (f"; interrupted by the operator (Ctrl-C, SIGTERM), not failures: {h.interrupted:,}"
+           if h.interrupted else "") + "</p>",
         "<div class='grid'>" + "".join(figure_html(by_id[k]) for k in
                                        ("job_failures", "job_eta")) + "</div>",
         "<h3>Latency and length</h3><div class='grid'>" + "".join(

@@ -117,7 +117,12 @@ class JobHistory:
     hist: dict[str, np.ndarray]
     runs: list[tuple[float, float]]  # (first send, last end) of each run, wall time
     records: int = 0
-    kinds: dict[str, int] = field(default_factory=dict)
+    kinds: dict[str, int] = field(default_factory=dict)  # failed requests, by kind
+    interrupted: int = 0  # requests the operator ended (Ctrl-C, SIGTERM): never failures
+    # output tokens of the rows written (every turn of each, as inspect counts them), and
+    # the partial outputs of the requests the operator ended, apart
+    row_tokens: int = 0
+    partial_tokens: int = 0
     model: str = ""
     accept: AcceptTally = field(default_factory=AcceptTally)  # each answer's, where said
 
@@ -138,12 +143,14 @@ class _Reader:
                             [])  # fmt: skip
         self.defaults: dict[str, Any] = {}
         self.samples: dict[str, list[float]] = defaultdict(list)  # flushed into hist
+        self.pending: dict[str, int] = {}  # a row's earlier turns' tokens, until it is written
 
     def line(self, d: dict[str, Any]) -> None:
         if "defaults" in d:
             self.defaults = d["defaults"]
             self.h.model = self.h.model or str(self.defaults.get("model") or "")
             self._run_ended()
+            self.pending.clear()  # rows in flight when a run ended start again
             self.h.runs.append((math.inf, -math.inf))
             return
         g, dft = d.get, self.defaults.get
@@ -153,6 +160,9 @@ class _Reader:
         server = g("server", dft("server")) or ""
         extra = g("extra", dft("extra")) or {}
         outcome, kind = extra.get("outcome"), g("error_kind", dft("error_kind"))
+        cancelled = kind == ErrorKind.CANCELLED.value
+        if cancelled:  # the operator's word, not the row's outcome nor a failure
+            outcome = None
         if not self.h.runs:
             self.h.runs.append((math.inf, -math.inf))
         a, z = self.h.runs[-1]
@@ -163,13 +173,32 @@ class _Reader:
         b = self.h.bins
         i = b.index(end)
         b.add(i, "requests", server)
-        if kind is not None:
+        if cancelled:
+            self.h.interrupted += 1
+            b.add(i, "interrupted", server)
+        elif kind is not None:
             b.add(i, "failures", kind)
             self.h.kinds[kind] = self.h.kinds.get(kind, 0) + 1
         if outcome in ("done", "failed", "requeued", "retry"):
             b.add(i, outcome, server)
         if kind is None:
             self._answered(life, i, d, dft, sent, end)
+        self._row_tokens(d, dft, outcome, kind)
+
+    def _row_tokens(self, d: dict[str, Any], dft: Any, outcome: Any, kind: Any) -> None:
+        """Tokens counted as inspect counts them: a written row's, every turn; a request
+        the operator ended keeps its partial output apart."""
+        rid = str(d.get("id") or "")
+        tokens = int(d.get("completion_tokens", dft("completion_tokens")) or 0)
+        if kind == ErrorKind.CANCELLED.value:
+            self.h.partial_tokens += tokens
+            self.pending.pop(rid, None)
+        elif kind is None and outcome == "next":
+            self.pending[rid] = self.pending.get(rid, 0) + tokens
+        elif kind is None and outcome == "done":
+            self.h.row_tokens += self.pending.pop(rid, 0) + tokens
+        elif outcome == "failed":
+            self.pending.pop(rid, None)
 
     def _answered(self, life: ServerLife, i: int, d: dict[str, Any], dft: Any, sent: float,
                   end: float) -> None:  # fmt: skip

@@ -187,7 +187,9 @@ class Runner:
         self.counter: ThinkingCounter | None = None  # set in execute: thinking it may count
 
     def _params(self, max_tokens: int, force: bool) -> dict[str, Any]:
-        params: dict[str, Any] = {"temperature": self.cfg.temperature, **self.cfg.extra_body}
+        params: dict[str, Any] = dict(self.cfg.extra_body)
+        if self.cfg.temperature is not None:  # None: the server's, as plan and generate
+            params = {"temperature": self.cfg.temperature, **params}
         if self.cfg.thinking is not None:
             kwargs = params.get("chat_template_kwargs")
             kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}

@@ -111,7 +111,7 @@ def run_config(
     *,
     url: str | None,
     natural: bool,
-    temperature: float,
+    temperature: float | None,
     timeout: float,
     thinking: bool | None,
     think_tags: str,

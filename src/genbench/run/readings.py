@@ -38,29 +38,51 @@ def _levels(cs: list[int]) -> str:
 
 def sweep_readings(doc: dict[str, Any]) -> list[str]:
     """The lines that explain this run's sweep table (none when nothing needs saying)."""
-    return [*_burst_lines(doc), *_single_lines(doc), *_unstable_lines(doc)]
+    return [*_wave_lines(doc), *_burst_lines(doc), *_single_lines(doc), *_unstable_lines(doc)]
+
+
+def _wave_lines(doc: dict[str, Any]) -> list[str]:
+    """Sustained levels whose window held fewer than two waves of C requests: nothing (or
+    little) was replaced, so what they measured is a burst, not a sustained rate."""
+    short = {}
+    for c, p in _sweep(doc, "sustained").items():
+        n = (p.get("summary") or {}).get("requests")
+        if isinstance(n, int) and n < 2 * c:
+            short[c] = n
+    if not short:
+        return []
+    said = ", ".join(f"C={c}: {n:,} requests, {n / c:.1f} waves" for c, n in sorted(short.items()))
+    return [
+        f"not sustained ({said}): fewer than two waves of C requests ran, so few or none "
+        "was replaced and the window held no steady state: give each level longer "
+        "(--duration longer than two requests take) or more requests (--requests-per-slot)"
+    ]
 
 
 def _burst_lines(doc: dict[str, Any]) -> list[str]:
     burst, sus = _sweep(doc, "burst"), _sweep(doc, "sustained")
-    below, above = [], []
+    below, above, near = [], [], []
     for c in sorted(set(burst) & set(sus)):
         b = (burst[c].get("summary") or {}).get("output_tps")
         s = (sus[c].get("summary") or {}).get("steady_tps")
-        if b and s and abs(b - s) > STABLE * s:
-            (below if b < s else above).append(c)
+        if b and s:
+            (near if abs(b - s) <= STABLE * s else below if b < s else above).append(c)
     lines = []
+    within = f"; within 5%, read as one rate: {_levels(near)}" if near and (below or above) else ""
     if below:
         lines.append(
-            f"burst below sustained ({_levels(below)}): a burst's rate is its output over its "
+            f"burst more than 5% below sustained ({_levels(below)}{within}): a burst's rate "
+            "is its output over its "
             "whole wall time, the start while its C requests begin and the end while the last "
             "ones finish alone included; sustained counts only the steady window, C requests "
             "in flight throughout, which is what a long job gets"
         )
     if above:
         lines.append(
-            f"burst above sustained ({_levels(above)}): the two phases ran one after the "
-            "other, and the server's speed moved between them"
+            f"burst more than 5% above sustained ({_levels(above)}"
+            + (within if not below else "")
+            + "): the two phases ran one after the other, and the server's speed moved "
+            "between them"
         )
     return lines
 
@@ -84,11 +106,15 @@ def _single_lines(doc: dict[str, Any]) -> list[str]:
         same is None or abs(c1 - same) <= STABLE * same
     ):
         return []
+    by_len = [singles[k] for k in sorted(singles)]
+    # the general claim only where this run's rows show it (the shortest the fastest)
+    slower = (" (a longer output decodes over a longer context, slower per token)"
+              if len(by_len) > 1 and by_len[0] == max(by_len) and by_len[-1] == min(by_len)
+              else "")  # fmt: skip
     line = (
         f"single stream ({_range(lo, hi)}) against C=1's {fmt.rate(c1)} per request: each "
-        "single-stream row is one output length's mean decode rate (a longer output decodes "
-        "over a longer context, slower per token); C=1's is the median of its requests at "
-        f"{length} tokens, measured later"
+        f"single-stream row is one output length's mean decode rate{slower}; C=1's is the "
+        f"median of its requests at {length} tokens, measured later"
     )
     if same is not None and abs(c1 - same) > STABLE * same:
         line += (

@@ -3,6 +3,7 @@ and the comparison of repeats. `commands/run.py` declares the options and calls 
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
@@ -104,11 +105,26 @@ def print_outcome(done: RunOutcome, console: Console) -> None:
         render_summary(done.states[0][0].doc, console)
         out = done.out
         console.print(f"results: {out / 'result.json'}, {out / REQUESTS_FILE}")
+        console.print(next_line(done), soft_wrap=True, markup=False, highlight=False)
         return
     if len(done.dirs) == 1:
         render_repeats([s.doc for s in done.states[0]], console)
     dirs = ", ".join(str(d) for d in done.dirs)
     console.print(f"results: {dirs} ({counted(done.repeats, 'repeat')} each)")
+
+
+def next_line(done: RunOutcome) -> str:
+    """The command that comes next, filled in: a plan from this run (a run that forced its
+    lengths needs the samples' mean output length: T), or a pilot on the job's prompts."""
+    doc, out = done.states[0][0].doc, shlex.quote(str(done.out))
+    url = shlex.quote(str((doc.get("target") or {}).get("url") or "URL"))
+    if (doc.get("config") or {}).get("natural"):
+        return f"next: genbench plan --from {out} --samples N"
+    return (
+        f"next: genbench plan --from {out} --samples N --tokens-per-sample T (T: your "
+        "samples' mean output tokens, thinking included; this run forced its lengths), or "
+        f"measure them on your prompts: genbench plan --prompts FILE --url {url} --samples N"
+    )
 
 
 def render_summary(doc: dict[str, Any], console: Console) -> None:

@@ -23,7 +23,7 @@ class RunConfig:
     warmup: int = 2
     warmup_tokens: int = 64
     natural: bool = False
-    temperature: float = 0.0
+    temperature: float | None = None  # None: the server's (plan's and generate's default)
     timeout: float = 600.0
     skip: list[str] = field(default_factory=list)  # phases to skip: warmup, single, sweep
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request

@@ -17,9 +17,13 @@ from genbench.errors import UsageError
 
 REASONING_DIALECTS = ("reasoning_content", "reasoning")
 # whose endpoints and metric names the sim serves (genbench.sim.dialect has each one's table)
-SERVER_DIALECTS = ("sim", "sglang")
+SERVER_DIALECTS = ("sim", "sglang", "vllm")
 # how the sim gives token ids when asked (genbench.sim.ids): none (llama.cpp), vLLM's, SGLang's
 TOKEN_ID_DIALECTS = ("none", "vllm", "sglang")
+# what `auto` means for each dialect: the ids and the thinking field that engine gives
+AUTO_IDS = {"sim": "none", "sglang": "sglang", "vllm": "vllm"}
+AUTO_REASONING = {"sim": "reasoning_content", "sglang": "reasoning_content", "vllm": "reasoning"}
+SOME_THINKING_ONLY = 0.01  # replies that are thinking only, above this share: a warning
 
 # Fault kinds and the keys each accepts besides `rate` and `after`, with defaults.
 FAULT_KEYS: dict[str, dict[str, Any]] = {
@@ -236,7 +240,7 @@ class SimConfig:
     max_batch: int = 256
     max_model_len: int = 32768
     thinking_tokens: int = 0
-    reasoning_dialect: str = "reasoning_content"
+    reasoning_dialect: str = "auto"  # reasoning_content, reasoning, or the dialect's (auto)
     spec_k: int = 1
     spec_accept: float = 1.0
     # TEXT:P rules: a request whose messages hold TEXT accepts each draft with P (sim/spec.py)
@@ -251,7 +255,7 @@ class SimConfig:
     dialect: str = "sim"  # one of SERVER_DIALECTS
     metrics: bool = True  # False: no /metrics (SGLang started without --enable-metrics)
     tool_calls: str | None = None  # N or LO:HI calls per conversation (sim/tools.py)
-    token_ids: str = "none"  # one of TOKEN_ID_DIALECTS
+    token_ids: str = "auto"  # one of TOKEN_ID_DIALECTS, or the dialect's (auto)
 
     @property
     def step_b(self) -> float:
@@ -311,8 +315,10 @@ class SimConfig:
         need(
             self.thinking_tokens >= 0, "--thinking-tokens", self.thinking_tokens, "an integer >= 0"
         )
-        one_of("--reasoning-dialect", self.reasoning_dialect, REASONING_DIALECTS)
         one_of("--dialect", self.dialect, SERVER_DIALECTS)
+        if self.reasoning_dialect == "auto":
+            self.reasoning_dialect = AUTO_REASONING[self.dialect]
+        one_of("--reasoning-dialect", self.reasoning_dialect, REASONING_DIALECTS)
         if self.dialect == "sglang":
             need(
                 self.reasoning_dialect == "reasoning_content",
@@ -320,12 +326,21 @@ class SimConfig:
                 repr(self.reasoning_dialect),
                 "reasoning_content with --dialect sglang (the field SGLang sends)",
             )
+        if self.token_ids == "auto":
+            self.token_ids = AUTO_IDS[self.dialect]
         one_of("--token-ids", self.token_ids, TOKEN_ID_DIALECTS)
         need(
             self.token_ids != "sglang" or self.dialect == "sglang",
             "--token-ids",
             repr(self.token_ids),
             "sglang ids with --dialect sglang (clients ask a server by its kind)",
+        )
+        need(
+            self.token_ids != "vllm" or self.dialect != "sglang",
+            "--token-ids",
+            repr(self.token_ids),
+            "sglang (or auto) with --dialect sglang: a client asks SGLang for its own ids, "
+            "never vLLM's, so its rows would not be token-exact",
         )
         need(1 <= self.spec_k <= 64, "--spec-k", self.spec_k, "an integer in 1..64")
         need(
@@ -336,7 +351,7 @@ class SimConfig:
         for rule in self.spec_accept_match:
             parse_accept_match(rule)
         one_of("--per-request-spec-decode-metrics", self.spec_metrics, SPEC_METRICS)
-        self.output_len_dist()
+        self._answer_room()
         self.drift_model()
         from genbench.sim.tools import parse_tool_calls  # it reads the sim's text
 
@@ -347,6 +362,38 @@ class SimConfig:
                 f"{1000.0 / self.tps:g} ms, so a decode step has a positive fixed part"
             )
         return self
+
+    def _answer_room(self) -> None:
+        """A thinking budget that leaves every reply without an answer is refused: the
+        first --thinking-tokens output tokens are thinking, and no draw is longer."""
+        dist, n = self.output_len_dist(), self.thinking_tokens
+        longest = {"fixed": dist.a, "uniform": dist.b}.get(dist.kind, math.inf)
+        if n and longest <= n:
+            raise UsageError(
+                f"--thinking-tokens {n} with --output-len {self.output_len}: every reply "
+                f"would be thinking only, never an answer (its first {n} output tokens are "
+                f"thinking): give a longer --output-len (e.g. fixed:{n + 256}) or fewer "
+                "thinking tokens"
+            )
+
+    def notes(self) -> list[str]:
+        """What the flags do that a person may not expect (one line each, said at start):
+        a share of replies that are thinking only."""
+        dist, n = self.output_len_dist(), self.thinking_tokens
+        if not n:
+            return []
+        if dist.kind == "uniform":
+            share = max(0.0, min(1.0, (n - dist.a + 1) / (dist.b - dist.a + 1)))
+        elif dist.kind == "lognormal":
+            z = (math.log(n + 0.5) - math.log(dist.a)) / dist.b if dist.b else (
+                -math.inf if n + 0.5 < dist.a else math.inf)  # fmt: skip
+            share = 0.5 * (1 + math.erf(z / math.sqrt(2)))
+        else:
+            share = 0.0
+        if share <= SOME_THINKING_ONLY:
+            return []
+        return [f"--thinking-tokens {n} with --output-len {self.output_len}: about "
+                f"{share:.0%} of replies are thinking only, with no answer"]  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -366,8 +413,13 @@ def startup_line(cfg: SimConfig, port: int, auth: bool = False) -> str:
     faults = ", ".join(f.kind for f in cfg.faults) or "none"
     return (
         f"genbench sim listening on http://{_url_host(cfg.host)}:{port}/v1 "
-        f"(model {cfg.model}, tps {cfg.tps}, per-seq-ms {cfg.per_seq_ms}, "
-        f"ttft-ms {cfg.ttft_ms}, max-batch {cfg.max_batch}, "
-        f"token-ids {cfg.token_ids}, tool-calls {cfg.tool_calls or 'none'}, "
-        f"api key {'required' if auth else 'not required'}, faults: {faults})"
+        f"(model {cfg.model}, dialect {cfg.dialect}, tps {cfg.tps}, per-seq-ms "
+        f"{cfg.per_seq_ms}, ttft-ms {cfg.ttft_ms}, prefill-tps {cfg.prefill_tps or 'none'}, "
+        f"max-batch {cfg.max_batch}, max-model-len {cfg.max_model_len}, output-len "
+        f"{cfg.output_len}, thinking-tokens {cfg.thinking_tokens} in "
+        f"{cfg.reasoning_dialect}, token-ids {cfg.token_ids}, spec-k {cfg.spec_k}"
+        + (f" accept {cfg.spec_accept:g}" if cfg.spec_k > 1 else "")
+        + f", drift {cfg.drift or 'none'}, seed {cfg.seed}, tool-calls "
+        f"{cfg.tool_calls or 'none'}, api key {'required' if auth else 'not required'}, "
+        f"faults: {faults})"
     )

@@ -254,4 +254,7 @@ def _sglang_routes(srv: DialectHost) -> dict[str, Handler | None]:
 DIALECTS: dict[str, Dialect] = {
     "sim": Dialect("genbench-sim", "sim:", sim_rows, sim_usage, _sim_routes),
     "sglang": Dialect("sglang", "sglang:", sglang_rows, sglang_usage, _sglang_routes),
+    # vLLM's replies (the `reasoning` field, return_token_ids, its tool-call ids, its
+    # per-request acceptance flag) on the sim's own endpoints and metric names
+    "vllm": Dialect("genbench-sim", "sim:", sim_rows, sim_usage, _sim_routes),
 }

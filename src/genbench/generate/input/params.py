@@ -103,6 +103,7 @@ def parse_param(text: str) -> tuple[str, Any]:
 
 def job_params(
     *,
+    base: Mapping[str, Any] | None = None,
     config: Path | None = None,
     temperature: float | None = None,
     top_p: float | None = None,
@@ -111,8 +112,11 @@ def job_params(
     thinking: bool | None = None,
     extra: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The job's sampling fields: config file, then flags."""
-    p: dict[str, Any] = load_config(config) if config is not None else {}
+    """The job's sampling fields: `base` (a plan's, generate --plan), the config file, then
+    flags."""
+    p: dict[str, Any] = dict(base or {})
+    if config is not None:
+        p = merge(p, load_config(config))
     flags: dict[str, Any] = {}
     for text in extra or []:
         k, v = parse_param(text)
@@ -143,10 +147,11 @@ class RequestFlags:
     param: list[str] | None = None
     config: Path | None = None
 
-    def params(self) -> dict[str, Any]:
-        """The job's sampling fields these flags give (config file, then flags)."""
+    def params(self, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The job's sampling fields these flags give over `base` (a plan's): config file,
+        then flags."""
         return job_params(
-            config=self.config, temperature=self.temperature, top_p=self.top_p,
+            base=base, config=self.config, temperature=self.temperature, top_p=self.top_p,
             top_k=self.top_k, max_tokens=self.max_tokens, thinking=self.thinking,
             extra=self.param,
         )  # fmt: skip

@@ -9,7 +9,6 @@ default it had, and says what a change of `--token-ids` means for the rows.
 from __future__ import annotations
 
 import contextlib
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ import orjson
 
 from genbench.errors import UsageError
 from genbench.generate.input.params import FLAGGED
-from genbench.generate.store.layout import JOB_GLOB, STATE_DIR
 
 # what a job.json made before a setting was kept had: that setting's default then
 DEFAULTS = {"tool_policy": "replay"}
@@ -131,31 +129,3 @@ def read_jobs(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
             if isinstance(doc, dict):
                 jobs.append((p, doc))
     return jobs
-
-
-_NAMED = {"max_tokens", "temperature", "top_p", "top_k"}  # generate's own flags
-_DEFAULTS = {"turns": "all", "format": "jsonl", "token_ids": "auto",
-             "answers": "conversations", "tool_policy": "replay"}  # fmt: skip
-
-
-def job_flags(out: Path) -> list[str]:
-    """The settings of the directory's first job file as generate's flags: a shard run
-    without them would be refused (a changed job) or, a shard's first run, differ."""
-    jobs = sorted((out / STATE_DIR).glob(JOB_GLOB))
-    try:
-        doc = orjson.loads(jobs[0].read_bytes()) if jobs else {}
-    except (OSError, ValueError):
-        return []
-    flags: list[str] = []
-    for k, v in (doc.get("params") or {}).items():
-        if k in _NAMED:
-            flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(v))}")
-        else:
-            flags.append("--param " + shlex.quote(f"{k}={orjson.dumps(v).decode()}"))
-    # --answers batch sets these itself (a format of its own, no ids): not flags to give
-    implied = {"format": "batch", "token_ids": "off"} if doc.get("answers") == "batch" else {}
-    for k, default in _DEFAULTS.items():
-        v = doc.get(k, default)
-        if v != default and implied.get(k) != v:
-            flags.append(f"--{k.replace('_', '-')} {shlex.quote(str(v))}")
-    return flags

@@ -32,7 +32,6 @@ import orjson
 
 from genbench.atomic import move, write_atomic
 from genbench.generate.input.linekey import fast_id
-from genbench.generate.store.jobfile import job_flags
 from genbench.generate.store.layout import (
     Layout,
     damaged_place,
@@ -41,6 +40,7 @@ from genbench.generate.store.layout import (
     seal_of,
 )
 from genbench.generate.store.readback import index_ids
+from genbench.generate.store.rerun import HINT_URL, job_flags
 from genbench.rows import convert_to_parquet
 
 CHUNK = 8 << 20  # read a part in 8 MB blocks: large enough that CRC-32 sets the pace
@@ -158,9 +158,9 @@ def regenerate_command(out: Path, part: Path) -> str:
         job = orjson.loads(Layout(out, tag).job.read_bytes())
     src = str(job.get("input") or "INPUT") if isinstance(job, dict) else "INPUT"
     shard = f" --shard {tag.replace('of', '/')}" if tag else ""
-    flags = "".join(f" {f}" for f in job_flags(out))
+    flags = "".join(f" {f}" for f in (job_flags(job) if isinstance(job, dict) else []))
     where = f"-i {shlex.quote(src)} -o {shlex.quote(str(out))}{shard}"
-    return f"genbench generate {where} --url ...{flags}"
+    return f"genbench generate {where} --url {HINT_URL}{flags}"
 
 
 def ids_shown(ids: list[str]) -> str:

@@ -1,0 +1,114 @@
+"""The plan is the job's settings: what a saved plan decided (`plan/document.plan_settings`
+reads it), taken by `generate --plan` unless a flag says otherwise, and each flag that
+departs from it said once, before the first request, with what it does to the forecast.
+
+Why here and small: a forecast holds for the configuration it measured. A job that runs
+another concurrency, other sampling or another max_tokens than the plan's pilot is being
+compared with a forecast for another job, and its end's "the forecast was -15% off" says
+nothing about the next plan. `plan` and `generate` share their defaults (the concurrency
+below) so the two commands paired as README.md pairs them run one configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_CONCURRENCY = 32  # requests in flight per server: plan's pilot and generate's job
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What a plan decided for the job (None: the plan does not say: a run's forecast has no
+    sampling of the job's, the field's arithmetic no concurrency)."""
+
+    path: str
+    concurrency: int | None = None  # per server
+    servers: int | None = None  # the deadline's need, else the plan's --servers
+    params: dict[str, Any] | None = None  # the sampling and max_tokens the pilot sent
+    turns: str | None = None
+    tool_policy: str | None = None
+
+
+def resolve_concurrency(given: int | None, planned: Planned | None) -> int:
+    """The job's requests in flight per server: `-c` where given, else the plan's, else the
+    one default plan and generate share."""
+    if given is not None:
+        return given
+    if planned is not None and planned.concurrency is not None:
+        return planned.concurrency
+    return DEFAULT_CONCURRENCY
+
+
+def resolve(given: str | None, planned: str | None, default: str) -> str:
+    """A choice of the job (--turns, --tool-policy): the flag, else the plan's, else the
+    default."""
+    return given if given is not None else planned if planned is not None else default
+
+
+def taken(planned: Planned, concurrency: int, servers: int, params: dict[str, Any]) -> str:
+    """The one line that says what the job runs of the plan's configuration."""
+    parts = [f"C={concurrency} per server", f"{servers} server{'s' * (servers != 1)}"]
+    if params:
+        parts.append(", ".join(f"{k} {_show(v)}" for k, v in sorted(params.items())))
+    elif planned.params is not None:
+        parts.append("the server's own sampling (the plan set none)")
+    return "runs " + "; ".join(parts)
+
+
+def departures(
+    planned: Planned,
+    *,
+    concurrency: int,
+    servers: int,
+    params: dict[str, Any],
+    turns: str,
+    tool_policy: str,
+) -> list[str]:
+    """One line per setting of the job that departs from the plan's, saying what it does to
+    the forecast (empty: the job is the plan's)."""
+    out = []
+    p = planned
+    if p.concurrency is not None and concurrency != p.concurrency:
+        way = "more" if concurrency > p.concurrency else "fewer"
+        out.append(
+            f"-c {concurrency} departs from the plan's C={p.concurrency}: {way} requests in "
+            f"flight than the forecast measured, so its time and bar are for another load "
+            f"(the end's verdict too); drop -c to run the plan's"
+        )
+    if p.servers is not None and servers != p.servers:
+        out.append(
+            f"{servers} server{'s' * (servers != 1)} here, the plan decided {p.servers}: the "
+            f"forecast shown is taken for {servers} (the plan's time on one server shared "
+            f"alike), {'longer' if servers < p.servers else 'shorter'} than the plan's"
+        )
+    if p.params is not None:
+        for key in sorted(set(params) | set(p.params)):
+            new, old = params.get(key), p.params.get(key)
+            if new != old:
+                out.append(_param_departure(key, new, old))
+    for flag, new, old in (("--turns", turns, p.turns), ("--tool-policy", tool_policy,
+                                                          p.tool_policy)):  # fmt: skip
+        if old is not None and new != old:
+            out.append(
+                f"{flag} {new} departs from the plan's {old}: other requests per row than the "
+                "pilot measured, so the forecast is for another job"
+            )
+    return out
+
+
+def _param_departure(key: str, new: Any, old: Any) -> str:
+    was = f"the plan's {_show(old)}" if old is not None else "the server's default the plan used"
+    now = _show(new) if new is not None else "the server's default"
+    effect = "the outputs' lengths the forecast rests on may differ: it is for another job"
+    if key in ("max_tokens", "max_completion_tokens") and None not in (new, old):
+        effect = (
+            "outputs may be cut shorter than the pilot's: the forecast may be long"
+            if new < old
+            else "outputs may run longer than the pilot's: the forecast may be short"
+        )
+    return f"{key} {now} departs from {was}: {effect}"
+
+
+def _show(v: Any) -> str:
+    return repr(v) if isinstance(v, str) else str(v)

@@ -1,0 +1,140 @@
+"""`plan --from PLAN_DIR`: a pilot's plan made again from the records it kept, sending
+nothing. The same flags give the same plan, figure for figure; other servers, samples or a
+deadline are extended from the simulations the plan kept, with no job simulated again."""
+
+from __future__ import annotations
+
+import inspect
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from synthetic import rec
+
+from genbench.commands.plan import plan
+from genbench.errors import UsageError
+from genbench.plan import walltime
+from genbench.plan.document import add_asked, read_plan, save_plan
+from genbench.plan.from_pilot import plan_from_pilot
+from genbench.plan.make import PlanArgs, make_plan
+from genbench.plan.pilot import PilotRun
+from genbench.plan.render import asked_line
+from genbench.records import RecordWriter, read_records
+from genbench.run.result import REQUESTS_FILE
+
+pytestmark = pytest.mark.core
+
+C = 4
+
+
+def pilot(n: int = 120) -> list[Any]:
+    """A pilot at C=4: each worker sends its next request as the last ends; a request of
+    L tokens decodes at 20 ms a token (a chunk a token), after a 50 ms TTFT."""
+    rnd = random.Random(7)
+    out, free = [], [1.0] * C  # a clock's times, never 0
+    for i in range(n):
+        w = min(range(C), key=lambda j: free[j])
+        length = rnd.randint(20, 60)
+        offsets = [0.05 + 0.02 * t for t in range(length)]
+        extra = {"row": i, "turn": 0, "turns": 1, "jsonl_bytes": 300 + length}
+        out.append(rec(free[w], offsets, tokens=length, prompt=12, rid=f"p{i}", extra=extra))
+        free[w] += offsets[-1] + 0.001
+    return out
+
+
+def args(**given: Any) -> PlanArgs:
+    """plan's options as the command passes them: every default, the given ones typed."""
+    typed = {n: p.default.default for n, p in inspect.signature(plan).parameters.items()}
+    for name in ("json", "job_files", "progress_every"):
+        typed.pop(name)
+    typed["from_"] = typed.pop("from_")
+    return PlanArgs(**{**typed, **given})
+
+
+class Quiet:
+    def say(self, line: str) -> None: ...
+    def pilot_started(self, total: int | None, stop: Any) -> None: ...
+    def record(self, rec: Any) -> None: ...
+    def pilot_ended(self) -> None: ...
+
+
+@pytest.fixture(scope="module")
+def pilot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return pilot_plan(tmp_path_factory.mktemp("pilot"))
+
+
+def pilot_plan(tmp_path: Path) -> Path:
+    """A pilot's directory as `plan --prompts` leaves it: requests.jsonl and plan.json."""
+    records = pilot()
+    w = RecordWriter(tmp_path / REQUESTS_FILE)
+    for r in records:
+        w.write(r)
+    w.close()
+    records = read_records(tmp_path / REQUESTS_FILE)  # as the pilot reads them back
+    wall = max(r.t_end for r in records) - min(r.t_send for r in records)
+    run = PilotRun(records, wall, [r.extra["jsonl_bytes"] for r in records], samples=len(records))
+    inputs = {"samples": [100_000, 900_000], "servers": 1, "concurrency": C, "pilot": 120,
+              "params": {"max_tokens": 64}, "turns": "all", "tool_policy": "replay",
+              "speed_drift": 0.0, "seed": 0, "bootstrap": 40}  # fmt: skip
+    source = {"kind": "pilot", "records": str(tmp_path / REQUESTS_FILE)}
+    doc = plan_from_pilot(run, C, [100_000, 900_000], 1, None, source, inputs, 40, 0)
+    add_asked(doc)  # as make_plan does
+    save_plan(doc, tmp_path)
+    return tmp_path
+
+
+def test_the_same_flags_give_the_same_plan_from_the_records(pilot_dir, monkeypatch):
+    before = read_plan(pilot_dir)
+
+    def simulated(*a: Any, **k: Any) -> None:
+        raise AssertionError("a re-plan of long jobs simulated one again")
+
+    monkeypatch.setattr(walltime, "simulate_job", simulated)
+    doc, saved = make_plan(args(from_=[pilot_dir], samples="100K,900K", bootstrap=40), Quiet())
+    assert saved == pilot_dir / "plan.json"
+    assert doc["rows"] == before["rows"] and doc["model"] == before["model"]
+    assert any("re-planned from the pilot recorded in" in n for n in doc["notes"])
+
+
+def test_other_servers_samples_and_a_deadline_are_arithmetic_on_the_kept_simulations(
+    pilot_dir, tmp_path, monkeypatch
+):
+    before = read_plan(pilot_dir)
+    monkeypatch.setattr(walltime, "simulate_job", None)  # nothing may be simulated
+    out = tmp_path / "four"
+    given = args(from_=[pilot_dir], samples="900K", servers=4, deadline="1h", bootstrap=40,
+                 out_dir=out)  # fmt: skip
+    doc, _ = make_plan(given, Quiet())
+    [row] = doc["rows"]
+    assert row["ours"] == before["rows"][1]["ours"]  # one server's forecast: unchanged
+    assert row["at_servers"]["servers"] == 4
+    assert row["at_servers"]["seconds"] < row["ours"]["seconds"] / 3
+    assert doc["decision"]["configurations"][0]["rows"][0]["servers_needed"]["servers"] >= 1
+    assert (out / "plan.json").exists() and not (out / REQUESTS_FILE).exists()
+
+
+@pytest.mark.parametrize(("given", "needle"), [
+    ({"concurrency": 8}, "--concurrency would change what the pilot measured (at C=4"),
+    ({"max_tokens": 32}, "--max-tokens would change"),
+    ({"tokens_per_sample": 100.0}, "--tokens-per-sample and --rate do not apply"),
+])  # fmt: skip
+def test_a_flag_that_changes_what_the_pilot_measured_is_refused(pilot_dir, given, needle):
+    with pytest.raises(UsageError, match=needle.replace("(", r"\(")):
+        make_plan(args(from_=[pilot_dir], **given), Quiet())
+
+
+def test_the_figure_asked_for_is_the_time_on_the_servers_asked_in_hours_and_days(pilot_dir):
+    doc, _ = make_plan(args(rate=100.0, tokens_per_sample=2965.0, servers=4, samples="900K"),
+                       Quiet())  # fmt: skip
+    [row] = doc["rows"]
+    one = 900_000 * 2965 / 100
+    assert row["asked"] == {"servers": 4, "seconds": one / 4, "hours": one / 4 / 3600,
+                            "days": one / 4 / 86400, "lo_s": None, "hi_s": None}  # fmt: skip
+    assert asked_line(doc) == "the job: 900,000 samples on 4 servers: 1,853.1 h = 77.21 days"
+    # a pilot's, with its range, and on one server the one-server figure
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="900K", bootstrap=40), Quiet())
+    a, ours = doc["rows"][0]["asked"], doc["rows"][0]["ours"]
+    assert (a["servers"], a["seconds"], a["lo_s"], a["hi_s"]) == (
+        1, ours["seconds"], ours["lo_s"], ours["hi_s"])  # fmt: skip
+    assert "days (95%: " in asked_line(doc)

@@ -104,3 +104,18 @@ def test_a_new_field_is_one_line_and_round_trips_through_jsonl_and_parquet() -> 
     back = pa.Table.from_pylist([row], schema=schema).to_pylist()[0]
     assert WithHidden.of(back) == meta
     assert "hidden_layers" not in RowMeta(server="s").to_json()  # RowMeta itself unchanged
+
+
+def test_inspect_counts_the_same_agentic_rows_in_parquet_as_in_jsonl() -> None:
+    """A Parquet row holds every meta key, null where the row has none: a plain row is not
+    agentic there because its `tool_calls` key is present (it was counted so before)."""
+    from genbench.inspect.tools import ToolTally
+
+    def tally(rows: list[dict]) -> tuple[int, int]:
+        t = ToolTally()
+        for i, r in enumerate(rows):
+            t.add(r, r["id"], "f", i + 1)
+        return t.rows, t.calls
+
+    assert tally(parquet_rows()) == tally(jsonl_rows())
+    assert tally(jsonl_rows())[0] >= 1  # the fixture holds an agentic row

@@ -42,7 +42,7 @@ class ToolTally:
 
     def add(self, obj: dict[str, Any], rid: str | int, file: str, line: int) -> None:
         """One row (as decoded): counted when it is agentic."""
-        meta, raw = RowMeta.of(obj), obj.get("meta")
+        meta = RowMeta.of(obj)
         calls = [
             c
             for t in obj.get("conversations") or ()
@@ -50,8 +50,8 @@ class ToolTally:
             for c in t.get("tool_calls") or ()
         ]
         tools = _tools(obj.get("tools"))
-        # the key held, even null (a Parquet row holds every key)
-        if not calls and tools is None and not (isinstance(raw, dict) and "tool_calls" in raw):
+        # a count held (a Parquet row holds every key, null where the row is not agentic)
+        if not calls and tools is None and meta.tool_calls is None:
             return
         self.rows += 1
         made = meta.tool_calls if meta.tool_calls is not None else len(calls)

@@ -1,0 +1,58 @@
+"""Hidden states from vLLM (CPU) with genbench's connector, held against Hugging Face.
+
+One server with capture for the session (`vllm_hs_server`, tests/fixtures_hs.py); every
+test here shares it. What is held: vLLM's file for a request is its prompt and completion
+ids but the last (`include_output_tokens`), one state per id at each layer asked, and the
+states are Hugging Face's forward pass of the same model on those ids within 1e-5
+(float32): layers 1..L-1 its `hidden_states[i]`, layer L the input of the final norm.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from pathlib import Path
+
+import httpx
+import pytest
+from fixtures_hs import HSServer, reference_states
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def _chat(server: HSServer, text: str, max_tokens: int) -> dict:
+    body = {
+        "model": server.model,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "return_token_ids": True,
+        "kv_transfer_params": {"include_output_tokens": True},
+    }
+    r = httpx.post(f"{server.url}/chat/completions", json=body, timeout=120)
+    r.raise_for_status()
+    return r.json()
+
+
+def _wait(path: Path) -> None:
+    """As vLLM's own reader does: the connector holds the .lock until the file is whole."""
+    with open(f"{path}.lock") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+
+
+def test_engine_states_equal_a_hugging_face_forward_pass(vllm_hs_server: HSServer):
+    s = vllm_hs_server
+    answers = [_chat(s, "hello there, how are you", 12), _chat(s, "a longer prompt " * 20, 5)]
+    files, expected = [], []
+    for a in answers:
+        path = Path(a["kv_transfer_params"]["hidden_states_path"])
+        assert path.parent == s.storage
+        _wait(path)
+        files.append(path)
+        expected.append(a["prompt_token_ids"] + a["choices"][0]["token_ids"][:-1])
+    for got, ids in zip(reference_states(files, s.layers), expected, strict=True):
+        assert got["shape"] == [len(ids), len(s.layers), 256]
+        assert got["ids"] == ids
+        assert got["dtype"] == "torch.float32"
+        assert max(got["diff"].values()) <= 1e-5, got
+    # the write is atomic: no file under a temporary name is left behind
+    assert sorted(p.name for p in s.storage.iterdir() if p.name.endswith(".tmp")) == []

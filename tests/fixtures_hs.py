@@ -8,6 +8,8 @@ to a directory of this session's; `reference_states` holds them against a Huggin
 forward pass of the same model, run in the vLLM venv.
 
 * `GENBENCH_SKIP_VLLM=1`: skip. A failed start is a test error, never a skip.
+* `GENBENCH_VLLM_HS_URL` and `GENBENCH_VLLM_HS_STORAGE`: use a running server with capture
+  (layers 1,2,3,4, writing to that directory) instead of starting one.
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ def reference_states(files: list[Path], layers: list[int]) -> list[dict[str, obj
 def vllm_hs_server() -> Iterator[HSServer]:
     if _skip_requested():
         pytest.skip("GENBENCH_SKIP_VLLM=1: vLLM test server disabled")
+    url = os.environ.get("GENBENCH_VLLM_HS_URL", "").rstrip("/").removesuffix("/v1")
+    if url:
+        storage = Path(os.environ["GENBENCH_VLLM_HS_STORAGE"])
+        yield HSServer(f"{url}/v1", url, SERVED_MODEL_NAME, storage, LAYERS, MODEL, serve_text())
+        return
     _setup_once()
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     where = Path(tempfile.mkdtemp(prefix="hs-server-", dir=RUN_DIR))

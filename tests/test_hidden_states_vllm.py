@@ -13,8 +13,12 @@ import fcntl
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
+from conftest import genbench
 from fixtures_hs import HSServer, reference_states
+
+from genbench.rows import turn_ids
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -56,3 +60,49 @@ def test_engine_states_equal_a_hugging_face_forward_pass(vllm_hs_server: HSServe
         assert max(got["diff"].values()) <= 1e-5, got
     # the write is atomic: no file under a temporary name is left behind
     assert sorted(p.name for p in s.storage.iterdir() if p.name.endswith(".tmp")) == []
+    for f in files:  # the next tests look at what they leave
+        f.unlink()
+        Path(f"{f}.lock").unlink(missing_ok=True)
+
+
+def _rows(out: Path) -> list[dict]:
+    return [orjson.loads(x) for f in sorted(out.glob("data-*.jsonl"))
+            for x in f.read_bytes().splitlines()]  # fmt: skip
+
+
+def _input(path: Path) -> Path:
+    rows = [
+        {"id": "chat-0", "messages": [{"role": "user", "content": "tell me about the sea"}]},
+        {"id": "chat-1", "messages": [{"role": "user", "content": "and the mountains"}]},
+        {"id": "multi", "messages": [
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": "first answer"},
+            {"role": "user", "content": "second question"},
+        ]},
+    ]  # fmt: skip
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path
+
+
+def test_generate_keeps_each_generated_turns_states_once(vllm_hs_server, tmp_path):
+    s = vllm_hs_server
+    out = tmp_path / "out"
+    p = genbench("generate", "-i", str(_input(tmp_path / "in.jsonl")), "-o", str(out),
+                 "--url", s.url, "-c", "4", "--max-tokens", "6", "--temperature", "0",
+                 "--hidden-states", "--layers", "1,2,3,4", timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    turns = [t for r in _rows(out) for t in turn_ids(r)]
+    assert len(turns) == 4  # two chats, and both turns of the multi-turn row
+    names = [t.states for t in turns]
+    assert None not in names and len(set(names)) == 4
+    kept = (out / "hidden_states").rglob("*.safetensors")
+    on_disk = sorted(str(p.relative_to(out)) for p in kept)
+    assert on_disk == sorted(names)  # every turn's states, once; nothing else kept
+    layers = orjson.loads((out / "hidden_states" / "layers.json").read_bytes())
+    assert layers["layers"] == [1, 2, 3, 4] and layers["numbering"].startswith("vllm")
+    files = [out / n for n in names]
+    for got, t in zip(reference_states(files, s.layers), turns, strict=True):
+        assert got["ids"] == (t.prompt + t.generated)[:-1]
+        assert max(got["diff"].values()) <= 1e-5, got
+    # taken (their locks too), not copied; the preflight's own test request leaves its file
+    assert not list(s.storage.glob("*-gb*"))

@@ -163,3 +163,19 @@ def with_capture(
         env["PYTHONPATH"] = pythonpath(storage.parent / "vllm-path", cmd.env)
     argv = [*cmd.argv, *vllm_flags(layers, storage, name)]
     return replace(cmd, argv=argv, env=env)
+
+
+def served_model(cmd: EngineCommand) -> str | None:
+    """The model an engine's command loads: `--model M`, else the word after `serve`
+    (`vllm serve M`)."""
+    words = cmd.argv
+    for i, w in enumerate(words):
+        if w == "--model" and i + 1 < len(words):
+            return words[i + 1]
+        if w.startswith("--model="):
+            return w.split("=", 1)[1]
+    if "serve" in words:
+        i = words.index("serve")
+        if i + 1 < len(words) and not words[i + 1].startswith("-"):
+            return words[i + 1]
+    return None

@@ -19,11 +19,12 @@ from genbench import __version__, fmt
 from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.check.router import ROUTER_KINDS
 from genbench.engines.supervisor import Supervisor
-from genbench.errors import ErrorKind, GenbenchError, ServerDown, UsageError
+from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
 from genbench.generate.conversation import Conversation
 from genbench.generate.ending import Failures, Unanswered, ending
 from genbench.generate.ending import rows as row_count
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
+from genbench.generate.hidden import Capture
 from genbench.generate.input.reader import BadRow, InputScan, iter_rows
 from genbench.generate.input.tool_probe import probe_tools
 from genbench.generate.jobconfig import JobConfig
@@ -74,6 +75,9 @@ class Job:
         self.failures = Failures()  # this run's failed rows, by kind (ending.py)
         self.unanswered = Unanswered()  # rows written without an answer, or without ids
         self.engines: Supervisor | None = None  # --serve: the engines this job started
+        spec = cfg.capture  # --hidden-states: each turn's states, taken as it is answered
+        self.capture = None if spec is None else Capture(self.store.layout, spec.layers or (),
+                                                         spec.wait_s)  # fmt: skip
 
     # -- preparation ----------------------------------------------------------------------
 
@@ -102,7 +106,20 @@ class Job:
             raise UsageError(f"the servers serve different models ({listing}): choose --model")
         self.model = ok[0].model or ""
         check_token_ids(cfg.token_ids, ok, self.listener.note)  # `on`: refuses one without
+        if self.capture is not None:
+            await self._probe_states(ok)
         return list(reports)
+
+    async def _probe_states(self, ok: list[CheckReport]) -> None:
+        """Each server up writes hidden states genbench can read (hidden.py's probe)."""
+        assert self.capture is not None
+        if any(r.token_ids is None for r in ok):
+            raise GenbenchError("--hidden-states: a server sends no token ids, to which the "
+                                "states are held", ExitCode.BAD_RESPONSE)  # fmt: skip
+        for r in ok:
+            await self.capture.probe(Endpoint.parse(r.url, self.cfg.api_key), self.model)
+            self.listener.note(f"{r.url}: hidden states of layers {self.capture.layers} "
+                               f"(vLLM's numbering) from {self.capture.dirs[r.url]}")  # fmt: skip
 
     def _make_servers(self, reports: list[CheckReport]) -> None:
         cfg = self.cfg
@@ -121,7 +138,7 @@ class Job:
             client = Client(
                 ep, self.model, timeouts=timeouts, keep_text=True, think=think,
                 keep_raw=cfg.keep_raw, token_ids=rep.token_ids if rep.ok else ids_seen,
-                accept=acceptance.ask_for(rep.server.kind),
+                accept=acceptance.ask_for(rep.server.kind), hidden_states=self.capture is not None,
             )  # fmt: skip
             router = rep.server.kind in ROUTER_KINDS
             srv = Server(
@@ -246,6 +263,8 @@ class Job:
         self.store.check_job(existing, job, cfg.force)
         with output_errors(self.store.out):
             self.store.begin(existing, job)
+            if self.capture is not None:
+                self.capture.write_layers(self.model)
         self._make_servers(reports)
         with output_errors(self.store.out):
             self.store.open_log(
@@ -280,6 +299,7 @@ class Job:
             keep_records=False,
             down_timeout=cfg.down_timeout,
             drain=cfg.drain,
+            capture=self.capture,
         )
         for s, rep in zip(self.servers, reports, strict=True):
             if not rep.ok:
@@ -380,6 +400,8 @@ class Job:
         return self.store.take_shortage()
 
     def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> str | None:
+        if self.capture is not None:  # the states of its turns answered: no row holds them
+            self.capture.drop(conv.out)
         entry = self._error_entry(conv, kind, why)
         self.failures.add(kind, why)
         self.store.write_error(conv.row.id, entry, RowInfo(conv.server, 0, 0))

@@ -141,13 +141,18 @@ class Capture:
 
     # -- a turn ---------------------------------------------------------------------------
 
-    async def take(self, rec: RequestRecord, server: str, row_id: str | int, turn: int) -> str:
+    async def take(self, rec: RequestRecord, ep: Endpoint, row_id: str | int, turn: int) -> str:
         """The turn's states moved into the output directory: their name (the turn's
         `hidden_states`). Raises StatesProblem (a failed request) or OutputError."""
         sid = rec.extra.get("states_id")
-        where = self.dirs.get(server)
-        if sid is None or where is None:
-            raise StatesProblem(f"no hidden-states directory known for {server}")
+        if ep.base_url not in self.dirs:  # down at the preflight: asked now, once it answers
+            try:
+                await self.probe(ep, rec.model or "")
+            except GenbenchError as e:
+                raise StatesProblem(str(e)) from None
+        where = self.dirs[ep.base_url]
+        if sid is None:
+            raise StatesProblem("the request carried no id of genbench's to find its file by")
         if rec.prompt_token_ids is None or rec.token_ids is None:
             raise StatesProblem("the server sent no token ids: the states cannot be checked")
         ids = [*rec.prompt_token_ids, *rec.token_ids][:-1]

@@ -111,7 +111,9 @@ class RowPolicy(Policy):
         request fails as any other does (retried)."""
         assert self.capture is not None
         try:
-            name = await self.capture.take(rec, slot.name, conv.row.output_id, len(conv.out))
+            name = await self.capture.take(
+                rec, slot.client.endpoint, conv.row.output_id, len(conv.out)
+            )
         except StatesProblem as e:
             fail(rec, str(e))
         else:

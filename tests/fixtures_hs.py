@@ -38,6 +38,7 @@ RUN_DIR = Path(os.environ.get("GENBENCH_VLLM_RUN_DIR", REPO / ".cache"))
 LAYERS = [1, 2, 3, 4]  # the test model has 4; 4 is the stream before the final norm
 START_TIMEOUT_S = float(os.environ.get("GENBENCH_VLLM_START_TIMEOUT", "300"))
 REFERENCE = Path(__file__).with_name("hs_reference.py")
+CONSUMER = Path(__file__).with_name("hs_trainer_consumer.py")
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,19 @@ def reference_states(files: list[Path], layers: list[int]) -> list[dict[str, obj
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def trainer_reads(trainer: str, where: Path) -> list[dict[str, object]]:
+    """What the trainer's own offline loader gives for an exported directory
+    (tests/hs_trainer_consumer.py, run by the trainers' venv: scripts/trainers.sh)."""
+    py = Path(os.environ.get("GENBENCH_TRAINERS_VENV", REPO / ".cache" / "trainers-venv"))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    out = subprocess.run(
+        [str(py / "bin" / "python"), str(CONSUMER), trainer, str(where)],
+        capture_output=True, text=True, timeout=300, check=False, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import httpx
 import orjson
 import pytest
 from conftest import genbench
-from fixtures_hs import HSServer, reference_states
+from fixtures_hs import HSServer, reference_states, trainer_reads
 
 from genbench.rows import turn_ids
 
@@ -84,14 +84,20 @@ def _input(path: Path) -> Path:
     return path
 
 
-def test_generate_keeps_each_generated_turns_states_once(vllm_hs_server, tmp_path):
-    s = vllm_hs_server
-    out = tmp_path / "out"
-    p = genbench("generate", "-i", str(_input(tmp_path / "in.jsonl")), "-o", str(out),
+@pytest.fixture(scope="module")
+def job(vllm_hs_server, tmp_path_factory) -> dict:
+    """One generate job with capture: two chats and a two-turn row, short answers."""
+    s, tmp = vllm_hs_server, tmp_path_factory.mktemp("hs-job")
+    out = tmp / "out"
+    p = genbench("generate", "-i", str(_input(tmp / "in.jsonl")), "-o", str(out),
                  "--url", s.url, "-c", "4", "--max-tokens", "6", "--temperature", "0",
                  "--hidden-states", "--layers", "1,2,3,4", timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
-    turns = [t for r in _rows(out) for t in turn_ids(r)]
+    return {"out": out, "tmp": tmp, "turns": [t for r in _rows(out) for t in turn_ids(r)]}
+
+
+def test_generate_keeps_each_generated_turns_states_once(vllm_hs_server, job):
+    s, out, turns = vllm_hs_server, job["out"], job["turns"]
     assert len(turns) == 4  # two chats, and both turns of the multi-turn row
     names = [t.states for t in turns]
     assert None not in names and len(set(names)) == 4
@@ -106,3 +112,23 @@ def test_generate_keeps_each_generated_turns_states_once(vllm_hs_server, tmp_pat
         assert max(got["diff"].values()) <= 1e-5, got
     # taken (their locks too), not copied; the preflight's own test request leaves its file
     assert not list(s.storage.glob("*-gb*"))
+
+
+@pytest.mark.parametrize("fmt", ["speculators-states", "specforge-states"])
+def test_the_trainers_own_loaders_read_the_exported_states(job, fmt):
+    where = job["tmp"] / fmt
+    p = genbench("export", str(job["out"]), "--format", fmt, "-o", str(where), "--keep-cut",
+                 "--min-tokens", "0", "--json")  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = orjson.loads(p.stdout)
+    assert doc["samples"] == 4 and doc["layers"] == [1, 2, 3, 4] and doc["last_layer"] == 4
+    manifest = orjson.loads((where / "genbench_states.json").read_bytes())
+    assert manifest["numbering"].startswith("vllm") and manifest["model"]
+    got = trainer_reads(fmt.split("-")[0], where)
+    turns = job["turns"]
+    assert len(got) == len(turns)
+    for g, t in zip(got, turns, strict=True):
+        n = len(t.prompt) + len(t.generated) - 1  # the last id has no state
+        assert g["input_ids"] == (t.prompt + t.generated)[:-1]
+        assert sum(g["loss_mask"]) <= len(t.generated) - 1
+        assert g["aux"][-2:] == [n, 3 * 256] and g["last"][-2:] == [n, 256]

@@ -31,6 +31,7 @@ import errno
 import fcntl
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ from genbench.transport.endpoint import Endpoint
 
 WAIT_S = 60.0  # how long a file may take to appear after its answer
 CHUNK = 4096  # tokens checked for NaN/Inf at a time (a bounded copy)
+STATES_ID_PREFIX = "gb"  # transport/client.py's request ids: genbench's files in a shared dir
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ class Capture:
         finally:
             _remove(file)
         self.dirs[ep.base_url] = file.parent
+        abandoned(file.parent, self.wait_s)
 
     def write_layers(self, model: str) -> None:
         """`hidden_states/layers.json`: which layers the files hold, in whose numbering,
@@ -279,6 +282,19 @@ def _json(raw: bytes) -> Any:
 def fail(rec: RequestRecord, why: str) -> None:
     """The request counts as failed: its states could not be taken."""
     rec.error_kind, rec.error_message = ErrorKind.HIDDEN_STATES, why
+
+
+def abandoned(where: Path, wait_s: float) -> int:
+    """Files of genbench's requests nobody took (a run killed while they were in flight):
+    free of their lock and older than any take waits, so no job is still after them.
+    Removed; how many."""
+    gone, now = 0, time.time()
+    for p in where.glob(f"*-{STATES_ID_PREFIX}*.safetensors"):
+        with contextlib.suppress(OSError):
+            if now - p.stat().st_mtime > wait_s and not _locked(p):
+                _remove(p)
+                gone += 1
+    return gone
 
 
 def clear_incoming(where: Path) -> None:

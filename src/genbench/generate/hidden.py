@@ -32,7 +32,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,6 +123,20 @@ class Capture:
             _remove(file)
         self.dirs[ep.base_url] = file.parent
         abandoned(file.parent, self.wait_s)
+
+    async def probe_all(
+        self, ok: Sequence[Any], api_key: str | None, model: str, note: Callable[[str], None]
+    ) -> None:
+        """`probe` each server the preflight found up (its reports), after a check that each
+        sends the token ids the states are held to."""
+        if any(r.token_ids is None for r in ok):
+            raise GenbenchError("--hidden-states: a server sends no token ids, to which the "
+                                "states are held", ExitCode.BAD_RESPONSE)  # fmt: skip
+        for r in ok:
+            ep = Endpoint.parse(r.url, api_key)
+            await self.probe(ep, model)
+            note(f"{r.url}: hidden states of layers {self.layers} (vLLM's numbering) from "
+                 f"{self.dirs[ep.base_url]}")  # fmt: skip
 
     def write_layers(self, model: str) -> None:
         """`hidden_states/layers.json`: which layers the files hold, in whose numbering,

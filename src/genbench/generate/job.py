@@ -19,12 +19,12 @@ from genbench import __version__, fmt
 from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.check.router import ROUTER_KINDS
 from genbench.engines.supervisor import Supervisor
-from genbench.errors import ErrorKind, ExitCode, GenbenchError, ServerDown, UsageError
+from genbench.errors import ErrorKind, GenbenchError, ServerDown, UsageError
 from genbench.generate.conversation import Conversation
 from genbench.generate.ending import Failures, Unanswered, ending
 from genbench.generate.ending import rows as row_count
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
-from genbench.generate.hidden import Capture
+from genbench.generate.hidden import Capture, clear_incoming
 from genbench.generate.input.reader import BadRow, InputScan, iter_rows
 from genbench.generate.input.tool_probe import probe_tools
 from genbench.generate.jobconfig import JobConfig
@@ -106,20 +106,9 @@ class Job:
             raise UsageError(f"the servers serve different models ({listing}): choose --model")
         self.model = ok[0].model or ""
         check_token_ids(cfg.token_ids, ok, self.listener.note)  # `on`: refuses one without
-        if self.capture is not None:
-            await self._probe_states(ok)
+        if self.capture is not None:  # each server writes states genbench can read
+            await self.capture.probe_all(ok, cfg.api_key, self.model, self.listener.note)
         return list(reports)
-
-    async def _probe_states(self, ok: list[CheckReport]) -> None:
-        """Each server up writes hidden states genbench can read (hidden.py's probe)."""
-        assert self.capture is not None
-        if any(r.token_ids is None for r in ok):
-            raise GenbenchError("--hidden-states: a server sends no token ids, to which the "
-                                "states are held", ExitCode.BAD_RESPONSE)  # fmt: skip
-        for r in ok:
-            await self.capture.probe(Endpoint.parse(r.url, self.cfg.api_key), self.model)
-            self.listener.note(f"{r.url}: hidden states of layers {self.capture.layers} "
-                               f"(vLLM's numbering) from {self.capture.dirs[r.url]}")  # fmt: skip
 
     def _make_servers(self, reports: list[CheckReport]) -> None:
         cfg = self.cfg
@@ -215,6 +204,8 @@ class Job:
             await probe_tools(ep, self.model, *res.tools, timeout=min(cfg.timeout, 120.0))
         self._begin(existing, res, reports)
         status = await self._send(handle_signals)
+        if self.capture is not None and cfg.engines:  # what is left there, no row will take
+            clear_incoming(self.store.layout.hs_incoming)
         done = self.progress.done if self.progress else 0
         status, message = ending(
             status, self.failures, done, res.failed, res.left, res.rows, cfg.down_timeout,

@@ -182,3 +182,34 @@ def test_sigkill_mid_job_then_a_rerun_keeps_every_rows_states_once(vllm_hs_serve
         got = tensors.read(out / t.states)
         assert got["token_ids"].array.tolist() == (t.prompt + t.generated)[:-1]
         assert got["hidden_states"].shape[:2] == (len(t.prompt) + 23, 4)
+
+
+def test_capture_afterwards_gives_the_states_captured_while_generating(job, vllm_hs_server):
+    """`genbench hidden-states` on the same rows without their states (a copy of the data
+    files alone): a prefill per turn of its exact ids gives what capture while generating
+    gave, within 1e-5; a second run asks nothing (resumable by file)."""
+    s, src = vllm_hs_server, job["out"]
+    copy = job["tmp"] / "afterwards"
+    (copy / ".genbench").mkdir(parents=True)
+    for f in src.glob("data-*.jsonl"):  # the rows, their turns naming no states here
+        rows = [orjson.loads(x) for x in f.read_bytes().splitlines()]
+        for r in rows:
+            for t in r["conversations"]:
+                t.pop("hidden_states", None)
+        (copy / f.name).write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    args = ("hidden-states", str(copy), "--url", s.url, "--layers", "1,2,3,4", "--json")
+    p = genbench(*args, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert orjson.loads(p.stdout)["captured"] == 4
+    for t in job["turns"]:
+        before = tensors.read(src / t.states)
+        after = tensors.read(copy / t.states)  # the same name: the row's id and the turn
+        assert after["token_ids"].array.tolist() == before["token_ids"].array.tolist()
+        diff = abs(after["hidden_states"].floats() - before["hidden_states"].floats()).max()
+        assert diff <= 1e-5
+    again = genbench(*args, timeout=300)
+    assert again.returncode == 0 and orjson.loads(again.stdout)["already"] == 4
+    where = job["tmp"] / "afterwards-export"
+    p = genbench("export", str(copy), "--format", "speculators-states", "-o", str(where),
+                 "--keep-cut", "--min-tokens", "0")  # fmt: skip
+    assert p.returncode == 0 and len(list((where / "hidden_states").iterdir())) == 4

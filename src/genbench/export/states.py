@@ -99,7 +99,7 @@ def _write(
     for path in data_files(source):
         fs = FileStats(path, kind_of(path))
         for _, _row, obj in read_rows(path, fs):
-            for s, states in _kept(obj, rules, left):
+            for s, states in _kept(obj, rules, left, lay):
                 assert s.prompt is not None and s.generated is not None
                 seq = (s.prompt + s.generated)[:-1]
                 mask = [0] * len(s.prompt) + [1] * (len(s.generated) - 1)
@@ -122,13 +122,18 @@ def _write(
     return n, left
 
 
-def _kept(obj: Mapping[str, Any], rules: Rules, left: dict[str, int]) -> list[tuple[Any, str]]:
-    """The row's samples kept by the rules, each with its states' file."""
+def _kept(
+    obj: Mapping[str, Any], rules: Rules, left: dict[str, int], lay: Layout
+) -> list[tuple[Any, str]]:
+    """The row's samples kept by the rules, each with its states' file: the one its turn
+    names, else the layout's name for it where `genbench hidden-states` captured it."""
     named = {t.turn: t.states for t in turn_ids(obj)}
     out = []
     for s in samples(obj):
         why = s.left_out(rules, need_ids=True)
         states = named.get(s.turn)
+        if states is None and (lay.out / lay.states_name(s.row_id, s.turn)).exists():
+            states = lay.states_name(s.row_id, s.turn)
         why = why or (None if states else "no_states")
         if why is None and len(s.generated or ()) < 2:
             why = "short"  # one generated id: nothing supervised once its last is dropped

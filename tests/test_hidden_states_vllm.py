@@ -213,3 +213,24 @@ def test_capture_afterwards_gives_the_states_captured_while_generating(job, vllm
     p = genbench("export", str(copy), "--format", "speculators-states", "-o", str(where),
                  "--keep-cut", "--min-tokens", "0")  # fmt: skip
     assert p.returncode == 0 and len(list((where / "hidden_states").iterdir())) == 4
+
+
+def test_inspect_checks_each_turns_states_and_their_bytes(job, tmp_path):
+    """inspect reads every turn's file as it was taken; a file damaged since is named."""
+    out = job["out"]
+    p = genbench("inspect", str(out), "--json", "--save", str(tmp_path / "i.json"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    hs = orjson.loads(p.stdout)["hidden_states"]
+    assert (hs["turns"], hs["ok"], hs["missing"], hs["bad"]) == (4, 4, 0, 0)
+    assert hs["layers"] == [1, 2, 3, 4] and hs["dtype"] == "F32" and hs["hidden_size"] == 256
+    assert hs["bytes_per_token"] == 4 * 256 * 4
+    assert abs(hs["off_by"]) < 0.01  # the bytes are the forecast's, headers and ids aside
+    damaged = out / job["turns"][0].states
+    keep = damaged.read_bytes()
+    try:
+        damaged.write_bytes(keep[:-4])  # cut short
+        hs = orjson.loads(genbench("inspect", str(out), "--json", "--save",
+                                   str(tmp_path / "j.json")).stdout)["hidden_states"]  # fmt: skip
+        assert hs["bad"] == 1 and "cut short" in hs["examples"][0]
+    finally:
+        damaged.write_bytes(keep)

@@ -44,7 +44,7 @@ from genbench.generate.store.runlog import read_runs
 from genbench.generate.store.writer import Existing, Store
 from genbench.load import Slot
 from genbench.records import RequestRecord, read_records
-from genbench.rows import row_line
+from genbench.rows import DataRow, RowMeta
 from genbench.sim.process import SimProcess
 from genbench.transport.client import ChatRequest
 from genbench.transport.endpoint import Endpoint
@@ -617,7 +617,7 @@ def test_a_store_out_of_descriptors_keeps_its_rows_until_it_can_open_a_file(tmp_
     says what is short, once."""
     store = Store(tmp_path / "out", shard_bytes=4096)
     store.begin(Existing(), {"model": "m"})
-    line = row_line("x", [{"role": "user", "content": "y" * 3000}], {})
+    line = DataRow("x", [{"role": "user", "content": "y" * 3000}], RowMeta()).line()
     with no_descriptors_left():
         assert store.write_row("a", line) and store.write_row("b", line)  # shard 0
         assert store.reserve.used == 2 and "in reserve" in (store.take_shortage() or "")

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from genbench.export.formats import SPECFORGE, SPECULATORS, TOKENS
-from genbench.export.render import GIVE
+from genbench.export.formats import FORMATS
+from genbench.export.specforge import SPECFORGE, TOKENS
+from genbench.export.speculators import SPECULATORS
 
 pytestmark = [pytest.mark.vllm]
 
@@ -44,7 +45,7 @@ def helps(exe: Path, *args: str) -> str:
 
 
 def test_the_speculators_hint_is_its_prepare_data_command(trainers_bin):
-    hint = GIVE[SPECULATORS].format(out="train.jsonl")
+    hint = FORMATS[SPECULATORS].give.format(out="train.jsonl")
     m = re.fullmatch(r"speculators: speculators prepare-data (.*)", hint)
     assert m, hint
     text = helps(trainers_bin / "speculators", "prepare-data")
@@ -58,5 +59,5 @@ def test_the_specforge_hints_name_fields_of_its_config(trainers_bin):
     fields = subprocess.run([str(trainers_bin / "python"), "-c", code], capture_output=True,
                             text=True, check=True, timeout=300).stdout.split()  # fmt: skip
     for fmt in (TOKENS, SPECFORGE):
-        (key,) = re.findall(r"data\.(\w+)", GIVE[fmt])
+        (key,) = re.findall(r"data\.(\w+)", FORMATS[fmt].give)
         assert key in fields, (fmt, key, fields)

@@ -5,14 +5,16 @@ Each generated assistant turn also carries the ids the server generated and the 
 ids it saw (`token_ids`, `prompt_token_ids`: JSON arrays of ints; Parquet list<int32>),
 its `finish_reason`, and `token_ids_error` when its ids cannot be trusted; the row's
 `meta.token_ids` sums them up (genbench.transport.token_ids). `turn_ids` is the one reader of them
-every consumer uses (the trainer export, inspect). The row is written here (`row_line`) and
-parsed back here (`parse_row`, what `inspect` reads), side by side."""
+every consumer uses (the trainer export, inspect). The row is written here (`DataRow.line`,
+its meta `RowMeta.to_json`) and read back here (`RowMeta.read`; `parse_row`, what `inspect`
+reads), side by side."""
 
 from __future__ import annotations
 
 from array import array
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from functools import cache
 from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -23,41 +25,107 @@ from genbench.atomic import writing
 from genbench.errors import UsageError
 
 MAX_COUNT = 1 << 31  # token counts are read back as int32
-META_FIELDS: tuple[tuple[str, str], ...] = (
-    ("server", "string"),
-    ("model", "string"),
-    ("prompt_tokens", "int64"),
-    ("completion_tokens", "int64"),
-    ("reasoning_tokens", "int64"),
-    ("answer_tokens", "int64"),
-    ("tokens_estimated", "bool"),
-    ("reasoning_tokens_from", "string"),  # chunks | tokenizer | server; null: no thinking
-    ("finish_reason", "string"),
-    ("truncated", "bool"),
-    ("turns", "int64"),
-    ("attempts", "int64"),
-    ("ttft_s", "float64"),
-    ("latency_s", "float64"),
-    ("sent_at", "float64"),
-    ("finished_at", "float64"),
-    # agentic rows only (generate/agent.py); null for the others
-    ("tool_policy", "string"),
-    ("tool_calls", "int64"),
-    ("tool_call_turns", "int64"),
-    ("tool_call_tokens", "int64"),
-    ("tool_results_ran_out", "bool"),
-    ("tool_names_differ", "bool"),
-    ("tool_call_cut", "bool"),
-    ("token_ids", "string"),  # exact | partial | none | mismatch | unchecked
-    ("request", "string"),  # the fingerprint of the requests the row made (fingerprint.py)
+
+
+def _omit() -> Any:
+    """A field written only where it has a value (a chat row has no tool counts)."""
+    return field(default=None, metadata={"omit": True})
+
+
+@dataclass(frozen=True, slots=True)
+class RowMeta:
+    """A row's `meta`: written by `to_json`, read back by `read` (a file of any age: a key
+    it lacks is None, a key it does not know is passed over, a value of the wrong type is
+    None). A new field is one line here (its type is its Parquet column) and the code that
+    fills it (generate/conversation.py); a field that is None is written as null, or left
+    out where it is `_omit()`."""
+
+    server: str | None = None
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    answer_tokens: int | None = None
+    tokens_estimated: bool | None = None
+    reasoning_tokens_from: str | None = None  # chunks | tokenizer | server; null: no thinking
+    finish_reason: str | None = None
+    truncated: bool | None = None
+    turns: int | None = None
+    attempts: int | None = None
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    sent_at: float | None = None
+    finished_at: float | None = None
+    token_ids: str | None = None  # exact | partial | none | mismatch | unchecked
+    request: str | None = _omit()  # the fingerprint of the row's requests (fingerprint.py)
     # the row's prompt group, and its speculative acceptance summed over its turns where the
-    # server said it (docs/acceptance.md); null for the others
-    ("group", "string"),
-    ("spec_steps", "int64"),
-    ("spec_accepted", "int64"),
-    ("spec_drafted", "int64"),
-    ("spec_length", "float64"),
-)
+    # server said it (docs/acceptance.md)
+    group: str | None = _omit()
+    spec_steps: int | None = _omit()
+    spec_accepted: int | None = _omit()
+    spec_length: float | None = _omit()
+    spec_drafted: int | None = _omit()
+    # agentic rows only (generate/agent.py)
+    tool_policy: str | None = _omit()
+    tool_calls: int | None = _omit()
+    tool_call_turns: int | None = _omit()
+    tool_call_tokens: int | None = _omit()
+    tool_results_ran_out: bool | None = _omit()
+    tool_names_differ: bool | None = _omit()
+    tool_call_cut: bool | None = _omit()
+
+    def to_json(self) -> dict[str, Any]:
+        """The `meta` object as a row's line holds it, in declaration order."""
+        return {
+            f.name: v
+            for f in fields(self)
+            if (v := getattr(self, f.name)) is not None or not f.metadata.get("omit")
+        }
+
+    @classmethod
+    def read(cls, meta: Any) -> RowMeta:
+        """A row's `meta` as a JSONL line or a Parquet row holds it (anything else: empty)."""
+        if not isinstance(meta, Mapping):
+            return cls()
+        return cls(**{n: v for n, kind in _kinds(cls).items() if _is(v := meta.get(n), kind)})
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> RowMeta:
+        """The `meta` of a whole row read back."""
+        return cls.read(row.get("meta"))
+
+
+@cache
+def _kinds(cls: type[RowMeta]) -> dict[str, str]:
+    """Each field's kind: str, int, float or bool (its annotation less `| None`)."""
+    return {f.name: str(f.type).split(" |")[0] for f in fields(cls)}
+
+
+_ARROW = {"str": "string", "int": "int64", "float": "float64", "bool": "bool"}
+# the Parquet struct's order as files written before RowMeta hold it (one job's shards share
+# one schema); a field added since follows, in declaration order
+_PARQUET_ORDER = (
+    "server", "model", "prompt_tokens", "completion_tokens", "reasoning_tokens",
+    "answer_tokens", "tokens_estimated", "reasoning_tokens_from", "finish_reason", "truncated",
+    "turns", "attempts", "ttft_s", "latency_s", "sent_at", "finished_at", "tool_policy",
+    "tool_calls", "tool_call_turns", "tool_call_tokens", "tool_results_ran_out",
+    "tool_names_differ", "tool_call_cut", "token_ids", "request", "group", "spec_steps",
+    "spec_accepted", "spec_drafted", "spec_length",
+)  # fmt: skip
+
+
+def meta_columns(cls: type[RowMeta] = RowMeta) -> list[tuple[str, str]]:
+    """The Parquet `meta` struct's fields: (name, pyarrow type alias)."""
+    kinds = _kinds(cls)
+    order = [*_PARQUET_ORDER, *(n for n in kinds if n not in _PARQUET_ORDER)]
+    return [(n, _ARROW[kinds[n]]) for n in order if n in kinds]
+
+
+def _is(v: Any, kind: str) -> bool:
+    """`v` is of a field's kind (a bool is no int; an int is a float)."""
+    if isinstance(v, bool):
+        return kind == "bool"
+    return isinstance(v, {"str": str, "int": int, "float": int | float}.get(kind, object))
 
 
 def json_default(v: Any) -> Any:
@@ -67,19 +135,22 @@ def json_default(v: Any) -> Any:
     return str(v)
 
 
-def row_line(
-    row_id: str | int,
-    conversations: list[dict[str, Any]],
-    meta: dict[str, Any],
-    tools: list[dict[str, Any]] | None = None,
-) -> bytes:
-    """One output row: SpecForge's conversations format plus genbench's metadata; an
-    agentic row's `tools` beside its turns (a trainer renders the template with them)."""
-    if tools:
-        row = {"id": row_id, "conversations": conversations, "tools": tools, "meta": meta}
-    else:
-        row = {"id": row_id, "conversations": conversations, "meta": meta}
-    return orjson.dumps(row, default=json_default) + b"\n"
+@dataclass(frozen=True, slots=True)
+class DataRow:
+    """A finished row as generate hands it to the store: its output id, its turns, an
+    agentic row's `tools` (a trainer renders the template with them) and its meta."""
+
+    id: str | int
+    conversations: list[dict[str, Any]]
+    meta: RowMeta
+    tools: list[dict[str, Any]] | None = None
+
+    def line(self) -> bytes:
+        """One output row: SpecForge's conversations format plus genbench's metadata."""
+        meta = self.meta.to_json()
+        row = {"id": self.id, "conversations": self.conversations}
+        row |= {"tools": self.tools, "meta": meta} if self.tools else {"meta": meta}
+        return orjson.dumps(row, default=json_default) + b"\n"
 
 
 @dataclass(frozen=True)
@@ -120,7 +191,7 @@ def _ints(ids: Any) -> list[int] | None:
     return None if ids is None else list(ids)
 
 
-def parquet_schema() -> Any:
+def parquet_schema(meta_type: type[RowMeta] = RowMeta) -> Any:
     import pyarrow as pa
 
     fn = pa.struct([("name", pa.string()), ("arguments", pa.string())])
@@ -141,7 +212,7 @@ def parquet_schema() -> Any:
             ("hidden_states", pa.string()),  # generate --hidden-states: its states' file
         ]
     )
-    meta = pa.struct([(name, pa.type_for_alias(t)) for name, t in META_FIELDS])
+    meta = pa.struct([(name, pa.type_for_alias(t)) for name, t in meta_columns(meta_type)])
     fields = [("id", pa.string()), ("conversations", pa.list_(turn))]
     # an agentic row's tools as their JSON text: every row's schema differs
     return pa.schema([*fields, ("tools", pa.string()), ("meta", meta)])
@@ -292,8 +363,7 @@ def parse_row(obj: Any, nbytes: int) -> OutputRow:
     finish = meta["finish_reason"]
     if finish is not None and not isinstance(finish, str):
         raise RowFormatError(f"expected text, got {finish!r}", "meta.finish_reason")
-    truncated = meta.get("truncated")
-    server = meta.get("server")
+    m = RowMeta.read(meta)
     return OutputRow(
         id=rid,
         turns=turns,
@@ -301,8 +371,8 @@ def parse_row(obj: Any, nbytes: int) -> OutputRow:
         reasoning_tokens=_count(meta, "reasoning_tokens", False),
         prompt_tokens=_count(meta, "prompt_tokens", False),
         finish_reason=finish,
-        server=server if isinstance(server, str) and server else "unknown",
-        truncated=bool(truncated) if truncated is not None else finish == "length",
+        server=m.server or "unknown",
+        truncated=m.truncated if m.truncated is not None else finish == "length",
         nbytes=nbytes,
-        estimated=meta.get("tokens_estimated") is True,
+        estimated=m.tokens_estimated is True,
     )

@@ -12,7 +12,7 @@ import pytest
 
 from genbench.generate.store.readback import scan_jsonl_shard
 from genbench.generate.store.writer import Store
-from genbench.rows import row_line
+from genbench.rows import DataRow, RowMeta
 
 pytestmark = pytest.mark.core
 JOB = {"model": "m", "params": {}, "turns": "all", "format": "jsonl"}
@@ -27,7 +27,7 @@ def written(tmp_path: Path, batches: int = 3, per: int = 4) -> tuple[Path, Path,
         for b in range(batches):
             for i in range(per):
                 rid, fp = f"r{b * per + i}", b * per + i + 1
-                line = row_line(rid, [], {"request": f"{fp:016x}"})
+                line = DataRow(rid, [], RowMeta(request=f"{fp:016x}")).line()
                 store.write_row(rid, line, None, (fp, 1000 + fp))
             await store.sync()
         await store.close()

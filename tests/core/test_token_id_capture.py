@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from genbench.records import RequestRecord
-from genbench.rows import parquet_schema, row_line, turn_ids
+from genbench.rows import DataRow, RowMeta, parquet_schema, turn_ids
 from genbench.transport.stream import DONE, StreamParser, parse_whole
 from genbench.transport.token_ids import (
     EXACT,
@@ -159,7 +159,7 @@ def row() -> dict[str, Any]:
          "token_ids_error": "3 generated ids for 4 completion tokens",
          "prompt_token_ids": array("i", PROMPT), "token_ids": array("i", [5, 6, 7])},
     ]  # fmt: skip
-    return orjson.loads(row_line("q-1", conv, {"token_ids": MISMATCH}))
+    return orjson.loads(DataRow("q-1", conv, RowMeta(token_ids=MISMATCH)).line())
 
 
 def test_the_reader_gives_each_generated_turn_as_lists_of_ints() -> None:

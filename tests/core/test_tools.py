@@ -288,8 +288,8 @@ def test_replay_feeds_the_cached_results_in_order_to_the_new_calls():
     answer(conv, "done")
     assert conv.next_request() is None
     meta = conv.meta("m")
-    assert meta["tool_calls"] == 2 and meta["turns"] == 3
-    assert meta["tool_names_differ"] is True and meta["tool_results_ran_out"] is False
+    assert meta.tool_calls == 2 and meta.turns == 3
+    assert meta.tool_names_differ is True and meta.tool_results_ran_out is False
     line = orjson.loads(conv.line("m"))
     assert line["tools"] == TOOLS
     assert [t.get("tool_call_id") for t in line["conversations"] if t["role"] == "tool"] == [
@@ -305,7 +305,7 @@ def test_replay_ends_the_row_when_the_results_run_out():
     conv.next_request()
     answer(conv, calls=[call("n1")])
     assert conv.next_request() is None
-    assert conv.meta("m")["tool_results_ran_out"] is True
+    assert conv.meta("m").tool_results_ran_out is True
     assert conv.out[-1]["tool_calls"] == [call("n1")]  # the call is kept: a generated turn
 
 
@@ -318,7 +318,7 @@ def test_keep_sends_the_original_calls_and_regenerates_the_answer():
     ]  # every call and result, as in the input
     answer(conv, "sunny again")
     assert conv.next_request() is None
-    assert conv.out[-1]["content"] == "sunny again" and conv.meta("m")["tool_calls"] == 0
+    assert conv.out[-1]["content"] == "sunny again" and conv.meta("m").tool_calls == 0
 
 
 def test_requests_per_row_follow_the_original_under_each_policy():
@@ -348,7 +348,7 @@ def test_replay_with_every_turn_uses_each_user_turns_own_results():
     answer(conv, calls=[call("n1")])
     assert conv.next_request().messages[-1]["content"] == "result B"  # not result A
     answer(conv, "done")
-    assert conv.next_request() is None and conv.meta("m")["tool_calls"] == 1
+    assert conv.next_request() is None and conv.meta("m").tool_calls == 1
 
 
 def test_an_xlam_row_is_a_query_and_its_calls_with_a_schema_made_of_its_parameters():
@@ -368,7 +368,7 @@ def test_an_xlam_row_is_a_query_and_its_calls_with_a_schema_made_of_its_paramete
     conv = start(row, Recipe({}))
     assert [m["role"] for m in conv.next_request().messages] == ["user"]
     answer(conv, calls=[call("x")])
-    assert conv.next_request() is None and conv.meta("m")["tool_results_ran_out"] is True
+    assert conv.next_request() is None and conv.meta("m").tool_results_ran_out is True
 
 
 def test_a_forcing_tool_choice_goes_where_the_original_called_and_none_where_it_answered():

@@ -10,6 +10,7 @@ from typing import Any
 from genbench.check.router import get_json, identify_router
 from genbench.transport.client import ConnectionPool
 from genbench.transport.endpoint import Endpoint
+from genbench.transport.server_kind import TRAITS, ServerKind
 
 
 @dataclass
@@ -20,13 +21,7 @@ class ServerInfo:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-OWNED_BY_KIND = {
-    "vllm": "vLLM",
-    "sglang": "SGLang",
-    "llamacpp": "llama.cpp",
-    "genbench-sim": "genbench-sim",
-    "tgi": "TGI",
-}
+OWNED_BY_KIND = {t.owned_by: k for k, t in TRAITS.items() if t.owned_by}
 
 
 async def get_body(
@@ -54,12 +49,12 @@ async def identify(
         info.details.update(details)
         return info
     probes = [
-        ("vLLM", "/version"),
-        ("llama.cpp", "/props"),
-        ("SGLang", "/server_info"),  # SGLang's newer spelling
-        ("SGLang", "/get_server_info"),  # the older one (now deprecated, still served)
-        ("TGI", "/info"),
-        ("genbench-sim", "/version"),
+        (ServerKind.VLLM, "/version"),
+        (ServerKind.LLAMACPP, "/props"),
+        (ServerKind.SGLANG, "/server_info"),  # SGLang's newer spelling
+        (ServerKind.SGLANG, "/get_server_info"),  # the older one (now deprecated, still served)
+        (ServerKind.TGI, "/info"),
+        (ServerKind.SIM, "/version"),
     ]
     if info.kind:
         probes = [p for p in probes if p[0] == info.kind] or probes
@@ -79,10 +74,10 @@ async def identify(
 
 def _read_identity(info: ServerInfo, kind: str, path: str, obj: dict[str, Any]) -> None:
     if path == "/version" and "version" in obj:
-        info.kind = info.kind or ("genbench-sim" if obj.get("server") == "genbench-sim" else kind)
+        info.kind = info.kind or (ServerKind.SIM if obj.get("server") == ServerKind.SIM else kind)
         info.version = str(obj["version"])
     elif path == "/props" and ("default_generation_settings" in obj or "build_info" in obj):
-        info.kind = info.kind or "llama.cpp"
+        info.kind = info.kind or ServerKind.LLAMACPP
         info.version = str(obj.get("build_info") or "") or None
         n_ctx = (obj.get("default_generation_settings") or {}).get("n_ctx")
         if isinstance(n_ctx, int):
@@ -94,11 +89,11 @@ def _read_identity(info: ServerInfo, kind: str, path: str, obj: dict[str, Any]) 
             obj = {**obj["server_args"], **obj}
         if "model_path" not in obj:
             return
-        info.kind = info.kind or "SGLang"
+        info.kind = info.kind or ServerKind.SGLANG
         info.version = str(obj.get("version") or "") or None
         _read_sglang(info, obj)
     elif path == "/info" and "model_id" in obj:
-        info.kind = info.kind or "TGI"
+        info.kind = info.kind or ServerKind.TGI
         info.version = str(obj.get("version") or "") or None
 
 

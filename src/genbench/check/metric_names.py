@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from genbench.transport.server_kind import TRAITS, traits
+
 # canonical name -> metric names, first found wins (vLLM, SGLang, llama.cpp, genbench sim)
 COUNTERS: dict[str, tuple[str, ...]] = {
     "generation_tokens": (
@@ -106,23 +108,8 @@ RATIOS = frozenset(
     }
 )
 
-DIALECTS: tuple[tuple[str, str], ...] = (
-    ("vllm:", "vLLM"),
-    ("sglang:", "SGLang"),
-    ("llamacpp:", "llama.cpp"),
-    ("sim:", "genbench-sim"),
-)
-
-# what to do when a server of this kind has no /metrics
-METRICS_OFF_HINT: dict[str, str] = {
-    "SGLang": "SGLang serves /metrics only when started with --enable-metrics: restart it "
-    "with --enable-metrics to get the server's own counters in run",
-    "llama.cpp": "llama-server serves /metrics only when started with --metrics: restart it "
-    "with --metrics to get the server's own counters in run",
-    "vLLM": "vLLM always serves /metrics: a proxy in front of it may hide the path",
-    "sglang-router": "sglang-router serves its own metrics on its --prometheus-port, not its "
-    "workers': give run --metrics-url once per worker's /metrics",
-}
+# (prefix, kind): the engines whose metric names carry a prefix of their own
+DIALECTS = tuple((t.metric_prefix, k) for k, t in TRAITS.items() if t.metric_prefix)
 METRICS_OFF_DEFAULT = "run will report no server-side counters"
 
 
@@ -133,4 +120,4 @@ def dialect_of(names: Iterable[str]) -> str | None:
 
 
 def metrics_off_hint(kind: str | None) -> str:
-    return METRICS_OFF_HINT.get(kind or "", METRICS_OFF_DEFAULT)
+    return traits(kind).metrics_off or METRICS_OFF_DEFAULT

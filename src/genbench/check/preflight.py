@@ -34,10 +34,11 @@ from genbench.transport.client import ChatRequest, Client, ConnectionPool, Timeo
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.failures import Failure, error_message_from_body
 from genbench.transport.health import NO_HEALTH, answers
+from genbench.transport.server_kind import traits
 from genbench.transport.stream import share_by_chars
 from genbench.transport.thinking import AUTO, DEFAULT_TAGS, NONE, ThinkMode, detect, split_text
 from genbench.transport.thinking_count import ThinkingCounter
-from genbench.transport.token_ids import KIND_DIALECT, VLLM, ask_for, reply_ids
+from genbench.transport.token_ids import VLLM, ask_for, asked_apart, reply_ids
 
 Exit = ExitCode  # the exit codes of check's diagnoses are genbench's own
 
@@ -334,13 +335,13 @@ def _read_acceptance(rep: CheckReport, rec: RequestRecord) -> None:
     if rec.spec is not None:
         rep.acceptance = rec.spec["src"]
     else:
-        rep.acceptance_note = acceptance.HOW_ON.get(rep.server.kind or "")
+        rep.acceptance_note = traits(rep.server.kind).acceptance_on
 
 
 async def _read_ids(rep: CheckReport, client: Client, rec: RequestRecord, ask: str | None) -> None:
     """Did the test reply carry ids? A server of unknown kind is asked in a request of its
     own (vLLM's field), so one that refuses the field fails only that."""
-    if ask is None and rep.server.kind not in KIND_DIALECT and rep.token_ids_note is None:
+    if ask is None and asked_apart(rep.server.kind) and rep.token_ids_note is None:
         client.token_ids = ask = VLLM
         rec = await tiny_request(client)
         if not rec.ok:

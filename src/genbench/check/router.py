@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from genbench.fmt import counted
+from genbench.transport.server_kind import TRAITS, ServerKind
 
 # GET a path of the server's root: (status, body); raises on a transport failure
 Get = Callable[[str], Awaitable[tuple[int, bytes]]]
@@ -52,17 +53,17 @@ async def identify_router(get: Get) -> tuple[str, dict[str, Any]] | None:
         "healthy_workers": sum(1 for w in workers if w.get("is_healthy") is not False),
     }
     if "router_manager" in (await get_json(get, "/get_server_info") or {}):
-        return "sglang-router", details
+        return ServerKind.SGLANG_ROUTER, details
     if isinstance((await get_json(get, "/list_workers") or {}).get("urls"), list):
-        return "vllm-router", details
-    return "router", details
+        return ServerKind.VLLM_ROUTER, details
+    return ServerKind.ROUTER, details
 
 
 ONE_WORKERS_METRICS = (
     "they are one worker's, forwarded by the router: run skips them; give run "
     "--metrics-url once per worker's /metrics"
 )
-ROUTER_KINDS = frozenset({"sglang-router", "vllm-router", "router"})
+ROUTER_KINDS = frozenset(k for k, t in TRAITS.items() if t.router)
 
 
 def router_notes(kind: str | None, details: dict[str, Any]) -> list[str]:

@@ -9,11 +9,11 @@ import typer
 from genbench.commands import common
 from genbench.commands.console import err, out, reading
 from genbench.errors import UsageError
-from genbench.export import FORMATS, Rules, default_out, export_data
-from genbench.export.formats import TOKENS
+from genbench.export import Rules, default_out, export_data
+from genbench.export.formats import choices_help, get
 from genbench.export.render import print_export
 from genbench.export.samples import DEFAULT_MIN_TOKENS
-from genbench.export.states import STATE_FORMATS, export_states
+from genbench.export.specforge import TOKENS
 
 
 def export_cmd(
@@ -25,10 +25,7 @@ def export_cmd(
     fmt: str = typer.Option(
         TOKENS,
         "--format",
-        help="specforge-tokens (SpecForge's pre-tokenized rows: the ids the server generated), "
-        "specforge (its conversations file, re-tokenized by the trainer), speculators "
-        "(vllm-project/speculators' rows); with the hidden states (generate --hidden-states), "
-        "into a directory: speculators-states or specforge-states (docs/hidden-states.md).",
+        help=choices_help(),
     ),
     out_file: Path | None = typer.Option(
         None,
@@ -54,20 +51,18 @@ def export_cmd(
 ) -> None:
     """Write a generated set as one file a drafter trainer reads: SpecForge's token rows or
     conversations, or speculators' rows; cut and short turns left out and counted."""
+    chosen = get(fmt)  # one of the formats registered (export/formats.py)
     if min_tokens < 0:
         raise UsageError(f"--min-tokens must be 0 or more, got {min_tokens}")
-    if fmt in STATE_FORMATS:  # a directory of the hidden states (export/states.py)
-        doc = export_states(sources[0], fmt, out_file or default_out(sources[0], fmt).with_suffix(
-            ""), Rules(keep_cut=keep_cut, min_tokens=min_tokens))  # fmt: skip
+    if chosen.directory is not None:  # a directory: the hidden states (export/states.py)
+        target = out_file or default_out(sources[0], fmt).with_suffix("")
+        doc = chosen.directory(sources[0], target, Rules(keep_cut=keep_cut, min_tokens=min_tokens))
         said = (f"{doc['samples']} samples with their hidden states (layers {doc['layers']}, "
                 f"{doc['numbering']}) -> {doc['out']}")  # fmt: skip
         (err if json else out).print(said, markup=False, highlight=False)
         if json:
             common.print_json(doc)
         return
-    if fmt not in FORMATS:
-        every = (*FORMATS, *STATE_FORMATS)
-        raise UsageError(f"--format {fmt!r}: expected one of {', '.join(every)}")
     target = out_file or default_out(sources[0], fmt)
     source = sources if len(sources) > 1 else sources[0]
     where = ", ".join(map(str, sources))

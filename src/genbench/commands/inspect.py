@@ -10,7 +10,7 @@ from genbench.commands import common
 from genbench.commands.console import err, out, reading
 from genbench.inspect import SETTINGS_FLAGS, Thresholds, inspect_data, settings_from_flags
 from genbench.inspect.clean import parse_drop
-from genbench.inspect.detect import DEFAULT_TAGS
+from genbench.inspect.detect import DEFAULT_TAGS, DEFECTS
 from genbench.inspect.fidelity import DRIFT_SAMPLE
 from genbench.inspect.render import print_inspection
 
@@ -20,8 +20,7 @@ D = Thresholds()
 DROP = typer.Option(
     None,
     "--drop",
-    help="Defects to leave out of a clean copy: loops,unclosed,empty,tags,garbled,short,dup "
-    "(or all). Needs --out.",
+    help=f"Defects to leave out of a clean copy: {','.join(DEFECTS)} (or all). Needs --out.",
 )
 OUT_DIR = typer.Option(
     None,

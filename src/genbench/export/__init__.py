@@ -22,25 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from genbench.atomic import writing
-from genbench.errors import GenbenchError, UsageError
+from genbench.errors import OutputError, UsageError
+from genbench.export import specforge, speculators, states  # noqa: F401 (each registers its formats)
 from genbench.export.checks import Repeats, nothing_written
-from genbench.export.formats import (
-    FORMATS,
-    TOKEN_EXACT,
-    TOKENS,
-    speculators_line,
-    text_row,
-    token_line,
-)
+from genbench.export.formats import FORMATS, Format, get
 from genbench.export.samples import REASONS, Rules, Sample, samples
 from genbench.inspect.reader import SHARD_RE, FileStats, data_files, kind_of, read_rows
+from genbench.rows import RowMeta
 from genbench.run.result import document_head
 
 __all__ = ["FORMATS", "Rules", "default_out", "export_data", "summary_path"]
 
 SCHEMA = "genbench.export"
 SCHEMA_VERSION = 1
-WRITE_FAILED_EXIT = 12
 
 
 def default_out(source: Path, fmt: str) -> Path:
@@ -75,13 +69,13 @@ class Counts:
 
 
 def _row_lines(
-    obj: dict[str, Any], fmt: str, rules: Rules, empty_system: bool, c: Counts
+    obj: dict[str, Any], fmt: Format, rules: Rules, empty_system: bool, c: Counts
 ) -> list[bytes]:
     """One output row -> the lines it gives, its turns counted."""
     found = samples(obj)
     c.rows += 1
     c.turns += len(found)
-    need_ids = fmt in TOKEN_EXACT
+    need_ids = fmt.token_exact
     left: dict[int, str] = {}
     for s in found:
         c.kinds.update(s.kinds(rules.min_tokens))
@@ -89,19 +83,20 @@ def _row_lines(
         if why is not None:
             left[s.turn] = why
             c.left_out[why] += 1
-    if need_ids:
+    if fmt.sample is not None:
         kept = [s for s in found if s.turn not in left]
         if not kept:
             c.rows_left_out += 1
-        meta = obj.get("meta") or {}
-        lines = [token_line(s) if fmt == TOKENS else speculators_line(s, meta) for s in kept]
-        if meta.get("token_ids") == "unchecked":  # the server's ids, no usage to check them
+        meta = RowMeta.of(obj)
+        lines = [fmt.sample(s, meta) for s in kept]
+        if meta.token_ids == "unchecked":  # the server's ids, no usage to check them
             c.unchecked += len(kept)
         for s in kept:
             _count_sample(s, c)
         c.turns_written += len(kept)
         return lines
-    tr = text_row(obj, found, set(left), empty_system)
+    assert fmt.row is not None
+    tr = fmt.row(obj, found, set(left), empty_system)
     # turns after the first left-out one are not written either (their prompt held it)
     c.left_out["after_left_out"] += sum(1 for s in found if s.turn not in left) - tr.turns
     if tr.line is None:
@@ -147,8 +142,7 @@ def export_data(
 ) -> dict[str, Any]:
     """Write `source` (a generate directory or one of its files, or several: one file of
     them all, in order) as `fmt` to `out`; return the summary, also saved beside `out`."""
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    form = get(fmt)
     sources = source if isinstance(source, list) else [source]
     files = [f for src in sources for f in data_files(src)]
     _check_out(files, out)
@@ -163,7 +157,7 @@ def export_data(
                 for _, _row, obj in read_rows(path, fs):
                     if not repeats.first(obj.get("id")):
                         continue  # an earlier source's row of this id was written
-                    lines = _row_lines(obj, fmt, rules, empty_system, c)
+                    lines = _row_lines(obj, form, rules, empty_system, c)
                     c.written += len(lines)
                     f.writelines(lines)
                     if progress is not None and not c.rows & 0xFFF:
@@ -172,11 +166,9 @@ def export_data(
                 raise UsageError(f"{', '.join(map(str, sources))}: no rows to export")
             if c.written == 0:  # never an empty file for the trainer, nor one over a good one
                 left_out = dict(c.left_out)
-                raise nothing_written(fmt in TOKEN_EXACT, left_out, c.rows, rules.min_tokens)
+                raise nothing_written(form.token_exact, left_out, c.rows, rules.min_tokens)
     except OSError as e:
-        raise GenbenchError(
-            f"--out {out}: cannot write it ({e.strerror or e})", WRITE_FAILED_EXIT
-        ) from None
+        raise OutputError(f"--out {out}: cannot write it ({e.strerror or e})") from None
     doc = document(sources, fmt, out, rules, empty_system, c, stats)
     doc["repeated"] = repeats.describe()
     _save(doc)
@@ -204,7 +196,7 @@ def document(
         "out": str(out),
         "rules": {
             **rules.describe(),
-            "empty_system": empty_system if fmt not in TOKEN_EXACT else None,
+            "empty_system": empty_system if not FORMATS[fmt].token_exact else None,
         },
         "rows": c.rows,
         "turns": c.turns,
@@ -214,7 +206,7 @@ def document(
         "counted": {k: c.kinds.get(k, 0) for k in REASONS},
         "left_out": {k: c.left_out.get(k, 0) for k in (*REASONS, "after_left_out")},
     }
-    if fmt in TOKEN_EXACT:
+    if FORMATS[fmt].token_exact:
         doc["ids"] = {"written": c.ids, "supervised": c.supervised, "longest_sample": c.longest}
         doc["ids"]["unchecked_samples"] = c.unchecked
         del doc["left_out"]["after_left_out"]
@@ -236,6 +228,4 @@ def _save(doc: dict[str, Any]) -> None:
     try:
         write_json_atomic(target, doc)
     except OSError as e:
-        raise GenbenchError(
-            f"{target}: cannot write the summary ({e.strerror or e})", WRITE_FAILED_EXIT
-        ) from None
+        raise OutputError(f"{target}: cannot write the summary ({e.strerror or e})") from None

@@ -1,74 +1,30 @@
-"""What each trainer reads, one line at a time.
+"""The trainer formats `genbench export` writes, as a registry: a format is one module that
+registers a `Format` (export/specforge.py, export/speculators.py; export/__init__.py imports
+them), and `--format`'s choices and help, the summary's shape and the console's hints all
+come from it.
 
-* `specforge-tokens`: SpecForge's pre-tokenized rows (`data.prompts_path`): one line per
-  generated turn, `input_ids` = the prompt ids the server saw + the ids it generated,
-  `loss_mask` 0 over the prompt and 1 over the generated ids, `id` = `ROW#TURN`.
-* `speculators`: vllm-project/speculators' "speculator format" (what its
-  response-regeneration script writes and `speculators prepare-data --data` passes through): the
-  same sample, plus `primary_id` (the row) and `metadata`.
-* `specforge`: SpecForge's conversations file (`data.train_data_path`): one line per row,
-  `id` and `conversations` only (every other column would reach the chat template as a
-  keyword; an agentic row's `tools` does, as the template's `tools`), the system turn made
-  explicit, the thinking as `reasoning_content`, a call's `tool_calls` and a result's
-  `tool_call_id` kept. The
-  trainer re-tokenizes it; the token formats are what the target generated.
+A token-exact format writes one line per generated turn from the ids the server generated
+(`sample`: the turn's sample and its row's meta -> the line); a text format one line per row
+(`row`: the row, its samples, the turns left out, empty_system -> a `TextRow`), which the
+trainer re-tokenizes; a directory format (`directory`: export/states.py) writes the hidden
+states beside the ids.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import orjson
-
-from genbench.export.samples import Sample
-
-TOKENS, SPECFORGE, SPECULATORS = "specforge-tokens", "specforge", "speculators"
-FORMATS = (TOKENS, SPECFORGE, SPECULATORS)
-TOKEN_EXACT = frozenset({TOKENS, SPECULATORS})
-
-
-def token_line(s: Sample) -> bytes:
-    """A SpecForge pre-tokenized row."""
-    assert s.prompt is not None and s.generated is not None
-    return (
-        orjson.dumps(
-            {
-                "id": s.id,
-                "input_ids": s.prompt + s.generated,
-                "loss_mask": [0] * len(s.prompt) + [1] * len(s.generated),
-            }
-        )
-        + b"\n"
-    )
-
-
-def speculators_line(s: Sample, meta: Mapping[str, Any]) -> bytes:
-    """A speculators-format row; `metadata` keeps one type per field, for a datasets column."""
-    assert s.prompt is not None and s.generated is not None
-    return (
-        orjson.dumps(
-            {
-                "id": s.id,
-                "primary_id": str(s.row_id),
-                "input_ids": s.prompt + s.generated,
-                "loss_mask": [0] * len(s.prompt) + [1] * len(s.generated),
-                "metadata": {
-                    "turn": s.turn,
-                    "finish_reason": s.finish_reason,
-                    "server": str(meta.get("server") or ""),
-                    "model": str(meta.get("model") or ""),
-                },
-            }
-        )
-        + b"\n"
-    )
+from genbench.errors import UsageError
+from genbench.export.samples import Rules, Sample
+from genbench.rows import RowMeta
 
 
 @dataclass
 class TextRow:
-    """One row of the conversations file, and what making it showed."""
+    """One row of a conversations file, and what making it showed."""
 
     line: bytes | None  # None: no generated turn left to train on
     turns: int  # generated turns written
@@ -77,41 +33,41 @@ class TextRow:
     history_kept_calls: int = 0  # of them, the original calls `--tool-policy keep` kept
 
 
-def _message(m: Mapping[str, Any]) -> dict[str, Any]:
-    out = {"role": m.get("role"), "content": m.get("content") or ""}
-    if m.get("role") == "assistant" and m.get("reasoning_content"):
-        out["reasoning_content"] = m["reasoning_content"]
-    for key in ("tool_calls", "tool_call_id", "name"):  # an agentic row's calls and results
-        if m.get(key):
-            out[key] = m[key]
-    return out
+@dataclass(frozen=True)
+class Format:
+    """A trainer's file: its name, what it is (for --format's help), what to tell the user
+    to give the trainer (`{out}`: the file), and its writer."""
+
+    name: str
+    help: str
+    give: str
+    sample: Callable[[Sample, RowMeta], bytes] | None = None  # token-exact: a turn's line
+    row: Callable[[Mapping[str, Any], list[Sample], set[int], bool], TextRow] | None = None
+    # a directory (the hidden states beside the ids): source, out, rules -> the summary
+    directory: Callable[[Path, Path, Rules], dict[str, Any]] | None = None
+    max_length: int | None = None  # the longest sample the trainer keeps unless told
+    too_long: str = ""  # the note when one is longer ({max}, {longest})
+
+    @property
+    def token_exact(self) -> bool:
+        return self.sample is not None
 
 
-def text_row(
-    row: Mapping[str, Any], samples: list[Sample], left: set[int], empty_system: bool
-) -> TextRow:
-    """The row as a SpecForge conversation, cut before its first generated turn that is left
-    out (`left`: those turns' indices; a later turn's prompt held it, so it cannot stay)."""
-    conv = [m for m in row.get("conversations") or [] if isinstance(m, Mapping)]
-    stop = min(left) if left else len(conv)
-    keep = conv[:stop]
-    while keep and keep[-1].get("role") != "assistant":
-        keep.pop()  # a question whose answer is left out teaches nothing
-    generated = {s.turn for s in samples}
-    turns = sum(1 for i in range(len(keep)) if i in generated)
-    if turns == 0:
-        return TextRow(None, 0, "none", 0)
-    past = [m for i, m in enumerate(keep) if m.get("role") == "assistant" and i not in generated]
-    meta = row.get("meta")
-    keep_policy = isinstance(meta, Mapping) and meta.get("tool_policy") == "keep"
-    kept_calls = sum(1 for m in past if m.get("tool_calls")) if keep_policy else 0
-    msgs = [_message(m) for m in keep]
-    system = "sent" if msgs[0]["role"] == "system" else "none"
-    if system == "none" and empty_system:
-        msgs.insert(0, {"role": "system", "content": ""})
-        system = "empty"
-    out: dict[str, Any] = {"id": str(row.get("id")), "conversations": msgs}
-    tools = row.get("tools")
-    if tools:  # the template's `tools` keyword: an agentic row's schema (Parquet: its text)
-        out["tools"] = orjson.loads(tools) if isinstance(tools, str) else tools
-    return TextRow(orjson.dumps(out) + b"\n", turns, system, len(past), kept_calls)
+FORMATS: dict[str, Format] = {}
+
+
+def register(fmt: Format) -> Format:
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def get(name: str) -> Format:
+    if name not in FORMATS:
+        raise UsageError(f"--format {name!r}: expected one of {', '.join(FORMATS)}")
+    return FORMATS[name]
+
+
+def choices_help() -> str:
+    """--format's help: each format and what it is, in the order they registered."""
+    *first, last = [f"{f.name} ({f.help})" for f in FORMATS.values()]
+    return (", ".join(first) + " or " if first else "") + last + "."

@@ -8,17 +8,8 @@ from typing import Any
 from rich.console import Console
 
 from genbench.export.checks import Repeats
-from genbench.export.formats import SPECFORGE, SPECULATORS, TOKEN_EXACT, TOKENS
+from genbench.export.formats import FORMATS
 from genbench.fmt import counted as _n  # `1 row`, `2 rows`
-
-# what to give the trainer, per format
-GIVE = {
-    TOKENS: "SpecForge: data.prompts_path: {out}",
-    SPECFORGE: "SpecForge: data.train_data_path: {out} (it re-tokenizes the text)",
-    SPECULATORS: "speculators: speculators prepare-data --data {out} --model TARGET --output DIR",
-}
-# SpecForge's data.max_length when a config does not set it: longer samples are cut
-SPECFORGE_MAX_LENGTH = 2048
 
 
 def _reasons(counts: dict[str, int], min_tokens: int) -> str:
@@ -35,13 +26,13 @@ def _reasons(counts: dict[str, int], min_tokens: int) -> str:
 
 def print_export(doc: dict[str, Any], console: Console) -> None:
     """What was written, what was left out and why, and what to give the trainer."""
-    fmt, rules = doc["format"], doc["rules"]
-    unit = "sample" if fmt in TOKEN_EXACT else "conversation"
+    fmt, rules = FORMATS[doc["format"]], doc["rules"]
+    unit = "sample" if fmt.token_exact else "conversation"
     console.print(
         f"[bold]genbench export[/] {', '.join(doc['source']['paths'])}: "
         f"{_n(doc['rows'], 'row')}, {_n(doc['turns'], 'generated turn')} -> "
         f"{_n(doc['written'], unit)} ({_n(doc['turns_written'], 'turn')}) in {doc['out']} "
-        f"({fmt})"
+        f"({fmt.name})"
     )
     for note in doc["source"]["notes"]:
         console.print(f"[yellow]note:[/] {note}")
@@ -55,7 +46,7 @@ def print_export(doc: dict[str, Any], console: Console) -> None:
         f"counted: {_reasons(counted, rules['min_tokens'])} "
         f"(cut turns {cut_rule}; --min-tokens {rules['min_tokens']})"
     )
-    if fmt in TOKEN_EXACT:
+    if fmt.token_exact:
         ids = doc["ids"]
         console.print(
             f"ids: {ids['written']:,} written, {ids['supervised']:,} supervised; the longest "
@@ -67,12 +58,9 @@ def print_export(doc: dict[str, Any], console: Console) -> None:
                 "usage checked (meta.token_ids unchecked: the server sent no usage); inspect "
                 "--url round-trips them through its tokenizer"
             )
-        if fmt == TOKENS and ids["longest_sample"] > SPECFORGE_MAX_LENGTH:
-            console.print(
-                f"[yellow]note:[/] SpecForge cuts samples at data.max_length "
-                f"({SPECFORGE_MAX_LENGTH:,} unless set): set it to "
-                f"{ids['longest_sample']:,} to train on every id"
-            )
+        if fmt.max_length is not None and ids["longest_sample"] > fmt.max_length:
+            note = fmt.too_long.format(max=fmt.max_length, longest=ids["longest_sample"])
+            console.print(f"[yellow]note:[/] {note}")
     else:
         sy = doc["system"]
         console.print(
@@ -81,7 +69,7 @@ def print_export(doc: dict[str, Any], console: Console) -> None:
         )
         if doc["history_turns"]:
             console.print(f"[yellow]note:[/] {_history(doc)}")
-    console.print(GIVE[fmt].format(out=doc["out"]), soft_wrap=True)
+    console.print(fmt.give.format(out=doc["out"]), soft_wrap=True)
     console.print(f"summary: {doc['summary']}")
 
 

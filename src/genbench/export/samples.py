@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from genbench.rows import turn_ids
+from genbench.rows import RowMeta, turn_ids
 
 CUT, SHORT, NO_IDS, MISMATCH = "cut", "short", "no_ids", "mismatch"
 REASONS = (NO_IDS, MISMATCH, CUT, SHORT)  # the order a left-out turn's reason is named in
@@ -65,6 +65,13 @@ class Sample:
     def cut(self) -> bool:
         return self.finish_reason == "length"
 
+    def ids(self) -> dict[str, list[int]]:
+        """A token format's fields: the prompt's ids then the generated ones, and the loss
+        mask over them (1 on the generated ids: the loss is taken there)."""
+        assert self.prompt is not None and self.generated is not None
+        mask = [0] * len(self.prompt) + [1] * len(self.generated)
+        return {"input_ids": self.prompt + self.generated, "loss_mask": mask}
+
     def short(self, min_tokens: int) -> bool:
         return self.tokens is not None and self.tokens < min_tokens
 
@@ -97,15 +104,15 @@ def _legacy(row: Mapping[str, Any], conv: list[Any]) -> list[tuple[int, str | No
     ids and per-turn finish reasons: the last `meta.turns` assistant turns, the last one
     with the row's finish reason. An earlier turn's cut is not told apart: where the row
     was cut but not at its last turn, every earlier generated turn counts as cut."""
-    meta = row.get("meta") if isinstance(row.get("meta"), Mapping) else {}
+    meta = RowMeta.of(row)
     assistants = [
         i for i, t in enumerate(conv) if isinstance(t, Mapping) and t.get("role") == "assistant"
     ]
-    n = meta.get("turns")
-    n = n if isinstance(n, int) and 0 < n <= len(assistants) else min(1, len(assistants))
+    n = meta.turns
+    n = n if n is not None and 0 < n <= len(assistants) else min(1, len(assistants))
     picked = assistants[len(assistants) - n :]
-    last = meta.get("finish_reason")
-    earlier = "length" if meta.get("truncated") and last != "length" else None
+    last = meta.finish_reason
+    earlier = "length" if meta.truncated and last != "length" else None
     return [(i, last if i == picked[-1] else earlier) for i in picked]
 
 
@@ -117,9 +124,7 @@ def samples(row: Mapping[str, Any]) -> list[Sample]:
     found = turn_ids(row)
     if not found:
         legacy = _legacy(row, conv)
-        meta = row.get("meta") if isinstance(row.get("meta"), Mapping) else {}
-        one = meta.get("completion_tokens") if len(legacy) == 1 else None
-        tokens = one if isinstance(one, int) else None
+        tokens = RowMeta.of(row).completion_tokens if len(legacy) == 1 else None
         return [Sample(rid, i, None, None, f, None, tokens) for i, f in legacy]
     out = []
     for t in found:
@@ -137,11 +142,4 @@ def _turn_tokens(
     own = t.get("completion_tokens") if isinstance(t, Mapping) else None
     if isinstance(own, int):
         return own
-    meta = row.get("meta")
-    if (
-        len(found) == 1
-        and isinstance(meta, Mapping)
-        and isinstance(meta.get("completion_tokens"), int)
-    ):
-        return meta["completion_tokens"]
-    return None
+    return RowMeta.of(row).completion_tokens if len(found) == 1 else None

@@ -37,6 +37,7 @@ import numpy as np
 from genbench import tensors
 from genbench.atomic import fsync_path, publish_dir, temp_path, write_atomic
 from genbench.errors import GenbenchError, UsageError
+from genbench.export.formats import Format, register
 from genbench.export.samples import Rules, samples
 from genbench.export.torchsave import torch_save
 from genbench.generate.store.layout import Layout
@@ -213,3 +214,15 @@ def _manifest(
     if fmt == SPECFORGE_STATES:
         doc["specforge_aux_layer_ids"] = [i - 1 for i in ids[:-1]]  # SpecForge's numbering
     return doc
+
+
+register(Format(
+    SPECULATORS_STATES, "a directory: speculators' dataset and hs_{i}.safetensors",
+    "speculators: train on {out} (its ArrowDataset, hs_connectors.FileTransfer)",
+    directory=lambda src, out, rules: export_states(src, SPECULATORS_STATES, out, rules),
+))  # fmt: skip
+register(Format(
+    SPECFORGE_STATES, "a directory: SpecForge's offline EAGLE-3 files",
+    "SpecForge: its offline EAGLE-3 training on {out}",
+    directory=lambda src, out, rules: export_states(src, SPECFORGE_STATES, out, rules),
+))  # fmt: skip

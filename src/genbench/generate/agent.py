@@ -32,12 +32,14 @@ ordinary assistant turn: one generated turn, one training sample.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 from genbench.generate.conversation import Conversation
 from genbench.generate.input.reader import Row
 from genbench.generate.recipe import REPLAY, Recipe, TurnPlan, turn_plan
 from genbench.records import RequestRecord
+from genbench.rows import RowMeta
 
 
 class AgentConversation(Conversation):
@@ -125,9 +127,9 @@ class AgentConversation(Conversation):
 
     # -- the row as written --------------------------------------------------------------
 
-    def meta(self, model: str) -> dict[str, Any]:
-        out = super().meta(model)
-        out.update(
+    def meta(self, model: str) -> RowMeta:
+        return replace(
+            super().meta(model),
             tool_policy=self.plan.tools,
             tool_calls=self.calls,
             tool_call_turns=self.call_turns,
@@ -136,7 +138,6 @@ class AgentConversation(Conversation):
             tool_names_differ=self.differ,
             tool_call_cut=self.cut,
         )
-        return out
 
 
 def start(row: Row, recipe: Recipe, rid: str | None = None) -> Conversation:

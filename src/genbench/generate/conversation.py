@@ -20,7 +20,7 @@ from genbench.generate.input.reader import Row
 from genbench.generate.input.tools import wire
 from genbench.generate.recipe import Recipe, TurnPlan, turn_plan
 from genbench.records import RequestRecord
-from genbench.rows import row_line
+from genbench.rows import DataRow, RowMeta
 from genbench.transport.client import ChatRequest
 from genbench.transport.token_ids import check_turn, row_status
 
@@ -47,8 +47,8 @@ class Conversation:
     __slots__ = (
         "row", "rid", "plan", "max_tokens", "params", "out", "pos", "waiting", "attempts",
         "losses", "turns", "prompt_tokens", "tokens", "thinking", "estimated", "truncated",
-        "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "ids", "request",
-        "thinking_from", "spec",
+        "ttft", "latency", "sent_at", "finish", "last", "server", "tag", "ids", "thinking_from",
+        "spec",
     )  # fmt: skip
 
     def __init__(
@@ -74,7 +74,6 @@ class Conversation:
         self.tag: dict[str, Any] = {}  # what every record of this row carries in `extra`
         # each generated turn's token-id status (genbench.transport.token_ids)
         self.ids: list[str] = []
-        self.request: str | None = None  # its requests' fingerprint, in meta (fingerprint.py)
         self.spec: list[dict[str, Any]] = []  # each answered turn's acceptance, when said
 
     def _advance(self) -> bool:
@@ -142,7 +141,7 @@ class Conversation:
             self.spec.append(rec.spec)
 
     def _keep_ids(self, turn: dict[str, Any], rec: RequestRecord) -> None:
-        """The turn's ids as served (arrays: `rows.row_line` writes them as lists), and why
+        """The turn's ids as served (arrays: `rows.DataRow.line` writes them as lists), and why
         they cannot be trusted when they cannot."""
         status, why = check_turn(
             rec.prompt_token_ids, rec.token_ids, rec.prompt_tokens, rec.completion_tokens,
@@ -159,44 +158,48 @@ class Conversation:
             turn["token_ids_error"] = why
         self.ids.append(status)
 
-    def meta(self, model: str) -> dict[str, Any]:
-        meta = {
-            "server": self.server,
-            "model": model,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.tokens,
-            "reasoning_tokens": self.thinking,
-            "answer_tokens": self.tokens - self.thinking,
-            "tokens_estimated": self.estimated,
-            "reasoning_tokens_from": self.thinking_from,
-            "finish_reason": self.finish,
-            "truncated": self.truncated,
-            "turns": self.turns,
-            "attempts": self.attempts + 1,
-            "ttft_s": None if self.ttft is None else round(self.ttft, 4),
-            "latency_s": round(self.latency, 4),
-            "sent_at": self.sent_at,
-            "finished_at": round(time.time(), 3),
-            "token_ids": row_status(self.ids),
-        } | ({"request": self.request} if self.request is not None else {})
-        return meta | self._accept()
+    def meta(self, model: str) -> RowMeta:
+        return RowMeta(
+            server=self.server,
+            model=model,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.tokens,
+            reasoning_tokens=self.thinking,
+            answer_tokens=self.tokens - self.thinking,
+            tokens_estimated=self.estimated,
+            reasoning_tokens_from=self.thinking_from,
+            finish_reason=self.finish,
+            truncated=self.truncated,
+            turns=self.turns,
+            attempts=self.attempts + 1,
+            ttft_s=None if self.ttft is None else round(self.ttft, 4),
+            latency_s=round(self.latency, 4),
+            sent_at=self.sent_at,
+            finished_at=round(time.time(), 3),
+            token_ids=row_status(self.ids),
+            group=self.row.group or None,
+            **self._accept(),
+        )
 
     def _accept(self) -> dict[str, Any]:
-        """The row's group and acceptance over its turns (pooled: 1 + accepted / steps)."""
-        out: dict[str, Any] = {"group": self.row.group} if self.row.group else {}
+        """The row's acceptance over its turns (pooled: 1 + accepted / steps)."""
         if not self.spec:
-            return out
+            return {}
         steps = sum(s["steps"] for s in self.spec)
         accepted = sum(s["accepted"] for s in self.spec)
-        out.update(spec_steps=steps, spec_accepted=accepted,
-                   spec_length=round(1.0 + accepted / steps, 4))  # fmt: skip
+        out = {"spec_steps": steps, "spec_accepted": accepted,
+               "spec_length": round(1.0 + accepted / steps, 4)}  # fmt: skip
         if all(s.get("drafted") is not None for s in self.spec):
             out["spec_drafted"] = sum(s["drafted"] for s in self.spec)
         return out
 
+    def done(self, meta: RowMeta) -> DataRow:
+        """The row as the store takes it (an agentic row's `tools` beside its turns)."""
+        return DataRow(self.row.output_id, self.out, meta, self.row.tools)
+
     def line(self, model: str) -> bytes:
-        """The row as the data file holds it (an agentic row's `tools` beside its turns)."""
-        return row_line(self.row.output_id, self.out, self.meta(model), tools=self.row.tools)
+        """The row as the data file holds it."""
+        return self.done(self.meta(model)).line()
 
 
 def _prompt_tokens(rec: RequestRecord) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,7 +32,7 @@ from genbench.generate.jobconfig import JobConfig
 from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.pipeline import Retries, row_load
-from genbench.generate.progress import Progress, RowInfo, ServerState
+from genbench.generate.progress import Progress, ServerState
 from genbench.generate.serve import start_engines
 from genbench.generate.servers import Server, check_token_ids
 from genbench.generate.store import scheme
@@ -363,8 +364,7 @@ class Job:
     # -- where rows go (the pipeline's sink) ----------------------------------------------
 
     def finish(self, conv: Conversation) -> str | None:
-        info = RowInfo(conv.server, conv.tokens, conv.thinking, conv.truncated, conv.estimated,
-                       conv.thinking_from == "tokenizer")  # fmt: skip
+        meta = conv.meta(self.model)
         first = self.unanswered.stopped_by is None
         mode = "off" if self.cfg.fmt == "batch" else self.cfg.token_ids
         if self.unanswered.without_ids(conv.ids, conv.server, mode):  # `on`: not kept
@@ -378,13 +378,12 @@ class Job:
             entry = self._error_entry(conv, ErrorKind.TRUNCATED, why)
             self.failures.add(ErrorKind.TRUNCATED, why)
             entry["conversations"] = conv.out
-            entry["meta"] = conv.meta(self.model)
-            self.store.write_error(conv.row.id, entry, info)
+            entry["meta"] = meta.to_json()
+            self.store.write_error(conv.row.id, entry, meta)
         else:
             fp = row_fingerprint(conv.row, self.recipe)
-            conv.request = to_hex(fp)
-            line = row_bytes(conv, self.model, self.cfg.fmt)
-            self.store.write_row(conv.row.id, line, info, (fp, conv.row.src))
+            line = row_bytes(conv.done(replace(meta, request=to_hex(fp))), self.cfg.fmt)
+            self.store.write_row(conv.row.id, line, meta, (fp, conv.row.src))
             self.unanswered.ran_out += bool(getattr(conv, "ran_out", False))
             self.unanswered.call_cut += bool(getattr(conv, "cut", False))
         self._t_last_done = time.perf_counter()
@@ -395,7 +394,7 @@ class Job:
             self.capture.drop(conv.out)
         entry = self._error_entry(conv, kind, why)
         self.failures.add(kind, why)
-        self.store.write_error(conv.row.id, entry, RowInfo(conv.server, 0, 0))
+        self.store.write_error(conv.row.id, entry)
         return self.store.take_shortage()
 
     def note(self, text: str, style: str = "") -> None:

@@ -27,23 +27,12 @@ from typing import Any
 
 from genbench.generate.eta import Completions, Eta, estimate
 from genbench.records import RequestRecord
+from genbench.rows import RowMeta
 from genbench.stats import RecentRates
 
 ROW_ENDS = ("done", "failed")  # a record's `outcome` when it ended its row
 RATE_WINDOW, ETA_WINDOW = 30.0, 300.0  # seconds of records the rates, and the ETA, look at
-__all__ = ["EngineState", "Eta", "Progress", "RowInfo", "ServerState", "Snapshot"]
-
-
-@dataclass(slots=True)
-class RowInfo:
-    """What progress needs of a finished row."""
-
-    server: str
-    tokens: int
-    thinking: int
-    truncated: bool = False
-    estimated: bool = False  # its token counts estimated (meta.tokens_estimated)
-    tokenized: bool = False  # its thinking counted by the server's /tokenize
+__all__ = ["EngineState", "Eta", "Progress", "ServerState", "Snapshot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,18 +126,19 @@ class Progress:
         self.engines: Any = None  # --serve: the Supervisor (its availability scales the ETA)
 
     def on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
-        """Rows (or errors) now on disk."""
-        for _, info in items:
+        """Rows (or errors) now on disk, each with its meta (a failed one's: None)."""
+        for _, m in items:
             if kind == "row":
                 self.done += 1
             else:
                 self.failed += 1
-            if isinstance(info, RowInfo):
-                self.truncated += info.truncated
-                self.tokens += info.tokens
-                self.thinking += info.thinking
-                self.estimated += info.estimated
-                self.tokenized += info.tokenized
+            if isinstance(m, RowMeta):
+                self.truncated += bool(m.truncated)
+                self.tokens += m.completion_tokens or 0
+                self.thinking += m.reasoning_tokens or 0
+                self.estimated += bool(m.tokens_estimated)
+                # counted by the server's /tokenize: its thinking was left out of usage
+                self.tokenized += m.reasoning_tokens_from == "tokenizer"
 
     def on_record(self, rec: RequestRecord) -> None:
         """A request of the job ended."""

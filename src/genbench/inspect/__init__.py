@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from genbench.errors import GenbenchError, UsageError, positive
-from genbench.inspect.clean import REGENERATE, WRITE_FAILED_EXIT, check_out, write_clean
+from genbench.errors import OutputError, UsageError, positive
+from genbench.inspect.clean import REGENERATE, check_out, write_clean
 from genbench.inspect.detect import BIT, DEFECTS, Thresholds
 from genbench.inspect.document import INSPECT_FILE, Settings, build, storage
 from genbench.inspect.fidelity import DRIFT_SAMPLE, Fidelity, check_drift
@@ -119,9 +119,7 @@ def inspect_data(
         write_json_atomic(target, doc)
     except OSError as e:
         if save is not None:
-            raise GenbenchError(
-                f"--save {save}: cannot write it ({e.strerror or e})", WRITE_FAILED_EXIT
-            ) from None
+            raise OutputError(f"--save {save}: cannot write it ({e.strerror or e})") from None
         doc["saved"] = None
         doc.setdefault("notes", []).append(
             f"could not write {target} ({e.strerror or e}): use --save PATH"

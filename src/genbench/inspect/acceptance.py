@@ -15,6 +15,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
+from genbench.rows import RowMeta
 from genbench.stats import acceptance_of
 
 
@@ -31,14 +32,12 @@ class AcceptTally:
         self.speaking: set[Any] = set()
 
     def add(self, obj: Any) -> None:
-        meta = obj.get("meta") if isinstance(obj, dict) else None
-        if not isinstance(meta, dict):
+        raw = obj.get("meta") if isinstance(obj, dict) else None
+        if not isinstance(raw, dict):
             return
-        tokens = meta.get("completion_tokens")
-        server = meta.get("server") if isinstance(meta.get("server"), str) else None
-        said = "spec_steps" in meta
-        self.add_request(server, meta.get("spec_steps"), meta.get("spec_accepted"),
-                         meta.get("group"), tokens if type(tokens) is int else 0, said)  # fmt: skip
+        m, said = RowMeta.read(raw), "spec_steps" in raw  # held, even null (so a Parquet row)
+        self.add_request(m.server, m.spec_steps, m.spec_accepted, m.group,
+                         m.completion_tokens or 0, said)  # fmt: skip
 
     def add_request(self, server: Any, steps: Any, accepted: Any, group: Any, tokens: int,
                     said: bool = False) -> None:  # fmt: skip

@@ -40,7 +40,6 @@ CLEAN_SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 DROPPED = "dropped.jsonl"
 REGENERATE = "regenerate.jsonl"
-WRITE_FAILED_EXIT = 12
 
 
 def parse_drop(text: str) -> list[str]:

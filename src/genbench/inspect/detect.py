@@ -1,45 +1,20 @@
-"""The defects, one small function each, with the rule and threshold docs/inspect.md states.
+"""The defects, as a registry of rules: each a `Defect` with its `--drop` name, how the
+reports name it, the rule and thresholds docs/inspect.md states, and its detector. A rule
+more is one `register` call (here, or in a module that inspect imports).
 
-Every detector looks at one row (its assistant turns and its `meta`) and nothing else,
-except duplicates, which compare rows (distribution.duplicates). A row can have several defects:
-a thought that loops until max_tokens is both a loop and thinking that never closed.
+Every detector looks at one turn, or one row (its assistant turns and its `meta`), and
+nothing else, except duplicates, which compare rows (distribution.duplicates). A row can
+have several defects: a thought that loops until max_tokens is both a loop and thinking
+that never closed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from genbench.rows import OutputRow, Turn
 
-# Defects in the order they are reported; each is a `--drop` name.
-DEFECTS = ("loops", "unclosed", "empty", "tags", "garbled", "short", "dup")
-BIT = {name: 1 << i for i, name in enumerate(DEFECTS)}
-LABELS = {  # how the reports name them
-    "loops": "repetition loop",
-    "unclosed": "thinking never closed",
-    "empty": "empty answer",
-    "tags": "leftover tags",
-    "garbled": "U+FFFD replacement characters",
-    "short": "too short to supervise",
-    "dup": "duplicate answer",
-}
-RULES = {
-    "loops": "the end of the thinking or of the answer repeats one unit (period <= "
-    "window/repeats chars) at least `loop_repeats` times, covering at least `loop_cover` "
-    "of its last `loop_window` chars (and at least 64 chars)",
-    "unclosed": "cut by max_tokens (finish_reason length) inside the thought: thinking but "
-    "no answer, or an answer with an inline <think> never closed",
-    "empty": "no answer (blank content, or only a closed inline <think> block) and not "
-    "cut inside the thought",
-    "tags": "the answer or the thinking contains one of `tags` verbatim",
-    "garbled": "the answer or the thinking contains U+FFFD, the replacement character left "
-    "by bytes that were not valid UTF-8 (a tokenizer/detokenizer mismatch)",
-    "short": "fewer than `min_tokens` output tokens (meta.completion_tokens): less than one "
-    "block of target tokens to supervise",
-    "dup": "the answer (all assistant turns' content, at least `dup_min_chars` chars) is "
-    "the same as an earlier row's, exactly or up to case and whitespace (whitespace "
-    "removed); the first row is kept",
-}
 DEFAULT_TAGS = ("<think>", "</think>", "<|im_start|>", "<|im_end|>", "<|endoftext|>")
 MIN_LOOP_CHARS = 64  # a repetition shorter than this is not worth calling a loop
 PROBE = 32  # chars at the very end searched for earlier in the window
@@ -110,12 +85,12 @@ def _match_length(tail: str, q: int, known: int) -> int:
     return lo
 
 
-def turn_loop(turn: Turn, th: Thresholds) -> tuple[str, Loop] | None:
+def _loops(turn: Turn, row: OutputRow, th: Thresholds) -> str | None:
     """A loop at the end of the answer, or else of the thinking."""
     for part, text in (("answer", turn.answer), ("thinking", turn.thinking)):
-        loop = find_loop(text, th)
-        if loop is not None:
-            return part, loop
+        if (loop := find_loop(text, th)) is not None:
+            return (f"{part} ends in a loop: a {loop.period}-char unit covers the last "
+                    f"{loop.covered:,} of {loop.window:,} chars")  # fmt: skip
     return None
 
 
@@ -147,21 +122,18 @@ def empty(turn: Turn, truncated: bool) -> bool:
     return not answer.strip() and not unclosed(turn, truncated)
 
 
-def leftover_tag(turn: Turn, tags: tuple[str, ...]) -> str | None:
+def _tags(turn: Turn, row: OutputRow, th: Thresholds) -> str | None:
     for text in (turn.answer, turn.thinking):
         if "<" in text:
-            for tag in tags:
+            for tag in th.tags:
                 if tag in text:
-                    return tag
+                    return f"contains {tag}"
     return None
 
 
-def garbled(turn: Turn) -> int:
-    return turn.answer.count("\ufffd") + turn.thinking.count("\ufffd")
-
-
-def short(row: OutputRow, th: Thresholds) -> bool:
-    return row.completion_tokens < th.min_tokens
+def _garbled(turn: Turn, row: OutputRow, th: Thresholds) -> str | None:
+    bad = turn.answer.count("\ufffd") + turn.thinking.count("\ufffd")
+    return f"{bad} U+FFFD replacement {'char' if bad == 1 else 'chars'}" if bad else None
 
 
 def answer_keys(row: OutputRow, th: Thresholds) -> tuple[int, int] | None:
@@ -182,37 +154,81 @@ def answer_keys(row: OutputRow, th: Thresholds) -> tuple[int, int] | None:
     return hash(answer), hash(norm)
 
 
+@dataclass(frozen=True)
+class Defect:
+    """One defect rule. `turn` finds it in one assistant turn, `row` in the whole row (each
+    says what it saw, or None); a rule with neither is found across rows (dup)."""
+
+    name: str  # its --drop name
+    label: str  # how the reports name it
+    rule: str  # what counts, its thresholds (`Thresholds` fields) named
+    turn: Callable[[Turn, OutputRow, Thresholds], str | None] | None = None
+    row: Callable[[OutputRow, Thresholds], str | None] | None = None
+
+
+DEFECTS: dict[str, Defect] = {}  # in the order they are reported
+BIT: dict[str, int] = {}  # each defect's bit in a row's flags (one byte: 8 rules, scan.py)
+
+
+def register(d: Defect) -> Defect:
+    BIT.setdefault(d.name, 1 << len(BIT))
+    DEFECTS[d.name] = d
+    return d
+
+
+register(Defect(
+    "loops", "repetition loop", "the end of the thinking or of the answer repeats one unit "
+    "(period <= window/repeats chars) at least `loop_repeats` times, covering at least "
+    "`loop_cover` of its last `loop_window` chars (and at least 64 chars)", turn=_loops,
+))  # fmt: skip
+register(Defect(
+    "unclosed", "thinking never closed", "cut by max_tokens (finish_reason length) inside the "
+    "thought: thinking but no answer, or an answer with an inline <think> never closed",
+    turn=lambda t, r, th: "cut by max_tokens inside the thought" if unclosed(t, r.truncated)
+    else None,
+))  # fmt: skip
+register(Defect(
+    "empty", "empty answer", "no answer (blank content, or only a closed inline <think> "
+    "block) and not cut inside the thought",
+    turn=lambda t, r, th: f"no answer (finish {r.finish_reason})" if empty(t, r.truncated)
+    else None,
+))  # fmt: skip
+register(Defect(
+    "tags", "leftover tags", "the answer or the thinking contains one of `tags` verbatim",
+    turn=_tags,
+))  # fmt: skip
+register(Defect(
+    "garbled", "U+FFFD replacement characters", "the answer or the thinking contains U+FFFD, "
+    "the replacement character left by bytes that were not valid UTF-8 (a tokenizer/"
+    "detokenizer mismatch)", turn=_garbled,
+))  # fmt: skip
+register(Defect(
+    "short", "too short to supervise", "fewer than `min_tokens` output tokens "
+    "(meta.completion_tokens): less than one block of target tokens to supervise",
+    row=lambda r, th: f"{r.completion_tokens} output tokens < {th.min_tokens}"
+    if r.completion_tokens < th.min_tokens else None,
+))  # fmt: skip
+register(Defect(
+    "dup", "duplicate answer", "the answer (all assistant turns' content, at least "
+    "`dup_min_chars` chars) is the same as an earlier row's, exactly or up to case and "
+    "whitespace (whitespace removed); the first row is kept",
+))  # fmt: skip
+
+
 def examine(row: OutputRow, th: Thresholds) -> tuple[int, list[tuple[str, str]]]:
-    """The row's defect bits (dup aside) and a one-line detail for each defect found."""
+    """The row's defect bits (dup aside) and a one-line detail for each defect found: a
+    turn's defects in the first turn that has each, then the row's."""
     bits = 0
     details: list[tuple[str, str]] = []
     many = len(row.turns) > 1
     for turn in row.turns:
         where = f"turn #{turn.at}: " if many else ""  # #N: conversations[N], export's ROW#N
-        if not bits & BIT["loops"] and (found := turn_loop(turn, th)):
-            part, loop = found
-            bits |= BIT["loops"]
-            details.append(
-                (
-                    "loops",
-                    f"{where}{part} ends in a loop: a {loop.period}-char unit covers the last "
-                    f"{loop.covered:,} of {loop.window:,} chars",
-                )
-            )
-        if not bits & BIT["unclosed"] and unclosed(turn, row.truncated):
-            bits |= BIT["unclosed"]
-            details.append(("unclosed", f"{where}cut by max_tokens inside the thought"))
-        elif not bits & BIT["empty"] and empty(turn, row.truncated):
-            bits |= BIT["empty"]
-            details.append(("empty", f"{where}no answer (finish {row.finish_reason})"))
-        if not bits & BIT["tags"] and (tag := leftover_tag(turn, th.tags)):
-            bits |= BIT["tags"]
-            details.append(("tags", f"{where}contains {tag}"))
-        if not bits & BIT["garbled"] and (bad := garbled(turn)):
-            bits |= BIT["garbled"]
-            chars = "char" if bad == 1 else "chars"
-            details.append(("garbled", f"{where}{bad} U+FFFD replacement {chars}"))
-    if short(row, th):
-        bits |= BIT["short"]
-        details.append(("short", f"{row.completion_tokens} output tokens < {th.min_tokens}"))
+        for d in DEFECTS.values():
+            if d.turn and not bits & BIT[d.name] and (seen := d.turn(turn, row, th)):
+                bits |= BIT[d.name]
+                details.append((d.name, where + seen))
+    for d in DEFECTS.values():
+        if d.row and (seen := d.row(row, th)):
+            bits |= BIT[d.name]
+            details.append((d.name, seen))
     return bits, details

@@ -15,7 +15,7 @@ import numpy as np
 
 from genbench.errors import UsageError
 from genbench.fmt import counted
-from genbench.inspect.detect import BIT, DEFECTS, RULES, Thresholds
+from genbench.inspect.detect import BIT, DEFECTS, Thresholds
 from genbench.inspect.distribution import describe, odd_servers
 from genbench.inspect.scan import Scan
 from genbench.run.result import document_head, has_schema, read_document
@@ -105,7 +105,7 @@ def _defects(sc: Scan, a: dict[str, np.ndarray], flags: np.ndarray) -> dict[str,
         out[name] = {
             "rows": count,
             "share": count / n,
-            "rule": RULES[name],
+            "rule": DEFECTS[name].rule,
             "examples": [e.to_dict() for e in sc.examples[name]],
             "by_server": _counts(sc.servers, a["server"][hit]),
             "by_finish_reason": _counts(sc.finishes, a["finish"][hit]),

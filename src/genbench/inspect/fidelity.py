@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from genbench.fmt import counted
-from genbench.rows import turn_ids
+from genbench.rows import RowMeta, turn_ids
 
 DRIFT_EXAMPLES = 5
 DRIFT_SAMPLE = 1000  # turns round-tripped by default: 2,000 requests
@@ -67,18 +67,17 @@ class Fidelity:
     def add(self, row: Mapping[str, Any]) -> None:
         """Count one row's generated turns (a row of an older genbench has none: not exact)."""
         self.rows += 1
-        meta = row.get("meta")
-        status = meta.get("token_ids") if isinstance(meta, Mapping) else None
-        if self.model is None and isinstance(meta, Mapping) and isinstance(meta.get("model"), str):
-            self.model = meta["model"]
-        self.by_meta[status if isinstance(status, str) else "absent"] += 1
+        meta = RowMeta.of(row)
+        if self.model is None and meta.model is not None:
+            self.model = meta.model
+        self.by_meta[meta.token_ids or "absent"] += 1
         found = turn_ids(row)
         self.turns += len(found)
         conv = row.get("conversations") or []
         all_exact = bool(found)
         # ids kept but the server sent no usage to count them against: their own count,
         # never token-exact (the row's status says it; a row without one is judged by ids)
-        unchecked = status == "unchecked"
+        unchecked = meta.token_ids == "unchecked"
         for t in found:
             self.cut += t.finish_reason == "length"
             if t.prompt is None or t.generated is None:

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from genbench.fmt import counted as _n  # `1 row`, `2 rows`
 from genbench.fmt import nbytes
-from genbench.inspect.detect import DEFECTS, LABELS
+from genbench.inspect.detect import DEFECTS
 from genbench.inspect.fidelity import fidelity_lines
 from genbench.transport.acceptance import lines as accept_lines
 
@@ -65,7 +65,7 @@ def _defect_table(doc: dict[str, Any]) -> Table:
             shown += f"; +{more:,} more"
         style = "red" if d["rows"] else "dim"
         t.add_row(
-            f"{LABELS[name]} ({name})",
+            f"{DEFECTS[name].label} ({name})",
             f"[{style}]{d['rows']:,}[/]",
             f"{d['share']:.2%}",
             shown or "—",

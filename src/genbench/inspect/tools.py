@@ -25,6 +25,7 @@ import orjson
 
 from genbench.fmt import counted
 from genbench.generate.input.tools import arguments_parse, declared
+from genbench.rows import RowMeta
 
 KINDS = ("bad_arguments", "results_ran_out", "call_cut", "undeclared", "names_differ")
 
@@ -41,7 +42,7 @@ class ToolTally:
 
     def add(self, obj: dict[str, Any], rid: str | int, file: str, line: int) -> None:
         """One row (as decoded): counted when it is agentic."""
-        meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+        meta, raw = RowMeta.of(obj), obj.get("meta")
         calls = [
             c
             for t in obj.get("conversations") or ()
@@ -49,26 +50,26 @@ class ToolTally:
             for c in t.get("tool_calls") or ()
         ]
         tools = _tools(obj.get("tools"))
-        if not calls and tools is None and "tool_calls" not in meta:
+        # the key held, even null (a Parquet row holds every key)
+        if not calls and tools is None and not (isinstance(raw, dict) and "tool_calls" in raw):
             return
         self.rows += 1
-        made = meta.get("tool_calls")
-        made = made if isinstance(made, int) and not isinstance(made, bool) else len(calls)
+        made = meta.tool_calls if meta.tool_calls is not None else len(calls)
         self.calls += made
-        self.call_turns += int(meta.get("tool_call_turns") or 0)
+        self.call_turns += meta.tool_call_turns or 0
         self.per_row[made] += 1
         found: list[tuple[str, str]] = []
         if calls and not arguments_parse(calls):
             found.append(("bad_arguments", "a call's arguments are not a JSON object"))
-        if meta.get("tool_results_ran_out"):
+        if meta.tool_results_ran_out:
             found.append(("results_ran_out", f"the results ran out after {_calls(made)}"))
-        if meta.get("tool_call_cut"):
+        if meta.tool_call_cut:
             found.append(("call_cut", f"its last call (of {_calls(made)}) was cut by max_tokens"))
         if tools is not None:
             names = sorted({_name(c) for c in calls} - declared(tools) - {None})
             if names:
                 found.append(("undeclared", f"calls {', '.join(names)}, not in its tools"))
-        if meta.get("tool_names_differ"):
+        if meta.tool_names_differ:
             found.append(("names_differ", "called other functions than the original"))
         for kind, detail in found:
             self.counts[kind] += 1

@@ -14,12 +14,15 @@ from typing import Any
 from genbench import fmt
 from genbench.compare.runs import PALETTE
 from genbench.fmt import nbytes
-from genbench.inspect.detect import LABELS as DEFECT_LABELS
+from genbench.inspect.detect import DEFECTS
 from genbench.report.figures import Figure, HBar, Series, slug
 from genbench.report.parts import table_of, tiles_html
 
-LABELS = DEFECT_LABELS | {"short": "too short"}  # a figure's row labels are narrow
 BAD = "#e15759"
+
+
+def _label(name: str) -> str:
+    return "too short" if name == "short" else DEFECTS[name].label  # a figure's row is narrow
 
 
 def label(doc: dict[str, Any]) -> str:
@@ -36,7 +39,7 @@ def directory(doc: dict[str, Any]) -> str:
 
 def defects_figure(doc: dict[str, Any], key: str) -> Figure:
     defects = doc.get("defects") or {}
-    names = [n for n in LABELS if n in defects]
+    names = [n for n in DEFECTS if n in defects]
     n_rows = max(int(doc.get("rows") or 0), 1)
     fig = Figure(
         f"inspect_defects_{key}",
@@ -51,7 +54,7 @@ def defects_figure(doc: dict[str, Any], key: str) -> Figure:
     for i, name in enumerate(names):
         rows = int(defects[name].get("rows") or 0)
         if rows:
-            tip = f"{LABELS[name]}: {fmt.counted(rows, 'row')} ({rows / n_rows:.2%})"
+            tip = f"{_label(name)}: {fmt.counted(rows, 'row')} ({rows / n_rows:.2%})"
             fig.bars.append(HBar(i, 0, rows, BAD, 0.85, tip, f"{rows:,}"))
     if not fig.bars:
         fig.empty = "no defects found"
@@ -152,8 +155,8 @@ def _fidelity_tiles(f: dict[str, Any] | None) -> list[tuple[str, str, str]]:
 
 def _defect_rows(doc: dict[str, Any]) -> list[list[str]]:
     rows = []
-    for name, lab in LABELS.items():
-        d = (doc.get("defects") or {}).get(name)
+    for name in DEFECTS:
+        d, lab = (doc.get("defects") or {}).get(name), _label(name)
         if d is None:
             continue
         ex = ", ".join(escape(str(e["id"])) for e in d.get("examples", [])[:5])

@@ -6,6 +6,7 @@ from itertools import count, cycle
 from typing import Any
 
 from genbench.transport.client import ChatRequest
+from genbench.transport.server_kind import traits
 
 # Diverse on purpose: code, science explanation, technical guide, reasoning, prose, data.
 BUILTIN_PROMPTS: list[tuple[str, str]] = [
@@ -57,12 +58,8 @@ def forced_length_params(server_kind: str | None, max_tokens: int) -> dict[str, 
 
     vLLM and SGLang read `ignore_eos` and `min_tokens`; llama.cpp reads `ignore_eos` and
     `n_predict`. Other servers may ignore them: `run` checks the lengths it got and says so."""
-    kind = (server_kind or "").lower()
-    if kind == "llama.cpp":
-        return {"ignore_eos": True, "n_predict": max_tokens}
-    if kind in ("vllm", "sglang"):
-        return {"ignore_eos": True, "min_tokens": max_tokens}
-    return {"ignore_eos": True}
+    field = traits(server_kind).exact_length
+    return {"ignore_eos": True, **({field: max_tokens} if field else {})}
 
 
 class PromptCycle:

@@ -25,21 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from genbench.transport.server_kind import traits
+
 VLLM, SGLANG, SGLANG_META = "vllm", "sglang", "sglang-meta"
 
 # what the request asks of each dialect (vLLM needs nothing: its flag is the server's)
 REQUEST_FIELDS: dict[str, dict[str, Any]] = {SGLANG: {"return_spec_tokens_details": True}}
-# the server kinds (genbench.check.identity) asked for it in a request; no other is
-ASK_KINDS = {"SGLang": SGLANG, "sglang-router": SGLANG}
-# how to turn it on, by server kind, for check's line
-HOW_ON = {
-    "vLLM": "start vLLM with --per-request-spec-decode-metrics summary (vLLM >= 0.32, "
-    "speculative decoding on)",
-    "SGLang": "genbench asks with return_spec_tokens_details; SGLang says it only with "
-    "speculative decoding on (--speculative-algorithm)",
-}
-
-
 HOW = {VLLM: "vLLM's metrics.speculative_decoding", SGLANG: "SGLang's sglext.spec_tokens_details",
        SGLANG_META: "SGLang's meta_info.spec_verify_ct"}  # fmt: skip
 
@@ -53,7 +44,7 @@ def describe(dialect: str | None, note: str | None) -> str:
 
 def ask_for(kind: str | None) -> str | None:
     """The dialect a request to a server of this kind asks acceptance in, or None."""
-    return ASK_KINDS.get(kind or "")
+    return traits(kind).acceptance
 
 
 def _int(v: Any) -> int | None:
@@ -166,6 +157,6 @@ def lines(acc: dict[str, Any], what: str = "", noun: str = "request") -> list[st
 
 
 __all__ = [
-    "HOW", "HOW_ON", "REQUEST_FIELDS", "SGLANG", "SGLANG_META", "VLLM", "ask_for", "describe",
+    "HOW", "REQUEST_FIELDS", "SGLANG", "SGLANG_META", "VLLM", "ask_for", "describe",
     "from_sglang", "from_steps", "from_vllm", "lines", "read", "shape",
 ]  # fmt: skip

@@ -27,6 +27,8 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
+from genbench.transport.server_kind import traits
+
 VLLM, SGLANG = "vllm", "sglang"
 DIALECTS = (VLLM, SGLANG)
 
@@ -151,16 +153,6 @@ def row_status(turns: list[str]) -> str:
 # `--token-ids`: ask where the server can give them (auto), insist (on), never ask (off)
 MODES = ("auto", "on", "off")
 
-# how to ask each server kind check names (genbench.check.preflight); a kind not here is asked as
-# vLLM is, in a request of its own, so a server that refuses the field fails only that
-KIND_DIALECT: dict[str, str | None] = {
-    "vLLM": VLLM,
-    "vllm-router": VLLM,
-    "genbench-sim": VLLM,
-    "SGLang": SGLANG,
-    "sglang-router": SGLANG,
-    "llama.cpp": None,  # its chat endpoint returns none (server-context.cpp, return_tokens)
-}
 HOW = {
     VLLM: "vLLM's return_token_ids",
     SGLANG: "SGLang's sglext ids",
@@ -169,11 +161,18 @@ HOW = {
 
 def ask_for(kind: str | None, mode: str) -> tuple[str | None, str | None]:
     """How check's test request asks a server of this kind for ids (None: not in it; a
-    kind not in KIND_DIALECT is asked apart), and why none can come, when known."""
-    if mode == "off" or kind not in KIND_DIALECT:
+    kind not known to give them or not is asked apart), and why none can come, when known."""
+    t = traits(kind)
+    if mode == "off" or asked_apart(kind):
         return None, None
-    dialect = KIND_DIALECT[kind]
-    return dialect, None if dialect else f"{kind}'s chat endpoint returns no token ids"
+    return t.ids, None if t.ids else f"{kind}'s chat endpoint returns no token ids"
+
+
+def asked_apart(kind: str | None) -> bool:
+    """A kind not known to give ids or not: asked as vLLM is, in a request of its own
+    (check.preflight), so a server that refuses the field fails only that."""
+    t = traits(kind)
+    return t.ids is None and not t.no_ids
 
 
 def reply_ids(rec: Any, ask: str) -> tuple[str | None, str | None]:

@@ -20,51 +20,49 @@ import orjson
 from genbench.atomic import writing
 from genbench.errors import OutputError
 from genbench.generate.store.layout import Layout
+from genbench.rows import DataRow, RowMeta
 
 
-def completion(row_id: str | int, conversations: list[dict[str, Any]], meta: dict[str, Any]
-               ) -> dict[str, Any]:  # fmt: skip
+def completion(row: DataRow) -> dict[str, Any]:
     """The `chat.completion` object of a row's last answer."""
-    turn = next((t for t in reversed(conversations) if t.get("role") == "assistant"), {})
+    turn = next((t for t in reversed(row.conversations) if t.get("role") == "assistant"), {})
     message: dict[str, Any] = {"role": "assistant", "content": turn.get("content") or ""}
     if turn.get("reasoning_content"):
         message["reasoning_content"] = turn["reasoning_content"]
     if turn.get("tool_calls"):  # rows that carry the model's tool calls keep them
         message["tool_calls"] = turn["tool_calls"]
-    prompt, done = meta.get("prompt_tokens") or 0, meta.get("completion_tokens") or 0
+    meta = row.meta
+    prompt, done = meta.prompt_tokens or 0, meta.completion_tokens or 0
     usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": done,
                              "total_tokens": prompt + done}  # fmt: skip
-    if meta.get("reasoning_tokens"):
-        usage["completion_tokens_details"] = {"reasoning_tokens": meta["reasoning_tokens"]}
+    if meta.reasoning_tokens:
+        usage["completion_tokens_details"] = {"reasoning_tokens": meta.reasoning_tokens}
     return {
-        "id": f"chatcmpl-{row_id}",
+        "id": f"chatcmpl-{row.id}",
         "object": "chat.completion",
-        "created": int(meta.get("finished_at") or 0),
-        "model": meta.get("model") or "",
+        "created": int(meta.finished_at or 0),
+        "model": meta.model or "",
         "choices": [{"index": 0, "message": message,
-                     "finish_reason": meta.get("finish_reason") or "stop"}],  # fmt: skip
+                     "finish_reason": meta.finish_reason or "stop"}],  # fmt: skip
         "usage": usage,
     }
 
 
-def answer_line(row_id: str | int, conversations: list[dict[str, Any]], meta: dict[str, Any]
-                ) -> bytes:  # fmt: skip
+def answer_line(row: DataRow) -> bytes:
     """One Batch output line for a row that was answered."""
-    body = completion(row_id, conversations, meta)
     return orjson.dumps({
-        "id": row_id,
-        "custom_id": str(row_id),
-        "response": {"status_code": 200, "request_id": f"genbench-{row_id}", "body": body},
+        "id": row.id,
+        "custom_id": str(row.id),
+        "response": {"status_code": 200, "request_id": f"genbench-{row.id}",
+                     "body": completion(row)},
         "error": None,
     }) + b"\n"  # fmt: skip
 
 
-def row_bytes(conv: Any, model: str, fmt: str) -> bytes:
+def row_bytes(row: DataRow, fmt: str) -> bytes:
     """A finished row as the data file holds it: a Batch output line in format `batch`
-    (`--answers batch`), else the conversations line (`Conversation.line`)."""
-    if fmt != "batch":
-        return conv.line(model)
-    return answer_line(conv.row.output_id, conv.out, conv.meta(model))
+    (`--answers batch`), else the conversations line."""
+    return answer_line(row) if fmt == "batch" else row.line()
 
 
 def error_line(entry: dict[str, Any]) -> bytes:
@@ -120,7 +118,8 @@ def write_batch_output(data_files: list[Path], errors: Path, dest: Path) -> int:
                 if "custom_id" in row:  # --answers batch: already in shape
                     out.write(orjson.dumps(row) + b"\n")
                 else:
-                    out.write(answer_line(row["id"], row["conversations"], row.get("meta", {})))
+                    read = DataRow(row["id"], row["conversations"], RowMeta.of(row))
+                    out.write(answer_line(read))
                 n += 1
         for entry in _rows(errors) if errors.exists() else ():
             if entry.get("id") is not None:

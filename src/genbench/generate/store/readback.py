@@ -36,6 +36,7 @@ from genbench.atomic import write_atomic, writing
 from genbench.generate.fingerprint import from_hex
 from genbench.generate.input.linekey import fast_id
 from genbench.generate.store.durable import digest64, index_entry, write_all
+from genbench.rows import RowMeta
 
 
 @dataclass
@@ -120,10 +121,9 @@ def line_id(line: bytes) -> tuple[str | None, int]:
     try:
         obj = orjson.loads(line)
         row_id = obj["id"]
-        meta = obj.get("meta")
+        fp = from_hex(RowMeta.of(obj).request)
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         return None, 0
-    fp = from_hex(meta.get("request")) if isinstance(meta, dict) else 0
     if isinstance(row_id, int) and not isinstance(row_id, bool):
         return str(row_id), fp  # the input's integer ids are kept as integers
     return (row_id, fp) if isinstance(row_id, str) else (None, 0)

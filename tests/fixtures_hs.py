@@ -74,13 +74,14 @@ def reference_states(files: list[Path], layers: list[int]) -> list[dict[str, obj
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
-def trainer_reads(trainer: str, where: Path) -> list[dict[str, object]]:
-    """What the trainer's own offline loader gives for an exported directory
-    (tests/hs_trainer_consumer.py, run by the trainers' venv: scripts/trainers.sh)."""
+def trainer_reads(wheres: dict[str, Path]) -> dict[str, list[dict[str, object]]]:
+    """What each trainer's own offline loader gives for its exported directory
+    (tests/hs_trainer_consumer.py, one run of the trainers' venv: scripts/trainers.sh)."""
     py = Path(os.environ.get("GENBENCH_TRAINERS_VENV", REPO / ".cache" / "trainers-venv"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    args = [f"{k}={v}" for k, v in wheres.items()]
     out = subprocess.run(
-        [str(py / "bin" / "python"), str(CONSUMER), trainer, str(where)],
+        [str(py / "bin" / "python"), str(CONSUMER), *args],
         capture_output=True, text=True, timeout=300, check=False, env=env,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]

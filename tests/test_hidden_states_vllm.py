@@ -134,24 +134,25 @@ def test_generate_keeps_each_generated_turns_states_once(job):
     assert job["left"] == set()
 
 
-@pytest.mark.parametrize("fmt", ["speculators-states", "specforge-states"])
-def test_the_trainers_own_loaders_read_the_exported_states(job, fmt):
-    where = job["tmp"] / fmt
-    p = genbench("export", str(job["out"]), "--format", fmt, "-o", str(where), "--keep-cut",
-                 "--min-tokens", "0", "--json")  # fmt: skip
-    assert p.returncode == 0, p.stdout + p.stderr
-    doc = orjson.loads(p.stdout)
-    assert doc["samples"] == 4 and doc["layers"] == [1, 2, 3, 4] and doc["last_layer"] == 4
-    manifest = orjson.loads((where / "genbench_states.json").read_bytes())
-    assert manifest["numbering"].startswith("vllm") and manifest["model"]
-    got = trainer_reads(fmt.split("-")[0], where)
+def test_the_trainers_own_loaders_read_the_exported_states(job):
+    wheres = {}
+    for fmt in ("speculators-states", "specforge-states"):
+        where = wheres[fmt.split("-")[0]] = job["tmp"] / fmt
+        p = genbench("export", str(job["out"]), "--format", fmt, "-o", str(where), "--keep-cut",
+                     "--min-tokens", "0", "--json")  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+        doc = orjson.loads(p.stdout)
+        assert doc["samples"] == 4 and doc["layers"] == [1, 2, 3, 4] and doc["last_layer"] == 4
+        manifest = orjson.loads((where / "genbench_states.json").read_bytes())
+        assert manifest["numbering"].startswith("vllm") and manifest["model"]
     turns = job["turns"]
-    assert len(got) == len(turns)
-    for g, t in zip(got, turns, strict=True):
-        n = len(t.prompt) + len(t.generated) - 1  # the last id has no state
-        assert g["input_ids"] == (t.prompt + t.generated)[:-1]
-        assert sum(g["loss_mask"]) <= len(t.generated) - 1
-        assert g["aux"][-2:] == [n, 3 * 256] and g["last"][-2:] == [n, 256]
+    for trainer, got in trainer_reads(wheres).items():  # one run of the trainers' python
+        assert len(got) == len(turns), trainer
+        for g, t in zip(got, turns, strict=True):
+            n = len(t.prompt) + len(t.generated) - 1  # the last id has no state
+            assert g["input_ids"] == (t.prompt + t.generated)[:-1]
+            assert sum(g["loss_mask"]) <= len(t.generated) - 1
+            assert g["aux"][-2:] == [n, 3 * 256] and g["last"][-2:] == [n, 256]
 
 
 def test_sigkill_mid_job_then_a_rerun_keeps_every_rows_states_once(vllm_hs_server, tmp_path):

@@ -77,11 +77,17 @@ def reference_states(files: list[Path], layers: list[int]) -> list[dict[str, obj
 def trainer_reads(wheres: dict[str, Path]) -> dict[str, list[dict[str, object]]]:
     """What each trainer's own offline loader gives for its exported directory
     (tests/hs_trainer_consumer.py, one run of the trainers' venv: scripts/trainers.sh)."""
-    py = Path(os.environ.get("GENBENCH_TRAINERS_VENV", REPO / ".cache" / "trainers-venv"))
+    script = str(REPO / "scripts" / "trainers.sh")
+    # idempotent: 0.03 s once done (scripts/test.sh runs it after the vLLM setup)
+    setup = subprocess.run(["bash", script, "setup"], capture_output=True, text=True,
+                           timeout=900, check=False)  # fmt: skip
+    assert setup.returncode == 0, f"scripts/trainers.sh setup failed:\n{setup.stderr[-3000:]}"
+    py = subprocess.run(["bash", script, "python"], capture_output=True, text=True,
+                        check=True).stdout.strip()  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     args = [f"{k}={v}" for k, v in wheres.items()]
     out = subprocess.run(
-        [str(py / "bin" / "python"), str(CONSUMER), *args],
+        [py, str(CONSUMER), *args],
         capture_output=True, text=True, timeout=300, check=False, env=env,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]

@@ -13,7 +13,7 @@ import pytest
 from genbench.sim.process import SimProcess
 
 pytest_plugins: list[str] = []
-for _plugin in ("fixtures_vllm", "fixtures_routers"):
+for _plugin in ("fixtures_vllm", "fixtures_routers", "fixtures_hs"):
     if Path(__file__).with_name(f"{_plugin}.py").exists():
         pytest_plugins.append(_plugin)
 

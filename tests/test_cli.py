@@ -58,7 +58,7 @@ def test_computed_defaults_survive_the_help_renderer() -> None:
 )
 def test_writers_take_out_and_load_senders_take_c(command: str, option: str) -> None:
     writes = {"run", "plan", "generate", "inspect", "export", "report", "merge"}
-    sends_load = {"run", "plan", "generate"}
+    sends_load = {"run", "plan", "generate", "hidden-states"}
     has = any(option in o.opts for o in clidoc.options(COMMANDS[command]))
     expected = command in (writes if option == "-o" else sends_load)
     assert has == expected

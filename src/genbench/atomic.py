@@ -11,7 +11,9 @@ core test fails on an `os.replace` or a temporary name anywhere else.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +86,20 @@ def move(src: Path, dst: Path) -> None:
     fsync_path(dst.parent)
     if src.parent != dst.parent:
         fsync_path(src.parent)
+
+
+def move_across(src: Path, dst: Path) -> None:
+    """`move`, also between filesystems (another process's staging directory): where a
+    rename cannot cross, the bytes are copied through `writing` (the copy is whole or
+    absent at `dst`) and `src` removed after."""
+    try:
+        move(src, dst)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        with open(src, "rb") as f, writing(dst) as out:
+            shutil.copyfileobj(f, out, 1 << 20)
+        src.unlink()
 
 
 def publish_dir(src: Path, dst: Path) -> None:

@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "inspect": ("genbench.commands.inspect", "inspect_cmd", None),
     "export": ("genbench.commands.export", "export_cmd", None),
     "merge": ("genbench.commands.merge", "merge_cmd", None),
+    "hidden-states": ("genbench.commands.hidden_states", "hidden_states_cmd", None),
     "compare": ("genbench.commands.compare", "compare_cmd", None),
     "report": ("genbench.commands.report", "report_cmd", None),
     "sim": (

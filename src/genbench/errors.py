@@ -72,6 +72,9 @@ class ErrorKind(StrEnum):
     TRUNCATED = "truncated"
     # a row of the input file that cannot be sent (no prompt, bad field)
     INVALID_INPUT = "invalid_input"
+    # generate --hidden-states: the engine answered, but its states file never appeared, or
+    # is torn, or holds other ids or a NaN/Inf (generate/hidden.py)
+    HIDDEN_STATES = "hidden_states"
     OTHER = "other"
 
     @property
@@ -126,6 +129,7 @@ KIND_TRAITS: dict[ErrorKind, KindTraits] = {
     ErrorKind.LOCAL_LIMIT: KindTraits(False, Retry.YES, ExitCode.REQUEST_FAILED),
     ErrorKind.TRUNCATED: KindTraits(False, Retry.NO, ExitCode.REQUEST_FAILED),
     ErrorKind.INVALID_INPUT: KindTraits(False, Retry.NO, ExitCode.USAGE),
+    ErrorKind.HIDDEN_STATES: KindTraits(False, Retry.YES, ExitCode.REQUEST_FAILED),
     ErrorKind.OTHER: KindTraits(False, Retry.YES, ExitCode.REQUEST_FAILED),
 }
 

@@ -158,6 +158,7 @@ class TurnIds:
     generated: list[int] | None
     finish_reason: str | None
     error: str | None = None
+    states: str | None = None  # its hidden states' file, relative to the output directory
 
     @property
     def exact(self) -> bool:
@@ -174,7 +175,9 @@ def turn_ids(row: Mapping[str, Any]) -> list[TurnIds]:
         assistant = isinstance(t, Mapping) and t.get("role") == "assistant"
         if assistant and t.get("finish_reason") is not None:
             ids = _ints(t.get("prompt_token_ids")), _ints(t.get("token_ids"))
-            out.append(TurnIds(i, *ids, t["finish_reason"], t.get("token_ids_error")))
+            states = t.get("hidden_states")
+            out.append(TurnIds(i, *ids, t["finish_reason"], t.get("token_ids_error"),
+                               states if isinstance(states, str) else None))  # fmt: skip
     return out
 
 
@@ -200,6 +203,7 @@ def parquet_schema(meta_type: type[RowMeta] = RowMeta) -> Any:
             ("prompt_token_ids", pa.list_(pa.int32())),
             ("token_ids", pa.list_(pa.int32())),
             ("token_ids_error", pa.string()),
+            ("hidden_states", pa.string()),  # generate --hidden-states: its states' file
         ]
     )
     kinds = _kinds(meta_type)

@@ -49,9 +49,8 @@ def test_a_registered_format_is_in_the_help_and_written(made_up: Format, tmp_pat
     command_again("export")
     res = CliRunner().invoke(cli.app, ["export", "--help"], terminal_width=1000)
     assert res.exit_code == 0
-    assert "speculators (vllm-project/speculators' rows) or made-up (a test's own rows)." in (
-        " ".join(res.output.split())
-    )
+    said = "specforge-states (a directory: SpecForge's offline EAGLE-3 files) or made-up"
+    assert said + " (a test's own rows)." in (" ".join(res.output.split()))
     src = tmp_path / "data-00000.jsonl"
     shutil.copy(ROWS, src)
     out = tmp_path / "made.jsonl"

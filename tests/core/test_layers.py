@@ -23,7 +23,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "genbench"
 # bottom up; a unit is a top-level module or a package of src/genbench (docs/architecture.md)
 LAYERS: list[tuple[str, ...]] = [
     ("genbench", "errors", "fmt", "atomic", "redact"),
-    ("records", "rows", "settings"),
+    ("records", "rows", "settings", "tensors"),
     ("stats",),
     ("transport",),
     ("sim", "local"),

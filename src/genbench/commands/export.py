@@ -51,9 +51,18 @@ def export_cmd(
 ) -> None:
     """Write a generated set as one file a drafter trainer reads: SpecForge's token rows or
     conversations, or speculators' rows; cut and short turns left out and counted."""
-    get(fmt)  # one of the formats registered (export/formats.py)
+    chosen = get(fmt)  # one of the formats registered (export/formats.py)
     if min_tokens < 0:
         raise UsageError(f"--min-turn-tokens must be 0 or more, got {min_tokens}")
+    if chosen.directory is not None:  # a directory: the hidden states (export/states.py)
+        target = out_file or default_out(sources[0], fmt).with_suffix("")
+        doc = chosen.directory(sources[0], target, Rules(keep_cut=keep_cut, min_tokens=min_tokens))
+        said = (f"{doc['samples']} samples with their hidden states (layers {doc['layers']}, "
+                f"{doc['numbering']}) -> {doc['out']}")  # fmt: skip
+        (err if json else out).print(said, markup=False, highlight=False)
+        if json:
+            common.print_json(doc)
+        return
     target = out_file or default_out(sources[0], fmt)
     source = sources if len(sources) > 1 else sources[0]
     where = ", ".join(map(str, sources))

@@ -87,6 +87,11 @@ OPTIONS: dict[str, Any] = {
     "metrics_port": watch.METRICS_PORT,
     "metrics_host": watch.METRICS_HOST,
     "json": common.JSON,
+    "hidden_states": (False, "Keep each generated turn's hidden states, written by the engine "
+        "(vLLM's extract_hidden_states; docs/hidden-states.md)."),
+    "layers": (None, "--hidden-states: the layer ids, vLLM's numbering (e.g. 2,16,29,32)."),
+    "for_trainer": typer.Option(None, "--for", metavar="eagle3|dflash", help="--hidden-states: "
+        "the trainer whose default layers to take for the --serve model's depth."),
 }
 
 

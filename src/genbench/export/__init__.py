@@ -23,7 +23,7 @@ from typing import Any
 
 from genbench.atomic import writing
 from genbench.errors import OutputError, UsageError
-from genbench.export import specforge, speculators  # noqa: F401 (each registers its formats)
+from genbench.export import specforge, speculators, states  # noqa: F401 (each registers its formats)
 from genbench.export.checks import Repeats, nothing_written
 from genbench.export.formats import FORMATS, Format, get
 from genbench.export.samples import REASONS, Rules, Sample, samples

@@ -6,17 +6,19 @@ come from it.
 A token-exact format writes one line per generated turn from the ids the server generated
 (`sample`: the turn's sample and its row's meta -> the line); a text format one line per row
 (`row`: the row, its samples, the turns left out, empty_system -> a `TextRow`), which the
-trainer re-tokenizes.
+trainer re-tokenizes; a directory format (`directory`: export/states.py) writes the hidden
+states beside the ids.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from genbench.errors import UsageError
-from genbench.export.samples import Sample
+from genbench.export.samples import Rules, Sample
 from genbench.rows import RowMeta
 
 
@@ -41,6 +43,8 @@ class Format:
     give: str
     sample: Callable[[Sample, RowMeta], bytes] | None = None  # token-exact: a turn's line
     row: Callable[[Mapping[str, Any], list[Sample], set[int], bool], TextRow] | None = None
+    # a directory (the hidden states beside the ids): source, out, rules -> the summary
+    directory: Callable[[Path, Path, Rules], dict[str, Any]] | None = None
     max_length: int | None = None  # the longest sample the trainer keeps unless told
     too_long: str = ""  # the note when one is longer ({max}, {longest})
 

@@ -7,9 +7,18 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from genbench.engines.command import parse_command
+from genbench.engines.command import EngineCommand, parse_command
+from genbench.engines.hs_flags import (
+    TRAINERS,
+    check_layers,
+    default_layers,
+    model_depth,
+    parse_layers,
+    served_model,
+)
 from genbench.engines.supervisor import EngineOptions
 from genbench.errors import UsageError, checked, positive
+from genbench.generate.hidden import CaptureSpec
 from genbench.generate.input.batch import is_batch_file
 from genbench.generate.input.modes import Answers, DataFormat, OnTruncated, ToolPolicy, Turns
 from genbench.generate.input.params import RequestFlags
@@ -102,6 +111,9 @@ class GenerateArgs(AsTyped, RequestFlags):
     metrics_port: int | None
     metrics_host: str
     json: bool
+    hidden_states: bool = False
+    layers: str | None = None
+    for_trainer: str | None = None
 
 
 def with_plan(a: GenerateArgs, planned: Planned | None) -> GenerateArgs:
@@ -149,6 +161,7 @@ def job_config(a: GenerateArgs, planned: Planned | None = None) -> JobConfig:
         think_dialect=checked(parse_dialect, a.think_dialect), token_ids=token_ids,
         engines=engines, engine=EngineOptions(a.engine_start_timeout, a.engine_restarts,
                                               a.engine_backoff, a.engine_hang_timeout),
+        capture=_capture(a, engines, token_ids),
     )  # fmt: skip
 
 
@@ -160,6 +173,33 @@ def plan_lines(a: GenerateArgs, planned: Planned, cfg: JobConfig) -> tuple[str, 
     lines = departures(planned, concurrency=c, servers=n, params=cfg.params, turns=cfg.turns,
                        tool_policy=cfg.tool_policy)  # fmt: skip
     return taken(planned, c, n, cfg.params), lines
+
+
+def _capture(a: GenerateArgs, engines: list[EngineCommand], token_ids: str) -> CaptureSpec | None:
+    """`--hidden-states` with its layers: `--layers`, else `--for`'s default for the depth
+    of the model the `--serve` engines load (docs/hidden-states.md)."""
+    if not a.hidden_states:
+        if a.layers is not None or a.for_trainer is not None:
+            raise UsageError("--layers and --for choose the layers of --hidden-states: add it")
+        return None
+    if token_ids == IdsMode.OFF:
+        raise UsageError("--hidden-states needs the token ids (the states are held to them): "
+                         "drop --token-ids off")  # fmt: skip
+    if a.for_trainer is not None and a.for_trainer not in TRAINERS:
+        raise UsageError(f"--for {a.for_trainer!r}: expected one of {', '.join(TRAINERS)}")
+    depths = {model_depth(m) for m in map(served_model, engines) if m is not None}
+    depth = depths.pop() if len(depths) == 1 else None
+    if a.layers is not None:
+        layers = check_layers(parse_layers(a.layers), depth)
+    elif a.for_trainer is not None and depth is not None:
+        layers = default_layers(a.for_trainer, depth)
+    elif a.for_trainer is not None:
+        raise UsageError(f"--for {a.for_trainer}: genbench cannot tell the model's depth "
+                         "(no --serve engine loads a model directory): give --layers")  # fmt: skip
+    else:
+        raise UsageError("--hidden-states: give --layers (the ids the engine captures, vLLM's "
+                         "numbering) or --for eagle3|dflash")  # fmt: skip
+    return CaptureSpec(tuple(layers), a.for_trainer)
 
 
 def _check_flags(a: GenerateArgs) -> None:

@@ -26,13 +26,14 @@ from genbench.generate.conversation import Conversation
 from genbench.generate.ending import Failures, Unanswered, ending
 from genbench.generate.ending import rows as row_count
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
+from genbench.generate.hidden import Capture, clear_incoming
 from genbench.generate.input.modes import Answers, DataFormat, OnTruncated
 from genbench.generate.input.reader import BadRow, InputScan, iter_rows
 from genbench.generate.input.tool_probe import probe_tools
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.outcome import JobResult, Listener
-from genbench.generate.pipeline import Retries, row_load
+from genbench.generate.pipeline import Retries, error_entry, invalid_entry, row_load
 from genbench.generate.progress import Progress, ServerState
 from genbench.generate.serve import start_engines
 from genbench.generate.servers import Server, check_token_ids
@@ -81,6 +82,9 @@ class Job:
         self.failures = Failures()  # this run's failed rows, by kind (ending.py)
         self.unanswered = Unanswered()  # rows written without an answer, or without ids
         self.engines: Supervisor | None = None  # --serve: the engines this job started
+        spec = cfg.capture  # --hidden-states: each turn's states, taken as it is answered
+        self.capture = None if spec is None else Capture(self.store.layout, spec.layers or (),
+                                                         spec.wait_s)  # fmt: skip
 
     # -- preparation ----------------------------------------------------------------------
 
@@ -109,6 +113,8 @@ class Job:
             raise UsageError(f"the servers serve different models ({listing}): choose --model")
         self.model = ok[0].model or ""
         check_token_ids(cfg.token_ids, ok, self.listener.note)  # `on`: refuses one without
+        if self.capture is not None:  # each server writes states genbench can read
+            await self.capture.probe_all(ok, cfg.api_key, self.model, self.listener.note)
         return list(reports)
 
     def _make_servers(self, reports: list[CheckReport]) -> None:
@@ -128,7 +134,7 @@ class Job:
             client = Client(
                 ep, self.model, timeouts=timeouts, keep_text=True, think=think,
                 keep_raw=cfg.keep_raw, token_ids=rep.token_ids if rep.ok else ids_seen,
-                accept=acceptance.ask_for(rep.server.kind),
+                accept=acceptance.ask_for(rep.server.kind), hidden_states=self.capture is not None,
             )  # fmt: skip
             router = rep.server.kind in ROUTER_KINDS
             srv = Server(
@@ -218,6 +224,8 @@ class Job:
             await probe_tools(ep, self.model, *res.tools, timeout=min(cfg.timeout, 120.0))
         self._begin(existing, res, reports)
         status = await self._send(handle_signals)
+        if self.capture is not None and cfg.engines:  # what is left there, no row will take
+            clear_incoming(self.store.layout.hs_incoming)
         done = self.progress.done if self.progress else 0
         status, message = ending(
             status, self.failures, done, res.failed, res.left, res.rows, cfg.down_timeout,
@@ -268,6 +276,8 @@ class Job:
         self.store.check_job(existing, job, cfg.force)
         with output_errors(self.store.out):
             self.store.begin(existing, job)
+            if self.capture is not None:
+                self.capture.write_layers(self.model)
         self._make_servers(reports)
         with output_errors(self.store.out):
             self.store.open_log(
@@ -302,6 +312,7 @@ class Job:
             keep_records=False,
             down_timeout=cfg.down_timeout,
             drain=cfg.drain,
+            capture=self.capture,
         )
         for s, rep in zip(self.servers, reports, strict=True):
             if not rep.ok:
@@ -387,7 +398,7 @@ class Job:
             return self.store.take_shortage()
         if conv.truncated and self.cfg.on_truncated == OnTruncated.ERROR:
             why = "cut by max_tokens (finish_reason length)"
-            entry = self._error_entry(conv, ErrorKind.TRUNCATED, why)
+            entry = error_entry(conv, ErrorKind.TRUNCATED, why)
             self.failures.add(ErrorKind.TRUNCATED, why)
             entry["conversations"] = conv.out
             entry["meta"] = meta.to_json()
@@ -402,7 +413,9 @@ class Job:
         return self.store.take_shortage()
 
     def give_up(self, conv: Conversation, kind: ErrorKind, why: str) -> str | None:
-        entry = self._error_entry(conv, kind, why)
+        if self.capture is not None:  # the states of its turns answered: no row holds them
+            self.capture.drop(conv.out)
+        entry = error_entry(conv, kind, why)
         self.failures.add(kind, why)
         self.store.write_error(conv.row.id, entry)
         return self.store.take_shortage()
@@ -410,30 +423,8 @@ class Job:
     def note(self, text: str, style: str = "") -> None:
         self.listener.note(text, style)
 
-    def _error_entry(self, conv: Conversation, kind: ErrorKind, why: str) -> dict[str, Any]:
-        rec = conv.last
-        return {
-            "id": conv.row.output_id,
-            "line": conv.row.line,
-            "error_kind": kind,
-            "error": why,
-            "http_status": rec.http_status if rec else None,
-            "attempts": conv.attempts + 1,
-            "server": conv.server or None,
-            "turns_done": conv.turns,
-            "failed_at": round(time.time(), 3),
-        }
-
     def _write_bad(self, b: BadRow) -> None:
-        entry = {
-            "id": b.id,
-            "line": b.line,
-            "error_kind": ErrorKind.INVALID_INPUT,
-            "error": b.describe(),
-            "field": b.field,
-            "raw": b.raw,
-            "failed_at": round(time.time(), 3),
-        }
+        entry = invalid_entry(b)
         self.failures.add(ErrorKind.INVALID_INPUT, entry["error"])
         self.store.write_error(b.id if b.id is not None else f"line:{b.line}", entry)
 
@@ -471,30 +462,21 @@ class Job:
         first, last = self._t_first_send, self._t_last_done
         files = [str(f) for f in self.store.data_files()] if self.store.out.is_dir() else []
         return JobResult(
-            status=status,
-            message=message,
-            model=self.model or None,
-            total=p.total if p else 0,
-            done=snap.done if snap else 0,
-            failed=snap.failed if snap else 0,
-            done_this_run=p.done if p else 0,
-            failed_this_run=p.failed if p else 0,
-            truncated_this_run=p.truncated if p else 0,
-            tokens=p.tokens if p else 0,
-            thinking_tokens=p.thinking if p else 0,
-            estimated_rows=p.estimated if p else 0,
+            status=status, message=message, model=self.model or None, total=p.total if p else 0,
+            done=snap.done if snap else 0, failed=snap.failed if snap else 0,
+            done_this_run=p.done if p else 0, failed_this_run=p.failed if p else 0,
+            truncated_this_run=p.truncated if p else 0, tokens=p.tokens if p else 0,
+            thinking_tokens=p.thinking if p else 0, estimated_rows=p.estimated if p else 0,
             tokenized_rows=p.tokenized if p else 0,
             thinking=next((t.describe() for t in self.think.values() if t.learned_from), ""),
             elapsed_s=time.monotonic() - t0,
             sending_s=last - first if first is not None and last is not None else 0.0,
             files=files,
             errors_file=str(self.store.errors_path) if self.store.errors_path.exists() else None,
-            snapshot=snap,
-            failure=self.failures.most_common(),
-            unanswered=self.unanswered.to_dict(),
-            signal=self.stop_signal,
+            snapshot=snap, failure=self.failures.most_common(),
+            unanswered=self.unanswered.to_dict(), signal=self.stop_signal,
             ids_line=self.unanswered.ids_line(p.done if p else 0),
-        )
+        )  # fmt: skip
 
 
 async def run_job(cfg: JobConfig, listener: Listener | None = None) -> JobResult:

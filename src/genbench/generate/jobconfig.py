@@ -11,6 +11,7 @@ from typing import Any
 
 from genbench.engines.command import EngineCommand
 from genbench.engines.supervisor import EngineOptions
+from genbench.generate.hidden import CaptureSpec
 from genbench.generate.input.shard import ShardSpec
 from genbench.generate.recipe import ALL, REPLAY, Recipe
 from genbench.generate.servers import ServerSpec
@@ -67,6 +68,7 @@ class JobConfig(AsTyped):
     token_ids: str = "auto"  # --token-ids: auto (where the server gives them), on, off
     engines: list[EngineCommand] = field(default_factory=list)  # --serve: started here
     engine: EngineOptions = field(default_factory=EngineOptions)  # --engine-*
+    capture: CaptureSpec | None = None  # --hidden-states: each turn's states (hidden.py)
 
     def fingerprint(self, model: str) -> dict[str, Any]:
         """The settings job.json keeps: those store.FINGERPRINT_KEYS names are compared on
@@ -75,6 +77,8 @@ class JobConfig(AsTyped):
         if self.tool_policy != REPLAY:  # the default leaves earlier jobs' fingerprints be
             fp["tool_policy"] = self.tool_policy
         fp["token_ids"], fp["answers"] = self.token_ids, self.answers
+        if self.capture is not None:  # other layers are another data set
+            fp["hidden_states"] = self.capture.setting()
         return fp
 
     @property

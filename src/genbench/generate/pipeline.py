@@ -39,8 +39,10 @@ from typing import Any, Protocol
 from genbench.errors import ErrorKind, Retry, descriptor_advice, no_worker_left, retry_for
 from genbench.generate.agent import start
 from genbench.generate.conversation import Conversation
+from genbench.generate.hidden import Capture, StatesProblem, fail
 from genbench.generate.input.reader import BadRow, Row
 from genbench.generate.recipe import Recipe
+from genbench.generate.store.layout import HIDDEN_STATES
 from genbench.load import Load, Policy, Slot, WorkQueue
 from genbench.records import RequestRecord
 from genbench.transport.thinking_count import ThinkingCounter
@@ -76,8 +78,9 @@ class Retries:
 class RowPolicy(Policy):
     """generate's retry and failover policy (see the module's docstring)."""
 
-    def __init__(self, sink: RowSink, retries: Retries) -> None:
+    def __init__(self, sink: RowSink, retries: Retries, capture: Capture | None = None) -> None:
         self.sink, self.r = sink, retries
+        self.capture = capture  # --hidden-states: a turn counts once its states are taken
         self._noted: dict[str, float] = {}
         self._counters: dict[str, ThinkingCounter] = {}  # per server: its /tokenize
 
@@ -89,14 +92,32 @@ class RowPolicy(Policy):
         tag["turn"] = conv.turns
         if conv.attempts:
             tag["attempt"] = conv.attempts + 1
+        if rec.ok and self.capture is not None:
+            await self._take_states(conv, rec, slot)
         if rec.ok:
             self._regrow(slot)
             await self._count_thinking(rec, slot)
+            at = len(conv.out)  # the turn's index once answered
             conv.answered(rec)
+            if "states" in tag:
+                conv.out[at][HIDDEN_STATES] = tag.pop("states")
             tag["outcome"] = "next"  # `done` replaces it if this was the last turn
             return True
         await self._failed(conv, rec, slot, queue)
         return False
+
+    async def _take_states(self, conv: Conversation, rec: RequestRecord, slot: Slot) -> None:
+        """The turn's hidden states into the output directory (generate/hidden.py), or the
+        request fails as any other does (retried)."""
+        assert self.capture is not None
+        try:
+            name = await self.capture.take(
+                rec, slot.client.endpoint, conv.row.output_id, len(conv.out)
+            )
+        except StatesProblem as e:
+            fail(rec, str(e))
+        else:
+            rec.extra["states"] = name
 
     async def _count_thinking(self, rec: RequestRecord, slot: Slot) -> None:
         """Thinking the server did not count, estimated by chunks: its /tokenize counts
@@ -269,10 +290,32 @@ def row_load(
     admit: Callable[[int], bool] | None = None,
     label: Label | None = None,
     on_bad: Callable[[BadRow], None] | None = None,
+    capture: Capture | None = None,
     **load: Any,
 ) -> Load:
     """The load that sends `rows` as generate does: each row a conversation made to
-    `recipe`, failures handled by `RowPolicy`, finished rows to `sink`. `load` goes to
-    `Load` (on_record, keep_records, down_timeout, drain)."""
+    `recipe`, failures handled by `RowPolicy`, finished rows to `sink`; `capture`: each
+    turn's hidden states taken before it counts. `load` goes to `Load` (on_record,
+    keep_records, down_timeout, drain)."""
     queue = WorkQueue(conversations(rows, recipe, on_bad, label), admit)
-    return Load(slots, queue, RowPolicy(sink, retries), phase=phase, **load)
+    return Load(slots, queue, RowPolicy(sink, retries, capture), phase=phase, **load)
+
+
+def error_entry(conv: Conversation, kind: ErrorKind, why: str) -> dict[str, Any]:
+    """A failed row's line in the errors file: why, where and after how many attempts."""
+    rec = conv.last
+    return {
+        "id": conv.row.output_id, "line": conv.row.line, "error_kind": kind, "error": why,
+        "http_status": rec.http_status if rec else None, "attempts": conv.attempts + 1,
+        "server": conv.server or None, "turns_done": conv.turns,
+        "failed_at": round(time.time(), 3),
+    }  # fmt: skip
+
+
+def invalid_entry(b: BadRow) -> dict[str, Any]:
+    """An input line that cannot be asked: its line in the errors file, its field named."""
+    return {
+        "id": b.id, "line": b.line, "error_kind": ErrorKind.INVALID_INPUT,
+        "error": b.describe(), "field": b.field, "raw": b.raw,
+        "failed_at": round(time.time(), 3),
+    }  # fmt: skip

@@ -14,8 +14,10 @@ import signal
 from typing import Any
 
 from genbench import fmt
+from genbench.engines.hs_flags import with_capture
 from genbench.engines.supervisor import Supervisor
 from genbench.errors import GenbenchError
+from genbench.generate.hidden import clear_incoming
 from genbench.transport.eventloop import signals
 
 
@@ -31,7 +33,12 @@ async def start_engines(job: Any) -> None:
         job.listener.note(f"{name}: loading for {fmt.duration(waited)}"
                           + (f"; its last line: {last[:160]}" if last else ""))  # fmt: skip
 
-    job.engines = Supervisor(cfg.engines, cfg.engine, lay.engine_events, lay.engine_logs,
+    engines = cfg.engines
+    if cfg.capture is not None:  # vLLM's capture flags, its files in the output directory
+        clear_incoming(lay.hs_incoming)
+        engines = [with_capture(c, cfg.capture.layers or (), lay.hs_incoming,
+                                cfg.capture.connector) for c in engines]  # fmt: skip
+    job.engines = Supervisor(engines, cfg.engine, lay.engine_events, lay.engine_logs,
                              note=job.listener.note, on_down=job.engine_down,
                              on_wait=loading, on_gave_up=job.engines_gave_up)  # fmt: skip
     try:

@@ -25,6 +25,7 @@ from genbench.inspect.document import INSPECT_FILE, Settings, build, storage
 from genbench.inspect.fidelity import DRIFT_SAMPLE, Fidelity, check_drift
 from genbench.inspect.reader import data_files
 from genbench.inspect.scan import scan
+from genbench.inspect.states import check_states
 from genbench.transport.endpoint import Endpoint
 
 __all__ = [
@@ -119,6 +120,8 @@ def inspect_data(
         doc["integrity"] = parts
     if tokenizer is not None and sc.fidelity is not None:
         doc["fidelity"]["drift"] = drift(sc.fidelity, tokenizer)
+    if (states := check_states(path)) is not None:  # generate --hidden-states: each file
+        doc["hidden_states"] = states
     if drop and out is not None:
         manifest = write_clean(path, sc, an.flags, an.first_of, drop, out, doc["settings"])
         kept = (an.flags & sum(BIT[d] for d in drop)) == 0

@@ -191,5 +191,14 @@ def print_inspection(doc: dict[str, Any], console: Console) -> None:
     _storage_lines(doc, console)
     if integrity := doc.get("integrity"):
         console.print(escape(integrity["summary"]))
+    if hs := doc.get("hidden_states"):
+        off = "" if hs["off_by"] is None else f", {hs['off_by']:+.2%} from the forecast"
+        console.print(escape(
+            f"hidden states (layers {hs['layers']}, {hs['dtype']}, hidden {hs['hidden_size']}): "
+            f"{hs['ok']:,} of {hs['turns']:,} turns fit, {hs['missing']:,} missing, "
+            f"{hs['bad']:,} not fit; {nbytes(hs['bytes'])}{off}"
+        ))  # fmt: skip
+        for line in hs["examples"]:
+            console.print(escape(f"  {line}"), style="yellow")
     if doc.get("saved"):
         console.print(f"inspect: {doc['saved']}")

@@ -17,6 +17,7 @@ import asyncio
 import socket
 import ssl
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -234,8 +235,12 @@ class Client:
         keep_raw: bool = False,
         token_ids: str | None = None,
         accept: str | None = None,
+        hidden_states: bool = False,
     ) -> None:
         self.endpoint = endpoint
+        # ask vLLM to write each request's hidden states (docs/hidden-states.md): the request
+        # carries its own id, by which its file is found (a streamed answer names no path)
+        self.hidden_states = hidden_states
         # ask for each request's speculative acceptance in this dialect (sglang; vLLM's is the
         # server's flag): genbench.transport.acceptance
         self.accept = accept
@@ -276,7 +281,7 @@ class Client:
             await self._pool.close()
             self._pool = None
 
-    def payload(self, req: ChatRequest) -> dict[str, Any]:
+    def payload(self, req: ChatRequest, states_id: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": req.messages}
         if req.max_tokens is not None:
             body["max_tokens"] = req.max_tokens
@@ -288,12 +293,15 @@ class Client:
             body.update(REQUEST_FIELDS[self.token_ids])
         if self.accept is not None:
             body.update(acceptance.REQUEST_FIELDS[self.accept])
+        if states_id is not None:
+            body["request_id"] = states_id
+            body["kv_transfer_params"] = {"include_output_tokens": True}
         return body
 
-    def _request(self, req: ChatRequest) -> bytes:
+    def _request(self, req: ChatRequest, states_id: str | None = None) -> bytes:
         """The request as bytes. orjson's output holds a 4 KiB buffer whatever its length:
         only this copy of it stays alive while the request is in flight."""
-        data = orjson.dumps(self.payload(req))
+        data = orjson.dumps(self.payload(req, states_id))
         return self._head + b"%d\r\n\r\n" % len(data) + data
 
     def new_record(self, req: ChatRequest, phase: str = "") -> RequestRecord:
@@ -316,7 +324,10 @@ class Client:
         (to save them on Ctrl-C) passes its own `record`; on cancellation it is marked and the
         CancelledError propagates."""
         rec = record if record is not None else self.new_record(req, phase)
-        request = self._request(req)
+        states_id = None
+        if self.hidden_states:  # the engine names its file after it (generate/hidden.py)
+            states_id = rec.extra["states_id"] = f"gb{uuid.uuid4().hex}"
+        request = self._request(req, states_id)
         pool, total = self.pool, self.timeouts.total
         rec.sent_at = time.time()
         rec.t_send = t0 = time.perf_counter()

@@ -20,6 +20,15 @@
     DIR/.genbench/engines{-iofN}/    --serve: each engine's own output (bounded logs)
     DIR/.genbench/shards.json        the directory's shard scheme: none, or N (scheme.py)
     DIR/.genbench/shards.lock        held while the first run records the scheme
+    DIR/hidden_states/layers.json    --hidden-states: the layer ids, their numbering, the model
+    DIR/hidden_states/XX/KEY-T.safetensors
+                                     --hidden-states: a generated turn's states (T: its
+                                     index in the row's conversations; KEY: the row's id
+                                     hashed), named in the turn's `hidden_states` field
+    DIR/.genbench/hs-incoming{-iofN}/
+                                     --hidden-states --serve: where the engines write them
+    DIR/.genbench/vllm-path/         --hidden-states --serve: vLLM's way to genbench's
+                                     connector (a link to the package)
 
 Under `--shard i/N` each file of the shard's own carries its tag (`errors-1of4.jsonl`,
 `job-1of4.json`, `lock-1of4`). The store writes these files; the report, inspect, export,
@@ -30,6 +39,7 @@ Nothing heavy is imported: readers that only look pay nothing.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +60,8 @@ JOB_GLOB = "job*.json"  # the job's settings and each --shard's
 # which the first run records it.
 SCHEME_FILE = "shards.json"
 SCHEME_LOCK = "shards.lock"
+HIDDEN_STATES = "hidden_states"  # the states' directory, and a turn's field naming its file
+STATES_EXT = ".safetensors"
 
 
 @dataclass(frozen=True)
@@ -143,6 +155,37 @@ class Layout:
 
     def index(self, shard: Path) -> Path:
         return self.state / (shard.stem + INDEX_SUFFIX)
+
+    @property
+    def hidden_states(self) -> Path:
+        """Every generated turn's hidden states (the shards of an array share it)."""
+        return self.out / HIDDEN_STATES
+
+    @property
+    def layers_file(self) -> Path:
+        return self.hidden_states / "layers.json"
+
+    def states_name(self, row_id: str | int, turn: int) -> str:
+        """A turn's states file, relative to the output directory (the turn names it): one
+        name per row and turn, so a row generated again replaces its files, never adds."""
+        key = hashlib.sha256(str(row_id).encode()).hexdigest()[:20]
+        return f"{HIDDEN_STATES}/{key[:2]}/{key}-{turn}{STATES_EXT}"
+
+    def states_file(self, name: str) -> Path:
+        """A turn's `hidden_states` field as a path (refused when it leaves the directory)."""
+        path = (self.out / name).resolve()
+        if self.hidden_states.resolve() not in path.parents:
+            raise ValueError(f"{name!r} is not under {HIDDEN_STATES}/")
+        return path
+
+    @property
+    def hs_incoming(self) -> Path:
+        """Where the engines a job starts (--serve) write each request's states."""
+        return self.state / f"hs-incoming{self.tag}"
+
+    @property
+    def vllm_path(self) -> Path:
+        return self.state / "vllm-path"
 
     def retried_errors(self, stamp: str) -> Path:
         """Where --retry-errors sets the errors file aside."""

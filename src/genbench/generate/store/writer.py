@@ -75,7 +75,7 @@ SCHEMA = "genbench.generate"
 SCHEMA_VERSION = 1
 # Settings that change what the data set contains: a resumed job must not mix them.
 # (a job.json without tool_policy was made with its default: jobfile.job_setting)
-FINGERPRINT_KEYS = ("model", "params", "turns", "format", "tool_policy")
+FINGERPRINT_KEYS = ("model", "params", "turns", "format", "tool_policy", "hidden_states")
 
 
 @dataclass

@@ -1,0 +1,237 @@
+"""Hidden states from vLLM (CPU) with genbench's connector, held against Hugging Face.
+
+One server with capture for the session (`vllm_hs_server`, tests/fixtures_hs.py); every
+test here shares it. What is held: vLLM's file for a request is its prompt and completion
+ids but the last (`include_output_tokens`), one state per id at each layer asked, and the
+states are Hugging Face's forward pass of the same model on those ids within 1e-5
+(float32): layers 1..L-1 its `hidden_states[i]`, layer L the input of the final norm.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from conftest import genbench
+from fixtures_hs import HSServer, reference_states, trainer_reads
+
+from genbench import tensors
+from genbench.rows import turn_ids
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def _chat(server: HSServer, text: str, max_tokens: int) -> dict:
+    body = {
+        "model": server.model,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "return_token_ids": True,
+        "kv_transfer_params": {"include_output_tokens": True},
+    }
+    r = httpx.post(f"{server.url}/chat/completions", json=body, timeout=120)
+    r.raise_for_status()
+    return r.json()
+
+
+def _wait(path: Path) -> None:
+    """As vLLM's own reader does: the connector holds the .lock until the file is whole."""
+    with open(f"{path}.lock") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+
+
+def test_engine_states_equal_a_hugging_face_forward_pass(vllm_hs_server: HSServer):
+    s = vllm_hs_server
+    answers = [_chat(s, "hello there, how are you", 12), _chat(s, "a longer prompt " * 20, 5)]
+    files, expected = [], []
+    for a in answers:
+        path = Path(a["kv_transfer_params"]["hidden_states_path"])
+        assert path.parent == s.storage
+        _wait(path)
+        files.append(path)
+        expected.append(a["prompt_token_ids"] + a["choices"][0]["token_ids"][:-1])
+    for got, ids in zip(reference_states(files, s.layers), expected, strict=True):
+        assert got["shape"] == [len(ids), len(s.layers), 256]
+        assert got["ids"] == ids
+        assert got["dtype"] == "torch.float32"
+        assert max(got["diff"].values()) <= 1e-5, got
+    # the write is atomic: no file under a temporary name is left behind
+    assert sorted(p.name for p in s.storage.iterdir() if p.name.endswith(".tmp")) == []
+    for f in files:  # the next tests look at what they leave
+        f.unlink()
+        Path(f"{f}.lock").unlink(missing_ok=True)
+
+
+def _rows(out: Path) -> list[dict]:
+    return [orjson.loads(x) for f in sorted(out.glob("data-*.jsonl"))
+            for x in f.read_bytes().splitlines()]  # fmt: skip
+
+
+def _lines(out: Path) -> int:
+    """Rows written whole so far (a line is whole once its newline is there)."""
+    return sum(f.read_bytes().count(b"\n") for f in out.glob("data-*.jsonl"))
+
+
+def _wait_for(what: str, cond, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"gave up waiting for {what} after {timeout:g} s"
+        time.sleep(0.05)
+
+
+def _input(path: Path) -> Path:
+    rows = [
+        {"id": "chat-0", "messages": [{"role": "user", "content": "tell me about the sea"}]},
+        {"id": "chat-1", "messages": [{"role": "user", "content": "and the mountains"}]},
+        {"id": "multi", "messages": [
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": "first answer"},
+            {"role": "user", "content": "second question"},
+        ]},
+    ]  # fmt: skip
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def job(vllm_hs_server, tmp_path_factory) -> dict:
+    """One generate job with capture: two chats and a two-turn row, short answers."""
+    s, tmp = vllm_hs_server, tmp_path_factory.mktemp("hs-job")
+    out = tmp / "out"
+    before = set(s.storage.glob("*-gb*"))  # another test's, killed in flight
+    p = genbench("generate", "-i", str(_input(tmp / "in.jsonl")), "-o", str(out),
+                 "--url", s.url, "-c", "4", "--max-tokens", "6", "--temperature", "0",
+                 "--hidden-states", "--layers", "1,2,3,4", timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    left = set(s.storage.glob("*-gb*")) - before
+    return {"out": out, "tmp": tmp, "turns": [t for r in _rows(out) for t in turn_ids(r)],
+            "left": left}  # fmt: skip
+
+
+def test_generate_keeps_each_generated_turns_states_once(job):
+    out, turns = job["out"], job["turns"]
+    assert len(turns) == 4  # two chats, and both turns of the multi-turn row
+    names = [t.states for t in turns]
+    assert None not in names and len(set(names)) == 4
+    kept = (out / "hidden_states").rglob("*.safetensors")
+    on_disk = sorted(str(p.relative_to(out)) for p in kept)
+    assert on_disk == sorted(names)  # every turn's states, once; nothing else kept
+    layers = orjson.loads((out / "hidden_states" / "layers.json").read_bytes())
+    assert layers["layers"] == [1, 2, 3, 4] and layers["numbering"].startswith("vllm")
+    for t in turns:  # the engine's file as it wrote it (held against Hugging Face above)
+        got = tensors.read(out / t.states)
+        assert got["token_ids"].array.tolist() == (t.prompt + t.generated)[:-1]
+        assert got["hidden_states"].shape == (len(t.prompt) + len(t.generated) - 1, 4, 256)
+    # taken (their locks too), not copied; the preflight's own test request leaves its file
+    assert job["left"] == set()
+
+
+def test_the_trainers_own_loaders_read_the_exported_states(job):
+    wheres = {}
+    for fmt in ("speculators-states", "specforge-states"):
+        where = wheres[fmt.split("-")[0]] = job["tmp"] / fmt
+        p = genbench("export", str(job["out"]), "--format", fmt, "-o", str(where), "--keep-cut",
+                     "--min-tokens", "0", "--json")  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+        doc = orjson.loads(p.stdout)
+        assert doc["samples"] == 4 and doc["layers"] == [1, 2, 3, 4] and doc["last_layer"] == 4
+        manifest = orjson.loads((where / "genbench_states.json").read_bytes())
+        assert manifest["numbering"].startswith("vllm") and manifest["model"]
+    turns = job["turns"]
+    for trainer, got in trainer_reads(wheres).items():  # one run of the trainers' python
+        assert len(got) == len(turns), trainer
+        for g, t in zip(got, turns, strict=True):
+            n = len(t.prompt) + len(t.generated) - 1  # the last id has no state
+            assert g["input_ids"] == (t.prompt + t.generated)[:-1]
+            assert sum(g["loss_mask"]) <= len(t.generated) - 1
+            assert g["aux"][-2:] == [n, 3 * 256] and g["last"][-2:] == [n, 256]
+
+
+def test_sigkill_mid_job_then_a_rerun_keeps_every_rows_states_once(vllm_hs_server, tmp_path):
+    """genbench killed while rows are in flight (some of their states already moved in),
+    then run again: every row once, every turn's states once, each whole and its own."""
+    s, out, n = vllm_hs_server, tmp_path / "out", 8
+    rows = [{"id": f"k{i}", "messages": [{"role": "user", "content": f"row {i} " * (i + 1)}]}
+            for i in range(n)]  # fmt: skip
+    (tmp_path / "in.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    args = [sys.executable, "-m", "genbench", "generate", "-i", str(tmp_path / "in.jsonl"),
+            "-o", str(out), "--url", s.url, "-c", "2", "--max-tokens", "24", "--param",
+            "ignore_eos=true", "--hidden-states", "--layers", "1,2,3,4", "--json"]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for("2 rows written", lambda: _lines(out) >= 2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert _lines(out) < n  # killed mid-job
+    p = genbench(*args[3:], timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    done = _rows(out)
+    assert sorted(r["id"] for r in done) == sorted(r["id"] for r in rows)
+    turns = [t for r in done for t in turn_ids(r)]
+    kept = sorted(str(p.relative_to(out)) for p in (out / "hidden_states").rglob("*.safetensors"))
+    assert kept == sorted(t.states for t in turns)  # once each, no orphan of the killed run
+    for t in turns:
+        got = tensors.read(out / t.states)
+        assert got["token_ids"].array.tolist() == (t.prompt + t.generated)[:-1]
+        assert got["hidden_states"].shape[:2] == (len(t.prompt) + 23, 4)
+
+
+def test_capture_afterwards_gives_the_states_captured_while_generating(job, vllm_hs_server):
+    """`genbench hidden-states` on the same rows without their states (a copy of the data
+    files alone): a prefill per turn of its exact ids gives what capture while generating
+    gave, within 1e-5; a second run asks nothing (resumable by file)."""
+    s, src = vllm_hs_server, job["out"]
+    copy = job["tmp"] / "afterwards"
+    (copy / ".genbench").mkdir(parents=True)
+    for f in src.glob("data-*.jsonl"):  # the rows, their turns naming no states here
+        rows = [orjson.loads(x) for x in f.read_bytes().splitlines()]
+        for r in rows:
+            for t in r["conversations"]:
+                t.pop("hidden_states", None)
+        (copy / f.name).write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    args = ("hidden-states", str(copy), "--url", s.url, "--layers", "1,2,3,4", "--json")
+    p = genbench(*args, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert orjson.loads(p.stdout)["captured"] == 4
+    for t in job["turns"]:
+        before = tensors.read(src / t.states)
+        after = tensors.read(copy / t.states)  # the same name: the row's id and the turn
+        assert after["token_ids"].array.tolist() == before["token_ids"].array.tolist()
+        diff = abs(after["hidden_states"].floats() - before["hidden_states"].floats()).max()
+        assert diff <= 1e-5
+    again = genbench(*args, timeout=300)
+    assert again.returncode == 0 and orjson.loads(again.stdout)["already"] == 4
+    where = job["tmp"] / "afterwards-export"
+    p = genbench("export", str(copy), "--format", "speculators-states", "-o", str(where),
+                 "--keep-cut", "--min-tokens", "0")  # fmt: skip
+    assert p.returncode == 0 and len(list((where / "hidden_states").iterdir())) == 4
+
+
+def test_inspect_checks_each_turns_states_and_their_bytes(job, tmp_path):
+    """inspect reads every turn's file as it was taken; a file damaged since is named."""
+    out = job["out"]
+    p = genbench("inspect", str(out), "--json", "--save", str(tmp_path / "i.json"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    hs = orjson.loads(p.stdout)["hidden_states"]
+    assert (hs["turns"], hs["ok"], hs["missing"], hs["bad"]) == (4, 4, 0, 0)
+    assert hs["layers"] == [1, 2, 3, 4] and hs["dtype"] == "F32" and hs["hidden_size"] == 256
+    assert hs["bytes_per_token"] == 4 * 256 * 4
+    assert abs(hs["off_by"]) < 0.01  # the bytes are the forecast's, headers and ids aside
+    damaged = out / job["turns"][0].states
+    keep = damaged.read_bytes()
+    try:
+        damaged.write_bytes(keep[:-4])  # cut short
+        hs = orjson.loads(genbench("inspect", str(out), "--json", "--save",
+                                   str(tmp_path / "j.json")).stdout)["hidden_states"]  # fmt: skip
+        assert hs["bad"] == 1 and "cut short" in hs["examples"][0]
+    finally:
+        damaged.write_bytes(keep)

@@ -888,9 +888,9 @@ def test_the_panel_says_when_the_jobs_speed_leaves_the_plans_range():
         assert "outside the plan" not in text and "has left the plan's range" not in text
 
 
-def test_with_every_server_down_the_eta_is_held_and_the_panel_says_so():
-    """Nothing can finish while no server is up: a rate over a window filling with nothing
-    would grow the ETA without end, so it is held, and the panel says why and until when."""
+def test_with_every_server_down_there_is_no_eta_and_the_panel_says_so():
+    """Nothing can finish while no server is up: a number would be a guess at when one
+    comes back, so there is none, and the panel says why and until when (#45)."""
     from rich.console import Console
 
     from genbench.generate.render import panel as render
@@ -910,11 +910,13 @@ def test_with_every_server_down_the_eta_is_held_and_the_panel_says_so():
     for down_s in (1.0, 38.0, 250.0):
         now[0] = 60.0 + down_s
         snap = prog.snapshot([replace(up, state="down", down_s=down_s, in_flight=0)])
-        assert snap.eta_s == before.eta_s and snap.all_down_s == down_s
+        assert before.eta_s is not None and snap.eta_s is None and snap.all_down_s == down_s
+        assert snap.eta_note == "no server"
     console = Console(width=150, record=True)
     console.print(render(snap, 1800.0))
     text = console.export_text()
     assert "all servers down for 4.2 min; waiting, gives up after 30.0 min" in text
-    assert "held while no server is up" in text and "finishes" not in text
+    assert "ETA — (no server up: nothing can run)" in text and "finishes" not in text
     now[0] = 400.0  # back up: the ETA follows the rate again
-    assert prog.snapshot([up]).all_down_s is None
+    back = prog.snapshot([up])
+    assert back.all_down_s is None and back.eta_s is not None and back.eta_note is None

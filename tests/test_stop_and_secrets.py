@@ -292,8 +292,8 @@ def children(pid: int) -> list[int]:
 def test_every_engine_out_of_restarts_ends_the_job_at_once_naming_each_death(tmp_path):
     inp, out = write_prompts(tmp_path / "in.jsonl", 400), tmp_path / "out"
     r = genbench("generate", "-i", str(inp), "-o", str(out), "-c", "4", "--serve",
-                 f"{SIM} --fault die:after=12", "--engine-restarts", "0", "--progress-every",
-                 "0.1", timeout=120)  # fmt: skip
+                 f"{SIM} --fault die:after=12", "--engine-restarts", "0", "--progress-json",
+                 "--progress-every", "0.1", timeout=120)  # fmt: skip
     assert r.returncode == 14, r.stdout + r.stderr
     end = [ln for ln in r.stdout.splitlines() if ln.startswith("stopped, no server left")]
     assert len(end) == 1 and "every engine is out of restarts (--engine-restarts): engine 1 " \

@@ -150,6 +150,7 @@ MEANINGS: dict[str, str] = {
     "--think-tags": "The tags around thinking that arrives inline in content (OPEN,CLOSE).",
     "--think-dialect": "Where thinking arrives, for when check and the replies cannot tell: "
     "auto, separate, inline, inline-opened or none.",
+    "--kv-tokens": "Reference server: a KV cache of this many tokens (preemption when full).",
     "--keep-raw": "Write each answer also as generated, thinking and tags in it.",
     "--keep-cut": "Export: keep the turns cut by max_tokens (left out by default).",
     "--empty-system": "Export (specforge): an empty system turn where none was sent.",

@@ -251,6 +251,7 @@ class SimConfig:
     metrics: bool = True  # False: no /metrics (SGLang started without --enable-metrics)
     tool_calls: str | None = None  # N or LO:HI calls per conversation (sim/tools.py)
     token_ids: str = "none"  # one of TOKEN_ID_DIALECTS
+    kv_tokens: int = 0  # the KV cache's capacity in tokens; 0: none (sim/kv.py)
 
     @property
     def step_b(self) -> float:
@@ -321,6 +322,12 @@ class SimConfig:
             )
         one_of("--token-ids", self.token_ids, TOKEN_ID_DIALECTS)
         need(
+            self.kv_tokens >= 0 and self.kv_tokens % 16 == 0,
+            "--kv-tokens",
+            self.kv_tokens,
+            "0 (no KV cache) or a multiple of 16 tokens (vLLM's block size)",
+        )
+        need(
             self.token_ids != "sglang" or self.dialect == "sglang",
             "--token-ids",
             repr(self.token_ids),
@@ -367,6 +374,7 @@ def startup_line(cfg: SimConfig, port: int, auth: bool = False) -> str:
         f"genbench sim listening on http://{_url_host(cfg.host)}:{port}/v1 "
         f"(model {cfg.model}, tps {cfg.tps}, per-seq-ms {cfg.per_seq_ms}, "
         f"ttft-ms {cfg.ttft_ms}, max-batch {cfg.max_batch}, "
-        f"token-ids {cfg.token_ids}, tool-calls {cfg.tool_calls or 'none'}, "
+        + (f"kv-tokens {cfg.kv_tokens}, " if cfg.kv_tokens else "")
+        + f"token-ids {cfg.token_ids}, tool-calls {cfg.tool_calls or 'none'}, "
         f"api key {'required' if auth else 'not required'}, faults: {faults})"
     )

@@ -27,7 +27,8 @@ A flag name means one thing, with one kind of value, in every command that has i
 * **`-i/--input` or `--prompts FILE`**: a prompt file (JSONL or Parquet), in `plan` and
   `generate`. A count of prompts is spelled out: `run --prompts-per-length N`.
 * **`-c/--concurrency`**: requests in flight per server, in every command that sends load.
-  Where a command sweeps (`run`) it takes one number or a comma-separated list.
+  Where a command sweeps (`run`) it takes one number or a comma-separated list; `auto`
+  (the default of `run` on a server and of `generate`) finds the server's knee by climbing.
 * **`-o/--out`**: where a command that writes puts what it makes: a directory (`run`,
   `plan`'s pilot, `generate`, `inspect`'s clean copy) or a file (`report`'s HTML,
   `export`'s trainer file).
@@ -54,7 +55,8 @@ MEANINGS: dict[str, str] = {
     "--bootstrap": "Bootstrap replicates for the forecast's error bar.",
     "--bytes-per-token": "Output text bytes per token, when not measured.",
     "--answers": "The answers' shape: conversations, OpenAI Batch output lines, or both.",
-    "--concurrency": "Requests in flight per server; one or a list where the command sweeps.",
+    "--concurrency": "Requests in flight per server; one or a list where the command sweeps; "
+    "auto (run, generate): found by climbing.",
     "--config": "JSON or TOML file of the job's request fields.",
     "--connect-timeout": "Seconds to wait for a connection.",
     "--deadline": "The job's deadline (5d, 36h, 90m, 2d12h).",

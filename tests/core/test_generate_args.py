@@ -17,6 +17,7 @@ from genbench.errors import UsageError
 from genbench.generate.flags import GenerateArgs, job_config
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.servers import ServerSpec
+from genbench.generate.tuner import SAFE_START
 
 pytestmark = pytest.mark.core
 
@@ -32,12 +33,15 @@ def args(**given: Any) -> GenerateArgs:
 
 def test_the_commands_defaults_are_the_librarys(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert job_config(args()) == JobConfig(Path("in.jsonl"), Path("out"), [ServerSpec(URL, 64)])
+    auto = ServerSpec(URL, SAFE_START, auto=True)  # -c auto: found and held per server
+    assert job_config(args()) == JobConfig(Path("in.jsonl"), Path("out"), [auto])
+    assert job_config(args(concurrency="64")).servers == [ServerSpec(URL, 64)]  # exactly that
 
 
 @pytest.mark.parametrize(("given", "message"), [
     ({"retries": -1}, "--retries, --retry-backoff and --drain must be 0 or more"),
-    ({"concurrency": 0}, "--concurrency must be a positive number, got 0"),
+    ({"concurrency": "0"}, "-c/--concurrency '0': expected a number >= 1 or auto"),
+    ({"concurrency": "lots"}, "-c/--concurrency 'lots': expected a number >= 1 or auto"),
     ({"turns": "some"}, "--turns 'some': expected one of all, last"),
     ({"answers": "batch", "fmt": "parquet"}, "--answers batch writes JSON Lines"),
     ({"shard_size": "1KB"}, "--shard-size '1KB': must be at least 4KB"),

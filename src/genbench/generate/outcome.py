@@ -51,6 +51,7 @@ class JobResult:
     unanswered: dict[str, Any] = field(default_factory=dict)
     ids_line: str = ""  # the rows without token ids, by server ('' when none)
     engines_line: str = ""  # --serve: how long the engines were down and why ('' if never)
+    concurrency: list[dict[str, Any]] = field(default_factory=list)  # -c auto's changes
 
     def to_dict(self) -> dict[str, Any]:
         """As `generate --json` prints it: the snapshot as the progress lines write it."""

@@ -77,7 +77,7 @@ def vllm_kv_rows(srv: DialectHost) -> list[MetricLine]:
     names them: what `generate -c auto` and `run`'s knee read first."""
     s, model = srv.sched, _label(srv.cfg.model)
     eng = f'{{engine="0",model_name={model}}}'
-    blocks = srv.cfg.kv_tokens // BLOCK_SIZE
+    blocks = s.kv.capacity // BLOCK_SIZE  # as it is now (POST /sim/kv changes it)
     cache = (f'{{block_size="{BLOCK_SIZE}",cache_dtype="auto",engine="0",'
              f'num_gpu_blocks="{blocks}",num_cpu_blocks="0"}}')  # fmt: skip
     return [
@@ -112,6 +112,8 @@ def sim_rows(srv: DialectHost) -> list[MetricLine]:
         ("spec_decode_num_accepted_tokens_total", "counter", "Accepted draft tokens.",
          [("", s.m_accepted)]),
         ("decode_steps_total", "counter", "Decode steps run.", [("", s.steps)]),
+        ("decode_busy_seconds_total", "counter", "Seconds of decode steps, as scheduled: the "
+         "time the batch worked, whatever the host's lag.", [("", s.busy_s)]),
         ("decode_resyncs_total", "counter", "Times the decode loop fell too far behind and "
          "resynchronised.", [("", s.resyncs)]),
         ("decode_resync_seconds_total", "counter", "Seconds the decode schedule was shifted "

@@ -50,6 +50,7 @@ class Scheduler:
         self._wake: asyncio.Future[float] | None = None
         self.rng = random.Random(f"{cfg.seed}/spec")
         self.steps = 0
+        self.busy_s = 0.0  # the decode steps' scheduled seconds: the job's time on the sim's clock
         self.resyncs = 0
         self.resync_s = 0.0
         self.lag_sum = 0.0
@@ -349,6 +350,7 @@ class Scheduler:
                 self._preempt(victims, base)
             batch = self.batch
             dur = (a + b * len(batch)) / self.speed(base)
+            self.busy_s += dur
             deadline = base + dur
             await sleep_until(deadline)
             keep: list[Req] = []

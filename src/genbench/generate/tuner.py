@@ -15,9 +15,9 @@ records, the server's `/metrics` and the clock; `AutoConcurrency` drives one per
   `/metrics`, the last climb raised throughput by MIN_GAIN or more.
 * **Step back** on the server's signs of overload: preemptions (vLLM) or retractions
   (SGLang) growing, a queue that stays, 429/503 answers; without `/metrics`, a climb
-  whose throughput did not rise (its latency per token rose instead): back to the last
-  good level, or half the current one when the good level itself went bad (the server
-  lost memory, the outputs grew).
+  whose throughput did not rise (its latency per token rose instead): halfway back to
+  the last good level (the knee lies between), or half the current one when the good
+  level itself went bad (the server lost memory, the outputs grew).
 * **Hold** where neither applies; a window whose KV usage stays far under ROOM reopens
   the climb (outputs that grew shorter).
 
@@ -283,7 +283,9 @@ class Tuner:
         c = self.c
         self.bad = c
         if self.good is not None and self.good < c:
-            new = self.good
+            # halfway back to the level that held: a climb past the knee overshot it by up
+            # to a doubling, and the knee lies between (the next overload halves the gap)
+            new = self.good if c - self.good <= max(1, c // 8) else (self.good + c) // 2
         else:  # the level that held went bad: the server shrank, or the outputs grew
             new, self.good = max(1, c // 2), None
         self.prev = None

@@ -389,7 +389,8 @@ def test_retries_on_503_and_context_too_long_goes_straight_to_errors(sim_factory
     rows = prompts(30) + [{"id": "long", "prompt": "word " * 100}]
     write_rows(inp, rows)
     out = tmp_path / "out"
-    p = gen(inp, out, "--url", sim.url, "--retries", "8", "--max-tokens", "20")
+    # -c 64: every row in the first wave, so which request draws a 503 is the same each run
+    p = gen(inp, out, "--url", sim.url, "--retries", "8", "--max-tokens", "20", "-c", "64")
     assert p.returncode == 0, p.stderr
     got = assert_exactly_once(out, [f"r{i}" for i in range(30)])
     assert max(r["meta"]["attempts"] for r in got) > 1
@@ -754,10 +755,10 @@ def test_url_file_and_sizes(tmp_path):
 
     f = tmp_path / "servers.txt"
     f.write_text("# cluster a\nhttp://a:8000/v1 128\n\nhttp://b:8000/v1  # default C\n")
-    specs = read_url_file(f, 64)
-    assert [(s.url, s.concurrency) for s in specs] == [
-        ("http://a:8000/v1", 128),
-        ("http://b:8000/v1", 64),
+    specs = read_url_file(f, ServerSpec("", 64, auto=True))
+    assert [(s.url, s.concurrency, s.auto) for s in specs] == [
+        ("http://a:8000/v1", 128, False),  # a number on its line: exactly that
+        ("http://b:8000/v1", 64, True),  # -c's: auto, from its start
     ]
     assert parse_size("256MB") == 256 << 20 and parse_size("1g") == 1 << 30
     with pytest.raises(Exception, match="shard-size"):

@@ -200,6 +200,9 @@ class Load:
         self.phase, self.on_record, self.keep = phase, on_record, keep_records
         self.down_timeout, self.drain = down_timeout, drain
         self.run_ = PhaseRun()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._workers: dict[int, int] = {}  # id(slot) -> worker tasks started for it
+        self._more = asyncio.Event()  # a worker was added while the load runs (resize)
         self.stopped, self._now = asyncio.Event(), asyncio.Event()
         self._down: Slot | None = None
         for s in slots:
@@ -221,23 +224,42 @@ class Load:
         # workers started in turn across the servers (1st of each, 2nd of each, ...): they
         # take rows in that order, so a job of fewer rows than slots uses every server
         most = max((s.concurrency for s in self.slots), default=0)
-        tasks = [
-            loop.create_task(self._work(s, i))
-            for i in range(most)
-            for s in self.slots
-            if i < s.concurrency
-        ]
-        tasks.append(loop.create_task(self._watch_down()))
+        for i in range(most):
+            for s in self.slots:
+                if i < s.concurrency:
+                    self._add_worker(s)
+        workers = set(self._tasks)
+        watch = loop.create_task(self._watch_down())
         try:
-            await self._until_done(set(tasks[:-1]))
+            await self._until_done(workers)
         finally:
-            for t in tasks:
+            for t in [*self._tasks, watch]:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*self._tasks, watch, return_exceptions=True)
             run.ended, run.stop_sending_at = time.perf_counter(), self.queue.stop_sending_at
         if self._down is not None:
             raise self._server_down(self._down)
         return run
+
+    def _add_worker(self, slot: Slot) -> None:
+        n = self._workers.get(id(slot), 0)
+        self._workers[id(slot)] = n + 1
+        self._tasks.append(asyncio.get_running_loop().create_task(self._work(slot, n)))
+        self._more.set()
+
+    def resize(self, slot: Slot, n: int) -> None:
+        """The slot keeps `n` requests in flight from now on (generate -c auto). Fewer: the
+        workers past `n` finish the unit they hold and take no more; more: workers are
+        started (or those waiting take units again). A unit is never dropped nor handed
+        out twice: only `WorkQueue.take` hands them out, and it asks `worker < streams`."""
+        n = max(1, n)
+        short = slot.streams < slot.concurrency  # fewer descriptors than asked: keep short
+        slot.concurrency = n
+        slot.streams = min(slot.streams, n) if short else n
+        if self._tasks:  # running: start the workers it never had
+            while self._workers.get(id(slot), 0) < n:
+                self._add_worker(slot)
+        slot.changed("")  # the queue rechecks who may send
 
     async def _until_done(self, pending: set[asyncio.Task[None]]) -> None:
         """Wait for the workers; once stopped, give them `drain` seconds, then cancel."""
@@ -245,16 +267,25 @@ class Load:
         now = asyncio.get_running_loop().create_task(self._now.wait())
         deadline = None
         try:
-            while pending and not self._now.is_set():
+            while not self._now.is_set():
+                if self._more.is_set():  # workers added by resize: wait for them too
+                    self._more.clear()
+                    pending |= {t for t in self._tasks if not t.done()}
+                if not pending:
+                    break
                 if deadline is None and self.stopped.is_set():
                     deadline = time.monotonic() + self.drain
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break
-                wake = {now} if deadline is not None else {stopper}
-                done, _ = await asyncio.wait(
-                    pending | wake, timeout=left, return_when=asyncio.FIRST_COMPLETED
-                )
+                more = asyncio.get_running_loop().create_task(self._more.wait())
+                wake = {now if deadline is not None else stopper, more}
+                try:
+                    done, _ = await asyncio.wait(
+                        pending | wake, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    more.cancel()
                 for t in done & pending:
                     if not t.cancelled() and t.exception() is not None:
                         raise t.exception()  # type: ignore[misc]  # a bug, not a failed request

@@ -19,6 +19,7 @@ from genbench.generate.flags import GenerateArgs, job_config, plan_lines
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.planned import DEFAULT_CONCURRENCY, Planned
 from genbench.generate.servers import ServerSpec
+from genbench.generate.tuner import SAFE_START
 from genbench.plan.document import plan_settings
 from genbench.plan.make import DEFAULT_PILOT_C
 
@@ -36,18 +37,18 @@ def args(**given: Any) -> GenerateArgs:
 
 def test_the_commands_defaults_are_the_librarys(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert job_config(args()) == JobConfig(
-        Path("in.jsonl"), Path("out"), [ServerSpec(URL, DEFAULT_CONCURRENCY)]
-    )
-    # plan's pilot runs the same default: the two commands paired as README pairs them
-    # run one configuration
+    auto = ServerSpec(URL, SAFE_START, auto=True)  # -c auto: found and held per server
+    assert job_config(args()) == JobConfig(Path("in.jsonl"), Path("out"), [auto])
+    assert job_config(args(concurrency="64")).servers == [ServerSpec(URL, 64)]  # exactly that
+    # plan's pilot runs 32 unless -c says otherwise; generate --plan runs the plan's
     assert inspect.signature(plan).parameters["concurrency"].default.default is None
     assert DEFAULT_PILOT_C == DEFAULT_CONCURRENCY
 
 
 @pytest.mark.parametrize(("given", "message"), [
     ({"retries": -1}, "--retries, --retry-backoff and --drain must be 0 or more"),
-    ({"concurrency": 0}, "--concurrency must be a positive number, got 0"),
+    ({"concurrency": "0"}, "-c/--concurrency '0': expected a number >= 1 or auto"),
+    ({"concurrency": "lots"}, "-c/--concurrency 'lots': expected a number >= 1 or auto"),
     ({"turns": "some"}, "--turns 'some': expected one of all, last"),
     ({"answers": "batch", "fmt": "parquet"}, "--answers batch writes JSON Lines"),
     ({"shard_size": "1KB"}, "--shard-size '1KB': must be at least 4KB"),

@@ -26,9 +26,10 @@ A flag name means one thing, with one kind of value, in every command that has i
 
 * **`-i/--input` or `--prompts FILE`**: a prompt file (JSONL or Parquet), in `plan` and
   `generate`. A count of prompts is spelled out: `run --prompts-per-length N`.
-* **`-c/--concurrency`**: requests in flight per server, in every command that sends load,
-  32 by default in `plan` and `generate` alike (`generate --plan`: the plan's). Where a
-  command sweeps (`run`) it takes one number or a comma-separated list.
+* **`-c/--concurrency`**: requests in flight per server, in every command that sends load.
+  Where a command sweeps (`run`) it takes one number or a comma-separated list; `auto`
+  (the default of `run` on a server and of `generate` without `--plan`) finds the server's
+  knee by climbing; `generate --plan` runs the plan's, and `plan`'s pilot 32.
 * **`-o/--out`**: where a command that writes puts what it makes: a directory (`run`,
   `plan`'s pilot, `generate`, `inspect`'s clean copy) or a file (`report`'s HTML,
   `export`'s trainer file).
@@ -61,7 +62,8 @@ MEANINGS: dict[str, str] = {
     "--bootstrap": "Bootstrap replicates for the forecast's error bar.",
     "--bytes-per-token": "Output text bytes per token, when not measured.",
     "--answers": "The answers' shape: conversations, OpenAI Batch output lines, or both.",
-    "--concurrency": "Requests in flight per server; one or a list where the command sweeps.",
+    "--concurrency": "Requests in flight per server; one or a list where the command sweeps; "
+    "auto (run, generate): found by climbing.",
     "--config": "JSON or TOML file of the job's request fields.",
     "--connect-timeout": "Seconds to wait for a connection.",
     "--deadline": "The job's deadline (5d, 36h, 90m, 2d12h).",
@@ -163,6 +165,7 @@ MEANINGS: dict[str, str] = {
     "--think-tags": "The tags around thinking that arrives inline in content (OPEN,CLOSE).",
     "--think-dialect": "Where thinking arrives, for when check and the replies cannot tell: "
     "auto, separate, inline, inline-opened or none.",
+    "--kv-tokens": "Reference server: a KV cache of this many tokens (preemption when full).",
     "--keep-raw": "Write each answer also as generated, thinking and tags in it.",
     "--keep-cut": "Export: keep the turns cut by max_tokens (left out by default).",
     "--empty-system": "Export (specforge): an empty system turn where none was sent.",

@@ -32,8 +32,14 @@ OPTIONS: dict[str, Any] = {
     "api_key_env": common.KEY_ENV,
     "api_key_file": common.KEY_FILE,
     "concurrency": typer.Option(
-        None, "--concurrency", "-c", help="Requests in flight per server. [default: 32; "
-        "--plan: the plan's]",
+        None,
+        "--concurrency",
+        "-c",
+        metavar="N|auto",
+        help="Requests in flight per server: N, held for the whole job, or auto: found and "
+        "held per server (climbs while throughput rises and the server has room, steps back "
+        "on preemptions, a queue, 429/503; docs/generate.md). [default: auto; --plan: the "
+        "plan's]",
     ),
     "max_tokens": common.MAX_TOKENS,
     "temperature": common.TEMPERATURE,

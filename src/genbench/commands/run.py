@@ -23,7 +23,8 @@ CONCURRENCY = typer.Option(
     None,
     "--concurrency",
     "-c",
-    help="Requests in flight: one or a comma-separated list to sweep. "
+    help="Requests in flight: one or a comma-separated list to sweep, or auto: double from "
+    "1 until throughput stops rising or the server says it is full (the knee). "
     + default_text("concurrency"),
 )
 SHAPE = typer.Option("burst,sustained", "--shape", help="Sweep load shapes, comma-separated.")
@@ -156,7 +157,8 @@ def run(
     """Benchmark a server: warm-up, single stream by output length, concurrency sweep."""
     flags = dict(locals())  # every option above, by name
     cfg = run_config(**{k: flags[k] for k in CONFIG_FLAGS})
-    common.descriptors(1 if "sweep" in cfg.skip else max(cfg.concurrency))
+    most = cfg.climb_max if cfg.climb else max(cfg.concurrency)
+    common.descriptors(1 if "sweep" in cfg.skip else most)
     console = err if json else out
     if repeat < 1:
         raise UsageError(f"--repeat must be 1 or more, got {repeat}")

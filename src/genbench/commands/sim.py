@@ -113,6 +113,13 @@ TOOL_CALLS = typer.Option(
     "to HI, seeded), one a reply, before it answers. [default: never, unless tool_choice "
     "forces a call]",
 )
+KV_TOKENS = typer.Option(
+    0,
+    "--kv-tokens",
+    help="A KV cache of this many tokens (a multiple of 16): each running request holds its "
+    "prompt and what it generated; when full the newest is preempted and generates again. "
+    "0: none.",
+)
 
 
 def sim(
@@ -140,6 +147,7 @@ def sim(
     drift: str | None = DRIFT,
     tool_calls: str | None = TOOL_CALLS,
     token_ids: str = TOKEN_IDS,
+    kv_tokens: int = KV_TOKENS,
 ) -> None:
     """Run the reference OpenAI-compatible server with known timing and injectable faults."""
     cfg = SimConfig(
@@ -151,6 +159,7 @@ def sim(
         api_key_env=api_key_env,
         faults=[parse_fault(f) for f in fault or []], drift=drift, dialect=dialect,
         metrics=not no_metrics, token_ids=token_ids, tool_calls=tool_calls,
+        kv_tokens=kv_tokens,
     ).validate()  # fmt: skip
     for note in cfg.notes():
         typer.echo(f"genbench sim: note: {note}", err=True)

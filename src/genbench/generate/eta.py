@@ -55,6 +55,7 @@ FEW = 5  # with fewer cluster ends, the job's start is taken as one (every strea
 STALL = 4.0  # a gap between clusters this many times the usual one is a stall: lost time
 MERGE = 0.5  # completions closer than this × the felt gap (felt_gap) are one cluster
 SLOWEST = 0.05  # a rate range past −95% is held there (the ETA's upper end stays finite)
+SINCE_CLUSTERS = 3  # cluster ends after a change of load that make the rate its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,12 +224,18 @@ def residual_quantiles(durations: deque[float], n: float, probs: tuple[float, ..
     return out
 
 
-def estimate(done: Completions, remaining: int, now: float, t0: float = 0.0) -> Eta | None:
+def estimate(
+    done: Completions, remaining: int, now: float, t0: float = 0.0, since: float | None = None
+) -> Eta | None:
     """Seconds left and their 95% range, from the completions so far (see the module's
-    docstring). None before two clusters have ended."""
+    docstring). None before two clusters have ended. `since`: the load changed then
+    (`generate -c auto`): the rate is read from the clusters after it once there are
+    SINCE_CLUSTERS of them."""
     if remaining <= 0:
         return Eta(0.0, 0.0, 0.0)
     ends = cluster_ends(*done.points(), now, t0)
+    if since is not None and len(after := [e for e in ends if e[0] >= since]) >= SINCE_CLUSTERS:
+        ends = after
     if 0 < len(ends) < FEW and ends[0][0] > t0:  # a few waves: the start is one's start
         ends = [(t0, 0.0), *ends]
     if len(ends) < 2:

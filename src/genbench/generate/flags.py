@@ -29,6 +29,7 @@ from genbench.generate.planned import Planned, departures, resolve, resolve_conc
 from genbench.generate.recipe import ALL, REPLAY, TURNS
 from genbench.generate.servers import ServerSpec
 from genbench.generate.store import changes
+from genbench.generate.tuner import CEILING, SAFE_START
 from genbench.transport.endpoint import Endpoint, key_source, load_api_key
 from genbench.transport.open_files import fit_descriptors
 from genbench.transport.thinking import parse_dialect, parse_tags
@@ -52,7 +53,23 @@ def parse_size(text: str) -> int:
     return int(n)
 
 
-def read_url_file(path: Path, default_c: int) -> list[ServerSpec]:
+def server_spec(text: str, plan_c: int | None = None) -> ServerSpec:
+    """`-c`: a number is exactly that, held for the whole job; `auto` (the default) starts
+    at the plan's concurrency (`plan_c`), or the tuner's safe value, and finds the server's
+    best (generate/tuner.py). The spec's URL is left empty: the caller's servers take it."""
+    value = str(text).strip().lower()
+    if value == "auto":
+        return ServerSpec("", plan_c or SAFE_START, auto=True)
+    try:
+        c = int(value)
+    except ValueError:
+        c = 0
+    if c < 1:
+        raise UsageError(f"-c/--concurrency '{text}': expected a number >= 1 or auto")
+    return ServerSpec("", c)
+
+
+def read_url_file(path: Path, default: ServerSpec) -> list[ServerSpec]:
     """One server per line: `URL [CONCURRENCY]`; blank lines and # comments are skipped."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -63,7 +80,7 @@ def read_url_file(path: Path, default_c: int) -> list[ServerSpec]:
         parts = line.split("#", 1)[0].split()
         if not parts:
             continue
-        c = default_c
+        spec = replace(default, url=parts[0])
         if len(parts) > 2:
             raise UsageError(f"{path}, line {n}: expected 'URL [CONCURRENCY]'")
         if len(parts) == 2:
@@ -73,7 +90,8 @@ def read_url_file(path: Path, default_c: int) -> list[ServerSpec]:
                 c = 0
             if c < 1:
                 raise UsageError(f"{path}, line {n}: concurrency '{parts[1]}' is not a number >= 1")
-        specs.append(ServerSpec(parts[0], c))
+            spec = ServerSpec(parts[0], c)
+        specs.append(spec)
     if not specs:
         raise UsageError(f"--url-file {path}: no URLs in it")
     return specs
@@ -91,7 +109,7 @@ class GenerateArgs(AsTyped, RequestFlags):
     serve: list[str] | None
     api_key_env: str
     api_key_file: Path | None
-    concurrency: int | None  # None: the plan's, else the default (generate/planned.py)
+    concurrency: str | None  # N or auto; None: the plan's, else auto (planned.py)
     turns: str | None  # None: the plan's, else all
     tool_policy: str | None  # None: the plan's, else replay
     think_tags: str
@@ -137,20 +155,21 @@ def job_config(a: GenerateArgs, planned: Planned | None = None) -> JobConfig:
     _check_flags(a)
     fmt, turns, tool_policy = _answers_format(a.answers, a.fmt, a.input, a.turns, a.tool_policy)
     token_ids = _batch_ids(a.answers, a.token_ids)
-    servers = [ServerSpec(u, a.concurrency) for u in a.url or []]
+    c = server_spec(a.concurrency, planned.concurrency if planned else None)
+    servers = [replace(c, url=u) for u in a.url or []]
     if a.url_file is not None:
-        servers += read_url_file(a.url_file, a.concurrency)
+        servers += read_url_file(a.url_file, c)
     keys = (a.api_key_env, a.api_key_file)
     key, source = load_api_key(*keys), key_source(*keys)  # an engine's start check sends it
-    engines = [parse_command(c).keyed(key, source) for c in a.serve or []]
-    servers += [ServerSpec(c.url, a.concurrency) for c in engines]
+    engines = [parse_command(e).keyed(key, source) for e in a.serve or []]
+    servers += [replace(c, url=e.url) for e in engines]
     if not servers:
         raise UsageError(
             "no server: give --url URL (repeatable), --url-file FILE or --serve CMD"
         )
     for s in servers:
         Endpoint.parse(s.url)  # a bad URL fails now, with its own message
-    fit_descriptors(sum(s.concurrency for s in servers), len(servers), "-c/--concurrency")
+    fit_streams(servers)
     return JobConfig(
         **a.as_typed(), servers=servers, api_key=key,
         params=a.params(planned.params if planned else None), turns=turns,
@@ -168,7 +187,7 @@ def job_config(a: GenerateArgs, planned: Planned | None = None) -> JobConfig:
 def plan_lines(a: GenerateArgs, planned: Planned, cfg: JobConfig) -> tuple[str, list[str]]:
     """What the job takes of the plan (one line), and each flag that departs from it, with
     what it does to the forecast: said once, before the first request."""
-    c = resolve_concurrency(a.concurrency, planned)
+    c = str(resolve_concurrency(a.concurrency, planned))
     n = len(cfg.servers)
     lines = departures(planned, concurrency=c, servers=n, params=cfg.params, turns=cfg.turns,
                        tool_policy=cfg.tool_policy)  # fmt: skip
@@ -202,8 +221,21 @@ def _capture(a: GenerateArgs, engines: list[EngineCommand], token_ids: str) -> C
     return CaptureSpec(tuple(layers), a.for_trainer)
 
 
+def fit_streams(servers: list[ServerSpec]) -> None:
+    """The open-file limit for every stream: a -c auto server's as high as it may climb
+    where the limit allows, else its start (its streams are shed if it climbs short)."""
+    fixed = sum(s.concurrency for s in servers if not s.auto)
+    auto = [s for s in servers if s.auto]
+    try:
+        fit_descriptors(fixed + CEILING * len(auto), len(servers), "-c/--concurrency")
+    except UsageError:
+        if not auto:
+            raise
+        fit_descriptors(fixed + sum(s.concurrency for s in auto), len(servers), "-c/--concurrency")
+
+
 def _check_flags(a: GenerateArgs) -> None:
-    for name in ("concurrency", "max_tokens", "timeout", "down_timeout", "limit",
+    for name in ("max_tokens", "timeout", "down_timeout", "limit",
                  "progress_every", "engine_start_timeout", "engine_hang_timeout"):  # fmt: skip
         positive("--" + name.replace("_", "-"), getattr(a, name))
     if a.engine_restarts < 0 or a.engine_backoff < 0:

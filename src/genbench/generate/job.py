@@ -42,6 +42,7 @@ from genbench.generate.store.batch import row_bytes, write_answers
 from genbench.generate.store.durable import output_errors
 from genbench.generate.store.resume import prepare
 from genbench.generate.store.writer import Existing, Store
+from genbench.generate.tuner import AutoConcurrency, Change
 from genbench.load import Load
 from genbench.records import RequestRecord
 from genbench.transport import acceptance
@@ -85,6 +86,7 @@ class Job:
         spec = cfg.capture  # --hidden-states: each turn's states, taken as it is answered
         self.capture = None if spec is None else Capture(self.store.layout, spec.layers or (),
                                                          spec.wait_s)  # fmt: skip
+        self.auto: AutoConcurrency | None = None  # -c auto: the servers' tuners
 
     # -- preparation ----------------------------------------------------------------------
 
@@ -317,6 +319,10 @@ class Job:
         for s, rep in zip(self.servers, reports, strict=True):
             if not rep.ok:
                 s.mark_down(rep.diagnosis or "not answering")
+        specs = zip(self.servers, cfg.servers, strict=True)
+        if auto := {s.name: spec.concurrency for s, spec in specs if spec.auto}:  # -c auto
+            tokens = cfg.params.get("max_tokens")
+            self.auto = AutoConcurrency(self.servers, auto, tokens, self._retuned)
         if self.engines is not None:
             self.progress.engines = self.engines
             self.engines.watch()
@@ -333,6 +339,7 @@ class Job:
         syncer = loop.create_task(self.store.run_syncer())
         syncer.add_done_callback(self._syncer_ended)  # a full disk stops the job at once
         ticker = loop.create_task(self._ticker())
+        tuning = loop.create_task(self.auto.run(self.load)) if self.auto else ticker
         status = "complete"
         try:
             await self.load.run()
@@ -349,11 +356,12 @@ class Job:
             status = "servers_down"
         finally:
             ticker.cancel()
+            tuning.cancel()
             try:
                 await self.store.close(convert_all=status == "complete")
             finally:
                 syncer.cancel()
-                await asyncio.gather(syncer, ticker, return_exceptions=True)
+                await asyncio.gather(syncer, ticker, tuning, return_exceptions=True)
                 for s in self.servers:
                     await s.close()
         return status
@@ -432,9 +440,17 @@ class Job:
         if self._t_first_send is None or rec.t_send < self._t_first_send:
             self._t_first_send = rec.t_send
         self.store.log_request(rec)
+        if self.auto is not None:
+            self.auto.record(rec)
         if self.progress is not None:
             self.progress.on_record(rec)
         self.listener.record(rec)
+
+    def _retuned(self, change: Change) -> None:
+        """-c auto changed a server's concurrency: said, and the ETA's rate from now on."""
+        self.listener.note(change.line(), "cyan")
+        if self.progress is not None:
+            self.progress.rate_changed()
 
     def _on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
         if self.progress is not None:
@@ -476,6 +492,7 @@ class Job:
             snapshot=snap, failure=self.failures.most_common(),
             unanswered=self.unanswered.to_dict(), signal=self.stop_signal,
             ids_line=self.unanswered.ids_line(p.done if p else 0),
+            concurrency=[c.to_dict() for c in self.auto.changes] if self.auto else [],
         )  # fmt: skip
 
 

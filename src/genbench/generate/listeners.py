@@ -92,6 +92,7 @@ class RunNotes(Listener):
             "done": result.done,
             "failed": result.failed,
             "sending_s": round(result.sending_s, 3),
+            "concurrency": result.concurrency,  # -c auto: each change, when and why
         })  # fmt: skip
 
     def _append(self, doc: dict[str, Any]) -> None:

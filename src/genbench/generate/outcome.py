@@ -52,6 +52,7 @@ class JobResult:
     ids_line: str = ""  # the rows without token ids, by server ('' when none)
     engines_line: str = ""  # --serve: how long the engines were down and why ('' if never)
     signal: int | None = None  # the operator's signal that stopped the job, if one did
+    concurrency: list[dict[str, Any]] = field(default_factory=list)  # -c auto's changes
 
     def to_dict(self) -> dict[str, Any]:
         """As `generate --json` prints it: the snapshot as the progress lines write it."""

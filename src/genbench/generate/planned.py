@@ -5,8 +5,9 @@ departs from it said once, before the first request, with what it does to the fo
 Why here and small: a forecast holds for the configuration it measured. A job that runs
 another concurrency, other sampling or another max_tokens than the plan's pilot is being
 compared with a forecast for another job, and its end's "the forecast was -15% off" says
-nothing about the next plan. `plan` and `generate` share their defaults (the concurrency
-below) so the two commands paired as README.md pairs them run one configuration.
+nothing about the next plan. `generate --plan` runs the plan's concurrency, so the two
+commands paired as README.md pairs them run one configuration; without a plan the job finds
+each server's best (`-c auto`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_CONCURRENCY = 32  # requests in flight per server: plan's pilot and generate's job
+DEFAULT_CONCURRENCY = 32  # requests in flight per server of plan's pilot
+AUTO = "auto"  # -c auto: the job finds and holds each server's best concurrency
 
 
 @dataclass(frozen=True)
@@ -30,14 +32,14 @@ class Planned:
     tool_policy: str | None = None
 
 
-def resolve_concurrency(given: int | None, planned: Planned | None) -> int:
-    """The job's requests in flight per server: `-c` where given, else the plan's, else the
-    one default plan and generate share."""
+def resolve_concurrency(given: str | int | None, planned: Planned | None) -> str:
+    """The job's requests in flight per server: `-c` where given (a number, or auto), else
+    the plan's, else auto (the job finds each server's best: generate/tuner.py)."""
     if given is not None:
-        return given
+        return str(given)
     if planned is not None and planned.concurrency is not None:
-        return planned.concurrency
-    return DEFAULT_CONCURRENCY
+        return str(planned.concurrency)
+    return AUTO
 
 
 def resolve(given: str | None, planned: str | None, default: str) -> str:
@@ -46,9 +48,10 @@ def resolve(given: str | None, planned: str | None, default: str) -> str:
     return given if given is not None else planned if planned is not None else default
 
 
-def taken(planned: Planned, concurrency: int, servers: int, params: dict[str, Any]) -> str:
+def taken(planned: Planned, concurrency: str, servers: int, params: dict[str, Any]) -> str:
     """The one line that says what the job runs of the plan's configuration."""
-    parts = [f"C={concurrency} per server", f"{servers} server{'s' * (servers != 1)}"]
+    start = f" from {planned.concurrency}" if concurrency == AUTO and planned.concurrency else ""
+    parts = [f"C={concurrency}{start} per server", f"{servers} server{'s' * (servers != 1)}"]
     if params:
         parts.append(", ".join(f"{k} {_show(v)}" for k, v in sorted(params.items())))
     elif planned.params is not None:
@@ -59,7 +62,7 @@ def taken(planned: Planned, concurrency: int, servers: int, params: dict[str, An
 def departures(
     planned: Planned,
     *,
-    concurrency: int,
+    concurrency: str,
     servers: int,
     params: dict[str, Any],
     turns: str,
@@ -69,8 +72,14 @@ def departures(
     the forecast (empty: the job is the plan's)."""
     out = []
     p = planned
-    if p.concurrency is not None and concurrency != p.concurrency:
-        way = "more" if concurrency > p.concurrency else "fewer"
+    if p.concurrency is not None and concurrency == AUTO:
+        out.append(
+            f"-c auto departs from the plan's C={p.concurrency}: the job finds each server's "
+            "concurrency, starting at the plan's, so its time and bar are for another load "
+            "(the end's verdict too); drop -c to run the plan's"
+        )
+    elif p.concurrency is not None and int(concurrency) != p.concurrency:
+        way = "more" if int(concurrency) > p.concurrency else "fewer"
         out.append(
             f"-c {concurrency} departs from the plan's C={p.concurrency}: {way} requests in "
             f"flight than the forecast measured, so its time and bar are for another load "

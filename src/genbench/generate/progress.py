@@ -131,6 +131,7 @@ class Progress:
         self.servers = {s: RecentRates(RATE_WINDOW, clock=clock) for s in servers}
         self.ended = Completions()  # when rows ended, for the ETA
         self.engines: Any = None  # --serve: the Supervisor (its availability scales the ETA)
+        self.rate_since: float | None = None  # -c auto's last change: the ETA's rate from it
 
     def on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
         """Rows (or errors) now on disk, each with its meta (a failed one's: None)."""
@@ -156,6 +157,10 @@ class Progress:
         if (per := self.servers.get(rec.server)) is not None:
             per.add(rec, units)
 
+    def rate_changed(self) -> None:
+        """The servers' concurrency changed: the ETA's rate is the new one's once it shows."""
+        self.rate_since = self.clock()
+
     @property
     def remaining(self) -> int:
         return max(0, self.total - self.done_before - self.failed_before - self.done - self.failed)
@@ -170,7 +175,7 @@ class Progress:
         (`generate.eta`: a rate between clusters of completions, so that waves of them
         do not swing it; its range the plan's model of the speed over the time left).
         None while there is too little to go on."""
-        e = estimate(self.ended, self.remaining, self.clock(), self.t0)
+        e = estimate(self.ended, self.remaining, self.clock(), self.t0, self.rate_since)
         factor = self._availability()  # engines down for part of the job: the time left grows
         if e is None or factor == 1.0:
             return e

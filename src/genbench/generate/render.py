@@ -342,6 +342,8 @@ def print_result(r: JobResult, console: Console) -> None:
             console.print(f"  {ESTIMATED_NOTE}")
     if r.engines_line:  # after the tokens/s its downtime lowered
         console.print(f"  [yellow]{r.engines_line}[/]")
+    for server, line in concurrency_lines(r.concurrency):  # -c auto: what it ran, and why
+        console.print(f"  concurrency {server}: {line}")
     if r.thinking:
         console.print(f"  thinking: {r.thinking}")
     if r.ids_line and r.status != "no_token_ids":  # there the status line says it
@@ -359,3 +361,15 @@ def print_result(r: JobResult, console: Console) -> None:
         console.print(
             f"  rerun the same command{when} to resume: finished rows are kept and skipped"
         )
+
+
+def concurrency_lines(changes: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """-c auto's changes per server, in one line each: 16 → 384 at 0.1 s (why) → ..."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for c in changes:
+        by.setdefault(c["server"], []).append(c)
+    return [
+        (server, f"{cs[0]['old']}" + "".join(
+            f" → {c['new']} at {duration(c['at_s'])} ({c['why']})" for c in cs))
+        for server, cs in by.items()
+    ]  # fmt: skip

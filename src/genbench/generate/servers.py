@@ -54,7 +54,8 @@ def check_token_ids(mode: str, reports: list[Any], note: Callable[[str, str], No
 @dataclass(frozen=True)
 class ServerSpec:
     url: str
-    concurrency: int
+    concurrency: int  # with auto: where the tuner starts (generate/tuner.py)
+    auto: bool = False  # -c auto: the job finds and holds the server's best concurrency
 
 
 class Server(Slot):

@@ -23,6 +23,7 @@ from genbench.plan.storage import (
 )
 from genbench.plan.units import duration
 from genbench.records import RequestRecord, read_records
+from genbench.run.knee import plan_note
 from genbench.run.result import REQUESTS_FILE
 from genbench.stats import steady_window, token_events
 
@@ -45,10 +46,13 @@ class _RunRates:
     thinking_share: float
     field_c: int | None  # the burst concurrency of the field's method (None: no burst)
     thinking_share_basis: str = ""
+    climb: dict[str, Any] | None = None  # the run's climb (run/knee.py), when it climbed
 
     @property
     def best_c(self) -> int:
-        return max(self.sustained, key=lambda c: self.sustained[c])
+        """The climb's knee (past it the server preempted or queued), else the fastest C."""
+        knee = (self.climb or {}).get("knee")
+        return knee if knee in self.sustained else max(self.sustained, key=self.sustained.get)
 
     def time_at(self, tokens: float, c: int, servers: int = 1) -> dict[str, Any]:
         """Seconds for `tokens` at the sustained rate of C on `servers`, with the rate's bar."""
@@ -151,7 +155,9 @@ def _reach(rates: _RunRates, concurrency: int | None, sweep_len: dict[int, float
             f"job's {fmt.count(rates.tokens_per_sample)}: longer outputs decode over longer "
             "contexts, usually slower, so this forecast is likely short"
         )
-    if concurrency is None and len(rates.sustained) > 1 and c == max(rates.sustained):
+    if concurrency is None and rates.climb is not None:
+        out.append(plan_note(rates.climb, c))
+    elif concurrency is None and len(rates.sustained) > 1 and c == max(rates.sustained):
         out.append(
             f"the sustained rate was highest at C={c}, the highest the run measured: "
             "a higher C may be faster still"
@@ -262,6 +268,7 @@ def _run_rates(
     rates = _RunRates(
         sustained, burst, bars, tps, basis, think / out if out else 0.0, _field_c(burst, notes)
     )
+    rates.climb = doc.get("climb")
     _length_note(doc, tps, notes)
     rates.thinking_share_basis = _thinking_basis(doc, ok, out, think, tps)
     return rates, bpt

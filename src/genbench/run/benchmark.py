@@ -27,6 +27,7 @@ from genbench.errors import GenbenchError, UsageError
 from genbench.fmt import counted
 from genbench.load import PhaseRun, ServerDown, run_phase
 from genbench.records import RecordWriter, RequestRecord
+from genbench.run.knee import CLIMB_START, OVERLOAD_STATUSES, level_of, verdict
 from genbench.run.prompt_file import PromptFile, cycle_for, read_prompt_file
 from genbench.run.readings import unstable_note
 from genbench.run.result import (
@@ -67,6 +68,7 @@ class Phase:
     notes: list[str] = field(default_factory=list)
     server_metrics: dict[str, Any] | None = None
     client: dict[str, Any] | None = None  # the client's self-check (selfcheck.SelfCheck)
+    refused: int = 0  # answers 429/503: the server said it was full (run.knee)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -149,6 +151,16 @@ class RunState:
                 continue
             sweep[shape] = sweep_of(shape, rows)
         self.doc["sweep"] = sweep
+        self.add_climb()
+
+    def add_climb(self) -> None:
+        """With a climb, its knee is the sweep's one knee (not a second reading of it)."""
+        climb, sweep = self.doc.get("climb"), self.doc["sweep"]
+        if climb is None or not sweep:
+            return
+        shape = "sustained" if "sustained" in sweep else "burst"
+        sweep[shape]["knee"] = climb["knee"]
+        sweep[shape].pop("knee_unstable", None)
 
 
 def check_context(cfg: RunConfig, check: CheckReport) -> None:
@@ -257,6 +269,7 @@ class Runner:
             await self.counter.count(held)
             self._write_counted(held)
         phase = self._summarize(run, name, kind, concurrency, max_tokens, force, started)
+        phase.refused = sum(r.http_status in OVERLOAD_STATUSES for r in run.records)
         chunks = sum(len(r.chunk_offsets) for r in run.records)
         phase.client = (await monitor.stop(chunks)).to_dict()
         if phase.client["client_bound"]:
@@ -357,19 +370,41 @@ class Runner:
             self.writer.close()
 
     async def _sweep(self, client: Client, force: bool) -> None:
+        """The fixed list's levels, or (no -c) the climb: doubling until the knee (knee.py)."""
         cfg = self.cfg
-        n = cfg.sweep_tokens
-        for c in cfg.concurrency:
-            if "burst" in cfg.shapes:
-                reqs = cycle_for(self.state.prompts, f"burst{c}", n, self._params(n, force))
-                await self._phase(
-                    client, f"burst-c{c}", "burst", reqs, c, n, max_requests=c, force=force
-                )
-            if "sustained" in cfg.shapes:
-                reqs = cycle_for(self.state.prompts, f"sustained{c}", n, self._params(n, force))
-                total = None if cfg.duration else c * cfg.requests_per_slot
-                await self._phase(client, f"sustained-c{c}", "sustained", reqs, c, n, force=force,
-                                  max_requests=total, duration=cfg.duration)  # fmt: skip
+        if not cfg.climb:
+            for c in cfg.concurrency:
+                await self._level(client, c, force)
+            return
+        levels, c = [], CLIMB_START
+        while True:
+            phase = await self._level(client, c, force)
+            levels.append(level_of(phase, phase.refused))
+            if (stop := verdict(levels, cfg.climb_max)) is not None:
+                self.state.doc["climb"] = stop.to_dict()
+                self.state.add_climb()
+                self.state.save()  # the summary says where it stopped and why
+                return
+            c *= 2
+
+    async def _level(self, client: Client, c: int, force: bool) -> Phase:
+        """One level of the sweep, each shape asked; the phase its rate is read from
+        (sustained where run, else burst)."""
+        cfg, n = self.cfg, self.cfg.sweep_tokens
+        phase = None
+        if "burst" in cfg.shapes:
+            reqs = cycle_for(self.state.prompts, f"burst{c}", n, self._params(n, force))
+            phase = await self._phase(
+                client, f"burst-c{c}", "burst", reqs, c, n, max_requests=c, force=force
+            )
+        if "sustained" in cfg.shapes:
+            reqs = cycle_for(self.state.prompts, f"sustained{c}", n, self._params(n, force))
+            total = None if cfg.duration else c * cfg.requests_per_slot
+            phase = await self._phase(client, f"sustained-c{c}", "sustained", reqs, c, n,
+                                      force=force, max_requests=total,
+                                      duration=cfg.duration)  # fmt: skip
+        assert phase is not None  # validate() keeps at least one shape
+        return phase
 
 
 async def execute_run(

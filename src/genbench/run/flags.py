@@ -59,6 +59,7 @@ def local_defaults(cfg: RunConfig, quick: bool) -> None:
     averages the noise of a shared CPU over the same minute."""
     cfg.lengths = [128, 256] if quick else [128, 256, 512]
     cfg.concurrency = [1, 4, 16] if quick else [1, 4, 8, 16, 32]
+    cfg.climb = False
     cfg.sweep_tokens = 64 if quick else 128
     cfg.prompts_per_length = 2 if quick else 3
     cfg.requests_per_slot = 2 if quick else 3
@@ -69,6 +70,7 @@ def local_defaults(cfg: RunConfig, quick: bool) -> None:
 def quick_defaults(cfg: RunConfig) -> None:
     cfg.lengths = [256, 1024]
     cfg.concurrency = [1, 8, 32]
+    cfg.climb = False
     cfg.sweep_tokens = 256
     cfg.prompts_per_length = 2
     cfg.requests_per_slot = 2
@@ -84,6 +86,8 @@ def default_text(attr: str) -> str:
 
     def text(cfg: RunConfig) -> str:
         v = getattr(cfg, attr)
+        if attr == "concurrency" and cfg.climb:
+            return "auto"
         if v is None:
             return "none"
         if isinstance(v, list):
@@ -142,8 +146,10 @@ def run_config(
         quick_defaults(cfg)
     if lengths is not None:
         cfg.lengths = parse_int_list("--lengths", lengths)
-    if concurrency is not None:
-        cfg.concurrency = parse_int_list("--concurrency", concurrency)
+    if concurrency is not None and concurrency.strip().lower() == "auto":
+        cfg.climb = True  # even with --quick or the local demo
+    elif concurrency is not None:
+        cfg.concurrency, cfg.climb = parse_int_list("--concurrency", concurrency), False
     cfg.shapes = [s.strip() for s in shape.split(",") if s.strip()]
     cfg.skip = [s.strip() for s in skip.split(",") if s.strip()]
     for s in cfg.skip:

@@ -15,6 +15,7 @@ from rich.table import Table
 from genbench.fmt import count, counted, duration, ms, number, pct, rate
 from genbench.records import RequestRecord
 from genbench.run.benchmark import Phase, RunListener
+from genbench.run.knee import climb_line
 from genbench.run.readings import sweep_readings
 from genbench.run.result import REQUESTS_FILE
 from genbench.run.session import RunOutcome
@@ -232,7 +233,12 @@ def _sweep_table(doc: dict[str, Any], console: Console) -> None:
             _fails(s),
         )
     console.print(t)
+    climb = doc.get("climb")
+    if climb is not None:
+        console.print(f"  climb: {climb_line(climb)}")
     for shape, info in (doc.get("sweep") or {}).items():
+        if climb is not None:
+            continue  # the climb's knee, said above
         if info.get("knee"):
             console.print(
                 f"  {shape}: throughput stops growing after C={info['knee']} "

@@ -15,6 +15,9 @@ SHAPES = ("burst", "sustained")
 class RunConfig:
     lengths: list[int] = field(default_factory=lambda: [1024, 2048, 4096])
     concurrency: list[int] = field(default_factory=lambda: [1, 4, 8, 16, 32, 64])
+    # no -c (or -c auto) on a server: double from 1 until the knee (run/knee.py), not the list
+    climb: bool = True
+    climb_max: int = 4096
     shapes: list[str] = field(default_factory=lambda: list(SHAPES))
     sweep_tokens: int = 1024
     requests_per_slot: int = 3

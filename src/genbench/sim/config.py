@@ -256,6 +256,7 @@ class SimConfig:
     metrics: bool = True  # False: no /metrics (SGLang started without --enable-metrics)
     tool_calls: str | None = None  # N or LO:HI calls per conversation (sim/tools.py)
     token_ids: str = "auto"  # one of TOKEN_ID_DIALECTS, or the dialect's (auto)
+    kv_tokens: int = 0  # the KV cache's capacity in tokens; 0: none (sim/kv.py)
 
     @property
     def step_b(self) -> float:
@@ -329,6 +330,12 @@ class SimConfig:
         if self.token_ids == "auto":
             self.token_ids = AUTO_IDS[self.dialect]
         one_of("--token-ids", self.token_ids, TOKEN_ID_DIALECTS)
+        need(
+            self.kv_tokens >= 0 and self.kv_tokens % 16 == 0,
+            "--kv-tokens",
+            self.kv_tokens,
+            "0 (no KV cache) or a multiple of 16 tokens (vLLM's block size)",
+        )
         need(
             self.token_ids != "sglang" or self.dialect == "sglang",
             "--token-ids",
@@ -415,7 +422,9 @@ def startup_line(cfg: SimConfig, port: int, auth: bool = False) -> str:
         f"genbench sim listening on http://{_url_host(cfg.host)}:{port}/v1 "
         f"(model {cfg.model}, dialect {cfg.dialect}, tps {cfg.tps}, per-seq-ms "
         f"{cfg.per_seq_ms}, ttft-ms {cfg.ttft_ms}, prefill-tps {cfg.prefill_tps or 'none'}, "
-        f"max-batch {cfg.max_batch}, max-model-len {cfg.max_model_len}, output-len "
+        f"max-batch {cfg.max_batch}, "
+        + (f"kv-tokens {cfg.kv_tokens}, " if cfg.kv_tokens else "")
+        + f"max-model-len {cfg.max_model_len}, output-len "
         f"{cfg.output_len}, thinking-tokens {cfg.thinking_tokens} in "
         f"{cfg.reasoning_dialect}, token-ids {cfg.token_ids}, spec-k {cfg.spec_k}"
         + (f" accept {cfg.spec_accept:g}" if cfg.spec_k > 1 else "")

@@ -17,8 +17,8 @@ and `/metrics` from it, so a new kind is a new table entry, not branches in the 
   `pp_rank`, `moe_ep_rank`, speculative acceptance as two gauges averaged over the last
   `SPEC_LOG_STEPS` decode steps; usage with `reasoning_tokens` at its top level
   (`python/sglang/srt/entrypoints/openai/usage_processor.py` at
-  056c7ec2bdc0f1ddaf4d255a0076501a742c34bc). The sim has no KV pool: its `sglang:token_usage` is the
-  share of `--max-batch` slots in use.
+  056c7ec2bdc0f1ddaf4d255a0076501a742c34bc). Without `--kv-tokens` the sim has no KV pool:
+  its `sglang:token_usage` is then the share of `--max-batch` slots in use.
 
 Whatever the dialect, `/sim/metrics` serves the sim's own `sim:*` counters (the truth tests
 check genbench against) and `/sim/config` its flags; `--no-metrics` removes `/metrics`.
@@ -35,6 +35,7 @@ from aiohttp import web
 
 from genbench import __version__
 from genbench.sim.config import SimConfig
+from genbench.sim.kv import BLOCK_SIZE
 
 
 class DialectHost(Protocol):
@@ -47,22 +48,50 @@ class DialectHost(Protocol):
 
     def _active(self, kind: str, endpoint: str) -> bool: ...
 
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # (name without prefix, type, help, [(labels, value)])
 MetricLine = tuple[str, str, str, list[tuple[str, float]]]
 
 
-def render_metrics(prefix: str, rows: list[MetricLine]) -> web.Response:
-    """Prometheus text exposition format, version 0.0.4."""
+def render_metrics(prefix: str, rows: list[MetricLine], *more: str) -> web.Response:
+    """Prometheus text exposition format, version 0.0.4 (`more`: other prefixes' text)."""
+    return web.Response(
+        text=metrics_text(prefix, rows) + "".join(more),
+        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+    )
+
+
+def metrics_text(prefix: str, rows: list[MetricLine]) -> str:
     lines: list[str] = []
     for name, kind, help_, samples in rows:
         lines.append(f"# HELP {prefix}{name} {help_}")
         lines.append(f"# TYPE {prefix}{name} {kind}")
         lines.extend(f"{prefix}{name}{labels} {float(value)!r}" for labels, value in samples)
-    return web.Response(
-        text="\n".join(lines) + "\n",
-        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
-    )
+    return "\n".join(lines) + "\n"
+
+
+def vllm_kv_rows(srv: DialectHost) -> list[MetricLine]:
+    """With --kv-tokens, the default dialect (which plays vLLM's scheduler) also serves
+    vLLM's own names for its queue and KV cache, as vLLM's `vllm/v1/metrics/loggers.py`
+    names them: what `generate -c auto` and `run`'s knee read first."""
+    s, model = srv.sched, _label(srv.cfg.model)
+    eng = f'{{engine="0",model_name={model}}}'
+    blocks = s.kv.capacity // BLOCK_SIZE  # as it is now (POST /sim/kv changes it)
+    cache = (f'{{block_size="{BLOCK_SIZE}",cache_dtype="auto",engine="0",'
+             f'num_gpu_blocks="{blocks}",num_cpu_blocks="0"}}')  # fmt: skip
+    return [
+        ("num_requests_running", "gauge", "Number of requests in model execution batches.",
+         [(eng, s.running)]),
+        ("num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+         [(eng, s.num_waiting())]),
+        ("kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+         [(eng, s.kv.usage())]),
+        ("num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
+         [(eng, s.kv.preemptions)]),
+        ("cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.",
+         [(cache, 1)]),
+    ]  # fmt: skip
 
 
 def sim_rows(srv: DialectHost) -> list[MetricLine]:
@@ -83,6 +112,8 @@ def sim_rows(srv: DialectHost) -> list[MetricLine]:
         ("spec_decode_num_accepted_tokens_total", "counter", "Accepted draft tokens.",
          [("", s.m_accepted)]),
         ("decode_steps_total", "counter", "Decode steps run.", [("", s.steps)]),
+        ("decode_busy_seconds_total", "counter", "Seconds of decode steps, as scheduled: the "
+         "time the batch worked, whatever the host's lag.", [("", s.busy_s)]),
         ("decode_resyncs_total", "counter", "Times the decode loop fell too far behind and "
          "resynchronised.", [("", s.resyncs)]),
         ("decode_resync_seconds_total", "counter", "Seconds the decode schedule was shifted "
@@ -94,6 +125,13 @@ def sim_rows(srv: DialectHost) -> list[MetricLine]:
         ("first_token_lag_seconds_total", "counter", "Sum over requests of how late the "
          "first token was written after its scheduled time (slow host timers).",
          [("", s.first_lag_sum)]),
+        ("kv_used_tokens", "gauge", "Tokens held in the KV cache.", [("", s.kv.used)]),
+        ("kv_capacity_tokens", "gauge", "The KV cache's capacity (0: none).",
+         [("", s.kv.capacity)]),
+        ("num_preemptions_total", "counter", "Requests preempted for the KV cache.",
+         [("", s.kv.preemptions)]),
+        ("kv_redone_tokens_total", "counter", "Tokens generated again after a preemption.",
+         [("", s.kv.redone)]),
         ("requests_total", "counter", "HTTP requests received, by endpoint.",
          [(f'{{endpoint="{k}"}}', v) for k, v in srv.counts.items()]),
     ]  # fmt: skip
@@ -110,7 +148,14 @@ def sglang_rows(srv: DialectHost) -> list[MetricLine]:
     tok = f"{{model_name={model}}}"
     sch = f'{{engine_type="unified",model_name={model},moe_ep_rank="0",pp_rank="0",tp_rank="0"}}'
     finished = sum(s.m_success.values())
-    return [
+    # with a KV cache the share of it in use; without, of --max-batch's slots
+    usage = s.kv.usage() if s.kv.on else s.running / srv.cfg.max_batch
+    kv: list[MetricLine] = [
+        ("kv_used_tokens", "gauge", "The number of used KV cache tokens.", [(sch, s.kv.used)]),
+        ("max_total_num_tokens", "gauge", "Maximum total number of tokens in the KV cache pool.",
+         [(sch, s.kv.capacity)]),
+    ] if s.kv.on else []  # fmt: skip
+    return kv + [
         ("prompt_tokens_total", "counter", "Number of prefill tokens processed.",
          [(tok, s.m_prompt)]),
         ("generation_tokens_total", "counter", "Number of generation tokens processed.",
@@ -121,13 +166,13 @@ def sglang_rows(srv: DialectHost) -> list[MetricLine]:
         ("num_running_reqs", "gauge", "The number of running requests.", [(sch, s.running)]),
         ("num_queue_reqs", "gauge", "The number of requests in the waiting queue.",
          [(sch, s.num_waiting())]),
-        ("token_usage", "gauge", "The token usage.", [(sch, s.running / srv.cfg.max_batch)]),
+        ("token_usage", "gauge", "The token usage.", [(sch, usage)]),
         ("spec_accept_length", "gauge", "The average acceptance length of speculative "
          "decoding.", [(sch, s.spec_accept_length)]),
         ("spec_accept_rate", "gauge", "The average acceptance rate of speculative decoding "
          "(`accepted tokens / total draft tokens` in batch).", [(sch, s.spec_accept_rate)]),
         ("num_retracted_requests_total", "counter", "Total number of retracted requests.",
-         [(sch, 0)]),
+         [(sch, s.kv.preemptions)]),
     ]  # fmt: skip
 
 
@@ -179,7 +224,7 @@ class SGLangEndpoints:
             "speculative_eagle_topk": 1 if spec else None,
             "speculative_num_draft_tokens": cfg.spec_k if spec else None,
             "reasoning_parser": "genbench-sim" if cfg.thinking_tokens else None,
-            "max_total_num_tokens": cfg.max_batch * cfg.max_model_len,
+            "max_total_num_tokens": cfg.kv_tokens or cfg.max_batch * cfg.max_model_len,
             "max_req_input_len": cfg.max_model_len - 1,
             "internal_states": [{
                 "avg_spec_accept_length": 1.0 + s.m_accepted / drafted if drafted else None,

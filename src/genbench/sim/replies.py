@@ -9,7 +9,7 @@ import time
 from array import array
 from typing import Any
 
-from genbench.sim.config import Fault
+from genbench.sim.config import TEXT_FAULTS, Fault
 from genbench.sim.text import TEXT, TEXT_LEN, VOCAB
 
 clock = time.monotonic  # CLOCK_MONOTONIC, the same clock as time.perf_counter on Linux
@@ -220,6 +220,7 @@ class Req:
         "done", "events", "event_at", "stall", "outcome", "released", "dead", "malformed",
         "error_message", "script",
         "id", "created", "ids", "prompt_ids", "tool", "uncounted", "accept", "spec",
+        "kv", "seq", "redo", "grant", "preempted",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -240,6 +241,11 @@ class Req:
         self.uncounted = False  # uncounted-think: usage leaves its thinking out
         self.accept = 1.0  # this request's draft acceptance (sim/spec.py)
         self.spec: Any = None  # its acceptance Tally, when it is to be said (sim/spec.py)
+        # the KV cache (sim/kv.py): tokens held, admission order, tokens to generate again
+        # after a preemption, the queue's grant it waits for, and whether it was preempted
+        self.kv = self.seq = self.redo = 0
+        self.grant: asyncio.Future[float] | None = None
+        self.preempted = False
 
 
 def check_body(body: dict[str, Any]) -> str | None:
@@ -274,3 +280,18 @@ def count_prompt(messages: list[dict[str, Any]]) -> int:
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
                     words += len(part["text"].split())
     return words + 4 * len(messages)
+
+
+def in_flight(r: Req, body: dict[str, Any], active: list[Fault]) -> None:
+    """What happens to the request while it streams: its usage chunk, its timed faults."""
+    opts = body.get("stream_options") or {}
+    r.usage_chunk_ok = (
+        all(f.kind != "no-usage" for f in active)
+        and isinstance(opts, dict)
+        and bool(opts.get("include_usage"))
+    )
+    timed = [(f["at"], f) for f in active if "at" in f.params and f.kind not in TEXT_FAULTS]
+    r.events = sorted(timed, key=lambda e: -e[0])
+    r.event_at = r.events[-1][0] if r.events else INF
+    r.stall = sum(f["seconds"] for f in active if f.kind == "stall-first")
+    r.done = asyncio.get_running_loop().create_future()

@@ -14,6 +14,7 @@ import orjson
 from genbench.sim import ids, spec
 from genbench.sim.config import SimConfig
 from genbench.sim.dialect import DIALECTS, Usage
+from genbench.sim.kv import KVCache
 from genbench.sim.replies import (
     DONE,
     INF,
@@ -42,12 +43,14 @@ class Scheduler:
         self.loop = asyncio.get_running_loop()
         self.vocab = Vocab(max(cfg.spec_k, 64), TEXT)
         self.running = 0
-        self.waiting: deque[asyncio.Future[float]] = deque()
+        self.waiting: deque[Req] = deque()
+        self.kv = KVCache(cfg.kv_tokens)
         self.batch: list[Req] = []
         self.joining: list[Req] = []
         self._wake: asyncio.Future[float] | None = None
         self.rng = random.Random(f"{cfg.seed}/spec")
         self.steps = 0
+        self.busy_s = 0.0  # the decode steps' scheduled seconds: the job's time on the sim's clock
         self.resyncs = 0
         self.resync_s = 0.0
         self.lag_sum = 0.0
@@ -78,38 +81,81 @@ class Scheduler:
 
     # -- admission ------------------------------------------------------------------------
 
-    async def admit(self) -> float:
-        """Wait for a batch slot; return the (virtual) time it was granted."""
-        if self.running < self.cfg.max_batch and not self.waiting:
-            self.running += 1
-            return clock()
-        fut: asyncio.Future[float] = self.loop.create_future()
-        self.waiting.append(fut)
+    async def admit(self, r: Req) -> float:
+        """Wait for a batch slot (and, with a KV cache, room for the request's prompt and
+        the tokens it must generate again); return the (virtual) time it was granted. A
+        preempted request was put back at the queue's head by `_preempt`: it waits there."""
+        if r.grant is None:
+            if not self.waiting and self._room(r):
+                self._grant(r)
+                return clock()
+            r.grant = self.loop.create_future()
+            self.waiting.append(r)
+        fut = r.grant
         try:
             return await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
-                self._free(clock())
+                self.release(r, clock())
             else:
                 with contextlib.suppress(ValueError):
-                    self.waiting.remove(fut)
+                    self.waiting.remove(r)
             raise
+        finally:
+            r.grant = None
 
     def num_waiting(self) -> int:
-        return sum(1 for f in self.waiting if not f.done())
+        return sum(1 for r in self.waiting if r.grant is not None and not r.grant.done())
 
-    def _free(self, t: float) -> None:
-        self.running -= 1
-        while self.waiting and self.running < self.cfg.max_batch:
-            fut = self.waiting.popleft()
-            if not fut.done():
-                self.running += 1
-                fut.set_result(t)
+    def _room(self, r: Req) -> bool:
+        return self.running < self.cfg.max_batch and self.kv.fits(r.prompt_tokens + r.redo)
+
+    def _grant(self, r: Req) -> None:
+        self.running += 1
+        r.released = False
+        self.kv.hold(r, r.prompt_tokens)
+
+    def _admit_waiting(self, t: float) -> None:
+        """Admit from the queue's head while there is room (first come, first served: a
+        head that does not fit holds the others back, as vLLM's scheduler does)."""
+        while self.waiting:
+            r = self.waiting[0]
+            if r.grant is None or r.grant.done():  # its client went away while queued
+                self.waiting.popleft()
+                continue
+            if not self._room(r):
+                return
+            self.waiting.popleft()
+            self._grant(r)
+            r.grant.set_result(t)
+
+    def set_kv_tokens(self, tokens: int) -> None:
+        """A new capacity (POST /sim/kv): the next step preempts if it no longer fits."""
+        self.kv.capacity = tokens
+        self._admit_waiting(clock())
 
     def release(self, r: Req, t: float) -> None:
         if not r.released:
             r.released = True
-            self._free(t)
+            self.running -= 1
+            self.kv.drop(r)
+            self._admit_waiting(t)
+
+    def _preempt(self, victims: list[Req], t: float) -> None:
+        """Out of the batch and the cache, back to the queue's head: each will generate its
+        tokens again (silently) once admitted back, its time lost."""
+        for r in victims:
+            r.released = True
+            self.running -= 1
+            self.kv.drop(r)
+            self.kv.preemptions += 1
+            r.redo = r.emitted
+            r.preempted = True
+            r.grant = self.loop.create_future()
+            self.waiting.appendleft(r)
+            done, r.done = r.done, self.loop.create_future()
+            done.set_result(None)
+        self._admit_waiting(t)
 
     # -- request life ---------------------------------------------------------------------
 
@@ -143,6 +189,8 @@ class Scheduler:
         th = r.thinking
         r.emitted = e + k
         self.m_gen += k
+        r.kv += k
+        self.kv.used += k
         if e < th:
             nr = min(k, th - e)
             r.reasoning_emitted += nr
@@ -296,13 +344,26 @@ class Scheduler:
             if self.joining:
                 self.batch.extend(r for r in self.joining if not r.dead)
                 self.joining.clear()
+            if victims := self.kv.victims(self.batch, k_spec):
+                gone = set(map(id, victims))
+                self.batch = [r for r in self.batch if id(r) not in gone]
+                self._preempt(victims, base)
             batch = self.batch
             dur = (a + b * len(batch)) / self.speed(base)
+            self.busy_s += dur
             deadline = base + dur
             await sleep_until(deadline)
             keep: list[Req] = []
             for r in batch:
                 if r.dead:
+                    continue
+                if r.redo:  # generating again what a preemption threw away: nothing sent
+                    n = min(k_spec, r.redo)
+                    r.redo -= n
+                    r.kv += n
+                    self.kv.used += n
+                    self.kv.redone += n
+                    keep.append(r)
                     continue
                 k = k_spec
                 if k > 1 and r.accept < 1.0:

@@ -35,9 +35,9 @@ from genbench.errors import UsageError
 from genbench.sim import ids, spec
 from genbench.sim.config import TEXT_FAULTS, Fault, SimConfig, startup_line
 from genbench.sim.dialect import DIALECTS, Handler, render_metrics, sim_rows
+from genbench.sim.kv_http import dialect_metrics, set_kv_tokens
 from genbench.sim.replies import (
     ERROR_TYPES,
-    INF,
     NOT_OPENAI_HTML,
     TEXT_LEN,
     VOCAB,
@@ -49,6 +49,7 @@ from genbench.sim.replies import (
     check_body,
     clock,
     count_prompt,
+    in_flight,
     sleep_until,
 )
 from genbench.sim.scheduler import (
@@ -156,7 +157,10 @@ class SimServer:
 
     async def metrics(self, request: web.Request) -> web.Response:
         """/metrics in the dialect's names."""
-        return render_metrics(self.dialect.prefix, self.dialect.rows(self))
+        return dialect_metrics(self)
+
+    async def set_kv(self, request: web.Request) -> web.Response:
+        return await set_kv_tokens(self, request)  # POST /sim/kv: a new capacity now
 
     async def sim_metrics(self, request: web.Request) -> web.Response:
         """The sim's own counters (`sim:*`), whatever the dialect: the truth for tests."""
@@ -276,7 +280,7 @@ class SimServer:
         spec.setup(r, cfg, body, messages, {f.kind for f in active})
         r.id = "chatcmpl-" + os.urandom(12).hex()
         r.created = int(time.time())
-        _in_flight(r, body, active)
+        in_flight(r, body, active)
         return r
 
     def _too_long(self, prompt: int, max_tokens: int | None) -> web.Response:
@@ -340,23 +344,31 @@ class SimServer:
         return resp
 
     async def _generate(self, r: Req) -> None:
-        """Queue, prefill, then decode in the batch until r.done."""
+        """Queue, prefill, then decode in the batch until r.done; a request preempted for
+        the KV cache (sim/kv.py) queues and prefills again, then generates its tokens again
+        before it sends more."""
         s = self.sched
         self.requests.add(r)
         try:
-            t0 = await s.admit()
-            r.released = False
-            if r.dead:  # dropped (shutdown) while queued
-                s.release(r, t0)
-                return
-            t_first = t0 + self.cfg.prefill_seconds(r.prompt_tokens) / s.speed(t0) + r.stall
-            await sleep_until(t_first)
-            s.first_lag_sum += clock() - t_first  # the host's timers, not the schedule
-            if r.stream and r.sink is not None and r.sink.transport.is_closing():
-                s.drop(r, t_first)
-            else:
-                s.start_decode(r, t_first)
-            await r.done
+            while True:
+                t0 = await s.admit(r)
+                if r.dead:  # dropped (shutdown) while queued
+                    s.release(r, t0)
+                    return
+                t_first = t0 + self.cfg.prefill_seconds(r.prompt_tokens) / s.speed(t0) + r.stall
+                r.stall = 0.0
+                await sleep_until(t_first)
+                s.first_lag_sum += clock() - t_first  # the host's timers, not the schedule
+                if r.stream and r.sink is not None and r.sink.transport.is_closing():
+                    s.drop(r, t_first)
+                elif r.preempted:
+                    r.preempted = False
+                    s.join(r, t_first)
+                else:
+                    s.start_decode(r, t_first)
+                await r.done
+                if not r.preempted:
+                    return
         finally:
             self.requests.discard(r)
             if not r.dead:  # cancelled (shutdown): give the slot back
@@ -417,6 +429,7 @@ class SimServer:
             elif handler is not None:
                 app.router.add_get(path, handler)
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/sim/kv", self.set_kv)
         return app
 
 
@@ -482,18 +495,3 @@ def run(cfg: SimConfig) -> None:
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(serve(cfg))
-
-
-def _in_flight(r: Req, body: dict[str, Any], active: list[Fault]) -> None:
-    """What happens to the request while it streams: its usage chunk, its timed faults."""
-    opts = body.get("stream_options") or {}
-    r.usage_chunk_ok = (
-        all(f.kind != "no-usage" for f in active)
-        and isinstance(opts, dict)
-        and bool(opts.get("include_usage"))
-    )
-    timed = [(f["at"], f) for f in active if "at" in f.params and f.kind not in TEXT_FAULTS]
-    r.events = sorted(timed, key=lambda e: -e[0])
-    r.event_at = r.events[-1][0] if r.events else INF
-    r.stall = sum(f["seconds"] for f in active if f.kind == "stall-first")
-    r.done = asyncio.get_running_loop().create_future()

@@ -1,0 +1,86 @@
+"""generate -c auto's tuner (generate/tuner.py) as a state machine: fed answers, /metrics
+and a clock, it jumps to what the KV cache holds, climbs while there is room, steps back
+on overload and holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from genbench.generate.tuner import Signals, Tuner
+from genbench.records import RequestRecord
+
+pytestmark = pytest.mark.core
+
+K, P, L = 19_968, 36, 16  # C* = K / (P + L) = 384
+
+
+def answers(t: Tuner, n: int, at: float, *, tokens: int = L, status: int = 200) -> None:
+    for i in range(n):
+        rec = RequestRecord(id=f"r{i}", phase="generate", server="s", model="m", stream=True,
+                            max_tokens=L)  # fmt: skip
+        rec.t_send, rec.t_end = at - 1.0, at
+        rec.http_status = status
+        if status == 200:
+            rec.prompt_tokens, rec.completion_tokens = P, tokens
+        else:
+            rec.error_kind = "http_status"  # type: ignore[assignment]
+        t.record(rec)
+
+
+def scrape(t: Tuner, usage: float, running: float, preempted: float = 0.0, cap: int = K) -> None:
+    t.signals(Signals(cap, usage, 0.0, preempted, running))
+
+
+def test_it_jumps_to_what_the_cache_holds_then_to_the_exact_fit_and_holds() -> None:
+    t = Tuner(16, L, now=0.0)
+    scrape(t, usage=16 * (P + 1) / K, running=16)  # the first requests: prompt + 1 token
+    new, why = t.decide(0.05, in_flight=16)
+    assert new == K // (P + 1 + L) and "at most 37 prompt" in why
+    answers(t, new, at=3.0)
+    scrape(t, usage=0.9, running=new)
+    assert t.decide(3.0, in_flight=new) == (384, _why(384))
+    answers(t, 384, at=6.0)
+    scrape(t, usage=0.95, running=384)
+    assert t.decide(6.0, in_flight=384) is None  # full: held
+    assert t.c == 384
+
+
+def _why(fit: int) -> str:
+    return f"the KV cache holds {K:,} tokens: {fit} requests of {P} prompt + {L} output tokens fit"
+
+
+def test_preemptions_at_a_level_that_held_halve_it_then_it_holds_what_fits() -> None:
+    t = Tuner(384, L, now=0.0)
+    t.early = t.started = True
+    scrape(t, 0.9, 384, preempted=10)
+    answers(t, 384, at=2.0)
+    assert t.decide(2.0, in_flight=384) is None  # full, held
+    scrape(t, 1.0, 384, preempted=60, cap=K // 2)  # the server lost half its cache
+    new, why = t.decide(3.0, in_flight=384)
+    assert new == 192 and "50 requests preempted" in why
+    scrape(t, 1.0, 384, preempted=90, cap=K // 2)
+    assert t.decide(4.5, in_flight=300) is None  # the old level's requests still drain
+    answers(t, 192, at=6.0)
+    scrape(t, 1.0, 192, preempted=90, cap=K // 2)
+    assert t.decide(6.0, in_flight=192) is None  # drained: a new window from now
+    answers(t, 192, at=8.0)
+    assert t.decide(8.0, in_flight=192) is None and t.c == 192  # 192 · 52 fill it: held
+
+
+def test_without_metrics_it_climbs_while_throughput_rises_and_steps_back_when_not() -> None:
+    t = Tuner(16, None, now=0.0)
+    answers(t, 16, at=1.0)
+    assert t.decide(1.0, in_flight=16)[0] == 32  # nothing says it is full: climb
+    answers(t, 32, at=2.0)  # twice the answers in the same time: twice the rate
+    assert t.decide(2.0, in_flight=32)[0] == 64
+    answers(t, 64, at=4.0)  # as many tokens a second as at 32: no gain
+    new, why = t.decide(4.0, in_flight=64)
+    assert new == 32 and "C=64 gave +0% throughput over C=32" in why
+
+
+def test_refusals_are_overload() -> None:
+    t = Tuner(64, None, now=0.0)
+    t.early = t.started = True
+    answers(t, 40, at=2.0, status=503)
+    new, why = t.decide(2.0, in_flight=64)
+    assert new == 32 and "40 answers 429/503" in why

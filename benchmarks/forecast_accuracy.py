@@ -85,7 +85,7 @@ import numpy as np
 import orjson
 
 from genbench.load import run_phase
-from genbench.plan import PilotModel, Pool, StepModel, decode_rows, fit_step, simulate_job
+from genbench.plan import Draws, PilotModel, StepModel, decode_rows, fit_step, simulate_job
 from genbench.records import RequestRecord, read_records
 from genbench.run.result import REQUESTS_FILE
 from genbench.sim.process import SimProcess
@@ -236,7 +236,7 @@ def as_meta(r: RequestRecord) -> dict[str, Any]:
 
 
 def meta_records(metas: list[dict[str, Any]]) -> list[RequestRecord]:
-    """RequestRecords from generate's row meta, as far as `Pool.from_records` and
+    """RequestRecords from generate's row meta, as far as `Draws.from_records` and
     `decode_rows` need them: the successful attempt's send and end (finished_at −
     latency_s, finished_at; epoch seconds, one clock), its TTFT, token counts, and
     chunks spread evenly from the first token to the end (generate keeps no chunk
@@ -268,16 +268,16 @@ def meta_records(metas: list[dict[str, Any]]) -> list[RequestRecord]:
     return out
 
 
-def fitted(records: list[RequestRecord], c: int) -> tuple[Pool, StepModel]:
+def fitted(records: list[RequestRecord], c: int) -> tuple[Draws, StepModel]:
     """What the oracle uses of `PilotModel.from_records`: the pool and the step fit."""
-    return Pool.from_records(records, c), fit_step(decode_rows(records, c))
+    return Draws.from_records(records, c), fit_step(decode_rows(records, c))
 
 
-def sim_mean(n: int, c: int, pool: Pool, step: StepModel, rng: np.random.Generator) -> float:
+def sim_mean(n: int, c: int, pool: Draws, step: StepModel, rng: np.random.Generator) -> float:
     return float(np.mean([simulate_job(n, c, pool, step, rng).wall_s for _ in range(5)]))
 
 
-def describe_step(step: StepModel, pool: Pool, c: int) -> dict[str, Any]:
+def describe_step(step: StepModel, pool: Draws, c: int) -> dict[str, Any]:
     """As `PilotModel.describe()["step_model"]`."""
     return {
         **asdict(step),

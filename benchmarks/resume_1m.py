@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -35,11 +36,11 @@ from genbench.generate.input.reader import Row
 from genbench.generate.recipe import Recipe
 from genbench.generate.store.layout import STATE_DIR
 from genbench.generate.store.writer import Store
-from genbench.rows import row_line
+from genbench.rows import DataRow, RowMeta
 from genbench.sim.process import SimProcess
 
 ANSWER = "The answer is a paragraph of ordinary length, " * 6
-META = {"server": "http://127.0.0.1:8000/v1", "model": "genbench-sim", "completion_tokens": 64}
+META = RowMeta(server="http://127.0.0.1:8000/v1", model="genbench-sim", completion_tokens=64)
 
 
 def input_line(i: int) -> bytes:
@@ -67,8 +68,8 @@ async def build_output(out: Path, rows: int) -> None:
         prompt = [{"role": "user", "content": f"Question {i}: explain X."}]
         conv = [*prompt, {"role": "assistant", "content": ANSWER, "reasoning_content": ""}]
         fp = row_fingerprint(Row(rid, prompt, {}, i + 1), Recipe())
-        meta = {**META, "request": to_hex(fp)}
-        store.write_row(rid, row_line(rid, conv, meta), None, (fp, line_key(salt, input_line(i))))
+        line = DataRow(rid, conv, replace(META, request=to_hex(fp))).line()
+        store.write_row(rid, line, None, (fp, line_key(salt, input_line(i))))
         if i % 20000 == 19999:
             await store.sync()  # a batch per sync, as a running job writes them
     await store.close()
@@ -113,8 +114,9 @@ def ab(gb: list[str], src: Path, inp: Path, out: Path, url: str, rounds: int = 3
             env = {"PYTHONPATH": str(src)} if name == "A" else {}
             times[name].append(timed(cmd, env=env)[3])
     a, b = min(times["A"]), min(times["B"])
-    print(f"1ab. nothing to do, CPU s (best of {rounds}): "
-          f"before {a:.2f}, now {b:.2f}: {b / a:.2f}x")
+    print(
+        f"1ab. nothing to do, CPU s (best of {rounds}): before {a:.2f}, now {b:.2f}: {b / a:.2f}x"
+    )
 
 
 def main() -> None:

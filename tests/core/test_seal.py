@@ -87,3 +87,17 @@ def test_the_command_that_regenerates_a_shares_part_names_its_share(tmp_path):
     assert sealed.regenerate_command(tmp_path, part) == (
         f"genbench generate -i 'in put.jsonl' -o {tmp_path} --shard 2/4 --url URL --max-tokens 16"
     )
+
+
+def test_inspects_clean_copy_is_sealed(tmp_path):
+    """`inspect --drop ... --out CLEAN` writes each part whole, so it is sealed: merge and a
+    resume into the copy verify it instead of calling it "written before genbench sealed"."""
+    from genbench.inspect import Settings, inspect_data
+    from genbench.inspect.clean import parse_drop
+
+    src = tmp_path / "in"
+    src.mkdir()
+    rows = Path(__file__).parent / "rows_written_before_rowmeta.jsonl"
+    (src / "data-00000.jsonl").write_bytes(rows.read_bytes())
+    inspect_data(src, Settings(), drop=parse_drop("short"), out=tmp_path / "clean")
+    assert sealed.check(tmp_path / "clean" / "data-00000.jsonl").state == sealed.VERIFIED

@@ -29,6 +29,7 @@ import orjson
 
 from genbench.atomic import write_atomic, writing
 from genbench.errors import OutputError, UsageError
+from genbench.generate.store import seal as sealed
 from genbench.generate.store.layout import JOB_GLOB, SCHEME_FILE, STATE_DIR, error_files
 from genbench.generate.store.lock import OutputLock, refuse_if_held
 from genbench.inspect.detect import BIT, DEFECTS
@@ -188,6 +189,7 @@ def write_clean(
             for fs in sc.files:
                 copy = _copy_parquet if fs.kind == "parquet" else _copy_jsonl
                 kept = copy(fs, start, drop, out, d)
+                sealed.seal(out / fs.path.name)  # written whole: merge and a resume verify it
                 files.append({"name": fs.path.name, "rows": fs.rows, "kept": kept})
                 start += fs.rows
         state = _copy_state(source, out)

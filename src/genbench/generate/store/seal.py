@@ -3,7 +3,8 @@
 
 A data part is sealed when no row will be appended to it again: a JSONL part when it is
 full (`--shard-size`, the next part started), a Parquet part once converted, every part of
-a job that finished complete, each part `merge --out` writes. Its seal,
+a job that finished complete, each part `merge --out` writes, each part of `inspect
+--drop ... --out`'s clean copy. Its seal,
 `.genbench/<part>.sum` (layout.seal_of), keeps its size and CRC-32. A part whose bytes
 differ from its seal changed after it was written (bit rot, a bad copy, a hand edit):
 `merge` and `inspect` name it, the rows it holds (from its index, else read as they can be)

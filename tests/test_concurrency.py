@@ -17,11 +17,13 @@ import subprocess
 import sys
 import time
 import urllib.request
+from html import escape
 from pathlib import Path
 
 import orjson
 from tests_helpers import sim_metric
 
+from genbench.report.job_page import job_sections
 from genbench.sim.process import SimProcess, start_all, stop_all
 
 C_STAR, L = 384, 16
@@ -111,3 +113,6 @@ def test_auto_steps_back_when_the_capacity_halves_and_preempts_less(tmp_path: Pa
     assert got_auto["concurrency"][-1]["new"] <= C_STAR // 2  # it holds what fits now
     assert preempted[1] < preempted[0], preempted
     assert back[0]["at_s"] - halved_at < 60  # within a minute (of the job's clock)
+    # the job's report holds the step back and its reason (read from .genbench/runs.jsonl)
+    page = "".join(html for _, html, _ in job_sections(tmp_path / "auto", lambda f: ""))
+    assert f"{back[0]['old']:,} → {back[0]['new']:,}" in page and escape(back[0]["why"]) in page

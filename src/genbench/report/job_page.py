@@ -9,6 +9,7 @@ from typing import Any
 
 from genbench import fmt
 from genbench.generate.store.layout import engine_tags, shard_tags
+from genbench.report.concurrency import changes_html
 from genbench.report.engines import engines_figure, events_table, read_events
 from genbench.report.figures import FAIL_COLOR, Figure
 from genbench.report.job import _short, figures, label, load_job
@@ -90,6 +91,7 @@ def section(path: Path, h: JobHistory, notes: list[dict[str, Any]], figs: list[F
         "<div class='grid'>" + "".join(figure_html(by_id[k]) for k in
                                        ("job_rows", "job_tokens", "job_servers")) + "</div>",
         "<h3>Servers</h3>" + _server_table(h),
+        changes_html(notes),
         *_engines_html(path, by_id, figure_html, tag),
         f"<p class='note'>failed requests by kind: {escape(kinds or 'none')}"
         + (f"; interrupted by the operator (Ctrl-C, SIGTERM), not failures: {h.interrupted:,}"

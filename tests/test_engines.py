@@ -449,7 +449,7 @@ def test_serve_local_is_the_demo_target_as_an_engine_generate_can_use(tmp_path: 
     assert r.returncode == 0, r.stderr
     ids_once(out, ids)
     evs = events(out)
-    assert [e["event"] for e in evs] == ["up", "stop"] and evs[0]["command"] == "local"
+    assert [e["event"] for e in evs] == ["start", "up", "stop"] and evs[1]["command"] == "local"
     assert not alive(evs[0]["pid"])
 
 

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.vllm
 def run_quick(url: str, out, *extra: str) -> dict:
     p = genbench("run", "--url", url, "--warmup", "1", "--warmup-tokens", "16", "--lengths",
                  "48", "--prompts-per-length", "2", "--concurrency", "1,4", "--sweep-tokens", "48",
-                 "--requests-per-slot", "2", "--out", str(out), *extra, timeout=600)  # fmt: skip
+                 "--requests-per-slot", "2", "--temperature", "0", "--out", str(out), *extra,
+                 timeout=600)  # fmt: skip  (greedy: the n-gram drafter needs repeats to draft)
     assert p.returncode == 0, p.stderr + p.stdout
     return json.loads((out / "result.json").read_text())
 

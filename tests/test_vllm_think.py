@@ -114,6 +114,7 @@ def test_a_watched_reply_is_the_parsers_once_it_closes(vllm_server, vllm_noparse
 def run_quick(url: str, out, bias: dict[str, int]) -> tuple[dict, list[RequestRecord]]:
     p = genbench("run", "--url", url, "--warmup", "1", "--warmup-tokens", "16", "--lengths",
                  str(N), "--prompts-per-length", "3", "--skip", "sweep", "--out", str(out),
+                 "--temperature", "0",  # greedy: both servers generate the same tokens
                  "--extra-body", json.dumps({"logit_bias": bias}), timeout=600)  # fmt: skip
     assert p.returncode == 0, p.stderr + p.stdout
     recs = [r for r in read_records(out / "requests.jsonl") if r.phase == f"single-{N}"]

@@ -13,9 +13,6 @@ pytestmark = pytest.mark.core
 
 
 @pytest.mark.parametrize(("given", "needle"), [
-    ({"thinking_tokens": 300}, "--thinking-tokens 300 with --output-len fixed:256: every "
-     "reply would be thinking only"),
-    ({"thinking_tokens": 40, "output_len": "uniform:10:40"}, "e.g. fixed:296"),
     ({"dialect": "sglang", "token_ids": "vllm"}, "never vLLM's"),
     ({"dialect": "vllm", "token_ids": "sglang"}, "sglang ids with --dialect sglang"),
 ])  # fmt: skip
@@ -35,6 +32,18 @@ def test_auto_follows_the_dialect(dialect, ids, field):
     # what is given is kept: an older vLLM sent reasoning_content
     given = SimConfig(dialect=dialect, reasoning_dialect="reasoning_content").validate()
     assert given.reasoning_dialect == "reasoning_content"
+
+
+@pytest.mark.parametrize(("given", "needle"), [
+    ({"thinking_tokens": 300}, "--thinking-tokens 300 with --output-len fixed:256: every "
+     "reply is thinking only"),
+    ({"thinking_tokens": 40, "output_len": "uniform:10:40"}, "e.g. fixed:296"),
+])  # fmt: skip
+def test_a_budget_that_leaves_no_answer_is_said_in_one_line(given, needle):
+    """Refused at first, it is a note now: a model that thinks past its length is one a
+    test plays (tests/test_think_learn.py), and the start says what it does."""
+    (note,) = SimConfig(**given).validate().notes()
+    assert needle in note
 
 
 def test_a_share_of_thinking_only_replies_is_a_note_and_none_is_silent():

@@ -275,7 +275,9 @@ def title(
             items[path].append("generate job")
     for doc in inspections:
         kinds = items.setdefault(inspection.directory(doc), [])
-        kinds.append("inspected" if "generate job" in kinds else "data set")
+        kind = "inspected" if "generate job" in kinds else "data set"
+        if kind not in kinds:  # inspected twice (its own inspect.json, a clean copy's)
+            kinds.append(kind)
     names = [f"{k} ({', '.join(v)})" if v else k for k, v in items.items()]
     return "genbench report — " + ", ".join(names)
 

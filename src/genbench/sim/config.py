@@ -358,7 +358,6 @@ class SimConfig:
         for rule in self.spec_accept_match:
             parse_accept_match(rule)
         one_of("--per-request-spec-decode-metrics", self.spec_metrics, SPEC_METRICS)
-        self._answer_room()
         self.drift_model()
         from genbench.sim.tools import parse_tool_calls  # it reads the sim's text
 
@@ -370,25 +369,19 @@ class SimConfig:
             )
         return self
 
-    def _answer_room(self) -> None:
-        """A thinking budget that leaves every reply without an answer is refused: the
-        first --thinking-tokens output tokens are thinking, and no draw is longer."""
-        dist, n = self.output_len_dist(), self.thinking_tokens
-        longest = {"fixed": dist.a, "uniform": dist.b}.get(dist.kind, math.inf)
-        if n and longest <= n:
-            raise UsageError(
-                f"--thinking-tokens {n} with --output-len {self.output_len}: every reply "
-                f"would be thinking only, never an answer (its first {n} output tokens are "
-                f"thinking): give a longer --output-len (e.g. fixed:{n + 256}) or fewer "
-                "thinking tokens"
-            )
-
     def notes(self) -> list[str]:
         """What the flags do that a person may not expect (one line each, said at start):
-        a share of replies that are thinking only."""
+        a share of replies that are thinking only, or every one (a model that thinks past
+        its length: allowed, since tests play one, and said)."""
         dist, n = self.output_len_dist(), self.thinking_tokens
         if not n:
             return []
+        longest = {"fixed": dist.a, "uniform": dist.b}.get(dist.kind, math.inf)
+        if longest <= n:
+            return [f"--thinking-tokens {n} with --output-len {self.output_len}: every reply "
+                    f"is thinking only, never an answer (its first {n} output tokens are "
+                    f"thinking): give a longer --output-len (e.g. fixed:{n + 256}) or fewer "
+                    "thinking tokens for answers"]  # fmt: skip
         if dist.kind == "uniform":
             share = max(0.0, min(1.0, (n - dist.a + 1) / (dist.b - dist.a + 1)))
         elif dist.kind == "lognormal":

@@ -4,12 +4,14 @@ Register with ``pytest_plugins = ["tests.fixtures_vllm"]`` (or the module's impo
 
 Fixtures (session scope), each yielding a :class:`VLLMServer`:
 
-* ``vllm_server``: plain server, qwen3 reasoning parser on.
+* ``vllm_server``: plain server, qwen3 reasoning parser on, and a tool parser (hermes) with
+  auto tool choice: vLLM 0.32 serves a ``tool_choice`` that names a function only with a
+  parser set, and a request without tools never meets the parser.
 * ``vllm_spec_server``: the same plus n-gram speculative decoding (4 draft tokens).
 * ``vllm_noparse_server``: no reasoning parser: the thinking arrives inline in ``content``
-  (the chat template opened ``<think>``; the model's ``</think>`` ends it).
-* ``vllm_tools_server``: the plain server plus a tool parser (hermes) and auto tool choice:
-  vLLM 0.32 serves a ``tool_choice`` that names a function only with a parser set.
+  (the chat template opened ``<think>``; the model's ``</think>`` ends it); no tool parser.
+* ``vllm_tools_server``: the plain server (one vLLM start fewer: ~30 s of the suite), or
+  ``GENBENCH_VLLM_TOOLS_URL`` where set.
 
 They run ``scripts/vllm-test-server.sh setup`` once (installs vLLM into its own venv and builds
 the tiny model; minutes the first time, seconds after), start the server on a free loopback
@@ -196,8 +198,8 @@ def _server(
 
 @pytest.fixture(scope="session")
 def vllm_server() -> Iterator[VLLMServer]:
-    """Plain vLLM server (reasoning parser qwen3)."""
-    yield from _server("plain", "GENBENCH_VLLM_URL", spec=False)
+    """Plain vLLM server (reasoning parser qwen3; tool parser hermes, auto tool choice)."""
+    yield from _server("plain", "GENBENCH_VLLM_URL", spec=False, tools="hermes")
 
 
 @pytest.fixture(scope="session")
@@ -213,6 +215,10 @@ def vllm_noparse_server() -> Iterator[VLLMServer]:
 
 
 @pytest.fixture(scope="session")
-def vllm_tools_server() -> Iterator[VLLMServer]:
-    """vLLM server with a tool parser (hermes) and auto tool choice, the reasoning parser on."""
-    yield from _server("tools", "GENBENCH_VLLM_TOOLS_URL", spec=False, tools="hermes")
+def vllm_tools_server(request: pytest.FixtureRequest) -> Iterator[VLLMServer]:
+    """The plain server: its tool parser (hermes) and auto tool choice, the reasoning parser on."""
+    url = os.environ.get("GENBENCH_VLLM_TOOLS_URL", "").strip()
+    if url and not _skip_requested():
+        yield _from_env(url, spec=False)
+        return
+    yield request.getfixturevalue("vllm_server")

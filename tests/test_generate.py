@@ -516,52 +516,6 @@ def test_vllm_regenerates_a_small_file(vllm_server, tmp_path):
     assert all(r["meta"]["completion_tokens"] > 0 for r in rows)
 
 
-@pytest.mark.vllm
-@pytest.mark.slow
-def test_vllm_sigkill_and_restart_mid_job(tmp_path):
-    """The real server killed like an OOM kill (SIGKILL to its process group) and started
-    again on the same port: the job waits, then finishes with every id exactly once."""
-    import fixtures_vllm as fx
-
-    if fx._skip_requested():
-        pytest.skip("GENBENCH_SKIP_VLLM=1: vLLM test server disabled")
-    fx._setup_once()
-    name, port = f"gen-restart-{os.getpid()}", fx._free_port()
-    script = ["bash", str(fx.SCRIPT)]
-
-    def start() -> str:
-        p = subprocess.run([*script, "start", name, str(port)], capture_output=True, text=True)
-        assert p.returncode == 0, p.stderr[-3000:]
-        return p.stdout.strip().splitlines()[-1]
-
-    root = start()
-    try:
-        inp = tmp_path / "in.jsonl"
-        n = 40
-        write_rows(inp, prompts(n))
-        out = tmp_path / "out"
-        args = ("-i", str(inp), "-o", str(out), "--url", root + "/v1", "-c", "4")
-        proc = popen(tmp_path, *args, "--max-tokens", "48", *FAST)
-        try:
-            wait_for(lambda: line_count(out) >= 4, 240, "4 rows written")
-            pid = int((fx.RUN_DIR / f"vllm-{name}.pid").read_text())
-            os.killpg(pid, signal.SIGKILL)
-            time.sleep(2)
-            assert proc.poll() is None, "the job must wait for the server, not exit"
-            start()
-            assert proc.wait(600) == 0, (tmp_path / "stderr.txt").read_text()[-3000:]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        stdout = (tmp_path / "stdout.txt").read_text()
-        assert "is down" in stdout and "is back" in stdout
-        assert_exactly_once(out, [f"r{i}" for i in range(n)])
-        failed = assert_log_holds_every_attempt(out, [f"r{i}" for i in range(n)])
-        assert failed, "the rows in flight when the server died are in the log"
-    finally:
-        subprocess.run([*script, "stop", name], capture_output=True)
-
-
 # -- units: input, store repair, params, progress -------------------------------------------
 
 

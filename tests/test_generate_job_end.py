@@ -224,11 +224,13 @@ def test_the_sims_start_line_shows_its_ids_and_calls():
 
 
 @pytest.mark.vllm
-def test_vllm_without_a_tool_parser_stops_an_agentic_job_before_it_starts(vllm_server, tmp_path):
-    """The plain test server has no --enable-auto-tool-choice: vLLM's own refusal, once."""
+def test_vllm_without_a_tool_parser_stops_an_agentic_job_before_it_starts(
+    vllm_noparse_server, tmp_path
+):
+    """The parserless test server has no --enable-auto-tool-choice: vLLM's own refusal, once."""
     inp = write(tmp_path / "in.jsonl", [*plain_rows(2), agentic_row(0)])
     out = tmp_path / "out"
-    p = gen(inp, out, vllm_server.url, "--max-tokens", "8")
+    p = gen(inp, out, vllm_noparse_server.url, "--max-tokens", "8")
     assert p.returncode == 9, p.stdout + p.stderr
     said = "refuses a request with the input's tools"
     (line,) = [ln for ln in p.stderr.splitlines() if said in ln]

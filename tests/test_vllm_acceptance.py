@@ -94,3 +94,34 @@ def test_generate_keeps_it_per_row_and_inspect_ranks_the_groups(vllm_spec_server
     assert [g["group"] for g in ranked] == ["free", "repeat"]
     assert ranked[1]["length"] > ranked[0]["length"]
     assert "by group, worst first: free" in res.stdout
+
+
+@pytest.mark.vllm
+def test_run_versus_autoregressive_and_ngram_and_plan_names_the_faster(
+    vllm_server, vllm_spec_server, tmp_path: Path
+):
+    """The same model served plainly and with n-gram drafts, measured in turn by one `run`;
+    `plan --from` compares the two configurations for the job and names the faster."""
+    out = tmp_path / "runs"
+    r = genbench("run", "--url", vllm_server.url, "--versus", vllm_spec_server.url, "-o",
+                 str(out), "--skip", "single", "-c", "4", "--shape", "sustained",
+                 "--requests-per-slot", "3", "--warmup", "1", "--sweep-tokens", "128",
+                 "--temperature", "0", timeout=900)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    side_b = json.loads((out / "b" / "repeat-1" / "result.json").read_text())
+    assert side_b["target"]["url"].startswith(vllm_spec_server.root)
+    assert f"genbench plan --from {out}" in r.stdout  # the hint, run as printed below
+    p = genbench("plan", "--from", str(out), "--samples", "100000", "--tokens-per-sample", "128",
+                 "-o", str(tmp_path / "plan"), "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    # the tiny random model repeats itself: n-gram drafts are accepted, so b decodes faster
+    # on a quiet host; on a loaded one the two runs met different load, so the plan must
+    # name whichever each run measured faster, whatever it is
+    best = {}
+    for name in ("a", "b"):
+        doc = json.loads((out / name / "repeat-1" / "result.json").read_text())
+        best[name] = max((((doc.get("sweep") or {}).get("sustained") or {})
+                          .get("by_concurrency") or {}).values())  # fmt: skip
+    fastest = max(best, key=lambda n: best[n])
+    assert f"the forecast tables and `generate --plan` use the fastest, {fastest}" in p.stderr, (
+        best, p.stderr[-2000:])  # fmt: skip

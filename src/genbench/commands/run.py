@@ -182,7 +182,7 @@ def run(
     if len(done.dirs) > 1:
         _compare_sides(done.dirs, console)
     print_outcome(done, console)
-    if serve and len(serve) > 1:
+    if (serve and len(serve) > 1) or (versus and repeat == 1):
         console.print(f"the faster configuration for a job: genbench plan --from {done.out}")
     if report:
         from genbench.report import write_report

@@ -32,7 +32,10 @@ def run_names(results: Sequence[dict[str, Any]]) -> list[str]:
     seen: dict[str, int] = {}
     names = []
     for doc in results:
-        base = Path(doc.get("_path", "run")).parent.name or "run"
+        where = Path(doc.get("_path", "run")).parent
+        if where.name == "repeat-1" and not (where.parent / "repeat-2").exists():
+            where = where.parent  # a side's one run (`run --versus`): named by its side
+        base = where.name or "run"
         seen[base] = seen.get(base, 0) + 1
         names.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
     return names

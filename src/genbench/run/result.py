@@ -59,12 +59,14 @@ def repeat_dirs(path: str | Path) -> list[Path]:
 
 
 def configuration_dirs(path: str | Path) -> list[Path]:
-    """The runs `run --serve A --serve B` wrote under `path` (OUT/a, OUT/b, … in order): the
-    subdirectories holding a result.json, where `path` holds none itself; else [path]."""
+    """The runs `run --serve A --serve B` or `run --url A --versus B` wrote under `path`
+    (OUT/a, OUT/b, … in order): the subdirectories holding a result.json or repeats, where
+    `path` holds neither itself; else [path]."""
     p = Path(path)
     if not p.is_dir() or (p / RESULT_FILE).exists() or repeat_dirs(p):
         return [p]
-    found = sorted(d for d in p.iterdir() if d.is_dir() and (d / RESULT_FILE).exists())
+    found = sorted(d for d in p.iterdir() if d.is_dir() and ((d / RESULT_FILE).exists()
+                                                               or repeat_dirs(d)))  # fmt: skip
     return found or [p]
 
 
@@ -72,12 +74,15 @@ def load_result(path: str | Path) -> dict[str, Any]:
     p = result_path(path)
     if not p.exists():
         reps = repeat_dirs(path)
-        if reps:
+        if len(reps) == 1:  # `run --versus` once: the side's one run
+            p = result_path(reps[0])
+        elif reps:
             raise UsageError(
                 f"{path}: holds {len(reps)} repeats ({reps[0].name} … {reps[-1].name}), not one "
                 "run: give one of them (compare and report take the whole directory)"
             )
-        raise UsageError(f"{path}: {not_a_run(Path(path))}")
+        else:
+            raise UsageError(f"{path}: {not_a_run(Path(path))}")
     return read_document(p, SCHEMA, SCHEMA_VERSION, "result")
 
 

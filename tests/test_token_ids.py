@@ -192,6 +192,7 @@ def test_plans_storage_forecast_counts_the_ids(sim_factory, tmp_path):
     inp = write(tmp_path / "in.jsonl", rows_in(n))
     p = genbench("plan", "--prompts", str(inp), "--url", sim.url, "--concurrency", "8",
                  "--pilot", "60", "--samples", str(n), "--out", str(tmp_path / "plan"),
+                 "--warmup-time", "1",
                  "--bootstrap", "50", "--json", timeout=180)  # fmt: skip
     assert p.returncode == 0, p.stderr
     plan = json.loads(p.stdout)

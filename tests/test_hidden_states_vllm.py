@@ -21,6 +21,7 @@ import orjson
 import pytest
 from conftest import genbench
 from fixtures_hs import HSServer, reference_states, trainer_reads
+from holding_proxy import HoldingProxy
 
 from genbench import tensors
 from genbench.rows import turn_ids
@@ -156,28 +157,46 @@ def test_the_trainers_own_loaders_read_the_exported_states(job):
 
 
 def test_sigkill_mid_job_then_a_rerun_keeps_every_rows_states_once(vllm_hs_server, tmp_path):
-    """genbench killed while rows are in flight (some of their states already moved in),
-    then run again: every row once, every turn's states once, each whole and its own."""
-    s, out, n = vllm_hs_server, tmp_path / "out", 8
+    """genbench killed while rows are in flight (their first turns' states already moved
+    in), then run again: every row once, every turn's states once, each whole and its own.
+
+    Held by events, not clocks: the job reaches the server through a proxy that holds every
+    second turn (its prompt holds HOLD), so at -c 2 the two one-turn rows are written, the
+    next two rows' first turns are taken and their second turns wait at the proxy, and
+    nothing more can happen before the kill, however fast or slow the machine."""
+    s, out = vllm_hs_server, tmp_path / "out"
     rows = [{"id": f"k{i}", "messages": [{"role": "user", "content": f"row {i} " * (i + 1)}]}
-            for i in range(n)]  # fmt: skip
+            for i in range(2)]  # fmt: skip
+    rows += [{"id": f"k{i}", "messages": [
+        {"role": "user", "content": f"row {i} " * i},
+        {"role": "assistant", "content": "an answer"},
+        {"role": "user", "content": f"HOLD and go on, row {i}"},
+    ]} for i in range(2, 8)]  # fmt: skip
     (tmp_path / "in.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    args = [sys.executable, "-m", "genbench", "generate", "-i", str(tmp_path / "in.jsonl"),
-            "-o", str(out), "--url", s.url, "-c", "2", "--max-tokens", "24", "--param",
-            "ignore_eos=true", "--hidden-states", "--layers", "1,2,3,4", "--json"]  # fmt: skip
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_for("2 rows written", lambda: _lines(out) >= 2)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    assert _lines(out) < n  # killed mid-job
-    p = genbench(*args[3:], timeout=300)
+    states = out / "hidden_states"
+    with HoldingProxy(s.root, b"HOLD").running() as proxy:
+        args = [sys.executable, "-m", "genbench", "generate", "-i", str(tmp_path / "in.jsonl"),
+                "-o", str(out), "--url", f"{proxy.root}/v1", "-c", "2", "--max-tokens", "24",
+                "--param", "ignore_eos=true", "--hidden-states", "--layers", "1,2,3,4",
+                "--json"]  # fmt: skip
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_for("2 rows written, 2 more held in their second turn",
+                      lambda: _lines(out) >= 2 and proxy.held == 2
+                      and len(list(states.rglob("*.safetensors"))) >= 4)  # fmt: skip
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        assert _lines(out) == 2  # killed mid-job: k2 and k3 in flight, k4.. not started
+        assert len(list(states.rglob("*.safetensors"))) == 4  # k2's and k3's first turns too
+        proxy.open()
+        p = genbench(*args[3:], timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     done = _rows(out)
     assert sorted(r["id"] for r in done) == sorted(r["id"] for r in rows)
     turns = [t for r in done for t in turn_ids(r)]
-    kept = sorted(str(p.relative_to(out)) for p in (out / "hidden_states").rglob("*.safetensors"))
+    assert len(turns) == 2 + 2 * 6
+    kept = sorted(str(p.relative_to(out)) for p in states.rglob("*.safetensors"))
     assert kept == sorted(t.states for t in turns)  # once each, no orphan of the killed run
     for t in turns:
         got = tensors.read(out / t.states)

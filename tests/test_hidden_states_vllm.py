@@ -10,6 +10,7 @@ states are Hugging Face's forward pass of the same model on those ids within 1e-
 from __future__ import annotations
 
 import fcntl
+import resource
 import signal
 import subprocess
 import sys
@@ -202,6 +203,51 @@ def test_sigkill_mid_job_then_a_rerun_keeps_every_rows_states_once(vllm_hs_serve
         got = tensors.read(out / t.states)
         assert got["token_ids"].array.tolist() == (t.prompt + t.generated)[:-1]
         assert got["hidden_states"].shape[:2] == (len(t.prompt) + 23, 4)
+
+
+def test_a_write_refused_mid_job_exits_12_and_loses_nothing(vllm_hs_server, tmp_path):
+    """The kernel refuses genbench a write mid-job: RLIMIT_FSIZE on its process, set just
+    above the largest file it writes (the data shard of two rows done before), so the next
+    rows' append fails with EFBIG, the errno path a full disk's ENOSPC takes too (a tmpfs
+    or a quota needs privileges CI lacks). Exit 12, one line; the rows and states written
+    before are intact, nothing torn is kept, and a rerun finishes each row's states once."""
+    s, out, inp = vllm_hs_server, tmp_path / "out", tmp_path / "in.jsonl"
+    rows = [{"id": f"f{i}", "messages": [{"role": "user", "content": f"fill {i} " * (i + 1)}]}
+            for i in range(6)]  # fmt: skip
+    inp.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    args = ("generate", "-i", str(inp), "-o", str(out), "--url", s.url, "-c", "2",
+            "--max-tokens", "8", "--hidden-states", "--layers", "1,2,3,4")  # fmt: skip
+    assert genbench(*args, "--limit", "2", timeout=300).returncode == 0
+    data = sorted(out.glob("data-*.jsonl"))
+    kept = {f: f.read_bytes() for f in data}
+    before = [t for r in _rows(out) for t in turn_ids(r)]
+    states = {t.states: (out / t.states).read_bytes() for t in before}
+    ours = [f for f in out.rglob("*") if f.is_file() and "hidden_states" not in f.parts]
+    limit = max(f.stat().st_size for f in ours) + 64  # less than one more row's line
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    p = subprocess.run([sys.executable, "-m", "genbench", *args], capture_output=True,
+                       text=True, timeout=300, preexec_fn=limited)  # fmt: skip
+    assert p.returncode == 12, p.stdout + p.stderr
+    line = p.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in p.stderr and "File too large" in line and "ulimit -f" in line
+    for f, b in kept.items():  # what was written before: whole (a torn tail after it is cut)
+        assert f.read_bytes()[: len(b)] == b
+    for name, b in states.items():
+        assert (out / name).read_bytes() == b
+    assert [f for f in out.rglob("*.tmp")] == []  # no half-written file at any name
+    again = genbench(*args, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    done = _rows(out)
+    assert sorted(r["id"] for r in done) == sorted(r["id"] for r in rows)
+    turns = [t for r in done for t in turn_ids(r)]
+    found = (out / "hidden_states").rglob("*.safetensors")
+    assert sorted(str(f.relative_to(out)) for f in found) == sorted(t.states for t in turns)
+    for t in turns:  # once each, none orphaned, each its own turn's
+        got = tensors.read(out / t.states)["token_ids"].array.tolist()
+        assert got == (t.prompt + t.generated)[:-1]
 
 
 def test_capture_afterwards_gives_the_states_captured_while_generating(job, vllm_hs_server):

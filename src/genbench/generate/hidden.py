@@ -50,6 +50,7 @@ from genbench.transport.endpoint import Endpoint
 
 WAIT_S = 60.0  # how long a file may take to appear after its answer
 CHUNK = 4096  # tokens checked for NaN/Inf at a time (a bounded copy)
+OUT_OF_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a size limit
 STATES_ID_PREFIX = "gb"  # transport/client.py's request ids: genbench's files in a shared dir
 
 
@@ -219,8 +220,8 @@ class Capture:
             dest.parent.mkdir(parents=True, exist_ok=True)
             move_across(file, dest)
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise OutputError(f"{dest.parent}: no space left for hidden states ({e})") from e
+            if e.errno in OUT_OF_ROOM:  # a retry cannot help: the job stops (exit 12)
+                raise OutputError(f"{dest.parent}: no room left for hidden states ({e})") from e
             raise StatesProblem(f"cannot move {file} into {dest.parent} ({e})") from None
         with contextlib.suppress(OSError):
             os.unlink(f"{file}.lock")

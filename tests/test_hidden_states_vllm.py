@@ -136,19 +136,60 @@ def test_generate_keeps_each_generated_turns_states_once(job):
     assert job["left"] == set()
 
 
-def test_the_trainers_own_loaders_read_the_exported_states(job):
+@pytest.fixture(scope="module")
+def fp8_job(job, vllm_hs_server) -> dict:
+    """The job's rows again with `--states-fp8`, on the same engine (asked per request)."""
+    out = job["tmp"] / "fp8"
+    p = genbench("generate", "-i", str(job["tmp"] / "in.jsonl"), "-o", str(out), "--url",
+                 vllm_hs_server.url, "-c", "4", "--max-tokens", "6", "--temperature", "0",
+                 "--hidden-states", "--layers", "1,2,3,4", "--states-fp8", timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    return {"out": out, "turns": [t for r in _rows(out) for t in turn_ids(r)]}
+
+
+def test_fp8_states_are_the_float32_ones_within_half_an_fp8_step(job, fp8_job, tmp_path):
+    """hs-connectors' format (float8_e4m3fn, a float32 scale per token): the same ids as
+    the float32 capture at temperature 0, each value within half a step of FP8's top
+    binade (16/448 of its token's largest magnitude), a byte a value on disk."""
+    ids = {t.states: (t.prompt, t.generated) for t in job["turns"]}  # named by row and turn
+    assert {t.states: (t.prompt, t.generated) for t in fp8_job["turns"]} == ids
+    for t in fp8_job["turns"]:
+        got, f32 = tensors.read(fp8_job["out"] / t.states), tensors.read(job["out"] / t.states)
+        assert got["hidden_states"].dtype == "F8_E4M3"
+        assert got["token_ids"].array.tolist() == f32["token_ids"].array.tolist()
+        want = f32["hidden_states"].floats()
+        back = got["hidden_states"].scaled(got["hidden_states_scales"].floats())
+        amax = abs(want).max(axis=(1, 2), keepdims=True)
+        assert (abs(back - want) <= amax * 16 / 448 + 1e-12).all()
+    p = genbench("inspect", str(fp8_job["out"]), "--json", "--save", str(tmp_path / "i.json"))
+    hs = orjson.loads(p.stdout)["hidden_states"]
+    assert (hs["ok"], hs["dtype"], hs["bytes_per_token"]) == (4, "F8_E4M3", 4 * 256 + 4)
+    assert 0 < hs["off_by"] < 0.03  # each token's 8-byte id and the header: 1.7% here
+
+
+def test_the_trainers_own_loaders_read_the_exported_states(job, fp8_job):
     wheres = {}
-    for fmt in ("speculators-states", "specforge-states"):
-        where = wheres[fmt.split("-")[0]] = job["tmp"] / fmt
-        p = genbench("export", str(job["out"]), "--format", fmt, "-o", str(where), "--keep-cut",
-                     "--min-tokens", "0", "--json")  # fmt: skip
-        assert p.returncode == 0, p.stdout + p.stderr
-        doc = orjson.loads(p.stdout)
-        assert doc["samples"] == 4 and doc["layers"] == [1, 2, 3, 4] and doc["last_layer"] == 4
-        manifest = orjson.loads((where / "genbench_states.json").read_bytes())
-        assert manifest["numbering"].startswith("vllm") and manifest["model"]
-    turns = job["turns"]
-    for trainer, got in trainer_reads(wheres).items():  # one run of the trainers' python
+    for src, tag in ((job, ""), (fp8_job, "_fp8")):
+        for fmt in ("speculators-states", "specforge-states"):
+            where = wheres[fmt.split("-")[0] + tag] = job["tmp"] / (fmt + tag)
+            p = genbench("export", str(src["out"]), "--format", fmt, "-o", str(where),
+                         "--keep-cut", "--min-tokens", "0", "--json")  # fmt: skip
+            assert p.returncode == 0, p.stdout + p.stderr
+            doc = orjson.loads(p.stdout)
+            assert doc["samples"] == 4 and doc["layers"] == [1, 2, 3, 4]
+            assert doc["last_layer"] == 4
+            manifest = orjson.loads((where / "genbench_states.json").read_bytes())
+            assert manifest["numbering"].startswith("vllm") and manifest["model"]
+            assert ("fp8" in manifest) == bool(tag)
+    reads = trainer_reads(wheres)  # one run of the trainers' python
+    for g, t in zip(reads.pop("speculators_fp8"), fp8_job["turns"], strict=True):
+        f = tensors.read(fp8_job["out"] / t.states)  # FP8Transfer's dequantizing is ours
+        ours = f["hidden_states"].scaled(f["hidden_states_scales"].floats()).astype("f8").sum()
+        assert g["sum"] == pytest.approx(ours, rel=1e-5, abs=1e-3)
+        assert g["input_ids"] == (t.prompt + t.generated)[:-1]
+    assert {g["dtype"] for g in reads["specforge_fp8"]} == {"torch.bfloat16"}  # dequantized
+    for trainer, got in reads.items():
+        turns = fp8_job["turns"] if trainer.endswith("_fp8") else job["turns"]  # their order
         assert len(got) == len(turns), trainer
         for g, t in zip(got, turns, strict=True):
             n = len(t.prompt) + len(t.generated) - 1  # the last id has no state

@@ -44,7 +44,7 @@ def test_where_bf16_will_not_fit_but_fp8_will_the_note_says_both_ways():
     (note,) = notes
     assert note.startswith("the disk will not hold the hidden states: 50 samples need up to ")
     assert "1.3× the 8.00 MB free at /data/job; it holds 38 samples" in note
-    assert "in FP8 (5.19 MB) it would hold them all" in note
+    assert "in FP8 (5.19 MB, generate --states-fp8) it would hold them all" in note
     assert "train online" in note
 
 

@@ -5,9 +5,10 @@ Offline drafter training keeps every token's states at a few layers: 1.8B tokens
 7,168-wide model at 4 layers in bf16 is ~103 TB, beyond any one disk. A job that learns
 this when its disk fills (generate stops, exit 12) has spent its hours; the plan knows the
 bytes and can look at the free space first. The ways out it names: FP8 files (half the
-bytes, hs-connectors' format, which speculators' `FP8Transfer` reads), fewer samples, or
-the online route: a trainer that captures the states while it trains (speculators' and
-SpecForge's online modes) needs only the token ids genbench generates.
+bytes, hs-connectors' format, which speculators' `FP8Transfer` reads: `generate
+--states-fp8`), fewer samples, or the online route: a trainer that captures the states
+while it trains (speculators' and SpecForge's online modes) needs only the token ids
+genbench generates.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def disk_check(
         f"free at {at}; it holds {fmt.count(doc['fits_samples'])} samples"
     )
     if fp8 <= free:
-        line += f"; in FP8 ({fmt.nbytes(fp8)}) it would hold them all"
+        line += f"; in FP8 ({fmt.nbytes(fp8)}, generate --states-fp8) it would hold them all"
     elif total <= FAR_BEYOND * free:
         line += f" ({fmt.count(doc['fits_samples_fp8'])} in FP8: {fmt.nbytes(fp8)} for all)"
     else:

@@ -78,6 +78,10 @@ class StatesProblem(Exception):
     """Why a turn's states are not taken (a failed request, retried)."""
 
 
+class NotFP8(StatesProblem):
+    """FP8 was asked and the engine's connector wrote another dtype (vLLM's stock one)."""
+
+
 class Capture:
     """The job's hidden states: each server's directory, each turn's file taken."""
 
@@ -127,6 +131,9 @@ class Capture:
             choice = answer["choices"][0]
             ids = list(answer.get("prompt_token_ids") or []) + list(choice.get("token_ids") or [])
             await asyncio.to_thread(self._check, file, ids[:-1])
+        except NotFP8 as e:
+            raise GenbenchError(f"{ep.base_url}: --states-fp8: {e}",
+                                ExitCode.BAD_RESPONSE) from None  # fmt: skip
         except (StatesProblem, OSError) as e:
             raise GenbenchError(
                 f"{ep.base_url} wrote its hidden states to {path}, which genbench cannot read "
@@ -254,7 +261,7 @@ class Capture:
         if hs is None or tok is None:
             raise StatesProblem(f"{file.name}: no hidden_states or token_ids in it")
         if self.fp8 and hs.dtype != "F8_E4M3":
-            raise StatesProblem(
+            raise NotFP8(
                 f"{file.name}: {hs.dtype} states where FP8 was asked (genbench's connector "
                 "writes FP8; vLLM's stock one does not)"
             )

@@ -34,6 +34,7 @@ from genbench.engines.death import read_kernel_log
 from genbench.engines.process import alive
 from genbench.engines.supervisor import EngineOptions
 from genbench.generate.exporter import MetricsExporter
+from genbench.generate.hidden import CaptureSpec
 from genbench.generate.job import Job
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.servers import ServerSpec
@@ -98,13 +99,14 @@ class Acting(MetricsExporter):
 
 
 def run_job(tmp_path: Path, n: int, listener: Acting, cmd: str = SIM,
-            params: dict[str, Any] | None = None, **opts: Any) -> Any:  # fmt: skip
+            params: dict[str, Any] | None = None, capture: CaptureSpec | None = None,
+            **opts: Any) -> Any:  # fmt: skip
     inp, out = tmp_path / "in.jsonl", tmp_path / "out"
     ids = write_prompts(inp, n)
     eng = parse_command(cmd)
     options = EngineOptions(**{"backoff": 0.2, "grace": 2.0, **opts})
     cfg = JobConfig(inp, out, [ServerSpec(eng.url, 8)], retry_backoff=0.05, engines=[eng],
-                    engine=options, params=params or {})  # fmt: skip
+                    engine=options, params=params or {}, capture=capture)  # fmt: skip
     job = Job(cfg, listener)
     listener.job = job
     listener.start()
@@ -473,10 +475,33 @@ def vllm_command() -> str:
             "--enforce-eager --disable-uvicorn-access-log")  # fmt: skip
 
 
+def states_once_each(out: Path) -> None:
+    """Every turn's states file once, holding its own ids (a torn or cut file is refused
+    by tensors.read), and the engines' directory left empty."""
+    from genbench import tensors
+    from genbench.rows import turn_ids
+
+    rows = [json.loads(x) for p in sorted(out.glob("data*.jsonl"))
+            for x in p.read_text().splitlines()]  # fmt: skip
+    turns = [t for r in rows for t in turn_ids(r)]
+    kept = sorted(str(p.relative_to(out)) for p in (out / "hidden_states").rglob("*.safetensors"))
+    assert turns and kept == sorted(t.states for t in turns)
+    for t in turns:
+        got = tensors.read(out / t.states)
+        assert got["token_ids"].array.tolist() == (t.prompt + t.generated)[:-1]
+        assert got["hidden_states"].shape[:2] == (len(t.prompt) + len(t.generated) - 1, 4)
+    assert [p.name for p in (out / ".genbench" / "hs-incoming").iterdir()] == []
+
+
 @pytest.mark.vllm
 @pytest.mark.skipif(_can_oom_kill() is not None, reason=str(_can_oom_kill()))
 def test_a_vllm_engine_oom_killed_mid_job_is_named_restarted_and_the_job_completes(tmp_path):
-    """Run under `flock /tmp/genbench-vllm.lock`: two vLLM starts, a few minutes of CPU."""
+    """Run under `flock /tmp/genbench-vllm.lock`: two vLLM starts, a few minutes of CPU.
+
+    With hidden states captured (genbench's CPU connector): the engine dies with requests
+    in flight, their files not written (their locks let go by the kernel); after the
+    restart every row's states are there once, whole and its own, and nothing the dead
+    engine began is taken or left behind."""
     from fixtures_vllm import _skip_requested
 
     if _skip_requested():
@@ -487,10 +512,12 @@ def test_a_vllm_engine_oom_killed_mid_job_is_named_restarted_and_the_job_complet
         out, metrics, result = run_job(
             tmp_path, 30, listener, cmd=cmd.text.replace("{port}", str(cmd.port)),
             params={"max_tokens": 16}, start_timeout=600.0,
+            capture=CaptureSpec(layers=(1, 2, 3, 4)),
         )  # fmt: skip
     ids = [json.loads(x)["id"] for x in (tmp_path / "in.jsonl").read_text().splitlines()]
     failed = assert_log_holds_every_attempt(out, ids)  # each attempt, its kind, its fate
     assert failed, "the rows in flight when the engine died are in the request log"
+    states_once_each(out)
     down = [e for e in events(out) if e["event"] == "down"]
     assert [d["cause"] for d in down] == ["oom"], down
     assert "was killed by the kernel's OOM killer" in down[0]["line"]

@@ -196,6 +196,9 @@ def test_distributions_and_storage_come_from_the_rows(job, inspected) -> None:
                           "--save", str(job["base"] / "h.json"))  # fmt: skip
     # plan's arithmetic: tokens x hidden size x layers x bytes per value
     assert with_hidden["storage"]["hidden_state_bytes"] == (comp.sum() + prompt) * 4096 * 3 * 2
+    # and in FP8 (hs-connectors' files): a byte a value and a 4-byte scale a token
+    fp8 = with_hidden["storage"]["hidden_state_bytes_fp8"]
+    assert fp8 == (comp.sum() + prompt) * (4096 * 3 + 4)
 
 
 def test_thresholds_are_flags(job) -> None:

@@ -83,28 +83,23 @@ def test_the_fields_arithmetic_is_reproduced_exactly():
     assert "142.5 h" in p.stderr and "296M" in p.stderr  # the table, beside the JSON
 
 
-def test_default_rows_servers_and_hidden_state_storage():
-    doc = plan_json(
-        genbench(
-            "plan",
-            "--rate",
-            "1000",
-            "--tokens-per-sample",
-            "2000",
-            "--servers",
-            "4",
-            "--hidden-size",
-            "7168",
-            "--layers-captured",
-            "3",
-            "--json",
-        )  # fmt: skip
-    )
+def test_default_rows_servers_and_hidden_state_storage(tmp_path):
+    p = genbench("plan", "--rate", "1000", "--tokens-per-sample", "2000", "--servers", "4",
+                 "--hidden-size", "7168", "--layers-captured", "3",
+                 "--job-out", str(tmp_path / "job"), "--json")  # fmt: skip
+    doc = plan_json(p)
     assert [r["samples"] for r in doc["rows"]] == [100_000, 200_000, 500_000, 900_000]
     row = doc["rows"][-1]
     # the example: 1.8B tokens × 7168 × 3 layers × 2 bytes ≈ 77 TB
     assert row["storage"]["hidden_state_bytes"] == pytest.approx(1.8e9 * 7168 * 3 * 2)
     assert 77e12 < row["storage"]["hidden_state_bytes"] < 78e12
+    # FP8: a byte a value and a 4-byte scale a token; then held to the job's disk (no test
+    # machine has 38.7 TB free), which the plan names, with the online route
+    assert row["storage"]["hidden_state_bytes_fp8"] == pytest.approx(1.8e9 * (7168 * 3 + 4))
+    assert doc["disk"]["path"] == str(tmp_path) and doc["disk"]["free_bytes"] > 0
+    (note,) = [n for n in doc["notes"] if n.startswith("the disk will not hold")]
+    assert f"free at {tmp_path}" in note and "train online" in note
+    assert "train online" in p.stderr  # said on the console too
     assert row["at_servers"]["seconds"] == pytest.approx(row["one_server"]["seconds"] / 4)
 
 

@@ -36,6 +36,18 @@ class TensorFileError(Exception):
     """A file that is not a whole safetensors file (the reason, one line)."""
 
 
+def _e4m3_table() -> np.ndarray:
+    """float8_e4m3fn's 256 values (no infinity; S.1111.111 is NaN), as float32."""
+    b = np.arange(256)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    exp, mant = (b >> 3) & 0xF, b & 0x7
+    mag = np.where(exp == 0, mant / 8.0 * 2.0**-6, (1 + mant / 8.0) * 2.0 ** (exp - 7.0))
+    return np.where((b & 0x7F) == 0x7F, np.nan, sign * mag).astype(np.float32)
+
+
+E4M3 = _e4m3_table()
+
+
 @dataclass(frozen=True)
 class Tensor:
     """One tensor of a file: its safetensors dtype name, shape and values (BF16 and FP8
@@ -52,6 +64,12 @@ class Tensor:
         if self.dtype.startswith("F8"):
             raise TensorFileError(f"{self.dtype} values need their scales to be read")
         return self.array.astype(np.float32, copy=False)
+
+    def scaled(self, scales: np.ndarray) -> np.ndarray:
+        """F8_E4M3 values times their scales (hs-connectors' per-token FP8), as float32."""
+        if self.dtype != "F8_E4M3":
+            raise TensorFileError(f"{self.dtype} values are not FP8 with scales")
+        return E4M3[self.array] * scales
 
 
 def read(path: Path | str, names: tuple[str, ...] | None = None) -> dict[str, Tensor]:

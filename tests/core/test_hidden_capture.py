@@ -129,3 +129,54 @@ def test_bfloat16_states_are_read_widened():
 def test_the_failure_is_retried_as_any_passing_fault():
     assert ErrorKind.HIDDEN_STATES.retry is Retry.YES
     assert not ErrorKind.HIDDEN_STATES.server_gone
+
+
+# -- FP8 files (--states-fp8): hs-connectors' format ----------------------------------------
+
+
+def test_e4m3_values_are_the_formats_own():
+    # S.EEEE.MMM, bias 7: 0x38 = 1.0, 0x7E = 448 (the largest), 0x01 = 2^-9 (the least
+    # subnormal), 0xC0 = -2.0; 0x7F and 0xFF are NaN (the format has no infinity)
+    got = tensors.E4M3[[0x38, 0x7E, 0x01, 0xC0, 0x00]].tolist()
+    assert got == [1.0, 448.0, 2.0**-9, -2.0, 0.0]
+    assert np.isnan(tensors.E4M3[[0x7F, 0xFF]]).all()
+    assert np.isfinite(np.delete(tensors.E4M3, [0x7F, 0xFF])).all()
+
+
+def _fp8_file(where: Path, raw: np.ndarray, scales: np.ndarray | None) -> Path:
+    path = where / "chatcmpl-gbabc-1a2b3c4d.safetensors"
+    data: dict = {"hidden_states": tensors.Tensor("F8_E4M3", raw.shape, raw),
+                  "token_ids": np.asarray(IDS, dtype=np.int64)}  # fmt: skip
+    if scales is not None:
+        data["hidden_states_scales"] = scales
+    path.write_bytes(tensors.encode(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("byte", "scale", "why"),
+    [(0x38, 0.5, None), (0x7F, 0.5, "NaN or Inf"), (0x38, 0.0, "finite and positive"),
+     (0x38, np.nan, "finite and positive"), (0x38, None, "one hidden_states_scales per")],
+)  # fmt: skip
+def test_an_fp8_file_counts_only_with_a_finite_positive_scale_a_token(tmp_path, byte, scale, why):
+    cap, where = _capture(tmp_path)
+    cap.fp8 = True
+    raw = np.full((len(IDS), 3, 8), byte, dtype=np.uint8)
+    scales = None if scale is None else np.full((len(IDS), 1, 1), scale, dtype=np.float32)
+    path = _fp8_file(where, raw, scales)
+    if why is None:
+        cap._check(path, IDS)
+        got = tensors.read(path)
+        assert (got["hidden_states"].scaled(got["hidden_states_scales"].floats()) == 0.5).all()
+    else:
+        with pytest.raises(StatesProblem, match=why):
+            cap._check(path, IDS)
+
+
+def test_a_float32_file_where_fp8_was_asked_is_refused(tmp_path):
+    cap, where = _capture(tmp_path)
+    cap.fp8 = True
+    path = _engine_file(where, _states(), IDS)
+    with pytest.raises(StatesProblem, match="F32 states where FP8 was asked"):
+        cap._check(path, IDS)
+    assert cap.kv_params() == {"include_output_tokens": True, "genbench_states_dtype": "fp8"}

@@ -609,6 +609,7 @@ def test_storage_basis_texts_and_hidden_states_carried():
         "parquet_bytes": 500.0,
         "hidden_state_tokens": None,
         "hidden_state_bytes": None,
+        "hidden_state_bytes_fp8": None,
     }
 
 

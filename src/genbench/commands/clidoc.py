@@ -95,6 +95,8 @@ MEANINGS: dict[str, str] = {
     "--host": "Address the reference server binds.",
     "--input": "The prompt file (JSONL or Parquet): `-i`, `--input` and `--prompts` are one flag.",
     "--job-files": "Plan: directory for the job's Slurm array script and Kubernetes manifest.",
+    "--states-fp8": "Hidden states in FP8 with a scale per token (hs-connectors' format).",
+    "--job-out": "Plan: the job's output directory, whose free space the forecast is held to.",
     "--json": "Print one JSON object on stdout instead of tables.",
     "--layers": "Hidden-state layer ids, vLLM's numbering, comma-separated.",
     "--layers-captured": "Hidden-state storage: layers kept per token.",

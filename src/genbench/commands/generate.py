@@ -98,6 +98,8 @@ OPTIONS: dict[str, Any] = {
     "layers": (None, "--hidden-states: the layer ids, vLLM's numbering (e.g. 2,16,29,32)."),
     "for_trainer": typer.Option(None, "--for", metavar="eagle3|dflash", help="--hidden-states: "
         "the trainer whose default layers to take for the --serve model's depth."),
+    "states_fp8": (False, "--hidden-states: FP8 files with a scale per token (hs-connectors' "
+        "format, speculators' FP8Transfer), half bf16's bytes; genbench's connector writes them."),
 }
 
 

@@ -122,6 +122,12 @@ GPUS_PER_SERVER = typer.Option(
 PROGRESS_EVERY = typer.Option(
     30.0, "--progress-every", help="Seconds between the pilot's progress lines off a terminal."
 )
+JOB_OUT = typer.Option(
+    None,
+    "--job-out",
+    help="The job's output directory (generate -o; need not exist yet): the hidden states' "
+    "forecast is held to the free space of its disk. [default: the current directory]",
+)
 JOB_FILES = typer.Option(
     None,
     "--job-files",
@@ -164,6 +170,7 @@ def plan(
     hidden_size: int | None = common.HIDDEN_SIZE,
     layers_captured: int | None = common.LAYERS_CAPTURED,
     dtype_bytes: int = common.DTYPE_BYTES,
+    job_out: Path | None = JOB_OUT,
     bytes_per_token: float | None = BYTES_PER_TOKEN,
     timeout: float = TIMEOUT,
     out_dir: Path | None = OUT_DIR,

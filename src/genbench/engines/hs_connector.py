@@ -24,11 +24,16 @@ Why not vLLM's `ExampleHiddenStatesConnector` as it is:
 
 The file is the stock one: `hidden_states` [tokens, layers, hidden] in the cache's dtype,
 `token_ids` [tokens] (int64); the path is answered in `kv_transfer_params.hidden_states_path`.
+A request whose `kv_transfer_params` hold `"genbench_states_dtype": "fp8"` gets hs-connectors'
+FP8 file instead (what speculators' `FP8Transfer` reads): `hidden_states` float8_e4m3fn, scaled
+per token by `hidden_states_scales` float32 [tokens, 1, 1] (the token's largest magnitude over
+its layers / 448), half the bytes of bf16. Per request, so one engine serves both.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,6 +45,22 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connecto
 )
 
 from genbench.atomic import writing
+
+FP8_KEY, SCALES_KEY = "genbench_states_dtype", "hidden_states_scales"
+
+
+@dataclass
+class _FP8Save(PendingSave):
+    """A request that asked for FP8 states."""
+
+
+def _fp8(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """hs-connectors' quantization: one float32 scale per token over all its layers."""
+    fp8 = torch.float8_e4m3fn
+    x = states.float()
+    amax = x.abs().amax(dim=tuple(range(1, x.dim())), keepdim=True)
+    scale = (amax / torch.finfo(fp8).max).clamp(min=1e-12)
+    return (x / scale).to(fp8), scale
 
 
 class _Copied:
@@ -60,6 +81,13 @@ class GenbenchHiddenStatesConnector(ExampleHiddenStatesConnector):
         offsets = torch.arange(self._block_size, dtype=torch.long).reshape(1, -1)
         return (offsets + blocks * self._block_size).flatten()
 
+    def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, Any]:
+        delay, params = super().request_finished(request, block_ids)
+        pending = self._pending_saves.get(request.request_id)
+        if pending is not None and (request.kv_transfer_params or {}).get(FP8_KEY) == "fp8":
+            self._pending_saves[request.request_id] = _FP8Save(**vars(pending))
+        return delay, params
+
     def _submit_async_write(self, pending: PendingSave) -> None:
         if not self._is_tp_rank_zero:
             return
@@ -69,6 +97,8 @@ class GenbenchHiddenStatesConnector(ExampleHiddenStatesConnector):
         # advanced indexing copies: the blocks may be reused once this returns
         states = extract_from_kv_cache(self._kv_cache, slots, num_tokens).to("cpu")
         tensors = {"hidden_states": states.contiguous(), "token_ids": pending.token_ids.clone()}
+        if isinstance(pending, _FP8Save):
+            tensors["hidden_states"], tensors[SCALES_KEY] = _fp8(states)
         assert self._req_futures.get(pending.req_id) is None, "a request id came twice"
         os.makedirs(os.path.dirname(pending.filename) or ".", exist_ok=True)
         lock_fd = self._lock_fds.pop(pending.req_id, None)

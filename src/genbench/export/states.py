@@ -178,8 +178,12 @@ def _dataset(work: Path, ids: list[list[int]], masks: list[list[int]]) -> None:
 
 def _specforge_file(src: Path, seq: list[int], mask: list[int], dst: Path) -> None:
     """One SpecForge offline EAGLE-3 sample: the auxiliary layers side by side, the last
-    layer as the target's state, in the file's own dtype."""
-    t = tensors.read(src, ("hidden_states",))["hidden_states"]
+    layer as the target's state, in the file's own dtype (FP8 files: dequantized to bf16,
+    as speculators' `FP8Transfer` gives them: SpecForge reads no scales)."""
+    got = tensors.read(src, ("hidden_states", "hidden_states_scales"))
+    t = got["hidden_states"]
+    if t.dtype == "F8_E4M3":
+        t = tensors.Tensor("BF16", t.shape, _bf16(t.scaled(got["hidden_states_scales"].floats())))
     n, k, h = t.shape
     aux = np.ascontiguousarray(t.array[:, :-1, :]).reshape(1, n, (k - 1) * h)
     last = np.ascontiguousarray(t.array[:, -1, :]).reshape(1, n, h)
@@ -190,6 +194,12 @@ def _specforge_file(src: Path, seq: list[int], mask: list[int], dst: Path) -> No
         "hidden_state": tensors.Tensor(t.dtype, last.shape, last),
     }
     write_atomic(dst, torch_save(sample))
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """float32 to bfloat16's bits, rounded to nearest even (the values are finite)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def _manifest(
@@ -211,6 +221,10 @@ def _manifest(
         "aux_layers": ids[:-1],
         "last_layer": ids[-1],
     }
+    if layers.get("dtype") == "F8_E4M3":
+        doc["fp8"] = ("hs-connectors' FP8: hidden_states float8_e4m3fn times hidden_states_scales "
+                      "[tokens, 1, 1]; speculators reads them through FP8Transfer"
+                      if fmt != SPECFORGE_STATES else "dequantized to bf16")  # fmt: skip
     if fmt == SPECFORGE_STATES:
         doc["specforge_aux_layer_ids"] = [i - 1 for i in ids[:-1]]  # SpecForge's numbering
     return doc

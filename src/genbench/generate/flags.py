@@ -132,6 +132,7 @@ class GenerateArgs(AsTyped, RequestFlags):
     hidden_states: bool = False
     layers: str | None = None
     for_trainer: str | None = None
+    states_fp8: bool = False
 
 
 def with_plan(a: GenerateArgs, planned: Planned | None) -> GenerateArgs:
@@ -198,8 +199,8 @@ def _capture(a: GenerateArgs, engines: list[EngineCommand], token_ids: str) -> C
     """`--hidden-states` with its layers: `--layers`, else `--for`'s default for the depth
     of the model the `--serve` engines load (docs/hidden-states.md)."""
     if not a.hidden_states:
-        if a.layers is not None or a.for_trainer is not None:
-            raise UsageError("--layers and --for choose the layers of --hidden-states: add it")
+        if a.layers is not None or a.for_trainer is not None or a.states_fp8:
+            raise UsageError("--layers, --for and --states-fp8 shape --hidden-states: add it")
         return None
     if token_ids == IdsMode.OFF:
         raise UsageError("--hidden-states needs the token ids (the states are held to them): "
@@ -218,7 +219,7 @@ def _capture(a: GenerateArgs, engines: list[EngineCommand], token_ids: str) -> C
     else:
         raise UsageError("--hidden-states: give --layers (the ids the engine captures, vLLM's "
                          "numbering) or --for eagle3|dflash")  # fmt: skip
-    return CaptureSpec(tuple(layers), a.for_trainer)
+    return CaptureSpec(tuple(layers), a.for_trainer, fp8=a.states_fp8)
 
 
 def fit_streams(servers: list[ServerSpec]) -> None:

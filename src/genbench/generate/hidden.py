@@ -50,7 +50,9 @@ from genbench.transport.endpoint import Endpoint
 
 WAIT_S = 60.0  # how long a file may take to appear after its answer
 CHUNK = 4096  # tokens checked for NaN/Inf at a time (a bounded copy)
+OUT_OF_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a size limit
 STATES_ID_PREFIX = "gb"  # transport/client.py's request ids: genbench's files in a shared dir
+FP8_ASK, SCALES = "genbench_states_dtype", "hidden_states_scales"  # engines/hs_connector.py
 
 
 @dataclass(frozen=True)
@@ -62,24 +64,39 @@ class CaptureSpec:
     trainer: str | None = None
     connector: str = "auto"
     wait_s: float = WAIT_S
+    fp8: bool = False  # --states-fp8: hs-connectors' FP8 files (genbench's connector)
 
     def setting(self) -> dict[str, Any]:
         """What job.json keeps (compared on resume: other layers are another data set)."""
-        return {"layers": list(self.layers or ()), "for": self.trainer}
+        doc: dict[str, Any] = {"layers": list(self.layers or ()), "for": self.trainer}
+        if self.fp8:  # only then: a job made before FP8 was offered resumes as it was
+            doc["dtype"] = "fp8"
+        return doc
 
 
 class StatesProblem(Exception):
     """Why a turn's states are not taken (a failed request, retried)."""
 
 
+class NotFP8(StatesProblem):
+    """FP8 was asked and the engine's connector wrote another dtype (vLLM's stock one)."""
+
+
 class Capture:
     """The job's hidden states: each server's directory, each turn's file taken."""
 
-    def __init__(self, layout: Layout, layers: Sequence[int], wait_s: float = WAIT_S) -> None:
-        self.layout, self.layers, self.wait_s = layout, list(layers), wait_s
+    def __init__(
+        self, layout: Layout, layers: Sequence[int], wait_s: float = WAIT_S, fp8: bool = False
+    ) -> None:
+        self.layout, self.layers, self.wait_s, self.fp8 = layout, list(layers), wait_s, fp8
         self.dirs: dict[str, Path] = {}  # server (its base URL) -> where its engine writes
         self.hidden: int | None = None  # the model's hidden size, as the first file says
         self.dtype: str | None = None
+
+    @classmethod
+    def of(cls, layout: Layout, spec: CaptureSpec) -> Capture:
+        """The job's capture, as `--hidden-states` asked."""
+        return cls(layout, spec.layers or (), spec.wait_s, spec.fp8)
 
     # -- the preflight -------------------------------------------------------------------
 
@@ -89,7 +106,7 @@ class Capture:
         line) otherwise."""
         body = {"model": model, "messages": [{"role": "user", "content": "hi"}],
                 "max_tokens": 2, "return_token_ids": True, "stream": False,
-                "kv_transfer_params": {"include_output_tokens": True}}  # fmt: skip
+                "kv_transfer_params": self.kv_params()}  # fmt: skip
         pool = ConnectionPool(ep.base_url)
         try:
             status, _, raw = await pool.get(ep.base_url + "/chat/completions", timeout,
@@ -114,6 +131,9 @@ class Capture:
             choice = answer["choices"][0]
             ids = list(answer.get("prompt_token_ids") or []) + list(choice.get("token_ids") or [])
             await asyncio.to_thread(self._check, file, ids[:-1])
+        except NotFP8 as e:
+            raise GenbenchError(f"{ep.base_url}: --states-fp8: {e}",
+                                ExitCode.BAD_RESPONSE) from None  # fmt: skip
         except (StatesProblem, OSError) as e:
             raise GenbenchError(
                 f"{ep.base_url} wrote its hidden states to {path}, which genbench cannot read "
@@ -123,6 +143,11 @@ class Capture:
             _remove(file)
         self.dirs[ep.base_url] = file.parent
         abandoned(file.parent, self.wait_s)
+
+    def kv_params(self) -> dict[str, Any]:
+        """What each request asks of the engine's connector: the states of the prompt and
+        the completion, and FP8 files where asked (genbench's connector writes them)."""
+        return {"include_output_tokens": True, **({FP8_ASK: "fp8"} if self.fp8 else {})}
 
     async def probe_all(
         self, ok: Sequence[Any], api_key: str | None, model: str, note: Callable[[str], None]
@@ -219,21 +244,29 @@ class Capture:
             dest.parent.mkdir(parents=True, exist_ok=True)
             move_across(file, dest)
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise OutputError(f"{dest.parent}: no space left for hidden states ({e})") from e
+            if e.errno in OUT_OF_ROOM:  # a retry cannot help: the job stops (exit 12)
+                raise OutputError(f"{dest.parent}: no room left for hidden states ({e})") from e
             raise StatesProblem(f"cannot move {file} into {dest.parent} ({e})") from None
         with contextlib.suppress(OSError):
             os.unlink(f"{file}.lock")
 
     def _check(self, file: Path, ids: list[int]) -> None:
-        """The file holds one finite state per id at each layer asked, for exactly `ids`."""
+        """The file holds one finite state per id at each layer asked, for exactly `ids`
+        (FP8 files: with a positive, finite scale per token)."""
         try:
-            got = tensors.read(file, ("hidden_states", "token_ids"))
+            got = tensors.read(file, ("hidden_states", "token_ids", SCALES))
         except (tensors.TensorFileError, OSError) as e:
             raise StatesProblem(str(e)) from None
-        hs, tok = got.get("hidden_states"), got.get("token_ids")
+        hs, tok, scales = got.get("hidden_states"), got.get("token_ids"), got.get(SCALES)
         if hs is None or tok is None:
             raise StatesProblem(f"{file.name}: no hidden_states or token_ids in it")
+        if self.fp8 and hs.dtype != "F8_E4M3":
+            raise NotFP8(
+                f"{file.name}: {hs.dtype} states where FP8 was asked (genbench's connector "
+                "writes FP8; vLLM's stock one does not)"
+            )
+        if hs.dtype == "F8_E4M3" and (scales is None or scales.shape != (hs.shape[0], 1, 1)):
+            raise StatesProblem(f"{file.name}: FP8 states without one {SCALES} per token")
         if len(hs.shape) != 3 or hs.shape[0] != len(ids) or hs.shape[1] != len(self.layers):
             raise StatesProblem(
                 f"{file.name}: hidden_states {list(hs.shape)}, expected [{len(ids)}, "
@@ -247,8 +280,15 @@ class Capture:
                 f"{file.name}: its token_ids differ from the turn's ids at position {at}"
             )
         for lo in range(0, hs.shape[0], CHUNK):
-            part = tensors.Tensor(hs.dtype, hs.shape, hs.array[lo : lo + CHUNK]).floats()
-            if not np.isfinite(part).all():
+            part = tensors.Tensor(hs.dtype, hs.shape, hs.array[lo : lo + CHUNK])
+            if scales is not None and hs.dtype == "F8_E4M3":
+                scale = scales.floats()[lo : lo + CHUNK]
+                if not (np.isfinite(scale).all() and (scale > 0).all()):
+                    raise StatesProblem(f"{file.name}: a scale that is not finite and positive")
+                values = part.scaled(scale)
+            else:
+                values = part.floats()
+            if not np.isfinite(values).all():
                 raise StatesProblem(f"{file.name}: NaN or Inf among its states")
         self.hidden = self.hidden or hs.shape[2]
         self.dtype = self.dtype or hs.dtype

@@ -84,8 +84,7 @@ class Job:
         self.unanswered = Unanswered()  # rows written without an answer, or without ids
         self.engines: Supervisor | None = None  # --serve: the engines this job started
         spec = cfg.capture  # --hidden-states: each turn's states, taken as it is answered
-        self.capture = None if spec is None else Capture(self.store.layout, spec.layers or (),
-                                                         spec.wait_s)  # fmt: skip
+        self.capture = None if spec is None else Capture.of(self.store.layout, spec)
         self.auto: AutoConcurrency | None = None  # -c auto: the servers' tuners
 
     # -- preparation ----------------------------------------------------------------------
@@ -136,7 +135,8 @@ class Job:
             client = Client(
                 ep, self.model, timeouts=timeouts, keep_text=True, think=think,
                 keep_raw=cfg.keep_raw, token_ids=rep.token_ids if rep.ok else ids_seen,
-                accept=acceptance.ask_for(rep.server.kind), hidden_states=self.capture is not None,
+                accept=acceptance.ask_for(rep.server.kind),
+                hidden_states=self.capture.kv_params() if self.capture else False,
             )  # fmt: skip
             router = rep.server.kind in ROUTER_KINDS
             srv = Server(

@@ -105,6 +105,8 @@ def _storage_lines(doc: dict[str, Any], console: Console) -> None:
     )
     if st.get("hidden_state_bytes") is not None:
         line += f"; hidden states {nbytes(st['hidden_state_bytes'])}"
+        if st.get("hidden_state_bytes_fp8") is not None:
+            line += f" (FP8 {nbytes(st['hidden_state_bytes_fp8'])})"
     else:
         line += "; hidden states: give --hidden-size and --layers-captured"
     console.print(line)

@@ -17,6 +17,7 @@ from genbench.rows import turn_ids
 
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}
 EXAMPLES = 5
+FP8_SCALE_BYTES = 4
 
 
 def check_states(path: Path) -> dict[str, Any] | None:
@@ -55,6 +56,8 @@ def check_states(path: Path) -> dict[str, Any] | None:
                 tokens += len(ids)
                 nbytes += file.stat().st_size
     per_token = len(layers) * (cap.hidden or 0) * DTYPE_BYTES.get(cap.dtype or "", 0)
+    if cap.dtype == "F8_E4M3" and per_token:  # hs-connectors' FP8: a float32 scale a token
+        per_token += FP8_SCALE_BYTES
     forecast = tokens * per_token
     return {
         "layers": layers, "numbering": info.get("numbering"), "model": info.get("model"),

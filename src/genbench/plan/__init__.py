@@ -22,7 +22,8 @@ replaying the pilot. The error bar adds a bootstrap over the pilot's requests
 (lengths, TTFT, failures), the server's speed over stretches of the pilot, and
 the replay's own error. docs/plan.md says what is and is not modelled.
 
-One concern per module: `units` (counts and their display), `storage`, `draws` (the pilot's
+One concern per module: `units` (counts and their display), `storage`, `disk` (the
+hidden states' bytes held to the job's free space), `draws` (the pilot's
 requests as the simulation draws them), `stepfit` (the server's step time), `walltime` (the
 job simulated), `model` (what one pilot says), `generate.wander` (how the server's speed
 moved during it, carried over the job: generate's live ETA uses it too), `bar` (the forecast

@@ -22,6 +22,7 @@ from genbench.generate.recipe import TURNS, Recipe
 from genbench.plan import rescale
 from genbench.plan.configurations import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
+from genbench.plan.disk import add_disk_check
 from genbench.plan.document import add_asked, save_plan
 from genbench.plan.from_pilot import plan_from_pilot
 from genbench.plan.from_rate import plan_arithmetic
@@ -112,6 +113,7 @@ class PlanArgs(RequestFlags):
     think_tags: str = "<think>,</think>"
     think_dialect: str = "auto"
     tool_policy: str = "replay"  # as the job's generate --tool-policy
+    job_out: Path | None = None  # the job's output directory: its disk's free space
 
 
 @dataclass
@@ -168,6 +170,7 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
         doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
     doc["notes"].extend(ask.notes)
     add_asked(doc)
+    add_disk_check(doc, args.job_out)
     return doc, save_plan(doc, where) if where is not None else None
 
 
@@ -189,6 +192,7 @@ def _replanned(args: PlanArgs, path: Path) -> tuple[dict[str, Any], Path]:
         doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
     doc["notes"].extend(ask.notes)
     add_asked(doc)
+    add_disk_check(doc, args.job_out)
     home = path if path.is_dir() else path.parent
     if where.resolve() != home.resolve():
         prepare_out_dir(where)

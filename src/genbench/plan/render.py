@@ -36,7 +36,7 @@ def print_plan(doc: dict[str, Any], console: Console) -> None:
             console.print(
                 "  hidden states = tokens × hidden size × layers captured × bytes per value "
                 f"({rows[0]['storage']['hidden_state_tokens'] / rows[0]['samples']:,.0f} "
-                "tokens per sample)"
+                "tokens per sample); in FP8 a byte a value and a 4-byte scale per token"
             )
         console.print(f"  storage: {doc['model'].get('storage_basis', '')}")
         if line := asked_line(doc):
@@ -120,6 +120,7 @@ def _storage_cols(doc: dict[str, Any], parquet: bool = False) -> list[tuple[str,
         cols.append(("Parquet", lambda r: fmt.nbytes(r["storage"].get("parquet_bytes"))))
     if doc["rows"] and doc["rows"][0]["storage"].get("hidden_state_bytes") is not None:
         cols.append(("hidden states", lambda r: fmt.nbytes(r["storage"]["hidden_state_bytes"])))
+        cols.append(("… in FP8", lambda r: fmt.nbytes(r["storage"].get("hidden_state_bytes_fp8"))))
     return cols
 
 

@@ -17,6 +17,7 @@ JSONL_OVERHEAD_BYTES = 400  # id, generate's metadata and JSON punctuation per o
 # measures the rows as written, ids and all): 4.9 (32K vocabulary) to 5.5 (152K) bytes
 # measured on model-like ids, 7 for uniform 6-digit ones (benchmarks/token_ids_encoding.py)
 ASSUMED_ID_BYTES = 6.0
+FP8_SCALE_BYTES = 4  # hs-connectors' FP8 files: one float32 scale per token (all its layers)
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,11 @@ class HiddenStates:
 
     def bytes_for(self, tokens: float) -> float:
         return tokens * self.hidden_size * self.layers * self.dtype_bytes
+
+    def fp8_bytes_for(self, tokens: float) -> float:
+        """In hs-connectors' FP8 format (speculators' `FP8Transfer` reads it): a byte a value
+        and a float32 scale per token, about half of bf16's bytes."""
+        return tokens * (self.hidden_size * self.layers + FP8_SCALE_BYTES)
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,9 @@ class StorageModel:
             ),
             "hidden_state_tokens": hidden_tokens if self.hidden else None,
             "hidden_state_bytes": self.hidden.bytes_for(hidden_tokens) if self.hidden else None,
+            "hidden_state_bytes_fp8": (
+                self.hidden.fp8_bytes_for(hidden_tokens) if self.hidden else None
+            ),
         }
 
 

@@ -278,7 +278,8 @@ def _tokens_table(doc: dict[str, Any]) -> DecisionTable:
         if any(_tok(r, key) for r in rows):
             cols.append((f"{key} tokens", lambda r, k=key: fmt.tokens(_tok(r, k))))
     for key, head in (("jsonl_bytes", "JSONL"), ("parquet_bytes", "Parquet"),
-                      ("hidden_state_bytes", "hidden states")):  # fmt: skip
+                      ("hidden_state_bytes", "hidden states"),
+                      ("hidden_state_bytes_fp8", "… in FP8")):  # fmt: skip
         if any((r.get("storage") or {}).get(key) is not None for r in rows):
             cols.append((head, lambda r, k=key: fmt.nbytes((r.get("storage") or {}).get(k))))
     body = [[fmt.count(r.get("samples")), *(cell(r) for _, cell in cols)] for r in rows]

@@ -235,12 +235,16 @@ class Client:
         keep_raw: bool = False,
         token_ids: str | None = None,
         accept: str | None = None,
-        hidden_states: bool = False,
+        hidden_states: bool | dict[str, Any] = False,
     ) -> None:
         self.endpoint = endpoint
         # ask vLLM to write each request's hidden states (docs/hidden-states.md): the request
-        # carries its own id, by which its file is found (a streamed answer names no path)
-        self.hidden_states = hidden_states
+        # carries its own id, by which its file is found (a streamed answer names no path);
+        # a dict: the kv_transfer_params to send (generate/hidden.py's Capture.kv_params)
+        self.hidden_states = bool(hidden_states)
+        self.states_params = (
+            hidden_states if isinstance(hidden_states, dict) else {"include_output_tokens": True}
+        )
         # ask for each request's speculative acceptance in this dialect (sglang; vLLM's is the
         # server's flag): genbench.transport.acceptance
         self.accept = accept
@@ -295,7 +299,7 @@ class Client:
             body.update(acceptance.REQUEST_FIELDS[self.accept])
         if states_id is not None:
             body["request_id"] = states_id
-            body["kv_transfer_params"] = {"include_output_tokens": True}
+            body["kv_transfer_params"] = self.states_params
         return body
 
     def _request(self, req: ChatRequest, states_id: str | None = None) -> bytes:

@@ -43,9 +43,10 @@ def output_errors(out: Path) -> Iterator[None]:
 def write_failed(out: Path, e: OSError) -> OutputError:
     if e.errno in (errno.EMFILE, errno.ENFILE):
         return OutOfDescriptors(f"cannot open a file in {out}")
+    hint = "raise the file-size limit, ulimit -f" if e.errno == errno.EFBIG else "free disk space"
     return OutputError(
         f"cannot write to {out}: {e.strerror or e}. Rows written before are kept; "
-        "fix the cause (e.g. free disk space) and rerun the same command to resume"
+        f"fix the cause (e.g. {hint}) and rerun the same command to resume"
     )
 
 

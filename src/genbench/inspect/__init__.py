@@ -24,7 +24,7 @@ from genbench.inspect.clean import REGENERATE, check_out, write_clean
 from genbench.inspect.detect import BIT, DEFECTS, Thresholds
 from genbench.inspect.document import INSPECT_FILE, Settings, build, storage
 from genbench.inspect.fidelity import DRIFT_SAMPLE, Fidelity, check_drift
-from genbench.inspect.reader import data_files
+from genbench.inspect.reader import data_files, engine_servers
 from genbench.inspect.scan import scan
 from genbench.inspect.states import check_states
 from genbench.transport.endpoint import Endpoint
@@ -113,7 +113,8 @@ def inspect_data(
         raise UsageError("--out needs --drop: which defects to leave out of the copy")
     sample = drift_sample if tokenizer is not None else 0
     parts = integrity(path, files)
-    sc = scan(files, settings.thresholds, settings.examples, progress, sample)
+    same = engine_servers(path) if path.is_dir() else {}  # an engine's restarts: one server
+    sc = scan(files, settings.thresholds, settings.examples, progress, sample, same)
     if sc.rows == 0:
         raise UsageError(f"{path}: no rows to inspect")
     doc, an = build(path, sc, settings)

@@ -32,3 +32,11 @@ def test_the_big_commands_take_one_typed_value(command):
     params = inspect.signature(command).parameters
     assert command.__signature__ is not None and len(params) > 15
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
+
+
+def test_run_takes_the_prompt_file_as_input_and_its_old_spelling():
+    from genbench.cli import apply_aliases
+
+    assert apply_aliases(["run", "--workload", "p.jsonl"]) == ["run", "--input", "p.jsonl"]
+    names = {n for p in inspect.signature(run).parameters.values() for n in p.default.param_decls}
+    assert {"--input", "-i"} <= names and "--workload" not in names

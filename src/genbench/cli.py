@@ -64,7 +64,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
 # Old spellings of renamed flags, per command: still accepted, with a warning on stderr, so
 # scripts written for an earlier genbench keep working while they are updated (docs/cli.md).
 ALIASES: dict[str, dict[str, str]] = {
-    "run": {"--prompts": "--prompts-per-length"},
+    "run": {"--prompts": "--prompts-per-length", "--workload": "--input"},
     "check": {"--timeout": "--test-timeout"},  # elsewhere: seconds of silence
     "export": {"--min-tokens": "--min-turn-tokens"},  # inspect's is per row
     "plan": {"--warmup": "--warmup-time"},

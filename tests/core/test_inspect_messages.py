@@ -155,3 +155,17 @@ def test_one_row_is_said_in_the_singular(tmp_path) -> None:
 def test_a_drop_name_given_twice_is_one_rule():
     """The kept rows' mask sums the names' bits: a name twice would be another bit."""
     assert parse_drop("loops, loops,dup,loops") == ["loops", "dup"]
+
+
+def test_an_engine_started_on_a_new_port_each_run_is_one_server(tmp_path) -> None:
+    # a --serve job run twice: its one engine listened on another port the second time
+    urls = [f"http://127.0.0.1:{8001 + i % 2}/v1" for i in range(6)]
+    lines = [orjson.dumps(row(f"r{i}", [user("a"), gen("A", [1], IDS)], server=u))
+             for i, u in enumerate(urls)]  # fmt: skip
+    d = job_dir(tmp_path, lines)
+    events = [{"engine": "engine 1", "url": f"http://127.0.0.1:{p}/v1", "event": "start"}
+              for p in (8001, 8002)]  # fmt: skip
+    (d / ".genbench" / "engines.jsonl").write_bytes(b"".join(orjson.dumps(e) + b"\n"
+                                                             for e in events))  # fmt: skip
+    doc = inspect_data(d, Settings(), save=tmp_path / "i.json")
+    assert doc["servers"]["count"] == 1, doc["servers"]

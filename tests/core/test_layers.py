@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("check", "load"),
     ("engines",),  # started and watched engines: healthy is check's preflight
     ("generate",),
-    ("run",),  # a run's --workload is read as generate reads its input
+    ("run",),  # a run's --input is read as generate reads its input
     ("plan",),
     ("inspect", "compare"),
     ("report", "export"),

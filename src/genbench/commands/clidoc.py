@@ -24,8 +24,9 @@ Generated from the code by `{regenerate}`; a test fails when this file is stale.
 
 A flag name means one thing, with one kind of value, in every command that has it:
 
-* **`-i/--input` or `--prompts FILE`**: a prompt file (JSONL or Parquet), in `plan` and
-  `generate`. A count of prompts is spelled out: `run --prompts-per-length N`.
+* **`-i/--input` or `--prompts FILE`**: a prompt file (JSONL or Parquet), in `run`, `plan`
+  and `generate`. A count of prompts is spelled out: `run --prompts-per-length N`, whose
+  old spelling is `run --prompts`, so `run` takes the file as `-i/--input` only.
 * **`-c/--concurrency`**: requests in flight per server, in every command that sends load.
   Where a command sweeps (`run`) it takes one number or a comma-separated list; `auto`
   (the default of `run` on a server and of `generate` without `--plan`) finds the server's
@@ -93,7 +94,8 @@ MEANINGS: dict[str, str] = {
     "--hidden-states": "Keep each generated turn's hidden states, written by the engine.",
     "--hidden-size": "Hidden-state storage: the target model's hidden size.",
     "--host": "Address the reference server binds.",
-    "--input": "The prompt file (JSONL or Parquet): `-i`, `--input` and `--prompts` are one flag.",
+    "--input": "The prompt file (JSONL or Parquet): `-i`, `--input` and `--prompts` are one "
+    "flag (in `run`, `--prompts` is the old spelling of `--prompts-per-length`).",
     "--job-files": "Plan: directory for the job's Slurm array script and Kubernetes manifest.",
     "--states-fp8": "Hidden states in FP8 with a scale per token (hs-connectors' format).",
     "--job-out": "Plan: the job's output directory, whose free space the forecast is held to.",
@@ -188,7 +190,6 @@ MEANINGS: dict[str, str] = {
     "--tool-calls": "Reference server: tool calls a conversation makes before it answers.",
     "--tool-policy": "Rows with tools: replay the calls (cached results fed back) or keep them.",
     "--turns": "Which assistant turns to generate: all or last.",
-    "--workload": "A prompt file (as generate's) whose requests the benchmark sends.",
     "--url": "Server base URL (generate: repeatable, one per server; inspect: its tokenizer).",
     "--url-file": "File of servers, one 'URL [CONCURRENCY]' per line.",
     "--version": "Print the version and exit.",
@@ -234,6 +235,8 @@ def shown_default(opt: Any) -> str | None:
 def problems() -> list[str]:
     """Ways the app breaks the vocabulary: a flag with no meaning here, or one name used for
     two options that differ in their other names or in taking a value."""
+    from genbench.cli import ALIASES
+
     seen: dict[str, tuple[frozenset[str], bool, str]] = {}
     found: list[str] = []
     used: set[str] = set()
@@ -246,7 +249,8 @@ def problems() -> list[str]:
             names = frozenset(opt.opts + opt.secondary_opts)
             for n in names:
                 first = seen.setdefault(n, (names, opt.is_flag, cname))
-                if first[:2] != (names, opt.is_flag):
+                kept = {*ALIASES.get(cname, {}), *ALIASES.get(first[2], {})}  # old spellings
+                if (first[0] - kept, first[1]) != (names - kept, opt.is_flag):
                     found.append(f"{n}: one option in {first[2]}, another in {cname}")
     stale = set(MEANINGS) - used - {"--version"}
     found += [f"{n}: in MEANINGS but no command has it" for n in sorted(stale)]
@@ -276,7 +280,8 @@ def _every_flag(cmds: dict[str, Any]) -> list[str]:
     for cname, cmd in cmds.items():
         for opt in options(cmd):
             names = ", ".join(sorted(opt.opts + opt.secondary_opts, key=lambda n: len(n) > 2))
-            rows.setdefault(long_name(opt), (names, []))[1].append(cname)
+            shown, where = rows.get(long_name(opt), ("", []))  # the most names any command has
+            rows[long_name(opt)] = (max(shown, names, key=len), [*where, cname])
     for key in sorted(rows, key=lambda k: k.lstrip("-")):
         names, where = rows[key]
         lines.append(f"| `{names}` | {_cell(MEANINGS[key])} | {', '.join(where)} |")

@@ -46,7 +46,7 @@ WORKLOAD_FIELDS: tuple[tuple[str, str], ...] = (
     ("workload", "prompts"),
     ("workload", "prompt_names"),
     ("workload", "natural_length"),
-    ("workload", "path"),  # run --workload FILE: the file, and the requests read from it
+    ("workload", "path"),  # run --input FILE: the file, and the requests read from it
     ("workload", "requests"),
 )
 

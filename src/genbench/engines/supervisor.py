@@ -249,8 +249,8 @@ class Supervisor:
             return True
         e.gave_up = True
         self.event(e, "gave_up", restarts=e.restarts, line=e.last_death)
-        self.note(f"{e.name}: not restarted again ({e.restarts} restarts, --engine-restarts)",
-                  "red")  # fmt: skip
+        self.note(f"{e.name}: not restarted again ({fmt.counted(e.restarts, 'restart')}, "
+                  "--engine-restarts)", "red")  # fmt: skip
         self.on_gave_up()
         return False
 

@@ -18,11 +18,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from genbench import __version__, fmt
-from genbench.check.preflight import CheckReport, CheckRetries, preflight
+from genbench.check.preflight import CheckReport
 from genbench.check.router import ROUTER_KINDS
 from genbench.engines.supervisor import Supervisor
-from genbench.errors import ErrorKind, GenbenchError, ServerDown, UsageError
+from genbench.errors import ErrorKind, ServerDown
+from genbench.generate.asked import ask_servers
 from genbench.generate.conversation import Conversation
+from genbench.generate.decided import Decided
 from genbench.generate.ending import Failures, Unanswered, ending
 from genbench.generate.ending import rows as row_count
 from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
@@ -36,9 +38,9 @@ from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.pipeline import Retries, error_entry, invalid_entry, row_load
 from genbench.generate.progress import Progress, ServerState
 from genbench.generate.serve import start_engines
-from genbench.generate.servers import Server, check_token_ids
+from genbench.generate.servers import Server
 from genbench.generate.store import scheme
-from genbench.generate.store.batch import row_bytes, write_answers
+from genbench.generate.store.batch import write_answers
 from genbench.generate.store.durable import output_errors
 from genbench.generate.store.resume import prepare
 from genbench.generate.store.writer import Existing, Store
@@ -47,10 +49,8 @@ from genbench.load import Load
 from genbench.records import RequestRecord
 from genbench.transport import acceptance
 from genbench.transport.client import Client, Timeouts
-from genbench.transport.endpoint import Endpoint
 from genbench.transport.eventloop import graceful
 from genbench.transport.thinking import ThinkMode, ThinkState
-from genbench.transport.token_ids import IdsMode
 
 
 class Job:
@@ -59,11 +59,13 @@ class Job:
     def __init__(self, cfg: JobConfig, listener: Listener | None = None) -> None:
         self.cfg = cfg
         self.recipe = cfg.recipe  # read-only: built once, not per row
+        self.decided = Decided.of(cfg)  # what the config implies, worked out once
         # who hears the job, and the run notes every job leaves for its report (runs.jsonl)
-        self.listener = Listeners(listener or Listener(), RunNotes(cfg.output, cfg.shard_tag))
+        tag = self.decided.files_tag
+        self.listener = Listeners(listener or Listener(), RunNotes(cfg.output, tag))
         self.store = Store(
             cfg.output,
-            shard_tag=cfg.shard_tag,
+            shard_tag=tag,
             fmt=cfg.fmt,
             shard_bytes=cfg.shard_bytes,
             sync_interval=cfg.sync_interval,
@@ -89,46 +91,15 @@ class Job:
 
     # -- preparation ----------------------------------------------------------------------
 
-    async def _preflight(self) -> list[CheckReport]:
-        cfg = self.cfg
-        eps = [Endpoint.parse(s.url, cfg.api_key) for s in cfg.servers]
-        timeout = min(cfg.timeout, 120.0)
-        think = {"think_tags": cfg.think_tags, "think_dialect": cfg.think_dialect,
-                 "token_ids": cfg.token_ids}  # fmt: skip
-        retries = CheckRetries(cfg.retries, cfg.retry_backoff, cfg.max_backoff)  # a job's
-        checks = (preflight(ep, cfg.model, timeout=timeout, connect_timeout=3.0,
-                            retries=retries, **think) for ep in eps)  # fmt: skip
-        reports = await asyncio.gather(*checks)
-        for url, n in ((r.url, n) for r in reports for n in r.notes if n.startswith("test ")):
-            self.listener.note(f"{url}: {n}", "yellow")  # a retry said, as a row's is logged
-        ok = [r for r in reports if r.ok]
-        for r in reports:
-            if not r.ok and not r.may_come_back:  # misconfigured, not down
-                raise GenbenchError(f"{r.url}: {r.diagnosis}", r.exit_code)
-        if not ok:
-            first = reports[0]
-            raise GenbenchError(f"{first.url}: {first.diagnosis}", first.exit_code)
-        models = {r.model for r in ok}
-        if len(models) > 1:
-            listing = ", ".join(f"{r.url} serves {r.model}" for r in ok)
-            raise UsageError(f"the servers serve different models ({listing}): choose --model")
-        self.model = ok[0].model or ""
-        check_token_ids(cfg.token_ids, ok, self.listener.note)  # `on`: refuses one without
-        if self.capture is not None:  # each server writes states genbench can read
-            await self.capture.probe_all(ok, cfg.api_key, self.model, self.listener.note)
-        return list(reports)
-
     def _make_servers(self, reports: list[CheckReport]) -> None:
         cfg = self.cfg
         timeouts = Timeouts(connect=cfg.connect_timeout, read=cfg.timeout)
         # one model: a server not up yet speaks the dialect the others showed
         seen = next((r.think_mode() for r in reports if r.ok), None)
         ids_seen = next((r.token_ids for r in reports if r.ok and r.token_ids), None)
-        if cfg.fmt == DataFormat.BATCH:  # flags.py asked for none: say so, not "rows keep the ids"
-            self.listener.note("token ids: not kept (the Batch shape of --answers batch has no "
-                               "place for them; --answers both keeps them)")  # fmt: skip
-        for spec, rep in zip(cfg.servers, reports, strict=True):
-            ep = Endpoint.parse(spec.url, cfg.api_key)
+        if self.decided.ids_said:  # flags.py asked for none: say so, not "rows keep the ids"
+            self.listener.note(self.decided.ids_said)
+        for spec, ep, rep in zip(cfg.servers, self.decided.endpoints, reports, strict=True):
             mode = rep.think_mode() if rep.ok else seen
             think = self.think.setdefault(mode, ThinkState(mode)) if mode is not None else None
             # the protocol-level transport `run` uses: fewer CPU-seconds per chunk
@@ -194,7 +165,7 @@ class Job:
         self.store.lock.acquire()
         try:
             with output_errors(self.store.out):  # the directory's one shard scheme
-                scheme.settle(self.store.out, self.cfg.shard_count, self.cfg.shard_asked)
+                scheme.settle(self.store.out, self.decided.shard_count, self.decided.shard_asked)
             result = await self._run(handle_signals)
         finally:
             if self.engines is not None:  # nothing genbench started outlives it
@@ -214,15 +185,16 @@ class Job:
         existing, res, self.check = found.existing, found.scan, found.check
         self._announce(existing, res)
         if not res.todo and not res.bad:
-            self.progress = Progress(res.rows + len(res.bad), res.done, res.failed, [])
+            self.progress = Progress(res.total, res.done, res.failed, [])
             if cfg.fmt == DataFormat.PARQUET and existing.jsonl_shards:
                 await self.store.close(convert_all=True)
             why = "every row is already done" if res.rows else "the input has no rows"
             return self._result("nothing_to_do", why, t0)
         await start_engines(self)
-        reports = await self._preflight()
+        reports, self.model = await ask_servers(cfg, self.decided.endpoints,
+                                                self.listener.note, self.capture)  # fmt: skip
         if res.tools is not None:  # agentic rows: a server that refuses tools stops us now
-            ep = Endpoint.parse(next(r for r in reports if r.ok).url, cfg.api_key)
+            ep = next(e for e, r in zip(self.decided.endpoints, reports, strict=True) if r.ok)
             await probe_tools(ep, self.model, *res.tools, timeout=min(cfg.timeout, 120.0))
         self._begin(existing, res, reports)
         status = await self._send(handle_signals)
@@ -253,12 +225,12 @@ class Job:
                 "invalid": len(res.bad),
                 "derived_ids": res.derived,
                 "shards_found": len(existing.shards),
-                "shard": cfg.shard_tag,
+                "shard": self.decided.files_tag,
                 "left": res.left,  # --limit: the input's rows after the ones it took
             }
         )
         before = (existing.job or {}).get("input")
-        if before and before != str(cfg.input):
+        if before and before not in (str(cfg.input), self.decided.input):
             self.listener.note(
                 f"the last run into this output read {before}; rows are matched by id, so only "
                 "ids also in this input count as done",
@@ -270,8 +242,8 @@ class Job:
         cfg = self.cfg
         job = {
             **cfg.fingerprint(self.model),
-            "input": str(cfg.input),
-            "shard": cfg.shard.tag if cfg.shard else None,
+            "input": self.decided.input,
+            "shard": self.decided.share,
             "genbench_version": __version__,
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
         }
@@ -293,8 +265,7 @@ class Job:
                     "clock": time.time() - time.perf_counter(),
                 }
             )
-        total = res.rows + len(res.bad)  # invalid rows found now count as failed ones
-        self.progress = Progress(total, res.done, res.failed, [s.name for s in self.servers])
+        self.progress = Progress(res.total, res.done, res.failed, [s.name for s in self.servers])
         rows = iter_rows(
             cfg.input, res.todo, res.bad_lines, shard=cfg.shard, last_line=res.last_line,
             salt=self.check.salt if self.check else None,
@@ -397,8 +368,7 @@ class Job:
     def finish(self, conv: Conversation) -> str | None:
         meta = conv.meta(self.model)
         first = self.unanswered.stopped_by is None
-        mode = IdsMode.OFF if self.cfg.fmt == DataFormat.BATCH else self.cfg.token_ids
-        if self.unanswered.without_ids(conv.ids, conv.server, mode):  # `on`: not kept
+        if self.unanswered.without_ids(conv.ids, conv.server, self.cfg.token_ids):  # `on`: not kept
             if first and self.load is not None:  # and the job stops (ending.py)
                 self.listener.note(f"{conv.server} answered without token ids (--token-ids "
                                    "on): stopping; rows without ids are not kept", "red")
@@ -413,8 +383,8 @@ class Job:
             self.store.write_error(conv.row.id, entry, meta)
         else:
             fp = row_fingerprint(conv.row, self.recipe)
-            line = row_bytes(conv.done(replace(meta, request=to_hex(fp))), self.cfg.fmt)
-            self.store.write_row(conv.row.id, line, meta, (fp, conv.row.src))
+            row = conv.done(replace(meta, request=to_hex(fp)))
+            self.store.put(conv.row.id, row, (fp, conv.row.src))
             self.unanswered.ran_out += bool(getattr(conv, "ran_out", False))
             self.unanswered.call_cut += bool(getattr(conv, "cut", False))
         self._t_last_done = time.perf_counter()

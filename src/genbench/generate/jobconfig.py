@@ -85,20 +85,3 @@ class JobConfig(AsTyped):
     def recipe(self) -> Recipe:
         """What shapes the rows' requests (generate/recipe.py)."""
         return Recipe(self.params, self.turns, self.tool_policy)
-
-    @property
-    def shard_tag(self) -> str | None:
-        return self.shard.tag if self.shard and self.shard.count > 1 else None
-
-    @property
-    def shard_count(self) -> int:
-        """The output directory's shard scheme this run asks for (1: none)."""
-        return self.shard.count if self.shard else 1
-
-    @property
-    def shard_asked(self) -> str:
-        """This run's --shard as its user wrote it, for a refusal (generate/store/scheme.py)."""
-        if self.shard is None:
-            return "no --shard"
-        s = self.shard
-        return f"--shard auto: {s.source}" if s.source else f"--shard {s.index}/{s.count}"

@@ -15,6 +15,7 @@ docs/inspect.md states every rule and threshold.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,13 @@ from genbench.inspect.clean import REGENERATE, check_out, write_clean
 from genbench.inspect.detect import BIT, DEFECTS, Thresholds
 from genbench.inspect.document import INSPECT_FILE, Settings, build, storage
 from genbench.inspect.fidelity import DRIFT_SAMPLE, Fidelity, check_drift
-from genbench.inspect.reader import data_files
+from genbench.inspect.reader import data_files, engine_servers
 from genbench.inspect.scan import scan
 from genbench.inspect.states import check_states
 from genbench.transport.endpoint import Endpoint
 
 __all__ = [
-    "DEFECTS", "INSPECT_FILE", "SETTINGS_FLAGS", "Settings", "Thresholds", "default_save",
+    "DEFECTS", "INSPECT_FILE", "InspectArgs", "Settings", "Thresholds", "default_save",
     "inspect_data", "settings_from_flags",
 ]  # fmt: skip
 
@@ -112,7 +113,8 @@ def inspect_data(
         raise UsageError("--out needs --drop: which defects to leave out of the copy")
     sample = drift_sample if tokenizer is not None else 0
     parts = integrity(path, files)
-    sc = scan(files, settings.thresholds, settings.examples, progress, sample)
+    same = engine_servers(path) if path.is_dir() else {}  # an engine's restarts: one server
+    sc = scan(files, settings.thresholds, settings.examples, progress, sample, same)
     if sc.rows == 0:
         raise UsageError(f"{path}: no rows to inspect")
     doc, an = build(path, sc, settings)
@@ -149,49 +151,54 @@ def inspect_data(
     return doc
 
 
-# the flags of `genbench inspect` that `settings_from_flags` reads
-SETTINGS_FLAGS = (
-    "min_tokens", "loop_window", "loop_cover", "loop_repeats", "dup_min_chars", "tags",
-    "server_alpha", "server_effect", "examples", "hidden_size", "layers_captured", "dtype_bytes",
-    "drift_sample",
-)  # fmt: skip
+@dataclass(frozen=True)
+class InspectArgs:
+    """`genbench inspect`'s options as the user typed them, one field per option (the
+    command, commands/inspect.py, gives each its flag, default and help); `settings_from_flags`
+    checks them and reads the inspection's settings from them."""
+
+    path: Path
+    drop: str | None
+    out_dir: Path | None
+    save: Path | None
+    min_tokens: int
+    loop_window: int
+    loop_cover: float
+    loop_repeats: int
+    dup_min_chars: int
+    tags: str
+    server_alpha: float
+    server_effect: float
+    examples: int
+    hidden_size: int | None
+    layers_captured: int | None
+    dtype_bytes: int
+    url: str | None
+    drift_sample: int
+    key_env: str
+    key_file: Path | None
+    json: bool
 
 
-def settings_from_flags(
-    *,
-    min_tokens: int,
-    loop_window: int,
-    loop_cover: float,
-    loop_repeats: int,
-    dup_min_chars: int,
-    tags: str,
-    server_alpha: float,
-    server_effect: float,
-    examples: int,
-    hidden_size: int | None,
-    layers_captured: int | None,
-    dtype_bytes: int,
-    drift_sample: int,
-) -> Settings:
+def settings_from_flags(a: InspectArgs) -> Settings:
     """`genbench inspect`'s thresholds, each checked (a UsageError names the flag)."""
-    for name, v in (("--min-tokens", min_tokens), ("--loop-window", loop_window),
-                    ("--dup-min-chars", dup_min_chars), ("--examples", examples),
-                    ("--hidden-size", hidden_size), ("--layers-captured", layers_captured),
-                    ("--dtype-bytes", dtype_bytes), ("--drift-sample", drift_sample)):  # fmt: skip
-        positive(name, v)
-    if not 0 < loop_cover <= 1:
-        raise UsageError(f"--loop-cover must be in (0, 1], got {loop_cover}")
-    if loop_repeats < 2:
-        raise UsageError(f"--loop-repeats must be at least 2, got {loop_repeats}")
-    if not 0 < server_alpha < 1 or not 0 <= server_effect <= 1:
+    for name in ("min_tokens", "loop_window", "dup_min_chars", "examples", "hidden_size",
+                 "layers_captured", "dtype_bytes", "drift_sample"):  # fmt: skip
+        positive("--" + name.replace("_", "-"), getattr(a, name))
+    if not 0 < a.loop_cover <= 1:
+        raise UsageError(f"--loop-cover must be in (0, 1], got {a.loop_cover}")
+    if a.loop_repeats < 2:
+        raise UsageError(f"--loop-repeats must be at least 2, got {a.loop_repeats}")
+    if not 0 < a.server_alpha < 1 or not 0 <= a.server_effect <= 1:
         raise UsageError("--server-alpha must be in (0, 1) and --server-effect in [0, 1]")
-    tag_list = tuple(t for t in (x.strip() for x in tags.split(",")) if t)
+    tag_list = tuple(t for t in (x.strip() for x in a.tags.split(",")) if t)
     hidden = None
-    if hidden_size is not None or layers_captured is not None:
-        if hidden_size is None or layers_captured is None:
+    if a.hidden_size is not None or a.layers_captured is not None:
+        if a.hidden_size is None or a.layers_captured is None:
             raise UsageError("hidden-state storage needs both --hidden-size and --layers-captured")
         from genbench.plan import HiddenStates
 
-        hidden = HiddenStates(hidden_size, layers_captured, dtype_bytes)
-    th = Thresholds(min_tokens, loop_window, loop_cover, loop_repeats, dup_min_chars, tag_list)
-    return Settings(th, server_alpha, server_effect, examples, hidden)
+        hidden = HiddenStates(a.hidden_size, a.layers_captured, a.dtype_bytes)
+    th = Thresholds(a.min_tokens, a.loop_window, a.loop_cover, a.loop_repeats, a.dup_min_chars,
+                    tag_list)  # fmt: skip
+    return Settings(th, a.server_alpha, a.server_effect, a.examples, hidden)

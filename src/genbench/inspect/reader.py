@@ -25,7 +25,13 @@ import orjson
 
 from genbench.errors import InputFileError, UsageError
 from genbench.generate.input.files import open_parquet
-from genbench.generate.store.layout import DATA_FILE_RE, Layout, data_tag, is_generate_dir
+from genbench.generate.store.layout import (
+    DATA_FILE_RE,
+    Layout,
+    data_tag,
+    engine_tags,
+    is_generate_dir,
+)
 from genbench.rows import OutputRow, RowFormatError, parse_row
 
 SHARD_RE = DATA_FILE_RE
@@ -189,3 +195,27 @@ def read_rows(path: Path, stats: FileStats) -> Iterator[tuple[int, OutputRow, An
     if stats.kind == "parquet":
         return _parquet_rows(path, stats)
     return _jsonl_rows(path, stats)
+
+
+def engine_servers(path: Path) -> dict[str, str]:
+    """A --serve engine's URLs across the job's runs (each run may draw it a new port), each
+    mapped to the first it had (its events file says which engine listened where): one
+    engine is one server to compare, however often it was started."""
+    from genbench.transport.endpoint import Endpoint
+
+    first: dict[tuple[str | None, str], str] = {}
+    same: dict[str, str] = {}
+    for tag in engine_tags(path):
+        try:
+            lines = Layout(path, tag).engine_events.read_bytes().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                doc = orjson.loads(line)
+                url = Endpoint.parse(doc["url"]).base_url  # as the rows name their server
+            except (ValueError, TypeError, KeyError, UsageError):
+                continue
+            if isinstance(doc.get("engine"), str):
+                same.setdefault(url, first.setdefault((tag, doc["engine"]), url))
+    return same

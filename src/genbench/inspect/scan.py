@@ -170,9 +170,12 @@ def scan(
     max_examples: int = 5,
     progress: Callable[[int], None] | None = None,
     drift_sample: int = 0,
+    same_server: dict[str, str] | None = None,
 ) -> Scan:
     """Read every row of `files` once; examine it; keep its numbers (and `drift_sample`
-    turns' ids, for the tokenizer's round trip)."""
+    turns' ids, for the tokenizer's round trip). `same_server`: a server's other URLs, each
+    to the one it is counted under (reader.py engine_servers)."""
+    same = same_server or {}
     fid = Fidelity(th.min_tokens, drift_sample)
     cols, ids = Columns(), RowIds()
     servers: dict[str, int] = {}
@@ -203,7 +206,7 @@ def scan(
             cols.reasoning.append(-1 if row.reasoning_tokens is None else row.reasoning_tokens)
             cols.estimated.append(row.estimated)
             cols.prompt.append(-1 if row.prompt_tokens is None else row.prompt_tokens)
-            cols.server.append(_index(servers, row.server))
+            cols.server.append(_index(servers, same.get(row.server, row.server)))
             cols.finish.append(_index(finishes, row.finish_reason or "none"))
             cols.nbytes.append(row.nbytes)
             cols.flags.append(bits)

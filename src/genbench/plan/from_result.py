@@ -138,7 +138,7 @@ def _acceptance(plan: dict[str, Any], doc: dict[str, Any], c: int) -> None:
         plan["notes"].append(
             f"speculative decoding: this rate carries the acceptance of genbench's built-in "
             f"prompts ({acc['length']:.2f} tokens per verify step at C={c}); the job's prompts "
-            "accept as they do: measure them (run --workload FILE, or plan --prompts FILE "
+            "accept as they do: measure them (run --input FILE, or plan --prompts FILE "
             "--url URL, a pilot on your prompts; docs/acceptance.md)"
         )
 

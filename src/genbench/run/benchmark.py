@@ -112,7 +112,7 @@ class RunState:
             "sweep": {},
         }
         self.phases: list[Phase] = []
-        self.prompts: PromptFile | None = None  # --workload: its requests, not the built-in ones
+        self.prompts: PromptFile | None = None  # --input: its requests, not the built-in ones
 
     def add(self, phase: Phase) -> None:
         self.phases.append(phase)

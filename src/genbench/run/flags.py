@@ -4,23 +4,55 @@ with a one-line error naming it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from genbench.check.server_metrics import metrics_target
-from genbench.errors import UsageError, checked
+from genbench.errors import UsageError, checked, positive
 from genbench.run.runconfig import RunConfig
 from genbench.transport.thinking import parse_dialect, parse_tags
 
-# the flags `run_config` reads (the command's others choose what to run, not how)
-CONFIG_FLAGS = (
-    "url", "natural", "temperature", "timeout", "thinking", "think_tags", "think_dialect",
-    "quick", "lengths", "concurrency", "shape", "skip", "sweep_tokens", "requests_per_slot",
-    "duration", "prompts_per_length", "warmup", "warmup_tokens", "extra_body", "metrics_url",
-    "prompts",
-)  # fmt: skip
+
+@dataclass(frozen=True)
+class RunArgs:
+    """`genbench run`'s options as the user typed them, one field per option (the command,
+    commands/run.py, gives each its flag, default and help): `run_config` checks them all
+    and reads the run's config from them; the rest choose what to run, not how."""
+
+    url: str | None
+    serve: list[str] | None
+    engine_start_timeout: float
+    model: str | None
+    api_key_env: str
+    api_key_file: Path | None
+    lengths: str | None
+    concurrency: str | None
+    shape: str
+    sweep_tokens: int | None
+    requests_per_slot: int | None
+    duration: float | None
+    prompts_per_length: int | None
+    warmup: int | None
+    warmup_tokens: int | None
+    natural: bool
+    temperature: float | None
+    timeout: float
+    extra_body: str | None
+    thinking: bool | None
+    think_tags: str
+    think_dialect: str
+    skip: str
+    quick: bool
+    out_dir: Path | None
+    json: bool
+    report: bool
+    repeat: int
+    metrics_url: list[str] | None
+    input: Path | None  # the prompt file (--input; --workload its old spelling)
+    versus: list[str] | None
 
 
 def parse_int_list(flag: str, text: str) -> list[int]:
@@ -111,65 +143,50 @@ def checked_metrics_urls(urls: list[str]) -> list[str]:
     return list(urls)
 
 
-def run_config(
-    *,
-    url: str | None,
-    natural: bool,
-    temperature: float | None,
-    timeout: float,
-    thinking: bool | None,
-    think_tags: str,
-    think_dialect: str,
-    quick: bool,
-    lengths: str | None,
-    concurrency: str | None,
-    shape: str,
-    skip: str,
-    sweep_tokens: int | None,
-    requests_per_slot: int | None,
-    duration: float | None,
-    prompts_per_length: int | None,
-    warmup: int | None,
-    warmup_tokens: int | None,
-    extra_body: str | None,
-    metrics_url: list[str] | None,
-    prompts: Path | None,
-) -> RunConfig:
-    """`genbench run`'s flags as the run's config, each checked (a UsageError names it)."""
-    cfg = RunConfig(natural=natural, temperature=temperature, timeout=timeout, thinking=thinking)
-    cfg.think_tags = list(checked(parse_tags, think_tags))
-    cfg.think_dialect = checked(parse_dialect, think_dialect)
-    local = url is None
+def run_config(a: RunArgs) -> RunConfig:
+    """`genbench run`'s options as the run's config, every one checked (a UsageError names
+    it) before anything is started or sent."""
+    _check_run(a)
+    cfg = RunConfig(natural=a.natural, temperature=a.temperature, timeout=a.timeout,
+                    thinking=a.thinking)  # fmt: skip
+    cfg.think_tags = list(checked(parse_tags, a.think_tags))
+    cfg.think_dialect = checked(parse_dialect, a.think_dialect)
+    local = a.url is None
     if local:
-        local_defaults(cfg, quick)
-    elif quick:
+        local_defaults(cfg, a.quick)
+    elif a.quick:
         quick_defaults(cfg)
-    if lengths is not None:
-        cfg.lengths = parse_int_list("--lengths", lengths)
-    if concurrency is not None and concurrency.strip().lower() == "auto":
+    if a.lengths is not None:
+        cfg.lengths = parse_int_list("--lengths", a.lengths)
+    if a.concurrency is not None and a.concurrency.strip().lower() == "auto":
         cfg.climb = True  # even with --quick or the local demo
-    elif concurrency is not None:
-        cfg.concurrency, cfg.climb = parse_int_list("--concurrency", concurrency), False
-    cfg.shapes = [s.strip() for s in shape.split(",") if s.strip()]
-    cfg.skip = [s.strip() for s in skip.split(",") if s.strip()]
+    elif a.concurrency is not None:
+        cfg.concurrency, cfg.climb = parse_int_list("--concurrency", a.concurrency), False
+    cfg.shapes = [s.strip() for s in a.shape.split(",") if s.strip()]
+    cfg.skip = [s.strip() for s in a.skip.split(",") if s.strip()]
     for s in cfg.skip:
         if s not in ("warmup", "single", "sweep"):
             raise UsageError(f"--skip: '{s}' is not one of warmup, single, sweep")
-    for name, v in (
-        ("sweep_tokens", sweep_tokens),
-        ("requests_per_slot", requests_per_slot),
-        ("duration", duration),
-        ("prompts_per_length", prompts_per_length),
-        ("warmup", warmup),
-        ("warmup_tokens", warmup_tokens),
-    ):
-        if v is not None:
-            setattr(cfg, name, v)
-    if requests_per_slot is not None and duration is None:
+    for name in ("sweep_tokens", "requests_per_slot", "duration", "prompts_per_length",
+                 "warmup", "warmup_tokens"):  # fmt: skip
+        if getattr(a, name) is not None:
+            setattr(cfg, name, getattr(a, name))
+    if a.requests_per_slot is not None and a.duration is None:
         cfg.duration = None  # K·C requests, as asked, not the local demo's default time
-    if extra_body is not None:
-        cfg.extra_body = parse_extra_body(extra_body)
-    cfg.metrics_urls = checked_metrics_urls(metrics_url or [])
-    cfg.prompts = str(prompts) if prompts is not None else None
+    if a.extra_body is not None:
+        cfg.extra_body = parse_extra_body(a.extra_body)
+    cfg.metrics_urls = checked_metrics_urls(a.metrics_url or [])
+    cfg.prompts = str(a.input) if a.input is not None else None
     cfg.validate()
     return cfg
+
+
+def _check_run(a: RunArgs) -> None:
+    """The options that choose what to run, against each other."""
+    if a.repeat < 1:
+        raise UsageError(f"--repeat must be 1 or more, got {a.repeat}")
+    if a.versus and a.url is None:
+        raise UsageError("--versus needs --url: the server to alternate with")
+    if a.serve and (a.url or a.repeat > 1):
+        raise UsageError("--serve runs each engine once, in turn: not with --url or --repeat")
+    positive("--engine-start-timeout", a.engine_start_timeout)

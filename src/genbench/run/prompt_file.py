@@ -1,4 +1,4 @@
-"""`run --workload FILE`: a benchmark's requests taken from a prompt file, as generate reads
+"""`run --input FILE`: a benchmark's requests taken from a prompt file, as generate reads
 it, so that a job's forecast is measured on requests shaped like the job's.
 
 An agentic job does not send chat prompts: its requests carry a tool schema, grow with

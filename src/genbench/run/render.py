@@ -142,7 +142,7 @@ def render_summary(doc: dict[str, Any], console: Console) -> None:
             "numbers show the method, not a real model's speed[/]"
         )
     wl = doc.get("workload") or {}
-    if wl.get("prompts") == "file":  # --workload: say whose requests these numbers are
+    if wl.get("prompts") == "file":  # --input: say whose requests these numbers are
         agentic = f", {wl.get('agentic_rows', 0):,} agentic" if wl.get("agentic_rows") else ""
         console.print(
             f"  workload {wl.get('path')}: {counted(wl.get('rows', 0), 'row')}{agentic}, "

@@ -34,7 +34,7 @@ class RunConfig:
     think_tags: list[str] = field(default_factory=lambda: list(DEFAULT_TAGS))
     think_dialect: str = "auto"  # --think-dialect
     metrics_urls: list[str] = field(default_factory=list)  # --metrics-url: workers', summed
-    prompts: str | None = None  # --workload: a prompt file's requests, not the built-in prompts
+    prompts: str | None = None  # --input: a prompt file's requests, not the built-in prompts
 
     def validate(self) -> None:
         if not self.lengths and "single" not in self.skip:

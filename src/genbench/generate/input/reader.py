@@ -124,6 +124,11 @@ class InputScan:
     def where(self) -> str:
         return "row" if self.kind == "parquet" else "line"
 
+    @property
+    def total(self) -> int:
+        """The rows this run accounts for: invalid ones found now count as failed."""
+        return self.rows + len(self.bad)
+
 
 def derive_id(messages: list[dict[str, Any]], params: dict[str, Any]) -> str:
     blob = orjson.dumps([messages, params], option=orjson.OPT_SORT_KEYS)

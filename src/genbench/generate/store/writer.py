@@ -52,6 +52,7 @@ from genbench.errors import OutOfDescriptors, OutputError, UsageError, descripto
 from genbench.generate.fingerprint import LazyFps
 from genbench.generate.input.modes import DataFormat
 from genbench.generate.store import seal as sealed
+from genbench.generate.store.batch import row_bytes
 from genbench.generate.store.durable import (
     AppendFile,
     Pending,
@@ -68,7 +69,7 @@ from genbench.generate.store.lock import OutputLock
 from genbench.generate.store.readback import index_keys, scan_jsonl_shard
 from genbench.records import RecordWriter, RequestRecord
 from genbench.redact import redact_doc
-from genbench.rows import json_default, parquet_ids
+from genbench.rows import DataRow, json_default, parquet_ids
 from genbench.transport.eventloop import wait_event
 
 SCHEMA = "genbench.generate"
@@ -313,6 +314,11 @@ class Store:
         self._place()
         self._note_pending(len(line))
         return True
+
+    def put(self, key: str, row: DataRow, keys: tuple[int, int] = (0, 0)) -> bool:
+        """Append one finished row as typed (under its id as text, `key`): its line in the
+        store's format (batch.py), its meta kept for the progress; as `write_row`."""
+        return self.write_row(key, row_bytes(row, self.fmt), row.meta, keys)
 
     def write_error(self, key: str, entry: dict[str, Any], info: Any = None) -> None:
         if self._expected is not None:

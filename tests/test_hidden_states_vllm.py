@@ -320,6 +320,21 @@ def test_capture_afterwards_gives_the_states_captured_while_generating(job, vllm
     p = genbench("export", str(copy), "--format", "speculators-states", "-o", str(where),
                  "--keep-cut", "--min-tokens", "0")  # fmt: skip
     assert p.returncode == 0 and len(list((where / "hidden_states").iterdir())) == 4
+    # in FP8 (--states-fp8): the same ids, within half an FP8 step of the float32 states
+    fp8 = job["tmp"] / "afterwards-fp8"
+    (fp8 / ".genbench").mkdir(parents=True)
+    for f in copy.glob("data-*.jsonl"):
+        (fp8 / f.name).write_bytes(f.read_bytes())
+    p = genbench("hidden-states", str(fp8), *args[2:], "--states-fp8", timeout=300)
+    assert p.returncode == 0 and orjson.loads(p.stdout)["captured"] == 4, p.stderr
+    for t in job["turns"]:
+        got, want = tensors.read(fp8 / t.states), tensors.read(src / t.states)
+        assert got["token_ids"].array.tolist() == want["token_ids"].array.tolist()
+        back = got["hidden_states"].scaled(got["hidden_states_scales"].floats())
+        want_f = want["hidden_states"].floats()
+        assert (abs(back - want_f) <= abs(want_f).max(axis=(1, 2), keepdims=True) / 28).all()
+    mixed = genbench("hidden-states", str(copy), *args[2:], "--states-fp8", timeout=300)
+    assert mixed.returncode != 0 and "its hidden states are F32" in mixed.stderr
 
 
 def test_inspect_checks_each_turns_states_and_their_bytes(job, tmp_path):

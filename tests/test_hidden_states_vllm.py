@@ -163,8 +163,8 @@ def test_fp8_states_are_the_float32_ones_within_half_an_fp8_step(job, fp8_job, t
         assert (abs(back - want) <= amax * 16 / 448 + 1e-12).all()
     p = genbench("inspect", str(fp8_job["out"]), "--json", "--save", str(tmp_path / "i.json"))
     hs = orjson.loads(p.stdout)["hidden_states"]
-    assert (hs["ok"], hs["dtype"], hs["bytes_per_token"]) == (4, "F8_E4M3", 4 * 256 + 4)
-    assert 0 < hs["off_by"] < 0.03  # each token's 8-byte id and the header: 1.7% here
+    assert (hs["ok"], hs["dtype"], hs["bytes_per_token"]) == (4, "F8_E4M3", 4 * 256 + 4 + 8)
+    assert 0 < hs["off_by"] < 0.01  # the header
 
 
 def test_the_trainers_own_loaders_read_the_exported_states(job, fp8_job):
@@ -320,6 +320,21 @@ def test_capture_afterwards_gives_the_states_captured_while_generating(job, vllm
     p = genbench("export", str(copy), "--format", "speculators-states", "-o", str(where),
                  "--keep-cut", "--min-tokens", "0")  # fmt: skip
     assert p.returncode == 0 and len(list((where / "hidden_states").iterdir())) == 4
+    # in FP8 (--states-fp8): the same ids, within half an FP8 step of the float32 states
+    fp8 = job["tmp"] / "afterwards-fp8"
+    (fp8 / ".genbench").mkdir(parents=True)
+    for f in copy.glob("data-*.jsonl"):
+        (fp8 / f.name).write_bytes(f.read_bytes())
+    p = genbench("hidden-states", str(fp8), *args[2:], "--states-fp8", timeout=300)
+    assert p.returncode == 0 and orjson.loads(p.stdout)["captured"] == 4, p.stderr
+    for t in job["turns"]:
+        got, want = tensors.read(fp8 / t.states), tensors.read(src / t.states)
+        assert got["token_ids"].array.tolist() == want["token_ids"].array.tolist()
+        back = got["hidden_states"].scaled(got["hidden_states_scales"].floats())
+        want_f = want["hidden_states"].floats()
+        assert (abs(back - want_f) <= abs(want_f).max(axis=(1, 2), keepdims=True) / 28).all()
+    mixed = genbench("hidden-states", str(copy), *args[2:], "--states-fp8", timeout=300)
+    assert mixed.returncode != 0 and "its hidden states are F32" in mixed.stderr
 
 
 def test_inspect_checks_each_turns_states_and_their_bytes(job, tmp_path):
@@ -330,8 +345,8 @@ def test_inspect_checks_each_turns_states_and_their_bytes(job, tmp_path):
     hs = orjson.loads(p.stdout)["hidden_states"]
     assert (hs["turns"], hs["ok"], hs["missing"], hs["bad"]) == (4, 4, 0, 0)
     assert hs["layers"] == [1, 2, 3, 4] and hs["dtype"] == "F32" and hs["hidden_size"] == 256
-    assert hs["bytes_per_token"] == 4 * 256 * 4
-    assert abs(hs["off_by"]) < 0.01  # the bytes are the forecast's, headers and ids aside
+    assert hs["bytes_per_token"] == 4 * 256 * 4 + 8  # the states and the token's id
+    assert 0 < hs["off_by"] < 0.01  # the bytes are the forecast's, the header aside
     damaged = out / job["turns"][0].states
     keep = damaged.read_bytes()
     try:

@@ -25,13 +25,16 @@ def hidden_states_cmd(
     api_key_env: str = common.KEY_ENV,
     api_key_file: Path | None = common.KEY_FILE,
     json: bool = common.JSON,
+    states_fp8: bool = typer.Option(
+        False, "--states-fp8", help="FP8 files with a scale per token (hs-connectors' format); "
+        "genbench's connector writes them."),  # fmt: skip
 ) -> None:
     """Capture the hidden states of every generated turn a set does not hold yet: one prefill
     of its exact ids each, checked and kept as generate --hidden-states keeps them."""
     console = err if json else out
     doc = common.run_async(capture_afterwards(
         directory, url, parse_layers(layers), model=model, concurrency=concurrency,
-        api_key=load_api_key(api_key_env, api_key_file),
+        api_key=load_api_key(api_key_env, api_key_file), fp8=states_fp8,
         note=lambda s: console.print(s, markup=False, highlight=False),
     ))  # fmt: skip
     console.print(f"{doc['captured']} turns captured, {doc['already']} already there, "

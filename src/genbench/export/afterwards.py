@@ -39,16 +39,22 @@ async def capture_afterwards(
     api_key: str | None = None,
     timeout: float = 600.0,
     note: Callable[[str], None] = lambda _: None,
+    fp8: bool = False,
 ) -> dict[str, Any]:
-    """Capture every generated turn's states that `out` does not hold yet; the counts."""
+    """Capture every generated turn's states that `out` does not hold yet; the counts.
+    `fp8`: hs-connectors' FP8 files (genbench's connector writes them)."""
     if not is_generate_dir(out):
         raise UsageError(f"{out}: not a genbench generate output directory")
     lay = Layout(out)
+    was = _dtype(lay)
+    if was is not None and (was == "F8_E4M3") != fp8:  # one dtype a set: layers.json says it
+        raise UsageError(f"{out}: its hidden states are {was}: capture the rest in the same "
+                         + ("dtype (drop --states-fp8)" if fp8 else "dtype (--states-fp8)"))
     ep = Endpoint.parse(url, api_key)
     pool = ConnectionPool(ep.base_url)
     try:
         model = model or await _model(pool, ep, timeout)
-        cap = Capture(lay, layers)
+        cap = Capture(lay, layers, fp8=fp8)
         await cap.probe(ep, model, timeout)
         todo, have, no_ids = _turns(out, lay)
         note(f"{len(todo)} turns to capture, {have} already there, {no_ids} without exact ids")
@@ -90,7 +96,7 @@ async def _capture(
 ) -> str | None:  # fmt: skip
     """One turn's prefill and its file taken; why not, after the retries."""
     body = {"model": model, "prompt": ids, "max_tokens": 1, "stream": False,
-            "kv_transfer_params": {"include_output_tokens": False}}  # fmt: skip
+            "kv_transfer_params": {**cap.kv_params(), "include_output_tokens": False}}  # fmt: skip
     why = "not tried"
     for _ in range(1 + RETRIES):
         try:
@@ -112,6 +118,15 @@ async def _capture(
         except StatesProblem as e:
             why = str(e)
     return why
+
+
+def _dtype(lay: Layout) -> str | None:
+    """The dtype the set's states are in (its layers.json), None before any."""
+    try:
+        doc = json.loads(lay.layers_file.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return doc.get("dtype") if isinstance(doc, dict) else None
 
 
 async def _model(pool: ConnectionPool, ep: Endpoint, timeout: float) -> str:

@@ -18,11 +18,13 @@ from genbench.rows import turn_ids
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}
 EXAMPLES = 5
 FP8_SCALE_BYTES = 4
+ID_BYTES = 8  # each file's token_ids, int64
 
 
 def check_states(path: Path) -> dict[str, Any] | None:
     """What the directory's states are (None: it has none): every turn's file checked, the
-    bytes against `tokens × layers × hidden × dtype bytes`."""
+    bytes against `tokens × (layers × hidden × dtype bytes + 8)` (FP8: + 4 for the scale),
+    the 8 its token id."""
     lay = Layout(path)
     if not path.is_dir() or not lay.layers_file.is_file():
         return None
@@ -58,6 +60,8 @@ def check_states(path: Path) -> dict[str, Any] | None:
     per_token = len(layers) * (cap.hidden or 0) * DTYPE_BYTES.get(cap.dtype or "", 0)
     if cap.dtype == "F8_E4M3" and per_token:  # hs-connectors' FP8: a float32 scale a token
         per_token += FP8_SCALE_BYTES
+    if per_token:  # and each token's id (int64): 0.8% of an FP8 file of a 256-wide model
+        per_token += ID_BYTES
     forecast = tokens * per_token
     return {
         "layers": layers, "numbering": info.get("numbering"), "model": info.get("model"),

@@ -88,8 +88,12 @@ async def test_speculative_chunks_count_tokens_from_usage(sim_factory):
         assert_is_the_sims(rec, truth(sim.url, req(200)))
         # the first token comes alone from prefill, then 4 tokens per decode step
         assert len(rec.chunk_offsets) == 1 + 50
-    # a chunk every step: 4 tokens per 1/400 s step -> 1600 tok/s per request (best of 3)
-    assert max(r.decode_rate for r in recs) == pytest.approx(1600, rel=0.03)
+    # a chunk every step: 4 tokens per 1/400 s step -> 1600 tok/s per request (best of 3),
+    # where the sim kept its schedule (on a starved host its steps come late: fewer tok/s)
+    best = max(r.decode_rate for r in recs)
+    if sim_metric(sim.root, "decode_resync_seconds_total") == 0:
+        assert best == pytest.approx(1600, rel=0.03)
+    assert 0 < best <= 1600 * 1.03
 
 
 async def test_speculative_chunks_of_random_size(sim_factory):

@@ -81,6 +81,7 @@ def test_the_first_signal_asks_the_stop_and_a_second_ends_the_command_with_143()
 
 def test_a_signal_with_no_stop_registered_cancels_at_once_and_finally_blocks_run():
     ran: list[str] = []
+    before = signal.getsignal(signal.SIGINT)  # default_int_handler; SIG_IGN under `cmd &`
 
     async def command() -> None:
         try:
@@ -92,7 +93,7 @@ def test_a_signal_with_no_stop_registered_cancels_at_once_and_finally_blocks_run
     with pytest.raises(Interrupted) as e:
         run_async(command())
     assert ran == ["finally"] and e.value.exit_code == 130
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    assert signal.getsignal(signal.SIGINT) is before  # put back
 
 
 def test_no_eta_while_no_server_is_up_and_metrics_say_no_server():

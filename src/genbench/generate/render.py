@@ -20,8 +20,10 @@ from rich.text import Text
 
 from genbench.fmt import counted, duration, duration_range, number, rate
 from genbench.generate.ending import LABELS, rows
+from genbench.generate.eta import Eta
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.outcome import JobResult, Listener
+from genbench.generate.prior import PlanPrior
 from genbench.generate.progress import Snapshot
 
 ESTIMATED_NOTE = (
@@ -111,11 +113,21 @@ class JobConsole(Listener):
                                soft_wrap=True)  # fmt: skip
 
     def _on_course(self, snap: Snapshot) -> Snapshot:
-        """The snapshot with the plan's course, when the job has a plan."""
+        """The snapshot with the plan's course, when the job has a plan, and its ETA the
+        plan's and the job's combined (`generate.prior`); the course is judged on the
+        job's own estimate, so that the plan never hides that the job has left it."""
         if self.forecast is None:
             return snap
         f, s = self.forecast, snap
-        return replace(s, plan=f.course(s.elapsed_s, s.eta_s, s.eta_lo_s, s.eta_hi_s))
+        s = replace(s, plan=f.course(s.elapsed_s, s.eta_s, s.eta_lo_s, s.eta_hi_s))
+        if f.lo_s is None or f.hi_s is None or s.eta_note is not None or s.remaining <= 0:
+            return s  # no bar to combine by; no server up: no ETA at all
+        job = None if s.eta_s is None else Eta(s.eta_s, s.eta_lo_s, s.eta_hi_s)
+        prior = PlanPrior(f.seconds, f.lo_s, f.hi_s, f.rows)
+        e = prior.blend(job, s.remaining, s.elapsed_s, s.done_this_run + s.failed_this_run > 0)
+        return replace(s, eta_s=round(e.seconds, 0), eta_lo_s=round(e.lo_s or 0.0, 0),
+                       eta_hi_s=round(e.hi_s or 0.0, 0),
+                       eta_err_s=round(e.err_s or 0.0, 0))  # fmt: skip
 
     def stop(self) -> None:
         if self.live is not None:

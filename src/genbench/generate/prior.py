@@ -1,0 +1,90 @@
+"""The plan as the live ETA's prior (`generate --plan`).
+
+Early in a job its own evidence is thin: a few clusters of rows, a rate that the next wave
+moves, a range wider than the job. The plan measured the same server on the same prompts
+(a pilot) or the same configuration (a run): before the job has shown otherwise, its
+forecast is the best guess there is. So with a plan the ETA is the two combined, each by
+how much it knows:
+
+* the plan's view of the time left: its time for the rows still to do (a rate, with its
+  bar scaled alike), or, before the first row has ended, its whole time less the time gone;
+* the job's own estimate (`generate.eta.estimate`), with its range;
+* both read on a log scale (a time is a rate's inverse: its errors are relative), each
+  side's spread its range's half over 1.96, and combined by their precisions: the range
+  is never wider than the plan's while the job agrees with the plan, and narrows past it
+  as the job's evidence grows;
+* where the job departs from the plan (their centres further apart than one combined
+  spread), the plan's weight falls as exp(−(z − 1)²): at three spreads apart the ETA is
+  the job's alone, and the plan's verdict (`JobForecast.course`, judged on the job's own
+  estimate, never on this blend) says the job has left the plan's range.
+
+Without a plan, or a plan without a bar, the job's estimate is shown as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from genbench.generate.eta import Eta
+
+Z95 = 1.959964
+TRUST = 1.0  # combined spreads apart within which the plan keeps its whole weight
+NO_RANGE = math.log(2.0) / Z95  # a job's ETA without a range yet: known to a factor of 2
+TINY = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class PlanPrior:
+    """The plan's forecast for the rows this run of the job does: seconds and 95% bar."""
+
+    seconds: float
+    lo_s: float
+    hi_s: float
+    rows: int
+
+    def left(self, remaining: int, elapsed_s: float, started: bool) -> Eta:
+        """The plan's view of the seconds left: its time for the `remaining` rows (its rate)
+        once rows have ended (`started`), before that its time less the `elapsed_s` gone."""
+        if started:
+            f = remaining / self.rows if self.rows > 0 else 0.0
+            return Eta(self.seconds * f, self.lo_s * f, self.hi_s * f)
+        return Eta(*(max(x - elapsed_s, 0.0) for x in (self.seconds, self.lo_s, self.hi_s)))
+
+    def blend(self, job: Eta | None, remaining: int, elapsed_s: float, started: bool) -> Eta:
+        """The ETA shown: the plan's view and the job's estimate, combined (the module's
+        docstring); the plan's alone while the job has none."""
+        return combine(job, self.left(remaining, elapsed_s, started))
+
+
+def combine(job: Eta | None, plan: Eta) -> Eta:
+    """`job` and `plan`, two estimates of the seconds left, combined by their precisions on
+    a log scale, the plan's weight falling where the two disagree."""
+    p = _spread(plan)
+    if job is None:
+        return plan
+    j = _spread(job)
+    if p is None or j is None:
+        return job
+    (mu_p, dn_p, up_p), (mu_j, dn_j, up_j) = p, j
+    z = abs(mu_j - mu_p) / math.hypot((dn_j + up_j) / 2, (dn_p + up_p) / 2)
+    k = math.exp(-max(0.0, z - TRUST) ** 2)  # the plan's weight, by how far the job has left it
+    sj, sp = ((dn_j + up_j) / 2) ** -2, k * ((dn_p + up_p) / 2) ** -2
+    mu = (mu_j * sj + mu_p * sp) / (sj + sp)
+    dn = (dn_j**-2 + k * dn_p**-2) ** -0.5
+    up = (up_j**-2 + k * up_p**-2) ** -0.5
+    return Eta(math.exp(mu), math.exp(mu - Z95 * dn), math.exp(mu + Z95 * up))
+
+
+def _spread(e: Eta) -> tuple[float, float, float] | None:
+    """(log of the centre, spread below, spread above) of an ETA, None where it has no
+    positive centre (nothing left: nothing to combine)."""
+    if e.seconds <= 0:
+        return None
+    mu = math.log(e.seconds)
+    if e.lo_s is None or e.hi_s is None:
+        return mu, NO_RANGE, NO_RANGE
+    lo = max(e.lo_s, e.seconds * 0.01)  # a low end at 0: known to within 100×, not forever
+    dn = max((mu - math.log(lo)) / Z95, TINY)
+    up = max((math.log(max(e.hi_s, e.seconds)) - mu) / Z95, TINY)
+    return mu, dn, up

@@ -44,6 +44,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from genbench.generate.eta import Eta
+from genbench.generate.prior import PlanPrior
 from genbench.generate.progress import Progress, ServerState
 from genbench.plan.document import JobForecast
 from genbench.records import RequestRecord, read_records
@@ -237,6 +239,7 @@ class Points:
     caught: list[bool] = field(default_factory=list)  # the verdict, plan off by 40%
     late: list[bool] = field(default_factory=list)  # the job ended after the range's high end
     share: list[float] = field(default_factory=list)  # done / rows at the point
+    prior: Points | None = None  # the same points, the ETA shown with the good plan (--plan)
 
 
 def replay(job: Job, seed: int) -> Points:
@@ -252,7 +255,7 @@ def replay(job: Job, seed: int) -> Points:
     bad = JobForecast("p", "pilot", rows, 1, final * 1.4, final * 1.26, final * 1.54, "b", None)
     ends = sorted(job.ends)
     step = final / 200
-    out = Points()
+    out = Points(prior=Points())
     i = done = 0
     for k in range(1, 201):
         now[0] = k * step
@@ -274,17 +277,43 @@ def replay(job: Job, seed: int) -> Points:
             continue  # no server up: no ETA to score (nothing can run; the panel says so)
         e, lo, hi = snap.eta_s, snap.eta_lo_s, snap.eta_hi_s
         el = now[0]
-        out.share.append(done / rows)
-        if lo is None or hi is None:
-            out.covered.append(False)
-            out.width.append(math.inf)
-        else:
-            out.covered.append(el + lo <= final <= el + hi)
-            out.late.append(final > el + hi)
-            out.width.append((hi - lo) / final)
+        score(out, el, final, done / rows, lo, hi)
         out.outside.append(good.course(el, e, lo, hi)["verdict"] == "outside")
         out.caught.append(bad.course(el, e, lo, hi)["verdict"] == "outside")
+        # the ETA `generate --plan` shows with the good plan: the plan as its prior
+        assert good.lo_s is not None and good.hi_s is not None
+        shown = PlanPrior(good.seconds, good.lo_s, good.hi_s, rows).blend(
+            None if e is None else Eta(e, lo, hi), rows - done, el, started=True)
+        score(out.prior, el, final, done / rows, shown.lo_s, shown.hi_s)
     return out
+
+
+def score(p: Points | None, el: float, final: float, share: float, lo: float | None,
+          hi: float | None) -> None:  # fmt: skip
+    """One progress point: does [el + lo, el + hi] hold the final duration, how wide."""
+    assert p is not None
+    p.share.append(share)
+    if lo is None or hi is None:
+        p.covered.append(False)
+        p.width.append(math.inf)
+    else:
+        p.covered.append(el + lo <= final <= el + hi)
+        p.late.append(final > el + hi)
+        p.width.append((hi - lo) / final)
+
+
+def by_tenth(p: Points) -> str:
+    """Per tenth of the job from 10% done: share held, width p50 (p90)."""
+    out = []
+    for k in range(1, 10):
+        a, b = k / 10, (k + 1) / 10
+        got = [(c, w) for c, w, f in zip(p.covered, p.width, p.share, strict=True) if a <= f < b]
+        if got:
+            held = 100 * sum(c for c, _ in got) / len(got)
+            ws = [w for _, w in got]
+            out.append(f"{a:.0%}-{b:.0%} {held:.0f}% {quantile(ws, 0.5):.2f} "
+                       f"({quantile(ws, 0.9):.2f})")  # fmt: skip
+    return "; ".join(out)
 
 
 def pct(xs: list[bool]) -> str:
@@ -315,7 +344,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f}; {len(jobs)} jobs")
     print(f"{'job':44} {'final':>9} {'covered':>8} {'width p50':>9} {'p90':>7} "
           f"{'false out':>9} {'caught':>7}")  # fmt: skip
-    every = Points()
+    every, with_plan = Points(), Points()
     alarmed = 0
     for n, job in enumerate(jobs):
         p = replay(job, n)
@@ -324,6 +353,10 @@ def main() -> None:
         every.outside += p.outside
         every.caught += p.caught
         every.share += p.share
+        assert p.prior is not None and with_plan.prior is None
+        with_plan.covered += p.prior.covered
+        with_plan.width += p.prior.width
+        with_plan.share += p.prior.share
         alarmed += any(p.outside)
         print(f"{job.name:44} {job.final_s:8.0f}s {pct(p.covered):>8} "
               f"{quantile(p.width, 0.5):9.2f} {quantile(p.width, 0.9):7.2f} "
@@ -337,6 +370,10 @@ def main() -> None:
               for a, b in ((0.1, 0.4), (0.4, 0.7), (0.7, 1.0))
               for w in [[x for x, f in zip(every.width, every.share, strict=True)
                          if a <= f < b]]))  # fmt: skip
+    print(f"{'all, with the plan as prior (--plan)':44} {'':9} {pct(with_plan.covered):>8} "
+          f"{quantile(with_plan.width, 0.5):9.2f} {quantile(with_plan.width, 0.9):7.2f}")
+    print("by tenth done (held, width p50 (p90)), the job's own: " + by_tenth(every))
+    print("by tenth done, with the plan as prior: " + by_tenth(with_plan))
     for err in a.lines:
         p = lines(err)
         print(f"{'lines ' + err.name:44} {'':9} {pct(p.covered):>8} "

@@ -296,3 +296,15 @@ def test_the_early_range_comes_from_the_rows_counted_and_never_explodes():
     assert E.early_halfwidth(400) == pytest.approx(1.96 / 20)
     assert E.early_halfwidth(1) == E.early_halfwidth(0) == E.EARLY_MAX
     assert E.early_halfwidth(100) < E.early_halfwidth(16) <= E.EARLY_MAX
+
+
+def test_the_speeds_halfwidth_is_held_so_the_high_end_stays_within_reach():
+    """#48: a speed that wandered by half its rate made the high end bulk / 0.05 (20 × the
+    time left: 19,000 s here); the speed's half-width is held to SPEED_MAX."""
+    done = Completions()
+    for k, rows in enumerate([40] * 10 + [2] * 10 + [40] * 10):
+        done.add(k + 1.0, rows, 1.0)
+    e = estimate(done, 20000, 30.01)
+    assert e is not None and e.lo_s is not None and e.hi_s is not None
+    assert e.hi_s < e.seconds / (1 - E.SPEED_MAX) * 1.1  # 2,386 s, not 19,086
+    assert e.lo_s > e.seconds / (1 + E.SPEED_MAX) * 0.9

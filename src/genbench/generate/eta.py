@@ -31,7 +31,9 @@ and completions that spread out (continuous batching) are clusters of one or two
   seen (a server that slows down over hours), 15% at the start, nothing at the end,
   the live counterpart of the plan's --speed-drift. It narrows as the job goes: less is
   left to be wrong about. With fewer than 3 stretches (the first waves), the rate's
-  half-width is its count's alone (early_halfwidth), held to EARLY_MAX.
+  half-width is its count's alone (early_halfwidth), held to EARLY_MAX. The speed's
+  half-width is held to SPEED_MAX (±60%): past it the high end ran to 20 × the time
+  left on a short job's few, scattered stretches.
   benchmarks/eta_range.py measures it (benchmarks/README.md).
 
 Memory is bounded: at most MAX_POINTS completion points (every other one is dropped
@@ -57,6 +59,7 @@ FEW = 5  # with fewer cluster ends, the job's start is taken as one (every strea
 STALL = 4.0  # a gap between clusters this many times the usual one is a stall: lost time
 MERGE = 0.5  # completions closer than this × the felt gap (felt_gap) are one cluster
 SLOWEST = 0.05  # a rate range past −95% is held there (the ETA's upper end stays finite)
+SPEED_MAX = 0.6  # the speed's half-width at most: past it the high end ran to 20 × the job
 EARLY_MAX = 0.5  # the rate's half-width from its count alone (early_halfwidth) at most
 SINCE_CLUSTERS = 3  # cluster ends after a change of load that make the rate its own
 
@@ -275,7 +278,7 @@ def estimate(
     else:
         h = SpeedWander.fit(parts, part_s).job(bulk + q_mid).halfwidth
     unseen = UNSEEN * bulk / (bulk + ends[-1][0] - ends[0][0])
-    h = math.hypot(h, unseen)
+    h = min(math.hypot(h, unseen), SPEED_MAX)
     drift = trend(stretches(ends, PARTS, usual), ends[-1][0], bulk, rate)
     lo = base + bulk / max(1 + h, drift) + q_lo - usual
     hi = base + bulk / max(min(1 - h, drift), SLOWEST) + q_hi + gap

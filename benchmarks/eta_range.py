@@ -92,6 +92,10 @@ def simulate(name: str, seed: int, rows: int, c: int, n_servers: int, per_token:
     def length() -> float:
         if lengths == "waves":
             return mean_len
+        if lengths == "bimodal":  # short answers and long ones: 80% of 100, 20% of 600
+            return rnd.gauss(100, 10) if rnd.random() < 0.8 else rnd.gauss(600, 60)
+        if lengths == "heavy":  # lognormal, sigma 1: a few rows ten times the median
+            return rnd.lognormvariate(math.log(mean_len) - 0.5, 1.0)
         return rnd.lognormvariate(math.log(mean_len) - 0.18, 0.6)
 
     todo = rows
@@ -142,6 +146,22 @@ def family(count: int) -> list[Job]:
         per_token = target / (rows / (servers * c) * 200.0)
         name = f"{i:02d} {lengths} {speed} x{servers}" + (f" down {down}" if down else "")
         jobs.append(simulate(name, i, rows, c, servers, per_token, lengths, speed, down))
+    return jobs
+
+
+def short(count: int) -> list[Job]:
+    """`count` short jobs like the issue's (#48): a few hundred rows at C = 32 on one
+    server, fixed, lognormal, bimodal or heavy-tailed lengths, half of them on a server
+    whose speed wanders; requests of a few seconds, jobs of half a minute to two."""
+    kinds = ["waves", "lognormal", "bimodal", "heavy"]
+    jobs = []
+    for i in range(count):
+        lengths, speed = kinds[i % 4], ("steady", "wander")[(i // 4) % 2]
+        rnd = random.Random(5000 + i)
+        rows = rnd.choice([200, 300, 500, 800])
+        per_token = rnd.uniform(0.01, 0.03)
+        name = f"short {i:02d} {lengths} {speed} {rows}"
+        jobs.append(simulate(name, 5000 + i, rows, 32, 1, per_token, lengths, speed, None))
     return jobs
 
 
@@ -270,8 +290,9 @@ def replay(job: Job, seed: int) -> Points:
         states = []
         for s in job.servers:
             d = [now[0] - a for srv, a, b in job.down if srv == s and a <= now[0] < b]
+            busy = sum(1 for e, b, srv in ends[i:] if srv == s and b <= now[0])
             states.append(ServerState(s, "down" if d else "up", d[0] if d else None,
-                                      in_flight=0, concurrency=1))  # fmt: skip
+                                      in_flight=busy, concurrency=1))  # fmt: skip
         snap = prog.snapshot(states)
         if done < 0.1 * rows or done >= rows or snap.eta_note is not None:
             continue  # no server up: no ETA to score (nothing can run; the panel says so)
@@ -295,6 +316,7 @@ def score(p: Points | None, el: float, final: float, share: float, lo: float | N
     p.share.append(share)
     if lo is None or hi is None:
         p.covered.append(False)
+        p.late.append(False)
         p.width.append(math.inf)
     else:
         p.covered.append(el + lo <= final <= el + hi)
@@ -302,18 +324,16 @@ def score(p: Points | None, el: float, final: float, share: float, lo: float | N
         p.width.append((hi - lo) / final)
 
 
-def by_tenth(p: Points) -> str:
-    """Per tenth of the job from 10% done: share held, width p50 (p90)."""
-    out = []
+def tenths(p: Points) -> None:
+    """Coverage and width by tenth of the job done, from 10% (the issue's table, #48)."""
+    print(f"{'done':>9} {'points':>7} {'holds':>7} {'width p50':>9} {'p90':>7} {'late':>6}")
     for k in range(1, 10):
-        a, b = k / 10, (k + 1) / 10
-        got = [(c, w) for c, w, f in zip(p.covered, p.width, p.share, strict=True) if a <= f < b]
-        if got:
-            held = 100 * sum(c for c, _ in got) / len(got)
-            ws = [w for _, w in got]
-            out.append(f"{a:.0%}-{b:.0%} {held:.0f}% {quantile(ws, 0.5):.2f} "
-                       f"({quantile(ws, 0.9):.2f})")  # fmt: skip
-    return "; ".join(out)
+        idx = [j for j, f in enumerate(p.share) if k / 10 <= f < (k + 1) / 10]
+        cov = [p.covered[j] for j in idx]
+        wid = [p.width[j] for j in idx]
+        late = [p.late[j] for j in idx if j < len(p.late)]
+        print(f"{k * 10:>3}-{k * 10 + 10:>3}% {len(idx):7} {pct(cov):>7} "
+              f"{quantile(wid, 0.5):9.2f} {quantile(wid, 0.9):7.2f} {pct(late):>6}")
 
 
 def pct(xs: list[bool]) -> str:
@@ -328,6 +348,8 @@ def quantile(xs: list[float], q: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=24)
+    ap.add_argument("--short", type=int, default=0,
+                    help="add this many short jobs like the issue's (#48); --jobs 0: only them")
     ap.add_argument("--logs", type=Path, nargs="*", default=[],
                     help="generate output directories: their request logs replayed")
     ap.add_argument("--sim", type=Path, default=None,
@@ -340,7 +362,7 @@ def main() -> None:
     if a.sim is not None:
         logs += record(a.sim)
         a.lines = list(a.lines) + [a.sim / f"{name}.err" for name, *_ in SIM_JOBS]
-    jobs = family(a.jobs) + [from_log(p) for p in logs]
+    jobs = family(a.jobs) + short(a.short) + [from_log(p) for p in logs]
     print(f"load average {os.getloadavg()[0]:.2f}; {len(jobs)} jobs")
     print(f"{'job':44} {'final':>9} {'covered':>8} {'width p50':>9} {'p90':>7} "
           f"{'false out':>9} {'caught':>7}")  # fmt: skip
@@ -357,6 +379,8 @@ def main() -> None:
         with_plan.covered += p.prior.covered
         with_plan.width += p.prior.width
         with_plan.share += p.prior.share
+        with_plan.late += p.prior.late
+        every.late += p.late
         alarmed += any(p.outside)
         print(f"{job.name:44} {job.final_s:8.0f}s {pct(p.covered):>8} "
               f"{quantile(p.width, 0.5):9.2f} {quantile(p.width, 0.9):7.2f} "
@@ -370,10 +394,11 @@ def main() -> None:
               for a, b in ((0.1, 0.4), (0.4, 0.7), (0.7, 1.0))
               for w in [[x for x, f in zip(every.width, every.share, strict=True)
                          if a <= f < b]]))  # fmt: skip
+    tenths(every)
     print(f"{'all, with the plan as prior (--plan)':44} {'':9} {pct(with_plan.covered):>8} "
           f"{quantile(with_plan.width, 0.5):9.2f} {quantile(with_plan.width, 0.9):7.2f}")
-    print("by tenth done (held, width p50 (p90)), the job's own: " + by_tenth(every))
-    print("by tenth done, with the plan as prior: " + by_tenth(with_plan))
+    print("with the plan as prior (generate --plan's ETA):")
+    tenths(with_plan)
     for err in a.lines:
         p = lines(err)
         print(f"{'lines ' + err.name:44} {'':9} {pct(p.covered):>8} "

@@ -129,7 +129,9 @@ def test_before_two_clusters_there_is_no_eta_and_with_few_waves_the_start_counts
     assert estimate(done, 100, 5.5) is None  # more of the first wave may come yet
     e = estimate(done, 100, 7.6)  # one wave: the start (every stream sent) is a cluster end
     assert e is not None and e.seconds == pytest.approx(100 / (32 / 5.0) - 2.6)
-    assert e.lo_s is None  # too few stretches for a range
+    # too few stretches to fit the speed: a range from the 32 rows counted (±35%), finite
+    assert e.lo_s is not None and e.hi_s is not None
+    assert e.lo_s < e.seconds < e.hi_s < 3 * e.seconds
     assert estimate(done, 0, 6.0) == E.Eta(0.0, 0.0, 0.0)
 
 
@@ -286,3 +288,23 @@ def test_the_ending_tells_what_the_job_took_from_the_plans_range():
     assert "plan: 2.4 min (2.4 – 2.4 min)" not in ending(tight, 145.0)
     bare = JobForecast("p.json", "arithmetic", 1152, 1, 144.7, None, None, "b", None)
     assert "plan: 2.4 min (no bar) for 1,152 rows; the job took 2.4 min" in ending(bare, 146.4)
+
+
+def test_the_early_range_comes_from_the_rows_counted_and_never_explodes():
+    """#48: before stretches enough to fit the speed, the rate's half-width is its count's
+    (1.96/sqrt(rows)), held to EARLY_MAX on one or two rows."""
+    assert E.early_halfwidth(400) == pytest.approx(1.96 / 20)
+    assert E.early_halfwidth(1) == E.early_halfwidth(0) == E.EARLY_MAX
+    assert E.early_halfwidth(100) < E.early_halfwidth(16) <= E.EARLY_MAX
+
+
+def test_the_speeds_halfwidth_is_held_so_the_high_end_stays_within_reach():
+    """#48: a speed that wandered by half its rate made the high end bulk / 0.05 (20 × the
+    time left: 19,000 s here); the speed's half-width is held to SPEED_MAX."""
+    done = Completions()
+    for k, rows in enumerate([40] * 10 + [2] * 10 + [40] * 10):
+        done.add(k + 1.0, rows, 1.0)
+    e = estimate(done, 20000, 30.01)
+    assert e is not None and e.lo_s is not None and e.hi_s is not None
+    assert e.hi_s < e.seconds / (1 - E.SPEED_MAX) * 1.1  # 2,386 s, not 19,086
+    assert e.lo_s > e.seconds / (1 + E.SPEED_MAX) * 0.9

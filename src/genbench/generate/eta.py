@@ -30,7 +30,11 @@ and completions that spread out (continuous batching) are clusters of one or two
   UNSEEN × left / (left + history): speed that changes more slowly than what has been
   seen (a server that slows down over hours), 15% at the start, nothing at the end,
   the live counterpart of the plan's --speed-drift. It narrows as the job goes: less is
-  left to be wrong about. benchmarks/eta_range.py measures it (benchmarks/README.md).
+  left to be wrong about. With fewer than 3 stretches (the first waves), the rate's
+  half-width is its count's alone (early_halfwidth), held to EARLY_MAX. The speed's
+  half-width is held to SPEED_MAX (±60%): past it the high end ran to 20 × the time
+  left on a short job's few, scattered stretches.
+  benchmarks/eta_range.py measures it (benchmarks/README.md).
 
 Memory is bounded: at most MAX_POINTS completion points (every other one is dropped
 when full, and later ones are kept at that spacing) and the last DURATIONS durations.
@@ -55,6 +59,8 @@ FEW = 5  # with fewer cluster ends, the job's start is taken as one (every strea
 STALL = 4.0  # a gap between clusters this many times the usual one is a stall: lost time
 MERGE = 0.5  # completions closer than this × the felt gap (felt_gap) are one cluster
 SLOWEST = 0.05  # a rate range past −95% is held there (the ETA's upper end stays finite)
+SPEED_MAX = 0.6  # the speed's half-width at most: past it the high end ran to 20 × the job
+EARLY_MAX = 0.5  # the rate's half-width from its count alone (early_halfwidth) at most
 SINCE_CLUSTERS = 3  # cluster ends after a change of load that make the rate its own
 
 
@@ -267,15 +273,25 @@ def estimate(
     base = t_b + stall - now
     point = max(base + bulk + q_mid, 0.0)
     parts, part_s = stretches(win, PARTS, usual)
-    if len(parts) < 3:
-        return Eta(point)
-    h = SpeedWander.fit(parts, part_s).job(bulk + q_mid).halfwidth
+    if len(parts) < 3:  # too few stretches to fit: the rate's own count says how well known
+        h = early_halfwidth(c_b - c_a)
+    else:
+        h = SpeedWander.fit(parts, part_s).job(bulk + q_mid).halfwidth
     unseen = UNSEEN * bulk / (bulk + ends[-1][0] - ends[0][0])
-    h = math.hypot(h, unseen)
+    h = min(math.hypot(h, unseen), SPEED_MAX)
     drift = trend(stretches(ends, PARTS, usual), ends[-1][0], bulk, rate)
     lo = base + bulk / max(1 + h, drift) + q_lo - usual
     hi = base + bulk / max(min(1 - h, drift), SLOWEST) + q_hi + gap
     return Eta(point, min(max(lo, 0.0), point), max(hi, point))
+
+
+def early_halfwidth(rows: float) -> float:
+    """The rate's relative 95% half-width from the rows it counts alone, before there are
+    stretches enough to fit the speed's model: 1.96/√rows (the count of completions in
+    a window is Poisson-like), held to EARLY_MAX. Not a width that grows without bound on
+    few completions (a range of 14 × the job at 10% done, #48), nor none (a point ETA
+    holds the end nowhere)."""
+    return min(1.96 / math.sqrt(max(rows, 1.0)), EARLY_MAX)
 
 
 def _quiet(done: Completions, t_b: float, now: float, gap: float) -> float:

@@ -260,6 +260,7 @@ class Points:
     late: list[bool] = field(default_factory=list)  # the job ended after the range's high end
     share: list[float] = field(default_factory=list)  # done / rows at the point
     prior: Points | None = None  # the same points, the ETA shown with the good plan (--plan)
+    prior_bad: Points | None = None  # ... and with the plan off by 40% (its bar missing)
 
 
 def replay(job: Job, seed: int) -> Points:
@@ -275,7 +276,7 @@ def replay(job: Job, seed: int) -> Points:
     bad = JobForecast("p", "pilot", rows, 1, final * 1.4, final * 1.26, final * 1.54, "b", None)
     ends = sorted(job.ends)
     step = final / 200
-    out = Points(prior=Points())
+    out = Points(prior=Points(), prior_bad=Points())
     i = done = 0
     for k in range(1, 201):
         now[0] = k * step
@@ -303,9 +304,13 @@ def replay(job: Job, seed: int) -> Points:
         out.caught.append(bad.course(el, e, lo, hi)["verdict"] == "outside")
         # the ETA `generate --plan` shows with the good plan: the plan as its prior
         assert good.lo_s is not None and good.hi_s is not None
-        shown = PlanPrior(good.seconds, good.lo_s, good.hi_s, rows).blend(
-            None if e is None else Eta(e, lo, hi), rows - done, el, started=True)
+        shown = PlanPrior(good.seconds, good.lo_s, good.hi_s).blend(
+            None if e is None else Eta(e, lo, hi), el)
         score(out.prior, el, final, done / rows, shown.lo_s, shown.hi_s)
+        assert bad.lo_s is not None and bad.hi_s is not None
+        shown = PlanPrior(bad.seconds, bad.lo_s, bad.hi_s).blend(
+            None if e is None else Eta(e, lo, hi), el)
+        score(out.prior_bad, el, final, done / rows, shown.lo_s, shown.hi_s)
     return out
 
 
@@ -366,7 +371,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f}; {len(jobs)} jobs")
     print(f"{'job':44} {'final':>9} {'covered':>8} {'width p50':>9} {'p90':>7} "
           f"{'false out':>9} {'caught':>7}")  # fmt: skip
-    every, with_plan = Points(), Points()
+    every, with_plan, wrong_plan = Points(), Points(), Points()
     alarmed = 0
     for n, job in enumerate(jobs):
         p = replay(job, n)
@@ -380,6 +385,12 @@ def main() -> None:
         with_plan.width += p.prior.width
         with_plan.share += p.prior.share
         with_plan.late += p.prior.late
+        assert p.prior_bad is not None
+        for a_, b_ in ((wrong_plan, p.prior_bad),):
+            a_.covered += b_.covered
+            a_.width += b_.width
+            a_.share += b_.share
+            a_.late += b_.late
         every.late += p.late
         alarmed += any(p.outside)
         print(f"{job.name:44} {job.final_s:8.0f}s {pct(p.covered):>8} "
@@ -399,6 +410,9 @@ def main() -> None:
           f"{quantile(with_plan.width, 0.5):9.2f} {quantile(with_plan.width, 0.9):7.2f}")
     print("with the plan as prior (generate --plan's ETA):")
     tenths(with_plan)
+    print(f"{'all, with a plan 40% off as prior':44} {'':9} {pct(wrong_plan.covered):>8} "
+          f"{quantile(wrong_plan.width, 0.5):9.2f} {quantile(wrong_plan.width, 0.9):7.2f}")
+    tenths(wrong_plan)
     for err in a.lines:
         p = lines(err)
         print(f"{'lines ' + err.name:44} {'':9} {pct(p.covered):>8} "

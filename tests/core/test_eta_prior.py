@@ -16,7 +16,7 @@ from genbench.plan.document import JobForecast
 
 pytestmark = pytest.mark.core
 
-PLAN = PlanPrior(seconds=100.0, lo_s=85.0, hi_s=115.0, rows=1000)
+PLAN = PlanPrior(seconds=100.0, lo_s=85.0, hi_s=115.0)
 
 
 def width(e: Eta) -> float:
@@ -25,21 +25,23 @@ def width(e: Eta) -> float:
 
 
 def test_before_the_job_knows_anything_the_eta_is_the_plans():
-    assert PLAN.blend(None, 1000, 10.0, started=False) == Eta(90.0, 75.0, 105.0)
-    # rows have ended: the plan's rate over the rows left
-    assert PLAN.blend(None, 400, 70.0, started=True) == Eta(40.0, 34.0, 46.0)
+    assert PLAN.blend(None, 10.0) == Eta(90.0, 75.0, 105.0)
+    # the plan knows the whole job, its tail too: its bar keeps its width in seconds
+    assert PLAN.left(70.0) == Eta(30.0, 15.0, 45.0)
+    # past the plan's whole range: the plan says nothing more, and no range is made up
+    assert PLAN.blend(None, 120.0) == Eta(0.0)
 
 
 def test_a_wide_early_range_that_agrees_is_held_to_the_plans():
     job = Eta(95.0, 10.0, 1400.0)  # a few clusters: a range 14 times the job
-    e = PLAN.blend(job, 1000, 5.0, started=True)
-    assert width(e) <= width(PLAN.left(1000, 5.0, True))
+    e = PLAN.blend(job, 5.0)
+    assert width(e) <= width(PLAN.left(5.0))
     assert 85.0 <= e.seconds <= 100.0
 
 
 def test_both_narrow_and_agreeing_the_range_is_narrower_than_either():
     job = Eta(52.0, 47.0, 57.0)
-    plan = PLAN.left(500, 50.0, True)  # 50 s, 42.5 – 57.5
+    plan = PLAN.left(50.0)  # 50 s, 35 – 65
     e = combine(job, plan)
     assert width(e) < min(width(job), width(plan))
     assert 50.0 < e.seconds < 52.0  # the job's narrower estimate weighs more
@@ -47,13 +49,13 @@ def test_both_narrow_and_agreeing_the_range_is_narrower_than_either():
 
 def test_a_job_that_has_left_the_plan_is_shown_as_the_job_says():
     job = Eta(200.0, 180.0, 220.0)  # twice the plan's view, far outside both ranges
-    e = combine(job, PLAN.left(1000, 0.0, True))
+    e = combine(job, PLAN.left(0.0))
     assert e.seconds == pytest.approx(200.0, rel=1e-3)
     assert (e.lo_s, e.hi_s) == pytest.approx((180.0, 220.0), rel=1e-3)
 
 
 def test_the_plans_weight_falls_smoothly_as_the_job_departs():
-    plan = PLAN.left(1000, 0.0, True)
+    plan = PLAN.left(0.0)
     centres = [combine(Eta(m, m * 0.8, m * 1.25), plan).seconds for m in range(100, 400, 10)]
     assert all(b > a for a, b in zip(centres, centres[1:], strict=False))  # no step back
     jumps = [b - a for a, b in zip(centres, centres[1:], strict=False)]
@@ -61,10 +63,10 @@ def test_the_plans_weight_falls_smoothly_as_the_job_departs():
 
 
 def test_nothing_left_or_no_range_is_left_alone():
-    assert combine(Eta(0.0, 0.0, 0.0), PLAN.left(0, 99.0, True)) == Eta(0.0, 0.0, 0.0)
+    assert combine(Eta(0.0, 0.0, 0.0), PLAN.left(99.0)) == Eta(0.0, 0.0, 0.0)
     job = Eta(80.0)  # the job's ETA without a range yet: a factor of 2 either way
-    e = combine(job, PLAN.left(1000, 0.0, True))
-    assert 80.0 < e.seconds < 100.0 and width(e) < 30.0
+    e = combine(job, PLAN.left(0.0))
+    assert 80.0 < e.seconds < 100.0 and width(e) < 0.5 * width(Eta(80.0, 40.0, 160.0))
     assert math.isfinite(e.hi_s or math.inf)
 
 
@@ -84,7 +86,7 @@ def test_the_console_shows_the_combined_eta_and_judges_the_plan_on_the_jobs_own(
     jc.forecast = JobForecast("p", "pilot", 1000, 1, 100.0, 85.0, 115.0, "b", None)
     got = jc.tick(snap())
     assert got.eta_hi_s is not None and got.eta_lo_s is not None
-    assert got.eta_hi_s - got.eta_lo_s <= 0.3 * 800 / 1000 * 100 + 1  # not 1,740 s wide
+    assert got.eta_hi_s - got.eta_lo_s <= 115.0 - 85.0 + 1  # the plan's 30 s, not 1,740 s
     assert got.plan is not None and got.plan["on_course_hi_s"] == 20.0 + 1750.0  # the job's
     # every server down: no ETA, and none is made up from the plan
     down = jc.tick(snap(eta_s=None, eta_err_s=None, eta_lo_s=None, eta_hi_s=None,

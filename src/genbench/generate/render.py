@@ -123,8 +123,7 @@ class JobConsole(Listener):
         if f.lo_s is None or f.hi_s is None or s.eta_note is not None or s.remaining <= 0:
             return s  # no bar to combine by; no server up: no ETA at all
         job = None if s.eta_s is None else Eta(s.eta_s, s.eta_lo_s, s.eta_hi_s)
-        prior = PlanPrior(f.seconds, f.lo_s, f.hi_s, f.rows)
-        e = prior.blend(job, s.remaining, s.elapsed_s, s.done_this_run + s.failed_this_run > 0)
+        e = PlanPrior(f.seconds, f.lo_s, f.hi_s).blend(job, s.elapsed_s)
         return replace(s, eta_s=round(e.seconds, 0), eta_lo_s=round(e.lo_s or 0.0, 0),
                        eta_hi_s=round(e.hi_s or 0.0, 0),
                        eta_err_s=round(e.err_s or 0.0, 0))  # fmt: skip

@@ -84,3 +84,19 @@ def test_refusals_are_overload() -> None:
     answers(t, 40, at=2.0, status=503)
     new, why = t.decide(2.0, in_flight=64)
     assert new == 32 and "40 answers 429/503" in why
+
+
+def test_varied_lengths_jump_to_the_average_holding_and_a_few_preemptions_are_no_sign() -> None:
+    t = Tuner(16, 320, now=0.0)
+    t.early = True
+    scrape(t, 0.1, 16)
+    lengths = [50, 150] * 8  # mean 100, E[L^2] = 12,500: a request holds 36 + 62.5 on average
+    for i, n in enumerate(lengths):
+        answers(t, 1, at=2.0 + i, tokens=n)
+    new, why = t.decide(20.0, in_flight=16)
+    assert new == int(0.9 * K / (P + 62.5)) == 182 and "holding 98 tokens on average" in why
+    scrape(t, 0.95, new, preempted=new // 8 - 1)  # young requests preempted: a few, cheap
+    assert t.decide(22.0, in_flight=new) is None and t.c == new
+    scrape(t, 0.95, new, preempted=new // 8 + 1)  # an eighth of the level: overload
+    back, why = t.decide(23.0, in_flight=new)
+    assert back < new and f"{new // 8 + 1} requests preempted" in why

@@ -9,7 +9,10 @@ records, the server's `/metrics` and the clock; `AutoConcurrency` drives one per
 * **Start** at the plan's concurrency, or SAFE_START. Once the first window's answers say
   how long the prompts are, and the server says its KV cache's size (vLLM's
   `cache_config_info`, SGLang's `max_total_num_tokens`), jump to the most requests whose
-  prompt plus `max_tokens` fit it: they can never be preempted.
+  prompt plus `max_tokens` fit it: they can never be preempted. When the first window's
+  outputs vary in length (requests then end apart, not in waves), jump further at once:
+  to the most requests whose average holding (prompt + E[L^2] / 2E[L]) fills the cache
+  to ROOM, rather than climbing there a window (a request's life) at a time.
 * **Climb** while the server has room: double, or halve the gap to the lowest level known
   to be too many. Room: the KV cache's usage peaked under ROOM over the window; without
   `/metrics`, the last climb raised throughput by MIN_GAIN or more.
@@ -46,6 +49,7 @@ ROOM = 0.90  # KV usage peak under which a level has room to climb
 REOPEN = 0.60  # held: a window whose KV usage peaked under this reopens the climb
 MIN_GAIN = 0.05  # without /metrics: a climb must raise throughput by this much
 SETTLE_S = 1.0  # after a change, overload signs count from then (the old level's drain)
+SPREAD = 0.15  # outputs' lengths vary (sd over mean) enough that requests end apart
 QUEUE_SHARE = 1 / 8  # waiting requests, as a share of the level, that are a queue
 QUEUE_SAMPLES = 3  # ... in this many samples in a row: a queue that stays
 TICK_S = 1.0
@@ -105,6 +109,8 @@ class _Window:
     ok: int = 0  # answered
     prompt: int = 0  # their prompt tokens
     held: int = 0  # their prompt and output tokens: what each held at its end
+    out: int = 0  # their output tokens
+    out2: int = 0  # ... squared (the second moment: how long a request holds the cache)
     tokens: int = 0  # output tokens of the requests sent since the change
     busy_s: float = 0.0  # summed request durations (latency per token = busy_s / tokens)
     last_end: float = 0.0
@@ -152,6 +158,8 @@ class Tuner:
         w.ok += 1
         w.prompt += rec.prompt_tokens or 0
         w.held += (rec.prompt_tokens or 0) + (rec.completion_tokens or 0)
+        w.out += rec.completion_tokens or 0
+        w.out2 += (rec.completion_tokens or 0) ** 2
         if rec.t_send >= self.t_change:
             w.tokens += rec.completion_tokens or 0
             w.busy_s += rec.t_end - rec.t_send
@@ -177,7 +185,9 @@ class Tuner:
     def overload(self) -> list[str]:
         out = []
         base, now = self.preempt_base, self.sig.preemptions
-        if base is not None and now is not None and now > base:
+        # a few preempted youngest requests cost little (their few tokens again): an
+        # eighth of the level preempted is a sign, as a queue of that size is
+        if base is not None and now is not None and now - base >= max(1.0, self.c * QUEUE_SHARE):
             out.append(f"{now - base:.0f} requests preempted")
         if self.queued >= QUEUE_SAMPLES:
             out.append(f"{self.sig.waiting:.0f} requests kept waiting")
@@ -207,15 +217,22 @@ class Tuner:
             if fit > c:
                 self.good = fit
                 return self._move(fit, self._fit_why(fit, "at most "), now, None)
-        if w.n < c or (self.started and not self.settled):
+        # once started, the KV cache's projection judges room, not the wave's end: with
+        # /metrics, half a window (half a request's life) is enough to decide on
+        if w.n < (c // 2 if self.started and self.metrics else c) or (
+            self.started and not self.settled
+        ):
             return None
         rate = self.rate()
         if not self.started:
             self.started = True
             self.early = True
-            if (fit := self._fit(w.prompt / w.ok if w.ok else None)) is not None and fit > c:
-                self.good = fit
-                return self._move(fit, self._fit_why(fit, ""), now, rate)
+            if (fit := self._fit(w.prompt / w.ok if w.ok else None)) is not None:
+                self.good, why = max(fit, c), self._fit_why(fit, "")  # a window held at c
+                if (steady := self._steady_fit()) is not None and steady > max(fit, c):
+                    return self._move(steady, self._steady_why(steady), now, rate)
+                if fit > c:
+                    return self._move(fit, why, now, rate)
         if not self.metrics and self.prev is not None and rate is not None:
             p_c, p_rate = self.prev
             gain = rate / p_rate - 1
@@ -245,7 +262,8 @@ class Tuner:
         peak is at least what the window's requests held at their ends, all at once."""
         cap, w = self.sig.kv_capacity, self.w
         if cap and w.ok and self.metrics:
-            held = self.c * w.held / w.ok
+            resid = self._residency()
+            held = self.c * (resid if resid is not None else w.held / w.ok)
             self.kv_peak = max(self.kv_peak or 0.0, min(1.0, held / cap))
 
     def _fit(self, prompt: float | None) -> int | None:
@@ -255,6 +273,37 @@ class Tuner:
             return None
         self.fit_prompt = prompt
         return max(1, min(self.ceiling, int(cap // (prompt + self.max_tokens))))
+
+    def _residency(self) -> float | None:
+        """What one request in flight holds of the KV cache on average over time, when the
+        outputs' lengths vary enough that requests end apart (not in waves): its prompt plus
+        E[L^2] / 2E[L] (a request is met in flight in proportion to its length, at a
+        uniform point of it). None while lengths are alike (requests that started together
+        stay in step and all hold prompt + L at once: the wave's end is the peak)."""
+        w = self.w
+        if w.ok < 8 or not w.out:
+            return None
+        mean = w.out / w.ok
+        var = max(0.0, w.out2 / w.ok - mean * mean)
+        if var**0.5 < SPREAD * mean:
+            return None
+        return w.prompt / w.ok + w.out2 / w.ok / (2 * mean)
+
+    def _steady_fit(self) -> int | None:
+        """The most requests whose average holding fills the KV cache to ROOM: the level a
+        job of varied lengths runs best at, reached in one step from the first window."""
+        cap, resid = self.sig.kv_capacity, self._residency()
+        if not cap or resid is None:
+            return None
+        self.fit_prompt = resid
+        return max(1, min(self.ceiling, int(ROOM * cap / resid)))
+
+    def _steady_why(self, fit: int) -> str:
+        cap = self.sig.kv_capacity or 0
+        return (
+            f"the KV cache holds {cap:,} tokens: {fit} requests holding {self.fit_prompt:.0f} "
+            f"tokens on average (prompt + the answers' lengths so far) fill {ROOM:.0%}"
+        )
 
     def _early_fit(self) -> int | None:
         """Before any answer: what a running request holds now (the engine's usage over its
@@ -284,8 +333,10 @@ class Tuner:
         self.bad = c
         if self.good is not None and self.good < c:
             # halfway back to the level that held: a climb past the knee overshot it by up
-            # to a doubling, and the knee lies between (the next overload halves the gap)
+            # to a doubling, and the knee lies between (the next overload halves the gap);
+            # a quarter back at most, when a jump (not a doubling) overshot
             new = self.good if c - self.good <= max(1, c // 8) else (self.good + c) // 2
+            new = max(new, 3 * c // 4)
         else:  # the level that held went bad: the server shrank, or the outputs grew
             new, self.good = max(1, c // 2), None
         self.prev = None
@@ -323,7 +374,7 @@ class AutoConcurrency:
     def record(self, rec: RequestRecord) -> None:
         if (t := self.tuners.get(rec.server)) is not None:
             t.record(rec)
-            if t.w.n == t.c:
+            if t.w.n in (t.c, t.c // 2):  # a window (or half of one) is full
                 self._full.set()
 
     async def run(self, load: Any) -> None:

@@ -169,3 +169,21 @@ def test_an_engine_started_on_a_new_port_each_run_is_one_server(tmp_path) -> Non
                                                              for e in events))  # fmt: skip
     doc = inspect_data(d, Settings(), save=tmp_path / "i.json")
     assert doc["servers"]["count"] == 1, doc["servers"]
+
+
+def test_the_storage_line_names_the_states_found_and_asks_only_where_there_are_none() -> None:
+    """With states on disk the storage line gives their bytes; it asks for --hidden-size
+    and --layers-captured only where there is nothing to count."""
+    from io import StringIO
+
+    from genbench.inspect.render import _storage_lines
+
+    st = {"rows": 2, "tokens": {"output": 10, "prompt": 20}, "jsonl_bytes": 1000,
+          "parquet_bytes": 500}  # fmt: skip
+    said = []
+    for doc in ({"storage": st, "hidden_states": {"bytes": 4_104_000}}, {"storage": st}):
+        buf = StringIO()
+        _storage_lines(doc, Console(file=buf, width=200))
+        said.append(buf.getvalue())
+    assert "hidden states 4.10 MB on disk" in said[0] and "give --hidden-size" not in said[0]
+    assert "hidden states: give --hidden-size and --layers-captured" in said[1]

@@ -107,6 +107,8 @@ def _storage_lines(doc: dict[str, Any], console: Console) -> None:
         line += f"; hidden states {nbytes(st['hidden_state_bytes'])}"
         if st.get("hidden_state_bytes_fp8") is not None:
             line += f" (FP8 {nbytes(st['hidden_state_bytes_fp8'])})"
+    elif isinstance(found := (doc.get("hidden_states") or {}).get("bytes"), int):
+        line += f"; hidden states {nbytes(found)} on disk (checked below)"
     else:
         line += "; hidden states: give --hidden-size and --layers-captured"
     console.print(line)

@@ -32,6 +32,9 @@ NAMES = {np.dtype(t): name for name, t in DTYPES.items()
 MAX_HEADER = 100 << 20  # safetensors' own bound
 
 
+FP8_SCALE_BYTES = 4  # hs-connectors' FP8 files: one float32 scale per token (all its layers)
+
+
 class TensorFileError(Exception):
     """A file that is not a whole safetensors file (the reason, one line)."""
 

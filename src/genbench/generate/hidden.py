@@ -279,10 +279,11 @@ class Capture:
             raise StatesProblem(
                 f"{file.name}: its token_ids differ from the turn's ids at position {at}"
             )
+        every_scale = scales.floats() if scales is not None and hs.dtype == "F8_E4M3" else None
         for lo in range(0, hs.shape[0], CHUNK):
             part = tensors.Tensor(hs.dtype, hs.shape, hs.array[lo : lo + CHUNK])
-            if scales is not None and hs.dtype == "F8_E4M3":
-                scale = scales.floats()[lo : lo + CHUNK]
+            if every_scale is not None:
+                scale = every_scale[lo : lo + CHUNK]
                 if not (np.isfinite(scale).all() and (scale > 0).all()):
                     raise StatesProblem(f"{file.name}: a scale that is not finite and positive")
                 values = part.scaled(scale)

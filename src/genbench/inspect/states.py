@@ -14,10 +14,10 @@ from genbench.generate.hidden import Capture, StatesProblem
 from genbench.generate.store.layout import Layout
 from genbench.inspect.reader import FileStats, data_files, kind_of, read_rows
 from genbench.rows import turn_ids
+from genbench.tensors import FP8_SCALE_BYTES
 
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}
 EXAMPLES = 5
-FP8_SCALE_BYTES = 4
 ID_BYTES = 8  # each file's token_ids, int64
 
 

@@ -25,6 +25,7 @@ from genbench.plan.from_result import (
     plan_from_result,
 )
 from genbench.plan.storage import HiddenStates
+from genbench.run.result import repeat_dirs
 
 
 def run_names(results: Sequence[dict[str, Any]]) -> list[str]:
@@ -33,7 +34,7 @@ def run_names(results: Sequence[dict[str, Any]]) -> list[str]:
     names = []
     for doc in results:
         where = Path(doc.get("_path", "run")).parent
-        if where.name == "repeat-1" and not (where.parent / "repeat-2").exists():
+        if repeat_dirs(where.parent) == [where]:
             where = where.parent  # a side's one run (`run --versus`): named by its side
         base = where.name or "run"
         seen[base] = seen.get(base, 0) + 1

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from genbench.errors import UsageError
+from genbench.tensors import FP8_SCALE_BYTES
 
 ASSUMED_BYTES_PER_TOKEN = 4.0  # English text with a Llama-style tokenizer, when nothing measured
 JSONL_OVERHEAD_BYTES = 400  # id, generate's metadata and JSON punctuation per output line
@@ -17,7 +18,6 @@ JSONL_OVERHEAD_BYTES = 400  # id, generate's metadata and JSON punctuation per o
 # measures the rows as written, ids and all): 4.9 (32K vocabulary) to 5.5 (152K) bytes
 # measured on model-like ids, 7 for uniform 6-digit ones (benchmarks/token_ids_encoding.py)
 ASSUMED_ID_BYTES = 6.0
-FP8_SCALE_BYTES = 4  # hs-connectors' FP8 files: one float32 scale per token (all its layers)
 
 
 @dataclass(frozen=True)

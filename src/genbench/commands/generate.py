@@ -60,7 +60,7 @@ OPTIONS: dict[str, Any] = {
         "the server gives them), on (refuse a server that cannot), off."),
     "fmt": typer.Option("jsonl", "--format", help="jsonl or parquet."),
     "answers": watch.ANSWERS,
-    "shard_size": ("256MB", "Start a new file after this."),
+    "part_size": ("256MB", "Start a new data file (a part) after this size."),
     "shard": typer.Option(
         None, "--shard", metavar="i/N|auto", help="Take only this client's share of the ids; "
         "auto: from SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX (auto/N) or RANK (docs/cluster.md).",

@@ -67,7 +67,7 @@ class Job:
             cfg.output,
             shard_tag=tag,
             fmt=cfg.fmt,
-            shard_bytes=cfg.shard_bytes,
+            part_bytes=cfg.part_bytes,
             sync_interval=cfg.sync_interval,
             on_durable=self._on_durable,
         )
@@ -186,7 +186,7 @@ class Job:
         self._announce(existing, res)
         if not res.todo and not res.bad:
             self.progress = Progress(res.total, res.done, res.failed, [])
-            if cfg.fmt == DataFormat.PARQUET and existing.jsonl_shards:
+            if cfg.fmt == DataFormat.PARQUET and existing.jsonl_parts:
                 await self.store.close(convert_all=True)
             why = "every row is already done" if res.rows else "the input has no rows"
             return self._result("nothing_to_do", why, t0)
@@ -224,7 +224,7 @@ class Job:
                 "todo": len(res.todo),
                 "invalid": len(res.bad),
                 "derived_ids": res.derived,
-                "shards_found": len(existing.shards),
+                "shards_found": len(existing.parts),
                 "shard": self.decided.files_tag,
                 "left": res.left,  # --limit: the input's rows after the ones it took
             }

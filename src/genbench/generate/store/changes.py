@@ -158,15 +158,15 @@ def set_aside(
     store: Store, existing: Existing, why: dict[str, str], first: set[str] | None = None
 ) -> int:
     """Take the rows `why` names out of every data file, into the replaced file; the
-    number moved. With `first`, the first copy of each (in the order the shards were
+    number moved. With `first`, the first copy of each (in the order the parts were
     written) stays, and is added to `first`. Each file: the old rows appended (fsynced)
     first, then the file replaced by a copy without them, then its index rewritten."""
     moved = 0
-    for shard in existing.shards:
-        if shard.suffix == ".parquet":
-            moved += _set_aside_parquet(store, shard, why, first)
+    for part in existing.parts:
+        if part.suffix == ".parquet":
+            moved += _set_aside_parquet(store, part, why, first)
         else:
-            moved += _set_aside_jsonl(store, existing, shard, why, first)
+            moved += _set_aside_jsonl(store, existing, part, why, first)
     return moved
 
 
@@ -211,19 +211,19 @@ def _aside_line(reason: str, file: str, where: int, row: bytes) -> tuple[str, by
 
 
 def _set_aside_jsonl(
-    store: Store, existing: Existing, shard: Path, why: dict[str, str], first: set[str] | None
+    store: Store, existing: Existing, part: Path, why: dict[str, str], first: set[str] | None
 ) -> int:
     drops: list[tuple[int, int]] = []
     aside: dict[str, bytes] = {}
     ids: list[str] = []
     pos = 0
-    with open(shard, "rb") as f:
+    with open(part, "rb") as f:
         for line in f:
             rid = fast_id(line) or line_id(line)[0]
             if _drop(rid, why, first):
                 assert rid is not None
                 drops.append((pos, len(line)))
-                key, entry = _aside_line(why[rid], shard.name, pos, line)
+                key, entry = _aside_line(why[rid], part.name, pos, line)
                 aside[key] = entry
             elif rid is not None:
                 ids.append(rid)
@@ -231,14 +231,14 @@ def _set_aside_jsonl(
     if not drops:
         return 0
     append_once(store.layout.replaced, aside)
-    drop_lines(shard, drops, pos)
-    reseal(shard)
-    st = shard.stat()
-    with open(shard, "rb") as f:
+    drop_lines(part, drops, pos)
+    reseal(part)
+    st = part.stat()
+    with open(part, "rb") as f:
         digest = int.from_bytes(hashlib.file_digest(f, _blake8).digest(), "big") or 1
     keys = [(existing.fps.get(i, 0), existing.done.get(i, 0)) for i in ids]
     entry = index_entry(st.st_size, ids, keys, digest, st.st_mtime_ns) if ids else b""
-    write_atomic(store.layout.index(shard), entry)
+    write_atomic(store.layout.index(part), entry)
     return len(drops)
 
 
@@ -247,12 +247,12 @@ def _blake8() -> Any:
 
 
 def _set_aside_parquet(
-    store: Store, shard: Path, why: dict[str, str], first: set[str] | None
+    store: Store, part: Path, why: dict[str, str], first: set[str] | None
 ) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(shard)
+    table = pq.read_table(part)
     ids = [str(x) for x in table.column("id").to_pylist()]
     gone = [_drop(i, why, first) for i in ids]
     if not any(gone):
@@ -260,11 +260,11 @@ def _set_aside_parquet(
     where = [i for i, g in enumerate(gone) if g]
     rows = table.filter(pa.array(gone)).to_pylist()
     aside = dict(
-        _aside_line(why[str(r["id"])], shard.name, i, orjson.dumps(r))
+        _aside_line(why[str(r["id"])], part.name, i, orjson.dumps(r))
         for i, r in zip(where, rows, strict=True)
     )
     append_once(store.layout.replaced, aside)
-    with writing(shard) as f:
+    with writing(part) as f:
         pq.write_table(table.filter(pa.array([not g for g in gone])), f, compression="zstd")
-    reseal(shard)
+    reseal(part)
     return len(rows)

@@ -3,7 +3,7 @@ by a worker thread, and read back (cutting a torn tail) on resume.
 
 Every descriptor a file needs (its data and its index) is opened when the file is
 created, on the event loop, never half way through a flush. A job at its descriptor
-limit (thousands of streams under `ulimit -n`) can still open its next shard: a
+limit (thousands of streams under `ulimit -n`) can still open its next part: a
 `Reserve` of descriptors is held back for it and taken back once old files close.
 """
 
@@ -150,7 +150,7 @@ def digest64(data: bytes | memoryview) -> int:
 def index_entry(
     end: int, ids: list[str], keys: list[tuple[int, int]], digest: int, mtime: int
 ) -> bytes:
-    """One line of a shard's index (`readback.py` reads it back)."""
+    """One line of a part's index (`readback.py` reads it back)."""
     entry: dict[str, Any] = {"end": end, "ids": ids}
     if keys and any(k != (0, 0) for k in keys):
         entry["req"] = [k[0] for k in keys]

@@ -1,4 +1,4 @@
-"""Reading a JSONL shard back on resume: the data over the index, always.
+"""Reading a JSONL part back on resume: the data over the index, always.
 
 The index (`.genbench/PREFIX-NNNNN.idx`, one line per fsynced batch: its end offset, ids,
 request fingerprints and line keys, a 64-bit hash of the batch's bytes and the file's
@@ -41,8 +41,8 @@ from genbench.rows import RowMeta
 
 
 @dataclass
-class ShardScan:
-    """What a shard holds: its ids in file order, with each row's request fingerprint and
+class PartScan:
+    """What a part holds: its ids in file order, with each row's request fingerprint and
     line key (0 where unknown), where it ends, and what was repaired."""
 
     ids: list[str]
@@ -96,7 +96,7 @@ def index_ids(idx: Path) -> list[str]:
 
 
 def index_keys(idx: Path) -> dict[str, int]:
-    """id -> line key, from an index (a Parquet shard keeps its JSONL's index for them)."""
+    """id -> line key, from an index (a Parquet part keeps its JSONL's index for them)."""
     return {i: k for b in _read_index(idx) for i, k in zip(b.ids, b.srcs, strict=True) if k}
 
 
@@ -177,14 +177,14 @@ def _changed(path: Path, batches: list[_Batch], size: int) -> tuple[int, list[tu
     return first, spans
 
 
-def scan_jsonl_shard(
+def scan_jsonl_part(
     path: Path,
     idx: Path | None,
     repair: bool = True,
     quarantine: Path | None = None,
     changed: bool = False,
-) -> ShardScan:
-    """The ids a JSONL shard holds; cut a torn tail and move unreadable lines with good
+) -> PartScan:
+    """The ids a JSONL part holds; cut a torn tail and move unreadable lines with good
     rows after them to `quarantine` (when `repair`). `changed`: a sealed part whose bytes
     are not those it was sealed with: every row of a batch whose bytes changed is moved
     aside too, readable or not (a changed byte may leave valid JSON)."""
@@ -219,7 +219,7 @@ def scan_jsonl_shard(
         notes.append(_changed_note(path, tail.bad, quarantine))
     elif tail.bad:
         notes += [_quarantine_note(path, off, line, quarantine) for off, line in tail.bad]
-    scan = ShardScan(ids, end, notes, fps, srcs, len(tail.bad))
+    scan = PartScan(ids, end, notes, fps, srcs, len(tail.bad))
     if not repair:
         return scan
     if tail.bad:

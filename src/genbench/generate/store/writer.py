@@ -15,7 +15,7 @@ Durability, in the order things happen to a finished row:
 So a crash of any kind loses at most the rows of the last second, which were never
 reported done and are generated again. A client killed by SIGKILL leaves whole lines in
 practice (the kernel completes a write() unless the kill lands while it copies a
-multi-page batch); a power loss may leave a torn or garbled tail. Either way the next
+multi-page sync group); a power loss may leave a torn or garbled tail. Either way the next
 run cuts an incomplete or unreadable tail off before appending (`scan_jsonl_part`), and
 a line that is not a complete row of ours is never counted. The data files are the
 truth; the index only makes resume fast, and is trusted only as far as the data file
@@ -387,16 +387,16 @@ class Store:
         async with self._lock:
             self._place()  # lines that waited for a descriptor: the last sync gave some back
             files = [f for f in (*self._closing, self.current, self.errors) if f is not None]
-            batches = [f.take() for f in files if f.pending or f.new or f in self._closing]
+            groups = [f.take() for f in files if f.pending or f.new or f in self._closing]
             log, data = self.log, self.log.take() if self.log is not None else b""
-            if not batches and not data:
+            if not groups and not data:
                 return
             self._pending_rows = self._pending_bytes = 0
             closing = list(self._closing)
-            dir_fd = self._dir_fd if any(b.file.new for b in batches) else None
+            dir_fd = self._dir_fd if any(b.file.new for b in groups) else None
 
             def work() -> None:
-                flush(batches, dir_fd)
+                flush(groups, dir_fd)
                 if log is not None:
                     log.write_out(data)
                 for f in closing:  # full: never written again (Parquet: sealed converted)
@@ -407,7 +407,7 @@ class Store:
                 await asyncio.get_running_loop().run_in_executor(None, work)
             except OSError as e:
                 raise write_failed(self.out, e) from None
-            for b in batches:
+            for b in groups:
                 b.file.new = False
                 if b.items and self.on_durable is not None:
                     self.on_durable("error" if b.file is self.errors else "row", b.items)

@@ -21,7 +21,7 @@ The job is split so each part can be reasoned about (and tested) alone:
 * `wander`, `eta` how the speed wandered: the ETA's range, and the plan's (`plan.bar`);
 * `job`      one run: input, preflight, the load, the store, and what it leaves (run
              notes, the Batch output of --answers);
-* `exporter` the job's progress on /metrics for Prometheus (`--metrics-port`), a table;
+* `metrics_server` the job's progress on /metrics for Prometheus (`--metrics-port`), a table;
 * `listeners` several listeners at once, and the notes each run leaves.
 
 docs/generate.md describes the formats and guarantees for users.

@@ -57,7 +57,7 @@ class RowMeta:
     sent_at: float | None = None
     finished_at: float | None = None
     token_ids: str | None = None  # exact | partial | none | mismatch | unchecked
-    request: str | None = _omit()  # the fingerprint of the row's requests (fingerprint.py)
+    request: str | None = _omit()  # the row's request hash (request_hash.py)
     # the row's prompt group, and its speculative acceptance summed over its turns where the
     # server said it (docs/acceptance.md)
     group: str | None = _omit()
@@ -252,7 +252,7 @@ def _parquet_row(line: bytes) -> dict[str, Any]:
 
 
 def parquet_ids(path: Path) -> tuple[list[str], list[int]]:
-    """A Parquet part's ids and their requests' fingerprints (0 where it has none)."""
+    """A Parquet part's ids and their request hashes (0 where it has none)."""
     import pyarrow.parquet as pq
 
     try:

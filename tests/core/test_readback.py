@@ -41,7 +41,7 @@ def test_an_untouched_shard_is_trusted_from_its_index_alone(tmp_path):
     data, idx, lines = written(tmp_path)
     s = scan_jsonl_part(data, idx)
     assert s.ids == [f"r{i}" for i in range(12)] and s.notes == []
-    assert s.fps == list(range(1, 13))  # the fingerprints and line keys, from the index
+    assert s.hashes == list(range(1, 13))  # the fingerprints and line keys, from the index
     assert s.srcs == list(range(1001, 1013))
 
 
@@ -57,7 +57,7 @@ def test_a_line_garbled_at_the_same_length_is_found_by_its_batchs_hash(tmp_path)
     assert data.read_bytes() == b"".join(lines[:5] + lines[6:])
     after = idx.read_bytes().splitlines(True)
     assert after[0] == index_before[0]  # the batch before it, trusted as it was
-    assert s.fps == [i + 1 for i in range(12) if i != 5]
+    assert s.hashes == [i + 1 for i in range(12) if i != 5]
     # the rows read again keep their line keys, known from the index's batch
     assert s.srcs == [1001 + i for i in range(12) if i != 5]
     again = scan_jsonl_part(data, idx)  # the rewritten index is trusted again

@@ -98,7 +98,7 @@ class AppendFile:
         self.size = os.fstat(self.fd).st_size  # including lines still buffered
         self.buf: list[bytes] = []
         self.pending: list[Pending] = []
-        self.keys: list[tuple[int, int]] = []  # each line's (request fingerprint, line key)
+        self.keys: list[tuple[int, int]] = []  # each line's (request hash, line key)
         self.closed = False
         self.full = False  # rotated: never written again, ready for conversion
 
@@ -115,7 +115,7 @@ class AppendFile:
 
     def record_index(self, b: SyncGroup) -> None:
         """Append one sync group to the index: ids now durable in the data file up to byte
-        `end`, their requests' fingerprints and line keys, and what proves the bytes are
+        `end`, their request hashes and line keys, and what proves the bytes are
         still those (the group's hash, the file's mtime once they were on disk)."""
         if self.index_fd is not None and b.items:
             entry = index_entry(b.end, [i for i, _ in b.items], b.keys, b.digest, b.mtime)

@@ -12,7 +12,7 @@
     DIR/.genbench/requests.jsonl     every request sent (the request log)
     DIR/.genbench/runs.jsonl         one line when a run starts, one when it ends
     DIR/.genbench/data-NNNNN.idx     which ids a part holds, up to which byte, their
-                                     requests' fingerprints, content checks (advisory)
+                                     request hashes, content checks (advisory)
     DIR/.genbench/data-NNNNN.jsonl.sum  a sealed part's size and CRC-32 (seal.py)
     DIR/.genbench/damaged/           parts set aside by a resume: their bytes changed
     DIR/.genbench/lock               the one writer's lock

@@ -1,7 +1,7 @@
 """Reading a JSONL part back on resume: the data over the index, always.
 
 The index (`.genbench/PREFIX-NNNNN.idx`, a line per sync group, the rows fsynced together:
-its end offset, ids, request fingerprints and line keys, a 64-bit hash of its bytes and the
+its end offset, ids, request hashes and line keys, a 64-bit hash of its bytes and the
 file's mtime once they were on disk) makes resume fast: 1M ids come from it without reading
 the data. It is trusted only as far as the data file proves it:
 
@@ -34,21 +34,21 @@ from typing import Any
 import orjson
 
 from genbench.atomic import write_atomic, writing
-from genbench.generate.fingerprint import from_hex
 from genbench.generate.input.linekey import fast_id
+from genbench.generate.request_hash import from_hex
 from genbench.generate.store.durable import digest64, index_entry, write_all
 from genbench.rows import RowMeta
 
 
 @dataclass
 class PartScan:
-    """What a part holds: its ids in file order, with each row's request fingerprint and
+    """What a part holds: its ids in file order, with each row's request hash and
     line key (0 where unknown), where it ends, and what was repaired."""
 
     ids: list[str]
     valid_bytes: int
     notes: list[str] = field(default_factory=list)
-    fps: list[int] = field(default_factory=list)
+    hashes: list[int] = field(default_factory=list)
     srcs: list[int] = field(default_factory=list)
     quarantined: int = 0
 
@@ -58,7 +58,7 @@ class _SyncGroup:
     start: int
     end: int
     ids: list[str]
-    fps: list[int]
+    hashes: list[int]
     srcs: list[int]
     digest: int
     mtime: int
@@ -77,13 +77,13 @@ def _read_index(idx: Path) -> list[_SyncGroup]:
                     obj = orjson.loads(line)
                     end, ids = int(obj["end"]), list(obj["ids"])
                     zeros = [0] * len(ids)
-                    fps, srcs = obj.get("req") or zeros, obj.get("src") or zeros
+                    hashes, srcs = obj.get("req") or zeros, obj.get("src") or zeros
                     digest, mtime = int(obj.get("hash", 0)), int(obj.get("mtime", 0))
                 except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                     break
-                if len(fps) != len(ids) or len(srcs) != len(ids):
+                if len(hashes) != len(ids) or len(srcs) != len(ids):
                     break
-                groups.append(_SyncGroup(start, end, ids, fps, srcs, digest, mtime, line))
+                groups.append(_SyncGroup(start, end, ids, hashes, srcs, digest, mtime, line))
                 start = end
     except FileNotFoundError:
         pass
@@ -100,7 +100,7 @@ def index_keys(idx: Path) -> dict[str, int]:
     return {i: k for b in _read_index(idx) for i, k in zip(b.ids, b.srcs, strict=True) if k}
 
 
-def rekey_index(idx: Path, learned: dict[str, int], fps: Any) -> int:
+def rekey_index(idx: Path, learned: dict[str, int], hashes: Any) -> int:
     """Give the rows in `learned` their new line keys in an index (their request was
     checked and is the same: a reformatted input, a deleted index), so the next resume
     takes the fast path for them again; each group's other fields stay. Rows updated."""
@@ -113,7 +113,7 @@ def rekey_index(idx: Path, learned: dict[str, int], fps: Any) -> int:
             n += sum(1 for k in mine if k)
             obj = orjson.loads(b.raw)
             obj["src"] = [k or s for k, s in zip(mine, b.srcs, strict=True)]
-            obj["req"] = [f or fps.get(i, 0) for i, f in zip(b.ids, b.fps, strict=True)]
+            obj["req"] = [f or hashes.get(i, 0) for i, f in zip(b.ids, b.hashes, strict=True)]
             lines.append(orjson.dumps(obj) + b"\n")
         else:
             lines.append(b.raw)
@@ -123,16 +123,16 @@ def rekey_index(idx: Path, learned: dict[str, int], fps: Any) -> int:
 
 
 def line_id(line: bytes) -> tuple[str | None, int]:
-    """The id of one data line and its request fingerprint; (None, 0) if unreadable."""
+    """The id of one data line and its request hash; (None, 0) if unreadable."""
     try:
         obj = orjson.loads(line)
         row_id = obj["id"]
-        fp = from_hex(RowMeta.of(obj).request)
+        req_hash = from_hex(RowMeta.of(obj).request)
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         return None, 0
     if isinstance(row_id, int) and not isinstance(row_id, bool):
-        return str(row_id), fp  # the input's integer ids are kept as integers
-    return (row_id, fp) if isinstance(row_id, str) else (None, 0)
+        return str(row_id), req_hash  # the input's integer ids are kept as integers
+    return (row_id, req_hash) if isinstance(row_id, str) else (None, 0)
 
 
 def _trusted(path: Path, groups: list[_SyncGroup], st: os.stat_result) -> int:
@@ -199,17 +199,17 @@ def scan_jsonl_part(
     keep = groups[:used]
     pos = keep[-1].end if keep else 0
     ids: list[str] = []
-    fps: list[int] = []
+    hashes: list[int] = []
     srcs: list[int] = []
     for b in keep:  # extend, not a comprehension: 1M ids in C, not in the interpreter
         ids.extend(b.ids)
-        fps.extend(b.fps)
+        hashes.extend(b.hashes)
         srcs.extend(b.srcs)
     known = {i: s for b in groups[used:] for i, s in zip(b.ids, b.srcs, strict=True) if s}
     tail = _read_lines(path, pos, spans)
-    for _, rid, fp in tail.good:
+    for _, rid, req_hash in tail.good:
         ids.append(rid)
-        fps.append(fp)
+        hashes.append(req_hash)
         srcs.append(known.get(rid, 0))
     notes: list[str] = []
     end = tail.end
@@ -219,7 +219,7 @@ def scan_jsonl_part(
         notes.append(_changed_note(path, tail.bad, quarantine))
     elif tail.bad:
         notes += [_quarantine_note(path, off, line, quarantine) for off, line in tail.bad]
-    scan = PartScan(ids, end, notes, fps, srcs, len(tail.bad))
+    scan = PartScan(ids, end, notes, hashes, srcs, len(tail.bad))
     if not repair:
         return scan
     if tail.bad:
@@ -229,19 +229,19 @@ def scan_jsonl_part(
     stale = used < len(groups) or end < size or bool(tail.bad)
     moved = bool(keep) and keep[-1].mtime not in (0, st.st_mtime_ns)  # verified, re-stamp
     if idx is not None and (tail.good or stale or moved):
-        _rewrite_index(path, idx, keep, tail, fps, srcs)
+        _rewrite_index(path, idx, keep, tail, hashes, srcs)
     return scan
 
 
 def _rewrite_index(
-    path: Path, idx: Path, keep: list[_SyncGroup], tail: _Lines, fps: list[int], srcs: list[int]
+    path: Path, idx: Path, keep: list[_SyncGroup], tail: _Lines, hashes: list[int], srcs: list[int]
 ) -> None:
     """The trusted groups as they were, and one group for what was read line by line;
     the last group records the file's mtime now, so the next resume takes the fast path."""
     new = path.stat()
     n = len(tail.good)
     if n:
-        keys = list(zip(fps[-n:], srcs[-n:], strict=True))
+        keys = list(zip(hashes[-n:], srcs[-n:], strict=True))
         rows = [r for _, r, _ in tail.good]
         last = index_entry(new.st_size, rows, keys, tail.digest or 1, new.st_mtime_ns)
         head = b"".join(b.raw for b in keep)
@@ -261,7 +261,7 @@ def _restamp(b: _SyncGroup, mtime: int) -> bytes:
 
 @dataclass
 class _Lines:
-    good: list[tuple[int, str, int]]  # (offset, id, fingerprint) of readable rows
+    good: list[tuple[int, str, int]]  # (offset, id, request hash) of readable rows
     bad: list[tuple[int, bytes]]  # unreadable lines with a good row after them
     end: int  # where the readable part ends: a torn or unreadable tail starts here
     digest: int  # of the good rows' bytes from the start offset, as they will be
@@ -280,7 +280,7 @@ def _read_lines(path: Path, pos: int, spans: list[tuple[int, int]] | None = None
         for line in f:
             if not line.endswith(b"\n"):
                 break
-            rid, fp = line_id(line)
+            rid, req_hash = line_id(line)
             if spans and any(a <= pos < b for a, b in spans):
                 bad += [*pending, (pos, line)]
                 pending = []
@@ -290,7 +290,7 @@ def _read_lines(path: Path, pos: int, spans: list[tuple[int, int]] | None = None
             else:
                 bad += pending
                 pending = []
-                good.append((pos, rid, fp))
+                good.append((pos, rid, req_hash))
                 h.update(line)
                 end = pos + len(line)
             pos += len(line)

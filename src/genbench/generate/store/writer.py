@@ -49,8 +49,8 @@ import orjson
 
 from genbench.atomic import fsync_dir, is_temp, move, write_atomic
 from genbench.errors import OutOfDescriptors, OutputError, UsageError, descriptor_advice
-from genbench.generate.fingerprint import LazyFps
 from genbench.generate.input.modes import DataFormat
+from genbench.generate.request_hash import LazyHashes
 from genbench.generate.store import seal as sealed
 from genbench.generate.store.batch import row_bytes
 from genbench.generate.store.durable import (
@@ -84,7 +84,7 @@ class Existing:
     """What a previous run left: ids done, keys failed, where to append next."""
 
     done: dict[str, int] = field(default_factory=dict)  # id -> its input line's key (or 0)
-    fps: LazyFps = field(default_factory=LazyFps)  # id -> its request's fingerprint
+    hashes: LazyHashes = field(default_factory=LazyHashes)  # id -> its request hash
     failed: set[str] = field(default_factory=set)
     parts: list[Path] = field(default_factory=list)
     jsonl_parts: list[Path] = field(default_factory=list)
@@ -119,7 +119,7 @@ class Store:
         self._dir_fd: int | None = None
         self.reserve = Reserve()
         self._reserve_seen = 0
-        # (error?, line, item, (request fingerprint, line key))
+        # (error?, line, item, (request hash, line key))
         self._waiting: deque[tuple[bool, bytes, Pending, tuple[int, int]]] = deque()
         self.short: str | None = None
         self.fmt = fmt
@@ -186,7 +186,7 @@ class Store:
                 if sealed.check(part := files["parquet"]).state == sealed.CHANGED:
                     ex.notes.append(self._set_aside(part, repair))
                     continue
-                ids, fps = parquet_ids(part)
+                ids, hashes = parquet_ids(part)
                 keys = index_keys(lay.index(part))  # kept at conversion
                 srcs = [keys.get(i, 0) for i in ids]
                 ex.parts.append(part)
@@ -196,13 +196,13 @@ class Store:
                 scan = scan_jsonl_part(jsonl, lay.index(jsonl), repair, lay.quarantine, changed)
                 if changed and repair:
                     sealed.seal(jsonl)  # its changed rows set aside: what it holds now
-                ids, fps, srcs = scan.ids, scan.fps, scan.srcs
+                ids, hashes, srcs = scan.ids, scan.hashes, scan.srcs
                 ex.notes.extend(scan.notes)
                 ex.parts.append(jsonl)
                 ex.jsonl_parts.append(jsonl)
             before = len(ex.done)
             ex.done.update(zip(ids, srcs, strict=True))
-            ex.fps.add(ids, fps)
+            ex.hashes.add(ids, hashes)
             ex.duplicates += len(ids) - (len(ex.done) - before)
         ex.next_number = max(found, default=-1) + 1
         if ex.parts and ex.job is None and ex.job_problem is None:
@@ -307,7 +307,7 @@ class Store:
         self, row_id: str, line: bytes, info: Any = None, keys: tuple[int, int] = (0, 0)
     ) -> bool:
         """Append one finished row; False (and nothing written) if the id was written.
-        `keys`: its request's fingerprint and its input line's key, for the index."""
+        `keys`: its request hash and its input line's key, for the index."""
         if not self._claim(row_id):
             return False
         self._waiting.append((False, line, (row_id, info), keys))

@@ -244,7 +244,7 @@ def test_parquet_output_sharded_by_size(sim, tmp_path):
     rows = prompts(40)
     pq.write_table(pa.Table.from_pylist(rows), inp)
     out = tmp_path / "out"
-    p = gen(inp, out, "--url", sim.url, "--format", "parquet", "--shard-size", "4KB", "-c", "8")
+    p = gen(inp, out, "--url", sim.url, "--format", "parquet", "--part-size", "4KB", "-c", "8")
     assert p.returncode == 0, p.stderr + p.stdout
     assert list(out.glob("data*.jsonl")) == []
     files = sorted(out.glob("data-*.parquet"))

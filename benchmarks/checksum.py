@@ -64,7 +64,7 @@ def build(work: Path, gb: float) -> list[Path]:
     total, i = int(gb * (1 << 30)), 0
     lay = Layout(work)
     while total > 0:
-        part = lay.shard(len(parts))
+        part = lay.part(len(parts))
         with open(part, "wb") as f:
             size = 0
             while size < min(PART, total):

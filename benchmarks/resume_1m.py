@@ -31,9 +31,9 @@ from pathlib import Path
 
 import orjson
 
-from genbench.generate.fingerprint import job_salt, line_key, row_fingerprint, to_hex
 from genbench.generate.input.reader import Row
 from genbench.generate.recipe import Recipe
+from genbench.generate.request_hash import job_salt, line_key, request_hash, to_hex
 from genbench.generate.store.layout import STATE_DIR
 from genbench.generate.store.writer import Store
 from genbench.rows import DataRow, RowMeta
@@ -67,7 +67,7 @@ async def build_output(out: Path, rows: int) -> None:
         rid = f"row-{i:08d}"
         prompt = [{"role": "user", "content": f"Question {i}: explain X."}]
         conv = [*prompt, {"role": "assistant", "content": ANSWER, "reasoning_content": ""}]
-        fp = row_fingerprint(Row(rid, prompt, {}, i + 1), Recipe())
+        fp = request_hash(Row(rid, prompt, {}, i + 1), Recipe())
         line = DataRow(rid, conv, replace(META, request=to_hex(fp))).line()
         store.write_row(rid, line, None, (fp, line_key(salt, input_line(i))))
         if i % 20000 == 19999:

@@ -33,10 +33,10 @@ from genbench.engines.command import parse_command
 from genbench.engines.death import read_kernel_log
 from genbench.engines.process import alive
 from genbench.engines.supervisor import EngineOptions
-from genbench.generate.exporter import MetricsExporter
 from genbench.generate.hidden import CaptureSpec
 from genbench.generate.job import Job
 from genbench.generate.jobconfig import JobConfig
+from genbench.generate.metrics_server import MetricsServer
 from genbench.generate.servers import ServerSpec
 from genbench.records import RequestRecord
 
@@ -77,8 +77,8 @@ def ids_once(out: Path, ids: list[str]) -> None:
     assert sorted(got) == sorted(ids), "every id exactly once"
 
 
-class Acting(MetricsExporter):
-    """Serves /metrics like the job's exporter, and does `act(pid)` to the engine once
+class Acting(MetricsServer):
+    """Serves /metrics like the job's metrics server, and does `act(pid)` to the engine once
     `after` requests were answered (the job is then surely mid-way)."""
 
     def __init__(self, after: int, act: Callable[[int], None]) -> None:

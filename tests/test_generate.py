@@ -39,7 +39,7 @@ from genbench.generate.pipeline import Retries, row_load
 from genbench.generate.progress import Progress, ServerState
 from genbench.generate.recipe import Recipe
 from genbench.generate.servers import ServerSpec
-from genbench.generate.store.readback import scan_jsonl_shard
+from genbench.generate.store.readback import scan_jsonl_part
 from genbench.generate.store.runlog import read_runs
 from genbench.generate.store.writer import Existing, Store
 from genbench.load import Slot
@@ -244,7 +244,7 @@ def test_parquet_output_sharded_by_size(sim, tmp_path):
     rows = prompts(40)
     pq.write_table(pa.Table.from_pylist(rows), inp)
     out = tmp_path / "out"
-    p = gen(inp, out, "--url", sim.url, "--format", "parquet", "--shard-size", "4KB", "-c", "8")
+    p = gen(inp, out, "--url", sim.url, "--format", "parquet", "--part-size", "4KB", "-c", "8")
     assert p.returncode == 0, p.stderr + p.stdout
     assert list(out.glob("data*.jsonl")) == []
     files = sorted(out.glob("data-*.parquet"))
@@ -570,7 +570,7 @@ def test_a_store_out_of_descriptors_keeps_its_rows_until_it_can_open_a_file(tmp_
     """At the descriptor limit a new shard still opens (descriptors held in reserve); when
     the reserve is spent too, the row waits in memory for the next sync, and the store
     says what is short, once."""
-    store = Store(tmp_path / "out", shard_bytes=4096)
+    store = Store(tmp_path / "out", part_bytes=4096)
     store.begin(Existing(), {"model": "m"})
     line = DataRow("x", [{"role": "user", "content": "y" * 3000}], RowMeta()).line()
     with no_descriptors_left():
@@ -597,7 +597,7 @@ def test_a_job_that_runs_out_of_descriptors_goes_on_with_fewer_streams(sim, tmp_
         def note(self, text: str, style: str = "") -> None:
             notes.append(text)
 
-    cfg = JobConfig(inp, out, [ServerSpec(sim.url, 64)], retry_backoff=0.05, shard_bytes=8192)
+    cfg = JobConfig(inp, out, [ServerSpec(sim.url, 64)], retry_backoff=0.05, part_bytes=8192)
     with no_descriptors_left(free=24):
         result = asyncio.run(Job(cfg, Notes()).run(handle_signals=False))
     assert result.status == "complete", (result, notes)
@@ -680,11 +680,11 @@ def test_torn_tail_and_stale_index_are_repaired(tmp_path):
         + orjson.dumps({"end": 10**9, "ids": ["ghost"]})
         + b"\n"
     )
-    s = scan_jsonl_shard(data, idx)
+    s = scan_jsonl_part(data, idx)
     assert s.ids == [f"a{i}" for i in range(5)]
     assert data.read_bytes() == b"".join(lines)  # the torn line was cut
     assert s.notes and "incomplete last line" in s.notes[0]
-    again = scan_jsonl_shard(data, idx)  # the rewritten index is now complete
+    again = scan_jsonl_part(data, idx)  # the rewritten index is now complete
     assert again.ids == s.ids and not again.notes
 
 
@@ -715,7 +715,7 @@ def test_url_file_and_sizes(tmp_path):
         ("http://b:8000/v1", 64, True),  # -c's: auto, from its start
     ]
     assert parse_size("256MB") == 256 << 20 and parse_size("1g") == 1 << 30
-    with pytest.raises(Exception, match="shard-size"):
+    with pytest.raises(Exception, match="part-size"):
         parse_size("lots")
 
 

@@ -83,7 +83,7 @@ def job(tmp_path_factory) -> Iterator[dict[str, Any]]:
         out = base / "out"
         args = ["generate", "-i", str(src), "-o", str(out), "--max-tokens", MAX_TOKENS]
         urls = [a for s in sims for a in ("--url", s.url)]
-        p = genbench(*args, *urls, "--concurrency", "8", "--shard-size", "40KB")
+        p = genbench(*args, *urls, "--concurrency", "8", "--part-size", "40KB")
         assert p.returncode == 0, p.stderr + p.stdout
         yield {"base": base, "input": src, "out": out, "odd": sims[2].url}
     finally:

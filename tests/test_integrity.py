@@ -42,7 +42,7 @@ def rot(part: Path, line: int) -> str:
 def test_a_part_whose_bytes_changed_is_named_with_its_rows_and_regenerated(quick, tmp_path):
     inp, out = tmp_path / "in.jsonl", tmp_path / "out"
     write_rows(inp, prompts(30))
-    args = ("--max-tokens", "8", "--shard-size", "4KB")
+    args = ("--max-tokens", "8", "--part-size", "4KB")
     res = genbench("generate", "-i", str(inp), "-o", str(out), "--url", quick.url, *FAST, *args)
     assert res.returncode == 0, res.stderr
     parts = sorted(out.glob("data-*.jsonl"))

@@ -1,7 +1,7 @@
 """Thinking tokens llama.cpp does not count, against the real server (xllamacpp).
 
 llama.cpp started with a reasoning format (`--reasoning-format deepseek`, Jinja chat
-template; the local target's `reasoning=True` starts it so, and the tiny model's template
+template; the local target's `thinking=True` starts it so, and the tiny model's template
 opens `<think>` in the prompt) streams the thought in `reasoning_content` but its usage
 has no `reasoning_tokens`: `completion_tokens` only. genbench must estimate the thought
 by chunks, then count it with llama.cpp's own `/tokenize` (`{"content": ...}`, answered
@@ -33,7 +33,7 @@ BUDGET = {"thinking_budget_tokens": 20}  # llama.cpp closes the thought after 20
 def llama():
     from genbench.local.llamacpp import LocalLlamaServer
 
-    with LocalLlamaServer(n_parallel=4, ctx_per_slot=1024, reasoning=True) as srv:
+    with LocalLlamaServer(n_parallel=4, ctx_per_slot=1024, thinking=True) as srv:
         yield srv
 
 

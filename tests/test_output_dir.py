@@ -487,7 +487,7 @@ def test_parquet_shards_are_rewritten_without_the_old_answers(quick, tmp_path):
     inp, out = tmp_path / "in.jsonl", tmp_path / "out"
     rows = [{"id": f"r{i}", "prompt": f"question {i} " + "x" * 300} for i in range(30)]
     write_rows(inp, rows)
-    args = ("--format", "parquet", "--shard-size", "4k")
+    args = ("--format", "parquet", "--part-size", "4k")
     assert gen(inp, out, quick.url, *args).returncode == 0
     assert len(list(out.glob("data-*.parquet"))) > 2
     rows[7]["prompt"] = "question 7, edited"

@@ -141,20 +141,20 @@ def test_resume_shards_and_retry_errors_keep_the_ids(sim_factory, tmp_path):
     failing = sim_factory(*SIM, "--token-ids", "vllm", "--fault",
                           "http:status=400,match=FAILME")  # fmt: skip
     for shard in ("1/2", "2/2"):
-        p = gen(inp, out, failing.url, "--shard", shard, "--limit", "6", "--shard-size", "4KB")
+        p = gen(inp, out, failing.url, "--shard", shard, "--limit", "6", "--part-size", "4KB")
         assert p.returncode == 0, p.stderr
     first = {r["id"]: r for r in data_rows(out)}
     tried = any(b'"r7"' in e.read_bytes() for e in out.glob("errors-*.jsonl"))
     assert len(first) == 12 - tried  # r7 fails, when among its shard's first 6
     for shard in ("1/2", "2/2"):  # resumed: the rest, the failed row left in errors
-        p = gen(inp, out, failing.url, "--shard", shard, "--shard-size", "4KB")
+        p = gen(inp, out, failing.url, "--shard", shard, "--part-size", "4KB")
         assert p.returncode == 0, p.stderr
     assert len(list(out.glob("data-*.jsonl"))) > 2  # size shards of both client shards
     (errors,) = [e for e in out.glob("errors-*.jsonl") if b'"r7"' in e.read_bytes()]
     shard = errors.stem.removeprefix("errors-").replace("of", "/")
     # --retry-errors on a server that answers it now: the row comes with its ids
     args = ("--shard", shard)
-    p = gen(inp, out, sim.url, *args, "--retry-errors", "--shard-size", "4KB")
+    p = gen(inp, out, sim.url, *args, "--retry-errors", "--part-size", "4KB")
     assert p.returncode == 0, p.stderr
     got = {r["id"]: r for r in data_rows(out)}
     assert sorted(got) == sorted(r["id"] for r in rows)

@@ -209,7 +209,7 @@ def test_the_documented_alert_rule_is_one_prometheus_loads(tmp_path):
 
 
 def test_every_metric_is_named_by_the_conventions_and_listed_in_the_docs():
-    """Fed a full snapshot (a plan, a server down, a failed request), the exporter's every
+    """Fed a full snapshot (a plan, a server down, a failed request), the metrics server's every
     family starts with genbench_, has its unit in its name where it has one, counters end
     in _total, and docs/generate.md lists each."""
     import re
@@ -217,11 +217,11 @@ def test_every_metric_is_named_by_the_conventions_and_listed_in_the_docs():
     from prometheus_client import generate_latest
 
     from genbench.errors import ErrorKind
-    from genbench.generate.exporter import MetricsExporter
+    from genbench.generate.metrics_server import MetricsServer
     from genbench.generate.progress import ServerState, Snapshot
     from genbench.records import RequestRecord
 
-    e = MetricsExporter()
+    e = MetricsServer()
     e.planned({"input": "in.jsonl", "output": "out", "shard": None})
     server = ServerState(url="http://a/v1", state="down", down_s=3.0, in_flight=0,
                          concurrency=4, downs=1, rows_per_s=None, tokens_per_s=None)  # fmt: skip

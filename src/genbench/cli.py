@@ -68,7 +68,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "check": {"--timeout": "--test-timeout"},  # elsewhere: seconds of silence
     "export": {"--min-tokens": "--min-turn-tokens"},  # inspect's is per row
     "plan": {"--warmup": "--warmup-time"},
-    "generate": {"--output": "--out"},
+    "generate": {"--output": "--out", "--shard-size": "--part-size"},
     "report": {"--output": "--out"},
 }
 

@@ -1,5 +1,5 @@
 """An output row: SpecForge's `conversations` plus genbench's metadata, as one JSONL line
-or one Parquet row (a full JSONL shard is converted in a separate process).
+or one Parquet row (a full JSONL part is converted in a separate process).
 
 Each generated assistant turn also carries the ids the server generated and the prompt
 ids it saw (`token_ids`, `prompt_token_ids`: JSON arrays of ints; Parquet list<int32>),
@@ -57,7 +57,7 @@ class RowMeta:
     sent_at: float | None = None
     finished_at: float | None = None
     token_ids: str | None = None  # exact | partial | none | mismatch | unchecked
-    request: str | None = _omit()  # the fingerprint of the row's requests (fingerprint.py)
+    request: str | None = _omit()  # the row's request hash (request_hash.py)
     # the row's prompt group, and its speculative acceptance summed over its turns where the
     # server said it (docs/acceptance.md)
     group: str | None = _omit()
@@ -103,7 +103,7 @@ def _kinds(cls: type[RowMeta]) -> dict[str, str]:
 
 
 _ARROW = {"str": "string", "int": "int64", "float": "float64", "bool": "bool"}
-# the Parquet struct's order as files written before RowMeta hold it (one job's shards share
+# the Parquet struct's order as files written before RowMeta hold it (one job's parts share
 # one schema); a field added since follows, in declaration order
 _PARQUET_ORDER = (
     "server", "model", "prompt_tokens", "completion_tokens", "reasoning_tokens",
@@ -220,7 +220,7 @@ def _text(v: Any) -> str | None:
 
 
 def convert_to_parquet(src: str, dst: str, batch_rows: int = 1000) -> int:
-    """JSONL shard -> Parquet, streamed in row groups; atomic; returns the rows written.
+    """JSONL part -> Parquet, streamed in row groups; atomic; returns the rows written.
     Runs in a separate process. Content that is not text (a list of parts) is stored as
     its JSON text, so the schema stays fixed."""
 
@@ -252,7 +252,7 @@ def _parquet_row(line: bytes) -> dict[str, Any]:
 
 
 def parquet_ids(path: Path) -> tuple[list[str], list[int]]:
-    """A Parquet shard's ids and their requests' fingerprints (0 where it has none)."""
+    """A Parquet part's ids and their request hashes (0 where it has none)."""
     import pyarrow.parquet as pq
 
     try:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from genbench.generate.fingerprint import _canonical, job_salt, line_key, row_fingerprint
 from genbench.generate.input.reader import Row
 from genbench.generate.recipe import Recipe
+from genbench.generate.request_hash import _canonical, job_salt, line_key, request_hash
 from genbench.transport.client import ChatRequest
 
 pytestmark = pytest.mark.core
@@ -23,30 +23,30 @@ CONV = (("system", "be brief"), ("user", "hi"), ("assistant", "old answer"), ("u
 
 
 def test_what_is_asked_changes_it_and_nothing_else_does():
-    base = row_fingerprint(row(*CONV), Recipe({"temperature": 0.6}))
-    assert base == row_fingerprint(row(*CONV), Recipe({"temperature": 0.6}))  # stable
+    base = request_hash(row(*CONV), Recipe({"temperature": 0.6}))
+    assert base == request_hash(row(*CONV), Recipe({"temperature": 0.6}))  # stable
     changed = [
-        row_fingerprint(row(*CONV[:-1], ("user", "why not")), Recipe({"temperature": 0.6})),
-        row_fingerprint(row(*CONV), Recipe({"temperature": 0.7})),  # the job's sampling
-        row_fingerprint(row(*CONV, params={"max_tokens": 9}), Recipe({"temperature": 0.6})),
-        row_fingerprint(row(*CONV), Recipe({"temperature": 0.6}, "last")),  # --turns last
-        row_fingerprint(row(*CONV[1:]), Recipe({"temperature": 0.6})),  # no system prompt
+        request_hash(row(*CONV[:-1], ("user", "why not")), Recipe({"temperature": 0.6})),
+        request_hash(row(*CONV), Recipe({"temperature": 0.7})),  # the job's sampling
+        request_hash(row(*CONV, params={"max_tokens": 9}), Recipe({"temperature": 0.6})),
+        request_hash(row(*CONV), Recipe({"temperature": 0.6}, "last")),  # --turns last
+        request_hash(row(*CONV[1:]), Recipe({"temperature": 0.6})),  # no system prompt
     ]
     assert base not in changed and len(set(changed)) == len(changed)
     # --turns all regenerates every answer: the old one in the input is not asked
     other = (*CONV[:2], ("assistant", "another old answer"), CONV[3])
-    assert row_fingerprint(row(*other), Recipe({"temperature": 0.6})) == base
+    assert request_hash(row(*other), Recipe({"temperature": 0.6})) == base
     # --turns last sends the earlier answers as written: then they are asked
     last = Recipe(turns="last")
-    assert row_fingerprint(row(*other), last) != row_fingerprint(row(*CONV), last)
+    assert request_hash(row(*other), last) != request_hash(row(*CONV), last)
 
 
 def test_the_order_of_fields_and_max_tokens_spelling_do_not_matter():
-    a = row_fingerprint(row(("user", "hi")), Recipe({"temperature": 0.6, "top_p": 0.9}))
-    b = row_fingerprint(row(("user", "hi")), Recipe({"top_p": 0.9, "temperature": 0.6}))
+    a = request_hash(row(("user", "hi")), Recipe({"temperature": 0.6, "top_p": 0.9}))
+    b = request_hash(row(("user", "hi")), Recipe({"top_p": 0.9, "temperature": 0.6}))
     assert a == b
-    c = row_fingerprint(row(("user", "hi")), Recipe({"max_tokens": 5}))
-    d = row_fingerprint(row(("user", "hi")), Recipe({"max_completion_tokens": 5}))
+    c = request_hash(row(("user", "hi")), Recipe({"max_tokens": 5}))
+    d = request_hash(row(("user", "hi")), Recipe({"max_completion_tokens": 5}))
     assert c == d  # both are sent as max_tokens
 
 
@@ -93,7 +93,7 @@ def test_an_agentic_rows_tools_tool_choice_and_results_are_part_of_its_request()
         m = [dict(x) for x in msgs]
         m[2]["content"] = result
         r = Row("x", m, {}, 1, tools=list(tools), tool_choice=choice)
-        return row_fingerprint(r, Recipe(tool_policy=policy))
+        return request_hash(r, Recipe(tool_policy=policy))
 
     base = fp()
     assert base == fp()
@@ -111,10 +111,10 @@ def test_salts_and_fingerprints_stay_those_earlier_runs_wrote():
     assert f"{job_salt(Recipe(tool_policy='keep')):016x}" == "0d976a3f1150b52c"
     assert f"{job_salt(Recipe({'temperature': 0.6, 'max_tokens': 100})):016x}" == "79bb50c2736b5ad5"
     chat = row(*CONV, ("assistant", "y"))
-    assert f"{row_fingerprint(chat, Recipe({'temperature': 0.6, 'max_tokens': 100})):016x}" == (
+    assert f"{request_hash(chat, Recipe({'temperature': 0.6, 'max_tokens': 100})):016x}" == (
         "e5d8494b43da85d1"
     )
-    assert f"{row_fingerprint(chat, Recipe(turns='last')):016x}" == "0e138d3173d611f1"
+    assert f"{request_hash(chat, Recipe(turns='last')):016x}" == "0e138d3173d611f1"
     call = {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
     msgs = [
         {"role": "user", "content": "first"},
@@ -123,5 +123,5 @@ def test_salts_and_fingerprints_stay_those_earlier_runs_wrote():
         {"role": "assistant", "content": "doneA"},
     ]
     agent = Row("ag", msgs, {}, 1, tools=[TOOL])
-    assert f"{row_fingerprint(agent, Recipe()):016x}" == "4c25561e3ec329f3"
-    assert f"{row_fingerprint(agent, Recipe(tool_policy='keep')):016x}" == "a2c9deb6717480bb"
+    assert f"{request_hash(agent, Recipe()):016x}" == "4c25561e3ec329f3"
+    assert f"{request_hash(agent, Recipe(tool_policy='keep')):016x}" == "a2c9deb6717480bb"

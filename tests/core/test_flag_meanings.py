@@ -49,6 +49,12 @@ def test_renamed_flags_keep_their_old_spelling():
     assert cli.ALIASES["check"]["--timeout"] == "--test-timeout"
     assert cli.ALIASES["export"]["--min-tokens"] == "--min-turn-tokens"
     assert cli.apply_aliases(["check", "--timeout", "5"]) == ["check", "--test-timeout", "5"]
+    # a data file's part is no longer called a shard (--shard i/N is the cluster's share)
+    argv = ["generate", "--shard-size", "4KB", "--shard", "1/2", "--shard-size=8KB"]
+    new = ["generate", "--part-size", "4KB", "--shard", "1/2", "--part-size=8KB"]
+    assert cli.apply_aliases(argv) == new
+    generate = {n for o in clidoc.options(clidoc.app_commands()["generate"]) for n in o.opts}
+    assert "--part-size" in generate and "--shard-size" not in generate
     # the temperature's default is the server's wherever it is a flag
     per = meanings()["--temperature"]
     assert set(per) >= {"run", "plan", "generate"} and len(set(per.values())) == 1

@@ -51,7 +51,7 @@ def test_the_commands_defaults_are_the_librarys(monkeypatch):
     ({"concurrency": "lots"}, "-c/--concurrency 'lots': expected a number >= 1 or auto"),
     ({"turns": "some"}, "--turns 'some': expected one of all, last"),
     ({"answers": "batch", "fmt": "parquet"}, "--answers batch writes JSON Lines"),
-    ({"shard_size": "1KB"}, "--shard-size '1KB': must be at least 4KB"),
+    ({"part_size": "1KB"}, "--part-size '1KB': must be at least 4KB"),
     ({"url": None}, "no server: give --url URL"),
 ])  # fmt: skip
 def test_a_bad_option_is_refused_naming_its_flag(given, message):

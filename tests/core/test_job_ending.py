@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from genbench.generate.ending import Failures, Unanswered, ending
-from genbench.generate.fingerprint import RequestCheck, row_fingerprint
 from genbench.generate.input.reader import Row
 from genbench.generate.recipe import Recipe
+from genbench.generate.request_hash import RequestCheck, request_hash
 from genbench.generate.store.lostjob import COULD_HAVE, attribute, refusal
 
 pytestmark = pytest.mark.core
@@ -69,15 +69,15 @@ def _row(i: int) -> Row:
     ],
 )
 def test_a_changed_setting_is_found_from_the_rows_fingerprints(then, now, said):
-    samples = [(_row(i), row_fingerprint(_row(i), Recipe(then))) for i in range(3)]
+    samples = [(_row(i), request_hash(_row(i), Recipe(then))) for i in range(3)]
     assert attribute(samples, Recipe(now)) == f"{said} (found from the rows' fingerprints)"
 
 
 def test_turns_are_found_and_two_changes_are_listed_not_guessed():
-    samples = [(_row(i), row_fingerprint(_row(i), Recipe({}, "last"))) for i in range(2)]
+    samples = [(_row(i), request_hash(_row(i), Recipe({}, "last"))) for i in range(2)]
     assert attribute(samples, Recipe()).startswith("--turns was last, now all")
     two = {"temperature": 0.3, "top_p": 0.5}
-    samples = [(_row(i), row_fingerprint(_row(i), Recipe(two))) for i in range(2)]
+    samples = [(_row(i), request_hash(_row(i), Recipe(two))) for i in range(2)]
     check = RequestCheck(Recipe({"temperature": 0.7, "top_p": 0.9}), {})
     check.samples = samples
     assert refusal("missing", check) == (

@@ -204,7 +204,7 @@ def test_the_cycle_finder_finds_a_cycle():
 # the console stand above both.
 GENERATE_FLOORS = {
     "genbench.generate.input": set(),
-    "genbench.generate.store": {"genbench.generate.input", "genbench.generate.fingerprint",
+    "genbench.generate.store": {"genbench.generate.input", "genbench.generate.request_hash",
                                 "genbench.generate.recipe", "genbench.generate.jobconfig"},
 }  # fmt: skip
 

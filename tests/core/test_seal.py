@@ -12,7 +12,7 @@ import pytest
 
 from genbench.generate.store import seal as sealed
 from genbench.generate.store.durable import digest64, index_entry
-from genbench.generate.store.readback import scan_jsonl_shard
+from genbench.generate.store.readback import scan_jsonl_part
 
 pytestmark = pytest.mark.core
 
@@ -72,7 +72,7 @@ def test_a_resume_sets_aside_the_rows_of_each_changed_batch_even_those_that_read
     data[data.rindex(b"hi")] = ord("H")  # in r3, batch 2: still a readable row
     part.write_bytes(data)
     quarantine = tmp_path / "quarantine.jsonl"
-    scan = scan_jsonl_shard(part, idx, True, quarantine, changed=True)
+    scan = scan_jsonl_part(part, idx, True, quarantine, changed=True)
     assert scan.ids == ["r0", "r1"]
     assert "2 rows of the batches that changed (r2, r3) moved to quarantine.jsonl" in scan.notes[0]
     assert [orjson.loads(x)["id"] for x in quarantine.read_bytes().splitlines()] == ["r2", "r3"]

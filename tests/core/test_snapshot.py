@@ -1,6 +1,6 @@
 """The progress snapshot (generate/progress.py `Snapshot`): a typed value whose JSON is the
 progress line's, keys and order as the files and logs already hold them; the listeners
-after the console see the plan's course it adds; the exporter's table lists each family
+after the console see the plan's course it adds; the metrics server's table lists each family
 once, in its order."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from genbench.generate.exporter import METRICS, MetricsExporter
 from genbench.generate.listeners import Listeners, RunNotes
+from genbench.generate.metrics_server import METRICS, MetricsServer
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.progress import EngineState, Progress, ServerState, Snapshot
 
@@ -80,7 +80,7 @@ def test_the_listeners_after_the_console_see_the_snapshot_it_hands_on():
 
 
 def test_the_jobs_run_notes_see_the_plan_the_commands_console_adds(tmp_path):
-    """The job hears the command's listeners (console, exporter) as one, then its RunNotes:
+    """The job hears the command's listeners (console, metrics server) as one, then its RunNotes:
     the plan's forecast the console adds reaches runs.jsonl's start line (the job report
     draws the ETA against it)."""
 
@@ -96,9 +96,9 @@ def test_the_jobs_run_notes_see_the_plan_the_commands_console_adds(tmp_path):
                                                            "hi_s": 11.0}  # fmt: skip
 
 
-def test_the_exporter_lists_each_declared_family_once_in_its_order():
+def test_the_metrics_server_lists_each_declared_family_once_in_its_order():
     assert len({m.name for m in METRICS}) == len(METRICS)
-    e = MetricsExporter()
+    e = MetricsServer()
     e.tick(replace(snapshot(engines=True), plan={"seconds": 5.0, "lo_s": 4.0, "hi_s": 6.0,
                                                  "on_course_s": 5.5, "verdict": "inside"}))
     text = generate_latest(e.collector).decode()

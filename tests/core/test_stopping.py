@@ -102,7 +102,7 @@ def test_no_eta_while_no_server_is_up_and_metrics_say_no_server():
     rows left)."""
     from prometheus_client import generate_latest
 
-    from genbench.generate.exporter import MetricsExporter
+    from genbench.generate.metrics_server import MetricsServer
     from genbench.generate.progress import Progress, ServerState
     from genbench.records import RequestRecord
 
@@ -117,7 +117,7 @@ def test_no_eta_while_no_server_is_up_and_metrics_say_no_server():
     down = p.snapshot([ServerState("s", "down", 5.0)])
     assert up.eta_s is not None and up.eta_note is None
     assert down.eta_s is None and down.eta_lo_s is None and down.eta_note == "no server"
-    e = MetricsExporter()
+    e = MetricsServer()
     e.tick(down)
     text = generate_latest(e.registry).decode()
     assert "genbench_no_server 1.0" in text and "genbench_eta_seconds" not in text

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from genbench.generate.store.durable import scan_errors
-from genbench.generate.store.readback import scan_jsonl_shard
+from genbench.generate.store.readback import scan_jsonl_part
 from genbench.generate.store.writer import Store
 
 pytestmark = pytest.mark.core
@@ -50,18 +50,18 @@ A, B, C, D = line("a"), line("b"), line("c"), line("d")
 
 def test_a_clean_shard_without_an_index(tmp_path):
     data, idx = shard(tmp_path, A + B + C)
-    s = scan_jsonl_shard(data, idx)
+    s = scan_jsonl_part(data, idx)
     assert (s.ids, s.valid_bytes, s.notes) == (["a", "b", "c"], len(A + B + C), [])
     # the scan leaves an index of what it read, for the next resume
     assert indexed(idx) == (len(A + B + C), ["a", "b", "c"])
-    s = scan_jsonl_shard(data, None)  # without an index path, none is written
+    s = scan_jsonl_part(data, None)  # without an index path, none is written
     assert s.ids == ["a", "b", "c"]
 
 
 def test_an_index_that_covers_the_shard_is_trusted_and_left_alone(tmp_path):
     index = batch(len(A), ["a"]) + batch(len(A + B), ["b"])
     data, idx = shard(tmp_path, A + B, index)
-    s = scan_jsonl_shard(data, idx)
+    s = scan_jsonl_part(data, idx)
     assert (s.ids, s.valid_bytes, s.notes) == (["a", "b"], len(A + B), [])
     assert idx.read_bytes() == index  # nothing to repair: not rewritten
 
@@ -69,7 +69,7 @@ def test_an_index_that_covers_the_shard_is_trusted_and_left_alone(tmp_path):
 def test_rows_written_after_the_last_index_update_are_found(tmp_path):
     # the index was last updated after row a; b and c are in the file, not in the index
     data, idx = shard(tmp_path, A + B + C, batch(len(A), ["a"]))
-    s = scan_jsonl_shard(data, idx)
+    s = scan_jsonl_part(data, idx)
     assert s.ids == ["a", "b", "c"]
     assert s.valid_bytes == len(A + B + C)
     assert indexed(idx) == (len(A + B + C), ["a", "b", "c"])
@@ -78,7 +78,7 @@ def test_rows_written_after_the_last_index_update_are_found(tmp_path):
 def test_a_torn_last_line_is_cut(tmp_path):
     torn = line("d")[:-7]
     data, idx = shard(tmp_path, A + B + torn, batch(len(A), ["a"]))
-    s = scan_jsonl_shard(data, idx)
+    s = scan_jsonl_part(data, idx)
     assert s.ids == ["a", "b"]
     assert s.valid_bytes == len(A + B)
     assert s.notes == [f"data-00000.jsonl: cut {len(torn)} bytes of an incomplete last line"]
@@ -89,7 +89,7 @@ def test_a_torn_last_line_is_cut(tmp_path):
 def test_without_repair_nothing_is_cut_or_rewritten(tmp_path):
     index = batch(len(A), ["a"])
     data, idx = shard(tmp_path, A + B + b'{"id": "c"', index)
-    s = scan_jsonl_shard(data, idx, repair=False)
+    s = scan_jsonl_part(data, idx, repair=False)
     assert s.ids == ["a", "b"] and s.valid_bytes == len(A + B)
     assert s.notes == ["data-00000.jsonl: cut 10 bytes of an incomplete last line"]
     assert data.read_bytes() == A + B + b'{"id": "c"'
@@ -111,7 +111,7 @@ def test_without_repair_nothing_is_cut_or_rewritten(tmp_path):
 def test_an_unreadable_line_between_rows_is_quarantined_and_the_rest_kept(tmp_path, bad):
     data, idx = shard(tmp_path, A + bad + C)
     q = tmp_path / "quarantine.jsonl"
-    s = scan_jsonl_shard(data, idx, quarantine=q)
+    s = scan_jsonl_part(data, idx, quarantine=q)
     # the bad line goes, with its offset, to the quarantine file; the rows after it stay
     assert s.ids == ["a", "c"] and s.quarantined == 1
     assert data.read_bytes() == A + C and s.valid_bytes == len(A + C)
@@ -129,7 +129,7 @@ def test_an_unreadable_line_between_rows_is_quarantined_and_the_rest_kept(tmp_pa
 def test_unreadable_lines_at_the_end_are_a_torn_tail_and_cut(tmp_path, bad):
     data, idx = shard(tmp_path, A + B + bad + bad)
     q = tmp_path / "quarantine.jsonl"
-    s = scan_jsonl_shard(data, idx, quarantine=q)
+    s = scan_jsonl_part(data, idx, quarantine=q)
     assert s.ids == ["a", "b"] and data.read_bytes() == A + B
     assert s.notes == [f"data-00000.jsonl: cut {2 * len(bad)} bytes of an incomplete last line"]
     assert not q.exists()
@@ -137,7 +137,7 @@ def test_unreadable_lines_at_the_end_are_a_torn_tail_and_cut(tmp_path, bad):
 
 def test_integer_ids_are_kept_as_text(tmp_path):
     data, idx = shard(tmp_path, line(7) + line("x"))
-    assert scan_jsonl_shard(data, idx).ids == ["7", "x"]
+    assert scan_jsonl_part(data, idx).ids == ["7", "x"]
 
 
 def test_an_index_beyond_the_file_is_trusted_only_up_to_the_file(tmp_path):
@@ -145,7 +145,7 @@ def test_an_index_beyond_the_file_is_trusted_only_up_to_the_file(tmp_path):
     # that one count, and the rest of the file is read line by line
     index = batch(len(A), ["a"]) + batch(len(A + B + C) + 100, ["b", "c", "ghost"])
     data, idx = shard(tmp_path, A + B + C, index)
-    s = scan_jsonl_shard(data, idx)
+    s = scan_jsonl_part(data, idx)
     assert s.ids == ["a", "b", "c"]
     assert indexed(idx) == (len(A + B + C), ["a", "b", "c"])
 
@@ -156,19 +156,19 @@ def test_an_index_beyond_the_file_is_dropped_even_when_nothing_follows(tmp_path)
     # would trust it and count a row that was never written
     index = batch(len(A), ["a"]) + batch(len(A + B), ["ghost"])
     data, idx = shard(tmp_path, A, index)
-    assert scan_jsonl_shard(data, idx).ids == ["a"]
+    assert scan_jsonl_part(data, idx).ids == ["a"]
     with open(data, "ab") as f:  # resume appends b and indexes it
         f.write(B)
     with open(idx, "ab") as f:
         f.write(batch(len(A + B), ["b"]))
-    assert scan_jsonl_shard(data, idx).ids == ["a", "b"]
+    assert scan_jsonl_part(data, idx).ids == ["a", "b"]
 
 
 def test_an_index_off_a_line_boundary_is_not_about_this_file(tmp_path):
     # end falls inside row b: the whole index is ignored and the file read from the start
     index = batch(len(A), ["x"]) + batch(len(A) + 3, ["y"])
     data, idx = shard(tmp_path, A + B, index)
-    s = scan_jsonl_shard(data, idx)
+    s = scan_jsonl_part(data, idx)
     assert s.ids == ["a", "b"]
     assert indexed(idx) == (len(A + B), ["a", "b"])
 
@@ -183,7 +183,7 @@ def test_the_index_is_read_up_to_its_first_bad_entry(tmp_path):
         b'{"end": 3, "ids": ["b"]}\n',  # going backwards
     ):
         data, idx = shard(tmp_path, A + B, ok + rest + batch(len(A + B), ["b"]))
-        s = scan_jsonl_shard(data, idx)
+        s = scan_jsonl_part(data, idx)
         assert s.ids == ["a", "b"], rest  # b read from the file, not from the index
         assert indexed(idx) == (len(A + B), ["a", "b"])
 
@@ -192,17 +192,17 @@ def test_the_index_is_trusted_without_reading_what_it_covers(tmp_path):
     # the fast path: ids come from the index for the bytes it covers (here deliberately
     # not those of the file, to show which was read)
     data, idx = shard(tmp_path, A + B + C, batch(len(A + B), ["p", "q"]))
-    assert scan_jsonl_shard(data, idx).ids == ["p", "q", "c"]
+    assert scan_jsonl_part(data, idx).ids == ["p", "q", "c"]
 
 
 def test_an_empty_shard(tmp_path):
     data, idx = shard(tmp_path, b"")
-    s = scan_jsonl_shard(data, idx)
+    s = scan_jsonl_part(data, idx)
     assert (s.ids, s.valid_bytes, s.notes) == ([], 0, [])
     assert not idx.exists()
     # an index that names rows of an empty file is emptied
     data, idx = shard(tmp_path, b"", batch(len(A), ["a"]))
-    assert scan_jsonl_shard(data, idx).ids == []
+    assert scan_jsonl_part(data, idx).ids == []
     assert idx.read_bytes() == b""
 
 
@@ -248,8 +248,8 @@ def test_load_existing_scans_every_shard_and_the_errors(tmp_path):
     assert set(ex.done) == {"a", "b", "c"}
     assert ex.duplicates == 1
     assert ex.failed == {"f"}
-    assert [p.name for p in ex.shards] == ["data-00000.jsonl", "data-00001.jsonl"]
-    assert [p.name for p in ex.jsonl_shards] == ["data-00000.jsonl", "data-00001.jsonl"]
+    assert [p.name for p in ex.parts] == ["data-00000.jsonl", "data-00001.jsonl"]
+    assert [p.name for p in ex.jsonl_parts] == ["data-00000.jsonl", "data-00001.jsonl"]
     assert ex.next_number == 2
     assert ex.job == {"model": "m"}
     assert ex.notes == ["data-00001.jsonl: cut 10 bytes of an incomplete last line"]
@@ -262,7 +262,7 @@ def test_load_existing_scans_every_shard_and_the_errors(tmp_path):
 
 def test_load_existing_of_no_directory_or_a_broken_job_file(tmp_path):
     ex = Store(tmp_path / "absent").load_existing()
-    assert (ex.done, ex.failed, ex.shards, ex.next_number, ex.job) == ({}, set(), [], 0, None)
+    assert (ex.done, ex.failed, ex.parts, ex.next_number, ex.job) == ({}, set(), [], 0, None)
     (tmp_path / "out" / ".genbench").mkdir(parents=True)
     (tmp_path / "out" / ".genbench" / "job.json").write_bytes(b"{torn")
     assert Store(tmp_path / "out").load_existing().job is None
@@ -280,8 +280,8 @@ def test_load_existing_finishes_an_interrupted_conversion(tmp_path):
     (out / "data-00001.jsonl").write_bytes(C)
     ex = Store(out, fmt="parquet").load_existing()
     assert set(ex.done) == {"a", "b", "c"}
-    assert [p.name for p in ex.shards] == ["data-00000.parquet", "data-00001.jsonl"]
-    assert [p.name for p in ex.jsonl_shards] == ["data-00001.jsonl"]
+    assert [p.name for p in ex.parts] == ["data-00000.parquet", "data-00001.jsonl"]
+    assert [p.name for p in ex.jsonl_parts] == ["data-00001.jsonl"]
     assert not (out / "data-00000.jsonl").exists()
     # the index stays: the Parquet shard's rows keep their input lines' keys in it
     assert (out / ".genbench" / "data-00000.idx").exists()
@@ -291,13 +291,13 @@ def test_load_existing_finishes_an_interrupted_conversion(tmp_path):
 def test_an_empty_batch_in_the_index_is_still_in_order(tmp_path):
     index = batch(len(A), ["a"]) + batch(len(A), []) + batch(len(A + B), ["b"])
     data, idx = shard(tmp_path, A + B, index)
-    assert scan_jsonl_shard(data, idx).ids == ["a", "b"]
+    assert scan_jsonl_part(data, idx).ids == ["a", "b"]
     assert idx.read_bytes() == index  # every batch trusted: nothing to rewrite
 
 
 def test_a_blank_first_line_is_not_a_row(tmp_path):
     data, idx = shard(tmp_path, b"\n" + A + B)
-    s = scan_jsonl_shard(data, idx, quarantine=tmp_path / "q.jsonl")
+    s = scan_jsonl_part(data, idx, quarantine=tmp_path / "q.jsonl")
     assert (s.ids, s.valid_bytes, s.quarantined) == (["a", "b"], len(A + B), 1)
     assert data.read_bytes() == A + B
 
@@ -336,7 +336,7 @@ def test_load_existing_without_repair_changes_nothing(tmp_path):
 def test_a_directory_without_shards_starts_at_shard_zero(tmp_path):
     (tmp_path / "out" / ".genbench").mkdir(parents=True)
     ex = Store(tmp_path / "out").load_existing()
-    assert (ex.next_number, ex.shards, ex.done) == (0, [], {})
+    assert (ex.next_number, ex.parts, ex.done) == (0, [], {})
 
 
 def test_a_converted_shard_without_an_index_is_finished_too(tmp_path):
@@ -352,7 +352,7 @@ def test_a_converted_shard_without_an_index_is_finished_too(tmp_path):
 
 def test_an_index_torn_at_its_end(tmp_path):
     data, idx = shard(tmp_path, A + B, batch(len(A), ["a"]) + b'{"end": 9')
-    assert scan_jsonl_shard(data, idx).ids == ["a", "b"]
+    assert scan_jsonl_part(data, idx).ids == ["a", "b"]
 
 
 def test_a_quarantine_cut_short_by_a_crash_is_not_written_twice(tmp_path):
@@ -361,20 +361,20 @@ def test_a_quarantine_cut_short_by_a_crash_is_not_written_twice(tmp_path):
     bad = b"{not json}\n"
     data, idx = shard(tmp_path, A + bad + C)
     q = tmp_path / "quarantine.jsonl"
-    scan_jsonl_shard(data, idx, quarantine=q)
+    scan_jsonl_part(data, idx, quarantine=q)
     first = q.read_bytes()
     data.write_bytes(A + bad + C)  # as the crash left it: the entry written, the line still in
     idx.unlink()
-    s = scan_jsonl_shard(data, idx, quarantine=q)
+    s = scan_jsonl_part(data, idx, quarantine=q)
     assert s.ids == ["a", "c"] and data.read_bytes() == A + C
     assert q.read_bytes() == first  # the one entry, once
     q.write_bytes(first + first[: len(first) // 2])  # a crash mid-append: a torn entry
     data.write_bytes(A + bad + C)
-    scan_jsonl_shard(data, idx, quarantine=q)
+    scan_jsonl_part(data, idx, quarantine=q)
     assert q.read_bytes() == first
     # another unreadable line, elsewhere, later: a new entry beside the first
     data.write_bytes(A + C + bad + C)
-    scan_jsonl_shard(data, idx, quarantine=q)
+    scan_jsonl_part(data, idx, quarantine=q)
     entries = [orjson.loads(x) for x in q.read_bytes().splitlines()]
     assert [e["offset"] for e in entries] == [len(A), len(A + C)]
     assert len({e["entry_id"] for e in entries}) == 2

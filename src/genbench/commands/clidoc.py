@@ -153,7 +153,7 @@ MEANINGS: dict[str, str] = {
     "--shape": "Sweep load shapes: burst, sustained.",
     "--shard": "This client's share i/N of the ids, or auto: from Slurm, Kubernetes or RANK.",
     "--shards": "Merge: the shard scheme of the new directory (1: none).",
-    "--shard-size": "Start a new output file after this many bytes.",
+    "--part-size": "Start a new output file (the next part) after this many bytes.",
     "--skip": "Phases to skip: warmup, single, sweep.",
     "--skip-invalid": "Write bad input rows to the errors file and go on.",
     "--spec-accept": "Reference server: draft acceptance probability.",

@@ -60,7 +60,7 @@ OPTIONS: dict[str, Any] = {
         "the server gives them), on (refuse a server that cannot), off."),
     "fmt": typer.Option("jsonl", "--format", help="jsonl or parquet."),
     "answers": watch.ANSWERS,
-    "shard_size": ("256MB", "Start a new file after this."),
+    "part_size": ("256MB", "Start a new data file (a part) after this size."),
     "shard": typer.Option(
         None, "--shard", metavar="i/N|auto", help="Take only this client's share of the ids; "
         "auto: from SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX (auto/N) or RANK (docs/cluster.md).",
@@ -119,12 +119,12 @@ def generate(**options: Any) -> None:
     said = plan_lines(a, planned, cfg) if planned is not None else None
     listener = JobConsole(console, a.progress_every, a.json, forecast_for, said, a.down_timeout,
                           a.progress_json)  # fmt: skip
-    heard, exporter = watch.listeners(listener, cfg, a.metrics_host, a.metrics_port, console)
+    heard, metrics = watch.listeners(listener, cfg, a.metrics_host, a.metrics_port, console)
     try:
         result = common.run_async(run_job(cfg, heard))
     finally:
         listener.stop()
-        watch.stop(exporter)
+        watch.stop(metrics)
     if a.json:
         doc = {**result.to_dict(), "exit_code": result.exit_code}
         if listener.forecast is not None:

@@ -1,7 +1,7 @@
 """`genbench generate`'s options for watching a job and for the shape of its answers.
 
 `--metrics-port` / `--metrics-host` serve the job's progress to Prometheus while it runs
-(generate/exporter.py); `--answers` writes OpenAI Batch output lines instead of, or beside,
+(generate/metrics_server.py); `--answers` writes OpenAI Batch output lines instead of, or beside,
 the conversations (generate/store/batch.py, written by the job's end). Kept apart from
 generate.py, which holds the job's other options.
 """
@@ -40,22 +40,22 @@ METRICS_HOST = typer.Option(
 )
 def listeners(console_listener: Listener, cfg: JobConfig, host: str, port: int | None,
               console: Console) -> tuple[Listener, Any]:  # fmt: skip
-    """Who hears the job: the console, and the exporter when asked (started
-    here, so a port in use fails before any request); (listener, exporter or None)."""
-    exporter = None
+    """Who hears the job: the console, and the metrics server when asked (started
+    here, so a port in use fails before any request); (listener, metrics server or None)."""
+    metrics = None
     if port is None and host != DEFAULT_METRICS_HOST:
         console.print(f"  [yellow]--metrics-host {host} is ignored without --metrics-port[/]")
     if port is not None:
         if not 0 <= port <= 65535:
             raise UsageError(f"--metrics-port {port}: expected a port from 0 to 65535")
-        from genbench.generate.exporter import MetricsExporter
+        from genbench.generate.metrics_server import MetricsServer
 
-        exporter = MetricsExporter(host, port)
-        console.print(f"  metrics: {exporter.start()}")
-    return Listeners(console_listener, *([exporter] if exporter else [])), exporter
+        metrics = MetricsServer(host, port)
+        console.print(f"  metrics: {metrics.start()}")
+    return Listeners(console_listener, *([metrics] if metrics else [])), metrics
 
 
-def stop(exporter: Any) -> None:
-    if exporter is not None:
-        exporter.stop()
+def stop(metrics: Any) -> None:
+    if metrics is not None:
+        metrics.stop()
 

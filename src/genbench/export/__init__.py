@@ -1,6 +1,6 @@
 """`genbench export`: generate's output as the one file a drafter trainer reads.
 
-`generate` writes a directory of shards (`data-*.jsonl` / `.parquet`) of conversations,
+`generate` writes a directory of parts (`data-*.jsonl` / `.parquet`) of conversations,
 each generated turn with the ids the server generated and the prompt ids it saw. A trainer
 wants one file in its own shape: SpecForge's pre-tokenized rows or its conversations file,
 or vllm-project/speculators' rows (formats). Which generated turns are written follows
@@ -27,7 +27,7 @@ from genbench.export import specforge, speculators, states  # noqa: F401 (each r
 from genbench.export.checks import Repeats, nothing_written
 from genbench.export.formats import FORMATS, Format, get
 from genbench.export.samples import REASONS, Rules, Sample, samples
-from genbench.inspect.reader import SHARD_RE, FileStats, data_files, kind_of, read_rows
+from genbench.inspect.reader import PART_RE, FileStats, data_files, kind_of, read_rows
 from genbench.rows import RowMeta
 from genbench.run.result import document_head
 from genbench.transport.token_ids import UNCHECKED
@@ -122,7 +122,7 @@ def _check_out(files: list[Path], out: Path) -> None:
     dst = out.resolve()
     if any(p.resolve() == dst for p in files):
         raise UsageError(f"--out {out}: that is one of the files being read")
-    if SHARD_RE.match(dst.name) and any(p.resolve().parent == dst.parent for p in files):
+    if PART_RE.match(dst.name) and any(p.resolve().parent == dst.parent for p in files):
         raise UsageError(
             f"--out {out}: a data shard's name in the set's directory: name it otherwise"
         )

@@ -350,7 +350,7 @@ def merge_into(source: Path, out: Path, shards: int) -> dict[str, Any]:
 def _write(source: Path, out: Path, shards: int) -> dict[str, Any]:
     specs = [ShardSpec(i, shards) for i in range(1, shards + 1)]
     layouts = [Layout(out, None if shards == 1 else s.tag) for s in specs]
-    files = [open(lay.shard(0), "wb") for lay in layouts]  # noqa: SIM115
+    files = [open(lay.part(0), "wb") for lay in layouts]  # noqa: SIM115
     seen: set[str] = set()
     notes = [n for n in [settings_differ(source)] if n]  # the copies carry the first's
     skipped = 0
@@ -367,7 +367,7 @@ def _write(source: Path, out: Path, shards: int) -> dict[str, Any]:
             os.fsync(f.fileno())
             f.close()
     for lay in layouts:
-        sealed.seal(lay.shard(0))  # written whole: never appended to
+        sealed.seal(lay.part(0))  # written whole: never appended to
     _job_files(source, out, specs)
     doc = {"shards": shards, "recorded": datetime.now(UTC).isoformat(), "merged_from": str(source)}
     write_atomic(out / STATE_DIR / SCHEME_FILE, orjson.dumps(doc) + b"\n")

@@ -6,7 +6,7 @@ The job is split so each part can be reasoned about (and tested) alone:
              their messages, tools and sampling params (defaults < config < flags < row),
              the shard a run takes;
 * `store/`   the one owner of the output directory: `layout` names every path, `writer`
-             the sharded data files, the done index, the errors file and the request log,
+             the data files (parts), the done index, the errors file and the request log,
              `durable` its append-only files (the output row format is `genbench.rows`),
              `resume` what a rerun finds (repairs, settings compared, changed input),
              `batch` the answers in OpenAI Batch shape;
@@ -21,7 +21,7 @@ The job is split so each part can be reasoned about (and tested) alone:
 * `wander`, `eta` how the speed wandered: the ETA's range, and the plan's (`plan.bar`);
 * `job`      one run: input, preflight, the load, the store, and what it leaves (run
              notes, the Batch output of --answers);
-* `exporter` the job's progress on /metrics for Prometheus (`--metrics-port`), a table;
+* `metrics_server` the job's progress on /metrics for Prometheus (`--metrics-port`), a table;
 * `listeners` several listeners at once, and the notes each run leaves.
 
 docs/generate.md describes the formats and guarantees for users.

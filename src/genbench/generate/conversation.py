@@ -109,7 +109,7 @@ class Conversation:
 
     def asked(self) -> Iterator[ChatRequest]:
         """The requests this fresh conversation makes, each answered by an empty turn: what
-        it asks, whatever comes back (its fingerprint: fingerprint.py)."""
+        it asks, whatever comes back (its request hash: request_hash.py)."""
         while (req := self.next_request()) is not None:
             yield req
             self.out.append({"role": "assistant", "content": ""})

@@ -46,10 +46,10 @@ def parse_size(text: str) -> int:
     """'256MB', '1G', '500k', '1048576' -> bytes (binary units)."""
     m = _SIZE.match(text)
     if not m:
-        raise UsageError(f"--shard-size '{text}': expected a size like 256MB or 1GB")
+        raise UsageError(f"--part-size '{text}': expected a size like 256MB or 1GB")
     n = float(m[1]) * _UNITS[(m[2] or "").lower()[:1]]
     if n < 4096:
-        raise UsageError(f"--shard-size '{text}': must be at least 4KB")
+        raise UsageError(f"--part-size '{text}': must be at least 4KB")
     return int(n)
 
 
@@ -116,7 +116,7 @@ class GenerateArgs(AsTyped, RequestFlags):
     think_dialect: str
     token_ids: str
     fmt: str
-    shard_size: str
+    part_size: str
     shard: str | None
     truncated: str
     progress_every: float
@@ -176,7 +176,7 @@ def job_config(a: GenerateArgs, planned: Planned | None = None) -> JobConfig:
         params=a.params(planned.params if planned else None), turns=turns,
         tool_policy=tool_policy, fmt=fmt,
         shard=ShardSpec.parse(a.shard) if a.shard else None,
-        shard_bytes=parse_size(a.shard_size), on_truncated=a.truncated,
+        part_bytes=parse_size(a.part_size), on_truncated=a.truncated,
         think_tags=checked(parse_tags, a.think_tags),
         think_dialect=checked(parse_dialect, a.think_dialect), token_ids=token_ids,
         engines=engines, engine=EngineOptions(a.engine_start_timeout, a.engine_restarts,

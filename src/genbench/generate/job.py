@@ -27,7 +27,6 @@ from genbench.generate.conversation import Conversation
 from genbench.generate.decided import Decided
 from genbench.generate.ending import Failures, Unanswered, ending
 from genbench.generate.ending import rows as row_count
-from genbench.generate.fingerprint import RequestCheck, row_fingerprint, to_hex
 from genbench.generate.hidden import Capture, clear_incoming
 from genbench.generate.input.modes import Answers, DataFormat, OnTruncated
 from genbench.generate.input.reader import BadRow, InputScan, iter_rows
@@ -37,6 +36,7 @@ from genbench.generate.listeners import Listeners, RunNotes
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.pipeline import Retries, error_entry, invalid_entry, row_load
 from genbench.generate.progress import Progress, ServerState
+from genbench.generate.request_hash import RequestCheck, request_hash, to_hex
 from genbench.generate.serve import start_engines
 from genbench.generate.servers import Server
 from genbench.generate.store import scheme
@@ -67,7 +67,7 @@ class Job:
             cfg.output,
             shard_tag=tag,
             fmt=cfg.fmt,
-            shard_bytes=cfg.shard_bytes,
+            part_bytes=cfg.part_bytes,
             sync_interval=cfg.sync_interval,
             on_durable=self._on_durable,
         )
@@ -186,7 +186,7 @@ class Job:
         self._announce(existing, res)
         if not res.todo and not res.bad:
             self.progress = Progress(res.total, res.done, res.failed, [])
-            if cfg.fmt == DataFormat.PARQUET and existing.jsonl_shards:
+            if cfg.fmt == DataFormat.PARQUET and existing.jsonl_parts:
                 await self.store.close(convert_all=True)
             why = "every row is already done" if res.rows else "the input has no rows"
             return self._result("nothing_to_do", why, t0)
@@ -224,7 +224,7 @@ class Job:
                 "todo": len(res.todo),
                 "invalid": len(res.bad),
                 "derived_ids": res.derived,
-                "shards_found": len(existing.shards),
+                "shards_found": len(existing.parts),
                 "shard": self.decided.files_tag,
                 "left": res.left,  # --limit: the input's rows after the ones it took
             }
@@ -382,9 +382,9 @@ class Job:
             entry["meta"] = meta.to_json()
             self.store.write_error(conv.row.id, entry, meta)
         else:
-            fp = row_fingerprint(conv.row, self.recipe)
-            row = conv.done(replace(meta, request=to_hex(fp)))
-            self.store.put(conv.row.id, row, (fp, conv.row.src))
+            req_hash = request_hash(conv.row, self.recipe)
+            row = conv.done(replace(meta, request=to_hex(req_hash)))
+            self.store.put(conv.row.id, row, (req_hash, conv.row.src))
             self.unanswered.ran_out += bool(getattr(conv, "ran_out", False))
             self.unanswered.call_cut += bool(getattr(conv, "cut", False))
         self._t_last_done = time.perf_counter()

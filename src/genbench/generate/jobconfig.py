@@ -56,7 +56,7 @@ class JobConfig(AsTyped):
     tool_policy: str = REPLAY  # replay | keep: an agentic row's calls (generate/agent.py)
     fmt: str = "jsonl"  # jsonl | parquet | batch (JSONL of OpenAI Batch output lines)
     shard: ShardSpec | None = None
-    shard_bytes: int = 256 << 20
+    part_bytes: int = 256 << 20
     max_backoff: float = 60.0
     max_server_losses: int = 8
     connect_timeout: float = 10.0

@@ -1,4 +1,4 @@
-"""What a job tells while it runs (`Listener`: the console, the exporter, a test) and
+"""What a job tells while it runs (`Listener`: the console, the metrics server, a test) and
 what it leaves when it ends (`JobResult`): apart from the job itself, so that those who
 listen need not import the job, nor the job them."""
 

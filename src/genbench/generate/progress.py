@@ -65,7 +65,7 @@ class EngineState:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The job at one tick: what the panel, the JSON progress line and the exporter show.
+    """The job at one tick: what the panel, the JSON progress line and the metrics server show.
     Rates and the ETA are None while there is too little to go on."""
 
     elapsed_s: float
@@ -191,7 +191,7 @@ class Progress:
         return got[1] / got[0]
 
     def snapshot(self, servers: Sequence[ServerState] = ()) -> Snapshot:
-        """Everything the display, the log line and the exporter show."""
+        """Everything the display, the log line and the metrics server show."""
         r = self.recent.rates(RATE_WINDOW) or {}
         tok, think = r.get("tokens"), r.get("thinking_tokens")
         down = [s.down_s for s in servers]

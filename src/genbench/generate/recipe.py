@@ -1,5 +1,5 @@
 """What shapes a row's requests: the job's `Recipe` (its sampling, `--turns` and
-`--tool-policy`, what the job's salt hashes: fingerprint.py), and each row's `TurnPlan` under
+`--tool-policy`, what the job's salt hashes: request_hash.py), and each row's `TurnPlan` under
 it: which of its turns are asked for, in order, and which are sent as written."""
 
 from __future__ import annotations

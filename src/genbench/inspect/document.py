@@ -68,10 +68,10 @@ class Analysis:
 def _share(a: dict[str, np.ndarray]) -> np.ndarray:
     """Thinking tokens / output tokens per row; NaN where the server did not say."""
     comp = a["completion"].astype(np.float64)
-    reas = a["reasoning"].astype(np.float64)
+    reas = a["thinking"].astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         share = reas / comp
-    share[(a["reasoning"] < 0) | (a["completion"] <= 0)] = np.nan
+    share[(a["thinking"] < 0) | (a["completion"] <= 0)] = np.nan
     return share
 
 
@@ -79,7 +79,7 @@ def _group(a: dict[str, np.ndarray], share: np.ndarray, mask: np.ndarray | None)
     def pick(x: np.ndarray) -> np.ndarray:
         return x if mask is None else x[mask]
 
-    comp, reas = pick(a["completion"]), pick(a["reasoning"])
+    comp, reas = pick(a["completion"]), pick(a["thinking"])
     known = reas >= 0
     return {
         "rows": int(comp.size),

@@ -1,7 +1,7 @@
 """Read generate's output, one row at a time: JSON Lines or Parquet, a directory or a file.
 
-A directory is read as `genbench generate` left it: its data shards (`data-00000.jsonl`,
-`data-2of4-00001.parquet`, ...) in name order, never the errors file; a shard present as
+A directory is read as `genbench generate` left it: its data parts (`data-00000.jsonl`,
+`data-2of4-00001.parquet`, ...) in name order, never the errors file; a part present as
 both JSONL and Parquet (a conversion that finished but whose JSONL was not yet removed)
 is read once, as Parquet. Rows are parsed one by one (JSONL) or in record batches
 (Parquet), so memory does not grow with the file.
@@ -9,7 +9,7 @@ is read once, as Parquet. Rows are parsed one by one (JSONL) or in record batche
 A row's format is written and parsed side by side in `genbench.rows`; this
 module finds the files and reads them. A row that is not in generate's format stops the
 reading with one line naming the file, the line (or Parquet row) and the field. The one
-exception is an incomplete last line of a JSONL shard, which a job still running or killed
+exception is an incomplete last line of a JSONL part, which a job still running or killed
 mid-write leaves: it is skipped and said so, as generate's resume would cut it.
 """
 
@@ -34,7 +34,7 @@ from genbench.generate.store.layout import (
 )
 from genbench.rows import OutputRow, RowFormatError, parse_row
 
-SHARD_RE = DATA_FILE_RE
+PART_RE = DATA_FILE_RE
 PARQUET_BATCH = 1024
 COLUMNS = ("id", "conversations", "meta")
 
@@ -45,22 +45,22 @@ def kind_of(path: Path) -> str:
 
 
 def data_files(path: Path) -> list[Path]:
-    """The files to read: the data shards of a generate output directory, or one file."""
+    """The files to read: the data parts of a generate output directory, or one file."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     if path.is_file():
         return [path]
-    shards: dict[str, dict[str, Path]] = {}
+    parts: dict[str, dict[str, Path]] = {}
     for p in path.iterdir():
-        m = SHARD_RE.match(p.name)
+        m = PART_RE.match(p.name)
         if m and p.is_file():
-            shards.setdefault(p.name.rsplit(".", 1)[0], {})[m[2]] = p
-    if not shards:
+            parts.setdefault(p.name.rsplit(".", 1)[0], {})[m[2]] = p
+    if not parts:
         raise UsageError(
             f"{path}: no data files (data-NNNNN.jsonl or .parquet): is it a genbench "
             "generate output directory? Give a file to read any other name"
         )
-    return [files.get("parquet") or files["jsonl"] for _, files in sorted(shards.items())]
+    return [files.get("parquet") or files["jsonl"] for _, files in sorted(parts.items())]
 
 
 @dataclass
@@ -125,9 +125,9 @@ def _is_batch_answer(obj: Any) -> bool:
 
 
 def repair_hint(path: Path) -> str:
-    """What repairs an unreadable line of a generate output's JSONL shard: generate's own
+    """What repairs an unreadable line of a generate output's JSONL part: generate's own
     resume moves it to the quarantine file and generates its row again (readback.py)."""
-    m = SHARD_RE.match(path.name)
+    m = PART_RE.match(path.name)
     if not m or m[2] != "jsonl" or not is_generate_dir(path.parent):
         return ""
     tag = data_tag(path).removeprefix("-") or None

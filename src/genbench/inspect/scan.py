@@ -69,7 +69,7 @@ class Columns:
     """Per-row numbers, appended in reading order; `arrays()` views them as numpy."""
 
     completion: array = field(default_factory=lambda: array("i"))
-    reasoning: array = field(default_factory=lambda: array("i"))  # -1: not reported
+    thinking: array = field(default_factory=lambda: array("i"))  # -1: not reported
     prompt: array = field(default_factory=lambda: array("i"))  # -1: not reported
     server: array = field(default_factory=lambda: array("I"))
     finish: array = field(default_factory=lambda: array("I"))
@@ -86,7 +86,7 @@ class Columns:
 
         return {
             "completion": view(self.completion, np.int32).astype(np.int64),
-            "reasoning": view(self.reasoning, np.int32).astype(np.int64),
+            "thinking": view(self.thinking, np.int32).astype(np.int64),
             "prompt": view(self.prompt, np.int32).astype(np.int64),
             "server": view(self.server, np.uint32),
             "finish": view(self.finish, np.uint32),
@@ -203,7 +203,7 @@ def scan(
             ids.add(row.id)
             where.append((fi << 40) | line)
             cols.completion.append(row.completion_tokens)
-            cols.reasoning.append(-1 if row.reasoning_tokens is None else row.reasoning_tokens)
+            cols.thinking.append(-1 if row.reasoning_tokens is None else row.reasoning_tokens)
             cols.estimated.append(row.estimated)
             cols.prompt.append(-1 if row.prompt_tokens is None else row.prompt_tokens)
             cols.server.append(_index(servers, same.get(row.server, row.server)))

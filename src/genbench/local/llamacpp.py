@@ -81,9 +81,9 @@ class LocalLlamaServer:
     is n_parallel * ctx_per_slot * 2 KiB: 1 GiB at the defaults. A request
     that does not fit its slot is refused with HTTP 400.
 
-    Reasoning: with `reasoning=False` (default) replies are plain; a request
+    Thinking: with `thinking=False` (default) replies are plain; a request
     can still ask for a thought with `chat_template_kwargs: {"enable_thinking":
-    true}`, and `reasoning=True` makes that the default. The thought comes back
+    true}`, and `thinking=True` makes that the default. The thought comes back
     in `reasoning_content` (llama.cpp's deepseek reasoning format).
     """
 
@@ -97,7 +97,7 @@ class LocalLlamaServer:
         n_parallel: int = 64,
         ctx_per_slot: int = 8192,
         threads: int | None = None,
-        reasoning: bool = False,
+        thinking: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
         startup_timeout: float = 60.0,
@@ -109,7 +109,7 @@ class LocalLlamaServer:
         self.n_parallel = n_parallel
         self.ctx_per_slot = ctx_per_slot
         self.threads = threads or default_threads()
-        self.reasoning = reasoning
+        self.thinking = thinking
         self.host = host
         self.port = port
         self.startup_timeout = startup_timeout
@@ -176,8 +176,8 @@ class LocalLlamaServer:
             "--threads",
             str(self.threads),
         ]
-        if self.reasoning:
-            cmd.append("--reasoning")
+        if self.thinking:
+            cmd.append("--thinking")
         env = dict(os.environ)
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         # llama.cpp logs a line per request: to the caller's file, or to an
@@ -328,7 +328,7 @@ def _serve(args: argparse.Namespace) -> None:
     p.endpoint_slots = True
     p.use_jinja = True
     p.reasoning_format = xlc.common_reasoning_format.COMMON_REASONING_FORMAT_DEEPSEEK
-    p.enable_reasoning = 1 if args.reasoning else 0
+    p.enable_reasoning = 1 if args.thinking else 0
     p.ui = False
     try:
         server = xlc.Server(p)
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--parallel", type=int, default=64)
     ap.add_argument("--ctx-per-slot", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=default_threads())
-    ap.add_argument("--reasoning", action="store_true", help="think by default")
+    ap.add_argument("--thinking", action="store_true", help="think by default")
     _serve(ap.parse_args(argv))
 
 

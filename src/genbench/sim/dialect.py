@@ -179,22 +179,22 @@ def sglang_rows(srv: DialectHost) -> list[MetricLine]:
 Usage = Callable[[int, int, int | None], dict[str, Any]]
 
 
-def sim_usage(prompt: int, completion: int, reasoning: int | None) -> dict[str, Any]:
+def sim_usage(prompt: int, completion: int, thinking: int | None) -> dict[str, Any]:
     """OpenAI's shape, thinking under completion_tokens_details (as vLLM)."""
     return {
         "prompt_tokens": prompt, "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "completion_tokens_details": {"reasoning_tokens": reasoning},
+        "completion_tokens_details": {"reasoning_tokens": thinking},
     }  # fmt: skip
 
 
-def sglang_usage(prompt: int, completion: int, reasoning: int | None) -> dict[str, Any]:
+def sglang_usage(prompt: int, completion: int, thinking: int | None) -> dict[str, Any]:
     """SGLang's UsageInfo (entrypoints/openai/usage_processor.py): `reasoning_tokens` at the
     top; the details null without prompt caching reported or spec-decode usage enabled."""
     return {
         "prompt_tokens": prompt, "completion_tokens": completion,
         "total_tokens": prompt + completion, "prompt_tokens_details": None,
-        "reasoning_tokens": reasoning, "completion_tokens_details": None,
+        "reasoning_tokens": thinking, "completion_tokens_details": None,
     }  # fmt: skip
 
 

@@ -215,7 +215,7 @@ class Req:
     """One chat completion inside the scheduler."""
 
     __slots__ = (
-        "n", "stream", "total", "thinking", "pos", "emitted", "reasoning_emitted",
+        "n", "stream", "total", "thinking", "pos", "emitted", "thinking_emitted",
         "sink", "head", "pre_c", "pre_r", "usage_chunk_ok", "prompt_tokens", "finish",
         "done", "events", "event_at", "stall", "outcome", "released", "dead", "malformed",
         "error_message", "script",
@@ -225,7 +225,7 @@ class Req:
 
     def __init__(self) -> None:
         self.emitted = 0
-        self.reasoning_emitted = 0
+        self.thinking_emitted = 0
         self.released = True  # nothing to give back until admitted
         self.events: list[tuple[int, Fault]] = []
         self.event_at = INF

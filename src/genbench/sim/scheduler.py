@@ -193,7 +193,7 @@ class Scheduler:
         self.kv.used += k
         if e < th:
             nr = min(k, th - e)
-            r.reasoning_emitted += nr
+            r.thinking_emitted += nr
             self.m_reason += nr
         if not r.stream:
             return True
@@ -303,7 +303,7 @@ class Scheduler:
         # uncounted-think: so does a server that split it (llama.cpp's reasoning format)
         counted = (r.script is None or r.script.count) and not r.uncounted
         return self.usage_shape(
-            r.prompt_tokens, r.emitted, r.reasoning_emitted if counted else None
+            r.prompt_tokens, r.emitted, r.thinking_emitted if counted else None
         )
 
     def _end(self, r: Req, outcome: str, t: float) -> None:

@@ -382,14 +382,14 @@ class SimServer:
         if r.malformed:
             return web.Response(body=b'{"choices": [', content_type="application/json")
         span = self.sched.vocab.span
-        th = r.reasoning_emitted
+        th = r.thinking_emitted
         if r.script is not None:
             think, answer = r.script.split(0, r.emitted)
         else:
             think, answer = span(r.pos, th).decode(), span(r.pos + th, r.emitted - th).decode()
         message: dict[str, Any] = {"role": "assistant", "content": answer}
         if r.tool is not None:
-            think = r.tool.thought(0, r.reasoning_emitted)
+            think = r.tool.thought(0, r.thinking_emitted)
             message = {"role": "assistant", "content": None, "tool_calls": [r.tool.whole()]}
         if think:
             message[self.cfg.reasoning_dialect] = think

@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - Windows: no RLIMIT_NOFILE to fit
 # per server: the preflight's connections, /health polls of a server that went down,
 # /metrics scrapes, a connection being replaced while the old one closes
 PER_SERVER = 4
-# output shards, the errors file, index and job files, the input being read, a Parquet
+# output data files, the errors file, index and job files, the input being read, a Parquet
 # converter's pipes, the event loop's own descriptors, imports that open files
 FILES = 32
 # what else a long job may hold at once (retries opening fresh connections, DNS)

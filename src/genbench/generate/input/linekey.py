@@ -1,7 +1,7 @@
 """The key of an input line: what lets a resume skip a done row without parsing it.
 
 A done row's input line that is byte for byte the one it was made from asks the same
-request; its key (kept in the index, fingerprint.py) says so in 0.2 us a line. The
+request; its key (kept in the index, request_hash.py) says so in 0.2 us a line. The
 input scan asks a `RequestCheck` about any other line.
 """
 
@@ -40,10 +40,10 @@ def fast_id(s: bytes) -> str | None:
 
 
 def line_key(salt: int, raw: bytes) -> int:
-    """The key of an input line's bytes under a job's `salt` (fingerprint.py); never 0,
+    """The key of an input line's bytes under a job's `salt` (request_hash.py); never 0,
     which means unknown: its length and a CRC-32 seeded by the salt. It only ever says
     "this line is byte for byte the one the row was made from" (an edit of the same
-    length slips by once in 4 billion; the fingerprint decides every other case), and it
+    length slips by once in 4 billion; the request hash decides every other case), and it
     is on the resume's hot path (inline there, in `_Scan.row`): 0.2 us a line."""
     return (len(raw) << 32 | _crc(raw, salt & 0xFFFFFFFF)) or 1
 

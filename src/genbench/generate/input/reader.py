@@ -68,7 +68,7 @@ class Row:
     out_id: str | int | None = None
     tools: list[dict[str, Any]] | None = None  # the row's tool schema, sent with each request
     tool_choice: Any = None
-    src: int = 0  # the key of its input line (fingerprint.py), 0 when not computed
+    src: int = 0  # the key of its input line (request_hash.py), 0 when not computed
     group: str | None = None  # its group, category or source field: acceptance by group
 
     @property
@@ -77,7 +77,7 @@ class Row:
 
 
 class RequestCheck(Protocol):
-    """What the input scan asks about a done row whose line changed (fingerprint.py)."""
+    """What the input scan asks about a done row whose line changed (request_hash.py)."""
 
     salt: int
 

@@ -1,7 +1,7 @@
 """An input edited between runs: every id of the current input, once, answering its
 current request.
 
-The input scan (`input.scan` with a `fingerprint.RequestCheck`) finds the done rows whose
+The input scan (`input.scan` with a `request_hash.RequestCheck`) finds the done rows whose
 request changed since they were made (an edited prompt, a row's new params, new job
 settings under `--force`) and the done rows the input no longer has (a removed row; a
 row without an id whose content changed, since its id is derived from the content). By
@@ -11,7 +11,7 @@ default the job is refused, in one line, before anything is written or sent. The
     (rewritten atomically) into `replaced.jsonl` (each line: why, the file it was in,
     the row as it was), never mixed with the data; the changed rows are generated again;
   * `--input-changed keep`: they stay, and `stale.jsonl` lists each (why, the
-    fingerprint it answers, the one the input asks now); a later resume does not ask
+    request hash it answers, the one the input asks now); a later resume does not ask
     again about a row kept for the request it asks then.
 """
 
@@ -27,9 +27,9 @@ import orjson
 
 from genbench.atomic import write_atomic, writing
 from genbench.errors import UsageError
-from genbench.generate.fingerprint import RequestCheck, from_hex, to_hex
 from genbench.generate.input.linekey import fast_id
 from genbench.generate.input.reader import InputScan
+from genbench.generate.request_hash import RequestCheck, from_hex, to_hex
 from genbench.generate.store import lostjob
 from genbench.generate.store.durable import index_entry
 from genbench.generate.store.readback import append_once, drop_lines, entry_id, line_id
@@ -43,7 +43,7 @@ EXAMPLES = 3
 
 @dataclass
 class Changes:
-    changed: list[tuple[str, int, int]]  # (id, its request's fingerprint now, line key)
+    changed: list[tuple[str, int, int]]  # (id, its request hash now, line key)
     removed: list[str]
 
     def __bool__(self) -> bool:
@@ -74,7 +74,7 @@ def _examples(ids: list[str]) -> str:
 
 
 def read_kept(store: Store) -> dict[str, tuple[int, int]]:
-    """The rows `--input-changed keep` kept: id -> (fingerprint kept for, 0 if gone; key)."""
+    """The rows `--input-changed keep` kept: id -> (request hash kept for, 0 if gone; key)."""
     kept: dict[str, tuple[int, int]] = {}
     path = store.layout.stale
     if not path.exists():
@@ -97,11 +97,11 @@ def settle(
     if not ch:
         return None
     if policy is None:
-        lost = existing.job_problem  # no job.json to name a setting: the fingerprints try
+        lost = existing.job_problem  # no job.json to name a setting: the request hashes try
         why = ""
         if lost and ch.changed:
             why = f"{lostjob.refusal(lost[0], check, store.job_path.name)}; "
-        # a setting named from the fingerprints: the plain fix is to set it as it was
+        # a setting named from the request hashes: the plain fix is to set it as it was
         back = "rerun with that setting as it was, or " if lostjob.FOUND in why else "rerun "
         raise UsageError(
             f"--out {store.out}: {why}{ch.describe()}: {back}with --input-changed regenerate "
@@ -130,8 +130,8 @@ def _keep(
     store: Store, existing: Existing, res: InputScan, check: RequestCheck, ch: Changes
 ) -> None:
     kept = dict(check.kept)
-    for rid, fp, key in ch.changed:
-        kept[rid] = (fp, key)
+    for rid, req_hash, key in ch.changed:
+        kept[rid] = (req_hash, key)
         res.todo.discard(rid)
     res.done += len(ch.changed)
     for rid in ch.removed:
@@ -145,10 +145,10 @@ def _write_kept(store: Store, kept: dict[str, tuple[int, int]], existing: Existi
         path.unlink(missing_ok=True)
         return
     lines = []
-    for rid, (fp, key) in kept.items():
-        entry: dict[str, Any] = {"id": rid, "why": CHANGED if fp else GONE}
-        entry["answers"] = to_hex(existing.fps[rid]) if existing.fps.get(rid) else None
-        entry["request_now"] = to_hex(fp) if fp else None
+    for rid, (req_hash, key) in kept.items():
+        entry: dict[str, Any] = {"id": rid, "why": CHANGED if req_hash else GONE}
+        entry["answers"] = to_hex(existing.hashes[rid]) if existing.hashes.get(rid) else None
+        entry["request_now"] = to_hex(req_hash) if req_hash else None
         entry["key"] = key
         lines.append(orjson.dumps(entry) + b"\n")
     write_atomic(path, b"".join(lines))
@@ -158,15 +158,15 @@ def set_aside(
     store: Store, existing: Existing, why: dict[str, str], first: set[str] | None = None
 ) -> int:
     """Take the rows `why` names out of every data file, into the replaced file; the
-    number moved. With `first`, the first copy of each (in the order the shards were
+    number moved. With `first`, the first copy of each (in the order the parts were
     written) stays, and is added to `first`. Each file: the old rows appended (fsynced)
     first, then the file replaced by a copy without them, then its index rewritten."""
     moved = 0
-    for shard in existing.shards:
-        if shard.suffix == ".parquet":
-            moved += _set_aside_parquet(store, shard, why, first)
+    for part in existing.parts:
+        if part.suffix == ".parquet":
+            moved += _set_aside_parquet(store, part, why, first)
         else:
-            moved += _set_aside_jsonl(store, existing, shard, why, first)
+            moved += _set_aside_jsonl(store, existing, part, why, first)
     return moved
 
 
@@ -185,7 +185,7 @@ def drop_duplicates(store: Store, existing: Existing) -> str:
 def _duplicate_ids(existing: Existing) -> set[str]:
     seen: set[str] = set()
     dups: set[str] = set()
-    for ids, _ in existing.fps.parts:
+    for ids, _ in existing.hashes.parts:
         for i in ids:
             if i in seen:
                 dups.add(i)
@@ -211,19 +211,19 @@ def _aside_line(reason: str, file: str, where: int, row: bytes) -> tuple[str, by
 
 
 def _set_aside_jsonl(
-    store: Store, existing: Existing, shard: Path, why: dict[str, str], first: set[str] | None
+    store: Store, existing: Existing, part: Path, why: dict[str, str], first: set[str] | None
 ) -> int:
     drops: list[tuple[int, int]] = []
     aside: dict[str, bytes] = {}
     ids: list[str] = []
     pos = 0
-    with open(shard, "rb") as f:
+    with open(part, "rb") as f:
         for line in f:
             rid = fast_id(line) or line_id(line)[0]
             if _drop(rid, why, first):
                 assert rid is not None
                 drops.append((pos, len(line)))
-                key, entry = _aside_line(why[rid], shard.name, pos, line)
+                key, entry = _aside_line(why[rid], part.name, pos, line)
                 aside[key] = entry
             elif rid is not None:
                 ids.append(rid)
@@ -231,14 +231,14 @@ def _set_aside_jsonl(
     if not drops:
         return 0
     append_once(store.layout.replaced, aside)
-    drop_lines(shard, drops, pos)
-    reseal(shard)
-    st = shard.stat()
-    with open(shard, "rb") as f:
+    drop_lines(part, drops, pos)
+    reseal(part)
+    st = part.stat()
+    with open(part, "rb") as f:
         digest = int.from_bytes(hashlib.file_digest(f, _blake8).digest(), "big") or 1
-    keys = [(existing.fps.get(i, 0), existing.done.get(i, 0)) for i in ids]
+    keys = [(existing.hashes.get(i, 0), existing.done.get(i, 0)) for i in ids]
     entry = index_entry(st.st_size, ids, keys, digest, st.st_mtime_ns) if ids else b""
-    write_atomic(store.layout.index(shard), entry)
+    write_atomic(store.layout.index(part), entry)
     return len(drops)
 
 
@@ -247,12 +247,12 @@ def _blake8() -> Any:
 
 
 def _set_aside_parquet(
-    store: Store, shard: Path, why: dict[str, str], first: set[str] | None
+    store: Store, part: Path, why: dict[str, str], first: set[str] | None
 ) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(shard)
+    table = pq.read_table(part)
     ids = [str(x) for x in table.column("id").to_pylist()]
     gone = [_drop(i, why, first) for i in ids]
     if not any(gone):
@@ -260,11 +260,11 @@ def _set_aside_parquet(
     where = [i for i, g in enumerate(gone) if g]
     rows = table.filter(pa.array(gone)).to_pylist()
     aside = dict(
-        _aside_line(why[str(r["id"])], shard.name, i, orjson.dumps(r))
+        _aside_line(why[str(r["id"])], part.name, i, orjson.dumps(r))
         for i, r in zip(where, rows, strict=True)
     )
     append_once(store.layout.replaced, aside)
-    with writing(shard) as f:
+    with writing(part) as f:
         pq.write_table(table.filter(pa.array([not g for g in gone])), f, compression="zstd")
-    reseal(shard)
+    reseal(part)
     return len(rows)

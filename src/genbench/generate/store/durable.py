@@ -3,7 +3,7 @@ by a worker thread, and read back (cutting a torn tail) on resume.
 
 Every descriptor a file needs (its data and its index) is opened when the file is
 created, on the event loop, never half way through a flush. A job at its descriptor
-limit (thousands of streams under `ulimit -n`) can still open its next shard: a
+limit (thousands of streams under `ulimit -n`) can still open its next part: a
 `Reserve` of descriptors is held back for it and taken back once old files close.
 """
 
@@ -98,7 +98,7 @@ class AppendFile:
         self.size = os.fstat(self.fd).st_size  # including lines still buffered
         self.buf: list[bytes] = []
         self.pending: list[Pending] = []
-        self.keys: list[tuple[int, int]] = []  # each line's (request fingerprint, line key)
+        self.keys: list[tuple[int, int]] = []  # each line's (request hash, line key)
         self.closed = False
         self.full = False  # rotated: never written again, ready for conversion
 
@@ -108,15 +108,15 @@ class AppendFile:
         self.pending.append(item)
         self.keys.append(keys)
 
-    def take(self) -> Batch:
-        batch = Batch(self, self.buf, self.pending, self.size, self.keys)
+    def take(self) -> SyncGroup:
+        group = SyncGroup(self, self.buf, self.pending, self.size, self.keys)
         self.buf, self.pending, self.keys = [], [], []
-        return batch
+        return group
 
-    def record_index(self, b: Batch) -> None:
-        """Append one batch to the index: ids now durable in the data file up to byte
-        `end`, their requests' fingerprints and line keys, and what proves the bytes are
-        still those (the batch's hash, the file's mtime once they were on disk)."""
+    def record_index(self, b: SyncGroup) -> None:
+        """Append one sync group to the index: ids now durable in the data file up to byte
+        `end`, their request hashes and line keys, and what proves the bytes are
+        still those (the group's hash, the file's mtime once they were on disk)."""
         if self.index_fd is not None and b.items:
             entry = index_entry(b.end, [i for i, _ in b.items], b.keys, b.digest, b.mtime)
             write_all(self.index_fd, entry)
@@ -130,8 +130,8 @@ class AppendFile:
 
 
 @dataclass
-class Batch:
-    """Lines taken from a file's buffer, to be written and fsynced together."""
+class SyncGroup:
+    """A sync group: lines taken from a file's buffer, written and fsynced together."""
 
     file: AppendFile
     chunks: list[bytes]
@@ -143,14 +143,14 @@ class Batch:
 
 
 def digest64(data: bytes | memoryview) -> int:
-    """The content check of an index batch: 64 bits of blake2b (about 1 GB/s)."""
+    """The content check of one sync group in the index: 64 bits of blake2b (1 GB/s)."""
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
 def index_entry(
     end: int, ids: list[str], keys: list[tuple[int, int]], digest: int, mtime: int
 ) -> bytes:
-    """One line of a shard's index (`readback.py` reads it back)."""
+    """One line of a part's index (`readback.py` reads it back)."""
     entry: dict[str, Any] = {"end": end, "ids": ids}
     if keys and any(k != (0, 0) for k in keys):
         entry["req"] = [k[0] for k in keys]
@@ -160,22 +160,22 @@ def index_entry(
     return orjson.dumps(entry) + b"\n"
 
 
-def flush(batches: list[Batch], dir_fd: int | None) -> None:
-    """In a worker thread: write each batch with one write() per file, fsync, then index.
+def flush(groups: list[SyncGroup], dir_fd: int | None) -> None:
+    """In a worker thread: write each sync group, one write() per file, fsync, then index.
     The index is appended only after the data it names is on disk."""
-    for b in batches:
+    for b in groups:
         if b.chunks:
             data = b"".join(b.chunks)
             write_all(b.file.fd, data)
             if b.file.index_fd is not None:
                 b.digest = digest64(data) or 1
-    for b in batches:
+    for b in groups:
         os.fsync(b.file.fd)
         if b.digest:
             b.mtime = os.fstat(b.file.fd).st_mtime_ns
     if dir_fd is not None:
         os.fsync(dir_fd)
-    for b in batches:
+    for b in groups:
         b.file.record_index(b)
 
 

@@ -1,7 +1,7 @@
 """Every path of a generate output directory, named in one place.
 
     DIR/data-NNNNN.jsonl             finished rows, one JSON object per line, `id` first
-    DIR/data-NNNNN.parquet           the same shard once converted (--format parquet)
+    DIR/data-NNNNN.parquet           the same part once converted (--format parquet)
     DIR/errors.jsonl                 rows that failed, with the error kind
     DIR/quarantine.jsonl             unreadable lines found inside a data file
     DIR/replaced.jsonl               old answers taken out (--input-changed regenerate)
@@ -11,8 +11,8 @@
     DIR/.genbench/job.json           the job's settings, compared on resume
     DIR/.genbench/requests.jsonl     every request sent (the request log)
     DIR/.genbench/runs.jsonl         one line when a run starts, one when it ends
-    DIR/.genbench/data-NNNNN.idx     which ids a shard holds, up to which byte, their
-                                     requests' fingerprints, content checks (advisory)
+    DIR/.genbench/data-NNNNN.idx     which ids a part holds, up to which byte, their
+                                     request hashes, content checks (advisory)
     DIR/.genbench/data-NNNNN.jsonl.sum  a sealed part's size and CRC-32 (seal.py)
     DIR/.genbench/damaged/           parts set aside by a resume: their bytes changed
     DIR/.genbench/lock               the one writer's lock
@@ -45,10 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STATE_DIR = ".genbench"
-SHARD_DIGITS = 5
+PART_DIGITS = 5
 SHARD_TAG_RE = re.compile(r"\d+of\d+")
 # a data file of any job or shard (a tag is letters and digits)
-DATA_FILE_RE = re.compile(rf"^data(?:-[A-Za-z0-9]+)*-(\d{{{SHARD_DIGITS}}})\.(jsonl|parquet)$")
+DATA_FILE_RE = re.compile(rf"^data(?:-[A-Za-z0-9]+)*-(\d{{{PART_DIGITS}}})\.(jsonl|parquet)$")
 JOB_FILE = "job.json"
 LOCK = "lock"
 LOCK_GLOB = LOCK + "*"  # the job's lock and each --shard's
@@ -141,20 +141,20 @@ class Layout:
     def lock_name(self) -> str:
         return LOCK + self.tag
 
-    def shard(self, number: int, ext: str = "jsonl") -> Path:
-        return self.out / f"{self.prefix}-{number:0{SHARD_DIGITS}d}.{ext}"
+    def part(self, number: int, ext: str = "jsonl") -> Path:
+        return self.out / f"{self.prefix}-{number:0{PART_DIGITS}d}.{ext}"
 
-    def shard_re(self) -> re.Pattern[str]:
+    def part_re(self) -> re.Pattern[str]:
         """This job's data files: (number, extension)."""
-        return re.compile(rf"^{re.escape(self.prefix)}-(\d{{{SHARD_DIGITS}}})\.(jsonl|parquet)$")
+        return re.compile(rf"^{re.escape(self.prefix)}-(\d{{{PART_DIGITS}}})\.(jsonl|parquet)$")
 
     def data_files(self) -> list[Path]:
         """This job's data files, in the order they were written."""
-        pattern = self.shard_re()
+        pattern = self.part_re()
         return sorted(p for p in self.out.iterdir() if pattern.match(p.name))
 
-    def index(self, shard: Path) -> Path:
-        return self.state / (shard.stem + INDEX_SUFFIX)
+    def index(self, part: Path) -> Path:
+        return self.state / (part.stem + INDEX_SUFFIX)
 
     @property
     def hidden_states(self) -> Path:
@@ -269,6 +269,6 @@ def has_data(path: Path) -> bool:
     return path.is_dir() and any(DATA_FILE_RE.match(p.name) for p in path.iterdir())
 
 
-def data_tag(shard: Path) -> str:
+def data_tag(part: Path) -> str:
     """A data file's tag as its side files carry it: '' or '-1of4'."""
-    return shard.name[len("data") : shard.name.rindex("-")]
+    return part.name[len("data") : part.name.rindex("-")]

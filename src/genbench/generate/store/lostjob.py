@@ -2,12 +2,12 @@
 changed setting still named.
 
 job.json is what names a changed setting on resume (`jobfile.setting_change`). Without
-it, the rows' request fingerprints (fingerprint.py) still tell that a done row's request
-changed, not which setting changed it. A fingerprint is a hash of the whole request, so
+it, the rows' request hashes (request_hash.py) still tell that a done row's request
+changed, not which setting changed it. A request hash is a hash of the whole request, so
 it can be tried against candidates: the job's settings with one of them changed (a
 sampling field unset, or set to a value of a grid people type: temperature 0.6, top_p
 0.95, max_tokens 4096; `--turns` or `--tool-policy` the other way). A candidate that
-gives the stored fingerprint of every sampled row is the setting the rows were made with
+gives the stored request hash of every sampled row is the setting the rows were made with
 (64-bit hashes: a chance match is not a concern). Where none does, the message lists
 the settings that could have changed.
 """
@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from genbench.generate.fingerprint import row_fingerprint
 from genbench.generate.input.params import FLAGGED
 from genbench.generate.input.reader import Row
 from genbench.generate.input.tools import POLICIES
 from genbench.generate.recipe import TURNS, Recipe
+from genbench.generate.request_hash import request_hash
 from genbench.generate.store.jobfile import param_flag, shown
 from genbench.generate.store.layout import JOB_FILE
 
@@ -90,18 +90,18 @@ def _unset(flag: str, now: Any) -> str:
 
 def attribute(samples: list[tuple[Row, int]], recipe: Recipe) -> str | None:
     """The one setting whose earlier value gives every sampled done row (row, the
-    fingerprint it was made with) its stored fingerprint, in words; None if none does."""
+    request hash it was made with) its stored hash, in words; None if none does."""
     if not samples:
         return None
     for said, was in _candidates(recipe):
-        if all(row_fingerprint(r, was) == old for r, old in samples):
+        if all(request_hash(r, was) == old for r, old in samples):
             return f"{said} ({FOUND})"
     return None
 
 
 def refusal(problem: str, check: Any, name: str = JOB_FILE) -> str:
     """What to say, the job file gone, when done rows answer a request that changed
-    (`check`: the scan's `fingerprint.RequestCheck`, with its sampled changed rows)."""
+    (`check`: the scan's `request_hash.RequestCheck`, with its sampled changed rows)."""
     found = attribute(check.samples, check.recipe)
     if found:
         return f".genbench/{name} is {problem}: {found}"

@@ -1,16 +1,16 @@
-"""Reading a JSONL shard back on resume: the data over the index, always.
+"""Reading a JSONL part back on resume: the data over the index, always.
 
-The index (`.genbench/PREFIX-NNNNN.idx`, one line per fsynced batch: its end offset, ids,
-request fingerprints and line keys, a 64-bit hash of the batch's bytes and the file's
-mtime once they were on disk) makes resume fast: 1M ids come from it without reading the
-data. It is trusted only as far as the data file proves it:
+The index (`.genbench/PREFIX-NNNNN.idx`, a line per sync group, the rows fsynced together:
+its end offset, ids, request hashes and line keys, a 64-bit hash of its bytes and the
+file's mtime once they were on disk) makes resume fast: 1M ids come from it without reading
+the data. It is trusted only as far as the data file proves it:
 
-  * its batches' ends must go forward, lie within the file and end on a line boundary;
-  * when the file's size and mtime are what the last batch recorded, nothing touched the
+  * its sync groups' ends must go forward, lie within the file and end on a line boundary;
+  * when the file's size and mtime are what the last group recorded, nothing touched the
     file since: the index is trusted without reading the data (the fast path);
   * otherwise (a crash between a write and its index entry, a hand edit, a restored
-    backup) every batch's bytes are hashed and compared, and the file is read line by
-    line from the first batch whose bytes changed.
+    backup) every group's bytes are hashed and compared, and the file is read line by
+    line from the first group whose bytes changed.
 
 Read line by line, an unreadable line with good rows after it (storage corruption, a
 hand edit) is moved, with its byte offset, to the quarantine file beside the errors
@@ -18,7 +18,7 @@ file, and the rest of the file is kept (rewritten under a temporary name, fsynce
 renamed); its id is then not done and is generated again. Unreadable lines at the end
 of the file are a torn tail (a crash mid-write) and are cut, as before. Bit rot that
 leaves size and mtime as they were is not seen by the fast path; a sealed part's checksum
-sees it (seal.py, verified on every resume), and then every row of a batch whose hash
+sees it (seal.py, verified on every resume), and then every row of a sync group whose hash
 changed is moved aside, readable or not (`changed`).
 """
 
@@ -34,39 +34,39 @@ from typing import Any
 import orjson
 
 from genbench.atomic import write_atomic, writing
-from genbench.generate.fingerprint import from_hex
 from genbench.generate.input.linekey import fast_id
+from genbench.generate.request_hash import from_hex
 from genbench.generate.store.durable import digest64, index_entry, write_all
 from genbench.rows import RowMeta
 
 
 @dataclass
-class ShardScan:
-    """What a shard holds: its ids in file order, with each row's request fingerprint and
+class PartScan:
+    """What a part holds: its ids in file order, with each row's request hash and
     line key (0 where unknown), where it ends, and what was repaired."""
 
     ids: list[str]
     valid_bytes: int
     notes: list[str] = field(default_factory=list)
-    fps: list[int] = field(default_factory=list)
+    hashes: list[int] = field(default_factory=list)
     srcs: list[int] = field(default_factory=list)
     quarantined: int = 0
 
 
 @dataclass
-class _Batch:
+class _SyncGroup:
     start: int
     end: int
     ids: list[str]
-    fps: list[int]
+    hashes: list[int]
     srcs: list[int]
     digest: int
     mtime: int
     raw: bytes
 
 
-def _read_index(idx: Path) -> list[_Batch]:
-    batches: list[_Batch] = []
+def _read_index(idx: Path) -> list[_SyncGroup]:
+    groups: list[_SyncGroup] = []
     start = 0
     try:
         with open(idx, "rb") as f:
@@ -77,17 +77,17 @@ def _read_index(idx: Path) -> list[_Batch]:
                     obj = orjson.loads(line)
                     end, ids = int(obj["end"]), list(obj["ids"])
                     zeros = [0] * len(ids)
-                    fps, srcs = obj.get("req") or zeros, obj.get("src") or zeros
+                    hashes, srcs = obj.get("req") or zeros, obj.get("src") or zeros
                     digest, mtime = int(obj.get("hash", 0)), int(obj.get("mtime", 0))
                 except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                     break
-                if len(fps) != len(ids) or len(srcs) != len(ids):
+                if len(hashes) != len(ids) or len(srcs) != len(ids):
                     break
-                batches.append(_Batch(start, end, ids, fps, srcs, digest, mtime, line))
+                groups.append(_SyncGroup(start, end, ids, hashes, srcs, digest, mtime, line))
                 start = end
     except FileNotFoundError:
         pass
-    return batches
+    return groups
 
 
 def index_ids(idx: Path) -> list[str]:
@@ -96,24 +96,24 @@ def index_ids(idx: Path) -> list[str]:
 
 
 def index_keys(idx: Path) -> dict[str, int]:
-    """id -> line key, from an index (a Parquet shard keeps its JSONL's index for them)."""
+    """id -> line key, from an index (a Parquet part keeps its JSONL's index for them)."""
     return {i: k for b in _read_index(idx) for i, k in zip(b.ids, b.srcs, strict=True) if k}
 
 
-def rekey_index(idx: Path, learned: dict[str, int], fps: Any) -> int:
+def rekey_index(idx: Path, learned: dict[str, int], hashes: Any) -> int:
     """Give the rows in `learned` their new line keys in an index (their request was
     checked and is the same: a reformatted input, a deleted index), so the next resume
-    takes the fast path for them again; each batch's other fields stay. Rows updated."""
-    batches = _read_index(idx)
+    takes the fast path for them again; each group's other fields stay. Rows updated."""
+    groups = _read_index(idx)
     n = 0
     lines = []
-    for b in batches:
+    for b in groups:
         mine = [learned.get(i, 0) for i in b.ids]
         if any(mine):
             n += sum(1 for k in mine if k)
             obj = orjson.loads(b.raw)
             obj["src"] = [k or s for k, s in zip(mine, b.srcs, strict=True)]
-            obj["req"] = [f or fps.get(i, 0) for i, f in zip(b.ids, b.fps, strict=True)]
+            obj["req"] = [f or hashes.get(i, 0) for i, f in zip(b.ids, b.hashes, strict=True)]
             lines.append(orjson.dumps(obj) + b"\n")
         else:
             lines.append(b.raw)
@@ -123,93 +123,93 @@ def rekey_index(idx: Path, learned: dict[str, int], fps: Any) -> int:
 
 
 def line_id(line: bytes) -> tuple[str | None, int]:
-    """The id of one data line and its request fingerprint; (None, 0) if unreadable."""
+    """The id of one data line and its request hash; (None, 0) if unreadable."""
     try:
         obj = orjson.loads(line)
         row_id = obj["id"]
-        fp = from_hex(RowMeta.of(obj).request)
+        req_hash = from_hex(RowMeta.of(obj).request)
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         return None, 0
     if isinstance(row_id, int) and not isinstance(row_id, bool):
-        return str(row_id), fp  # the input's integer ids are kept as integers
-    return (row_id, fp) if isinstance(row_id, str) else (None, 0)
+        return str(row_id), req_hash  # the input's integer ids are kept as integers
+    return (row_id, req_hash) if isinstance(row_id, str) else (None, 0)
 
 
-def _trusted(path: Path, batches: list[_Batch], st: os.stat_result) -> int:
-    """How many batches the data file vouches for (see the module's docstring)."""
+def _trusted(path: Path, groups: list[_SyncGroup], st: os.stat_result) -> int:
+    """How many groups the data file vouches for (see the module's docstring)."""
     used = 0
     size = st.st_size
-    # batches while their ends go forward within the file: one that claims bytes the file
+    # sync groups while their ends go forward within the file: one that claims bytes the file
     # does not have, and all after it, are not (the index is then rewritten)
-    while used < len(batches) and batches[used].start <= batches[used].end <= size:
+    while used < len(groups) and groups[used].start <= groups[used].end <= size:
         used += 1
     if not used:
         return 0
     with open(path, "rb") as f:
-        f.seek(batches[used - 1].end - 1)
-        if batches[used - 1].end and f.read(1) != b"\n":
+        f.seek(groups[used - 1].end - 1)
+        if groups[used - 1].end and f.read(1) != b"\n":
             return 0  # not a line boundary: the index is not about this file
-        last = batches[used - 1]
-        if used == len(batches) and last.end == size and last.mtime == st.st_mtime_ns:
-            return used  # nothing wrote to the file since its last batch: the fast path
-        for i, b in enumerate(batches[:used]):
+        last = groups[used - 1]
+        if used == len(groups) and last.end == size and last.mtime == st.st_mtime_ns:
+            return used  # nothing wrote to the file since its last group: the fast path
+        for i, b in enumerate(groups[:used]):
             if b.digest:  # an index of an older genbench has none: trusted as it was
                 f.seek(b.start)
                 if digest64(f.read(b.end - b.start)) != b.digest:
-                    return i  # the bytes of this batch changed: read from its start
+                    return i  # the bytes of this group changed: read from its start
     return used
 
 
-def _changed(path: Path, batches: list[_Batch], size: int) -> tuple[int, list[tuple[int, int]]]:
-    """A sealed part whose bytes changed: the first batch to read from, and the spans of the
-    batches whose bytes changed (a batch without a hash, and bytes no batch names, count
+def _changed(path: Path, groups: list[_SyncGroup], size: int) -> tuple[int, list[tuple[int, int]]]:
+    """A sealed part whose bytes changed: the first group to read from, and the spans of the
+    groups whose bytes changed (a group without a hash, and bytes no group names, count
     as changed: nothing vouches for them)."""
     spans: list[tuple[int, int]] = []
     with open(path, "rb") as f:
-        for b in batches:
+        for b in groups:
             f.seek(b.start)
             if b.end > size or not b.digest or digest64(f.read(b.end - b.start)) != b.digest:
                 spans.append((b.start, b.end))
-    last = batches[-1].end if batches else 0
+    last = groups[-1].end if groups else 0
     if last < size:
         spans.append((last, size))
-    first = next((i for i, b in enumerate(batches) if (b.start, b.end) in spans), len(batches))
+    first = next((i for i, b in enumerate(groups) if (b.start, b.end) in spans), len(groups))
     return first, spans
 
 
-def scan_jsonl_shard(
+def scan_jsonl_part(
     path: Path,
     idx: Path | None,
     repair: bool = True,
     quarantine: Path | None = None,
     changed: bool = False,
-) -> ShardScan:
-    """The ids a JSONL shard holds; cut a torn tail and move unreadable lines with good
+) -> PartScan:
+    """The ids a JSONL part holds; cut a torn tail and move unreadable lines with good
     rows after them to `quarantine` (when `repair`). `changed`: a sealed part whose bytes
-    are not those it was sealed with: every row of a batch whose bytes changed is moved
+    are not those it was sealed with: every row of a sync group whose bytes changed is moved
     aside too, readable or not (a changed byte may leave valid JSON)."""
     st = path.stat()
     size = st.st_size
-    batches = _read_index(idx) if idx is not None else []
+    groups = _read_index(idx) if idx is not None else []
     spans: list[tuple[int, int]] = []
     if changed:
-        used, spans = _changed(path, batches, size)
+        used, spans = _changed(path, groups, size)
     else:
-        used = _trusted(path, batches, st)
-    keep = batches[:used]
+        used = _trusted(path, groups, st)
+    keep = groups[:used]
     pos = keep[-1].end if keep else 0
     ids: list[str] = []
-    fps: list[int] = []
+    hashes: list[int] = []
     srcs: list[int] = []
     for b in keep:  # extend, not a comprehension: 1M ids in C, not in the interpreter
         ids.extend(b.ids)
-        fps.extend(b.fps)
+        hashes.extend(b.hashes)
         srcs.extend(b.srcs)
-    known = {i: s for b in batches[used:] for i, s in zip(b.ids, b.srcs, strict=True) if s}
+    known = {i: s for b in groups[used:] for i, s in zip(b.ids, b.srcs, strict=True) if s}
     tail = _read_lines(path, pos, spans)
-    for _, rid, fp in tail.good:
+    for _, rid, req_hash in tail.good:
         ids.append(rid)
-        fps.append(fp)
+        hashes.append(req_hash)
         srcs.append(known.get(rid, 0))
     notes: list[str] = []
     end = tail.end
@@ -219,29 +219,29 @@ def scan_jsonl_shard(
         notes.append(_changed_note(path, tail.bad, quarantine))
     elif tail.bad:
         notes += [_quarantine_note(path, off, line, quarantine) for off, line in tail.bad]
-    scan = ShardScan(ids, end, notes, fps, srcs, len(tail.bad))
+    scan = PartScan(ids, end, notes, hashes, srcs, len(tail.bad))
     if not repair:
         return scan
     if tail.bad:
         scan.valid_bytes = _rewrite_without(path, pos, end, tail.bad, quarantine)
     elif end < size:
         os.truncate(path, end)
-    stale = used < len(batches) or end < size or bool(tail.bad)
+    stale = used < len(groups) or end < size or bool(tail.bad)
     moved = bool(keep) and keep[-1].mtime not in (0, st.st_mtime_ns)  # verified, re-stamp
     if idx is not None and (tail.good or stale or moved):
-        _rewrite_index(path, idx, keep, tail, fps, srcs)
+        _rewrite_index(path, idx, keep, tail, hashes, srcs)
     return scan
 
 
 def _rewrite_index(
-    path: Path, idx: Path, keep: list[_Batch], tail: _Lines, fps: list[int], srcs: list[int]
+    path: Path, idx: Path, keep: list[_SyncGroup], tail: _Lines, hashes: list[int], srcs: list[int]
 ) -> None:
-    """The trusted batches as they were, and one batch for what was read line by line;
-    the last batch records the file's mtime now, so the next resume takes the fast path."""
+    """The trusted groups as they were, and one group for what was read line by line;
+    the last group records the file's mtime now, so the next resume takes the fast path."""
     new = path.stat()
     n = len(tail.good)
     if n:
-        keys = list(zip(fps[-n:], srcs[-n:], strict=True))
+        keys = list(zip(hashes[-n:], srcs[-n:], strict=True))
         rows = [r for _, r, _ in tail.good]
         last = index_entry(new.st_size, rows, keys, tail.digest or 1, new.st_mtime_ns)
         head = b"".join(b.raw for b in keep)
@@ -252,7 +252,7 @@ def _rewrite_index(
     write_atomic(idx, head + last)
 
 
-def _restamp(b: _Batch, mtime: int) -> bytes:
+def _restamp(b: _SyncGroup, mtime: int) -> bytes:
     obj = orjson.loads(b.raw)
     if "mtime" in obj:
         obj["mtime"] = mtime
@@ -261,7 +261,7 @@ def _restamp(b: _Batch, mtime: int) -> bytes:
 
 @dataclass
 class _Lines:
-    good: list[tuple[int, str, int]]  # (offset, id, fingerprint) of readable rows
+    good: list[tuple[int, str, int]]  # (offset, id, request hash) of readable rows
     bad: list[tuple[int, bytes]]  # unreadable lines with a good row after them
     end: int  # where the readable part ends: a torn or unreadable tail starts here
     digest: int  # of the good rows' bytes from the start offset, as they will be
@@ -280,7 +280,7 @@ def _read_lines(path: Path, pos: int, spans: list[tuple[int, int]] | None = None
         for line in f:
             if not line.endswith(b"\n"):
                 break
-            rid, fp = line_id(line)
+            rid, req_hash = line_id(line)
             if spans and any(a <= pos < b for a, b in spans):
                 bad += [*pending, (pos, line)]
                 pending = []
@@ -290,7 +290,7 @@ def _read_lines(path: Path, pos: int, spans: list[tuple[int, int]] | None = None
             else:
                 bad += pending
                 pending = []
-                good.append((pos, rid, fp))
+                good.append((pos, rid, req_hash))
                 h.update(line)
                 end = pos + len(line)
             pos += len(line)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from genbench.generate.fingerprint import LazyFps, RequestCheck
 from genbench.generate.input.reader import InputScan, scan
 from genbench.generate.jobconfig import JobConfig
+from genbench.generate.request_hash import LazyHashes, RequestCheck
 from genbench.generate.store import changes, lostjob
 from genbench.generate.store.durable import output_errors
 from genbench.generate.store.jobfile import token_ids_change
@@ -72,7 +72,7 @@ def prepare(cfg: JobConfig, store: Store, told: PrepareNotes) -> Resume:
     if ids_note:
         listener.note(ids_note, "yellow")
     kept = changes.read_kept(store)
-    check = RequestCheck(cfg.recipe, existing.fps, kept)
+    check = RequestCheck(cfg.recipe, existing.hashes, kept)
     res = scan(
         cfg.input,
         existing.done,
@@ -91,10 +91,10 @@ def prepare(cfg: JobConfig, store: Store, told: PrepareNotes) -> Resume:
     if check.learned:  # checked the slow way once: the fast way next time
         with output_errors(store.out):
             for idx in sorted({store.layout.index(p) for p in store.data_files()}):
-                rekey_index(idx, check.learned, existing.fps)
+                rekey_index(idx, check.learned, existing.hashes)
     # 1M done ids are not needed past this point: the run writes only res.todo
-    existing.done, existing.fps, existing.failed = {}, LazyFps(), set()
-    check.fps, check.kept = LazyFps(), {}
+    existing.done, existing.hashes, existing.failed = {}, LazyHashes(), set()
+    check.hashes, check.kept = LazyHashes(), {}
     return Resume(existing, res, check, listener.notes)
 
 

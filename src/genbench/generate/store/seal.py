@@ -2,7 +2,7 @@
 `merge`, `inspect` and every resume.
 
 A data part is sealed when no row will be appended to it again: a JSONL part when it is
-full (`--shard-size`, the next part started), a Parquet part once converted, every part of
+full (`--part-size`, the next part started), a Parquet part once converted, every part of
 a job that finished complete, each part `merge --out` writes, each part of `inspect
 --drop ... --out`'s clean copy. Its seal,
 `.genbench/<part>.sum` (layout.seal_of), keeps its size and CRC-32. A part whose bytes

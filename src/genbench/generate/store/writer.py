@@ -1,11 +1,11 @@
-"""The output directory: sharded append-only row files, a done index, the errors file.
+"""The output directory: append-only row files in parts, a done index, the errors file.
 
 Every path of the directory is named by `layout.Layout` (layout.py lists them); the
 store writes them, the other packages read them through the layout.
 
 Durability, in the order things happen to a finished row:
 
-1. its line is appended to its shard's buffer in memory (the event loop never touches
+1. its line is appended to its part's buffer in memory (the event loop never touches
    the disk, so a slow or throttled disk cannot stall the streams being read);
 2. at least every `sync_interval` seconds (or `sync_rows` rows, or `sync_bytes`) a worker
    thread writes each buffer with one write() to its file, opened O_APPEND, fsyncs the
@@ -15,16 +15,16 @@ Durability, in the order things happen to a finished row:
 So a crash of any kind loses at most the rows of the last second, which were never
 reported done and are generated again. A client killed by SIGKILL leaves whole lines in
 practice (the kernel completes a write() unless the kill lands while it copies a
-multi-page batch); a power loss may leave a torn or garbled tail. Either way the next
-run cuts an incomplete or unreadable tail off before appending (`scan_jsonl_shard`), and
+multi-page sync group); a power loss may leave a torn or garbled tail. Either way the next
+run cuts an incomplete or unreadable tail off before appending (`scan_jsonl_part`), and
 a line that is not a complete row of ours is never counted. The data files are the
 truth; the index only makes resume fast, and is trusted only as far as the data file
-proves it (readback.py). A full shard is fsynced and never written again.
+proves it (readback.py). A full part is fsynced and never written again.
 
 Exactly once: an id is written at most once per run (the engine hands each id out once
 and `write_row` refuses a second write), and resume skips every id found in a data
-file or the errors file. Parquet: shards are written as JSONL during the job and each
-full shard is converted (to a temporary name, fsynced, renamed, then the JSONL deleted),
+file or the errors file. Parquet: parts are written as JSONL during the job and each
+full part is converted (to a temporary name, fsynced, renamed, then the JSONL deleted),
 in a separate process so the conversion never stalls the event loop.
 
 The request log is written with the rows, by the same worker thread, but not fsynced:
@@ -49,8 +49,8 @@ import orjson
 
 from genbench.atomic import fsync_dir, is_temp, move, write_atomic
 from genbench.errors import OutOfDescriptors, OutputError, UsageError, descriptor_advice
-from genbench.generate.fingerprint import LazyFps
 from genbench.generate.input.modes import DataFormat
+from genbench.generate.request_hash import LazyHashes
 from genbench.generate.store import seal as sealed
 from genbench.generate.store.batch import row_bytes
 from genbench.generate.store.durable import (
@@ -66,7 +66,7 @@ from genbench.generate.store.durable import (
 from genbench.generate.store.jobfile import first_change, read_jobs, setting_change
 from genbench.generate.store.layout import SCHEME_FILE, SCHEME_LOCK, Layout, is_generate_dir
 from genbench.generate.store.lock import OutputLock
-from genbench.generate.store.readback import index_keys, scan_jsonl_shard
+from genbench.generate.store.readback import index_keys, scan_jsonl_part
 from genbench.records import RecordWriter, RequestRecord
 from genbench.redact import redact_doc
 from genbench.rows import DataRow, json_default, parquet_ids
@@ -84,10 +84,10 @@ class Existing:
     """What a previous run left: ids done, keys failed, where to append next."""
 
     done: dict[str, int] = field(default_factory=dict)  # id -> its input line's key (or 0)
-    fps: LazyFps = field(default_factory=LazyFps)  # id -> its request's fingerprint
+    hashes: LazyHashes = field(default_factory=LazyHashes)  # id -> its request hash
     failed: set[str] = field(default_factory=set)
-    shards: list[Path] = field(default_factory=list)
-    jsonl_shards: list[Path] = field(default_factory=list)
+    parts: list[Path] = field(default_factory=list)
+    jsonl_parts: list[Path] = field(default_factory=list)
     next_number: int = 0
     notes: list[str] = field(default_factory=list)
     duplicates: int = 0
@@ -104,7 +104,7 @@ class Store:
         *,
         shard_tag: str | None = None,
         fmt: str = "jsonl",
-        shard_bytes: int = 256 << 20,
+        part_bytes: int = 256 << 20,
         sync_interval: float = 1.0,
         sync_rows: int = 2000,
         sync_bytes: int = 16 << 20,
@@ -119,16 +119,16 @@ class Store:
         self._dir_fd: int | None = None
         self.reserve = Reserve()
         self._reserve_seen = 0
-        # (error?, line, item, (request fingerprint, line key))
+        # (error?, line, item, (request hash, line key))
         self._waiting: deque[tuple[bool, bytes, Pending, tuple[int, int]]] = deque()
         self.short: str | None = None
         self.fmt = fmt
-        self.shard_bytes = shard_bytes
+        self.part_bytes = part_bytes
         self.sync_interval = sync_interval
         self.sync_rows = sync_rows
         self.sync_bytes = sync_bytes
         self.on_durable = on_durable
-        self._shard_re = lay.shard_re()
+        self._part_re = lay.part_re()
         self.current: AppendFile | None = None
         self.errors: AppendFile | None = None
         self._closing: list[AppendFile] = []
@@ -172,7 +172,7 @@ class Store:
                 ex.job, ex.job_problem = None, ("unreadable", "not a JSON object")
         found: dict[int, dict[str, Path]] = {}
         for p in self.out.iterdir():
-            m = self._shard_re.match(p.name)
+            m = self._part_re.match(p.name)
             if m:
                 found.setdefault(int(m[1]), {})[m[2]] = p
             elif p.name.startswith(lay.prefix + "-") and is_temp(p) and ".parquet" in p.name:
@@ -186,26 +186,26 @@ class Store:
                 if sealed.check(part := files["parquet"]).state == sealed.CHANGED:
                     ex.notes.append(self._set_aside(part, repair))
                     continue
-                ids, fps = parquet_ids(part)
+                ids, hashes = parquet_ids(part)
                 keys = index_keys(lay.index(part))  # kept at conversion
                 srcs = [keys.get(i, 0) for i in ids]
-                ex.shards.append(part)
+                ex.parts.append(part)
             else:
                 jsonl = files["jsonl"]
                 changed = sealed.check(jsonl).state == sealed.CHANGED  # a sealed part: verified
-                scan = scan_jsonl_shard(jsonl, lay.index(jsonl), repair, lay.quarantine, changed)
+                scan = scan_jsonl_part(jsonl, lay.index(jsonl), repair, lay.quarantine, changed)
                 if changed and repair:
                     sealed.seal(jsonl)  # its changed rows set aside: what it holds now
-                ids, fps, srcs = scan.ids, scan.fps, scan.srcs
+                ids, hashes, srcs = scan.ids, scan.hashes, scan.srcs
                 ex.notes.extend(scan.notes)
-                ex.shards.append(jsonl)
-                ex.jsonl_shards.append(jsonl)
+                ex.parts.append(jsonl)
+                ex.jsonl_parts.append(jsonl)
             before = len(ex.done)
             ex.done.update(zip(ids, srcs, strict=True))
-            ex.fps.add(ids, fps)
+            ex.hashes.add(ids, hashes)
             ex.duplicates += len(ids) - (len(ex.done) - before)
         ex.next_number = max(found, default=-1) + 1
-        if ex.shards and ex.job is None and ex.job_problem is None:
+        if ex.parts and ex.job is None and ex.job_problem is None:
             ex.job_problem = ("missing", "")
         ex.failed, notes = scan_errors(self.errors_path, repair)
         ex.notes.extend(notes)
@@ -251,7 +251,7 @@ class Store:
                 )
 
     def begin(self, existing: Existing, job: dict[str, Any]) -> None:
-        """Create the directory and job file; choose the shard to append to."""
+        """Create the directory and job file; choose the part to append to."""
         self.state.mkdir(parents=True, exist_ok=True)
         if existing.job_problem and self.job_path.exists():  # unreadable: kept beside it
             move(self.job_path, self.job_path.with_name(self.job_path.name + ".unreadable"))
@@ -261,17 +261,17 @@ class Store:
         write_atomic(self.job_path, orjson.dumps(redact_doc(doc), option=orjson.OPT_INDENT_2))
         fsync_dir(self.out)
         self._dir_fd = os.open(self.out, os.O_RDONLY)  # held: a sync opens no descriptor
-        self.reserve = Reserve(3)  # a new shard and the errors file, at the descriptor limit
+        self.reserve = Reserve(3)  # a new part and the errors file, at the descriptor limit
         self._next_number = existing.next_number
-        if existing.jsonl_shards:
-            last = existing.jsonl_shards[-1]
-            small = last.stat().st_size < self.shard_bytes
-            if last == existing.shards[-1] and small and not sealed.is_sealed(last):
+        if existing.jsonl_parts:
+            last = existing.jsonl_parts[-1]
+            small = last.stat().st_size < self.part_bytes
+            if last == existing.parts[-1] and small and not sealed.is_sealed(last):
                 self.current = AppendFile(last, self.layout.index(last), self.reserve)
                 self._next_number = max(self._next_number, self._number(last) + 1)
 
     def _number(self, p: Path) -> int:
-        m = self._shard_re.match(p.name)
+        m = self._part_re.match(p.name)
         assert m is not None
         return int(m[1])
 
@@ -307,7 +307,7 @@ class Store:
         self, row_id: str, line: bytes, info: Any = None, keys: tuple[int, int] = (0, 0)
     ) -> bool:
         """Append one finished row; False (and nothing written) if the id was written.
-        `keys`: its request's fingerprint and its input line's key, for the index."""
+        `keys`: its request hash and its input line's key, for the index."""
         if not self._claim(row_id):
             return False
         self._waiting.append((False, line, (row_id, info), keys))
@@ -329,15 +329,15 @@ class Store:
         self._note_pending(len(line))
 
     def _place(self) -> None:
-        """Waiting lines into their file, opening it (or the next shard) as needed. With
+        """Waiting lines into their file, opening it (or the next part) as needed. With
         no descriptor left to open one, they wait in memory for the next sync, which
-        closes full shards, and `short` says so."""
+        closes full parts, and `short` says so."""
         while self._waiting:
             error, line, item, keys = self._waiting[0]
             try:
                 if error and self.errors is None:
                     self.errors = AppendFile(self.errors_path, None, self.reserve)
-                elif not error and (self.current is None or self.current.size >= self.shard_bytes):
+                elif not error and (self.current is None or self.current.size >= self.part_bytes):
                     self._rotate()
             except OSError as e:
                 if e.errno not in (errno.EMFILE, errno.ENFILE):
@@ -369,7 +369,7 @@ class Store:
             self._closing.append(self.current)
             self.current = None
             self._kick.set()
-        path = self.layout.shard(self._next_number)
+        path = self.layout.part(self._next_number)
         self.current = AppendFile(path, self.layout.index(path), self.reserve)
         self._next_number += 1
 
@@ -387,16 +387,16 @@ class Store:
         async with self._lock:
             self._place()  # lines that waited for a descriptor: the last sync gave some back
             files = [f for f in (*self._closing, self.current, self.errors) if f is not None]
-            batches = [f.take() for f in files if f.pending or f.new or f in self._closing]
+            groups = [f.take() for f in files if f.pending or f.new or f in self._closing]
             log, data = self.log, self.log.take() if self.log is not None else b""
-            if not batches and not data:
+            if not groups and not data:
                 return
             self._pending_rows = self._pending_bytes = 0
             closing = list(self._closing)
-            dir_fd = self._dir_fd if any(b.file.new for b in batches) else None
+            dir_fd = self._dir_fd if any(b.file.new for b in groups) else None
 
             def work() -> None:
-                flush(batches, dir_fd)
+                flush(groups, dir_fd)
                 if log is not None:
                     log.write_out(data)
                 for f in closing:  # full: never written again (Parquet: sealed converted)
@@ -407,7 +407,7 @@ class Store:
                 await asyncio.get_running_loop().run_in_executor(None, work)
             except OSError as e:
                 raise write_failed(self.out, e) from None
-            for b in batches:
+            for b in groups:
                 b.file.new = False
                 if b.items and self.on_durable is not None:
                     self.on_durable("error" if b.file is self.errors else "row", b.items)
@@ -445,8 +445,8 @@ class Store:
 
     async def close(self, convert_all: bool = False) -> None:
         """Final sync. With `convert_all` (a finished --format parquet job) every JSONL
-        shard is converted, the last one and any left by earlier runs included; an
-        interrupted job keeps its last shard as JSONL, to append to on resume."""
+        part is converted, the last one and any left by earlier runs included; an
+        interrupted job keeps its last part as JSONL, to append to on resume."""
         for _ in range(3):  # more than once only for lines that waited for a descriptor
             if self.current is not None:
                 self._closing.append(self.current)
@@ -476,10 +476,10 @@ class Store:
             if self._conversions:
                 results = await asyncio.gather(*self._conversions, return_exceptions=True)
                 for r in results:
-                    if isinstance(r, OSError):  # a full disk: the JSONL shard is kept
+                    if isinstance(r, OSError):  # a full disk: the JSONL part is kept
                         raise write_failed(self.out, r) from None
                     if isinstance(r, BaseException):
-                        raise UsageError(f"converting a shard to Parquet failed: {r}") from r
+                        raise UsageError(f"converting a part to Parquet failed: {r}") from r
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)

@@ -183,7 +183,7 @@ RECORD_COUNTERS: tuple[tuple[str, str, list[str], Callable[[RequestRecord, str],
 )  # fmt: skip
 
 
-class MetricsExporter(Listener):
+class MetricsServer(Listener):
     """A job listener that serves what it hears on `/metrics` while the job runs."""
 
     def __init__(self, host: str = LOOPBACK, port: int = 0) -> None:

@@ -114,3 +114,19 @@ def test_every_script_a_hint_names_is_in_the_repository():
     for text, where in printed_strings():
         for m in re.finditer(r"(?<![\w/.-])" + PATH, text):
             assert (REPO / m.group(1)).exists(), f"{where}: {m.group(1)} is not in the repository"
+
+
+def test_runs_next_line_names_no_server_the_run_started_and_stopped():
+    """The local demo and a --serve engine are stopped when run ends: its next line must not
+    send the user to their URL (connection refused); a server run was pointed at is named."""
+    from types import SimpleNamespace
+
+    from genbench.run.render import next_line
+
+    def line(**target: object) -> str:
+        doc = {"target": {"url": "http://127.0.0.1:37915/v1", **target}, "config": {}}
+        return next_line(SimpleNamespace(states=[[SimpleNamespace(doc=doc)]], out=Path("o")))
+
+    assert "--url URL" in line(local_demo=True)
+    assert "--url URL" in line(engine="vllm serve m")
+    assert "--url http://127.0.0.1:37915/v1" in line()

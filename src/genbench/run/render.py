@@ -118,7 +118,10 @@ def next_line(done: RunOutcome) -> str:
     """The command that comes next, filled in: a plan from this run (a run that forced its
     lengths needs the samples' mean output length: T), or a pilot on the job's prompts."""
     doc, out = done.states[0][0].doc, shlex.quote(str(done.out))
-    url = shlex.quote(str((doc.get("target") or {}).get("url") or "URL"))
+    target = doc.get("target") or {}
+    # a server this run started (the local demo, --serve) is gone by now: name none
+    gone = target.get("local_demo") or target.get("engine")
+    url = "URL" if gone else shlex.quote(str(target.get("url") or "URL"))
     if (doc.get("config") or {}).get("natural"):
         return f"next: genbench plan --from {out} --samples N"
     return (

@@ -104,3 +104,16 @@ def test_several_configurations_the_fastest_one_runs(tmp_path: Path):
     assert why.startswith("2 tasks (2 servers: ")
     assert "#SBATCH --array=0-1" in paths[0].read_text()
     assert generate_flags(args(), doc) == ["--concurrency", "64"]
+
+
+def test_plans_next_line_asks_for_the_servers_generate_will_hold_it_to():
+    """`plan --servers 4 --deadline 5d` that needs 2: generate --plan refuses one URL with
+    "the plan decided 2", so the printed next line must say 2, not 4."""
+    from genbench.plan.render import next_line
+
+    doc = {**plan_doc(2, 900, [32]), "mode": "pilot", "inputs": {"servers": 4},
+           "source": {"url": "http://127.0.0.1:8000/v1", "prompts": "p.jsonl"}}  # fmt: skip
+    line = next_line(doc, Path("plans/job/plan.json"))
+    assert "each of the 2 servers" in line
+    doc["mode"] = "result"
+    assert next_line(doc, Path("plans/job/plan.json")).count("--url URL") == 2

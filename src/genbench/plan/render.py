@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from genbench import fmt
+from genbench.plan.jobfiles import tasks_for
 from genbench.plan.rescale import lines as rescale_lines
 from genbench.plan.tables import decision_tables
 from genbench.records import RequestRecord
@@ -57,7 +58,8 @@ def next_line(doc: dict[str, Any], saved: Any) -> str | None:
         return None
     src, i = doc.get("source") or {}, doc.get("inputs") or {}
     prompts = src.get("prompts") or "PROMPTS.jsonl"
-    servers = int(i.get("servers") or 1)
+    # the servers generate --plan will hold the job to: a deadline's need, else --servers
+    servers = tasks_for(doc, int(i.get("servers") or 1))[0]
     url = src.get("url") if doc.get("mode") == "pilot" else None
     urls = " ".join(f"--url {shlex.quote(url or 'URL')}" for _ in range(1 if url else servers))
     plan_dir = shlex.quote(str(Path(str(saved)).parent))
@@ -366,12 +368,16 @@ class PilotProgress:
             self.tokens += rec.completion_tokens or 0
         else:
             self.failed += 1
+        if rec.t_send and self.ended == 1:  # the pilot's clock starts after the warm-up
+            self.t0 = rec.t_send
+        elif rec.t_send:
+            self.t0 = min(self.t0, rec.t_send)
         now = time.perf_counter()
         if self.progress is None and now - self.last_line >= self.every:  # off a terminal
             self.last_line = now
             self.console.print(self.line(now - self.t0), markup=False, highlight=False)
         if self.progress is not None:
-            dt = time.perf_counter() - self.t0
+            dt = now - self.t0
             rate = fmt.rate(self.tokens / dt) if dt > 0 else ""
             if self.stop_rule is not None and self.stop_rule.count >= 2:
                 hw = self.stop_rule.halfwidth

@@ -187,3 +187,16 @@ def test_the_storage_line_names_the_states_found_and_asks_only_where_there_are_n
         said.append(buf.getvalue())
     assert "hidden states 4.10 MB on disk" in said[0] and "give --hidden-size" not in said[0]
     assert "hidden states: give --hidden-size and --layers-captured" in said[1]
+
+
+def test_a_clean_copy_that_dropped_nothing_names_no_regenerate_command(tmp_path) -> None:
+    """Nothing dropped: regenerate.jsonl is empty, and generate refuses an empty input, so
+    inspect must not print the commands (it printed two, one failing with exit 2)."""
+    d = job_dir(tmp_path, [good("a"), good("b")])
+    doc = inspect_data(d, Settings(), drop=["loops"], out=tmp_path / "clean")
+    assert doc["clean"]["dropped"] == 0
+    con = Console(width=400, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    print_inspection(doc, con)
+    text = con.export_text()
+    assert "clean copy: 2 rows kept, none dropped" in text
+    assert "regenerate" not in text and "()" not in text

@@ -131,8 +131,9 @@ def inspect_data(
             **{k: manifest[k] for k in ("out", "drop", "rows", "kept", "dropped")},
             "dropped_by_reason": manifest["dropped_by_reason"],
             "storage": storage(sc, an.arrays, kept, settings.hidden),
-            "follow_up": follow_up(path, out),
-            "follow_up_when": FOLLOW_UP_WHEN,
+            # nothing dropped, nothing to regenerate (generate refuses an empty input)
+            "follow_up": follow_up(path, out) if manifest["dropped"] else {},
+            "follow_up_when": FOLLOW_UP_WHEN if manifest["dropped"] else {},
         }
     # a clean copy's inspection goes under the copy: the original is only read
     target = save or (out / INSPECT_FILE if drop and out is not None else default_save(path))

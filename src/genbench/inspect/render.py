@@ -116,13 +116,16 @@ def _storage_lines(doc: dict[str, Any], console: Console) -> None:
     if clean:
         cs = clean["storage"]
         hidden = cs.get("hidden_state_bytes")
+        why = ", ".join(f"{k} {v:,}" for k, v in clean["dropped_by_reason"].items() if v)
         console.print(
-            f"clean copy: {_n(clean['kept'], 'row')} kept, {clean['dropped']:,} dropped "
-            f"({', '.join(f'{k} {v:,}' for k, v in clean['dropped_by_reason'].items() if v)}) "
-            f"→ {clean['out']}; JSONL {nbytes(cs.get('jsonl_bytes'))}"
+            f"clean copy: {_n(clean['kept'], 'row')} kept, "
+            + (f"{clean['dropped']:,} dropped ({why})" if clean["dropped"] else "none dropped")
+            + f" → {clean['out']}; JSONL {nbytes(cs.get('jsonl_bytes'))}"
             + (f", hidden states {nbytes(hidden)}" if hidden is not None else "")
         )
         follow, when = clean["follow_up"], clean.get("follow_up_when") or {}
+        if not follow:  # nothing dropped: nothing to regenerate
+            return
         head = "regenerate the dropped rows (URL: your server)"
         console.print(head + (", either:" if len(follow) > 1 else ":"))
         for n, (key, cmd) in enumerate(sorted(follow.items(), reverse=True)):

@@ -258,9 +258,12 @@ def section(doc: dict[str, Any], figs: list[Figure], figure_html: Any) -> str:
         parts.append(
             f"<h3>Clean copy</h3><p>{fmt.counted(clean['kept'], 'row')} kept, "
             f"{clean['dropped']:,} dropped "
-            f"({escape(', '.join(clean['drop']))}) → {escape(str(clean['out']))}. Regenerate "
-            "the dropped rows with:</p><pre>"
-            + escape("\n".join(clean.get("follow_up", {}).values()))
-            + "</pre>"
+            f"({escape(', '.join(clean['drop']))}) → {escape(str(clean['out']))}."
+            + (
+                "</p>"
+                if not clean.get("follow_up")
+                else " Regenerate the dropped rows "
+                "with:</p><pre>" + escape("\n".join(clean["follow_up"].values())) + "</pre>"
+            )
         )
     return "".join(parts)

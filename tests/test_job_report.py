@@ -125,7 +125,10 @@ def test_the_job_report_renders_in_a_browser(job, tmp_path):
     # what was dropped name long paths, which must wrap, not run off the page
     out, plan = job["out"], job["out"].parent / "plan.json"
     clean = tmp_path / ("a-long-directory-name-for-the-clean-copy-" * 3) / "clean"
-    p = genbench("inspect", str(out), "--drop", "loops,empty", "--out", str(clean))
+    # every row "short", so there is something to regenerate (a copy that dropped nothing
+    # names no command)
+    p = genbench("inspect", str(out), "--drop", "loops,empty,short", "--min-tokens", "100000",
+                 "--out", str(clean))  # fmt: skip
     assert p.returncode == 0, p.stderr
     page = tmp_path / "job.html"
     # the inspection of `out` is in the copy (CLEAN/inspect.json: `out` is only read)

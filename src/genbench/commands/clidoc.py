@@ -225,6 +225,8 @@ def shown_default(opt: Any) -> str | None:
     m = _DEFAULT.search(opt.help or "")
     if m:
         return m[1]
+    if opt.is_flag and opt.secondary_opts and opt.show_default is not False:  # --x/--no-x
+        return (opt.opts if opt.default else opt.secondary_opts)[0].lstrip("-")  # as --help
     if opt.required or opt.show_default is False or opt.is_flag:
         return None
     if opt.default is None or opt.default in ("", []):

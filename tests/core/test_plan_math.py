@@ -1060,3 +1060,16 @@ def test_a_pilot_longer_than_its_file_says_draws_not_more_rows_than_there_are():
     assert draws_of(200, 3000) == "200 of 3,000 rows"
     assert draws_of(30, 7) == "30 draws from the 7 rows (some twice)"
     assert draws_of(5, 1) == "5 draws from the 1 row (some twice)"
+
+
+def test_the_warm_up_sends_none_of_the_prompts_a_short_pilot_measures():
+    """A prefix cache warmed on the pilot's own prompts makes its TTFT look better than the
+    job's: with a file of K + 4·C rows, the warm-up and a pilot of K share none."""
+    from genbench.generate.input.reader import Row
+    from genbench.plan.make import warmup_rows
+
+    rows = [Row(line=i, id=str(i), messages=[{"role": "user", "content": "x"}], params={})
+            for i in range(40)]  # fmt: skip
+    warm = warmup_rows(rows, 8)
+    assert len(warm) == 32 and not {r.id for r in warm} & {r.id for r in rows[:8]}
+    assert len(warmup_rows(rows[:3], 2)) == 8  # a small file: its rows again

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +15,7 @@ from genbench import fmt
 from genbench.check.preflight import CheckReport, CheckRetries, preflight
 from genbench.errors import ExitCode, GenbenchError, ServerDown, UsageError, checked, positive
 from genbench.generate.input.params import RequestFlags
+from genbench.generate.input.reader import Row
 from genbench.generate.input.tools import POLICIES
 from genbench.generate.pipeline import Retries
 from genbench.generate.planned import DEFAULT_CONCURRENCY
@@ -379,6 +380,13 @@ def _pilot_run(args: PlanArgs, watch: PilotWatch) -> tuple[_Pilot, CheckReport, 
     return pilot, check, run
 
 
+def warmup_rows(rows: Sequence[Row], concurrency: int) -> list[Row]:
+    """4·C prompts for the warm-up, from the end of the pilot's (already random) order,
+    which it sends last if at all: a server's prefix cache must not hold the prompts the
+    pilot then measures (with a file of K + 4·C rows or more, a pilot of K sends none)."""
+    return [rows[-1 - i % len(rows)] for i in range(4 * concurrency)]
+
+
 def _run(pilot: _Pilot, args: PlanArgs, check: CheckReport, watch: PilotWatch) -> PilotRun:
     """The warm-up and the pilot, on the server as `check` found it (its model, its thinking
     dialect, its token ids and acceptance), its progress told to `watch`."""
@@ -386,10 +394,8 @@ def _run(pilot: _Pilot, args: PlanArgs, check: CheckReport, watch: PilotWatch) -
     stream = pilot_stream(rows, args.seed)
     # open-ended: until the bar is reached, at most every row once; fixed: K draws
     items = itertools.islice(stream, len(rows) if stop is not None else pilot.size)
-    rnd = random.Random(args.seed + 1)
     recipe = Recipe(pilot.params, args.turns, args.tool_policy)
-    drawn = [rows[rnd.randrange(len(rows))] for _ in range(4 * c)]
-    warm = first_turn_requests(drawn, recipe, "warm")
+    warm = first_turn_requests(warmup_rows(rows, c), recipe, "warm")
     size = (
         f"until ±{stop.target:.0%} (≥ {stop.min_requests}"
         + (f", ≥ {stop.min_s:g} s" if stop.min_s else "")

@@ -298,6 +298,9 @@ def test_parquet_output_gives_the_same_findings_and_clean_copy(job, inspected) -
     assert {o["server"] for o in doc["servers"]["odd"]} == {job["odd"]}
     size = sum(p.stat().st_size for p in pdir.glob("*.parquet"))
     assert doc["storage"]["parquet_bytes"] == pytest.approx(size)
+    # the rows' JSONL bytes as their lines weigh, not with the nulls Parquet's schema adds
+    assert doc["storage"]["jsonl_bytes"] == pytest.approx(inspected["storage"]["jsonl_bytes"],
+                                                          rel=0.01)  # fmt: skip
 
     clean = job["base"] / "parquet-clean"
     before = {p.name: p.read_bytes() for p in pdir.iterdir()}

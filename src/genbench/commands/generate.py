@@ -70,7 +70,7 @@ OPTIONS: dict[str, Any] = {
     "retry_backoff": (1.0, "First retry delay in seconds (doubles each time)."),
     "timeout": (600.0, "Seconds of silence before a request is abandoned."),
     "down_timeout": (1800.0, "Stop when every server has been down this long."),
-    "drain": (10.0, "On Ctrl-C, seconds to let rows in flight finish."),
+    "drain": (10.0, "On Ctrl-C, seconds to let requests in flight finish."),
     "truncated": ("keep", "Rows cut by max_tokens: keep (marked) or error."),
     "retry_errors": (False, "Generate the rows of the errors file again."),
     "force": (False, "Resume even though the model or sampling changed (rows made before are "

@@ -65,7 +65,10 @@ REASONING_DIALECT = typer.Option(
     "auto (the dialect's: vllm reasoning, else reasoning_content).",
 )
 SPEC_K = typer.Option(
-    1, "--spec-k", help="Tokens per decode chunk (speculative decoding, all accepted)."
+    1,
+    "--spec-k",
+    help="Tokens per decode chunk at most (speculative decoding: a draft of K-1, "
+    "accepted as --spec-accept says).",
 )
 SPEC_ACCEPT = typer.Option(
     1.0,

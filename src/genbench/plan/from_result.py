@@ -247,7 +247,7 @@ def _run_rates(
         )
     ok, out, think = _phase_sums(doc)
     if tokens_per_sample is not None:
-        tps, basis = tokens_per_sample, "given (--tokens-per-sample)"
+        tps, basis = tokens_per_sample, "given: --tokens-per-sample"
     elif bool((doc.get("config") or {}).get("natural")) and ok:
         tps = out / ok
         basis = f"mean output length of the run's {ok} natural-length requests"

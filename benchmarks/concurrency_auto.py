@@ -29,6 +29,9 @@ the load average beside it.
     .venv/bin/python benchmarks/concurrency_auto.py --target vllm [--rows 384]
         [--c 2,4,8,16,32]
 
+A list that names auto runs as given: `--c 16,auto,16,auto` alternates the two, so that a
+shared host's load, which moves vLLM CPU's wall time, falls on both alike.
+
 Writes benchmarks/results/concurrency_auto-<time>.json.
 """
 
@@ -98,6 +101,7 @@ def generate(inp: Path, out: Path, url: str, c: str) -> dict:
 
 def one(inp: Path, c: str, tmp: Path) -> dict:
     out = tmp / f"out-{c}"
+    tmp.mkdir(exist_ok=True)
     with SimProcess(*SIM) as sim:
         load = os.getloadavg()[0]
         res = generate(inp, out, sim.url, c)
@@ -120,6 +124,7 @@ def vllm_metric(url: str, name: str) -> float:
 
 def one_vllm(inp: Path, c: str, tmp: Path, url: str) -> dict:
     """One job on the shared server: its preemptions are the counter's rise over it."""
+    tmp.mkdir(exist_ok=True)
     before = vllm_metric(url, "num_preemptions_total")
     load = os.getloadavg()[0]
     res = generate(inp, tmp / f"out-{c}", url, c)
@@ -145,9 +150,16 @@ def run_vllm(a: argparse.Namespace, tmp: Path) -> list[dict]:
     engines = run_async(start_engines([cmd], tmp / "logs", 900))
     try:
         generate(warm, tmp / "out-warm", cmd.url, "4")
-        return [one_vllm(inp, c, tmp, cmd.url) for c in ["auto", *a.c.split(",")]]
+        return [one_vllm(inp, c, tmp / str(i), cmd.url) for i, c in enumerate(settings(a.c))]
     finally:
         stop_all(engines)
+
+
+def settings(given: str) -> list[str]:
+    """auto first, then each fixed C; or, where the list names auto itself, the list as
+    given (`16,auto,16,auto`: pairs in turn, so that a host's load moves both alike)."""
+    cs = given.split(",")
+    return cs if "auto" in cs else ["auto", *cs]
 
 
 def main() -> None:
@@ -167,7 +179,7 @@ def main() -> None:
         else:
             inp = tmp / "in.jsonl"
             write_input(inp, a.rows, a.drift)
-            runs = [one(inp, c, tmp) for c in ["auto", *a.c.split(",")]]
+            runs = [one(inp, c, tmp / str(i)) for i, c in enumerate(settings(a.c))]
     if vllm:
         report_vllm(a, runs)
         return
@@ -182,7 +194,7 @@ def main() -> None:
         print(f"{r['c']:>5} {r['sending_s']:>8} {r['busy_s']:>8} {r['preemptions']:>8.0f} "
               f"{r['load']:>5} {r['best_fixed_over_this_sending_s']:>15} "
               f"{r['best_fixed_over_this_busy_s']:>14}")  # fmt: skip
-    auto = runs[0]
+    auto = next(r for r in runs if r["c"] == "auto")
     for at, new, why in auto["changes"]:
         print(f"  auto at {at} s: {new} ({why})")
     res = REPO / "benchmarks" / "results"
@@ -199,8 +211,9 @@ def report_vllm(a: argparse.Namespace, runs: list[dict]) -> None:
         r["this_over_best_fixed"] = round(r["tok_s"] / best, 3)
         print(f"{r['c']:>5} {r['sending_s']:>8} {r['tok_s']:>8} {r['preemptions']:>8.0f} "
               f"{r['load']:>5} {r['this_over_best_fixed']:>10}")  # fmt: skip
-    for at, new, why in runs[0]["changes"]:
-        print(f"  auto at {at} s: {new} ({why})")
+    for r in (r for r in runs if r["c"] == "auto"):
+        for at, new, why in r["changes"]:
+            print(f"  auto at {at} s: {new} ({why})")
     res = REPO / "benchmarks" / "results"
     res.mkdir(exist_ok=True)
     name = res / f"concurrency_auto-vllm-{time.strftime('%Y%m%d-%H%M%S')}.json"

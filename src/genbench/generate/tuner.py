@@ -120,6 +120,12 @@ class _Window:
     busy_s: float = 0.0  # summed request durations (latency per token = busy_s / tokens)
     last_end: float = 0.0
     refused: int = 0
+    # the wave: requests sent before the window's first answer ended (all at its start)
+    first_end: float | None = None
+    wave_t0: float | None = None  # the wave's first send
+    wave: list[int] | None = None  # its answers' output tokens
+    wave_prompt: int = 0
+    wave_busy_s: float = 0.0  # their summed durations (a stream's tokens per second)
 
 
 class Tuner:
@@ -161,8 +167,15 @@ class Tuner:
         w.n += 1
         self.level_n += 1
         w.refused += rec.http_status in OVERLOAD_STATUSES
+        if w.first_end is None:
+            w.first_end = rec.t_end
         if not rec.ok:
             return
+        if rec.t_send < w.first_end:  # one of the wave
+            w.wave = [*(w.wave or []), rec.completion_tokens or 0]
+            w.wave_prompt += rec.prompt_tokens or 0
+            w.wave_busy_s += rec.t_end - rec.t_send
+            w.wave_t0 = min(w.wave_t0 or rec.t_send, rec.t_send)
         w.ok += 1
         w.prompt += rec.prompt_tokens or 0
         w.held += (rec.prompt_tokens or 0) + (rec.completion_tokens or 0)
@@ -236,6 +249,7 @@ class Tuner:
         if not self.started:
             self.started = True
             self.early = True
+            self._censor(now)
             if (fit := self._fit(w.prompt / w.ok if w.ok else None)) is not None:
                 self.good, why = max(fit, c), self._fit_why(fit, "")  # a window held at c
                 if (steady := self._steady_fit()) is not None and steady > max(fit, c):
@@ -269,6 +283,27 @@ class Tuner:
         room = f"KV cache peaked at {self.kv_peak:.0%}" if self.kv_peak is not None else (
             "throughput still rising")  # fmt: skip
         return self._move(target, f"room to climb: {room}", now, rate)
+
+    def _censor(self, now: float) -> None:
+        """The first window's lengths from its wave alone, the wave's requests still running
+        counted as censored (at least as long as a stream has made since the wave began):
+        the first answers to end are the short ones, and the replacements sent as they end
+        are shorter still, so the window's own answers say the outputs are shorter than
+        they are, and the first level overshoots."""
+        w = self.w
+        if not w.wave or not w.wave_busy_s or w.wave_t0 is None:
+            return
+        k = len(w.wave)
+        running = max(0, self.c - k)
+        made = sum(w.wave) / w.wave_busy_s * (now - w.wave_t0)  # tokens a stream made since
+        if self.max_tokens:
+            made = min(made, float(self.max_tokens))
+        lengths = [float(n) for n in w.wave] + [made] * running
+        n = len(lengths)
+        w.ok, w.prompt = n, round(w.wave_prompt / k * n)
+        w.out = round(sum(lengths))
+        w.out2 = round(sum(x * x for x in lengths))
+        w.out3 = round(sum(x**3 for x in lengths))
 
     def _project(self) -> None:
         """A scrape a second misses the peak of a wave of requests that end together: the
@@ -367,10 +402,11 @@ class Tuner:
             # a quarter back at most, when a jump (not a doubling) overshot
             new = self.good if c - self.good <= max(1, c // 8) else (self.good + c) // 2
             new = max(new, 3 * c // 4)
-        elif (fit := self._steady_fit()) is not None and fit < c:
+        elif (fit := self._steady_fit()) is not None:
             # the level that held went bad, and the lengths say what fits: back to it (a
-            # half at most), not to half on a few preemptions
-            new, self.good = max(fit, c // 2), None
+            # half at most); where they say this level fits, the spread's excursions
+            # preempted: a quarter back. Not to half on a few preemptions
+            new, self.good = max(c // 2, fit if fit < c else 3 * c // 4), None
         else:  # the level that held went bad: the server shrank, or the outputs grew
             new, self.good = max(1, c // 2), None
         self.prev = None

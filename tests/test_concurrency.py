@@ -21,8 +21,10 @@ from html import escape
 from pathlib import Path
 
 import orjson
+from conftest import genbench
 from tests_helpers import sim_metric
 
+from genbench.plan.document import plan_settings
 from genbench.report.job_page import job_sections
 from genbench.sim.process import SimProcess, start_all, stop_all
 
@@ -116,3 +118,36 @@ def test_auto_steps_back_when_the_capacity_halves_and_preempts_less(tmp_path: Pa
     # the job's report holds the step back and its reason (read from .genbench/runs.jsonl)
     page = "".join(html for _, html, _ in job_sections(tmp_path / "auto", lambda f: ""))
     assert f"{back[0]['old']:,} → {back[0]['new']:,}" in page and escape(back[0]["why"]) in page
+
+
+# plan's pilot: the same sim scaled down to a knee of 16 (16 × (36 + 16) tokens), a step of
+# 5 ms + 0.35 ms per stream, so that a level (4 request lives) takes under a second
+PLAN_SIM = ["--tps", "200", "--per-seq-ms", "0.35", "--ttft-ms", "20", "--kv-tokens",
+            str(16 * (36 + L)), "--max-batch", "4096", "--output-len", f"fixed:{L}"]  # fmt: skip
+
+
+def test_plan_auto_climbs_the_pilot_to_the_knee_and_the_plan_carries_it(tmp_path: Path) -> None:
+    inp = _input(tmp_path / "in.jsonl", 200)
+    with SimProcess(*PLAN_SIM) as sim:
+        p = genbench("plan", "--prompts", str(inp), "--url", sim.url, "-c", "auto",
+                     "--max-tokens", str(L), "--pilot", "64", "--samples", "1000",
+                     "-o", str(tmp_path / "plan"))  # fmt: skip
+        # a climb out of time stops below the knee and says so: one level (8 requests of
+        # 20 ms + 16 steps of >= 5 ms, one at a time: 0.8 s on the sim's clock) and the
+        # next (twice as many) do not fit in half of 3 s
+        short = genbench("plan", "--prompts", str(inp), "--url", sim.url, "-c", "auto",
+                         "--max-tokens", str(L), "--pilot-max-time", "3", "--samples",
+                         "1000", "-o", str(tmp_path / "short"))  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    climb = doc["climb"]
+    assert climb["knee"] == 16 and climb["chosen"] == 16, climb
+    assert [lv["concurrency"] for lv in climb["levels"]][:5] == [1, 2, 4, 8, 16]
+    assert climb["reason"] in ("overloaded", "full"), climb  # the server said so
+    assert doc["inputs"]["concurrency"] == 16 and doc["model"]["concurrency"] == 16
+    assert plan_settings(doc).concurrency == 16  # generate --plan runs it
+    assert "C=16 chosen: the pilot's climb found its knee" in p.stdout
+    assert short.returncode == 0, short.stdout + short.stderr
+    cut = json.loads((tmp_path / "short" / "plan.json").read_text())["climb"]
+    assert cut["knee"] is None and cut["reason"] == "budget" and cut["chosen"] == 1, cut
+    assert "stopped below the knee" in short.stdout

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from genbench.generate.store.runlog import read_runs
-from genbench.report.concurrency import changes_html, concurrency_changes
+from genbench.report.concurrency import changes_html, concurrency_changes, concurrency_figure
 
 pytestmark = pytest.mark.core
 
@@ -32,3 +32,11 @@ def test_changes_read_from_run_notes_into_wall_time(tmp_path: Path) -> None:
     page = changes_html(read_runs(tmp_path))
     assert "384 → 200" in page and "12 requests preempted" in page
     assert changes_html(notes[2:]) == ""  # a fixed -c: no table
+    # the job page's figure: the same changes as a line per server, a corner at each, flat
+    # from its run's first send to its end (seconds since 1000 here)
+    fig = concurrency_figure(read_runs(tmp_path), lambda t: t - 1000.0, "s", ["#111"])
+    assert fig is not None and [s.label for s in fig.series] == ["http://a/v1"]
+    line = fig.series[0]
+    assert list(zip(line.xs, line.ys, strict=True)) == [
+        (0.0, 16), (2.5, 16), (2.5, 384), (40.0, 384), (40.0, 200), (60.0, 200)]  # fmt: skip
+    assert concurrency_figure(notes[2:], lambda t: t, "s", ["#111"]) is None

@@ -14,11 +14,12 @@ pytestmark = pytest.mark.core
 K, P, L = 19_968, 36, 16  # C* = K / (P + L) = 384
 
 
-def answers(t: Tuner, n: int, at: float, *, tokens: int = L, status: int = 200) -> None:
+def answers(t: Tuner, n: int, at: float, *, tokens: int = L, status: int = 200,
+            sent: float | None = None) -> None:  # fmt: skip
     for i in range(n):
         rec = RequestRecord(id=f"r{i}", phase="generate", server="s", model="m", stream=True,
                             max_tokens=L)  # fmt: skip
-        rec.t_send, rec.t_end = at - 1.0, at
+        rec.t_send, rec.t_end = at - 1.0 if sent is None else sent, at
         rec.http_status = status
         if status == 200:
             rec.prompt_tokens, rec.completion_tokens = P, tokens
@@ -90,13 +91,59 @@ def test_varied_lengths_jump_to_the_average_holding_and_a_few_preemptions_are_no
     t = Tuner(16, 320, now=0.0)
     t.early = True
     scrape(t, 0.1, 16)
-    lengths = [50, 150] * 8  # mean 100, E[L^2] = 12,500: a request holds 36 + 62.5 on average
+    # mean 100, E[L^2] = 12,500, E[L^3] = 1.75M: a request holds 36 + 62.5 on average, and
+    # E[h^2] = 36^2 + 36 * 125 + 1.75M / 300: a standard deviation of 43.9 tokens
+    lengths = [50, 150] * 8
     for i, n in enumerate(lengths):
-        answers(t, 1, at=2.0 + i, tokens=n)
+        answers(t, 1, at=2.0 + i, tokens=n, sent=0.0)  # one wave, every answer in
     new, why = t.decide(20.0, in_flight=16)
-    assert new == int(0.9 * K / (P + 62.5)) == 182 and "holding 98 tokens on average" in why
+    # n * 98.5 + 1.64 * sqrt(n) * 43.9 <= K: 192 (the mean alone would fit 202)
+    assert new == 192 and "holding 98 ± 44 tokens" in why
     scrape(t, 0.95, new, preempted=new // 8 - 1)  # young requests preempted: a few, cheap
     assert t.decide(22.0, in_flight=new) is None and t.c == new
     scrape(t, 0.95, new, preempted=new // 8 + 1)  # an eighth of the level: overload
     back, why = t.decide(23.0, in_flight=new)
     assert back < new and f"{new // 8 + 1} requests preempted" in why
+
+
+def test_a_cache_of_a_few_long_requests_keeps_their_spread_to_spare_and_steps_back_to_it() -> None:
+    # vLLM CPU's benchmark cache: 88 blocks of 32 tokens, prompts of 36, answers of 80 or
+    # 320: a request holds 36 + 136 (+ 15.5, half a block) ± 96 tokens; the mean alone
+    # would fit 15
+    cap = 88 * 32
+    t = Tuner(8, 320, now=0.0)
+    t.early = True
+    t.signals(Signals(cap, 0.1, 0.0, 0.0, 8, block=32))
+    for i, n in enumerate([80, 320] * 4):
+        answers(t, 1, at=2.0 + i, tokens=n, sent=0.0)
+    new, why = t.decide(20.0, in_flight=8)
+    assert new == 12 and "± 96 tokens" in why  # n * 187.5 + 1.64 * sqrt(n) * 96.1 <= 2,816
+    # a window of short answers (a lull) peaks low: the climb still stops at the fit
+    t.signals(Signals(cap, 0.5, 0.0, 0.0, new, block=32))
+    for i, n in enumerate([80, 320] * 5):
+        answers(t, 1, at=30.0 + i, tokens=n)
+    assert t.decide(45.0, in_flight=new) is None and t.c == 12
+    # pushed past it (another plan's C), preempting: back to the fit, not to half
+    t = Tuner(16, 320, now=0.0)
+    t.early = t.started = t.settled = True
+    t.signals(Signals(cap, 1.0, 0.0, 0.0, 16, block=32))
+    for i, n in enumerate([80, 320] * 4):
+        answers(t, 1, at=2.0 + i, tokens=n)
+    t.signals(Signals(cap, 1.0, 0.0, 5.0, 16, block=32))
+    back, why = t.decide(20.0, in_flight=16)
+    assert back == 12 and "5 requests preempted" in why
+
+
+def test_the_first_window_counts_the_waves_running_requests_as_censored_lengths() -> None:
+    # 16 sent at 0; by 11 s ten have ended (40..200 tokens at 20 tokens/s a stream) and six
+    # short replacements (20 tokens): the window's own answers would say 103 tokens held
+    # and jump to 181; the six still running have made 220 tokens each (20/s for 11 s), so
+    # the wave holds 129 ± 61 and the cache fits 145
+    t = Tuner(16, 320, now=0.0)
+    t.early = True
+    scrape(t, 0.1, 16)
+    for n in [40, 80, 120, 160, 200] * 2:
+        answers(t, 1, at=n / 20, tokens=n, sent=0.0)
+    answers(t, 6, at=10.5, tokens=20, sent=9.5)
+    new, why = t.decide(11.0, in_flight=16)
+    assert new == 145 and "holding 129 ± 61 tokens" in why

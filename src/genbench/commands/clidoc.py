@@ -30,7 +30,8 @@ A flag name means one thing, with one kind of value, in every command that has i
 * **`-c/--concurrency`**: requests in flight per server, in every command that sends load.
   Where a command sweeps (`run`) it takes one number or a comma-separated list; `auto`
   (the default of `run` on a server and of `generate` without `--plan`) finds the server's
-  knee by climbing; `generate --plan` runs the plan's, and `plan`'s pilot 32.
+  knee by climbing; `generate --plan` runs the plan's, and `plan`'s pilot 32 (`plan -c
+  auto`: the pilot climbs to the knee first, and the plan carries the C it chose).
 * **`-o/--out`**: where a command that writes puts what it makes: a directory (`run`,
   `plan`'s pilot, `generate`, `inspect`'s clean copy) or a file (`report`'s HTML,
   `export`'s trainer file).
@@ -64,7 +65,7 @@ MEANINGS: dict[str, str] = {
     "--bytes-per-token": "Output text bytes per token, when not measured.",
     "--answers": "The answers' shape: conversations, OpenAI Batch output lines, or both.",
     "--concurrency": "Requests in flight per server; one or a list where the command sweeps; "
-    "auto (run, generate): found by climbing.",
+    "auto (run, plan's pilot, generate): found by climbing.",
     "--config": "JSON or TOML file of the job's request fields.",
     "--connect-timeout": "Seconds to wait for a connection.",
     "--deadline": "The job's deadline (5d, 36h, 90m, 2d12h).",

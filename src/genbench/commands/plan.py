@@ -34,8 +34,10 @@ OPTIONS: dict[str, Any] = {
     "rate": (None, "Arithmetic only: output tokens/s of one server."),
     "tokens_per_sample": (None, "Output tokens per sample (thinking included)."),
     "concurrency": typer.Option(
-        None, "--concurrency", "-c", help="Requests in flight per server: --prompts, the "
-        "pilot's and the job's [default: 32]; --from, also forecast at this measured C.",
+        None, "--concurrency", "-c", metavar="N|auto", help="Requests in flight per server: "
+        "--prompts, the pilot's and the job's [default: 32], or auto: the pilot first climbs "
+        "to the server's knee (as run without -c) and runs there; --from, also forecast at "
+        "this measured C.",
     ),
     "url": common.URL,
     "model": common.MODEL,

@@ -11,16 +11,17 @@ records, the server's `/metrics` and the clock; `AutoConcurrency` drives one per
   `cache_config_info`, SGLang's `max_total_num_tokens`), jump to the most requests whose
   prompt plus `max_tokens` fit it: they can never be preempted. When the first window's
   outputs vary in length (requests then end apart, not in waves), jump further at once:
-  to the most requests whose average holding (prompt + E[L^2] / 2E[L]) fills the cache
-  to ROOM, rather than climbing there a window (a request's life) at a time.
+  to the most requests whose holding (prompt + E[L^2] / 2E[L] on average) fits the cache
+  with Z standard deviations of its sum to spare, rather than climbing there a window (a
+  request's life) at a time; that level also bounds the climb.
 * **Climb** while the server has room: double, or halve the gap to the lowest level known
   to be too many. Room: the KV cache's usage peaked under ROOM over the window; without
   `/metrics`, the last climb raised throughput by MIN_GAIN or more.
 * **Step back** on the server's signs of overload: preemptions (vLLM) or retractions
   (SGLang) growing, a queue that stays, 429/503 answers; without `/metrics`, a climb
   whose throughput did not rise (its latency per token rose instead): halfway back to
-  the last good level (the knee lies between), or half the current one when the good
-  level itself went bad (the server lost memory, the outputs grew).
+  the last good level (the knee lies between), or, when the good level itself went bad
+  (the server lost memory, the outputs grew), to what the lengths say fits, else half.
 * **Hold** where neither applies; a window whose KV usage stays far under ROOM reopens
   the climb (outputs that grew shorter).
 
@@ -47,6 +48,8 @@ SAFE_START = 16
 CEILING = 4096
 ROOM = 0.90  # KV usage peak under which a level has room to climb
 REOPEN = 0.60  # held: a window whose KV usage peaked under this reopens the climb
+HOLDING_MIN = 8  # answers that tell how long the answers are, and how they vary
+Z = 1.64  # the KV cache's holding kept this many standard deviations of its sum under full
 MIN_GAIN = 0.05  # without /metrics: a climb must raise throughput by this much
 SETTLE_S = 1.0  # after a change, overload signs count from then (the old level's drain)
 SPREAD = 0.15  # outputs' lengths vary (sd over mean) enough that requests end apart
@@ -83,6 +86,7 @@ class Signals:
     waiting: float | None = None
     preemptions: float | None = None  # a counter
     running: float | None = None
+    block: int = 1  # tokens the engine allocates at a time (vLLM's block_size)
 
 
 def read_signals(snap: Snapshot) -> Signals:
@@ -91,14 +95,14 @@ def read_signals(snap: Snapshot) -> Signals:
     _, waiting = snap.first(GAUGES["waiting"])
     _, preempted = snap.first(COUNTERS["preemptions"])
     _, running = snap.first(GAUGES["running"])
-    capacity = None
+    capacity, block = None, 1
     for labels, _ in snap.samples.get("vllm:cache_config_info", []):
         blocks, size = labels.get("num_gpu_blocks"), labels.get("block_size")
         if blocks and size and blocks.isdigit() and size.isdigit():
-            capacity = int(blocks) * int(size)
+            capacity, block = int(blocks) * int(size), int(size)
     if capacity is None and (total := snap.total("sglang:max_total_num_tokens")):
         capacity = int(total)
-    return Signals(capacity, usage, waiting, preempted, running)
+    return Signals(capacity, usage, waiting, preempted, running, block)
 
 
 @dataclass
@@ -111,10 +115,17 @@ class _Window:
     held: int = 0  # their prompt and output tokens: what each held at its end
     out: int = 0  # their output tokens
     out2: int = 0  # ... squared (the second moment: how long a request holds the cache)
+    out3: int = 0  # ... cubed (the third: how much what it holds varies)
     tokens: int = 0  # output tokens of the requests sent since the change
     busy_s: float = 0.0  # summed request durations (latency per token = busy_s / tokens)
     last_end: float = 0.0
     refused: int = 0
+    # the wave: requests sent before the window's first answer ended (all at its start)
+    first_end: float | None = None
+    wave_t0: float | None = None  # the wave's first send
+    wave: list[int] | None = None  # its answers' output tokens
+    wave_prompt: int = 0
+    wave_busy_s: float = 0.0  # their summed durations (a stream's tokens per second)
 
 
 class Tuner:
@@ -129,13 +140,16 @@ class Tuner:
         self.early = False  # jumped on what the first requests hold (before any answer)
         self.prev: tuple[int, float] | None = None  # (level, rate) before the last climb
         self.sig = Signals()
-        self.fit_prompt = 0.0
+        self.fit_prompt = self.fit_sd = 0.0
         self.t_level, self.level_n = now, 0  # the level's start, its answers since
         self.settled = False  # the old level's requests have drained (overload counts)
         self.stepped_back = False  # the last change lowered the level
+        self.lengths: _Window | None = None
         self._reset(now)
 
     def _reset(self, now: float) -> None:
+        if getattr(self, "w", None) is not None and self.w.ok >= HOLDING_MIN:
+            self.lengths = self.w  # the last window that said how long the answers are
         self.t_change, self.w = now, _Window()
         self.kv_peak: float | None = None
         self.queued = 0  # samples in a row with a queue
@@ -153,13 +167,21 @@ class Tuner:
         w.n += 1
         self.level_n += 1
         w.refused += rec.http_status in OVERLOAD_STATUSES
+        if w.first_end is None:
+            w.first_end = rec.t_end
         if not rec.ok:
             return
+        if rec.t_send < w.first_end:  # one of the wave
+            w.wave = [*(w.wave or []), rec.completion_tokens or 0]
+            w.wave_prompt += rec.prompt_tokens or 0
+            w.wave_busy_s += rec.t_end - rec.t_send
+            w.wave_t0 = min(w.wave_t0 or rec.t_send, rec.t_send)
         w.ok += 1
         w.prompt += rec.prompt_tokens or 0
         w.held += (rec.prompt_tokens or 0) + (rec.completion_tokens or 0)
         w.out += rec.completion_tokens or 0
         w.out2 += (rec.completion_tokens or 0) ** 2
+        w.out3 += (rec.completion_tokens or 0) ** 3
         if rec.t_send >= self.t_change:
             w.tokens += rec.completion_tokens or 0
             w.busy_s += rec.t_end - rec.t_send
@@ -170,7 +192,7 @@ class Tuner:
         if self.preempt_base is None:
             self.preempt_base = sig.preemptions
         self.sig = Signals(sig.kv_capacity or self.sig.kv_capacity, sig.kv_usage, sig.waiting,
-                           sig.preemptions, sig.running)  # fmt: skip
+                           sig.preemptions, sig.running, sig.block)  # fmt: skip
         if sig.kv_usage is not None:
             self.kv_peak = max(self.kv_peak or 0.0, sig.kv_usage)
         big = sig.waiting is not None and sig.waiting >= max(1.0, self.c * QUEUE_SHARE)
@@ -227,6 +249,7 @@ class Tuner:
         if not self.started:
             self.started = True
             self.early = True
+            self._censor(now)
             if (fit := self._fit(w.prompt / w.ok if w.ok else None)) is not None:
                 self.good, why = max(fit, c), self._fit_why(fit, "")  # a window held at c
                 if (steady := self._steady_fit()) is not None and steady > max(fit, c):
@@ -250,12 +273,37 @@ class Tuner:
         if self.metrics and self.bad is not None and (self.kv_peak or 0.0) < REOPEN:
             self.bad = None  # far from full at a level that held: there is room again
         target = self._next()
+        if target is not None and self.metrics and (steady := self._steady_fit()) is not None:
+            # varied lengths: the level whose holding fits the cache with its spread bounds
+            # the climb (a window's low peak is a lull of short answers, not room)
+            target = min(target, steady) if steady > c else None
         if target is None:
             self._hold(now, rate)
             return None
         room = f"KV cache peaked at {self.kv_peak:.0%}" if self.kv_peak is not None else (
             "throughput still rising")  # fmt: skip
         return self._move(target, f"room to climb: {room}", now, rate)
+
+    def _censor(self, now: float) -> None:
+        """The first window's lengths from its wave alone, the wave's requests still running
+        counted as censored (at least as long as a stream has made since the wave began):
+        the first answers to end are the short ones, and the replacements sent as they end
+        are shorter still, so the window's own answers say the outputs are shorter than
+        they are, and the first level overshoots."""
+        w = self.w
+        if not w.wave or not w.wave_busy_s or w.wave_t0 is None:
+            return
+        k = len(w.wave)
+        running = max(0, self.c - k)
+        made = sum(w.wave) / w.wave_busy_s * (now - w.wave_t0)  # tokens a stream made since
+        if self.max_tokens:
+            made = min(made, float(self.max_tokens))
+        lengths = [float(n) for n in w.wave] + [made] * running
+        n = len(lengths)
+        w.ok, w.prompt = n, round(w.wave_prompt / k * n)
+        w.out = round(sum(lengths))
+        w.out2 = round(sum(x * x for x in lengths))
+        w.out3 = round(sum(x**3 for x in lengths))
 
     def _project(self) -> None:
         """A scrape a second misses the peak of a wave of requests that end together: the
@@ -280,29 +328,46 @@ class Tuner:
         E[L^2] / 2E[L] (a request is met in flight in proportion to its length, at a
         uniform point of it). None while lengths are alike (requests that started together
         stay in step and all hold prompt + L at once: the wave's end is the peak)."""
-        w = self.w
-        if w.ok < 8 or not w.out:
+        got = self._holding()
+        return got[0] if got is not None else None
+
+    def _holding(self) -> tuple[float, float] | None:
+        """The residency (above) and its standard deviation across requests in flight: a
+        request met at a uniform point u of its life holds P + uL, L drawn in proportion to
+        itself, so E[h^2] = P^2 + P E[L^2]/E[L] + E[L^3] / 3E[L]. Half an allocation block
+        is added to the mean (an engine holds whole blocks). From this window's answers, or
+        while it has too few (an overload read early in a level), the last window's."""
+        w = self.w if self.w.ok >= HOLDING_MIN or self.lengths is None else self.lengths
+        if w.ok < HOLDING_MIN or not w.out:
             return None
         mean = w.out / w.ok
         var = max(0.0, w.out2 / w.ok - mean * mean)
         if var**0.5 < SPREAD * mean:
             return None
-        return w.prompt / w.ok + w.out2 / w.ok / (2 * mean)
+        p, l2, l3 = w.prompt / w.ok, w.out2 / w.ok, w.out3 / w.ok
+        resid = p + l2 / (2 * mean)
+        h2 = p * p + p * l2 / mean + l3 / (3 * mean)
+        return resid + (self.sig.block - 1) / 2, max(0.0, h2 - resid * resid) ** 0.5
 
     def _steady_fit(self) -> int | None:
-        """The most requests whose average holding fills the KV cache to ROOM: the level a
-        job of varied lengths runs best at, reached in one step from the first window."""
-        cap, resid = self.sig.kv_capacity, self._residency()
-        if not cap or resid is None:
+        """The most requests whose holding fits the KV cache with Z standard deviations of
+        its sum to spare (n m + Z sqrt(n) s <= K): the level a job of varied lengths runs
+        best at, reached in one step from the first window. A small cache (a few long
+        requests) keeps more to spare than a large one, where the sum varies less."""
+        cap, got = self.sig.kv_capacity, self._holding()
+        if not cap or got is None:
             return None
-        self.fit_prompt = resid
-        return max(1, min(self.ceiling, int(ROOM * cap / resid)))
+        m, sd = got
+        self.fit_prompt, self.fit_sd = m, sd
+        x = (-Z * sd + ((Z * sd) ** 2 + 4 * m * cap) ** 0.5) / (2 * m)  # sqrt(n)
+        return max(1, min(self.ceiling, int(x * x)))
 
     def _steady_why(self, fit: int) -> str:
         cap = self.sig.kv_capacity or 0
         return (
             f"the KV cache holds {cap:,} tokens: {fit} requests holding {self.fit_prompt:.0f} "
-            f"tokens on average (prompt + the answers' lengths so far) fill {ROOM:.0%}"
+            f"± {self.fit_sd:.0f} tokens (prompt + the answers' lengths so far) fit it with "
+            f"{Z:g} standard deviations of their sum to spare"
         )
 
     def _early_fit(self) -> int | None:
@@ -337,6 +402,11 @@ class Tuner:
             # a quarter back at most, when a jump (not a doubling) overshot
             new = self.good if c - self.good <= max(1, c // 8) else (self.good + c) // 2
             new = max(new, 3 * c // 4)
+        elif (fit := self._steady_fit()) is not None:
+            # the level that held went bad, and the lengths say what fits: back to it (a
+            # half at most); where they say this level fits, the spread's excursions
+            # preempted: a quarter back. Not to half on a few preemptions
+            new, self.good = max(c // 2, fit if fit < c else 3 * c // 4), None
         else:  # the level that held went bad: the server shrank, or the outputs grew
             new, self.good = max(1, c // 2), None
         self.prev = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,6 +21,13 @@ from genbench.generate.pipeline import Retries
 from genbench.generate.planned import DEFAULT_CONCURRENCY
 from genbench.generate.recipe import TURNS, Recipe
 from genbench.plan import rescale
+from genbench.plan.climb import (
+    CLIMB_SHARE,
+    climb,
+    climb_note,
+    pilot_level,
+    plan_concurrency,
+)
 from genbench.plan.configurations import plan_from_results
 from genbench.plan.decide import Candidate, Deadline, Pricing, decide, parse_deadline, parse_gpus
 from genbench.plan.disk import add_disk_check
@@ -29,7 +36,6 @@ from genbench.plan.from_pilot import plan_from_pilot
 from genbench.plan.from_rate import plan_arithmetic
 from genbench.plan.from_result import plan_from_result
 from genbench.plan.pilot import (
-    PilotInput,
     PilotRun,
     PilotStop,
     draws_of,
@@ -38,14 +44,16 @@ from genbench.plan.pilot import (
     read_pilot_input,
     run_pilot,
 )
+from genbench.plan.pilot_doc import PilotSetup, pilot_inputs, pilot_source
 from genbench.plan.replan import is_plan, replan
 from genbench.plan.storage import HiddenStates, hidden_states, storage_from_tokens
 from genbench.plan.units import parse_counts
 from genbench.records import RequestRecord
+from genbench.run.knee import CLIMB_MAX
 from genbench.run.result import REQUESTS_FILE, configuration_dirs, load_result, prepare_out_dir
 from genbench.settings import Setting, setting
 from genbench.transport import acceptance
-from genbench.transport.endpoint import Endpoint, endpoint
+from genbench.transport.endpoint import endpoint
 from genbench.transport.eventloop import run_async
 from genbench.transport.open_files import fit_descriptors
 from genbench.transport.thinking import parse_dialect, parse_tags
@@ -88,7 +96,7 @@ class PlanArgs(RequestFlags):
     prompts: Path | None
     rate: float | None
     tokens_per_sample: float | None
-    concurrency: int | None
+    concurrency: str | None  # N, or auto (the pilot climbs: plan/climb.py)
     url: str | None
     model: str | None
     api_key_env: str
@@ -133,6 +141,12 @@ class _Ask:
 def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path | None]:
     """The plan document, and the plan.json it was saved to (None: the arithmetic's is not
     saved). A bad flag or input is a UsageError before any request is sent."""
+    c, climbing = plan_concurrency(args.concurrency)
+    if climbing and (args.from_ or not args.prompts):
+        raise UsageError("-c auto makes plan's pilot climb to the server's knee: it needs "
+                         "--prompts FILE and --url, without --from (a run's own climb is "
+                         "`genbench run` without -c)")  # fmt: skip
+    args = replace(args, concurrency=c)  # type: ignore[arg-type]  # a number from here on
     if len(args.from_ or []) == 1 and is_plan(args.from_[0]):  # type: ignore[index]
         return _replanned(args, args.from_[0])  # type: ignore[index]
     counts, hidden = _check(args)
@@ -166,7 +180,7 @@ def make_plan(args: PlanArgs, watch: PilotWatch) -> tuple[dict[str, Any], Path |
             raise UsageError("--prompts needs --url: the server to run the pilot on")
         if args.tokens_per_sample is not None:
             raise UsageError("--tokens-per-sample does not apply to a pilot: it measures them")
-        doc, where = _plan_pilot(args, counts, hidden, watch)
+        doc, where = _plan_pilot(args, counts, hidden, watch, climbing)
     if ask.wanted and "decision" not in doc:
         doc["decision"] = decide([_candidate(doc)], args.servers, ask.deadline, ask.pricing)
     doc["notes"].extend(ask.notes)
@@ -282,36 +296,31 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
     return counts, hidden_states(args.hidden_size, args.layers_captured, args.dtype_bytes)
 
 
-@dataclass
-class _Pilot:
-    """One pilot as the flags set it up, before anything is sent."""
-
-    ep: Endpoint
-    source: PilotInput
-    concurrency: int
-    size: int  # the fixed pilot's rows, or the open-ended one's minimum
-    stop: PilotStop | None
-    params: dict[str, Any]
-    out: Path
-
-
 def _plan_pilot(
-    args: PlanArgs, counts: list[int], hidden: HiddenStates | None, watch: PilotWatch
+    args: PlanArgs,
+    counts: list[int],
+    hidden: HiddenStates | None,
+    watch: PilotWatch,
+    climbing: bool = False,
 ) -> tuple[dict[str, Any], Path]:
-    """Check the prompts and the server, run the pilot, and plan from what it saw (the plan
-    and the directory it is to be saved in)."""
-    pilot, check, run = _pilot_run(args, watch)
+    """Check the prompts and the server, run the pilot (with `climbing`: at the knee its
+    climb found), and plan from what it saw (the plan and the directory it is to be saved
+    in)."""
+    pilot, check, run = _pilot_run(args, watch, climbing)
     doc = plan_from_pilot(
         run,
         pilot.concurrency,
         counts,
         args.servers,
         hidden,
-        _pilot_source(pilot, check),
-        _pilot_inputs(pilot, args, run, counts),
+        pilot_source(pilot, check),
+        pilot_inputs(pilot, args, run, counts),
         args.bootstrap,
         args.seed,
     )
+    if pilot.climbed is not None:  # the concurrency chosen, and why, first of the notes
+        doc["climb"] = pilot.climbed.to_dict()
+        doc["notes"].insert(0, climb_note(doc["climb"]))
     return doc, pilot.out
 
 
@@ -348,7 +357,8 @@ def _plan_rescaled(
     return doc, pilot.out
 
 
-def _pilot_run(args: PlanArgs, watch: PilotWatch) -> tuple[_Pilot, CheckReport, PilotRun]:
+def _pilot_run(args: PlanArgs, watch: PilotWatch, climbing: bool = False
+               ) -> tuple[PilotSetup, CheckReport, PilotRun]:  # fmt: skip
     """The pilot as the flags set it up, the server's check, and what the pilot saw."""
     params = args.params()
     stop = None
@@ -359,7 +369,7 @@ def _pilot_run(args: PlanArgs, watch: PilotWatch) -> tuple[_Pilot, CheckReport, 
     concurrency = args.concurrency or DEFAULT_PILOT_C
     assert args.url and args.prompts
     ep = endpoint(args.url, args.api_key_env, args.api_key_file)
-    fit_descriptors(concurrency, 1, "--concurrency")
+    fit_descriptors(CLIMB_MAX if climbing else concurrency, 1, "--concurrency")
     # generate's reader: a file generate refuses fails here, with the same message, before
     # the server is touched
     source = read_pilot_input(args.prompts, args.seed)
@@ -367,7 +377,7 @@ def _pilot_run(args: PlanArgs, watch: PilotWatch) -> tuple[_Pilot, CheckReport, 
     if stop is not None:
         stop.min_requests = min(size, source.total)
     out = args.out_dir or Path("genbench-runs") / f"{datetime.now():%Y%m%d-%H%M%S}-plan"
-    pilot = _Pilot(ep, source, concurrency, size, stop, params, out)
+    pilot = PilotSetup(ep, source, concurrency, size, stop, params, out)
     tags, dialect = checked(parse_tags, args.think_tags), checked(parse_dialect, args.think_dialect)
     r = Retries()  # the pilot's requests' (pilot.py): its test request retries as they do
     retries = CheckRetries(r.retries, r.backoff, r.max_backoff)
@@ -376,6 +386,8 @@ def _pilot_run(args: PlanArgs, watch: PilotWatch) -> tuple[_Pilot, CheckReport, 
     if not check.ok:
         raise GenbenchError(f"preflight failed: {check.diagnosis}", check.exit_code)
     prepare_out_dir(out)
+    if climbing:
+        _climb(pilot, args, check, watch)
     run = _run(pilot, args, check, watch)
     return pilot, check, run
 
@@ -387,7 +399,32 @@ def warmup_rows(rows: Sequence[Row], concurrency: int) -> list[Row]:
     return [rows[-1 - i % len(rows)] for i in range(4 * concurrency)]
 
 
-def _run(pilot: _Pilot, args: PlanArgs, check: CheckReport, watch: PilotWatch) -> PilotRun:
+def _climb(pilot: PilotSetup, args: PlanArgs, check: CheckReport, watch: PilotWatch) -> None:
+    """-c auto: the climb (plan/climb.py) on the pilot's rows; the pilot then runs at the C
+    it chose, for what is left of --pilot-max-time."""
+    recipe = Recipe(pilot.params, args.turns, args.tool_policy)
+    level = pilot_level(pilot.ep, check.model or "", recipe, args.timeout,
+                        think=check.think_mode(), token_ids=check.token_ids,
+                        accept=acceptance.ask_for(check.server.kind))  # fmt: skip
+    budget = CLIMB_SHARE * args.pilot_max_time
+    watch.say(f"[bold]genbench plan[/] climb: doubling C from 1 on {pilot.ep.base_url} until "
+              f"the server's knee (at most {budget:g} s)")  # fmt: skip
+    rows = pilot_stream(pilot.source.rows, args.seed + 2)
+    try:
+        got = run_async(climb(pilot.ep, rows, level, budget, watch.say))
+    except (KeyboardInterrupt, asyncio.CancelledError) as e:
+        raise PilotInterrupted(pilot.out, e) from None
+    except ServerDown as e:
+        raise GenbenchError(f"{e} in the pilot's climb", e.exit_code) from None
+    watch.say(f"  {climb_note(got.to_dict())}")
+    pilot.climbed, pilot.concurrency = got, got.chosen
+    pilot.size = args.pilot or max(200, 8 * got.chosen)
+    if pilot.stop is not None:
+        pilot.stop.min_requests = min(pilot.size, pilot.source.total)
+        pilot.stop.max_s = max(pilot.stop.min_s, args.pilot_max_time - got.wall_s)
+
+
+def _run(pilot: PilotSetup, args: PlanArgs, check: CheckReport, watch: PilotWatch) -> PilotRun:
     """The warm-up and the pilot, on the server as `check` found it (its model, its thinking
     dialect, its token ids and acceptance), its progress told to `watch`."""
     rows, stop, c = pilot.source.rows, pilot.stop, pilot.concurrency
@@ -396,6 +433,7 @@ def _run(pilot: _Pilot, args: PlanArgs, check: CheckReport, watch: PilotWatch) -
     items = itertools.islice(stream, len(rows) if stop is not None else pilot.size)
     recipe = Recipe(pilot.params, args.turns, args.tool_policy)
     warm = first_turn_requests(warmup_rows(rows, c), recipe, "warm")
+    warm_s = 0.0 if pilot.climbed is not None else args.warmup  # the climb's load warmed it
     size = (
         f"until ±{stop.target:.0%} (≥ {stop.min_requests}"
         + (f", ≥ {stop.min_s:g} s" if stop.min_s else "")
@@ -406,7 +444,7 @@ def _run(pilot: _Pilot, args: PlanArgs, check: CheckReport, watch: PilotWatch) -
     watch.say(
         f"[bold]genbench plan[/] pilot: {size} from "
         f"{args.prompts} at C={c} on {pilot.ep.base_url} → {pilot.out}"
-        + (f" (after {args.warmup:g} s of warm-up)" if args.warmup else "")
+        + (f" (after {warm_s:g} s of warm-up)" if warm_s else "")
     )
     watch.pilot_started(pilot.size if stop is None else None, stop)
     try:
@@ -420,7 +458,7 @@ def _run(pilot: _Pilot, args: PlanArgs, check: CheckReport, watch: PilotWatch) -
                 watch.record,
                 timeout=args.timeout,
                 warmup=warm,
-                warmup_s=args.warmup,
+                warmup_s=warm_s,
                 stop=stop,
                 recipe=recipe,
                 think=check.think_mode(),
@@ -449,42 +487,3 @@ def _run(pilot: _Pilot, args: PlanArgs, check: CheckReport, watch: PilotWatch) -
         + "; simulating the job …"
     )
     return run
-
-
-def _pilot_source(pilot: _Pilot, check: CheckReport) -> dict[str, Any]:
-    return {
-        "kind": "pilot",
-        "prompts": str(pilot.source.path),
-        "prompts_in_file": pilot.source.total,
-        "url": pilot.ep.base_url,
-        "model": check.model,
-        "server": check.server.kind,
-        "records": str(pilot.out / REQUESTS_FILE),
-    }
-
-
-def _pilot_inputs(
-    pilot: _Pilot, args: PlanArgs, run: PilotRun, counts: list[int]
-) -> dict[str, Any]:
-    stop = pilot.stop
-    return {
-        "samples": counts,
-        "servers": args.servers,
-        "concurrency": pilot.concurrency,
-        "pilot": run.samples,
-        "pilot_requests": len(run.records),
-        "turns": args.turns,
-        "tool_policy": args.tool_policy,
-        "pilot_fixed": args.pilot,
-        "target_error": stop.target if stop is not None else None,
-        "pilot_min_time_s": stop.min_s if stop is not None else None,
-        "pilot_max_time_s": stop.max_s if stop is not None else None,
-        "pilot_stopped": run.stopped,
-        "pilot_stopped_at": run.stopped_at,
-        "speed_drift": args.speed_drift / 100,
-        "max_tokens": pilot.params.get("max_tokens"),
-        "params": pilot.params,
-        "seed": args.seed,
-        "bootstrap": args.bootstrap,
-        "warmup_s": args.warmup,
-    }

@@ -10,9 +10,11 @@ concurrency each server ran, when it changed and why (issue #47's "the job repor
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from html import escape
 from typing import Any
 
+from genbench.report.figures import Figure, Series
 from genbench.report.parts import table_of
 
 
@@ -58,3 +60,34 @@ def changes_html(notes: list[dict[str, Any]]) -> str:
         "concurrency: when, seconds since its run started sending, from → to, and why</p>"
         + table_of(["when", "at (s)", "server", "concurrency", "why"], rows, {0, 2, 3, 4})
     )
+
+
+def concurrency_figure(notes: list[dict[str, Any]], ax: Callable[[float], float],
+                       x_label: str, colors: Sequence[str]) -> Figure | None:  # fmt: skip
+    """Each server's concurrency over the job's time, from the same changes as the table
+    (a line per server, a corner at each change, flat to its run's end); None when the job
+    ran a fixed concurrency. `ax` maps wall time to the page's time axis."""
+    changes = [c for c in concurrency_changes(notes) if c["t"] is not None]
+    if not changes:
+        return None
+    ends = [n["at"] for n in notes
+            if n.get("event") == "end" and isinstance(n.get("at"), int | float)]  # fmt: skip
+    fig = Figure("job_concurrency", "Concurrency per server (-c auto)", "requests in flight "
+                 "each server was held to: a corner at each change (the table below says why)",
+                 x_label, "concurrency", wide=True)  # fmt: skip
+    by_server: dict[str, list[dict[str, Any]]] = {}
+    for c in changes:
+        by_server.setdefault(str(c.get("server", "")), []).append(c)
+    for i, (server, cs) in enumerate(by_server.items()):
+        start = cs[0]["t"] - float(cs[0]["at_s"])  # its run's first send
+        xs, ys = [ax(start)], [float(cs[0]["old"])]
+        for c in cs:
+            xs += [ax(c["t"]), ax(c["t"])]
+            ys += [ys[-1], float(c["new"])]
+        end = next((e for e in ends if e >= cs[-1]["t"]), cs[-1]["t"])
+        xs.append(ax(end))
+        ys.append(ys[-1])
+        tips = [f"{server}: {y:,.0f}" for y in ys]
+        fig.series.append(Series(server, colors[i % len(colors)], xs, ys, marker="none",
+                                 tips=tips))  # fmt: skip
+    return fig

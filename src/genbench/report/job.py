@@ -18,6 +18,7 @@ from genbench import fmt
 from genbench.compare.runs import PALETTE
 from genbench.generate.store import layout
 from genbench.generate.store.runlog import read_runs
+from genbench.report.concurrency import concurrency_figure
 from genbench.report.figures import FAIL_COLOR, Band, Figure, HBar, Series
 from genbench.report.joblog import EDGES, JobHistory, read_job_log
 
@@ -290,6 +291,8 @@ def figures(h: JobHistory, notes: list[dict[str, Any]], tag: str | None = None
         cdf_figure(h, "job_lengths", "Lengths", [("completion_tokens", "output tokens"),
                    ("reasoning_tokens", "thinking tokens")], "tokens"),  # fmt: skip
     ]
+    if (auto := concurrency_figure(notes, ax, ax.label, COLORS)) is not None:
+        figs.append(auto)  # -c auto: each server's level over time
     for f in figs if tag else []:
         f.id += f"_{tag}"
         f.title += f" (shard {tag.replace('of', '/')})"

@@ -91,6 +91,7 @@ def section(path: Path, h: JobHistory, notes: list[dict[str, Any]], figs: list[F
         "<div class='grid'>" + "".join(figure_html(by_id[k]) for k in
                                        ("job_rows", "job_tokens", "job_servers")) + "</div>",
         "<h3>Servers</h3>" + _server_table(h),
+        figure_html(by_id["job_concurrency"]) if "job_concurrency" in by_id else "",
         changes_html(notes),
         *_engines_html(path, by_id, figure_html, tag),
         f"<p class='note'>failed requests by kind: {escape(kinds or 'none')}"

@@ -1,0 +1,67 @@
+"""A pilot as `plan`'s flags set it up (its server, its rows, its C, when it stops), and
+the parts of the plan document that say so: where it measured (`source`) and what it was
+asked (`inputs`, which `generate --plan` reads back: plan/document.plan_settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from genbench.check.preflight import CheckReport
+from genbench.plan.climb import Climbed
+from genbench.plan.pilot import PilotInput, PilotRun, PilotStop
+from genbench.run.result import REQUESTS_FILE
+from genbench.transport.endpoint import Endpoint
+
+
+@dataclass
+class PilotSetup:
+    """One pilot as the flags set it up, before anything is sent."""
+
+    ep: Endpoint
+    source: PilotInput
+    concurrency: int
+    size: int  # the fixed pilot's rows, or the open-ended one's minimum
+    stop: PilotStop | None
+    params: dict[str, Any]
+    out: Path
+    climbed: Climbed | None = None  # -c auto: the climb that chose `concurrency`
+
+
+def pilot_source(pilot: PilotSetup, check: CheckReport) -> dict[str, Any]:
+    return {
+        "kind": "pilot",
+        "prompts": str(pilot.source.path),
+        "prompts_in_file": pilot.source.total,
+        "url": pilot.ep.base_url,
+        "model": check.model,
+        "server": check.server.kind,
+        "records": str(pilot.out / REQUESTS_FILE),
+    }
+
+
+def pilot_inputs(pilot: PilotSetup, args: Any, run: PilotRun, counts: list[int]) -> dict[str, Any]:
+    stop = pilot.stop
+    return {
+        "samples": counts,
+        "servers": args.servers,
+        "concurrency": pilot.concurrency,
+        "concurrency_from": "climb" if pilot.climbed is not None else "flag",
+        "pilot": run.samples,
+        "pilot_requests": len(run.records),
+        "turns": args.turns,
+        "tool_policy": args.tool_policy,
+        "pilot_fixed": args.pilot,
+        "target_error": stop.target if stop is not None else None,
+        "pilot_min_time_s": stop.min_s if stop is not None else None,
+        "pilot_max_time_s": stop.max_s if stop is not None else None,
+        "pilot_stopped": run.stopped,
+        "pilot_stopped_at": run.stopped_at,
+        "speed_drift": args.speed_drift / 100,
+        "max_tokens": pilot.params.get("max_tokens"),
+        "params": pilot.params,
+        "seed": args.seed,
+        "bootstrap": args.bootstrap,
+        "warmup_s": args.warmup,
+    }

@@ -1,0 +1,64 @@
+"""The tail model (generate/tail.py): the durations' fit sees the requests still running,
+a request in flight ends at its own duration, rows not yet sent wait for a free stream,
+a request older than any seen is given a tail past them, and before the rate has two
+clusters the requests in flight give an ETA (generate/eta.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from genbench.generate.eta import Completions, estimate
+from genbench.generate.tail import finish, fit_censored
+
+pytestmark = pytest.mark.core
+
+
+def test_the_fit_counts_the_long_requests_still_running():
+    rng = np.random.default_rng(7)
+    d = rng.lognormal(1.0, 0.8, 4000)
+    cut = math.exp(1.3)  # about a third of the requests are still running at the cut
+    ended, ages = d[d <= cut], np.full(int((d > cut).sum()), cut)
+    mu, sigma = fit_censored(ended, ages)
+    assert mu == pytest.approx(1.0, abs=0.06) and sigma == pytest.approx(0.8, abs=0.06)
+    naive = np.log(ended)  # the durations that ended alone: the short ones
+    assert naive.mean() < 0.8 and naive.std() < 0.6
+
+
+def test_a_request_in_flight_ends_at_its_own_duration():
+    # every request lasts 10 s: those 2, 4, 6 and 8 s in are done in 8 s, not 10 or 5
+    q = finish([10.0] * 50, [2.0, 4.0, 6.0, 8.0], 0, (0.025, 0.5, 0.975))
+    assert q is not None and q == pytest.approx([8.0, 8.0, 8.0], abs=0.01)
+
+
+def test_rows_not_sent_wait_for_a_free_stream():
+    # 10 s each; 2 streams busy for 10 s more; 3 rows to send: 10, 20, then 30 s
+    q = finish([10.0] * 50, [1e-6, 1e-6], 3, (0.5,), streams=2)
+    assert q is not None and q[0] == pytest.approx(30.0, abs=0.01)
+    # 4 streams, 2 of them free now: two rows start now, the third at 10 s
+    q = finish([10.0] * 50, [1e-6, 1e-6], 3, (0.5,), streams=4)
+    assert q is not None and q[0] == pytest.approx(20.0, abs=0.01)
+
+
+def test_a_request_older_than_any_seen_runs_on_past_them():
+    rng = np.random.default_rng(3)
+    seen = list(rng.lognormal(0.0, 1.0, 200))
+    old = 3 * max(seen)  # the empirical distribution would say it has ended
+    q = finish(seen, [old], 0, (0.025, 0.5, 0.975))
+    assert q is not None and 0 < q[0] < q[1] < q[2]
+    assert finish(seen[:5], [old], 0, (0.5,)) is None  # too few ended to draw from
+
+
+def test_before_two_clusters_the_requests_in_flight_give_an_eta():
+    done = Completions()
+    for k in range(32):  # the first wave of 32 ending, 5 s each; more of it may come yet
+        done.add(5.0 + k * 0.001, 1, 5.0)
+    assert estimate(done, 100, 5.035) is None  # no rate yet
+    ages = [0.03 - k * 0.001 for k in range(32)]  # the next wave, sent as each ended
+    e = estimate(done, 100, 5.035, ages=ages, streams=32)
+    # the 100 rows left: the 32 in flight (0.03 s of their 5 in), then 32, 32 and the last 4
+    assert e is not None and e.seconds == pytest.approx(20.0 - 0.03, abs=0.05)
+    assert e.lo_s is not None and e.hi_s is not None
+    assert e.lo_s <= e.seconds <= e.hi_s < 2 * e.seconds

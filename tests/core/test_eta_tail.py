@@ -62,3 +62,19 @@ def test_before_two_clusters_the_requests_in_flight_give_an_eta():
     assert e is not None and e.seconds == pytest.approx(20.0 - 0.03, abs=0.05)
     assert e.lo_s is not None and e.hi_s is not None
     assert e.lo_s <= e.seconds <= e.hi_s < 2 * e.seconds
+
+
+def test_after_the_concurrency_moves_the_rate_is_the_new_ones():
+    # -c auto doubled the streams at 20.1 s (Progress.rate_changed): waves of 32 rows every
+    # 2 s before, of 64 after; the ETA reads the rate since the change once it shows
+    done = Completions()
+    for w in range(1, 15):
+        size = 32 if w <= 10 else 64
+        for k in range(size):
+            done.add(w * 2.0 + k * 0.001, 1, 2.0)
+    now, left = 28.2, 640
+    moved = estimate(done, left, now, since=20.1)
+    blended = estimate(done, left, now)
+    assert moved is not None and blended is not None
+    assert moved.seconds == pytest.approx(left / 32, rel=0.1)  # 64 rows every 2 s
+    assert blended.seconds > 1.15 * moved.seconds  # the half before the change, slower

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from genbench.generate.eta import Completions, estimate
+from genbench.generate.progress import Progress, ServerState
 from genbench.generate.tail import finish, fit_censored
+from genbench.records import RequestRecord
 
 pytestmark = pytest.mark.core
 
@@ -78,3 +80,23 @@ def test_after_the_concurrency_moves_the_rate_is_the_new_ones():
     assert moved is not None and blended is not None
     assert moved.seconds == pytest.approx(left / 32, rel=0.1)  # 64 rows every 2 s
     assert blended.seconds > 1.15 * moved.seconds  # the half before the change, slower
+
+
+def test_the_simulated_end_runs_on_the_streams_of_the_servers_up():
+    # two servers of 8 streams; the second goes down: the rows not yet sent wait for the
+    # first's streams alone (generate/progress.py hands the tail the up servers' count)
+    now = [90.0]
+    prog = Progress(40, 0, 0, ["a", "b"], clock=lambda: now[0])
+    now[0] = 100.0
+    prog.sending = lambda: [99.0] * 8  # 8 requests 1 s in
+    for i in range(10):  # 10 rows of 4 s ended, one cluster still forming: no rate yet
+        prog.on_record(RequestRecord(f"r{i}", server="a", t_send=95.0, t_end=99.0 + i * 1e-3,
+                                     extra={"outcome": "done"}))  # fmt: skip
+        prog.on_durable("row", [(f"r{i}", None)])
+    both = prog.snapshot([ServerState("a", concurrency=8), ServerState("b", concurrency=8)])
+    one = prog.snapshot([ServerState("a", concurrency=8),
+                         ServerState("b", "down", 5.0, concurrency=8)])  # fmt: skip
+    assert prog.streams == 8 and both.eta_s is not None and one.eta_s is not None
+    # 30 rows left: 8 in flight (3 s more), 22 to send: on 16 streams 8 now (to 4 s), 8 at
+    # 3 s (to 7 s), 6 at 4 s (to 8 s); on 8, three rounds of 4 s after the 3 s (to 15 s)
+    assert both.eta_s == pytest.approx(8.0, abs=1.0) and one.eta_s == pytest.approx(15.0, abs=1.0)

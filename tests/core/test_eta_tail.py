@@ -51,6 +51,7 @@ def test_a_request_older_than_any_seen_runs_on_past_them():
     q = finish(seen, [old], 0, (0.025, 0.5, 0.975))
     assert q is not None and 0 < q[0] < q[1] < q[2]
     assert finish(seen[:5], [old], 0, (0.5,)) is None  # too few ended to draw from
+    assert finish(seen[:5] + [0.0] * 20, [old], 0, (0.5,)) is None  # nor without durations
 
 
 def test_before_two_clusters_the_requests_in_flight_give_an_eta():

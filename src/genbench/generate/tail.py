@@ -126,6 +126,7 @@ def finish(
     `ages`), then `unsent` rows each sent as one of `streams` frees (at least as many as
     in flight: a stream whose request just ended is free now). None where there is too
     little to go on (fewer than MIN_SEEN ended, nothing in flight, too many to send)."""
+    ended = [d for d in ended if d > 0]  # a record without a send time has no duration
     if len(ended) < MIN_SEEN or not ages or unsent > MAX_ROWS:
         return None
     dist = Durations(ended, ages)

@@ -11,9 +11,9 @@ short ones, and no empirical quantile reaches past the longest seen. So:
   (events) and those in flight (censored at their age), with a lognormal tail beyond the
   longest seen, its (μ, σ) fitted by EM to the same censored sample (`fit_censored`);
 * each request in flight ends at a draw of D | D > its age from that distribution; each
-  row not yet sent is sent when a stream frees (list scheduling on as many streams as
-  there are requests in flight now, which follows `-c auto` and servers lost) and lasts
-  an unconditional draw;
+  row not yet sent is sent when a stream frees (list scheduling on the up servers'
+  streams, at least as many as are in flight now: it follows `-c auto` and servers lost)
+  and lasts an unconditional draw;
 * DRAWS such futures, seeded (the same inputs give the same ETA tick after tick): their
   finish times' median and 2.5% / 97.5% quantiles are the time left and its range.
 

@@ -132,7 +132,7 @@ class Progress:
         self.ended = Completions()  # when rows ended, for the ETA
         self.engines: Any = None  # --serve: the Supervisor (its availability scales the ETA)
         self.rate_since: float | None = None  # -c auto's last change: the ETA's rate from it
-        # the send times of the requests in flight now (the job's Load.sending), for the tail
+        # the send times of the requests in flight now (the job's Load.send_times): the tail
         self.sending: Callable[[], Iterable[float]] | None = None
         self.streams = 0  # the up servers' concurrency at the last snapshot
 

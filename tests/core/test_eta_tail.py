@@ -101,3 +101,21 @@ def test_the_simulated_end_runs_on_the_streams_of_the_servers_up():
     # 30 rows left: 8 in flight (3 s more), 22 to send: on 16 streams 8 now (to 4 s), 8 at
     # 3 s (to 7 s), 6 at 4 s (to 8 s); on 8, three rounds of 4 s after the 3 s (to 15 s)
     assert both.eta_s == pytest.approx(8.0, abs=1.0) and one.eta_s == pytest.approx(15.0, abs=1.0)
+
+
+def test_requests_running_long_raise_the_high_end_not_the_estimate():
+    # 10 waves of 32 rows of 1 to 2.75 s ended; the 32 in flight now are 8 s in, three
+    # times the longest seen: the rate's estimate stands, its high end reaches their
+    # simulated end (the median of it)
+    done = Completions()
+    for w in range(1, 11):
+        for k in range(32):
+            done.add(w * 2.0 + k * 0.001, 1, 1.0 + (k % 8) * 0.25)
+    ages = [8.0] * 32
+    plain = estimate(done, 100, 26.0)
+    seen = estimate(done, 100, 26.0, ages=ages, streams=32)
+    assert plain is not None and seen is not None and plain.hi_s is not None
+    assert seen.seconds == plain.seconds and seen.lo_s == plain.lo_s
+    assert seen.hi_s is not None and seen.hi_s > plain.hi_s
+    sim = finish(list(done.durations), ages, 100 - 32, (0.5,), 32)
+    assert sim is not None and seen.hi_s == pytest.approx(sim[0])

@@ -248,13 +248,19 @@ def estimate(
     since the start, over the time since the change, made an ETA 3 × too short).
     `ages`: the requests in flight, seconds since each was sent,
     on `streams` streams in all (the servers' concurrency; at least as many as in flight):
-    with them, before two clusters have ended, the end is simulated (`generate.tail`)
-    instead of no ETA at all."""
+    with them the end is simulated (`generate.tail`): the ETA before two clusters have
+    ended (instead of none), and after, the least the range's high end reaches (the
+    rate counts the rows that ended, the short ones early on: the long ones still
+    running, which the simulation counts, ended past the high end 12% of the time in the
+    first tenths of heavy-tailed short jobs)."""
     if remaining <= 0:
         return Eta(0.0, 0.0, 0.0)
     e, h = _estimate(done, remaining, now, t0, since)
-    if e is None and ages:  # no rate yet (the first waves): the end simulated (generate.tail)
-        return _simulated(done, remaining, ages, streams, h)
+    sim = _simulated(done, remaining, ages, streams, h) if ages else None
+    if e is None:  # no rate yet (the first waves): the end simulated (generate.tail)
+        return sim
+    if sim is not None and e.hi_s is not None:  # the high end reaches the simulated median
+        return Eta(e.seconds, e.lo_s, max(e.hi_s, sim.seconds))
     return e
 
 

@@ -20,12 +20,14 @@ short ones, and no empirical quantile reaches past the longest seen. So:
 The speed of the server is in the durations seen; a speed that will change is the
 caller's to add. `generate.eta` uses it where its rate has no estimate yet (before two
 clusters of rows have ended: the first waves of a short job, where there was no ETA at
-all), at most MAX_ROWS rows yet to send. Measured on benchmarks/eta_range.py --short 32
-(benchmarks/README.md): that way the 10–20% tenth holds the end 87.8% of the time
-against 76.2%; as the whole ETA it held 93.6–95.6% but twice as wide (median 0.50–0.75
-of the job, p90 2.6–3.1: the simulated heavy tail is honest about the few rows ten
-times the median, and a speed half-width added on top), and for the last wave only it
-widened the last tenth (median 0.41 against 0.28) and held it no more often.
+all), and after as the least its range's high end reaches (the simulated median: the
+rate counts the rows that ended, early on the short ones), while few enough rows are
+yet to send (MAX_ROWS, MAX_WORK). Measured on benchmarks/eta_range.py --short 32
+(benchmarks/README.md): the 10–20% tenth holds the end 90.8% of the time against 76.2%,
+every tenth ≥ 90%, at the same widths; as the whole ETA it held 93.6–95.6% but twice as
+wide (median 0.50–0.75 of the job, p90 2.6–3.1: the simulated heavy tail is honest
+about the few rows ten times the median), and for the last wave only it widened the
+last tenth (median 0.41 against 0.28) and held it no more often.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import numpy as np
 
 DRAWS = 200  # simulated futures
 MAX_ROWS = 2000  # rows not yet sent, at most, for the simulation (its cost is linear in them)
+MAX_WORK = 100_000  # rows not yet sent × streams, at most: ~15 ms a tick at 32 streams
 MIN_SEEN = 10  # durations that ended, at least, before there is a distribution to draw from
 EM_STEPS = 30
 _N = NormalDist()
@@ -127,7 +130,8 @@ def finish(
     in flight: a stream whose request just ended is free now). None where there is too
     little to go on (fewer than MIN_SEEN ended, nothing in flight, too many to send)."""
     ended = [d for d in ended if d > 0]  # a record without a send time has no duration
-    if len(ended) < MIN_SEEN or not ages or unsent > MAX_ROWS:
+    width = max(streams, len(ages))
+    if len(ended) < MIN_SEEN or not ages or unsent > MAX_ROWS or unsent * width > MAX_WORK:
         return None
     dist = Durations(ended, ages)
     rng = np.random.default_rng(48)

@@ -11,9 +11,11 @@ short ones, and no empirical quantile reaches past the longest seen. So:
   (events) and those in flight (censored at their age), with a lognormal tail beyond the
   longest seen, its (μ, σ) fitted by EM to the same censored sample (`fit_censored`);
 * each request in flight ends at a draw of D | D > its age from that distribution; each
-  row not yet sent is sent when a stream frees (list scheduling on the up servers'
-  streams, at least as many as are in flight now: it follows `-c auto` and servers lost)
-  and lasts an unconditional draw;
+  of the last rows to send (the last few waves) starts when a stream frees (list
+  scheduling on the up servers' streams, at least as many as are in flight now: it
+  follows `-c auto` and servers lost) and lasts an unconditional draw; the rows before
+  them add their work to every stream alike (one by one, 2,000 rows cost 112 ms a
+  tick, on the job's event loop);
 * DRAWS such futures, seeded (the same inputs give the same ETA tick after tick): their
   finish times' median and 2.5% / 97.5% quantiles are the time left and its range.
 
@@ -22,8 +24,8 @@ caller's to add. `generate.eta` uses it where its rate has no estimate yet (befo
 clusters of rows have ended: the first waves of a short job, where there was no ETA at
 all), and after as the least its range's high end reaches (the simulated median: the
 rate counts the rows that ended, early on the short ones), while few enough rows are
-yet to send (MAX_ROWS, MAX_WORK). Measured on benchmarks/eta_range.py --short 32
-(benchmarks/README.md): the 10–20% tenth holds the end 90.8% of the time against 76.2%,
+yet to send (MAX_ROWS). Measured on benchmarks/eta_range.py --short 32
+(benchmarks/README.md): the 10–20% tenth holds the end 90.6% of the time against 76.2%,
 every tenth ≥ 90%, at the same widths; as the whole ETA it held 93.6–95.6% but twice as
 wide (median 0.50–0.75 of the job, p90 2.6–3.1: the simulated heavy tail is honest
 about the few rows ten times the median), and for the last wave only it widened the
@@ -40,7 +42,9 @@ import numpy as np
 
 DRAWS = 200  # simulated futures
 MAX_ROWS = 2000  # rows not yet sent, at most, for the simulation (its cost is linear in them)
-MAX_WORK = 100_000  # rows not yet sent × streams, at most: ~15 ms a tick at 32 streams
+POOL = 4096  # draws that give the distribution's mean and spread for the bulk
+LAST_PER_STREAM, LAST_ROWS = 4, 160  # rows scheduled one by one: the last waves, at most
+# (~55 µs each: a tick's simulation stays under ~20 ms, on the job's event loop)
 MIN_SEEN = 10  # durations that ended, at least, before there is a distribution to draw from
 EM_STEPS = 30
 _N = NormalDist()
@@ -130,8 +134,7 @@ def finish(
     in flight: a stream whose request just ended is free now). None where there is too
     little to go on (fewer than MIN_SEEN ended, nothing in flight, too many to send)."""
     ended = [d for d in ended if d > 0]  # a record without a send time has no duration
-    width = max(streams, len(ages))
-    if len(ended) < MIN_SEEN or not ages or unsent > MAX_ROWS or unsent * width > MAX_WORK:
+    if len(ended) < MIN_SEEN or not ages or unsent > MAX_ROWS:
         return None
     dist = Durations(ended, ages)
     rng = np.random.default_rng(48)
@@ -141,9 +144,18 @@ def finish(
     idle = min(max(streams - len(a), 0), unsent)  # streams free now: the next rows' first
     free = np.hstack([free, np.zeros((DRAWS, idle))])
     if unsent:
-        new = dist.draw(np.zeros((DRAWS, unsent)), np.maximum(rng.random((DRAWS, unsent)), 1e-12))
+        # the rows before the last few waves: their work shared by the streams alike, its
+        # sum per future normal (n of them: n × mean, √n × sd, of the distribution's own
+        # draws); the last ones scheduled one by one, where the stragglers are
+        bulk = max(unsent - min(LAST_PER_STREAM * free.shape[1], LAST_ROWS), 0)
+        if bulk:
+            pool = dist.draw(np.zeros(POOL), np.maximum(rng.random(POOL), 1e-12))
+            work = bulk * pool.mean() + math.sqrt(bulk) * pool.std() * rng.standard_normal(DRAWS)
+            free += np.maximum(work, 0.0)[:, None] / free.shape[1]
+        last = unsent - bulk
+        new = dist.draw(np.zeros((DRAWS, last)), np.maximum(rng.random((DRAWS, last)), 1e-12))
         rows = np.arange(DRAWS)
-        for k in range(unsent):
+        for k in range(last):
             j = free.argmin(axis=1)
             free[rows, j] += new[:, k]
     end = free.max(axis=1)

@@ -17,8 +17,10 @@ server's batches); some at a speed that drifts (−25% to +30% over the job) or 
 (an AR(1) factor), some with a server down for a while (its in-flight rows sent again
 when it is back); from a minute to three hours.
 
-Run:  .venv/bin/python benchmarks/eta_range.py [--jobs 24] [--sim DIR] [--logs OUT_DIR ...]
-          [--lines STDERR_FILE ...]
+Run:  .venv/bin/python benchmarks/eta_range.py [--jobs 24] [--short 32] [--no-ages]
+          [--sim DIR] [--logs OUT_DIR ...] [--lines STDERR_FILE ...]
+(--no-ages: the replay passes no requests in flight, the ETA as it was before #48's tail
+model, generate/tail.py.)
 (--sim DIR records three generate jobs on the sim there, once, about a minute each:
 waves of 32, lognormal lengths, a sim killed for 10 s; --logs replays other generate
 output directories; --lines reads what a job's own progress lines said, with the

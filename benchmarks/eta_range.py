@@ -17,8 +17,10 @@ server's batches); some at a speed that drifts (−25% to +30% over the job) or 
 (an AR(1) factor), some with a server down for a while (its in-flight rows sent again
 when it is back); from a minute to three hours.
 
-Run:  .venv/bin/python benchmarks/eta_range.py [--jobs 24] [--sim DIR] [--logs OUT_DIR ...]
-          [--lines STDERR_FILE ...]
+Run:  .venv/bin/python benchmarks/eta_range.py [--jobs 24] [--short 32] [--no-ages]
+          [--sim DIR] [--logs OUT_DIR ...] [--lines STDERR_FILE ...]
+(--no-ages: the replay passes no requests in flight, the ETA as it was before #48's tail
+model, generate/tail.py.)
 (--sim DIR records three generate jobs on the sim there, once, about a minute each:
 waves of 32, lognormal lengths, a sim killed for 10 s; --logs replays other generate
 output directories; --lines reads what a job's own progress lines said, with the
@@ -57,6 +59,7 @@ class Job:
     ends: list[tuple[float, float, str]]  # (t_end, t_send, server), every row once
     servers: list[str]
     down: list[tuple[str, float, float]] = field(default_factory=list)  # (server, from, to)
+    c: int = 0  # each server's concurrency (0: not known, a request log's)
 
     @property
     def final_s(self) -> float:
@@ -123,7 +126,7 @@ def simulate(name: str, seed: int, rows: int, c: int, n_servers: int, per_token:
         d = length() * per_token * speed_at(speed, start, planned, rnd, state)
         heapq.heappush(heap, (start + d + rnd.uniform(0, 0.002), start, s, w))
     gone = [(servers[0], d_from, d_to)] if down else []
-    return Job(name, ends, servers, gone)
+    return Job(name, ends, servers, gone, c)
 
 
 def family(count: int) -> list[Job]:
@@ -263,11 +266,21 @@ class Points:
     prior_bad: Points | None = None  # ... and with the plan off by 40% (its bar missing)
 
 
+T0 = 1000.0  # the replay's clock at the job's start
+AGES = True  # --no-ages: the replay passes no requests in flight (the estimator before #48's tail)
+
+
 def replay(job: Job, seed: int) -> Points:
-    """The job through Progress at 200 progress points, from the first row ending."""
+    """The job through Progress at 200 progress points, from the first row ending. The
+    requests in flight at each point (sent, not ended) reach it as the job's Load hands
+    them on (`Progress.sending`: their send times)."""
     now = [0.0]
     rows = len(job.ends)
-    prog = Progress(rows, 0, 0, job.servers, clock=lambda: now[0])
+    # the job's clock starts at T0, not 0: a record sent at 0 reads as never sent (no duration)
+    prog = Progress(rows, 0, 0, job.servers, clock=lambda: T0 + now[0])
+    by_send = sorted(job.ends, key=lambda e: e[1])
+    if AGES:
+        prog.sending = lambda: [T0 + b for e, b, _ in by_send if b <= now[0] < e]
     final = job.final_s
     rnd = random.Random(seed)
     off = rnd.uniform(-0.07, 0.07)
@@ -282,7 +295,7 @@ def replay(job: Job, seed: int) -> Points:
         now[0] = k * step
         while i < len(ends) and ends[i][0] <= now[0]:
             t_end, t_send, s = ends[i]
-            rec = RequestRecord(f"r{i}", server=s, t_send=t_send, t_end=t_end,
+            rec = RequestRecord(f"r{i}", server=s, t_send=T0 + t_send, t_end=T0 + t_end,
                                 completion_tokens=100, extra={"outcome": "done"})  # fmt: skip
             prog.on_record(rec)
             prog.on_durable("row", [(f"r{i}", None)])
@@ -293,7 +306,7 @@ def replay(job: Job, seed: int) -> Points:
             d = [now[0] - a for srv, a, b in job.down if srv == s and a <= now[0] < b]
             busy = sum(1 for e, b, srv in ends[i:] if srv == s and b <= now[0])
             states.append(ServerState(s, "down" if d else "up", d[0] if d else None,
-                                      in_flight=busy, concurrency=1))  # fmt: skip
+                                      in_flight=busy, concurrency=job.c))  # fmt: skip
         snap = prog.snapshot(states)
         if done < 0.1 * rows or done >= rows or snap.eta_note is not None:
             continue  # no server up: no ETA to score (nothing can run; the panel says so)
@@ -361,7 +374,11 @@ def main() -> None:
                     help="record three generate jobs on the sim here (once), and replay them")
     ap.add_argument("--lines", type=Path, nargs="*", default=[],
                     help="generate's stderr: its JSON progress lines, as printed")  # fmt: skip
+    ap.add_argument("--no-ages", action="store_true",
+                    help="pass no requests in flight: the ETA without the tail model")
     a = ap.parse_args()
+    global AGES
+    AGES = not a.no_ages
     t = time.perf_counter()
     logs = list(a.logs)
     if a.sim is not None:

@@ -69,6 +69,7 @@ import asyncio
 import itertools
 import json
 import math
+import os
 import re
 import shlex
 import shutil
@@ -460,13 +461,60 @@ def one_run(
     }
 
 
-def lengths_for(prompts_n: int, seeds: list[int], median: float, sigma: float, cap: int) -> dict:
+def lengths_for(
+    prompts_n: int,
+    seeds: list[int],
+    median: float,
+    sigma: float,
+    cap: int,
+    shape: str = "lognormal",
+) -> dict:
+    """Each prompt's forced output length: lognormal (median, sigma), fixed (the median)
+    or bimodal (80% short answers at 0.6 × the median, 20% long ones at 3.6 ×, ±10%)."""
     out: dict[str, int] = {}
     for seed in seeds:
         rng = np.random.default_rng(10_000 + seed)
-        for i, n in enumerate(rng.lognormal(math.log(median), sigma, prompts_n)):
+        if shape == "fixed":
+            draws = np.full(prompts_n, median)
+        elif shape == "bimodal":
+            long = rng.random(prompts_n) < 0.2
+            draws = np.where(long, 3.6, 0.6) * median * rng.normal(1, 0.1, prompts_n)
+        else:
+            draws = rng.lognormal(math.log(median), sigma, prompts_n)
+        for i, n in enumerate(draws):
             out[f"r{seed}-{i}"] = int(min(cap, max(1, round(n))))
     return out
+
+
+# --family: the issue's (#48) many short sim jobs: (lengths, drift, pilot K), cycled
+FAMILY = [(shape, drift, k) for drift in ("", "12:45")
+          for shape in ("lognormal", "fixed", "bimodal") for k in (60, 120, 300)]  # fmt: skip
+
+
+def family(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """`--runs` short jobs on the sim, each its own sim (steady, or wandering ±12% over a
+    45 s cycle: slower than a pilot of seconds can see), the lengths forced per row
+    (`lengths_for`'s shapes), pilots of 60 to 300, N = max(--ratio × K, 600) capped
+    at 1,500 so that each job stays at tens of seconds. Seeds from --seed; a row per run."""
+    results = []
+    print(HEADER.replace("| N |", "| shape | drift | N |").replace("|---|", "|---|---|---|", 1))
+    for i in range(args.runs):
+        seed = args.seed + i
+        shape, drift, k = FAMILY[(i * 7) % len(FAMILY)]  # 7 ⊥ 18: every combination, mixed
+        n = min(max(args.ratio * k, 600), 1500)
+        extra = ["--drift", drift, "--seed", str(seed)] if drift else ["--seed", str(seed)]
+        work = Path(tempfile.mkdtemp(prefix=f"forecast-{seed}-", dir=args.keep or None)).resolve()
+        with SimProcess(*args.sim_args.split(), *extra, "--max-batch", "1024") as proc:
+            lengths = lengths_for(n, [seed], args.median, args.sigma, args.cap, shape)
+            t = Target(proc.url, "genbench-sim", forced=True, lengths=lengths)
+            r = one_run(t, proc.root, n, args.concurrency, seed, True, work, args.warmup,
+                        ["--pilot", str(k)], None, args.min_ratio)  # fmt: skip
+        r |= {"shape": shape, "drift": drift or "steady", "load_avg": os.getloadavg()[0]}
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        results.append(r)
+        print(f"| {shape} | {drift or 'steady'} " + row(r), flush=True)
+    return results
 
 
 def flags(r: dict[str, Any]) -> list[str]:
@@ -579,7 +627,15 @@ def main() -> None:
         default=0,
         help="then run the same job this many times back to back: the spread between them",
     )
+    ap.add_argument(
+        "--family",
+        action="store_true",
+        help="the issue's (#48) family on the sim: lengths fixed, lognormal or bimodal,\n"
+        "steady or wandering, pilots of 60 to 300, a sim per run (see `family`)",
+    )
     args = ap.parse_args()
+    if args.family:
+        return summary(args, family(args), [], "genbench sim per run, the #48 family")
     seeds = [args.seed + i for i in range(args.runs)]
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
@@ -680,6 +736,14 @@ def main() -> None:
     finally:
         for f in stop:
             f()
+    return summary(args, results, identical, desc)
+
+
+def summary(
+    args: argparse.Namespace, results: list[dict[str, Any]], identical: list[float], desc: str
+) -> None:
+    """The runs' summary (median signed error, share in the bar) and the details JSON."""
+    n = args.samples or sorted({r["n"] for r in results})
     starved = [r for r in results if r["host_starved"]]
     results_all, results = results, [r for r in results if not r["host_starved"]]
     if starved:
@@ -690,7 +754,8 @@ def main() -> None:
     inside = sum(r["in_bar"] for r in results)
     short = sum(not r["ratio_ok"] for r in results)
     print(
-        f"\nours: mean |error| {np.mean(np.abs(errs)):.1%}, in bar {inside}"
+        f"\nours: median error {np.median(errs):+.1%}, mean |error| {np.mean(np.abs(errs)):.1%}, "
+        f"in bar {inside}"
         f"/{len(results)}; field mean error {np.mean([r['field_err'] for r in results]):+.1%}; "
         f"naive pilot mean |error| {np.mean([abs(r['naive_err']) for r in results]):.1%}"
         + (f"; {short} run(s) with N < {args.min_ratio} K" if short else "")

@@ -205,6 +205,7 @@ class Load:
         self._more = asyncio.Event()  # a worker was added while the load runs (resize)
         self.stopped, self._now = asyncio.Event(), asyncio.Event()
         self._down: Slot | None = None
+        self._sending: dict[int, RequestRecord] = {}  # requests on the wire now, by id()
         for s in slots:
             s.watchers.append(queue.notify)
 
@@ -327,13 +328,22 @@ class Load:
                 if rec is not None:
                     self._emit(rec)
                 rec = slot.client.new_record(req, self.phase)
-                await slot.client.chat(req, record=rec)
+                self._sending[id(rec)] = rec
+                try:
+                    await slot.client.chat(req, record=rec)
+                finally:
+                    del self._sending[id(rec)]
                 if not await self.policy.after(unit, rec, slot, self.queue):
                     return
             self.policy.done(unit, slot, self.queue)
         finally:
             if rec is not None:
                 self._emit(rec)
+
+    def send_times(self) -> list[float]:
+        """When each request on the wire now was sent (perf_counter; the live ETA's tail,
+        `generate.tail`, reads each one's age)."""
+        return [r.t_send for r in self._sending.values() if r.t_send]
 
     def _emit(self, rec: RequestRecord) -> None:
         if self.keep:

@@ -4,13 +4,14 @@ the order of a unit's requests, retries, and a server that goes away."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from genbench.errors import ErrorKind, ExitCode, ServerDown
-from genbench.load import Load, Policy, Slot, WorkQueue, run_phase
+from genbench.load import Load, Policy, Single, Slot, WorkQueue, run_phase
 from genbench.records import RequestRecord
 from genbench.transport.client import ChatRequest
 from genbench.transport.endpoint import Endpoint
@@ -140,3 +141,21 @@ def test_a_slot_down_holds_its_workers_and_all_down_is_server_down():
     with pytest.raises(ServerDown):
         settle(load.run())
     assert not slot.up and slot.down_record is not None and client.sent <= 2
+
+
+def test_the_requests_on_the_wire_are_known_with_their_send_times():
+    # the live ETA's tail reads each request's age (generate/progress.py): listed while
+    # its answer is awaited, gone once it is back
+    seen: list[list[float]] = []
+
+    class Timed(Answers):
+        async def chat(self, req: ChatRequest, record: RequestRecord) -> RequestRecord:
+            record.t_send = 100.0 + int(req.id[1:])
+            seen.append(sorted(load.send_times()))
+            return await super().chat(req, record)
+
+    queue = WorkQueue(Single(r) for r in itertools.islice(requests(), 3))
+    load = Load([Slot(Timed(), 3)], queue, phase="p")  # type: ignore[arg-type]
+    settle(load.run())
+    assert seen[-1] == [101.0, 102.0, 103.0]  # the three in flight at the third's send
+    assert load.send_times() == []

@@ -45,8 +45,10 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from genbench.generate.tail import finish
 from genbench.generate.wander import SpeedWander
 from genbench.stats import t_975
 
@@ -231,25 +233,55 @@ def residual_quantiles(durations: deque[float], n: float, probs: tuple[float, ..
 
 
 def estimate(
-    done: Completions, remaining: int, now: float, t0: float = 0.0, since: float | None = None
+    done: Completions,
+    remaining: int,
+    now: float,
+    t0: float = 0.0,
+    since: float | None = None,
+    ages: Sequence[float] | None = None,
+    streams: int = 0,
 ) -> Eta | None:
     """Seconds left and their 95% range, from the completions so far (see the module's
     docstring). None before two clusters have ended. `since`: the load changed then
-    (`generate -c auto`): the rate is read from the clusters after it once there are
-    SINCE_CLUSTERS of them."""
+    (`generate -c auto`): the rate is read from the last cluster end before it on, once
+    SINCE_CLUSTERS have ended after it (not from the job's start: the rows counted
+    since the start, over the time since the change, made an ETA 3 × too short).
+    `ages`: the requests in flight, seconds since each was sent,
+    on `streams` streams in all (the servers' concurrency; at least as many as in flight):
+    with them the end is simulated (`generate.tail`): the ETA before two clusters have
+    ended (instead of none), and after, the least the range's high end reaches (the
+    rate counts the rows that ended, the short ones early on: the long ones still
+    running, which the simulation counts, ended past the high end 12% of the time in the
+    first tenths of heavy-tailed short jobs)."""
     if remaining <= 0:
         return Eta(0.0, 0.0, 0.0)
+    e, h = _estimate(done, remaining, now, t0, since)
+    sim = _simulated(done, remaining, ages, streams, h) if ages else None
+    if e is None:  # no rate yet (the first waves): the end simulated (generate.tail)
+        return sim
+    if sim is not None and e.hi_s is not None:  # the high end reaches the simulated median
+        return Eta(e.seconds, e.lo_s, max(e.hi_s, sim.seconds))
+    return e
+
+
+def _estimate(
+    done: Completions, remaining: int, now: float, t0: float, since: float | None
+) -> tuple[Eta | None, float]:
+    """The rate's estimate (the module's docstring) and the speed's relative half-width
+    over the time left (UNSEEN's alone where there is no estimate yet)."""
     ends = cluster_ends(*done.points(), now, t0)
-    if since is not None and len(after := [e for e in ends if e[0] >= since]) >= SINCE_CLUSTERS:
-        ends = after
-    if 0 < len(ends) < FEW and ends[0][0] > t0:  # a few waves: the start is one's start
+    cut = since is not None and sum(e[0] >= since for e in ends) >= SINCE_CLUSTERS
+    if cut:  # the new rate's: from the last cluster end before the change on
+        ends = ends[max(next(i for i, e in enumerate(ends) if e[0] >= since) - 1, 0) :]
+    elif 0 < len(ends) < FEW and ends[0][0] > t0:  # a few waves: the start is one's start
         ends = [(t0, 0.0), *ends]
+    early = UNSEEN  # no history yet: the unseen speed's whole share
     if len(ends) < 2:
-        return None
+        return None, early
     win = window(ends)
     (t_a, c_a), (t_b, c_b) = win[0], win[-1]
     if t_b <= t_a or c_b <= c_a:
-        return None
+        return None, early
     remaining += round(done.count - c_b)  # the rows of a cluster still forming: from t_b
     gaps = [b[0] - a[0] for a, b in zip(win, win[1:], strict=False)]
     usual = usual_gap(gaps)
@@ -282,7 +314,25 @@ def estimate(
     drift = trend(stretches(ends, PARTS, usual), ends[-1][0], bulk, rate)
     lo = base + bulk / max(1 + h, drift) + q_lo - usual
     hi = base + bulk / max(min(1 - h, drift), SLOWEST) + q_hi + gap
-    return Eta(point, min(max(lo, 0.0), point), max(hi, point))
+    return Eta(point, min(max(lo, 0.0), point), max(hi, point)), h
+
+
+def _simulated(
+    done: Completions, remaining: int, ages: Sequence[float], streams: int, h: float
+) -> Eta | None:
+    """The end simulated from the requests in flight and the durations seen
+    (`generate.tail.finish`), its range widened by the speed's half-width `h` (the
+    durations drawn are those seen: a speed that changes later is not in them). One
+    request a row only (a row of several turns sends its next request after each answer:
+    not one duration a row)."""
+    if done.count == 0 or done.requests > 1.05 * done.count:
+        return None
+    unsent = max(remaining - len(ages), 0)
+    q = finish(done.durations, ages, unsent, (0.025, 0.5, 0.975), streams)
+    if q is None:
+        return None
+    lo, mid, hi = q
+    return Eta(mid, min(lo / (1 + h), mid), max(hi / max(1 - h, SLOWEST), mid))
 
 
 def early_halfwidth(rows: float) -> float:

@@ -287,6 +287,7 @@ class Job:
             drain=cfg.drain,
             capture=self.capture,
         )
+        self.progress.sending = self.load.send_times  # the requests in flight: the ETA's tail
         for s, rep in zip(self.servers, reports, strict=True):
             if not rep.ok:
                 s.mark_down(rep.diagnosis or "not answering")

@@ -21,7 +21,7 @@ instead, and the snapshot says how long every server has been down (`all_down_s`
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -132,6 +132,9 @@ class Progress:
         self.ended = Completions()  # when rows ended, for the ETA
         self.engines: Any = None  # --serve: the Supervisor (its availability scales the ETA)
         self.rate_since: float | None = None  # -c auto's last change: the ETA's rate from it
+        # the send times of the requests in flight now (the job's Load.send_times): the tail
+        self.sending: Callable[[], Iterable[float]] | None = None
+        self.streams = 0  # the up servers' concurrency at the last snapshot
 
     def on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
         """Rows (or errors) now on disk, each with its meta (a failed one's: None)."""
@@ -175,7 +178,10 @@ class Progress:
         (`generate.eta`: a rate between clusters of completions, so that waves of them
         do not swing it; its range the plan's model of the speed over the time left).
         None while there is too little to go on."""
-        e = estimate(self.ended, self.remaining, self.clock(), self.t0, self.rate_since)
+        now = self.clock()
+        ages = None if self.sending is None else [now - t for t in self.sending()]
+        e = estimate(self.ended, self.remaining, now, self.t0, self.rate_since, ages,
+                     self.streams)  # fmt: skip
         factor = self._availability()  # engines down for part of the job: the time left grows
         if e is None or factor == 1.0:
             return e
@@ -195,6 +201,7 @@ class Progress:
         r = self.recent.rates(RATE_WINDOW) or {}
         tok, think = r.get("tokens"), r.get("thinking_tokens")
         down = [s.down_s for s in servers]
+        self.streams = sum(s.concurrency for s in servers if s.down_s is None)
         all_down = min(down) if down and None not in down else None  # type: ignore[type-var]
         # while every server is down nothing can run: no ETA, and the snapshot says why
         e, engines, avail = self.eta_range() if all_down is None else None, None, None

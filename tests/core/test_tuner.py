@@ -147,3 +147,23 @@ def test_the_first_window_counts_the_waves_running_requests_as_censored_lengths(
     answers(t, 6, at=10.5, tokens=20, sent=9.5)
     new, why = t.decide(11.0, in_flight=16)
     assert new == 145 and "holding 129 ± 61 tokens" in why
+
+
+def test_the_tuner_changes_nothing_once_the_job_is_stopping():
+    """After Ctrl-C the load sends nothing more: a climb then ("concurrency 24 → 28" after
+    "stopping: waiting … for 24 rows in flight") was a change that never ran, logged and
+    reported as if it had. The tuners' loop ends as soon as the load is stopped."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from genbench.generate.tuner import AutoConcurrency
+
+    async def go() -> None:
+        auto = AutoConcurrency([], {}, None, lambda change: None)
+        auto._full.set()  # a window just filled: the loop would decide now
+        load = SimpleNamespace(stopped=asyncio.Event())
+        load.stopped.set()
+        await asyncio.wait_for(auto.run(load), 5.0)
+        assert auto.changes == []
+
+    asyncio.run(go())

@@ -454,6 +454,8 @@ class AutoConcurrency:
         while True:
             early = any(not t.early for t in self.tuners.values())  # scrape often until then
             await wait_event(self._full, EARLY_TICK_S if early else TICK_S)
+            if load.stopped.is_set():  # Ctrl-C, SIGTERM: nothing more is sent, no change
+                return
             if not self._full.is_set():
                 await self._scrape()
             self._full.clear()

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from genbench.check.server_metrics import MetricsScraper, server_metrics_summary
-from genbench.errors import UsageError
+from genbench.generate.flags import server_spec
 from genbench.generate.input.reader import Row
-from genbench.generate.planned import AUTO
 from genbench.generate.recipe import Recipe
 from genbench.plan.pilot import run_pilot
 from genbench.records import RequestRecord
@@ -44,12 +43,8 @@ def plan_concurrency(given: str | int | None) -> tuple[int | None, bool]:
     """plan's -c: a number (the pilot's and the job's), or auto (the pilot climbs)."""
     if given is None or isinstance(given, int):
         return given, False
-    text = str(given).strip().lower()
-    if text == AUTO:
-        return None, True
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"-c/--concurrency '{given}': expected a number >= 1 or auto")
-    return int(text), False
+    spec = server_spec(str(given))  # generate's own reading of -c, its error alike
+    return (None, True) if spec.auto else (spec.concurrency, False)
 
 
 def level_rate(records: Sequence[RequestRecord], c: int) -> tuple[float | None, float]:

@@ -172,7 +172,9 @@ class Tuner:
         if not rec.ok:
             return
         if rec.t_send < w.first_end:  # one of the wave
-            w.wave = [*(w.wave or []), rec.completion_tokens or 0]
+            if w.wave is None:
+                w.wave = []
+            w.wave.append(rec.completion_tokens or 0)  # not a copy a record: waves of 4,096
             w.wave_prompt += rec.prompt_tokens or 0
             w.wave_busy_s += rec.t_end - rec.t_send
             w.wave_t0 = min(w.wave_t0 or rec.t_send, rec.t_send)

@@ -389,6 +389,24 @@ def test_open_ended_pilot_stops_at_its_time_limit_and_says_so(sim_factory, tmp_p
         assert need["requests"] > doc["inputs"]["pilot"] and need["floor"] < 0.005, need
 
 
+def test_a_pilot_whose_own_client_was_busy_says_its_forecast_may_be_long(sim_factory, tmp_path):
+    # the test hook blocks genbench's event loop 30 ms every 50 ms, as a client host too
+    # busy to read answers and send the next requests in time would (#48: a cause of a
+    # forecast that leans long is the client's own overhead)
+    sim = sim_factory(*SIM_ARGS, "--output-len", "lognormal:20:0.3")
+    write_prompts(tmp_path / "prompts.jsonl", 40)
+    p = genbench(
+        "plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
+        "--concurrency", "4", "--pilot", "16", "--samples", "1000", "--bootstrap", "20",
+        "--warmup-time", "0", "--out", str(tmp_path / "pilot"), "--json",
+        env={"GENBENCH_DEBUG_BLOCK_LOOP_MS": "30"}, timeout=120,
+    )  # fmt: skip
+    doc = plan_json(p)
+    client = doc["inputs"]["pilot_client"]
+    assert client["client_bound"] is True and client["loop_lag_p99_s"] >= 0.01, client
+    assert any("busy during the pilot" in n and "event-loop lag" in n for n in doc["notes"])
+
+
 def test_speed_that_wanders_gets_a_wider_bar_than_the_same_values_shuffled():
     """Batch means: stretches alike from one to the next (a server whose speed wanders
     for longer than a stretch) say less about the mean than the same values in a random

@@ -158,6 +158,15 @@ def _notes(
             "the pilot stopped at --pilot-max-time before the mean output length reached its "
             "target: the bar is wider than asked"
         )
+    client = inputs.get("pilot_client") or {}
+    if client.get("client_bound"):
+        notes.append(
+            "genbench's own process was busy during the pilot ("
+            + ", ".join(client.get("reasons") or ())
+            + "): it read answers and sent the next requests late, so the pilot's speed is "
+            "partly this host's and the forecast may be long; plan again on a quieter host "
+            "(the job on that host runs as slowly only if it is as busy)"
+        )
     if model.pool.fail_rate:
         notes.append(
             f"{model.pool.fail_rate:.1%} of pilot requests failed; the forecast retries them"

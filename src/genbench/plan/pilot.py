@@ -27,6 +27,7 @@ from genbench.load import run_phase
 from genbench.plan.bar import TARGET_REL_ERROR, length_halfwidth
 from genbench.records import RecordWriter, RequestRecord, read_records
 from genbench.run.result import REQUESTS_FILE
+from genbench.run.selfcheck import LoopMonitor
 from genbench.transport.client import ChatRequest, Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import ThinkMode
@@ -45,6 +46,9 @@ class PilotRun:
     stopped: str = "size"  # why it ended: size, target, time, prompts
     stopped_at: dict[str, Any] = field(default_factory=dict)  # answered, length bar then
     samples: int = 0  # rows sent (a multi-turn row is one sample of several requests)
+    # genbench's own process during the pilot (run's self-check: CPU, event-loop lag): a
+    # client too busy to read and send in time makes the pilot's speed partly the host's
+    client: dict[str, Any] = field(default_factory=dict)
 
 
 PILOT_ROWS = 100_000  # rows of the file held for the pilot (a random sample of a bigger file)
@@ -240,13 +244,22 @@ async def run_pilot(
                 client, itertools.cycle(warmup), concurrency=concurrency, phase="warmup",
                 duration=warmup_s,
             )  # fmt: skip
-        phase = await load.run()
+        monitor = LoopMonitor()  # the pilot's own, not the warm-up's
+        monitor.start()
+        try:
+            phase = await load.run()
+        finally:
+            client_check = await monitor.stop(0)
     finally:
         await server.close()
         if writer:
             writer.close()
     run.samples = load.queue.taken
-    return _ended(run, stop, read_records(out / REQUESTS_FILE) if out else phase.records)
+    run = _ended(run, stop, read_records(out / REQUESTS_FILE) if out else phase.records)
+    chunks = sum(r.chunk_count for r in run.records)
+    client_check.chunks_per_s = chunks / run.wall_s if run.wall_s > 0 else None
+    run.client = client_check.to_dict()
+    return run
 
 
 def _ended(run: PilotRun, stop: PilotStop | None, records: list[RequestRecord]) -> PilotRun:

@@ -58,6 +58,7 @@ def pilot_inputs(pilot: PilotSetup, args: Any, run: PilotRun, counts: list[int])
         "pilot_max_time_s": stop.max_s if stop is not None else None,
         "pilot_stopped": run.stopped,
         "pilot_stopped_at": run.stopped_at,
+        "pilot_client": run.client,
         "speed_drift": args.speed_drift / 100,
         "max_tokens": pilot.params.get("max_tokens"),
         "params": pilot.params,

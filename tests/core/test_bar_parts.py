@@ -86,14 +86,23 @@ def test_a_bar_already_inside_the_target_asks_for_no_pilot_length():
 
 
 def test_the_model_check_shows_the_calibrated_replay_its_misfit_is_measured_on():
-    # model(): the replay takes 8 s, calibrated × 1.25 (the pilot's last send at 5 s, the
-    # replay's at 4 s) to 10 s, against the pilot's 12.5 s: 10 / 12.5 − 1 = −20%
+    # model(): the replay takes 8 s, calibrated × 1.25 (the pilot's 10 s over it) to 10 s;
+    # to the last send 4 s × 1.25 = 5 s, against the pilot's 6.25 s: 5 / 6.25 − 1 = −20%
     rep = model().describe()["replay"]
     assert rep["calibrated_s"] == 10.0 and rep["error"] == pytest.approx(-0.2)
+    assert rep["calibrated_last_send_s"] == 5.0
     console = Console(width=300, record=True)
     console.print(_model_check(rep))
     line = console.export_text().strip()
     assert line == (
+        "replaying the pilot to its last send gives 4.0 s, calibrated on its whole time 5.0 s, "
+        "against 6.2 s measured (-20.0%: the model's misfit, a part of the bar)"
+    )
+    # a plan.json of before (calibrated to the last send, checked on the whole) reads as it did
+    old = {"simulated_s": 8.0, "calibrated_s": 10.0, "actual_s": 12.5, "error": -0.2}
+    console = Console(width=300, record=True)
+    console.print(_model_check(old))
+    assert console.export_text().strip() == (
         "replaying the pilot gives 8.0 s, calibrated to the pilot's sending 10.0 s, against "
         "12.5 s measured (-20.0%: the model's misfit, a part of the bar)"
     )
@@ -122,7 +131,7 @@ def test_the_reports_forecast_reads_the_bar_and_model_check_as_the_console_print
     }  # fmt: skip
     f = summary(doc)
     check = dict((label, detail) for label, _, detail in f.figures)["model check"]
-    assert check == _model_check(rep) and "calibrated to the pilot's sending 10.0 s" in check
+    assert check == _model_check(rep) and "calibrated on its whole time 5.0 s" in check
     assert f.bar[0] == f"at 100,000 samples: {_bar_parts(total, parts, tgt)}"
     assert "±4.8% from the model's misfit on the pilot" in f.bar[0]
     assert "each alone" not in " ".join(f.bar) and "±13.5%" not in " ".join(f.bar)

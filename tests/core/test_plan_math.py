@@ -494,8 +494,8 @@ def test_the_sustained_rates_bar_from_ten_stretches_of_its_window():
 
 def model(stretches=(), stretch_s=1.0):
     """A pilot of 2-token requests at C = 2 (TTFT 0.5, one step of 0.5: 1 s each).
-    The replay ran the pilot in 4 s to its last send where the server took 5: calibration
-    5/4 = 1.25; the replay's whole wall 8 s × 1.25 against the pilot's 12.5 s is 20% short."""
+    The replay ran the pilot in 8 s where the server took 10: calibration 10/8 = 1.25;
+    to its last send, 4 s × 1.25 against the server's 6.25 s is 20% short."""
     p = pool([3.0, 3.0], prompt=[10.0, 10.0])
     p.thinking = np.array([1.0, 1.0])
     rows = DecodeRows(np.zeros((3, 3)), np.zeros(3), np.zeros(3))
@@ -505,11 +505,11 @@ def model(stretches=(), stretch_s=1.0):
         rows=rows,
         step=StepModel(0.25, 0.0, 0.0),
         pilot_requests=2,
-        pilot_wall_s=12.5,
+        pilot_wall_s=10.0,
         pilot_steady_tps=None,
         replay_s=8.0,
         replay_send_s=4.0,
-        pilot_send_s=5.0,
+        pilot_send_s=6.25,
         stretches=list(stretches),
         stretch_s=stretch_s,
         pilot_samples=2,
@@ -518,11 +518,12 @@ def model(stretches=(), stretch_s=1.0):
 
 def test_calibration_and_replay_error():
     m = model()
-    assert m.calibration == 1.25
-    assert m.replay_err == pytest.approx(-0.2, rel=1e-12)  # 8 × 1.25 / 12.5 - 1
+    assert m.calibration == 1.25  # the whole pilot: 10 / 8
+    assert m.replay_err == pytest.approx(-0.2, rel=1e-12)  # to the last send: 4 × 1.25 / 6.25 - 1
+    m.replay_s = 0.0
+    assert m.calibration == 1.5625  # no whole replay: to the last send, 6.25 / 4
     m.replay_send_s = 0.0
     assert m.calibration == 1.0  # nothing to calibrate against
-    m.pilot_wall_s = 0.0
     assert m.replay_err == 0.0
     # the speed's wander: the stretches are measured over fitted seconds, so speed is 1/x
     assert model([1.0, 3.0, 2.0, 4.0], 2.0).wander == SpeedWander.fit([1, 1 / 3, 1 / 2, 1 / 4], 2.0)
@@ -860,6 +861,7 @@ def test_the_bar_studentizes_the_mean_length(monkeypatch):
     reps = iter([replicate([1.0, 1.0, 2.0]), replicate([2.0, 6.0, 6.0]),
                  replicate([6.0, 6.0, 5.5])])  # fmt: skip
     monkeypatch.setattr(Draws, "resample", lambda self, rng: next(reps))
+    monkeypatch.setattr("genbench.plan.bar.MISFIT_FLOOR", 0.0)  # the bootstrap's part alone
     m = model()
     m.pool = pool([1.0, 2.0, 6.0])
     m.pool.thinking = np.array([2.0, 2.0, 2.0])
@@ -911,9 +913,20 @@ def test_the_forecast_is_reproducible_from_its_seed():
     assert forecast(m, [(40, 1)], boot=5, seed=1) != a
 
 
+def test_a_pilot_replayed_exactly_keeps_a_bar_of_the_run_to_run_floor():
+    # identical requests replayed to the millisecond: no bootstrap spread, no speed
+    # stretches, no misfit; the bar is still ±1% (the same job twice differs by that much)
+    m = model()
+    m.replay_s, m.pilot_wall_s, m.replay_send_s, m.pilot_send_s = 8.0, 8.0, 4.0, 4.0
+    (f,) = forecast(m, [(8, 1)], boot=3)
+    assert m.replay_err == 0.0
+    assert (f.lo_s, f.hi_s) == (pytest.approx(0.99 * f.seconds), pytest.approx(1.01 * f.seconds))
+    assert f.parts is not None and f.parts.misfit == 0.01
+
+
 def test_a_short_job_may_start_its_bar_below_one_second():
     m = model()
-    m.replay_s = 50.0  # 50 × 1.25 / 12.5 - 1: a 400% replay error on each side
+    m.replay_send_s = 25.0  # 25 × 1.25 / 6.25 - 1: a 400% replay error on each side
     (f,) = forecast(m, [(2, 1)], boot=2)
     # 2 samples at C = 2: one round of 1 s × 1.25 = 1.25 s; 4 × 1.25 below it: held at 0
     assert (f.seconds, f.lo_s) == (1.25, 0.0)
@@ -996,6 +1009,7 @@ def given_replicates(monkeypatch, pilot, replicates):
     4 s in all), the pilot's lengths `pilot`, and these bootstrap replicates."""
     reps = iter([pool(r) for r in replicates])
     monkeypatch.setattr(Draws, "resample", lambda self, rng: next(reps))
+    monkeypatch.setattr("genbench.plan.bar.MISFIT_FLOOR", 0.0)  # the bootstrap's part alone
     m = model()
     m.pool = pool(pilot)
     m.step = StepModel(0.0, 0.0, 0.0)

@@ -147,8 +147,9 @@ def _notes(
         )
     if abs(model.replay_err) > 0.05:
         notes.append(
-            f"the fitted model, calibrated, replays the pilot {model.replay_err:+.1%} off its "
-            "actual wall time: the server does something the model does not capture (the bar "
+            f"the fitted model, calibrated on the pilot's whole time, replays its start (to its "
+            f"last send) {model.replay_err:+.1%} off: the server does something the model does "
+            "not capture (the bar "
             f"includes it as a part of its own, ±{abs(model.replay_err):.1%}, which no pilot "
             "length removes)"
         )

@@ -290,6 +290,15 @@ FLOOR_FROM = {
 def _model_check(rep: dict[str, Any]) -> str:
     """The replay of the pilot, the calibrated figure the misfit is measured on, and the
     pilot: every figure shown is the one the bar uses."""
+    if rep.get("calibrated_last_send_s") is not None:  # calibrated on the whole pilot
+        return (
+            f"replaying the pilot to its last send gives "
+            f"{fmt.duration(rep['simulated_last_send_s'])}, calibrated on its whole time "
+            f"{fmt.duration(rep['calibrated_last_send_s'])}, against "
+            f"{fmt.duration(rep['actual_last_send_s'])} measured "
+            f"({fmt.pct(rep['error'], signed=True)}: the model's misfit, a part of the bar)"
+        )
+    # a plan.json written before: calibrated to the last send, checked on the whole
     cal = rep.get("calibrated_s", rep["simulated_s"] * rep.get("calibration", 1.0))
     return (
         f"replaying the pilot gives {fmt.duration(rep['simulated_s'])}, calibrated to the "

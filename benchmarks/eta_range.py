@@ -413,8 +413,8 @@ def main() -> None:
         print(f"{job.name:44} {job.final_s:8.0f}s {pct(p.covered):>8} "
               f"{quantile(p.width, 0.5):9.2f} {quantile(p.width, 0.9):7.2f} "
               f"{pct(p.outside):>9} {pct(p.caught):>7}", flush=True)  # fmt: skip
-    print(f"{'all':44} {'':9} {pct(every.covered):>8} {quantile(every.width, 0.5):9.2f} "
-          f"{quantile(every.width, 0.9):7.2f} {pct(every.outside):>9} {pct(every.caught):>7}")
+    print(f"{'all':44} {'':9} {pct(every.covered):>8} {quantile(every.width, 0.5):9.3f} "
+          f"{quantile(every.width, 0.9):7.3f} {pct(every.outside):>9} {pct(every.caught):>7}")
     print(f"({len(every.covered)} progress points; {time.perf_counter() - t:.1f} s)")
     print(f"jobs with any false 'outside': {alarmed} of {len(jobs)}; width p50 (p90) by share "
           "done: " + ", ".join(
@@ -424,7 +424,7 @@ def main() -> None:
                          if a <= f < b]]))  # fmt: skip
     tenths(every)
     print(f"{'all, with the plan as prior (--plan)':44} {'':9} {pct(with_plan.covered):>8} "
-          f"{quantile(with_plan.width, 0.5):9.2f} {quantile(with_plan.width, 0.9):7.2f}")
+          f"{quantile(with_plan.width, 0.5):9.3f} {quantile(with_plan.width, 0.9):7.3f}")
     print("with the plan as prior (generate --plan's ETA):")
     tenths(with_plan)
     print(f"{'all, with a plan 40% off as prior':44} {'':9} {pct(wrong_plan.covered):>8} "

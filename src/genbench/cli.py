@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import typer
+from typer.core import TyperArgument, TyperCommand
 
 from genbench import __version__
 from genbench.errors import ExitCode, GenbenchError
@@ -107,7 +108,58 @@ def _register(argv: list[str]) -> None:
     for name in names:
         module, func, help_text = COMMANDS[name]
         fn = getattr(importlib.import_module(module), func)
-        app.command(name, help=help_text)(_said_when_interrupted(fn))
+        app.command(name, help=help_text, cls=_Command)(_said_when_interrupted(fn))
+
+
+# typer's placeholder of an option's type (`<int>`, `<list[str]>`, `<path>`) -> the word
+# --help shows for an option declared without a metavar of its own
+_WORDS = {"int": "N", "float": "NUMBER", "str": "TEXT", "path": "PATH", "file": "FILE",
+          "dir": "DIR"}  # fmt: skip
+_SECONDS = ("time", "timeout", "backoff", "drain", "duration", "every", "deadline")
+
+
+def metavar(opt: Any, ctx: Any) -> str | None:
+    """The word --help shows for an option's value: its declared metavar, else one made
+    from its type (a float named for time is SECONDS). typer 0.29 shows a python type
+    instead (`<list[str]>`), which no user should have to read; an older typer, click's
+    word (None: left to it)."""
+    if opt.metavar or not hasattr(opt, "display_type"):
+        return opt.metavar
+    shown = opt.display_type(ctx).strip("<>")
+    inner = shown.removeprefix("list[").removesuffix("]").lower()
+    word = _WORDS.get(inner, "VALUE")
+    if word == "NUMBER" and any(w in opt.name.split("_") for w in _SECONDS):
+        word = "SECONDS"
+    return word
+
+
+class _Argument(TyperArgument):
+    """An argument shown as click shows one: `PATH` or `RUN...`, in the usage line and the
+    help, never typer's `{path}` and its python type (`<list[Path]>`)."""
+
+    def _usage_display_name(self) -> str:
+        name = self._rich_display_name()
+        return name if self.required else f"[{name}]"
+
+    def _rich_display_name(self) -> str:
+        return (self.metavar or self.name.upper()) + ("..." if self.nargs != 1 else "")
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+class _Command(TyperCommand):
+    """typer's command, every value named in words (`metavar`, `_Argument`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        ctx = typer.Context(self)
+        for p in self.params:
+            if isinstance(p, TyperArgument):
+                p.__class__ = _Argument
+                p.metavar = p.metavar or p.name.upper()  # errors too: "Missing argument 'PATH'"
+            elif not getattr(p, "is_flag", False) and not p.count:
+                p.metavar = metavar(p, ctx)
 
 
 def _said_when_interrupted(fn: Callable[..., Any]) -> Callable[..., Any]:

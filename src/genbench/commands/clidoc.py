@@ -307,10 +307,11 @@ def _command(cname: str, cmd: Any) -> list[str]:
     lines = ["", f"## genbench {cname}", "", _cell(cmd.help or ""), ""]
     lines += ["| flag | default | what it does |", "|---|---|---|"]
     for arg in (p for p in cmd.params if p.param_type_name == "argument"):
-        name = arg.name.upper() + (" ..." if arg.nargs == -1 else "")
+        name = (arg.metavar or arg.name.upper()) + (" ..." if arg.nargs == -1 else "")
         lines.append(f"| `{name}` (argument) | required | {_cell(arg.help or '')} |")
     for opt in options(cmd):
         names = " / ".join(opt.opts + opt.secondary_opts)
+        names += "" if opt.is_flag or opt.count else f" {opt.metavar}"  # the value, as --help
         default = "required" if opt.required else (shown_default(opt) or "")
         text = _DEFAULT.sub("", opt.help or "")
         lines.append(f"| `{names}` | {_cell(default)} | {_cell(text)} |")

@@ -21,8 +21,12 @@ from genbench.transport.eventloop import run_async
 from genbench.transport.open_files import fit_descriptors as descriptors
 from genbench.transport.thinking import DEFAULT_TAGS
 
-URL = typer.Option(None, "--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1")
-MODEL = typer.Option(None, "--model", help="Model to use. [default: the only one served]")
+URL = typer.Option(
+    None, "--url", metavar="URL", help="Server base URL, e.g. http://127.0.0.1:8000/v1"
+)
+MODEL = typer.Option(
+    None, "--model", metavar="NAME", help="Model to use. [default: the only one served]"
+)
 KEY_ENV = typer.Option(
     DEFAULT_KEY_ENV,
     "--api-key-env",
@@ -86,10 +90,16 @@ THINKING = typer.Option(
     help="The job's chat_template_kwargs.enable_thinking. [default: the server's choice]",
 )
 PARAM = typer.Option(
-    None, "--param", help="Another request field of the job, KEY=JSON; repeatable."
+    None,
+    "--param",
+    metavar="KEY=JSON",
+    help="Another request field of the job, KEY=JSON; repeatable.",
 )
 CONFIG = typer.Option(
-    None, "--config", help="The job's JSON or TOML file of request fields (flags override it)."
+    None,
+    "--config",
+    metavar="FILE",
+    help="The job's JSON or TOML file of request fields (flags override it).",
 )
 
 # -- hidden-state storage: what a drafter's training set would take (plan, inspect)
@@ -113,14 +123,16 @@ def print_json(doc: Any, default: Callable[[Any], Any] | None = None) -> None:
 def signature(args: type, options: dict[str, Any]) -> inspect.Signature:
     """A command's signature for typer, from the dataclass of its options as typed (`args`,
     which gives each its type) and their flags (`options`, in --help's order: a typer
-    option, or (default, help) for `--the-field-name`). The command takes `**options` and
+    option, or (default, help[, metavar]) for `--the-field-name`; without a metavar --help
+    names the value by its type, `cli.metavar`). The command takes `**options` and
     makes `args(**options)` of them."""
     hints = {f.name: get_type_hints(args)[f.name] for f in fields(args)}
     if set(hints) != set(options):
         raise TypeError(f"options and {args.__name__} differ: {set(hints) ^ set(options)}")
     return inspect.Signature([
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name],
-                          default=typer.Option(o[0], "--" + name.replace("_", "-"), help=o[1])
+                          default=typer.Option(o[0], "--" + name.replace("_", "-"), help=o[1],
+                                             metavar=o[2] if len(o) > 2 else None)
                           if isinstance(o, tuple) else o)
         for name, o in options.items()
     ])  # fmt: skip

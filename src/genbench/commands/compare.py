@@ -26,6 +26,7 @@ def parse_pct(flag: str, text: str) -> float:
 def compare_cmd(
     runs: list[str] = typer.Argument(
         ...,
+        metavar="RUN",
         help="Sides to compare, the first the baseline: a run directory or result.json, a "
         "directory of repeats (run --repeat), or several runs of one side joined by commas.",
     ),

@@ -19,18 +19,21 @@ from genbench.export.specforge import TOKENS
 def export_cmd(
     sources: list[Path] = typer.Argument(
         ...,
+        metavar="SOURCE",
         help="A genbench generate output directory, or one of its JSONL/Parquet files; "
         "several go into one file, in order.",
     ),
     fmt: str = typer.Option(
         TOKENS,
         "--format",
+        metavar="FORMAT",
         help=choices_help(),
     ),
     out_file: Path | None = typer.Option(
         None,
         "--out",
         "-o",
+        metavar="FILE",
         help="File to write. [default: SOURCE.FORMAT.jsonl beside the first SOURCE]",
     ),
     keep_cut: bool = typer.Option(

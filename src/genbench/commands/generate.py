@@ -22,11 +22,13 @@ from genbench.plan.document import job_forecast, plan_settings, read_plan
 # (default, help) for an option spelled as its field is (common.signature)
 OPTIONS: dict[str, Any] = {
     "input": typer.Option(
-        ..., "--input", "-i", "--prompts", help="The prompt file: .jsonl[.gz] or .parquet."
+        ..., "--input", "-i", "--prompts", metavar="FILE",
+        help="The prompt file: .jsonl[.gz] or .parquet."
     ),
-    "output": typer.Option(..., "--out", "-o", help="Output directory (resumable)."),
-    "url": (None, "Server base URL; repeat for several servers."),
-    "url_file": (None, "File of servers, one 'URL [CONCURRENCY]' per line."),
+    "output": typer.Option(..., "--out", "-o", metavar="DIR",
+                           help="Output directory (resumable)."),
+    "url": (None, "Server base URL; repeat for several servers.", "URL"),
+    "url_file": (None, "File of servers, one 'URL [CONCURRENCY]' per line.", "FILE"),
     "serve": common.SERVE,
     "model": common.MODEL,
     "api_key_env": common.KEY_ENV,
@@ -89,7 +91,7 @@ OPTIONS: dict[str, Any] = {
         "it is stopped and restarted."),
     "plan": (None, "A plan.json (or its directory) from genbench plan: the job runs its "
         "configuration (concurrency, servers, sampling, max tokens) unless a flag says "
-        "otherwise, its forecast beside the live ETA, and at the end how far off it was."),
+        "otherwise, its forecast beside the live ETA, and at the end how far off it was.", "PLAN"),
     "metrics_port": watch.METRICS_PORT,
     "metrics_host": watch.METRICS_HOST,
     "json": common.JSON,

@@ -15,8 +15,12 @@ from genbench.transport.endpoint import load_api_key
 
 
 def hidden_states_cmd(
-    directory: Path = typer.Argument(..., help="A genbench generate output directory."),
-    url: str = typer.Option(..., "--url", help="A vLLM started with the capture flags."),
+    directory: Path = typer.Argument(
+        ..., metavar="DIR", help="A genbench generate output directory."
+    ),
+    url: str = typer.Option(
+        ..., "--url", metavar="URL", help="A vLLM started with the capture flags."
+    ),
     layers: str = typer.Option(
         ..., "--layers", help="The layer ids that vLLM captures (its numbering), e.g. 2,16,29,32."
     ),

@@ -24,10 +24,10 @@ OPTIONS: dict[str, Any] = {
     ),
     "drop": (None, f"Defects to leave out of a clean copy: {','.join(DEFECTS)} (or all). "
              "Needs --out."),
-    "out_dir": typer.Option(None, "--out", "-o", help="Directory for the clean copy (new or "
-                            "empty); the original is only read."),
+    "out_dir": typer.Option(None, "--out", "-o", metavar="DIR", help="Directory for the "
+                            "clean copy (new or empty); the original is only read."),
     "save": (None, "Where to write inspect.json. [default: DIR/inspect.json, or "
-             "FILE.inspect.json beside a file; --drop: CLEAN_DIR/inspect.json]"),
+             "FILE.inspect.json beside a file; --drop: CLEAN_DIR/inspect.json]", "FILE"),
     "min_tokens": (D.min_tokens, "Rows with fewer output tokens are too short (short)."),
     "loop_window": (D.loop_window, "Loops: chars at the end of a text examined."),
     "loop_cover": (D.loop_cover, "Loops: share of the window the repetition covers."),
@@ -41,7 +41,7 @@ OPTIONS: dict[str, Any] = {
     "layers_captured": common.LAYERS_CAPTURED,
     "dtype_bytes": common.DTYPE_BYTES,
     "url": (None, "A server with the job's tokenizer (vLLM: /detokenize, /tokenize): measure "
-            "the retokenization drift of the turns with ids."),
+            "the retokenization drift of the turns with ids.", "URL"),
     "drift_sample": (DRIFT_SAMPLE, "Token fidelity: turns checked with --url."),
     "key_env": common.KEY_ENV,
     "key_file": common.KEY_FILE,

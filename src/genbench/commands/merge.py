@@ -17,19 +17,21 @@ from genbench.export.merge import check, input_of, merge_into
 
 def merge_cmd(
     directory: Path = typer.Argument(
-        ..., help="A genbench generate output directory: every shard of it is read."
+        ..., metavar="DIR", help="A genbench generate output directory: every shard of it is read."
     ),
     input: Path | None = typer.Option(
         None,
         "--input",
         "-i",
         "--prompts",
+        metavar="FILE",
         help="The job's prompt file. [default: the one its job files name]",
     ),
     into: Path | None = typer.Option(
         None,
         "--out",
         "-o",
+        metavar="DIR",
         help="Write every id once (its first copy) into this new directory, then prove it.",
     ),
     shards: int = typer.Option(

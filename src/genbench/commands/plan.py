@@ -18,16 +18,18 @@ from genbench.plan.render import PlanConsole, next_line, print_plan
 # (default, help) for an option spelled as its field is (common.signature)
 OPTIONS: dict[str, Any] = {
     "samples": (None, "Samples to forecast, comma-separated, K/M suffixes. [default: "
-                "100K,200K,500K,900K]"),
+                "100K,200K,500K,900K]", "N,..."),
     "servers": (1, "Identical servers sharing the job."),
     "from_": typer.Option(
-        None, "--from", help="A `genbench run` result: its directory or result.json. Repeat it "
+        None, "--from", metavar="RUN", help="A `genbench run` result: its directory or "
+        "result.json. Repeat it "
         "with runs of other configurations of the same model to compare them for the job. Or "
         "a pilot's plan directory: planned again from its recorded requests, nothing sent "
         "(other --samples, --servers, --deadline, --price).",
     ),
     "prompts": typer.Option(
-        None, "--input", "-i", "--prompts", help="The job's prompt file (JSONL or Parquet), as "
+        None, "--input", "-i", "--prompts", metavar="FILE", help=
+        "The job's prompt file (JSONL or Parquet), as "
         "generate's: run a pilot on it (with --from: its speculative acceptance rescales the "
         "run's rate).",
     ),
@@ -74,26 +76,28 @@ OPTIONS: dict[str, Any] = {
     "layers_captured": common.LAYERS_CAPTURED,
     "dtype_bytes": common.DTYPE_BYTES,
     "job_out": typer.Option(
-        None, "--job-out", help="The job's output directory (generate -o; need not exist yet): "
+        None, "--job-out", metavar="DIR", help=
+        "The job's output directory (generate -o; need not exist yet): "
         "the hidden states' forecast is held to the free space of its disk. [default: the "
         "current directory]",
     ),
     "bytes_per_token": (None, "Output text bytes per token when not measured. [default: 4]"),
     "timeout": (600.0, "Pilot: seconds of silence before a request is abandoned."),
     "out_dir": typer.Option(
-        None, "--out", "-o", help="Where plan.json goes (a pilot's records too). [default: a "
+        None, "--out", "-o", metavar="DIR", help=
+        "Where plan.json goes (a pilot's records too). [default: a "
         "pilot or several --from: genbench-runs/TIME-plan; one --from: beside the run's "
         "result.json]",
     ),
     "deadline": (None, "The job's deadline, e.g. 5d, 36h, 90m, 2d12h: the servers it needs, "
-                 "and the samples that fit on --servers."),
+                 "and the samples that fit on --servers.", "DURATION"),
     "price": (None, "Price per GPU-hour, for the job's cost. [default: price_per_gpu_hour in "
               "the settings file]"),
     "gpus_per_server": (None, "GPUs per server, for the cost: one for all, or one per --from "
                         "in order. [default: gpus_per_server in the settings file]"),
     "job_files": (None, "Write the job's files into this directory: a Slurm array script and "
                   "a Kubernetes Indexed Job manifest, one task per server the plan decided "
-                  "(docs/cluster.md)."),
+                  "(docs/cluster.md).", "DIR"),
     "progress_every": (30.0, "Seconds between the pilot's progress lines off a terminal."),
     "json": common.JSON,
 }  # fmt: skip

@@ -16,6 +16,7 @@ from genbench.run.result import result_path
 def report_cmd(
     runs: list[Path] = typer.Argument(
         ...,
+        metavar="RUN",
         help="Run directories or result.json files (colours follow this order); generate "
         "output directories with an inspect.json, or inspect.json files, add a data-set section; "
         "a plan.json (or its directory), a forecast section.",
@@ -24,6 +25,7 @@ def report_cmd(
         None,
         "--out",
         "-o",
+        metavar="FILE",
         help="HTML file to write. [default: RUN/report.html for one run, "
         "./genbench-report.html for more]",
     ),

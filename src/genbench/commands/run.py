@@ -23,9 +23,11 @@ OPTIONS: dict[str, Any] = {
     "model": common.MODEL,
     "api_key_env": common.KEY_ENV,
     "api_key_file": common.KEY_FILE,
-    "lengths": (None, f"Single-stream output lengths, comma-separated. {default_text('lengths')}"),
+    "lengths": (None, f"Single-stream output lengths, comma-separated. {default_text('lengths')}",
+                "N,..."),
     "concurrency": typer.Option(
-        None, "--concurrency", "-c", help="Requests in flight: one or a comma-separated list to "
+        None, "--concurrency", "-c", metavar="C,...|auto", help=
+        "Requests in flight: one or a comma-separated list to "
         "sweep, or auto: double from 1 until throughput stops rising or the server says it is "
         "full (the knee). " + default_text("concurrency"),
     ),
@@ -57,7 +59,8 @@ OPTIONS: dict[str, Any] = {
                          help="Phases to skip, comma-separated: warmup,single,sweep."),
     "quick": (False, "A short run: fewer lengths and levels."),
     "out_dir": typer.Option(
-        None, "--out", "-o", help="Result directory. [default: genbench-runs/TIME-MODEL]"
+        None, "--out", "-o", metavar="DIR",
+        help="Result directory. [default: genbench-runs/TIME-MODEL]"
     ),
     "json": common.JSON,
     "report": (False, "Also write report.html beside result.json."),
@@ -69,7 +72,8 @@ OPTIONS: dict[str, Any] = {
         "server's own /metrics]",
     ),
     "input": typer.Option(
-        None, "--input", "-i", help="The prompt file (JSONL or Parquet, as generate's): its "
+        None, "--input", "-i", metavar="FILE", help=
+        "The prompt file (JSONL or Parquet, as generate's): its "
         "requests, one per assistant turn with the history before it (an agentic row's tools, "
         "calls and results too), in place of the built-in prompts. [default: the built-in "
         "prompts]",

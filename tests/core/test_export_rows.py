@@ -3,6 +3,7 @@ which turns the rules leave out, and that every turn is counted either way."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -263,3 +264,44 @@ def test_several_sources_go_into_one_file_in_order(tmp_path) -> None:
     doc = export_data([a, b], "specforge-tokens", out, Rules())
     assert [x["id"] for x in lines(out)] == ["ok#1", "multi#3"]
     assert doc["source"]["paths"] == [str(a), str(b)] and doc["rows"] == 2
+
+
+def said(doc: dict[str, Any]) -> str:
+    """What `genbench export` prints of the summary, as a user reads it."""
+    from rich.console import Console
+
+    from genbench.export.render import print_export
+
+    console = Console(record=True, width=400, file=io.StringIO())
+    print_export(doc, console)
+    return console.export_text()
+
+
+@pytest.mark.parametrize("keep_cut", [False, True], ids=["cut-left-out", "keep-cut"])
+def test_the_console_says_each_cut_turn_once(tmp_path, keep_cut: bool) -> None:
+    """The two cut turns, in one claim: left out (and the flag that keeps them), or kept
+    with --keep-cut; never also in a second line that counts them again."""
+    _, doc = run(tmp_path, "specforge-tokens", Rules(keep_cut=keep_cut))
+    text = said(doc)
+    assert text.count("cut by max_tokens") == 1, text
+    if keep_cut:
+        assert "left out: 1 without ids" in text
+        assert "written all the same: 2 cut by max_tokens (--keep-cut)" in text
+        assert doc["kept"]["cut"] == 2 and doc["left_out"]["cut"] == 0
+    else:
+        assert (
+            "left out: 1 without ids (the server gave none), 1 whose ids disagree with "
+            "the server's counts, 2 cut by max_tokens, 2 shorter than 16 tokens "
+            "(--keep-cut and --min-turn-tokens 0 keep them)" in text
+        )
+        assert "written all the same" not in text and doc["kept"]["cut"] == 0
+    assert "counted:" not in text
+
+
+def test_the_text_format_says_the_turns_it_writes_without_ids(tmp_path) -> None:
+    _, doc = run(tmp_path, "specforge")
+    text = said(doc)
+    assert (
+        "written all the same: 1 without ids (the server gave none) (the text needs none)" in text
+        and doc["kept"]["no_ids"] == 1
+    )

@@ -59,6 +59,8 @@ class Counts:
     turns_written: int = 0
     kinds: Counter[str] = field(default_factory=Counter)  # every turn a rule applies to
     left_out: Counter[str] = field(default_factory=Counter)  # by the reason named first
+    kept: Counter[str] = field(default_factory=Counter)  # written though a rule applies, by
+    # the first (the user kept it: --keep-cut, or the text format needs no ids)
     rows_left_out: int = 0
     supervised: int = 0  # generated ids written (the loss is taken on them)
     ids: int = 0  # every id written, prompt included
@@ -94,6 +96,7 @@ def _row_lines(
             c.unchecked += len(kept)
         for s in kept:
             _count_sample(s, c)
+            c.kept.update(s.kinds(rules.min_tokens)[:1])
         c.turns_written += len(kept)
         return lines
     assert fmt.row is not None
@@ -104,6 +107,8 @@ def _row_lines(
         c.rows_left_out += 1
         return []
     c.turns_written += tr.turns
+    for s in [s for s in found if s.turn not in left][: tr.turns]:  # the turns written
+        c.kept.update(s.kinds(rules.min_tokens)[:1])
     c.system[tr.system] += 1
     c.history += tr.history
     c.history_kept_calls += tr.history_kept_calls
@@ -206,6 +211,7 @@ def document(
         "rows_without_a_sample": c.rows_left_out,
         "counted": {k: c.kinds.get(k, 0) for k in REASONS},
         "left_out": {k: c.left_out.get(k, 0) for k in (*REASONS, "after_left_out")},
+        "kept": {k: c.kept.get(k, 0) for k in REASONS},
     }
     if FORMATS[fmt].token_exact:
         doc["ids"] = {"written": c.ids, "supervised": c.supervised, "longest_sample": c.longest}

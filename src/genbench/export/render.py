@@ -26,7 +26,7 @@ def _reasons(counts: dict[str, int], min_tokens: int) -> str:
 
 def print_export(doc: dict[str, Any], console: Console) -> None:
     """What was written, what was left out and why, and what to give the trainer."""
-    fmt, rules = FORMATS[doc["format"]], doc["rules"]
+    fmt = FORMATS[doc["format"]]
     unit = "sample" if fmt.token_exact else "conversation"
     console.print(
         f"[bold]genbench export[/] {', '.join(doc['source']['paths'])}: "
@@ -39,13 +39,7 @@ def print_export(doc: dict[str, Any], console: Console) -> None:
     repeated = Repeats(rows=doc["repeated"]["rows"], examples=doc["repeated"]["examples"])
     if repeated.line():
         console.print(f"[yellow]note:[/] {repeated.line()}")
-    console.print(f"left out: {_reasons(doc['left_out'], rules['min_tokens'])}")
-    counted = {k: v for k, v in doc["counted"].items() if v}
-    cut_rule = "kept (--keep-cut)" if rules["keep_cut"] else "left out"
-    console.print(
-        f"counted: {_reasons(counted, rules['min_tokens'])} "
-        f"(cut turns {cut_rule}; --min-turn-tokens {rules['min_tokens']})"
-    )
+    console.print(_left_out_and_kept(doc), markup=False, highlight=False)
     if fmt.token_exact:
         ids = doc["ids"]
         console.print(
@@ -71,6 +65,23 @@ def print_export(doc: dict[str, Any], console: Console) -> None:
             console.print(f"[yellow]note:[/] {_history(doc)}")
     console.print(fmt.give.format(out=doc["out"]), soft_wrap=True)
     console.print(f"summary: {doc['summary']}")
+
+
+def _left_out_and_kept(doc: dict[str, Any]) -> str:
+    """Each turn a rule applies to, said once: left out (by the first rule, with the flag
+    that keeps it), or written all the same and why. `counted` in the summary is the two
+    together, so it is not printed beside them: the same turns would be read twice."""
+    left, kept, min_tokens = doc["left_out"], doc.get("kept", {}), doc["rules"]["min_tokens"]
+    line = f"left out: {_reasons(left, min_tokens)}"
+    keeps = ["--keep-cut"] if left.get("cut") else []
+    keeps += ["--min-turn-tokens 0"] if left.get("short") else []
+    if keeps:
+        line += f" ({' and '.join(keeps)} keep{'s' if len(keeps) == 1 else ''} them)"
+    why = {"cut": "--keep-cut", "no_ids": "the text needs none", "mismatch": "the text is kept"}
+    said = [f"{_reasons({k: n}, min_tokens)} ({why.get(k, '')})" for k, n in kept.items() if n]
+    if said:
+        line += f"; written all the same: {', '.join(said)}"
+    return line
 
 
 def _history(doc: dict[str, Any]) -> str:

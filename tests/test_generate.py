@@ -429,10 +429,14 @@ def test_client_sigkill_then_rerun_finishes_exactly_once(sim, tmp_path):
 
 
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(sim, tmp_path):
+    """A --format parquet job (the default's stop: test_stop_and_secrets.py): its open part
+    stays JSONL at the stop, said with how to finish it, and the resume converts it."""
     inp = tmp_path / "in.jsonl"
     write_rows(inp, prompts(300))
     out = tmp_path / "out"
-    proc = popen(tmp_path, "-i", str(inp), "-o", str(out), "--url", sim.url, "-c", "4", *FAST)
+    fmt = ("--format", "parquet")
+    proc = popen(tmp_path, "-i", str(inp), "-o", str(out), "--url", sim.url, "-c", "4", *fmt,
+                 *FAST)  # fmt: skip
     wait_for(lambda: line_count(out) >= 30, 60, "30 rows written")
     proc.send_signal(signal.SIGINT)
     assert proc.wait(30) == 130
@@ -441,10 +445,14 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(sim, tmp_path):
     # each message says its cause once: the status, then the hint, once each
     assert "interrupted: stopped before every row was done" in stdout
     assert stdout.count("rerun the same command") == 1 and "interrupted: interrupted" not in stdout
+    assert "data-00000.jsonl stays JSONL until the --format parquet job resumes" in stdout
+    assert [p.name for p in out.glob("data*")] == ["data-00000.jsonl"]  # nothing converted
     done = len(data_rows(out))
     assert 30 <= done < 300
-    p = gen(inp, out, "--url", sim.url, "-c", "8")
+    p = gen(inp, out, "--url", sim.url, "-c", "8", *fmt)
     assert p.returncode == 0, p.stderr
+    assert [p.name for p in out.glob("data*")] == ["data-00000.parquet"]
+    assert "stays JSONL" not in p.stdout
     assert_exactly_once(out, [f"r{i}" for i in range(300)])
 
 

@@ -4,6 +4,7 @@ it, unchecked ids apart from token-exact ones, one turn numbering with export's.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import orjson
@@ -200,3 +201,33 @@ def test_a_clean_copy_that_dropped_nothing_names_no_regenerate_command(tmp_path)
     text = con.export_text()
     assert "clean copy: 2 rows kept, none dropped" in text
     assert "regenerate" not in text and "()" not in text
+
+
+def test_a_stopped_parquet_jobs_open_part_is_named_with_how_to_finish_it(tmp_path) -> None:
+    """A --format parquet job stopped mid-way keeps the part it was writing as JSONL (its
+    resume appends to it): inspect and the stop message say so, and how to finish it."""
+    from genbench.generate.outcome import JobResult
+    from genbench.generate.render import print_result
+    from genbench.generate.store.jobfile import unconverted
+
+    d = job_dir(tmp_path, [good("a"), good("b")])
+    (d / ".genbench" / "job.json").write_bytes(orjson.dumps({"format": "jsonl"}))
+    assert unconverted(d) == []  # a JSONL job's parts are what it makes
+    assert "stays JSONL" not in " ".join(inspect_data(d, Settings()).get("notes", []))
+    (d / ".genbench" / "job.json").write_bytes(orjson.dumps({"format": "parquet"}))
+    (d / ".genbench" / "job-1of2.json").write_bytes(orjson.dumps({"format": "parquet"}))
+    (d / "data-1of2-00000.jsonl").write_bytes(good("c") + b"\n")
+    assert unconverted(d) == [d / "data-00000.jsonl", d / "data-1of2-00000.jsonl"]
+    said = (
+        "data-00000.jsonl, data-1of2-00000.jsonl stay JSONL until the --format parquet job "
+        "resumes or finishes (a stop converts nothing, so the resume appends to them): rerun "
+        "the same genbench generate command to finish the job; with every row done, that run "
+        "only converts them to Parquet"
+    )
+    assert said in inspect_data(d, Settings())["notes"]
+    console = Console(record=True, width=1000, file=io.StringIO())
+    print_result(JobResult("interrupted", files=[str(d / "data-00000.jsonl")],
+                           unconverted=[str(d / "data-00000.jsonl")]), console)  # fmt: skip
+    text = console.export_text()
+    assert "rerun the same command to resume" in text
+    assert "data-00000.jsonl stays JSONL until the --format parquet job resumes" in text

@@ -448,6 +448,8 @@ class Job:
         snap = p.snapshot(self.server_states()) if p else None
         first, last = self._t_first_send, self._t_last_done
         files = [str(f) for f in self.store.data_files()] if self.store.out.is_dir() else []
+        parquet = self.cfg.fmt == DataFormat.PARQUET  # a part JSONL still: converted at the end
+        open_parts = [f for f in files if f.endswith(".jsonl")] if parquet else []
         return JobResult(
             status=status, message=message, model=self.model or None, total=p.total if p else 0,
             done=snap.done if snap else 0, failed=snap.failed if snap else 0,
@@ -459,6 +461,7 @@ class Job:
             elapsed_s=time.monotonic() - t0,
             sending_s=last - first if first is not None and last is not None else 0.0,
             files=files,
+            unconverted=open_parts,
             errors_file=str(self.store.errors_path) if self.store.errors_path.exists() else None,
             snapshot=snap, failure=self.failures.most_common(),
             unanswered=self.unanswered.to_dict(), signal=self.stop_signal,

@@ -52,6 +52,9 @@ class JobResult:
     ids_line: str = ""  # the rows without token ids, by server ('' when none)
     engines_line: str = ""  # --serve: how long the engines were down and why ('' if never)
     signal: int | None = None  # the operator's signal that stopped the job, if one did
+    # --format parquet: the parts JSONL still, to be converted when the job finishes
+    # (store/jobfile.unconverted: a stop converts nothing)
+    unconverted: list[str] = field(default_factory=list)
     concurrency: list[dict[str, Any]] = field(default_factory=list)  # -c auto's changes
 
     def to_dict(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from genbench.generate.jobconfig import JobConfig
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.prior import PlanPrior
 from genbench.generate.progress import Snapshot
+from genbench.generate.store.jobfile import unconverted_line
 
 ESTIMATED_NOTE = (
     "token counts estimated: the server sent thinking without counting it (or sent no usage); "
@@ -372,6 +373,8 @@ def print_result(r: JobResult, console: Console) -> None:
         console.print(
             f"  rerun the same command{when} to resume: finished rows are kept and skipped"
         )
+    if r.unconverted:
+        console.print(f"  {escape(unconverted_line(r.unconverted))}", soft_wrap=True)
 
 
 def concurrency_lines(changes: list[dict[str, Any]]) -> list[tuple[str, str]]:

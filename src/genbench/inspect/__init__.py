@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from genbench.errors import GenbenchError, OutputError, UsageError, positive
+from genbench.generate.store.jobfile import unconverted, unconverted_line
 from genbench.inspect.clean import REGENERATE, check_out, write_clean
 from genbench.inspect.detect import BIT, DEFECTS, Thresholds
 from genbench.inspect.document import INSPECT_FILE, Settings, build, storage
@@ -120,6 +121,8 @@ def inspect_data(
     doc, an = build(path, sc, settings)
     if parts is not None:
         doc["integrity"] = parts
+    if path.is_dir() and (still_jsonl := unconverted(path)):  # a stopped --format parquet job
+        doc.setdefault("notes", []).append(unconverted_line(still_jsonl))
     if tokenizer is not None and sc.fidelity is not None:
         doc["fidelity"]["drift"] = drift(sc.fidelity, tokenizer)
     if (states := check_states(path)) is not None:  # generate --hidden-states: each file

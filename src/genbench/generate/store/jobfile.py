@@ -3,7 +3,8 @@
 `store.Store.check_job` refuses a resume whose model, sampling, turns, format or tool
 policy changed (a data set must not mix them); this module names such a change the way
 the person set it (the flag, both values), reads a key an older job.json lacks as the
-default it had, and says what a change of `--token-ids` means for the rows.
+default it had, and says what a change of `--token-ids` means for the rows; and which
+parts of a `--format parquet` job are JSONL still, and why (`unconverted`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import orjson
 
 from genbench.errors import UsageError
 from genbench.generate.input.params import FLAGGED
+from genbench.generate.store.layout import SHARD_TAG_RE, STATE_DIR, Layout
 
 # what a job.json made before a setting was kept had: that setting's default then
 DEFAULTS = {"tool_policy": "replay"}
@@ -129,3 +131,34 @@ def read_jobs(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
             if isinstance(doc, dict):
                 jobs.append((p, doc))
     return jobs
+
+
+def unconverted(out: Path) -> list[Path]:
+    """The data parts of a `--format parquet` job in `out` (each --shard's job file read)
+    that are JSONL still: the part a stopped job was writing, kept so that its resume
+    appends to it, and converted when the job finishes. Converting it at the stop would
+    hold a Ctrl-C or SIGTERM for as long as a part takes (up to --part-size: tens of
+    seconds, past a scheduler's grace period) and leave one short part per stop."""
+    found: list[Path] = []
+    for p in sorted((out / STATE_DIR).glob("job*.json")):
+        tag = p.stem.removeprefix("job").removeprefix("-") or None
+        if tag is not None and not SHARD_TAG_RE.fullmatch(tag):
+            continue
+        jobs = read_jobs([p])
+        if jobs and jobs[0][1].get("format") == "parquet":
+            found += [f for f in Layout(out, tag).data_files() if f.suffix == ".jsonl"]
+    return sorted(found)
+
+
+def unconverted_line(parts: list[Path] | list[str]) -> str:
+    """What a person reads of `unconverted` parts, and how to finish them."""
+    names = [Path(p).name for p in parts]
+    shown = ", ".join(names if len(names) <= 3 else [names[0], "…", names[-1]])
+    one = len(names) == 1
+    it, stays = ("it", "stays") if one else ("them", "stay")
+    return (
+        f"{shown} {stays} JSONL until the --format parquet job resumes or finishes (a stop "
+        f"converts nothing, so the resume appends to {it}): rerun the same genbench generate "
+        f"command to finish the job; with every row done, that run only converts {it} to "
+        "Parquet"
+    )

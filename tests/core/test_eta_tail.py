@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from genbench.generate.eta import Completions, estimate
+from genbench.generate.eta import Completions, Eta, estimate
 from genbench.generate.progress import Progress, ServerState
 from genbench.generate.tail import finish, fit_censored
 from genbench.records import RequestRecord
@@ -119,3 +119,22 @@ def test_requests_running_long_raise_the_high_end_not_the_estimate():
     assert seen.hi_s is not None and seen.hi_s > plain.hi_s
     sim = finish(list(done.durations), ages, 100 - 32, (0.5,), 32)
     assert sim is not None and seen.hi_s == pytest.approx(sim[0])
+
+
+def test_the_tail_simulation_takes_a_hundredth_of_the_loop_and_is_carried_between():
+    from genbench.generate.eta import TailBudget
+
+    calls = []
+
+    def run():
+        calls.append(1)
+        return Eta(10.0, 8.0, 14.0)
+
+    b = TailBudget()
+    assert b.get(100.0, run, 8) == Eta(10.0, 8.0, 14.0) and len(calls) == 1
+    b.cost_s = 0.03  # as if it took 30 ms: again after 3 s of the job's clock
+    assert b.get(101.0, run, 8) == Eta(9.0, 7.0, 13.0) and len(calls) == 1  # carried, 1 s on
+    assert b.get(102.9, run, 8).seconds == pytest.approx(7.1) and len(calls) == 1
+    assert b.get(103.1, run, 8) == Eta(10.0, 8.0, 14.0) and len(calls) == 2  # run again
+    b.cost_s = 0.03
+    assert b.get(103.2, run, 16) == Eta(10.0, 8.0, 14.0) and len(calls) == 3  # streams moved

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from genbench.generate.eta import Completions, Eta, estimate
+from genbench.generate.eta import Completions, Eta, TailBudget, estimate
 from genbench.records import RequestRecord
 from genbench.rows import RowMeta
 from genbench.stats import RecentRates
@@ -134,6 +134,7 @@ class Progress:
         self.rate_since: float | None = None  # -c auto's last change: the ETA's rate from it
         # the send times of the requests in flight now (the job's Load.send_times): the tail
         self.sending: Callable[[], Iterable[float]] | None = None
+        self.tail_budget = TailBudget()  # the tail's simulation, not at every tick
         self.streams = 0  # the up servers' concurrency at the last snapshot
 
     def on_durable(self, kind: str, items: list[tuple[str, Any]]) -> None:
@@ -181,7 +182,7 @@ class Progress:
         now = self.clock()
         ages = None if self.sending is None else [now - t for t in self.sending()]
         e = estimate(self.ended, self.remaining, now, self.t0, self.rate_since, ages,
-                     self.streams)  # fmt: skip
+                     self.streams, self.tail_budget)  # fmt: skip
         factor = self._availability()  # engines down for part of the job: the time left grows
         if e is None or factor == 1.0:
             return e

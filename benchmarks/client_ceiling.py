@@ -78,7 +78,7 @@ BASELINES: dict[str, tuple[Path, str]] = {}  # "genbench@REV" -> (its tree, its 
 
 async def run_genbench(a: argparse.Namespace) -> dict[str, Any]:
     from genbench.load import run_phase
-    from genbench.run.selfcheck import LoopMonitor
+    from genbench.selfcheck import LoopMonitor
     from genbench.transport.client import ChatRequest, Client, Timeouts
     from genbench.transport.endpoint import Endpoint
 

@@ -425,6 +425,11 @@ def one_run(
         # generate --plan's own verdict: its wall time (first send to last row) against the
         # plan's range, scaled to the rows it ran
         "generate_plan": gen_plan,
+        # genbench's own process, pilot against job: CPU share of a core and the host's load
+        # (a client busier in the job than in the pilot takes cores from an engine beside it)
+        "pilot_client_cpu": (doc["inputs"].get("pilot_client") or {}).get("cpu_fraction"),
+        "job_client_cpu": (json.loads(gen).get("client") or {}).get("cpu_fraction"),
+        "job_host_load": (json.loads(gen).get("client") or {}).get("host_load"),
         "length_err": len_err,
         "model_err": (1 + err) / (1 + len_err) - 1,
         "oracle_s": oracle_s,

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("stats",),
     ("transport",),
     ("sim", "local"),
-    ("check", "load"),
+    ("check", "load", "selfcheck"),
     ("engines",),  # started and watched engines: healthy is check's preflight
     ("generate",),
     ("run",),  # a run's --input is read as generate reads its input

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-import genbench.run.selfcheck as selfcheck
-from genbench.run.selfcheck import CPU_LIMIT, LAG_LIMIT_S, LoopMonitor
+import genbench.selfcheck as selfcheck
+from genbench.selfcheck import CPU_LIMIT, LAG_LIMIT_S, LoopMonitor
 
 pytestmark = pytest.mark.core
 

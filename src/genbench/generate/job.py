@@ -47,6 +47,7 @@ from genbench.generate.store.writer import Existing, Store
 from genbench.generate.tuner import AutoConcurrency, Change
 from genbench.load import Load
 from genbench.records import RequestRecord
+from genbench.selfcheck import LoopMonitor
 from genbench.transport import acceptance
 from genbench.transport.client import Client, Timeouts
 from genbench.transport.eventloop import graceful
@@ -83,6 +84,9 @@ class Job:
         self._t_last_done: float | None = None
         self.check: RequestCheck | None = None
         self.failures = Failures()  # this run's failed rows, by kind (ending.py)
+        self._chunks = 0  # the stream's chunks received: the client's load, as run counts it
+        # genbench's own process while it sent (selfcheck.SelfCheck.to_dict); {} before
+        self.client: dict[str, Any] = {}
         self.unanswered = Unanswered()  # rows written without an answer, or without ids
         self.engines: Supervisor | None = None  # --serve: the engines this job started
         spec = cfg.capture  # --hidden-states: each turn's states, taken as it is answered
@@ -313,6 +317,8 @@ class Job:
         ticker = loop.create_task(self._ticker())
         tuning = loop.create_task(self.auto.run(self.load)) if self.auto else ticker
         status = "complete"
+        monitor = LoopMonitor()  # genbench's own process: its CPU and its event loop's lag
+        monitor.start()
         try:
             await self.load.run()
             if syncer.done() and not syncer.cancelled() and syncer.exception() is not None:
@@ -327,6 +333,15 @@ class Job:
             )
             status = "servers_down"
         finally:
+            self.client = (await monitor.stop(self._chunks)).to_dict()
+            if self.client["client_bound"]:
+                self.listener.note(
+                    "genbench's own process was busy while it sent ("
+                    + ", ".join(self.client["reasons"])
+                    + "): the job may have run at its pace, not the servers'; a host with "
+                    "more cores, or fewer streams a process (--shard), lifts it",
+                    "yellow",
+                )
             ticker.cancel()
             tuning.cancel()
             try:
@@ -408,6 +423,7 @@ class Job:
         self.store.write_error(b.id if b.id is not None else f"line:{b.line}", entry)
 
     def _on_record(self, rec: RequestRecord) -> None:
+        self._chunks += rec.chunk_count
         if self._t_first_send is None or rec.t_send < self._t_first_send:
             self._t_first_send = rec.t_send
         self.store.log_request(rec)
@@ -467,6 +483,7 @@ class Job:
             unanswered=self.unanswered.to_dict(), signal=self.stop_signal,
             ids_line=self.unanswered.ids_line(p.done if p else 0),
             concurrency=[c.to_dict() for c in self.auto.changes] if self.auto else [],
+            client=self.client,
         )  # fmt: skip
 
 

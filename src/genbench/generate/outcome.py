@@ -56,6 +56,9 @@ class JobResult:
     # (store/jobfile.unconverted: a stop converts nothing)
     unconverted: list[str] = field(default_factory=list)
     concurrency: list[dict[str, Any]] = field(default_factory=list)  # -c auto's changes
+    # genbench's own process while it sent: CPU share of a core, event-loop lag, the host's
+    # load (selfcheck.SelfCheck.to_dict; {} when nothing was sent)
+    client: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """As `generate --json` prints it: the snapshot as the progress lines write it."""

@@ -27,7 +27,7 @@ from genbench.load import run_phase
 from genbench.plan.bar import TARGET_REL_ERROR, length_halfwidth
 from genbench.records import RecordWriter, RequestRecord, read_records
 from genbench.run.result import REQUESTS_FILE
-from genbench.run.selfcheck import LoopMonitor
+from genbench.selfcheck import LoopMonitor
 from genbench.transport.client import ChatRequest, Client, Timeouts
 from genbench.transport.endpoint import Endpoint
 from genbench.transport.thinking import ThinkMode

@@ -40,7 +40,6 @@ from genbench.run.result import (
     write_json_atomic,
 )
 from genbench.run.runconfig import SHAPES, RunConfig
-from genbench.run.selfcheck import LoopMonitor
 from genbench.run.thinking_count import note_thinking
 from genbench.run.workload import (
     BUILTIN_PROMPTS,
@@ -48,6 +47,7 @@ from genbench.run.workload import (
     forced_length_params,
     messages,
 )
+from genbench.selfcheck import LoopMonitor
 from genbench.stats import PhaseSummary, summarize, sweep_of
 from genbench.transport import acceptance
 from genbench.transport.client import ChatRequest, Client, Timeouts

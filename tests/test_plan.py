@@ -25,6 +25,7 @@ from tests_helpers import closed_port_url, sim_metric
 from genbench import fmt
 from genbench.errors import InputFileError, UsageError
 from genbench.generate.recipe import Recipe
+from genbench.generate.wander import UNSEEN, unseen_drift
 from genbench.plan import (
     WANDER_HORIZON,
     Draws,
@@ -226,7 +227,9 @@ def test_pilot_forecasts_the_job_it_is_then_checked_against(sim_factory, tmp_pat
     p = genbench(
         "plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
         "--concurrency", str(c), "--pilot", str(k), "--samples", str(n), "--out", str(out),
-        "--bootstrap", "100", "--warmup-time", "1", "--json", timeout=120,
+        "--bootstrap", "100", "--warmup-time", "1", "--json",
+        "--speed-drift", "0",  # the sim holds its speed: the bar is what the pilot measured
+        timeout=120,
     )  # fmt: skip
     behind_pilot = sim_behind_s(sim.root)
     doc = plan_json(p)
@@ -335,8 +338,11 @@ def test_open_ended_pilot_stops_when_the_mean_length_reaches_its_target(sim_fact
     assert said + "the forecast" in text
     need = doc["pilot_size_for_target"]["requests"]
     inside = f"inside ±{target:.0%} already"
-    said = (f"needs a pilot of about {need:,} requests", "sets a floor", inside)
-    assert any(s in text for s in said), text
+    if need is None:  # the default allowance for unseen drift is wider than the target
+        assert "speed the pilot cannot see (--speed-drift), not the pilot's size" in text
+    else:
+        said = (f"needs a pilot of about {need:,} requests", inside)
+        assert any(s in text for s in said), text
     assert (inside in text) == (ours["rel_halfwidth"] <= target)
 
 
@@ -392,7 +398,7 @@ def test_open_ended_pilot_stops_at_its_time_limit_and_says_so(sim_factory, tmp_p
         assert need["requests"] > doc["inputs"]["pilot"] and need["floor"] < 0.005, need
 
 
-def test_a_pilot_whose_own_client_was_busy_says_its_forecast_may_be_long(sim_factory, tmp_path):
+def test_a_pilot_and_a_job_whose_own_client_was_busy_say_so(sim_factory, tmp_path):
     # the test hook blocks genbench's event loop 30 ms every 50 ms, as a client host too
     # busy to read answers and send the next requests in time would (#48: a cause of a
     # forecast that leans long is the client's own overhead)
@@ -408,6 +414,17 @@ def test_a_pilot_whose_own_client_was_busy_says_its_forecast_may_be_long(sim_fac
     client = doc["inputs"]["pilot_client"]
     assert client["client_bound"] is True and client["loop_lag_p99_s"] >= 0.01, client
     assert any("busy during the pilot" in n and "event-loop lag" in n for n in doc["notes"])
+    # the job watches itself alike: its result keeps the figures, its console says so
+    p = genbench(
+        "generate", "--input", str(tmp_path / "prompts.jsonl"), "--out", str(tmp_path / "job"),
+        "--url", sim.url, "--concurrency", "4", "--json",
+        env={"GENBENCH_DEBUG_BLOCK_LOOP_MS": "30"}, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    client = json.loads(p.stdout)["client"]
+    assert client["client_bound"] is True and client["loop_lag_p99_s"] >= 0.01, client
+    assert client["cpu_fraction"] > 0 and client["chunks_per_s"] > 0, client
+    assert "genbench's own process was busy while it sent (event-loop lag" in p.stderr
 
 
 def test_speed_that_wanders_gets_a_wider_bar_than_the_same_values_shuffled():
@@ -424,16 +441,19 @@ def test_speed_that_wanders_gets_a_wider_bar_than_the_same_values_shuffled():
 
 
 def test_a_steady_server_keeps_a_tight_range(sim_factory, tmp_path):
-    """The sim's speed does not wander: a default pilot (until the mean length is known to
-    ±4%) gets a range within ±5% for jobs of 20 to 200 times its size, the server's speed
-    a small part of it and no note of wander; what the user adds with --speed-drift is in
-    the range, and said so."""
+    """The sim's speed does not wander: told so (--speed-drift 0), a default pilot (until
+    the mean length is known to ±4%) gets a range within ±5% for jobs of 20 to 200 times
+    its size, the server's speed a small part of it and no note of wander; what the user
+    adds with --speed-drift is in the range, and said so; and by default (no
+    --speed-drift) the range carries the allowance for speed slower than the pilot could
+    see, 15% × job / (job + pilot), said in a note with how to leave it out."""
     sim = sim_factory("--tps", "400", "--per-seq-ms", "0.1", "--ttft-ms", "5",
                       "--output-len", "lognormal:30:0.6")  # fmt: skip
     write_prompts(tmp_path / "prompts.jsonl", 3000)
     args = ("plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
             "--bootstrap", "60", "--warmup-time", "1", "--json")  # fmt: skip
-    p = genbench(*args, "--samples", "20K,200K", "--out", str(tmp_path / "a"), timeout=180)
+    p = genbench(*args, "--samples", "20K,200K", "--speed-drift", "0", "--out",
+                 str(tmp_path / "a"), timeout=180)  # fmt: skip
     behind = sim_behind_s(sim.root)
     doc = plan_json(p)
     if behind > 0.05 * doc["model"]["pilot_wall_s"]:
@@ -457,6 +477,18 @@ def test_a_steady_server_keeps_a_tight_range(sim_factory, tmp_path):
     assert speed["drift"] == pytest.approx(0.10) and speed["halfwidth"] >= 0.10
     assert doc["rows"][0]["ours"]["rel_halfwidth"] >= 0.10
     assert any("--speed-drift 10%" in n for n in doc["notes"]), doc["notes"]
+    # the default, re-planned from the first pilot's records (nothing sent)
+    p = genbench("plan", "--from", str(tmp_path / "a"), "--samples", "20K", "--json",
+                 "--out", str(tmp_path / "c"), timeout=120)  # fmt: skip
+    doc = plan_json(p)
+    assert doc["inputs"]["speed_drift"] is None
+    ours = doc["rows"][0]["ours"]
+    allowed = unseen_drift(ours["seconds"], doc["model"]["pilot_wall_s"])
+    assert 0.14 < allowed < UNSEEN
+    assert ours["speed"]["drift"] == pytest.approx(allowed)
+    assert ours["rel_halfwidth"] >= 1 / (1 - allowed) - 1  # its part of the time, above
+    said = f"the range includes ±{allowed:.1%} in speed for 20,000 samples"
+    assert any(said in n and "--speed-drift 0 leaves it out" in n for n in doc["notes"])
 
 
 def _starved(doc: dict) -> bool:

@@ -163,7 +163,8 @@ def test_the_speed_floor_names_speed_drift_only_where_it_was_given():
     assert plain.endswith("the server's speed as it wanders, not the pilot's size, sets a "
                           "floor of ±30.0%")  # fmt: skip
     assert "--speed-drift" not in plain
-    assert "wanders and --speed-drift, not" in _bar_parts(0.3, parts, tgt, drift=True)
+    said = _bar_parts(0.3, parts, tgt, drift=True)
+    assert "wanders and speed the pilot cannot see (--speed-drift), not" in said
 
 
 def test_a_tiny_pilots_stretches_are_said_in_milliseconds_not_as_zero_seconds():

@@ -76,7 +76,7 @@ def pilot_plan(tmp_path: Path) -> Path:
     run = PilotRun(records, wall, [r.extra["jsonl_bytes"] for r in records], samples=len(records))
     inputs = {"samples": [100_000, 900_000], "servers": 1, "concurrency": C, "pilot": 120,
               "params": {"max_tokens": 64}, "turns": "all", "tool_policy": "replay",
-              "speed_drift": 0.0, "seed": 0, "bootstrap": 40}  # fmt: skip
+              "speed_drift": None, "seed": 0, "bootstrap": 40}  # fmt: skip
     source = {"kind": "pilot", "records": str(tmp_path / REQUESTS_FILE)}
     doc = plan_from_pilot(run, C, [100_000, 900_000], 1, None, source, inputs, 40, 0)
     add_asked(doc)  # as make_plan does

@@ -53,9 +53,10 @@ OPTIONS: dict[str, Any] = {
     "pilot_min_time": (0.0, "Pilot without --pilot: run at least this many seconds (a server "
                        "whose speed wanders needs minutes)."),
     "pilot_max_time": (600.0, "Pilot without --pilot: stop after this many seconds."),
-    "speed_drift": (0.0, "Pilot: how far (percent, 95%) the server's speed may move over the "
-                    "job for reasons slower than the pilot can see (a shared host, a thermal "
-                    "limit); added to the range."),
+    "speed_drift": (None, "Pilot: how far (percent, 95%) the server's speed may move over "
+                    "the job for reasons slower than the pilot can see (a shared host, a "
+                    "thermal limit); added to the range; 0 for a server known to hold its "
+                    "speed. [default: 15 × job / (job + pilot), as the live ETA assumes]"),
     "max_tokens": common.MAX_TOKENS,
     "temperature": common.TEMPERATURE,
     "top_p": common.TOP_P,

@@ -28,8 +28,9 @@ and completions that spread out (continuous batching) are clusters of one or two
   its 95% band), the rate the line reaches halfway through the time left (no further
   ahead than the history is long); and, in quadrature with the speed's half-width,
   UNSEEN × left / (left + history): speed that changes more slowly than what has been
-  seen (a server that slows down over hours), 15% at the start, nothing at the end,
-  the live counterpart of the plan's --speed-drift. It narrows as the job goes: less is
+  seen (a server that slows down over hours), 15% at the start, nothing at the end
+  (`wander.unseen_drift`: the plan's bar carries the same prior by default, its
+  --speed-drift). It narrows as the job goes: less is
   left to be wrong about. With fewer than 3 stretches (the first waves), the rate's
   half-width is its count's alone (early_halfwidth), held to EARLY_MAX. The speed's
   half-width is held to SPEED_MAX (±60%): past it the high end ran to 20 × the time
@@ -50,14 +51,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from genbench.generate.tail import finish
-from genbench.generate.wander import SpeedWander
+from genbench.generate.wander import UNSEEN, SpeedWander, unseen_drift
 from genbench.stats import t_975
 
 MAX_POINTS = 1024
 DURATIONS = 2000
 PARTS = 10  # stretches the range is fitted to
 WINDOW_CLUSTERS = 20  # the rate's window holds at least this many clusters, where there are
-UNSEEN = 0.15  # speed change the job has not shown yet, relative, at the start (see above)
 FEW = 5  # with fewer cluster ends, the job's start is taken as one (every stream started)
 STALL = 4.0  # a gap between clusters this many times the usual one is a stall: lost time
 MERGE = 0.5  # completions closer than this × the felt gap (felt_gap) are one cluster
@@ -347,7 +347,7 @@ def _estimate(
         h = early_halfwidth(c_b - c_a)
     else:
         h = SpeedWander.fit(parts, part_s).job(bulk + q_mid).halfwidth
-    unseen = UNSEEN * bulk / (bulk + ends[-1][0] - ends[0][0])
+    unseen = unseen_drift(bulk, ends[-1][0] - ends[0][0])
     h = min(math.hypot(h, unseen), SPEED_MAX)
     drift = trend(stretches(ends, PARTS, usual), ends[-1][0], bulk, rate)
     lo = base + bulk / max(1 + h, drift) + q_lo - usual

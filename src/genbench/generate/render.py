@@ -124,7 +124,7 @@ class JobConsole(Listener):
         if f.lo_s is None or f.hi_s is None or s.eta_note is not None or s.remaining <= 0:
             return s  # no bar to combine by; no server up: no ETA at all
         job = None if s.eta_s is None else Eta(s.eta_s, s.eta_lo_s, s.eta_hi_s)
-        e = PlanPrior(f.seconds, f.lo_s, f.hi_s).blend(job, s.elapsed_s)
+        e = PlanPrior(*f.prior()).blend(job, s.elapsed_s)
         return replace(s, eta_s=round(e.seconds, 0), eta_lo_s=round(e.lo_s or 0.0, 0),
                        eta_hi_s=round(e.hi_s or 0.0, 0),
                        eta_err_s=round(e.err_s or 0.0, 0))  # fmt: skip

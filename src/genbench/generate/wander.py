@@ -22,6 +22,21 @@ from genbench.stats import t_975
 
 WANDER_EXPONENT = 0.5  # how the speed's spread grows with the time between two stretches
 WANDER_HORIZON = 1.0  # ... for up to this many pilot lengths (what it saw), then no more
+UNSEEN = 0.15  # speed change not seen yet, relative (95%), before anything of it is seen
+
+
+def unseen_drift(ahead_s: float, seen_s: float) -> float:
+    """Speed that changes more slowly than what has been watched (another tenant on the
+    host, a thermal limit, a restart), over `ahead_s` seconds still to run after `seen_s`
+    seconds watched: UNSEEN × ahead / (ahead + seen), relative, 95%. Nothing watched: all
+    of UNSEEN; as much watched as is ahead: half. The plan's default for a job after its
+    pilot (plan --speed-drift) and the live ETA's for the time left after the job's own
+    history: one prior for both. A watch of a few seconds shows nothing of a speed that
+    moves over minutes (benchmarks/README.md: a pilot at a slow spell of a server that
+    wanders over 45 s forecast jobs 12–20% long, inside a bar of ±1%)."""
+    if ahead_s <= 0:
+        return 0.0
+    return UNSEEN * ahead_s / (ahead_s + max(seen_s, 0.0))
 def lag1(values: Sequence[float]) -> float:
     """Lag-1 autocorrelation of a series (0 with fewer than 3 values)."""
     v = [x for x in values if math.isfinite(x)]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from genbench.generate.wander import SpeedBar, lag1
+from genbench.generate.wander import SpeedBar, lag1, unseen_drift
 from genbench.plan.walltime import Capped, job_walls, sim_cap
 from genbench.stats import t_975
 
@@ -128,7 +128,7 @@ def forecast(
     boot: int = 100,
     seed: int = 0,
     time_budget_s: float = 20.0,
-    drift: float = 0.0,
+    drift: float | None = 0.0,
     memo: dict[str, Any] | None = None,
 ) -> list[WallForecast]:
     """For each job (samples, servers): a point forecast (the full pilot, averaged over a
@@ -142,7 +142,8 @@ def forecast(
     * the server's speed: how it moved during the pilot, carried over the job's length
       (`SpeedWander`: a server whose speed wanders, which a bootstrap over requests
       misses, gets a wider range, and a longer job a wider one still), with `drift`
-      (relative, 95%: what the user knows of drift slower than the pilot) added;
+      (relative, 95%: what the user knows of drift slower than the pilot; None: the
+      default, `unseen_drift` of the job's time after the pilot's) added;
     * the simulation's own error on the pilot (below).
 
     Two corrections make it honest where a plain percentile bootstrap is not:
@@ -247,7 +248,7 @@ def _intervals(
     point: list[float],
     arr: np.ndarray,
     means: list[float],
-    drift: float,
+    drift: float | None,
 ) -> list[WallForecast]:
     """Each job's bootstrap interval, widened in quadrature by the speed's (for a job of
     its length) and the replay's half-widths; the output tokens with the studentized mean
@@ -262,7 +263,7 @@ def _intervals(
     for j, (s, servers) in enumerate(jobs):
         lo, hi = np.percentile(arr[:, j], [lo_q, hi_q]) if len(arr) else (point[j], point[j])
         p = point[j]
-        speed = wander.job(p, drift)
+        speed = wander.job(p, unseen_drift(p, model.pilot_wall_s) if drift is None else drift)
         speed_hw = speed.halfwidth
         boot_lo, boot_hi = max(p - float(lo), 0.0), max(float(hi) - p, 0.0)
         speed_lo, speed_hi = p - p / (1 + speed_hw), p / max(1 - speed_hw, 0.05) - p

@@ -71,6 +71,9 @@ class JobForecast:
     hi_s: float | None
     basis: str  # which of the plan's forecasts, scaled how
     concurrency: int | None  # the concurrency the plan forecast (None: not known)
+    # the bar's part for speed slower than the pilot could see (relative, 95%: the
+    # default unseen drift or --speed-drift; 0 where the plan has none)
+    drift: float = 0.0
     missed_since: float | None = field(default=None, compare=False)  # course(): since when
 
     def outcome(self, actual_s: float) -> dict[str, Any]:
@@ -85,6 +88,19 @@ class JobForecast:
             else None
         )
         return d
+
+    def prior(self) -> tuple[float, float | None, float | None]:
+        """The forecast and its bar as the live ETA's prior (generate.prior.PlanPrior):
+        without the drift part, taken out in quadrature on each side. The job's own ETA
+        carries speed not seen yet itself (generate.wander.unseen_drift of its time left
+        after its own history): counted in both, it would be counted twice."""
+        s, lo, hi = self.seconds, self.lo_s, self.hi_s
+        if lo is None or hi is None or self.drift <= 0 or s <= 0:
+            return s, lo, hi
+        up = s / max(1 - self.drift, 0.05) - s  # as bar._intervals puts it on the time
+        down = s - s / (1 + self.drift)
+        return (s, s - math.sqrt(max((s - lo) ** 2 - down * down, 0.0)),
+                s + math.sqrt(max((hi - s) ** 2 - up * up, 0.0)))  # fmt: skip
 
     def course(
         self, elapsed_s: float, eta_s: float | None, eta_lo: float | None, eta_hi: float | None
@@ -234,4 +250,5 @@ def job_forecast(doc: dict[str, Any], rows: int, servers: int) -> JobForecast | 
         hi_s=hi * scale if hi is not None else None,
         basis=basis,
         concurrency=c if isinstance(c, int) else None,
+        drift=_num((entry.get("speed") or {}).get("drift")) or 0.0,
     )

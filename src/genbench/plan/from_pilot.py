@@ -52,7 +52,8 @@ def plan_from_pilot(
     job are kept in `simulation` (a re-plan's given back: bar.forecast's memo)."""
     model = PilotModel.from_records(run.records, concurrency)
     jobs = [(s, 1) for s in samples] + ([(s, servers) for s in samples] if servers > 1 else [])
-    drift = float(inputs.get("speed_drift") or 0.0)
+    given = inputs.get("speed_drift")  # None: the default (generate.wander.unseen_drift)
+    drift = None if given is None else float(given)
     sim = dict(simulation or {})
     every = forecast(model, jobs, boot=boot, seed=seed, drift=drift, memo=sim)
     fc, fc_m = every[: len(samples)], (every[len(samples) :] if servers > 1 else None)
@@ -206,7 +207,18 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
         )
     pilot = fmt.duration(w.pilot_s)
     drift = inputs.get("speed_drift")
-    if drift:
+    if drift is None:  # the default: generate.wander.unseen_drift
+        unseen = worst.speed.drift if worst.speed is not None else 0.0
+        notes.append(
+            f"the range includes ±{unseen:.1%} in speed for {worst.samples:,} samples that "
+            f"changes more slowly than the pilot's {pilot} shows (another tenant on the host, "
+            "a thermal limit, a restart): genbench's default, 15% × the job's time over the "
+            "job's and the pilot's, as the live ETA assumes; a longer pilot "
+            "(--pilot-min-time) narrows it and sees more of the server's own wander, "
+            "--speed-drift 0 leaves it out for a server known to hold its speed, "
+            "--speed-drift PCT puts what you know"
+        )
+    elif drift:
         notes.append(
             f"the range includes --speed-drift {drift:.0%}: drift slower than the pilot's "
             f"{pilot}, which it cannot see"
@@ -214,8 +226,9 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
     else:
         notes.append(
             f"speed that changes more slowly than the pilot's {pilot} (another tenant on "
-            "the host, a thermal limit, a restart) is not in the range: a longer pilot "
-            "(--pilot-min-time) sees more of it, and --speed-drift PCT adds what you know"
+            "the host, a thermal limit, a restart) is not in the range (--speed-drift 0): a "
+            "longer pilot (--pilot-min-time) sees more of it, and --speed-drift PCT adds "
+            "what you know"
         )
     return notes
 

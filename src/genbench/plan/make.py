@@ -105,7 +105,7 @@ class PlanArgs(RequestFlags):
     target_error: float
     pilot_min_time: float
     pilot_max_time: float
-    speed_drift: float
+    speed_drift: float | None  # None: the default, generate.wander.unseen_drift
     turns: str
     warmup: float
     seed: int
@@ -195,7 +195,7 @@ def _replanned(args: PlanArgs, path: Path) -> tuple[dict[str, Any], Path]:
     for name in ("servers", "bootstrap", "hidden_size", "layers_captured", "dtype_bytes",
                  "price"):  # fmt: skip
         positive("--" + name.replace("_", "-"), getattr(args, name))
-    if args.speed_drift < 0:
+    if args.speed_drift is not None and args.speed_drift < 0:
         raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")
     if args.tokens_per_sample is not None or args.rate is not None:
         raise UsageError("--tokens-per-sample and --rate do not apply to a pilot's plan: its "
@@ -284,7 +284,7 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
         raise UsageError(f"--turns must be all or last, got {args.turns!r}")
     if args.tool_policy not in POLICIES:
         raise UsageError(f"--tool-policy must be replay or keep, got {args.tool_policy!r}")
-    if args.speed_drift < 0:
+    if args.speed_drift is not None and args.speed_drift < 0:
         raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")
     if args.warmup < 0:
         raise UsageError(f"--warmup-time must be 0 or more seconds, got {args.warmup}")

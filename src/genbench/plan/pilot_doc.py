@@ -59,7 +59,7 @@ def pilot_inputs(pilot: PilotSetup, args: Any, run: PilotRun, counts: list[int])
         "pilot_stopped": run.stopped,
         "pilot_stopped_at": run.stopped_at,
         "pilot_client": run.client,
-        "speed_drift": args.speed_drift / 100,
+        "speed_drift": None if args.speed_drift is None else args.speed_drift / 100,
         "max_tokens": pilot.params.get("max_tokens"),
         "params": pilot.params,
         "seed": args.seed,

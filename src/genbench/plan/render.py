@@ -267,7 +267,7 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     row = max(doc["rows"], key=lambda r: r["ours"]["rel_halfwidth"])["ours"]
     if "parts" in row and "floor" in tgt:
         pilot = doc["model"].get("pilot_samples")
-        drift = bool((doc.get("inputs") or {}).get("speed_drift"))
+        drift = bool((row.get("speed") or {}).get("drift"))
         console.print(f"  {_bar_parts(row['rel_halfwidth'], row['parts'], tgt, pilot, drift)}")
 
 
@@ -338,7 +338,7 @@ def _bar_parts(
         )
     what = FLOOR_FROM.get(tgt.get("floor_from") or "", "what a longer pilot does not narrow")
     if tgt.get("floor_from") == "speed" and drift:
-        what += " and --speed-drift"
+        what += " and speed the pilot cannot see (--speed-drift)"
     return text + (
         f"; no pilot length reaches ±{goal:.0%}: {what}, not the pilot's size, sets a floor "
         f"of ±{tgt['floor']:.1%}"

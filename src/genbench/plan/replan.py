@@ -106,9 +106,10 @@ def replan(
         stopped_at=dict(inputs.get("pilot_stopped_at") or {}),
         samples=int(inputs.get("pilot") or len(sent)),
     )
+    drift = None if args.speed_drift is None else args.speed_drift / 100  # None: default
     inputs.update(
-        samples=counts, servers=args.servers, speed_drift=args.speed_drift / 100,
-        seed=args.seed, bootstrap=args.bootstrap,
+        samples=counts, servers=args.servers, speed_drift=drift, seed=args.seed,
+        bootstrap=args.bootstrap,
     )  # fmt: skip
     source = {**(old.get("source") or {}), "records": str(src), "replanned_from": old["_path"]}
     doc = plan_from_pilot(run, c, counts, args.servers, hidden, source, inputs, args.bootstrap,

@@ -242,7 +242,7 @@ def _bar_lines(doc: dict[str, Any]) -> list[str]:
     tgt = doc.get("pilot_size_for_target") or {}
     if isinstance(e.get("parts"), dict) and "floor" in tgt:  # a pilot's bar, as printed
         pilot = (doc.get("model") or {}).get("pilot_samples")
-        drift = bool((doc.get("inputs") or {}).get("speed_drift"))
+        drift = bool((e.get("speed") or {}).get("drift"))
         said = _bar_parts(e["rel_halfwidth"], e["parts"], tgt, pilot, drift)
         return [f"at {at}: {said}", *_basis(doc)]
     line = f"the {conf:.0%} range is {_pm(e)} at {at}"

@@ -18,9 +18,10 @@ server's batches); some at a speed that drifts (−25% to +30% over the job) or 
 when it is back); from a minute to three hours.
 
 Run:  .venv/bin/python benchmarks/eta_range.py [--jobs 24] [--short 32] [--no-ages]
-          [--sim DIR] [--logs OUT_DIR ...] [--lines STDERR_FILE ...]
+          [--no-plan-drift] [--sim DIR] [--logs OUT_DIR ...] [--lines STDERR_FILE ...]
 (--no-ages: the replay passes no requests in flight, the ETA as it was before #48's tail
-model, generate/tail.py.)
+model, generate/tail.py. --no-plan-drift: the plans' bars without plan's default
+allowance for speed the pilot could not see, as plans were before it.)
 (--sim DIR records three generate jobs on the sim there, once, about a minute each:
 waves of 32, lognormal lengths, a sim killed for 10 s; --logs replays other generate
 output directories; --lines reads what a job's own progress lines said, with the
@@ -49,6 +50,7 @@ from pathlib import Path
 from genbench.generate.eta import Eta
 from genbench.generate.prior import PlanPrior
 from genbench.generate.progress import Progress, ServerState
+from genbench.generate.wander import unseen_drift
 from genbench.plan.document import JobForecast
 from genbench.records import RequestRecord, read_records
 
@@ -268,6 +270,8 @@ class Points:
 
 T0 = 1000.0  # the replay's clock at the job's start
 AGES = True  # --no-ages: the replay passes no requests in flight (the estimator before #48's tail)
+PLAN_DRIFT = True  # --no-plan-drift: the plans carry no allowance for unseen speed (before)
+PILOT_SHARE = 0.1  # the plans' pilots: a tenth of the job's time
 
 
 def replay(job: Job, seed: int) -> Points:
@@ -284,9 +288,8 @@ def replay(job: Job, seed: int) -> Points:
     final = job.final_s
     rnd = random.Random(seed)
     off = rnd.uniform(-0.07, 0.07)
-    good = JobForecast("p", "pilot", rows, 1, final * (1 + off), final * (1 + off) * 0.9,
-                       final * (1 + off) * 1.1, "b", None)  # fmt: skip
-    bad = JobForecast("p", "pilot", rows, 1, final * 1.4, final * 1.26, final * 1.54, "b", None)
+    good = plan_of(rows, final * (1 + off), final)
+    bad = plan_of(rows, final * 1.4, final)
     ends = sorted(job.ends)
     step = final / 200
     out = Points(prior=Points(), prior_bad=Points())
@@ -317,14 +320,24 @@ def replay(job: Job, seed: int) -> Points:
         out.caught.append(bad.course(el, e, lo, hi)["verdict"] == "outside")
         # the ETA `generate --plan` shows with the good plan: the plan as its prior
         assert good.lo_s is not None and good.hi_s is not None
-        shown = PlanPrior(good.seconds, good.lo_s, good.hi_s).blend(
-            None if e is None else Eta(e, lo, hi), el)
+        shown = PlanPrior(*good.prior()).blend(None if e is None else Eta(e, lo, hi), el)
         score(out.prior, el, final, done / rows, shown.lo_s, shown.hi_s)
         assert bad.lo_s is not None and bad.hi_s is not None
-        shown = PlanPrior(bad.seconds, bad.lo_s, bad.hi_s).blend(
-            None if e is None else Eta(e, lo, hi), el)
+        shown = PlanPrior(*bad.prior()).blend(None if e is None else Eta(e, lo, hi), el)
         score(out.prior_bad, el, final, done / rows, shown.lo_s, shown.hi_s)
     return out
+
+
+def plan_of(rows: int, seconds: float, final: float) -> JobForecast:
+    """A pilot's plan as `genbench plan` writes it by default: ±10% from its sample and
+    model, and in quadrature on each side the allowance for speed the pilot could not see
+    (`unseen_drift`, the pilot a tenth of the job; PLAN_DRIFT False: none, the plans of
+    before it). generate --plan blends its bar without the allowance (`JobForecast.prior`)
+    and holds the job against the whole bar (`course`)."""
+    d = unseen_drift(final, PILOT_SHARE * final) if PLAN_DRIFT else 0.0
+    up, down = seconds / (1 - d) - seconds, seconds - seconds / (1 + d)
+    return JobForecast("p", "pilot", rows, 1, seconds, seconds - math.hypot(0.1 * seconds, down),
+                       seconds + math.hypot(0.1 * seconds, up), "b", None, drift=d)  # fmt: skip
 
 
 def score(p: Points | None, el: float, final: float, share: float, lo: float | None,
@@ -376,9 +389,12 @@ def main() -> None:
                     help="generate's stderr: its JSON progress lines, as printed")  # fmt: skip
     ap.add_argument("--no-ages", action="store_true",
                     help="pass no requests in flight: the ETA without the tail model")
+    ap.add_argument("--no-plan-drift", action="store_true",
+                    help="plans without their default allowance for speed the pilot can't see")
     a = ap.parse_args()
-    global AGES
+    global AGES, PLAN_DRIFT
     AGES = not a.no_ages
+    PLAN_DRIFT = not a.no_plan_drift
     t = time.perf_counter()
     logs = list(a.logs)
     if a.sim is not None:

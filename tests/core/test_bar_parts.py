@@ -173,5 +173,5 @@ def test_a_tiny_pilots_stretches_are_said_in_milliseconds_not_as_zero_seconds():
 
     stretches = [1.0, 1.6, 1.5, 0.7, 0.6, 1.4, 1.7, 0.8, 0.5, 1.3]
     (f,) = forecast(model(stretches, 0.02), [(8, 1)], boot=2)
-    said = " ".join(_speed_notes(model(stretches, 0.02), {}, f))
-    assert "the pilot's 20 ms stretches" in said and "0.0 s" not in said, said
+    said = " ".join(_speed_notes(model(stretches, 0.02), {"speed_drift": 0.0}, f))
+    assert "the pilot's 20 ms stretches" in said and "the pilot's 0.0 s" not in said, said

@@ -51,6 +51,12 @@ def test_the_note_says_the_default_allowance_and_how_to_leave_it_out():
     said = " ".join(_notes(m, {"speed_drift": None}, 4, f))
     assert f"the range includes ±{f.speed.drift:.1%} in speed for 8 samples" in said
     assert "--speed-drift 0 leaves it out" in said
+    # a pilot too short to cut into stretches sees no speed at all: the allowance is said
+    few = model([1.0, 1.0], 0.5)
+    (f2,) = forecast(few, [(8, 1)], boot=2, drift=None)
+    assert f2.speed is not None and f2.speed.drift > 0
+    assert f"the range includes ±{f2.speed.drift:.1%}" in " ".join(
+        _notes(few, {"speed_drift": None}, 4, f2))
     (g,) = forecast(m, [(8, 1)], boot=2, drift=0.0)
     said = " ".join(_notes(m, {"speed_drift": 0.0}, 4, g))
     assert "is not in the range (--speed-drift 0)" in said

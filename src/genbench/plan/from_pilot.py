@@ -186,13 +186,13 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
     """How the server's speed moved during the pilot and what the range makes of it, with
     the numbers; and what no pilot sees."""
     w, speed = model.wander, worst.speed
-    if speed is None or w.stretches < 3:
+    if speed is None:
         return []
     notes = []
-    scale = (f"{w.stretch_s:.0f} s" if w.stretch_s >= 1.5 else f"{w.stretch_s:.1f} s"
-             if w.stretch_s >= 0.1 else fmt.ms(w.stretch_s))  # a tiny pilot's: not "0.0 s"
-    moved = f"{w.moved:.1%} across the pilot's {scale} stretches"
-    if speed.noise > WANDER_NOTE or speed.wander > WANDER_NOTE:
+    if w.stretches >= 3 and (speed.noise > WANDER_NOTE or speed.wander > WANDER_NOTE):
+        scale = (f"{w.stretch_s:.0f} s" if w.stretch_s >= 1.5 else f"{w.stretch_s:.1f} s"
+                 if w.stretch_s >= 0.1 else fmt.ms(w.stretch_s))  # a tiny pilot's: not "0.0 s"
+        moved = f"{w.moved:.1%} across the pilot's {scale} stretches"
         why = (
             f"it wandered (lag-1 autocorrelation {w.lag1:.2f}), which a longer job does not "
             "average away"
@@ -205,15 +205,15 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
             f"(±{h:.1%} in speed for {worst.samples:,} samples: "
             f"+{1 / max(1 - h, 0.05) - 1:.1%} / −{1 - 1 / (1 + h):.1%} on the time)"
         )
-    pilot = fmt.duration(w.pilot_s)
+    wall = model.pilot_wall_s
+    pilot = fmt.duration(wall) if wall >= 0.1 else fmt.ms(wall)  # a tiny pilot's: not 0.0 s
     drift = inputs.get("speed_drift")
-    if drift is None:  # the default: generate.wander.unseen_drift
-        unseen = worst.speed.drift if worst.speed is not None else 0.0
+    if drift is None:  # the default: generate.wander.unseen_drift of the pilot's wall
         notes.append(
-            f"the range includes ±{unseen:.1%} in speed for {worst.samples:,} samples that "
-            f"changes more slowly than the pilot's {pilot} shows (another tenant on the host, "
-            "a thermal limit, a restart): genbench's default, 15% × the job's time over the "
-            "job's and the pilot's, as the live ETA assumes; a longer pilot "
+            f"the range includes ±{speed.drift:.1%} in speed for {worst.samples:,} samples "
+            f"that changes more slowly than the pilot's {pilot} shows (another tenant on the "
+            "host, a thermal limit, a restart): genbench's default, 15% × the job's time "
+            "over the job's and the pilot's, as the live ETA assumes; a longer pilot "
             "(--pilot-min-time) narrows it and sees more of the server's own wander, "
             "--speed-drift 0 leaves it out for a server known to hold its speed, "
             "--speed-drift PCT puts what you know"

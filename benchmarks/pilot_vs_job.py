@@ -7,7 +7,10 @@ The same rows on one warm server, alternating between the two ways genbench send
 * `genbench plan --pilot N` for all N rows (the pilot's path: generate's pipeline without
   the store's work);
 
-each a fresh process, as a user runs them, the order reversed every other round. For each:
+each a fresh process, as a user runs them, the order reversed every other round
+(`--pilot-rows K`: the pilot's path sends only K of them, as a pilot of K does, and a third
+way, `generate` of a file of K rows, tells a short run's part from the path's; the order
+rotates). For each:
 the wall time (first send to last end), the decode rate in the steady part (the 32nd send to
 the last send, each request's tokens spread evenly between its first token and its end, as
 both records allow), and the process's own CPU share (generate's `client`, the pilot's
@@ -73,6 +76,9 @@ def pilot_spans(out: Path) -> list[Span]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1200)
+    ap.add_argument("--pilot-rows", type=int, default=0,
+                    help="the pilot's path sends this many of them, as a real pilot does "
+                    "(default: all, the same rows as the job)")  # fmt: skip
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--median", type=float, default=40.0, help="median output tokens (forced)")
@@ -92,21 +98,28 @@ def main() -> None:
     py = [sys.executable, "-m", "genbench"]
     common = ["--url", url, "--model", "tiny-llama", "--concurrency", c, "--temperature", "0"]
     plan = [*py, "plan", "--prompts", str(prompts), "--samples", str(a.rows), *common, "--json"]
-    seen: dict[str, list[tuple[float, float, float]]] = {"generate": [], "pilot": []}
+    kinds = ["generate", "pilot"]
+    if a.pilot_rows:  # a job as short as the pilot: the length's part apart from the path's
+        short = work / "prompts-short.jsonl"
+        short.write_bytes(b"".join(prompts.read_bytes().splitlines(True)[: a.pilot_rows]))
+        kinds.append("generate-short")
+    seen: dict[str, list[tuple[float, float, float]]] = {k: [] for k in kinds}
     try:
         subprocess.run([*plan, "--pilot", str(4 * a.concurrency), "--warmup-time",
                         f"{a.warmup:g}", "--out", str(work / "warm")],
                        check=True, capture_output=True)  # fmt: skip
         for i in range(a.rounds):
-            for kind in ("generate", "pilot") if i % 2 == 0 else ("pilot", "generate"):
+            for kind in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:
                 out = work / f"{kind}-{i}"
-                if kind == "generate":
-                    p = subprocess.run([*py, "generate", "--input", str(prompts), "--out",
+                if kind.startswith("generate"):
+                    src = short if kind == "generate-short" else prompts
+                    p = subprocess.run([*py, "generate", "--input", str(src), "--out",
                                         str(out), "--json", *common],
                                        capture_output=True, text=True, check=True)  # fmt: skip
                     spans, cpu = job_spans(out), json.loads(p.stdout)["client"]["cpu_fraction"]
                 else:
-                    p = subprocess.run([*plan, "--pilot", str(a.rows), "--warmup-time", "0",
+                    k = str(a.pilot_rows or a.rows)
+                    p = subprocess.run([*plan, "--pilot", k, "--warmup-time", "0",
                                         "--out", str(out)],
                                        capture_output=True, text=True, check=True)  # fmt: skip
                     doc = json.loads(p.stdout)
@@ -114,13 +127,13 @@ def main() -> None:
                 rate = steady_rate(spans, a.concurrency)
                 wall = max(e for _, _, e, _ in spans) - min(s for s, _, _, _ in spans)
                 seen[kind].append((rate, wall, cpu))
-                print(f"round {i + 1} {kind:8s} {len(spans)} rows: steady {rate:.0f} tok/s, "
+                print(f"round {i + 1} {kind:14s} {len(spans)} rows: steady {rate:.0f} tok/s, "
                       f"wall {wall:.1f} s, client {cpu:.1%} of a core, "
                       f"load {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
     finally:
         subprocess.run([str(SCRIPT), "stop", name], check=False)
     for kind, v in seen.items():
-        print(f"{kind:8s} median: steady {statistics.median(x[0] for x in v):.0f} tok/s, "
+        print(f"{kind:14s} median: steady {statistics.median(x[0] for x in v):.0f} tok/s, "
               f"wall {statistics.median(x[1] for x in v):.1f} s, "
               f"client {statistics.median(x[2] for x in v):.1%}")  # fmt: skip
 

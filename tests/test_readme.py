@@ -78,7 +78,7 @@ def test_readme_walk_from_check_to_report_ends_inside_the_plans_bar(tmp_path):
         said = walk(readme_line("plan", "--from runs/base"))
         assert "900,000" in said and (tmp_path / "runs/base/plan.json").exists()
         said = walk(readme_line("plan", "--prompts"), *PILOT_SMALL)
-        nxt = f"next: genbench generate -i prompts.jsonl -o OUT_DIR --url {a.url} --plan plans/job"
+        nxt = f"next: genbench generate -i prompts.jsonl -o out/job --url {a.url} --plan plans/job"
         assert nxt in said, said
         said = walk(readme_line("plan", "--from plans/job"))  # nothing sent: a's count holds
         assert "the job: 900,000 samples on 4 servers: " in said and " days" in said

@@ -128,3 +128,22 @@ def when(iso: Any) -> str:
     except ValueError:
         return str(iso or "")
     return t.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def program(argv0: str | None = None, path: str | None = None) -> str:
+    """How a command said to a person names genbench: `genbench` where that name on PATH
+    is this program, else the path it was run by as typed ('.venv/bin/genbench', which
+    README's walk uses, where a bare `genbench` is not found). `python -m genbench` and
+    anything else: `genbench`. `argv0` and `path` (PATH) default to this process's."""
+    import os
+    import shlex
+    import shutil
+    import sys
+
+    argv0 = sys.argv[0] if argv0 is None and sys.argv else (argv0 or "")
+    if os.path.basename(argv0) != "genbench" or os.sep not in argv0:
+        return "genbench"
+    found = shutil.which("genbench", path=os.environ.get("PATH", "") if path is None else path)
+    if found and os.path.realpath(found) == os.path.realpath(argv0):
+        return "genbench"
+    return shlex.quote(argv0)

@@ -59,8 +59,8 @@ def test_a_misfit_wider_than_the_target_is_named_as_the_floor():
     assert "±0.0% from the pilot's sample of requests" in text
     assert "±20.0% from the model's misfit on the pilot" in text
     assert text.endswith(
-        "no pilot length reaches ±5%: the model's misfit on the pilot, not the pilot's "
-        "size, sets a floor of ±20.0%"
+        "no pilot reaches ±5%: one of all the job's 8 samples still leaves ±20.0%, most of it "
+        "the model's misfit on the pilot, which no pilot length removes"
     )
 
 
@@ -160,11 +160,12 @@ def test_the_speed_floor_names_speed_drift_only_where_it_was_given():
     tgt = {"target": 0.05, "requests": None, "floor": 0.3, "floor_from": "speed"}
     parts = {"side": "above", "sample": 0.0, "speed": 0.3, "misfit": 0.007}
     plain = _bar_parts(0.3, parts, tgt)
-    assert plain.endswith("the server's speed as it wanders, not the pilot's size, sets a "
-                          "floor of ±30.0%")  # fmt: skip
+    assert plain.endswith("one as long as the job still leaves ±30.0%, most of it the "
+                          "server's speed as it wanders, which a longer pilot does not "
+                          "average away")  # fmt: skip
     assert "--speed-drift" not in plain
     said = _bar_parts(0.3, parts, tgt, drift=True)
-    assert "wanders and speed the pilot cannot see (--speed-drift), not" in said
+    assert "average away, and speed the pilot cannot see (--speed-drift)" in said
 
 
 def test_a_tiny_pilots_stretches_are_said_in_milliseconds_not_as_zero_seconds():
@@ -175,3 +176,66 @@ def test_a_tiny_pilots_stretches_are_said_in_milliseconds_not_as_zero_seconds():
     (f,) = forecast(model(stretches, 0.02), [(8, 1)], boot=2)
     said = " ".join(_speed_notes(model(stretches, 0.02), {"speed_drift": 0.0}, f))
     assert "the pilot's 20 ms stretches" in said and "the pilot's 0.0 s" not in said, said
+
+
+def _parts_of(sample: float, noise: float, wander: float, drift: float, misfit: float):
+    """BarParts and SpeedBar for a speed whose own parts are given (on the time alike)."""
+    from genbench.generate.wander import SpeedBar
+    from genbench.plan.bar import BarParts
+
+    hw = math.hypot(noise, wander, drift)
+    bar = SpeedBar(hw, noise, wander, drift)
+    return BarParts.of("above", sample, hw, misfit, bar), bar
+
+
+def test_the_pilot_size_with_no_unseen_speed_is_the_closed_form():
+    from genbench.plan.bar import pilot_reach
+
+    parts, bar = _parts_of(0.08, 0.06, 0.0, 0.0, 0.01)
+    got = pilot_reach(parts, bar, 100, 1_000_000, 0.05)
+    assert got.requests == pilot_size_for(0.1, 100, 0.05, floor=0.01)  # √(.08² + .06²) = .1
+
+
+def test_the_default_allowance_narrows_as_the_pilot_grows_so_a_size_can_reach_the_target():
+    """Speed the pilot cannot see, by genbench's default 15% × job / (job + pilot), is no
+    floor: a pilot 20× longer takes it from ±13.6% to ±10% of that. The old rule counted it
+    as one and said no pilot length reaches ±5% beside a note that a longer pilot narrows
+    it."""
+    from genbench.generate.wander import unseen_drift
+    from genbench.plan.bar import pilot_reach
+
+    job_s, wall_s = 1000.0, 100.0
+    d = unseen_drift(job_s, wall_s)  # 0.136
+    parts, bar = _parts_of(0.02, 0.0, 0.0, d, 0.01)
+    fixed = pilot_reach(parts, bar, 100, 1_000_000, 0.05)  # a user's --speed-drift: fixed
+    assert fixed.requests is None and fixed.floor_from == "unseen"
+    got = pilot_reach(parts, bar, 100, 1_000_000, 0.05, wall_s, job_s, unseen=True)
+    assert got.requests is not None
+    r = got.requests / 100  # the bar at that size is inside ±5%, one request less is not
+    at = math.hypot(0.02 / math.sqrt(r), 0.01, unseen_drift(job_s, wall_s * r))
+    assert at <= 0.05 + 1e-9
+    r = (got.requests - 1) / 100
+    assert math.hypot(0.02 / math.sqrt(r), 0.01, unseen_drift(job_s, wall_s * r)) > 0.05
+
+
+def test_no_pilot_longer_than_the_job_is_asked_for():
+    """Seen by a new user: '±5% needs a pilot of about 2,298 requests' for a job of 300
+    samples. A pilot is shorter than its job: past the job's length the plan says what a
+    pilot as long as the job still leaves, and what is most of it."""
+    from genbench.plan.bar import pilot_reach
+
+    parts, bar = _parts_of(0.14, 0.0, 0.0, 0.0, 0.01)  # ±14% from 256 requests' lengths
+    assert pilot_reach(parts, bar, 256, 10_000, 0.05).requests == 2_091  # 256·.14²/(.05²−.01²)
+    short = pilot_reach(parts, bar, 256, 300, 0.05)
+    assert short.requests is None and short.floor_from == "sample"
+    assert short.floor == pytest.approx(math.hypot(0.14 * math.sqrt(256 / 300), 0.01))
+    tgt = {"target": 0.05, "requests": None, "floor": short.floor, "floor_from": "sample",
+           "job_samples": 300}  # fmt: skip
+    text = _bar_parts(parts.total, {"side": "above", "sample": 0.14, "speed": 0.0,
+                                    "misfit": 0.01}, tgt, 256)  # fmt: skip
+    assert "--pilot" not in text
+    assert text.endswith(
+        f"no pilot reaches ±5%: one of all the job's 300 samples still leaves "
+        f"±{short.floor:.1%}, most of it the spread of the samples' lengths and times, which "
+        "a job this small does not average away"
+    )

@@ -879,8 +879,10 @@ def test_the_bar_studentizes_the_mean_length(monkeypatch):
     out_lo = means[0] + 0.05 * (means[1] - means[0])
     out_hi = means[1] + 0.95 * (means[2] - means[1])
     assert f.output_tokens == 24.0  # 8 × 3
-    assert f.output_lo == pytest.approx(8 * out_lo, rel=1e-12)
-    assert f.output_hi == pytest.approx(8 * out_hi, rel=1e-12)
+    # the job's own 8 samples scatter about the mean besides: × √(1 + 3/8) on each side
+    own = math.sqrt(1 + 3 / 8)
+    assert f.output_lo == pytest.approx(8 * max(3 - (3 - out_lo) * own, 0.0), abs=1e-12)
+    assert f.output_hi == pytest.approx(8 * (3 + (out_hi - 3) * own), rel=1e-12)
     assert f.length_halfwidth == pytest.approx(max(out_hi / 3 - 1, 1 - out_lo / 3), rel=1e-12)
     assert (f.samples, f.servers, f.per_server) == (8, 1, 8)
     assert f.thinking_tokens == 16.0  # 8 × 2

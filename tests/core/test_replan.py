@@ -5,6 +5,7 @@ deadline are extended from the simulations the plan kept, with no job simulated 
 from __future__ import annotations
 
 import inspect
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,10 @@ def test_the_same_flags_give_the_same_plan_from_the_records(pilot_dir, monkeypat
     assert saved == pilot_dir / "plan.json"
     assert doc["rows"] == before["rows"] and doc["model"] == before["model"]
     assert any("re-planned from the pilot recorded in" in n for n in doc["notes"])
+    # saved over the plan it was made from: said, with what that plan was and how to keep it
+    [said] = [n for n in doc["notes"] if "this plan replaces" in n]
+    assert f"replaces {pilot_dir / 'plan.json'} (the plan for 100,000, 900,000 samples" in said
+    assert "-o DIR saves a re-plan elsewhere" in said
 
 
 def test_other_servers_samples_and_a_deadline_are_arithmetic_on_the_kept_simulations(
@@ -112,6 +117,7 @@ def test_other_servers_samples_and_a_deadline_are_arithmetic_on_the_kept_simulat
     assert row["at_servers"]["seconds"] < row["ours"]["seconds"] / 3
     assert doc["decision"]["configurations"][0]["rows"][0]["servers_needed"]["servers"] >= 1
     assert (out / "plan.json").exists() and not (out / REQUESTS_FILE).exists()
+    assert not any("this plan replaces" in n for n in doc["notes"])  # -o: nothing replaced
 
 
 @pytest.mark.parametrize(("given", "needle"), [
@@ -138,3 +144,98 @@ def test_the_figure_asked_for_is_the_time_on_the_servers_asked_in_hours_and_days
     assert (a["servers"], a["seconds"], a["lo_s"], a["hi_s"]) == (
         1, ours["seconds"], ours["lo_s"], ours["hi_s"])  # fmt: skip
     assert "days (95%: " in asked_line(doc)
+
+
+def test_a_short_job_is_said_in_its_own_unit_not_as_zero_days(pilot_dir, tmp_path):
+    """Seen by a new user: 'the job: 300 samples on 1 server: 0.0 h = 0.00 days (95%: 0.00 –
+    0.00 days)'. Under a day the job is said in s, min or h, its range with the decimals
+    that tell its ends apart; from a day on in hours and days as before."""
+    doc, _ = make_plan(args(rate=100.0, tokens_per_sample=10.0, samples="30"), Quiet())
+    assert asked_line(doc) == "the job: 30 samples on 1 server: 3.0 s"
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="300", bootstrap=40,
+                            out_dir=tmp_path / "short"), Quiet())  # fmt: skip
+    line = asked_line(doc)
+    assert "days" not in line and " s (95%: " in line and line.endswith(" s)"), line
+    lo, hi = line.split("(95%: ")[1].removesuffix(" s)").split(" – ")
+    assert lo != hi
+    doc, _ = make_plan(args(rate=100.0, tokens_per_sample=10.0, samples="1M"), Quiet())
+    assert asked_line(doc) == "the job: 1,000,000 samples on 1 server: 27.8 h = 1.16 days"
+
+
+def test_a_pilot_that_is_most_of_its_job_says_so(pilot_dir, tmp_path):
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="200", bootstrap=40,
+                            out_dir=tmp_path / "small"), Quiet())  # fmt: skip
+    [said] = [n for n in doc["notes"] if "a job this small" in n]
+    assert said.startswith("the pilot's 120 samples are 60% of the job's 200")
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="100K", bootstrap=40,
+                            out_dir=tmp_path / "large"), Quiet())  # fmt: skip
+    assert not any("a job this small" in n for n in doc["notes"])
+
+
+def test_a_fixed_pilot_refuses_a_minimum_time_it_would_ignore(tmp_path):
+    """`--pilot K` runs K requests; --pilot-min-time was ignored without a word."""
+    (tmp_path / "p.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    given = args(prompts=tmp_path / "p.jsonl", url="http://127.0.0.1:9/v1", pilot=64,
+                 pilot_min_time=30.0)  # fmt: skip
+    with pytest.raises(UsageError, match="--pilot-min-time applies to a pilot that stops"):
+        make_plan(given, Quiet())
+
+
+def test_the_default_allowance_note_names_the_flag_for_a_longer_pilot(pilot_dir, tmp_path):
+    """A pilot of --pilot K is made longer by a larger K (--pilot-min-time does nothing to
+    it); an open-ended one by --pilot-min-time, with --pilot-max-time where it must rise."""
+    from genbench.plan.from_pilot import _longer
+    from genbench.plan.model import PilotModel
+
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="100K", bootstrap=40,
+                            out_dir=tmp_path / "n"), Quiet())  # fmt: skip
+    [said] = [n for n in doc["notes"] if "genbench's default, 15%" in n]
+    assert "a pilot twice as long (--pilot-min-time " in said and " would make it ±" in said
+    model = PilotModel.from_records(pilot(), C)
+    assert _longer(model, {"pilot_fixed": 120}) == "--pilot 240"
+    t = math.ceil(2 * model.pilot_wall_s)
+    assert _longer(model, {"pilot_max_time_s": 600.0}) == f"--pilot-min-time {t}"
+    assert _longer(model, {"pilot_max_time_s": 1.0}) == (
+        f"--pilot-min-time {t} --pilot-max-time {t}")  # fmt: skip
+
+
+def test_the_next_command_names_genbench_as_it_can_be_run(tmp_path):
+    """README's walk runs `.venv/bin/genbench`: a `next:` line of bare `genbench` is not
+    found there. Named as typed where PATH's genbench is another (or none); `genbench`
+    where PATH finds this one, and under `python -m genbench`."""
+    from genbench.fmt import program
+
+    assert program("/usr/lib/python3/site-packages/genbench/__main__.py") == "genbench"
+    assert program(".venv/bin/genbench", path="") == ".venv/bin/genbench"
+    here = Path(".venv/bin/genbench").resolve()
+    assert program(str(here), path="") == str(here)
+    assert program("genbench", path="") == "genbench"  # run by PATH: found there
+    assert program("/a dir/genbench", path="") == "'/a dir/genbench'"
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "genbench").write_text("#!/bin/sh\n")
+    (bin_ / "genbench").chmod(0o755)
+    assert program(str(bin_ / "genbench"), path=str(bin_)) == "genbench"  # PATH finds it
+    assert program(str(bin_ / "genbench"), path=str(tmp_path)) == str(bin_ / "genbench")
+
+
+def test_the_parquet_hint_keeps_its_extra_in_brackets(pilot_dir, tmp_path, monkeypatch):
+    """Seen by a new user: 'pip install 'genbench'': Rich read '[parquet]' as markup and
+    dropped it. Where pyarrow is not found, the printed hint is one that installs it."""
+    import importlib.util
+
+    from rich.console import Console
+
+    from genbench.plan.render import print_plan
+
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="100K", bootstrap=40,
+                            out_dir=tmp_path / "pq"), Quiet())  # fmt: skip
+    for row in doc["rows"]:
+        row["storage"]["parquet_bytes"] = None  # as a plan made without pyarrow has it
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pyarrow" else real(name, *a))
+    console = Console(width=400, record=True)
+    print_plan(doc, console)
+    text = console.export_text()
+    assert "pyarrow is not installed (pip install 'genbench[parquet]')" in text, text

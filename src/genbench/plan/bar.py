@@ -69,6 +69,62 @@ def pilot_size_for(
 
 
 @dataclass(frozen=True)
+class Reach:
+    """What a pilot of another length would make of the bar: the pilot size whose bar is
+    ±target (None: no pilot shorter than the job reaches it), and the narrowest bar such a
+    pilot gets (`floor`, a pilot of the job's own length) with the part that is most of it
+    (`floor_from`: "sample", "misfit", "speed" (its wander) or "unseen")."""
+
+    requests: int | None
+    floor: float
+    floor_from: str
+
+
+def pilot_reach(
+    parts: BarParts, speed: SpeedBar | None, pilot: int, samples: int, target: float,
+    wall_s: float = 0.0, job_s: float = 0.0, unseen: bool = False,
+) -> Reach:  # fmt: skip
+    """The pilot size for a ±target bar, as the bar is made: the pilot's sample and the
+    speed's noise narrow as 1/√K, the misfit and the speed's wander do not, and speed the
+    pilot cannot see (`unseen`: genbench's default, `unseen_drift`) narrows as the pilot's
+    time grows against the job's (a user's --speed-drift does not). A pilot longer than
+    the job is no pilot: the search stops at the job's own length, and past it the plan
+    says what sets the floor, not a pilot of 2,298 requests for a job of 300 samples."""
+    hw = speed.halfwidth if speed is not None else 0.0
+
+    def share(x: float) -> float:  # a part of the speed's, as it shows on the time
+        return parts.speed * x / hw if hw > 0 else 0.0
+
+    noise2 = parts.sample**2 + (share(speed.noise) ** 2 if speed is not None else 0.0)
+    wander = share(speed.wander) if speed is not None else 0.0
+    drift = share(speed.drift) if speed is not None else 0.0
+    if speed is None or hw <= 0:  # no speed split: the old rule's parts
+        noise2 = parts.scales**2
+        wander = math.sqrt(max(parts.floor**2 - parts.misfit**2, 0.0))
+
+    def at(r: float) -> dict[str, float]:  # the parts for a pilot r times this one's length
+        d = drift
+        if unseen and wall_s > 0 and job_s > 0:
+            d = drift * (job_s + wall_s) / (job_s + wall_s * r)
+        return {"sample": math.sqrt(noise2 / r), "misfit": parts.misfit, "speed": wander,
+                "unseen": d}  # fmt: skip
+
+    def total(r: float) -> float:
+        return math.hypot(*at(r).values())
+
+    longest = max(samples, 1) / max(pilot, 1)
+    ends = at(longest)
+    floor_from = max(ends, key=lambda k: ends[k])
+    if total(longest) > target:
+        return Reach(None, total(longest), floor_from)
+    lo, hi = 1e-9, longest  # total(hi) ≤ target; decreasing in r
+    for _ in range(100):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if total(mid) <= target else (mid, hi)
+    return Reach(max(1, math.ceil(pilot * hi - 1e-9)), total(longest), floor_from)
+
+
+@dataclass(frozen=True)
 class BarParts:
     """One side of a job's bar (the wider, which the ± reports), relative to the point
     forecast, in its parts: each a 95% half-width, and they add in quadrature to the
@@ -259,6 +315,12 @@ def _intervals(
     lo_q, hi_q = (1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100
     out_lo, out_hi = np.percentile(means, [lo_q, hi_q]) if means else (mean, mean)
     sim_err = max(abs(model.replay_err), MISFIT_FLOOR)
+    # the job's tokens: the pilot's mean length is known to its bootstrap's range, and the
+    # job's own samples scatter about that mean besides (variance 1/K + 1/N for K pilot
+    # samples and N job ones): a job of 300 after a pilot of 256 is not known to the
+    # pilot mean's ±3% alone, and generate's verdict holds its tokens to this range
+    k = max(len(pool.sample_output), 1)
+    own = [math.sqrt(1 + k / max(s, 1)) for s, _ in jobs]
     result = []
     for j, (s, servers) in enumerate(jobs):
         lo, hi = np.percentile(arr[:, j], [lo_q, hi_q]) if len(arr) else (point[j], point[j])
@@ -281,8 +343,8 @@ def _intervals(
                 lo_s=max(p - below, 0.0),
                 hi_s=p + above,
                 output_tokens=s * mean,
-                output_lo=s * float(out_lo),
-                output_hi=s * float(out_hi),
+                output_lo=s * max(mean - (mean - float(out_lo)) * own[j], 0.0),
+                output_hi=s * (mean + (float(out_hi) - mean) * own[j]),
                 thinking_tokens=s * float(pool.per_sample(pool.thinking).mean()),
                 prompt_tokens=s * float(pool.per_sample(pool.prompt).mean()),
                 length_halfwidth=float(max(out_hi / mean - 1, 1 - out_lo / mean)) if mean else 0.0,

@@ -3,6 +3,7 @@ bar, the naive pilot × N/K beside it, storage as generate writes it, and notes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -10,11 +11,14 @@ from typing import Any
 import numpy as np
 
 from genbench import fmt
+from genbench.generate.wander import unseen_drift
 from genbench.plan.bar import (
     CONFIDENCE,
     TARGET_REL_ERROR,
+    Reach,
     WallForecast,
     forecast,
+    pilot_reach,
     pilot_size_for,
 )
 from genbench.plan.document import new_plan_doc
@@ -64,7 +68,8 @@ def plan_from_pilot(
     k = model.pilot_samples
     worst = max(fc, key=lambda f: f.samples)
     plan["model"]["job_tps"] = worst.output_tokens / worst.seconds
-    plan.update(_pilot_size(worst, k, inputs.get("target_error") or TARGET_REL_ERROR))
+    plan.update(_pilot_size(worst, k, inputs.get("target_error") or TARGET_REL_ERROR,
+                            model.pilot_wall_s, drift is None))
     for i, f in enumerate(fc):
         row: dict[str, Any] = {
             "samples": f.samples,
@@ -105,31 +110,54 @@ def _measured_storage(run: PilotRun, hidden: HiddenStates | None) -> StorageMode
     return StorageModel(
         jsonl,
         parquet_bytes_per_row(run.rows),
-        f"measured on the pilot's {fmt.counted(len(run.rows), 'output')}, as genbench generate "
-        "writes them (JSONL; Parquet with zstd)"
+        _storage_basis(len(run.jsonl_bytes) or len(run.rows), len(run.rows))
         + ("; token ids included (the server gives them: generate keeps them)" if ids else ""),
         hidden,
     )
 
 
-def _pilot_size(worst: WallForecast, k: int, target: float) -> dict[str, Any]:
-    """The pilot size whose bar would be ±5% and ±target: the part of the bar a longer
-    pilot narrows scaled as 1/√K, the rest (`floor`) kept; None where the floor alone is
-    as wide as the target, with `floor_from` naming what sets it."""
+def _storage_basis(outputs: int, parquet: int) -> str:
+    """Which outputs the bytes per sample were measured on: JSONL on all of the pilot's,
+    Parquet on the ones it kept in memory (pilot.PARQUET_ROWS) where it had more."""
+    if parquet < outputs:
+        return (f"measured on the pilot's {fmt.counted(outputs, 'output')} (Parquet on the "
+                f"first {parquet:,}), as genbench generate writes them (JSONL; Parquet with "
+                "zstd)")  # fmt: skip
+    return (f"measured on the pilot's {fmt.counted(outputs, 'output')}, as genbench generate "
+            "writes them (JSONL; Parquet with zstd)")  # fmt: skip
+
+
+def _pilot_size(
+    worst: WallForecast, k: int, target: float, wall_s: float = 0.0, unseen: bool = False
+) -> dict[str, Any]:
+    """The pilot size whose bar would be ±5% and ±target (bar.pilot_reach: what a longer
+    pilot narrows and what it does not, the default allowance for speed it cannot see
+    narrowing as its time grows, up to a pilot as long as the job); None where no pilot
+    shorter than the job reaches it, with the floor such a pilot leaves and what is most
+    of it (`floor_from`)."""
     p = worst.parts
-    scales, floor = (p.scales, p.floor) if p is not None else (worst.rel_halfwidth, 0.0)
-    need = pilot_size_for(scales, k, target, floor)
-    floor_from = None
-    if p is not None and floor >= target:
-        floor_from = "misfit" if p.misfit * p.misfit >= floor * floor / 2 else "speed"
+    if p is None:
+        need = pilot_size_for(worst.rel_halfwidth, k, target)
+        return {
+            "pilot_size_for_5pct": pilot_size_for(worst.rel_halfwidth, k, TARGET_REL_ERROR),
+            "pilot_size_for_target": {"target": target, "requests": need, "samples": need,
+                                      "floor": 0.0, "floor_from": None},  # fmt: skip
+        }
+
+    def reach(goal: float) -> Reach:
+        return pilot_reach(p, worst.speed, k, worst.samples, goal, wall_s, worst.seconds,
+                           unseen)  # fmt: skip
+
+    got = reach(target)
     return {
-        "pilot_size_for_5pct": pilot_size_for(scales, k, TARGET_REL_ERROR, floor),
+        "pilot_size_for_5pct": reach(TARGET_REL_ERROR).requests,
         "pilot_size_for_target": {
             "target": target,
-            "requests": need,  # samples, in fact
-            "samples": need,
-            "floor": floor,
-            "floor_from": floor_from,
+            "requests": got.requests,  # samples, in fact
+            "samples": got.requests,
+            "floor": got.floor,  # the bar of a pilot as long as the job
+            "floor_from": None if got.requests is not None else got.floor_from,
+            "job_samples": worst.samples,
         },
     }
 
@@ -174,6 +202,12 @@ def _notes(
             f"{model.pool.fail_rate:.1%} of pilot requests failed; the forecast retries them"
         )
     k = model.pilot_samples
+    if k * 2 >= worst.samples:
+        notes.append(
+            f"the pilot's {fmt.counted(k, 'sample')} are {k / worst.samples:.0%} of the job's "
+            f"{worst.samples:,}: a job this small costs about what its plan does; run it "
+            "and read its live ETA"
+        )
     if k < 2 * concurrency:
         notes.append(
             f"the pilot ({fmt.counted(k, 'request')}) is short for C={concurrency}: at least "
@@ -213,9 +247,10 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
             f"the range includes ±{speed.drift:.1%} in speed for {worst.samples:,} samples "
             f"that changes more slowly than the pilot's {pilot} shows (another tenant on the "
             "host, a thermal limit, a restart): genbench's default, 15% × the job's time "
-            "over the job's and the pilot's, as the live ETA assumes; a longer pilot "
-            "(--pilot-min-time) narrows it and sees more of the server's own wander, "
-            "--speed-drift 0 leaves it out for a server known to hold its speed, "
+            "over the job's and the pilot's, as the live ETA assumes; a pilot twice as long "
+            f"({_longer(model, inputs)}) would make it "
+            f"±{unseen_drift(worst.seconds, 2 * wall):.1%} and see more of the server's own "
+            "wander, --speed-drift 0 leaves it out for a server known to hold its speed, "
             "--speed-drift PCT puts what you know"
         )
     elif drift:
@@ -227,10 +262,20 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
         notes.append(
             f"speed that changes more slowly than the pilot's {pilot} (another tenant on "
             "the host, a thermal limit, a restart) is not in the range (--speed-drift 0): a "
-            "longer pilot (--pilot-min-time) sees more of it, and --speed-drift PCT adds "
-            "what you know"
+            f"longer pilot ({_longer(model, inputs)}: twice this one) sees more of it, and "
+            "--speed-drift PCT adds what you know"
         )
     return notes
+
+
+def _longer(model: PilotModel, inputs: dict[str, Any]) -> str:
+    """The flag for a pilot twice this one's length: a fixed pilot's size (--pilot K, where
+    --pilot-min-time does nothing), else its time."""
+    if inputs.get("pilot_fixed"):
+        return f"--pilot {2 * model.pilot_samples}"
+    t = math.ceil(2 * model.pilot_wall_s)
+    cap = inputs.get("pilot_max_time_s")
+    return f"--pilot-min-time {t}" + (f" --pilot-max-time {t}" if cap and t > cap else "")
 
 
 def _wall(f: WallForecast) -> dict[str, Any]:

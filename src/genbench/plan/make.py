@@ -288,6 +288,12 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
         raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")
     if args.warmup < 0:
         raise UsageError(f"--warmup-time must be 0 or more seconds, got {args.warmup}")
+    if args.pilot and args.pilot_min_time:  # it would be ignored: a pilot of K stops at K
+        raise UsageError(
+            f"--pilot-min-time applies to a pilot that stops when its bar is narrow enough; "
+            f"--pilot {args.pilot} runs {args.pilot} requests: give one or the other (a "
+            "longer fixed pilot: a larger --pilot)"
+        )
     if args.pilot_min_time < 0 or args.pilot_min_time > args.pilot_max_time:
         raise UsageError(
             f"--pilot-min-time {args.pilot_min_time:g} must be between 0 and --pilot-max-time "

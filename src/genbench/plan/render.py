@@ -62,9 +62,10 @@ def next_line(doc: dict[str, Any], saved: Any) -> str | None:
     servers = tasks_for(doc, int(i.get("servers") or 1))[0]
     url = src.get("url") if doc.get("mode") == "pilot" else None
     urls = " ".join(f"--url {shlex.quote(url or 'URL')}" for _ in range(1 if url else servers))
-    plan_dir = shlex.quote(str(Path(str(saved)).parent))
-    line = (f"next: genbench generate -i {shlex.quote(str(prompts))} -o OUT_DIR {urls} "
-            f"--plan {plan_dir}")  # fmt: skip
+    where = Path(str(saved)).parent
+    out = shlex.quote(str(Path("out") / where.name))  # plans/job: out/job, one per plan
+    line = (f"next: {fmt.program()} generate -i {shlex.quote(str(prompts))} -o {out} {urls} "
+            f"--plan {shlex.quote(str(where))}")  # fmt: skip
     if url and servers > 1:
         line += f" (and a --url for each of the {servers} servers the plan is for)"
     return line
@@ -79,10 +80,19 @@ def asked_line(doc: dict[str, Any]) -> str | None:
     row = max(rows, key=lambda r: r["samples"])
     a = row["asked"]
     n = a["servers"]
-    text = (f"the job: {row['samples']:,} samples on {fmt.counted(n, 'server')}: "
-            f"{a['hours']:,.1f} h = {a['days']:,.2f} days")  # fmt: skip
-    if a.get("lo_s") is not None and a.get("hi_s") is not None:
-        text += f" (95%: {a['lo_s'] / 86400:,.2f} – {a['hi_s'] / 86400:,.2f} days)"
+    text = f"the job: {row['samples']:,} samples on {fmt.counted(n, 'server')}: "
+    lo, hi = a.get("lo_s"), a.get("hi_s")
+    if a["hours"] < 24:  # not "0.0 h = 0.00 days (95%: 0.00 – 0.00 days)"
+        text += fmt.duration(a["hours"] * 3600)
+        return text + (f" (95%: {fmt.duration_range(lo, hi)})" if lo is not None
+                       and hi is not None else "")  # fmt: skip
+    text += f"{a['hours']:,.1f} h = {a['days']:,.2f} days"
+    if lo is not None and hi is not None:
+        for nd in (2, 3, 4):  # as many decimals as tell the ends apart
+            ends = f"{lo / 86400:,.{nd}f}", f"{hi / 86400:,.{nd}f}"
+            if ends[0] != ends[1] or lo == hi:
+                break
+        text += f" (95%: {ends[0]} – {ends[1]} days)"
     return text
 
 
@@ -156,7 +166,7 @@ def _tokens_table(doc: dict[str, Any], console: Console, parquet: bool = False) 
         cols.append(("prompt tokens", _tokens("prompt")))
     console.print(_table("tokens and storage", rows, cols + _storage_cols(doc, parquet)))
     if parquet and rows and all(r["storage"].get("parquet_bytes") is None for r in rows):
-        console.print(f"  Parquet: — {parquet_why()}")
+        console.print(f"  Parquet: — {escape(parquet_why())}")  # [parquet] is no markup
 
 
 def parquet_why() -> str:
@@ -281,9 +291,14 @@ def _how(m: dict[str, Any]) -> str:
     return out
 
 
-FLOOR_FROM = {
-    "misfit": "the model's misfit on the pilot",
-    "speed": "the server's speed as it wanders",
+FLOOR_FROM = {  # what is most of the bar a pilot as long as the job still leaves
+    "misfit": "the model's misfit on the pilot, which no pilot length removes",
+    "speed": "the server's speed as it wanders, which a longer pilot does not average away",
+    "unseen": "speed the pilot cannot see (--speed-drift: genbench's default allowance, 15% × "
+    "the job's time over the job's and the pilot's, or yours; 0 for a server known to hold "
+    "its speed)",
+    "sample": "the spread of the samples' lengths and times, which a job this small does not "
+    "average away",
 }
 
 
@@ -326,7 +341,7 @@ def _bar_parts(
         f"requests (their lengths, TTFTs, failures), ±{parts['speed']:.1%} from the server's "
         f"speed, ±{parts['misfit']:.1%} from the model's misfit on the pilot"
     )
-    if need and total <= goal:
+    if total <= goal:  # a pilot that short would not know its own bar: no length asked
         return (
             text
             + f"; inside ±{goal:.0%} already"
@@ -338,10 +353,12 @@ def _bar_parts(
         )
     what = FLOOR_FROM.get(tgt.get("floor_from") or "", "what a longer pilot does not narrow")
     if tgt.get("floor_from") == "speed" and drift:
-        what += " and speed the pilot cannot see (--speed-drift)"
+        what += ", and speed the pilot cannot see (--speed-drift)"
+    job = tgt.get("job_samples")
+    longest = f"one of all the job's {job:,} samples" if job else "one as long as the job"
     return text + (
-        f"; no pilot length reaches ±{goal:.0%}: {what}, not the pilot's size, sets a floor "
-        f"of ±{tgt['floor']:.1%}"
+        f"; no pilot reaches ±{goal:.0%}: {longest} still leaves ±{tgt['floor']:.1%}, most of "
+        f"it {what}"
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from genbench import fmt
 from genbench.errors import UsageError
 from genbench.plan.document import PLAN_FILE, PLAN_SCHEMA, PLAN_SCHEMA_VERSION
 from genbench.plan.from_pilot import plan_from_pilot
@@ -120,7 +121,22 @@ def replan(
         f"{len(records):,} requests at C={c}, measured {old.get('created') or 'before'}"
     )
     where = args.out_dir or (path if path.is_dir() else path.parent)
+    if (where / PLAN_FILE).resolve() == Path(old["_path"]).resolve():
+        doc["notes"].append(_replaces(old))
     return doc, where
+
+
+def _replaces(old: dict[str, Any]) -> str:
+    """Said where a re-plan is saved over the plan it was made from: what that plan was, and
+    how to keep it (its records stay: it can be made again, nothing sent)."""
+    rows = [int(r["samples"]) for r in old.get("rows") or [] if isinstance(r, dict)
+            and r.get("samples")]  # fmt: skip
+    what = f" for {', '.join(f'{n:,}' for n in sorted(set(rows)))} samples" if rows else ""
+    made = f", made {fmt.when(old['created'])}" if old.get("created") else ""
+    return (
+        f"this plan replaces {old['_path']} (the plan{what}{made}); -o DIR saves a re-plan "
+        "elsewhere and keeps it, and the pilot's records make it again (nothing sent)"
+    )
 
 
 def _storage(old: dict[str, Any], run: PilotRun, hidden: HiddenStates | None) -> StorageModel:

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from genbench.fmt import count, counted, duration, ms, number, pct, rate
+from genbench.fmt import count, counted, duration, ms, number, pct, program, rate
 from genbench.records import RequestRecord
 from genbench.run.benchmark import Phase, RunListener
 from genbench.run.knee import climb_line
@@ -117,17 +117,17 @@ def print_outcome(done: RunOutcome, console: Console) -> None:
 def next_line(done: RunOutcome) -> str:
     """The command that comes next, filled in: a plan from this run (a run that forced its
     lengths needs the samples' mean output length: T), or a pilot on the job's prompts."""
-    doc, out = done.states[0][0].doc, shlex.quote(str(done.out))
+    doc, out, g = done.states[0][0].doc, shlex.quote(str(done.out)), program()
     target = doc.get("target") or {}
     # a server this run started (the local demo, --serve) is gone by now: name none
     gone = target.get("local_demo") or target.get("engine")
     url = "URL" if gone else shlex.quote(str(target.get("url") or "URL"))
     if (doc.get("config") or {}).get("natural"):
-        return f"next: genbench plan --from {out} --samples N"
+        return f"next: {g} plan --from {out} --samples N"
     return (
-        f"next: genbench plan --from {out} --samples N --tokens-per-sample T (T: your "
+        f"next: {g} plan --from {out} --samples N --tokens-per-sample T (T: your "
         "samples' mean output tokens, thinking included; this run forced its lengths), or "
-        f"measure them on your prompts: genbench plan --prompts FILE --url {url} --samples N"
+        f"measure them on your prompts: {g} plan --prompts FILE --url {url} --samples N"
     )
 
 

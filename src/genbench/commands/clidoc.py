@@ -100,7 +100,7 @@ MEANINGS: dict[str, str] = {
     "--job-files": "Plan: directory for the job's Slurm array script and Kubernetes manifest.",
     "--states-fp8": "Hidden states in FP8 with a scale per token (hs-connectors' format).",
     "--job-out": "Plan: the job's output directory, whose free space the forecast is held to.",
-    "--json": "Print one JSON object on stdout instead of tables.",
+    "--json": "One JSON object on stdout; any tables for people on stderr.",
     "--layers": "Hidden-state layer ids, vLLM's numbering, comma-separated.",
     "--layers-captured": "Hidden-state storage: layers kept per token.",
     "--lengths": "Single-stream output lengths, comma-separated.",

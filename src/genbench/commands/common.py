@@ -50,7 +50,9 @@ ENGINE_START_TIMEOUT = typer.Option(
     help="Seconds a --serve engine may take to become healthy (a large model loads for "
     "minutes).",
 )
-JSON = typer.Option(False, "--json", help="Print one JSON object instead of the table.")
+JSON = typer.Option(False, "--json", help="Print one JSON object on stdout (for a "
+                    "script); what run, plan, generate and inspect say to people goes to "
+                    "stderr.")
 THINK_TAGS = typer.Option(
     ",".join(DEFAULT_TAGS),
     "--think-tags",

@@ -256,6 +256,13 @@ def test_pilot_forecasts_the_job_it_is_then_checked_against(sim_factory, tmp_pat
     assert said["actual_s"] == pytest.approx(actual, rel=0.01)  # first send to last row
     assert said["error"] == pytest.approx(ours["seconds"] / said["actual_s"] - 1)
     assert said["inside_bar"] == (ours["lo_s"] <= said["actual_s"] <= ours["hi_s"])
+    # and the output tokens of its 400 rows against the plan's range for them
+    job_tokens = json.loads((job / "result.json").read_text())["tokens"]
+    assert job_tokens == pytest.approx(job_mean * n) and said["tokens_rows"] == n
+    assert said["actual_tokens"] == job_tokens
+    assert (said["tokens_lo"], said["tokens_hi"]) == pytest.approx((tok["output_lo"],
+                                                                    tok["output_hi"]))  # fmt: skip
+    assert said["tokens_inside_bar"] == (tok["output_lo"] <= job_tokens <= tok["output_hi"])
     # A starved host (other heavy processes) makes the sim fall behind its own schedule:
     # that time is the host's, not the server's, and the sim counts it. A little is taken
     # out; a lot means the premise of known timing is gone.

@@ -18,7 +18,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from genbench.fmt import counted, duration, duration_range, number, rate
+from genbench.fmt import counted, duration, duration_range, number, rate, tokens
 from genbench.generate.ending import LABELS, rows
 from genbench.generate.eta import Eta
 from genbench.generate.jobconfig import JobConfig
@@ -143,7 +143,10 @@ class JobConsole(Listener):
         f = self.forecast
         ended = result.status in ("complete", "some_failed", "limit", "unanswered")
         if f is not None and ended and result.sending_s > 0:
-            self.plan_outcome = o = f.outcome(result.sending_s)
+            # the tokens of the rows this run answered; a stopped job never gets here: it
+            # claims nothing of the time or the tokens
+            o = f.outcome(result.sending_s, result.tokens or None, result.done_this_run)
+            self.plan_outcome = o
             inside = {True: ", inside its bar", False: ", [red]outside its bar[/]", None: ""}
             took, said = duration(result.sending_s), _forecast_text(f)
             if f.lo_s is not None and f.hi_s is not None:  # as many decimals as tell them apart
@@ -152,7 +155,37 @@ class JobConsole(Listener):
             self.console.print(
                 f"  plan: {said}; the job took {took}: "
                 f"the forecast was {o['error']:+.1%} off{inside[o['inside_bar']]}"
+                + _tokens_verdict(o, f.rows, result.estimated_rows)
             )
+
+
+def _tokens_verdict(o: dict[str, Any], planned_rows: int, estimated_rows: int = 0) -> str:
+    """The job's output tokens against the plan's range ('; its 71.2K output tokens are
+    outside the plan's 58.1K – 61.9K', in red), for the rows it answered; nothing where
+    there is nothing to judge (`JobForecast.tokens_against`)."""
+    inside = o.get("tokens_inside_bar")
+    if inside is None:
+        return ""
+    x, bar = _tokens_apart(o["actual_tokens"], o["tokens_lo"], o["tokens_hi"])
+    est = " (estimated)" if estimated_rows else ""
+    where = "inside" if inside else "outside"
+    rows = o["tokens_rows"]
+    if rows == planned_rows:
+        said = f"its {x} output tokens{est} are {where} the plan's {bar}"
+    else:  # some failed: the plan's figures for the rows answered
+        said = (f"its {rows:,} rows answered hold {x} output tokens{est}, {where} the "
+                f"plan's {bar} for as many")  # fmt: skip
+    return "; " + (said if inside else f"[red]{said}[/]")
+
+
+def _tokens_apart(x: float, lo: float, hi: float) -> tuple[str, str]:
+    """Token counts as fmt.tokens says them ('71.2K', '58.1K – 61.9K'), or exact where
+    three digits would make a count outside the range read as one of its ends, or the
+    range's two ends one figure."""
+    xs, ls, hs = (tokens(v) for v in (x, lo, hi))
+    if (not lo <= x <= hi and xs in (ls, hs)) or (ls == hs and lo != hi):
+        xs, ls, hs = (f"{v:,.0f}" for v in (x, lo, hi))
+    return xs, f"{ls} – {hs}"
 
 
 def progress_text(snap: Snapshot) -> str:

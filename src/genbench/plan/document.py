@@ -2,8 +2,8 @@
 the job `genbench generate` is about to run.
 
 `genbench generate --plan PLAN` shows the plan's forecast beside its own live ETA and,
-at the end, how the job's wall time compared with it: the check that tells a user
-whether the next plan on this server can be trusted.
+at the end, how the job's wall time and output tokens compared with it: the check that
+tells a user whether the next plan on this server can be trusted.
 
 The plan holds forecasts for a few sample counts, on one server and on M. The job's
 forecast is the plan's for the same number of servers (one server's, divided by the
@@ -74,10 +74,18 @@ class JobForecast:
     # the bar's part for speed slower than the pilot could see (relative, 95%: the
     # default unseen drift or --speed-drift; 0 where the plan has none)
     drift: float = 0.0
+    # the plan's output tokens for these rows and their 95% range, scaled alike (None: the
+    # plan forecast none; a run's and the field's arithmetic have no range)
+    output_tokens: float | None = None
+    output_lo: float | None = None
+    output_hi: float | None = None
     missed_since: float | None = field(default=None, compare=False)  # course(): since when
 
-    def outcome(self, actual_s: float) -> dict[str, Any]:
-        """The forecast against what the job took (its first send to its last row)."""
+    def outcome(
+        self, actual_s: float, tokens: int | None = None, rows: int | None = None
+    ) -> dict[str, Any]:
+        """The forecast against what the job took (its first send to its last row), and
+        against the output `tokens` of the `rows` it answered (`tokens_against`)."""
         d = asdict(self)
         del d["missed_since"]  # course()'s memory, not the forecast
         d["actual_s"] = actual_s
@@ -87,6 +95,23 @@ class JobForecast:
             if self.lo_s is not None and self.hi_s is not None
             else None
         )
+        return {**d, **self.tokens_against(tokens, rows)}
+
+    def tokens_against(self, tokens: int | None, rows: int | None) -> dict[str, Any]:
+        """The plan's output tokens against the job's: its figures scaled to the `rows` the
+        job answered (a failed row has no tokens to count). `tokens_inside_bar` is None
+        where there is nothing to judge: no count, no row answered, no range in the plan."""
+        d: dict[str, Any] = {"actual_tokens": tokens, "tokens_rows": rows, "tokens_forecast": None,
+                             "tokens_lo": None, "tokens_hi": None, "tokens_error": None,
+                             "tokens_inside_bar": None}  # fmt: skip
+        if not tokens or not rows or self.output_tokens is None or self.rows <= 0:
+            return d
+        k = rows / self.rows
+        d["tokens_forecast"] = x = self.output_tokens * k
+        d["tokens_error"] = x / tokens - 1
+        if self.output_lo is not None and self.output_hi is not None:
+            d["tokens_lo"], d["tokens_hi"] = lo, hi = self.output_lo * k, self.output_hi * k
+            d["tokens_inside_bar"] = lo <= tokens <= hi
         return d
 
     def prior(self) -> tuple[float, float | None, float | None]:
@@ -214,18 +239,18 @@ def job_forecast(doc: dict[str, Any], rows: int, servers: int) -> JobForecast | 
                          f"{', '.join(ONE_SERVER)}")  # fmt: skip
     if rows <= 0:
         return None
-    one: list[tuple[int, dict[str, Any]]] = []
-    many: list[tuple[int, dict[str, Any]]] = []
+    one: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+    many: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
     for i, row in enumerate(doc.get("rows") or []):
         samples = row.get("samples") if isinstance(row, dict) else None
         if not isinstance(samples, int) or samples <= 0:
             raise UsageError(f"--plan {path}: field 'rows[{i}].samples' is not a count")
         entry = next((row[k] for k in ONE_SERVER[mode] if isinstance(row.get(k), dict)), None)
         if entry is not None and _num(entry.get("seconds")):
-            one.append((samples, entry))
+            one.append((samples, entry, row))
         at = row.get("at_servers")
         if isinstance(at, dict) and at.get("servers") == servers and _num(at.get("seconds")):
-            many.append((samples, at))
+            many.append((samples, at, row))
     if servers > 1 and many:
         pool, divide, how = many, 1, f"on {servers} servers"
     elif one:
@@ -233,9 +258,12 @@ def job_forecast(doc: dict[str, Any], rows: int, servers: int) -> JobForecast | 
         how = "on 1 server" if servers == 1 else f"on 1 server, ÷ {servers} servers alike"
     else:
         raise UsageError(f"--plan {path}: field 'rows' holds no forecast in seconds")
-    samples, entry = min(pool, key=lambda p: abs(math.log(p[0] / rows)))
+    samples, entry, row = min(pool, key=lambda p: abs(math.log(p[0] / rows)))
     scale = rows / samples / divide
     lo, hi = _num(entry.get("lo_s")), _num(entry.get("hi_s"))
+    # the row's tokens: all the servers' together, so scaled to the rows alone
+    tok = row.get("tokens") if isinstance(row.get("tokens"), dict) else {}
+    out, out_lo, out_hi = (_num(tok.get(k)) for k in ("output", "output_lo", "output_hi"))
     c = entry.get("concurrency", (doc.get("inputs") or {}).get("concurrency"))
     basis = f"the {mode} forecast for {samples:,} samples {how}"
     if samples != rows:
@@ -251,4 +279,7 @@ def job_forecast(doc: dict[str, Any], rows: int, servers: int) -> JobForecast | 
         basis=basis,
         concurrency=c if isinstance(c, int) else None,
         drift=_num((entry.get("speed") or {}).get("drift")) or 0.0,
+        output_tokens=out * rows / samples if out is not None else None,
+        output_lo=out_lo * rows / samples if out_lo is not None and out is not None else None,
+        output_hi=out_hi * rows / samples if out_hi is not None and out is not None else None,
     )

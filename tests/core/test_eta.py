@@ -223,19 +223,40 @@ def test_a_projection_past_the_plans_range_never_reads_as_one_of_its_ends():
 
     assert _apart(148.0, 142.4, 147.1) == ("2.47 min", "2.37 – 2.45 min", "0.00 min")
     assert _apart(146.0, 142.4, 147.1, 144.7) == ("2.4 min", "2.4 – 2.5 min", "2.4 min")
-    assert _apart(40.0, 30.0, 50.0) == ("40.0 s", "30.0 – 50.0 s", "0.0 s")
     assert _apart(147.15, 142.4, 147.1)[0] == "2.453 min"  # up to 3 decimals
     # the panel's ETA in its range's unit ('102.0 s (1.4 – 2.0 min)' was one)
     from genbench.generate.render import _with_bar
 
     assert _with_bar(102.0, 86.0, 122.0) == "1.7 min (1.4 – 2.0 min)"
-    assert _with_bar(102.0, None, None, " (no bar)") == "102.0 s (no bar)"
+    assert _with_bar(102.4, None, None, " (no bar)") == "102.4 s (no bar)"
     plan = {"seconds": 144.7, "lo_s": 142.4, "hi_s": 147.1, "on_course_s": 148.0,
             "on_course_lo_s": 140.0, "on_course_hi_s": 156.0, "verdict": "unsure",
             "missed_for_s": None}  # fmt: skip
     console = Console(width=250, record=True)
     console.print(_course(plan))
     assert "on course for 2.47 min, past the plan's 2.37 – 2.45 min" in console.export_text()
+
+
+def test_figures_carry_only_the_decimals_they_have_and_need():
+    """The live ETA is whole seconds: it read 'ETA 102.0 s (98.0 – 106.0 s)'. Whole figures
+    print whole; so do figures large enough in their unit, in a range wide enough, that a
+    decimal tells a person nothing ('34 s (32 – 37 s)'); small ones keep theirs ('2 min
+    (1 – 3 min)' would say nothing), and the rule that tells a time outside the range from
+    its ends, and the ends from each other, adds decimals from there."""
+    from genbench.generate.render import _apart, _with_bar
+
+    assert _with_bar(102.0, 98.0, 106.0) == "102 s (98 – 106 s)"
+    assert _with_bar(102.0, None, None, " (no bar)") == "102 s (no bar)"
+    assert _apart(40.0, 30.0, 50.0) == ("40 s", "30 – 50 s", "0 s")
+    assert _apart(3.0, 0.0, 8.0) == ("3 s", "0 – 8 s", "0 s")  # the last rows: whole too
+    assert _apart(35.0, 32.3, 37.4, 34.4) == ("35 s", "32 – 37 s", "34 s")
+    assert _apart(35.0, 32.3, 37.2, 34.4)[1] == "32.3 – 37.2 s"  # rounding: over its tenth
+    assert _apart(50.3, 30.2, 50.1) == ("50.3 s", "30.2 – 50.1 s", "0.0 s")  # not '50 s'
+    assert _with_bar(138.0, 84.0, 186.0) == "2.3 min (1.4 – 3.1 min)"  # never '2 min'
+    assert _with_bar(120.0, 60.0, 180.0) == "2 min (1 – 3 min)"  # whole minutes: exact
+    assert _with_bar(2000.0, 1800.0, 2200.0) == "33 min (30 – 37 min)"
+    assert _with_bar(90_000.0, 88_560.0, 92_160.0) == "25.0 h (24.6 – 25.6 h)"  # 1 h wide
+    assert _with_bar(111_600.0, 104_400.0, 118_800.0) == "31 h (29 – 33 h)"
 
 
 def test_after_an_outage_continuous_completions_keep_a_narrow_range():

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from genbench.generate.progress import Snapshot
 from genbench.generate.render import JobConsole, panel, progress_text
+from genbench.plan.document import JobForecast
 from genbench.plan.pilot import PilotStop
 from genbench.plan.render import PilotProgress
 from genbench.records import RequestRecord
@@ -34,7 +35,23 @@ def test_the_line_for_people_holds_rows_rate_eta_and_the_plans_verdict():
     line = progress_text(snap())
     assert "rows 302/1,000 (30.2%), 2 failed" in line and "0.50 rows/s" in line
     assert "ETA 23.3 min (21.7 – 25.8 min)" in line
-    assert line.endswith("plan: inside (33.3 min (30.0 – 36.7 min))")
+    assert line.endswith("plan: inside (33 min (30 – 37 min))")  # no decimal it needs
+
+
+def test_the_live_eta_in_whole_seconds_shows_no_decimal_it_does_not_have():
+    """The ETA is counted in whole seconds (the plan's and the job's combined, rounded): it
+    read 'ETA 102.0 s (98.0 – 106.0 s)', a decimal that said nothing."""
+    whole = snap(eta_s=102.0, eta_lo_s=98.0, eta_hi_s=106.0, plan=None)
+    assert "ETA 102 s (98 – 106 s)" in progress_text(whole)
+    out = io.StringIO()
+    Console(file=out, width=200).print(panel(whole, None, 200))
+    assert "ETA 102 s (98 – 106 s)" in out.getvalue()
+    # with a plan, the ETA shown is the two combined, rounded to whole seconds: as whole
+    out = io.StringIO()
+    jc = JobConsole(Console(file=out, force_terminal=False, width=300), 0.0, False)
+    jc.forecast = JobForecast("p", "pilot", 1000, 1, 700.0, 650.0, 760.0, "b", None)
+    jc.tick(whole)
+    assert re.search(r"ETA \d+ s \(\d+ – \d+ s\)", out.getvalue()), out.getvalue()
 
 
 def test_off_a_terminal_a_line_for_people_unless_json_is_asked(capsys):

@@ -217,9 +217,10 @@ def _progress_line(snap: Snapshot) -> None:
 
 def _with_bar(seconds: float, lo: float | None, hi: float | None, none: str = "") -> str:
     """'5.2 h (4.9 – 5.5 h)', or the time and `none` when there is no bar; the time in the
-    bar's unit and decimals ('102.0 s (1.4 – 2.0 min)' was one ETA)."""
+    bar's unit and decimals ('102.0 s (1.4 – 2.0 min)' was one ETA), none where it is a
+    whole number in it ('102 s', the live ETA's whole seconds)."""
     if lo is None or hi is None:
-        return duration(seconds) + none
+        return _apart(seconds, seconds, seconds)[0] + none
     x, bar, _ = _apart(seconds, lo, hi)
     return f"{x} ({bar})"
 
@@ -354,15 +355,31 @@ def _apart(x: float, lo: float, hi: float, mid: float | None = None) -> tuple[st
     """`x`, the range lo – hi and its `mid` in the range's unit, with as many decimals (up
     to 3) as it takes for an `x` outside the range not to read as one of its ends ('on
     course for 2.5 min, past the plan's 2.4 – 2.5 min' was 148 s against 142 – 147 s),
-    nor the range's two ends as one figure (as fmt.duration_range)."""
+    nor the range's two ends as one figure (as fmt.duration_range); none where none are
+    needed (`_no_decimals`: the live ETA's whole seconds read '102.0 s (98.0 – 106.0 s)')."""
     value, unit = duration(max(hi, x)).rsplit(" ", 1)
     div = {"s": 1.0, "min": 60.0, "h": 3600.0}[unit]
-    for nd in (1, 2, 3):
+    shown = [v / div for v in (x, lo, hi) + ((mid,) if mid is not None else ())]
+    for nd in (0, 1, 2, 3) if _no_decimals(shown) else (1, 2, 3):
         xs, ls, hs, ms = (f"{v / div:,.{nd}f}" for v in (x, lo, hi, mid or 0.0))
         apart = lo <= x <= hi or xs not in (ls, hs)
         if apart and (ls != hs or lo == hi):  # nor the range's two ends as one figure
             break
     return f"{xs} {unit}", f"{ls} – {hs} {unit}", f"{ms} {unit}"
+
+
+WHOLE_FROM = 20.0  # units: a figure rounded to a whole one is then off by 2.5% at most
+WHOLE_SPAN = 5.0  # units: and a range's ends by a tenth of its width at most
+
+
+def _no_decimals(values: list[float]) -> bool:
+    """Whether figures in one unit may be shown without decimals: each a whole number in
+    it (the live ETA's whole seconds: '102 s (98 – 106 s)'), or all large enough, and their
+    range wide enough, that rounding loses nothing a person needs ('34 s (32 – 37 s)', but
+    '2.3 min (1.4 – 3.1 min)', never '2 min (1 – 3 min)', and '25.0 h (24.6 – 25.6 h)')."""
+    if all(abs(v - round(v)) < 1e-9 * max(1.0, abs(v)) for v in values):
+        return True
+    return min(values) >= WHOLE_FROM and max(values) - min(values) >= WHOLE_SPAN
 
 
 def print_result(r: JobResult, console: Console) -> None:

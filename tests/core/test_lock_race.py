@@ -64,6 +64,24 @@ def test_a_file_on_the_way_is_still_one_line(tmp_path):
     lock = OutputLock(tmp_path / "out", tmp_path / "out" / ".genbench")
     with pytest.raises(GenbenchError, match="a path on the way is a file"):
         lock.acquire()
-    missing = tmp_path / "no" / "out"
-    with pytest.raises(GenbenchError, match="cannot write to it"):
-        OutputLock(missing, missing / ".genbench").acquire()
+    under = tmp_path / "out" / "deeper" / "job"  # a missing parent is made; a file is not
+    with pytest.raises(GenbenchError, match="a path on the way is a file"):
+        OutputLock(under, under / ".genbench").acquire()
+
+
+def test_an_output_directory_is_made_with_its_parents_and_removed_with_them(tmp_path):
+    """plan's next: line says `-o out/job`; there was no out/ yet and generate said
+    'cannot write to it: No such file or directory'. Its parents are made as `mkdir -p`
+    does, and a run that wrote nothing removes them again."""
+    out = tmp_path / "out" / "plans" / "job"
+    lock = OutputLock(out, out / ".genbench", "lock")
+    lock.acquire()
+    assert lock.created == [tmp_path / "out", tmp_path / "out" / "plans", out,
+                            out / ".genbench"]  # fmt: skip
+    lock.release()
+    assert not (tmp_path / "out").exists() and tmp_path.is_dir()
+    keep = OutputLock(out, out / ".genbench", "lock")
+    keep.acquire()
+    (out / "data-00000.jsonl").write_text("{}\n")  # something written: all of it stays
+    keep.release()
+    assert (out / "data-00000.jsonl").is_file()

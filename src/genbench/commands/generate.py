@@ -26,7 +26,7 @@ OPTIONS: dict[str, Any] = {
         help="The prompt file: .jsonl[.gz] or .parquet."
     ),
     "output": typer.Option(..., "--out", "-o", metavar="DIR",
-                           help="Output directory (resumable)."),
+                           help="Output directory (resumable; made with its parents)."),
     "url": (None, "Server base URL; repeat for several servers.", "URL"),
     "url_file": (None, "File of servers, one 'URL [CONCURRENCY]' per line.", "FILE"),
     "serve": common.SERVE,

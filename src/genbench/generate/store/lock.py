@@ -70,13 +70,17 @@ class OutputLock:
             os.pwrite(fd, orjson.dumps(note) + b"\n", 0)
 
     def _open(self) -> int:
-        """The lock file's descriptor, making the directories on the way. Two first runs
+        """The lock file's descriptor, making the directories on the way (the output
+        directory's missing parents too). Two first runs
         started at once (shards of one job) race here: a directory the other made a moment
         ago is theirs to share, not an error, and one the other removed again as it ended
         (an empty run cleans up what it made) is made anew."""
         for attempt in itertools.count(1):
             try:
-                for d in (self.out, self.state):
+                # -o out/job with no out/ yet (plan's next: line): its parents too, as
+                # `mkdir -p`, and removed with it if the run leaves them empty
+                above = [d for d in reversed(self.out.parents) if not d.exists()]
+                for d in (*above, self.out, self.state):
                     with contextlib.suppress(FileExistsError):
                         d.mkdir()
                         self.created += [] if d in self.created else [d]
@@ -84,9 +88,10 @@ class OutputLock:
                         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
                 return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except FileNotFoundError as e:
-                if attempt == OPEN_TRIES or not self.out.parent.is_dir():
+                if attempt == OPEN_TRIES:
                     raise lock_write_failed(self.out, e) from None
                 # removed between our mkdir and open by a run that ended: make it again
+                # (its parents too: they are made on the way)
             except OSError as e:
                 raise lock_write_failed(self.out, e) from None
         raise AssertionError("itertools.count never ends")

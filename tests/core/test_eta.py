@@ -257,6 +257,12 @@ def test_figures_carry_only_the_decimals_they_have_and_need():
     assert _with_bar(2000.0, 1800.0, 2200.0) == "33 min (30 – 37 min)"
     assert _with_bar(90_000.0, 88_560.0, 92_160.0) == "25.0 h (24.6 – 25.6 h)"  # 1 h wide
     assert _with_bar(111_600.0, 104_400.0, 118_800.0) == "31 h (29 – 33 h)"
+    # seen on the sim's last seconds: 'ETA 9 s (9 – 9 s)', 'ETA 0 s (0 – 0 s)'
+    assert _with_bar(9.0, 9.0, 9.0) == "9 s" and _with_bar(0.0, 0.0, 0.0) == "0 s"
+    assert _with_bar(9.0, 9.0, 10.0) == "9 s (9 – 10 s)"
+    from genbench.generate.render import _signed
+
+    assert _signed(-0.0004) == "+0.0%" and _signed(-0.021) == "-2.1%"  # never '-0.0% off'
 
 
 def test_after_an_outage_continuous_completions_keep_a_narrow_range():

@@ -99,6 +99,10 @@ def test_the_ending_says_when_the_jobs_tokens_are_outside_the_plans_range():
     said = ending(f, done(57_000, 290, "some_failed", failed=10, failed_this_run=10))[0]
     assert "its 290 rows answered hold 57.0K output tokens, inside the plan's 56.2K – 59.8K" \
         in said  # fmt: skip
+    # fixed lengths: the plan's range is one figure, said once ('60.0K – 60.0K' was seen)
+    fixed = JobForecast("p.json", "pilot", 300, 1, 34.0, 32.0, 37.0, "b", None,
+                        output_tokens=60_000, output_lo=60_000, output_hi=60_000)  # fmt: skip
+    assert "its 60.0K output tokens are inside the plan's 60.0K" in ending(fixed, done(60_000))[0]
 
 
 def test_a_plan_without_a_token_range_and_a_stopped_job_claim_nothing_of_tokens():

@@ -191,6 +191,16 @@ def test_the_default_allowance_note_names_the_flag_for_a_longer_pilot(pilot_dir,
                             out_dir=tmp_path / "n"), Quiet())  # fmt: skip
     [said] = [n for n in doc["notes"] if "genbench's default, 15%" in n]
     assert "a pilot twice as long (--pilot-min-time " in said and " would make it ±" in said
+    # a pilot over half its job: twice it would outrun the job, so none is asked for
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="200", bootstrap=40,
+                            out_dir=tmp_path / "s"), Quiet())  # fmt: skip
+    [said] = [n for n in doc["notes"] if "genbench's default, 15%" in n]
+    assert "this pilot is 60% of the job already: a longer one would narrow it little" in said
+    assert "twice as long" not in said
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="200", bootstrap=40, speed_drift=0.0,
+                            out_dir=tmp_path / "s0"), Quiet())  # fmt: skip
+    [said] = [n for n in doc["notes"] if "is not in the range (--speed-drift 0)" in n]
+    assert "a longer pilot" not in said and said.endswith("--speed-drift PCT adds what you know")
     model = PilotModel.from_records(pilot(), C)
     assert _longer(model, {"pilot_fixed": 120}) == "--pilot 240"
     t = math.ceil(2 * model.pilot_wall_s)

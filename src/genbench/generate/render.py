@@ -154,9 +154,14 @@ class JobConsole(Listener):
                 said = f"{mid} ({bar}) for {f.rows:,} rows"
             self.console.print(
                 f"  plan: {said}; the job took {took}: "
-                f"the forecast was {o['error']:+.1%} off{inside[o['inside_bar']]}"
+                f"the forecast was {_signed(o['error'])} off{inside[o['inside_bar']]}"
                 + _tokens_verdict(o, f.rows, result.estimated_rows)
             )
+
+
+def _signed(x: float) -> str:
+    """'+2.1%'; '+0.0%' for an error under a twentieth of a percent, never '-0.0%'."""
+    return f"{(x if abs(x) >= 0.0005 else 0.0):+.1%}"
 
 
 def _tokens_verdict(o: dict[str, Any], planned_rows: int, estimated_rows: int = 0) -> str:
@@ -185,7 +190,7 @@ def _tokens_apart(x: float, lo: float, hi: float) -> tuple[str, str]:
     xs, ls, hs = (tokens(v) for v in (x, lo, hi))
     if (not lo <= x <= hi and xs in (ls, hs)) or (ls == hs and lo != hi):
         xs, ls, hs = (f"{v:,.0f}" for v in (x, lo, hi))
-    return xs, f"{ls} – {hs}"
+    return xs, (ls if ls == hs else f"{ls} – {hs}")  # fixed lengths: 'the plan's 60.0K'
 
 
 def progress_text(snap: Snapshot) -> str:
@@ -222,6 +227,9 @@ def _with_bar(seconds: float, lo: float | None, hi: float | None, none: str = ""
     if lo is None or hi is None:
         return _apart(seconds, seconds, seconds)[0] + none
     x, bar, _ = _apart(seconds, lo, hi)
+    ends = bar.rsplit(" ", 1)[0].split(" – ")
+    if ends[0] == ends[1]:  # a range under the figure's last digit: 'ETA 9 s', not '(9 – 9 s)'
+        return x
     return f"{x} ({bar})"
 
 

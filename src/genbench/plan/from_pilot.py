@@ -247,10 +247,9 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
             f"the range includes ±{speed.drift:.1%} in speed for {worst.samples:,} samples "
             f"that changes more slowly than the pilot's {pilot} shows (another tenant on the "
             "host, a thermal limit, a restart): genbench's default, 15% × the job's time "
-            "over the job's and the pilot's, as the live ETA assumes; a pilot twice as long "
-            f"({_longer(model, inputs)}) would make it "
-            f"±{unseen_drift(worst.seconds, 2 * wall):.1%} and see more of the server's own "
-            "wander, --speed-drift 0 leaves it out for a server known to hold its speed, "
+            "over the job's and the pilot's, as the live ETA assumes; "
+            f"{_twice(model, inputs, worst)}, "
+            "--speed-drift 0 leaves it out for a server known to hold its speed, "
             "--speed-drift PCT puts what you know"
         )
     elif drift:
@@ -261,11 +260,24 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
     else:
         notes.append(
             f"speed that changes more slowly than the pilot's {pilot} (another tenant on "
-            "the host, a thermal limit, a restart) is not in the range (--speed-drift 0): a "
-            f"longer pilot ({_longer(model, inputs)}: twice this one) sees more of it, and "
-            "--speed-drift PCT adds what you know"
+            "the host, a thermal limit, a restart) is not in the range (--speed-drift 0): "
+            + ("" if 2 * model.pilot_samples > worst.samples else
+               f"a longer pilot ({_longer(model, inputs)}: twice this one) sees more of it, "
+               "and ")  # a pilot over half its job: none longer asked for
+            + "--speed-drift PCT adds what you know"
         )
     return notes
+
+
+def _twice(model: PilotModel, inputs: dict[str, Any], worst: WallForecast) -> str:
+    """What a pilot twice as long would make the default allowance, and the flag for one;
+    none asked of a pilot already over half its job (twice it would outrun the job)."""
+    if 2 * model.pilot_samples > worst.samples:
+        return (f"this pilot is {model.pilot_samples / worst.samples:.0%} of the job already: "
+                "a longer one would narrow it little")  # fmt: skip
+    return (f"a pilot twice as long ({_longer(model, inputs)}) would make it "
+            f"±{unseen_drift(worst.seconds, 2 * model.pilot_wall_s):.1%} and see more of the "
+            "server's own wander")  # fmt: skip
 
 
 def _longer(model: PilotModel, inputs: dict[str, Any]) -> str:

@@ -867,3 +867,23 @@ def test_from_a_run_says_when_the_job_is_much_longer_than_the_sweep(tmp_path):
     near = plan_from_result(_forced_run(tmp_path), [100_000], 1, None, 1200.0, None, None)
     assert not [n for n in near["notes"] if "measured on" in n]
     assert [n for n in near["notes"] if "averaged 1,024 output tokens, the job's 1,200" in n]
+
+
+def test_an_open_ended_pilot_stops_at_the_jobs_size(sim_factory, tmp_path):
+    """Seen by a new user: a job of 300 samples piloted with 1,052 requests (66 s with its
+    warm-up, for a 13 s job). A pilot longer than its job is no pilot: it stops at the
+    job's size, says so, and its next line runs that job."""
+    sim = sim_factory(*SIM_ARGS, *SKEWED)
+    write_prompts(tmp_path / "prompts.jsonl", 600)
+    p = genbench(
+        "plan", "--prompts", str(tmp_path / "prompts.jsonl"), "--url", sim.url,
+        "--concurrency", "8", "--samples", "60", "--target-error", "1",
+        "--out", str(tmp_path / "p"), "--bootstrap", "20", "--warmup-time", "0",
+        timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert doc["inputs"]["pilot_stopped"] == "job", doc["inputs"]
+    assert 60 <= doc["inputs"]["pilot"] <= 60 + 8  # and the requests in flight
+    assert "(as many samples as the job has: a longer pilot is no pilot)" in p.stdout
+    assert p.stdout.rstrip().endswith(f"--plan {tmp_path / 'p'} --limit 60"), p.stdout[-500:]

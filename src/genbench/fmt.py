@@ -105,9 +105,12 @@ def ms(seconds: float | None) -> str:
 
 
 def pct(x: float | None, signed: bool = False) -> str:
-    """A fraction as a percentage: 0.123 -> 12.3%, signed: +12.3%."""
+    """A fraction as a percentage: 0.123 -> 12.3%, signed: +12.3% (and +0.0% for what
+    rounds to nothing, never -0.0%)."""
     if _missing(x):
         return MISSING
+    if abs(x) < 0.0005:  # type: ignore[arg-type]
+        x = 0.0
     return f"{x:+.1%}" if signed else f"{x:.1%}"
 
 

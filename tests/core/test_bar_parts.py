@@ -59,7 +59,7 @@ def test_a_misfit_wider_than_the_target_is_named_as_the_floor():
     assert "±0.0% from the pilot's sample of requests" in text
     assert "±20.0% from the model's misfit on the pilot" in text
     assert text.endswith(
-        "no pilot reaches ±5%: one of all the job's 8 samples still leaves ±20.0%, most of it "
+        "no pilot reaches ±5%: a pilot of all the job's 8 samples still leaves ±20.0%, most of it "
         "the model's misfit on the pilot, which no pilot length removes"
     )
 
@@ -235,7 +235,16 @@ def test_no_pilot_longer_than_the_job_is_asked_for():
                                     "misfit": 0.01}, tgt, 256)  # fmt: skip
     assert "--pilot" not in text
     assert text.endswith(
-        f"no pilot reaches ±5%: one of all the job's 300 samples still leaves "
+        f"no pilot reaches ±5%: a pilot of all the job's 300 samples still leaves "
         f"±{short.floor:.1%}, most of it the spread of the samples' lengths and times, which "
         "a job this small does not average away"
     )
+    # a pilot already longer than its job (1,052 for 300 was seen): its own bar is the
+    # floor, never one wider than the bar printed beside it
+    over = pilot_reach(parts, bar, 1052, 300, 0.05)
+    assert over.requests is None and over.floor == pytest.approx(parts.total)
+    said = _bar_parts(parts.total, {"side": "above", "sample": 0.14, "speed": 0.0,
+                                    "misfit": 0.01}, {**tgt, "floor": over.floor},
+                      1052)  # fmt: skip
+    assert ("no pilot reaches ±5%: this one is as long as the job and still leaves "
+            f"±{over.floor:.1%}") in said

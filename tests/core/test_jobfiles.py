@@ -114,6 +114,6 @@ def test_plans_next_line_asks_for_the_servers_generate_will_hold_it_to():
     doc = {**plan_doc(2, 900, [32]), "mode": "pilot", "inputs": {"servers": 4},
            "source": {"url": "http://127.0.0.1:8000/v1", "prompts": "p.jsonl"}}  # fmt: skip
     line = next_line(doc, Path("plans/job/plan.json"))
-    assert "each of the 2 servers" in line
+    assert "# the plan is for 2 servers: a --url for each" in line
     doc["mode"] = "result"
     assert next_line(doc, Path("plans/job/plan.json")).count("--url URL") == 2

@@ -18,7 +18,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from genbench.fmt import counted, duration, duration_range, number, rate, tokens
+from genbench.fmt import counted, duration, duration_range, number, pct, rate, tokens
 from genbench.generate.ending import LABELS, rows
 from genbench.generate.eta import Eta
 from genbench.generate.jobconfig import JobConfig
@@ -161,7 +161,7 @@ class JobConsole(Listener):
 
 def _signed(x: float) -> str:
     """'+2.1%'; '+0.0%' for an error under a twentieth of a percent, never '-0.0%'."""
-    return f"{(x if abs(x) >= 0.0005 else 0.0):+.1%}"
+    return pct(x, signed=True)
 
 
 def _tokens_verdict(o: dict[str, Any], planned_rows: int, estimated_rows: int = 0) -> str:

@@ -112,7 +112,7 @@ def pilot_reach(
     def total(r: float) -> float:
         return math.hypot(*at(r).values())
 
-    longest = max(samples, 1) / max(pilot, 1)
+    longest = max(max(samples, 1) / max(pilot, 1), 1.0)  # a pilot already as long: itself
     ends = at(longest)
     floor_from = max(ends, key=lambda k: ends[k])
     if total(longest) > target:

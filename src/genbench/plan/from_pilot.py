@@ -92,6 +92,13 @@ def plan_from_pilot(
             row["at_servers"] = {"servers": servers, **_wall(fc_m[i])}
         plan["rows"].append(row)
     plan["notes"] = _notes(model, inputs, concurrency, worst)
+    rows = source.get("prompts_in_file")
+    if isinstance(rows, int) and 0 < rows < worst.samples:  # generate sends each row once
+        plan["notes"].append(
+            f"{source.get('prompts') or 'the prompts file'} holds {rows:,} rows: generate "
+            f"sends each once, so a job of {worst.samples:,} samples needs a file of as many "
+            "rows (the forecast is for the samples asked)"
+        )
     plan["acceptance"] = acceptance([r for r in run.records if r.ok])
     plan["simulation"] = sim
     if plan["acceptance"] is not None:

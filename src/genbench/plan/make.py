@@ -380,8 +380,10 @@ def _pilot_run(args: PlanArgs, watch: PilotWatch, climbing: bool = False
     # the server is touched
     source = read_pilot_input(args.prompts, args.seed)
     size = args.pilot or max(200, 8 * concurrency)
-    if stop is not None:
-        stop.min_requests = min(size, source.total)
+    if stop is not None:  # never longer than the job: its largest sample count
+        stop.max_requests = max(parse_counts("--samples", args.samples) if args.samples
+                                else DEFAULT_SAMPLES)  # fmt: skip
+        stop.min_requests = min(size, source.total, stop.max_requests)
     out = args.out_dir or Path("genbench-runs") / f"{datetime.now():%Y%m%d-%H%M%S}-plan"
     pilot = PilotSetup(ep, source, concurrency, size, stop, params, out)
     tags, dialect = checked(parse_tags, args.think_tags), checked(parse_dialect, args.think_dialect)
@@ -483,6 +485,7 @@ def _run(pilot: PilotSetup, args: PlanArgs, check: CheckReport, watch: PilotWatc
         raise GenbenchError(f"every pilot request failed ({', '.join(kinds)}); see {pilot.out}")
     why = {
         "target": "the mean length reached its target",
+        "job": "as many samples as the job has: a longer pilot is no pilot",
         "time": f"--pilot-max-time {stop.max_s:g} s reached" if stop else "",
         "prompts": "every prompt in the file was sent",
         "size": "",

@@ -112,12 +112,13 @@ class PilotStop:
     """When an open-ended pilot has seen enough: at least `min_requests` answered, at
     least `min_s` seconds, and the mean output length known to ±`target` ×
     `length_share` (95%), the rest of the bar being left to the server's speed; or
-    `max_s` seconds."""
+    `max_requests` answered (the job's own size), or `max_s` seconds."""
 
     target: float = TARGET_REL_ERROR
     min_requests: int = 200
     min_s: float = 0.0
     max_s: float = 600.0
+    max_requests: int | None = None  # the job's samples: a pilot longer is no pilot
     length_share: float = 0.8
     count: int = 0
     total: float = 0.0
@@ -145,6 +146,8 @@ class PilotStop:
         enough = self.count >= self.min_requests and now - self.started >= self.min_s
         if enough and self.halfwidth <= self.target * self.length_share:
             self.reason = "target"
+        elif self.max_requests is not None and self.count >= self.max_requests:
+            self.reason = "job"
         elif now - self.started >= self.max_s:
             self.reason = "time"
         if self.reason:

@@ -62,12 +62,16 @@ def next_line(doc: dict[str, Any], saved: Any) -> str | None:
     servers = tasks_for(doc, int(i.get("servers") or 1))[0]
     url = src.get("url") if doc.get("mode") == "pilot" else None
     urls = " ".join(f"--url {shlex.quote(url or 'URL')}" for _ in range(1 if url else servers))
+    # the job's rows: the largest count planned, where the file holds more (--limit N)
+    job = max((int(r.get("samples") or 0) for r in doc.get("rows") or []), default=0)
+    in_file = src.get("prompts_in_file")
+    limit = f" --limit {job}" if isinstance(in_file, int) and 0 < job < in_file else ""
     where = Path(str(saved)).parent
     out = shlex.quote(str(Path("out") / where.name))  # plans/job: out/job, one per plan
     line = (f"next: {fmt.program()} generate -i {shlex.quote(str(prompts))} -o {out} {urls} "
-            f"--plan {shlex.quote(str(where))}")  # fmt: skip
-    if url and servers > 1:
-        line += f" (and a --url for each of the {servers} servers the plan is for)"
+            f"--plan {shlex.quote(str(where))}{limit}")  # fmt: skip
+    if url and servers > 1:  # a shell comment: the line still runs as printed
+        line += f"  # the plan is for {servers} servers: a --url for each"
     return line
 
 
@@ -355,7 +359,10 @@ def _bar_parts(
     if tgt.get("floor_from") == "speed" and drift:
         what += ", and speed the pilot cannot see (--speed-drift)"
     job = tgt.get("job_samples")
-    longest = f"one of all the job's {job:,} samples" if job else "one as long as the job"
+    longest = (
+        "this one is as long as the job and" if job and pilot and pilot >= job
+        else f"a pilot of all the job's {job:,} samples" if job else "one as long as the job"
+    )
     return text + (
         f"; no pilot reaches ±{goal:.0%}: {longest} still leaves ±{tgt['floor']:.1%}, most of "
         f"it {what}"

@@ -251,22 +251,6 @@ def test_the_parquet_hint_keeps_its_extra_in_brackets(pilot_dir, tmp_path, monke
     assert "pyarrow is not installed (pip install 'genbench[parquet]')" in text, text
 
 
-def test_a_replan_keeps_the_speed_drift_its_pilot_was_planned_with(pilot_dir, tmp_path):
-    """Seen by a new user: a pilot planned with --speed-drift 0 (±4.5%), re-planned for two
-    servers, came back with the default allowance (±14.6%) and speed_drift null."""
-    first = tmp_path / "zero"
-    make_plan(args(from_=[pilot_dir], samples="100K", bootstrap=40, speed_drift=0.0,
-                   out_dir=first), Quiet())  # fmt: skip
-    doc, _ = make_plan(args(from_=[first], samples="100K", servers=2, bootstrap=40,
-                            out_dir=tmp_path / "two"), Quiet())  # fmt: skip
-    assert doc["inputs"]["speed_drift"] == 0.0
-    assert doc["rows"][0]["ours"]["speed"]["drift"] == 0.0
-    assert any("its --speed-drift 0 holds" in n for n in doc["notes"]), doc["notes"]
-    doc, _ = make_plan(args(from_=[first], samples="100K", bootstrap=40, speed_drift=10.0,
-                            out_dir=tmp_path / "ten"), Quiet())  # fmt: skip
-    assert doc["inputs"]["speed_drift"] == pytest.approx(0.10)  # given again: changed
-
-
 def test_the_next_command_runs_the_job_planned_as_printed():
     """Seen by a new user: a plan for 300 samples of a 3,000-row file printed a generate
     line that ran all 3,000; a plan for 2 servers added '(and a --url for each …)', which a

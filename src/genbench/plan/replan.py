@@ -107,9 +107,7 @@ def replan(
         stopped_at=dict(inputs.get("pilot_stopped_at") or {}),
         samples=int(inputs.get("pilot") or len(sent)),
     )
-    # the pilot's plan's --speed-drift holds unless given again (None: genbench's default):
-    # a re-plan for other servers must not drop the user's word on their server's speed
-    drift = inputs.get("speed_drift") if args.speed_drift is None else args.speed_drift / 100
+    drift = None if args.speed_drift is None else args.speed_drift / 100  # None: default
     inputs.update(
         samples=counts, servers=args.servers, speed_drift=drift, seed=args.seed,
         bootstrap=args.bootstrap,
@@ -121,8 +119,6 @@ def replan(
     doc["notes"].append(
         f"re-planned from the pilot recorded in {src} (nothing sent): its "
         f"{len(records):,} requests at C={c}, measured {old.get('created') or 'before'}"
-        + (f"; its --speed-drift {100 * drift:g} holds (give --speed-drift again to change "
-           "it)" if args.speed_drift is None and drift is not None else "")
     )
     where = args.out_dir or (path if path.is_dir() else path.parent)
     if (where / PLAN_FILE).resolve() == Path(old["_path"]).resolve():

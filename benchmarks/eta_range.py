@@ -17,8 +17,12 @@ server's batches); some at a speed that drifts (−25% to +30% over the job) or 
 (an AR(1) factor), some with a server down for a while (its in-flight rows sent again
 when it is back); from a minute to three hours.
 
-Run:  .venv/bin/python benchmarks/eta_range.py [--jobs 24] [--short 32] [--no-ages]
-          [--no-plan-drift] [--sim DIR] [--logs OUT_DIR ...] [--lines STDERR_FILE ...]
+Run:  .venv/bin/python benchmarks/eta_range.py [--jobs 24] [--short 32] [--swing 24]
+          [--no-ages] [--no-plan-drift] [--no-seen] [--sim DIR] [--logs OUT_DIR ...]
+          [--lines STDERR_FILE ...]
+(--swing: short jobs on a server whose speed swings ±60% as a sine, as `sim --drift
+60:PERIOD`; --no-seen: the plan's verdict on the ETA's range alone, not on the speeds the
+job has shown, generate.eta.seen, as it was before.)
 (--no-ages: the replay passes no requests in flight, the ETA as it was before #48's tail
 model, generate/tail.py. --no-plan-drift: the plans' bars without plan's default
 allowance for speed the pilot could not see, as plans were before it.)
@@ -80,6 +84,10 @@ def speed_at(kind: str, t: float, horizon: float, rnd: random.Random, state: dic
             state["x"] = 0.8 * state.get("x", 0.0) + rnd.gauss(0, 0.12 * math.sqrt(1 - 0.64))
             state["k"] += 1
         return math.exp(state.get("x", 0.0))
+    if kind.startswith("swing"):  # as `sim --drift 60:PERIOD`: speed × 1 + 0.6 sin(2πt/P + φ)
+        period = float(kind.split(":")[1]) * horizon
+        phase = state.setdefault("phase", rnd.uniform(0, 2 * math.pi))
+        return 1 / (1 + SWING * math.sin(2 * math.pi * t / period + phase))
     return 1.0
 
 
@@ -167,6 +175,27 @@ def short(count: int) -> list[Job]:
         per_token = rnd.uniform(0.01, 0.03)
         name = f"short {i:02d} {lengths} {speed} {rows}"
         jobs.append(simulate(name, 5000 + i, rows, 32, 1, per_token, lengths, speed, None))
+    return jobs
+
+
+SWING = 0.6  # the swinging server's amplitude (--swing: the sim's --drift 60:PERIOD)
+
+
+def swing(count: int) -> list[Job]:
+    """`count` short jobs on a server whose speed swings ±60% as a sine, its period from a
+    quarter of the planned job to the whole of it (a new-user trial's `sim --drift 60:100`
+    under a 3,000-row job of 3 min at C = 32 was said "outside the plan" mid-job and
+    ended inside): lognormal or heavy-tailed lengths, 300 to 3,000 rows, one server."""
+    jobs = []
+    for i in range(count):
+        rnd = random.Random(7000 + i)
+        lengths = ("lognormal", "heavy", "waves")[i % 3]
+        rows = rnd.choice([300, 800, 3000])
+        period = rnd.choice([0.25, 0.5, 1.0])
+        per_token = rnd.uniform(0.01, 0.03)
+        name = f"swing {i:02d} {lengths} P={period} {rows}"
+        jobs.append(simulate(name, 7000 + i, rows, 32, 1, per_token, lengths,
+                             f"swing:{period}", None))  # fmt: skip
     return jobs
 
 
@@ -271,6 +300,7 @@ class Points:
 T0 = 1000.0  # the replay's clock at the job's start
 AGES = True  # --no-ages: the replay passes no requests in flight (the estimator before #48's tail)
 PLAN_DRIFT = True  # --no-plan-drift: the plans carry no allowance for unseen speed (before)
+SEEN = True  # --no-seen: the verdict on the ETA's range alone (before the speeds seen)
 PILOT_SHARE = 0.1  # the plans' pilots: a tenth of the job's time
 
 
@@ -316,8 +346,9 @@ def replay(job: Job, seed: int) -> Points:
         e, lo, hi = snap.eta_s, snap.eta_lo_s, snap.eta_hi_s
         el = now[0]
         score(out, el, final, done / rows, lo, hi)
-        out.outside.append(good.course(el, e, lo, hi)["verdict"] == "outside")
-        out.caught.append(bad.course(el, e, lo, hi)["verdict"] == "outside")
+        seen = (snap.eta_slow_s, snap.eta_fast_s) if SEEN else (None, None)
+        out.outside.append(good.course(el, e, lo, hi, *seen)["verdict"] == "outside")
+        out.caught.append(bad.course(el, e, lo, hi, *seen)["verdict"] == "outside")
         # the ETA `generate --plan` shows with the good plan: the plan as its prior
         assert good.lo_s is not None and good.hi_s is not None
         shown = PlanPrior(*good.prior()).blend(None if e is None else Eta(e, lo, hi), el)
@@ -381,6 +412,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=24)
     ap.add_argument("--short", type=int, default=0,
                     help="add this many short jobs like the issue's (#48); --jobs 0: only them")
+    ap.add_argument("--swing", type=int, default=0,
+                    help="add this many short jobs on a server whose speed swings ±60%%")
     ap.add_argument("--logs", type=Path, nargs="*", default=[],
                     help="generate output directories: their request logs replayed")
     ap.add_argument("--sim", type=Path, default=None,
@@ -389,18 +422,21 @@ def main() -> None:
                     help="generate's stderr: its JSON progress lines, as printed")  # fmt: skip
     ap.add_argument("--no-ages", action="store_true",
                     help="pass no requests in flight: the ETA without the tail model")
+    ap.add_argument("--no-seen", action="store_true",
+                    help="the plan's verdict on the ETA's range alone, not the speeds seen")
     ap.add_argument("--no-plan-drift", action="store_true",
                     help="plans without their default allowance for speed the pilot can't see")
     a = ap.parse_args()
-    global AGES, PLAN_DRIFT
+    global AGES, PLAN_DRIFT, SEEN
     AGES = not a.no_ages
+    SEEN = not a.no_seen
     PLAN_DRIFT = not a.no_plan_drift
     t = time.perf_counter()
     logs = list(a.logs)
     if a.sim is not None:
         logs += record(a.sim)
         a.lines = list(a.lines) + [a.sim / f"{name}.err" for name, *_ in SIM_JOBS]
-    jobs = family(a.jobs) + short(a.short) + [from_log(p) for p in logs]
+    jobs = family(a.jobs) + short(a.short) + swing(a.swing) + [from_log(p) for p in logs]
     print(f"load average {os.getloadavg()[0]:.2f}; {len(jobs)} jobs")
     print(f"{'job':44} {'final':>9} {'covered':>8} {'width p50':>9} {'p90':>7} "
           f"{'false out':>9} {'caught':>7}")  # fmt: skip

@@ -335,3 +335,95 @@ def test_the_speeds_halfwidth_is_held_so_the_high_end_stays_within_reach():
     assert e is not None and e.lo_s is not None and e.hi_s is not None
     assert e.hi_s < e.seconds / (1 - E.SPEED_MAX) * 1.1  # 2,386 s, not 19,086
     assert e.lo_s > e.seconds / (1 + E.SPEED_MAX) * 0.9
+
+
+def swinging(seconds: float, fast_first: bool, rows: int = 0) -> tuple[Completions, float]:
+    """A row a completion, one every 0.1 s of work, on a server whose speed swings as a
+    sine of 200 s (±60%, as `sim --drift 60:200`), watched for `seconds`: fast first, or
+    slow first. Each completion's gap is the time a row takes at that moment. With the
+    time the next `rows` rows take."""
+    done, t, k = Completions(), 0.0, 0
+    sign = 1.0 if fast_first else -1.0
+    end = math.inf
+    while t < seconds or k < rows:
+        t += 0.1 / (1 + sign * 0.6 * math.sin(2 * math.pi * t / 200))
+        if t < seconds:
+            done.add(t, 1, 2.0)
+        else:
+            end, k = t, k + 1
+    return done, end - done.points()[0][-1]
+
+
+def test_the_speeds_a_job_has_run_at_reach_past_its_range():
+    """`seen`: how slow and fast the rest of a job could run by its own history. On a
+    server whose speed swings, 40 s into a cycle of 200 s, the ETA's range (95%, from the
+    last half of the history) misses the time the rest takes when the job ran fast first;
+    the speeds the job has run at (its slowest third, and the largest step between thirds
+    carried over the time left) reach it, whichever phase it started in. On a steady
+    server they stay within the range: nothing moved."""
+    for fast_first in (True, False):
+        done, truth = swinging(40.0, fast_first, 3000)
+        e = estimate(done, 3000, done.points()[0][-1])
+        assert e is not None and e.hi_s is not None and e.lo_s is not None
+        assert e.slow_s is not None and e.fast_s is not None
+        assert e.fast_s < e.seconds < e.slow_s
+        assert min(e.lo_s, e.fast_s) <= truth <= max(e.hi_s, e.slow_s), (truth, e)
+        if fast_first:  # the range alone misses it; the speeds seen reach past it
+            assert e.hi_s < truth <= e.slow_s and e.fast_s < e.lo_s, (truth, e)
+    steady = Completions()
+    for i in range(1, 401):  # 40 s at 10 rows/s
+        steady.add(i * 0.1, 1, 2.0)
+    e = estimate(steady, 3000, 40.0)
+    assert e is not None and e.hi_s is not None and e.slow_s is not None
+    assert e.seconds < e.slow_s <= max(e.hi_s, e.seconds * 1.01)  # nothing moved: no wider
+    # thirds of 10, 11.3 and 10 rows/s, 114 rows each: a step of ln 1.13 (0.122), within
+    # what their counts alone move (√(2/114) = 0.132): no motion to carry over the time
+    # left, the rest only as fast as the fastest third; 10, 15 and 20: carried over
+    def thirds(*rates: float) -> list[tuple[float, float]]:
+        ends, rows = [(0.0, 0.0)], 0.0
+        for r in rates:
+            for _ in range(10):
+                rows += r
+                ends.append((ends[-1][0] + 1.0, rows))
+        return ends
+
+    slow, fast = E.seen(thirds(10.0, 11.3, 10.0), 1.0, 10.0, 300.0)
+    assert slow == 1.0 and fast == pytest.approx(10 / 11.3)
+    slow, fast = E.seen(thirds(10.0, 15.0, 20.0), 1.0, 20.0, 300.0)
+    walk = math.sqrt(math.log(1.5) ** 2 - 2 / 150) * math.sqrt(300 / 10)
+    assert (slow, fast) == pytest.approx((math.exp(walk), math.exp(-walk)))
+    assert E.seen([(0.0, 0.0), (1.0, 10.0)], 1.0, 10.0, 100.0) == (1.0, 1.0)  # no thirds
+
+
+def test_a_miss_the_jobs_own_speeds_still_reach_is_not_said_outside():
+    """JobForecast.course judges a miss on where the job could end at the speeds its own
+    history shows (`slow_s`, `fast_s`), not on the ETA's range alone: a job of a
+    new-user trial (`sim --drift 60:100`, 3,000 rows at C = 32) ran fast for its first
+    quarter, was said 'outside' (faster) for 14 s against a plan of 213 s (163 – 299 s),
+    and ended at 189 s, inside. With a miss that its speeds reach too, it is said
+    outside, with the way it runs, in the log line too."""
+    from rich.console import Console
+
+    from genbench.generate.render import _course, _verdict_text
+    from genbench.plan.document import JobForecast
+
+    f = JobForecast("p.json", "pilot", 3000, 1, 213.6, 162.7, 299.3, "b", None)
+    for elapsed in (25.0, 30.0, 35.0, 40.0, 45.0):  # ETA 97 s (84 – 115): on course for 122
+        d = f.course(elapsed, 97.0, 84.0, 115.0, 170.0, 70.0)  # its speeds: 70 – 170 s left
+        assert d["verdict"] == "unsure" and d["missed_for_s"] is None
+        assert d["direction"] == "faster" and d["reach_hi_s"] == elapsed + 170.0
+    console = Console(width=250, record=True)
+    console.print(_course(d))
+    text = console.export_text()
+    assert "could still end in it" in text and "no sign yet" in text, text
+    assert _verdict_text(d).startswith("plan: unsure, faster: on course for 2.4 min against")
+    g = JobForecast("p.json", "pilot", 3000, 1, 213.6, 162.7, 299.3, "b", None)
+    for elapsed in (25.0, 35.0):  # its speeds too end before the plan's low end
+        d = g.course(elapsed, 97.0, 84.0, 115.0, 120.0, 70.0)
+    assert d["verdict"] == "outside" and d["direction"] == "faster"
+    said = _verdict_text(d)
+    assert said.startswith("plan: outside, faster: on course for 2.2 min against 3.6 min"), said
+    assert f.course(50.0, 160.0, 140.0, 180.0)["direction"] is None  # 210 s: inside
+    # slower: on course for 325 s (305 – 345), but its fastest speeds reach back to 200 s
+    d = f.course(25.0, 300.0, 280.0, 320.0, 400.0, 175.0)
+    assert d["verdict"] == "unsure" and d["direction"] == "slower" and d["missed_for_s"] is None

@@ -94,11 +94,17 @@ class Snapshot:
     # why there is no ETA where it is not too little to go on: "no server" while every
     # server is down (nothing can run: a number would be a guess at when one comes back)
     eta_note: str | None = None
+    # the seconds left at the slowest and the fastest speed the job has run at over a third
+    # of its history (`generate.eta.seen`): the plan's verdict holds a miss to them
+    eta_slow_s: float | None = None
+    eta_fast_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """As the JSON progress line writes it: no engines without --serve, no plan without
-        --plan, no eta_note while a server is up."""
+        --plan, no eta_note while a server is up; the ETA at the speeds seen (the plan's
+        verdict's, `plan`'s reach_lo_s and reach_hi_s) not apart."""
         d = asdict(self)
+        del d["eta_slow_s"], d["eta_fast_s"]  # the verdict's: in `plan` as its reach_lo/hi_s
         if self.engines is None:
             del d["engines"], d["engines_availability"]
         if self.plan is None:
@@ -187,7 +193,8 @@ class Progress:
         if e is None or factor == 1.0:
             return e
         stretch = lambda s: None if s is None else s / factor  # noqa: E731
-        return Eta(e.seconds / factor, stretch(e.lo_s), stretch(e.hi_s))
+        return Eta(e.seconds / factor, stretch(e.lo_s), stretch(e.hi_s), stretch(e.slow_s),
+                   stretch(e.fast_s))
 
     def _availability(self) -> float:
         """The engines' share of time up so far over their share in the ETA's window: the
@@ -206,7 +213,7 @@ class Progress:
         all_down = min(down) if down and None not in down else None  # type: ignore[type-var]
         # while every server is down nothing can run: no ETA, and the snapshot says why
         e, engines, avail = self.eta_range() if all_down is None else None, None, None
-        eta = (e.seconds, e.err_s, e.lo_s, e.hi_s) if e else (None,) * 4
+        eta = (e.seconds, e.err_s, e.lo_s, e.hi_s, e.slow_s, e.fast_s) if e else (None,) * 7
         elapsed = round(self.clock() - self.t0, 1)
         if self.engines is not None:
             engines = tuple(EngineState(**d) for d in self.engines.states())
@@ -223,7 +230,8 @@ class Progress:
             eta_s=_round(eta[0], 0), eta_err_s=_round(eta[1], 0), eta_lo_s=_round(eta[2], 0),
             eta_hi_s=_round(eta[3], 0), all_down_s=all_down,
             servers=tuple(map(self._rated, servers)), engines=engines, engines_availability=avail,
-            eta_note=None if all_down is None else NO_SERVER,
+            eta_note=None if all_down is None else NO_SERVER, eta_slow_s=_round(eta[4], 0),
+            eta_fast_s=_round(eta[5], 0),
         )  # fmt: skip
 
     def _rated(self, s: ServerState) -> ServerState:

@@ -120,7 +120,8 @@ class JobConsole(Listener):
         if self.forecast is None:
             return snap
         f, s = self.forecast, snap
-        s = replace(s, plan=f.course(s.elapsed_s, s.eta_s, s.eta_lo_s, s.eta_hi_s))
+        s = replace(s, plan=f.course(s.elapsed_s, s.eta_s, s.eta_lo_s, s.eta_hi_s,
+                                           s.eta_slow_s, s.eta_fast_s))
         if f.lo_s is None or f.hi_s is None or s.eta_note is not None or s.remaining <= 0:
             return s  # no bar to combine by; no server up: no ETA at all
         job = None if s.eta_s is None else Eta(s.eta_s, s.eta_lo_s, s.eta_hi_s)
@@ -208,11 +209,22 @@ def progress_text(snap: Snapshot) -> str:
     ]
     plan = snap.plan
     if plan and plan.get("verdict"):
-        said = _with_bar(plan["seconds"], plan["lo_s"], plan["hi_s"])
-        parts.append(f"plan: {plan['verdict']} ({said})")
+        parts.append(_verdict_text(plan))
     if snap.all_down_s is not None:
         parts.append(f"all servers down for {duration(snap.all_down_s)}")
     return "  " + " · ".join(parts)
+
+
+def _verdict_text(plan: dict[str, Any]) -> str:
+    """The plan's verdict for a log line: 'plan: inside (3.6 min (2.7 – 5.0 min))', and
+    past the plan's range which way and where to: 'plan: outside, faster: on course for
+    2.1 min against 3.6 min (2.7 – 5.0 min)'."""
+    said = _with_bar(plan["seconds"], plan["lo_s"], plan["hi_s"])
+    way, on = plan.get("direction"), plan.get("on_course_s")
+    if plan["verdict"] == "inside" or way is None or on is None:
+        return f"plan: {plan['verdict']} ({said})"
+    on_text = _apart(on, plan["lo_s"], plan["hi_s"])[0]
+    return f"plan: {plan['verdict']}, {way}: on course for {on_text} against {said}"
 
 
 def _progress_line(snap: Snapshot) -> None:
@@ -285,7 +297,8 @@ def panel(snap: Snapshot, down_timeout: float | None = None, width: int = 200) -
             duration(eta) if eta is None else _with_bar(eta, snap.eta_lo_s, snap.eta_hi_s)
         )
         if plan and plan.get("verdict"):
-            eta_text += f"  plan: {plan['verdict']}"
+            way = plan.get("direction") if plan["verdict"] != "inside" else None
+            eta_text += f"  plan: {plan['verdict']}" + (f", {way}" if way else "")
         eta_line = Text(eta_text, no_wrap=True, overflow="ellipsis")
     else:
         if plan:
@@ -339,7 +352,7 @@ def _course(plan: dict[str, Any]) -> Text | None:
             "range yet (too few rows have ended): too early to tell"
         )
     span = duration_range(plan["on_course_lo_s"], plan["on_course_hi_s"])
-    way = "slower" if on > plan["hi_s"] else "faster"
+    way = plan.get("direction") or ("slower" if on > plan["hi_s"] else "faster")
     if verdict == "outside":
         return Text(
             f"the job's speed has left the plan's range: it runs {way} than the plan allowed, "
@@ -347,10 +360,18 @@ def _course(plan: dict[str, Any]) -> Text | None:
             style="red",
         )
     missed = plan.get("missed_for_s")
-    if missed is None:
+    if missed is None and not (plan["on_course_lo_s"] > plan["hi_s"]
+                               or plan["on_course_hi_s"] < plan["lo_s"]):  # fmt: skip
         return Text(
             f"on course for {on_text}, past the plan's {plan_range}, but the ETA's own "
             f"range ({span}) still reaches it: no sign yet that the job left the plan",
+        )
+    if missed is None:  # the ETA's range misses; the speeds the job has run at do not
+        reach = duration_range(plan["reach_lo_s"], plan["reach_hi_s"])
+        return Text(
+            f"on course for {on_text} ({span}), past the plan's {plan_range}, but its speed "
+            f"has moved enough that it could still end in it ({reach} at the speeds its "
+            "own history shows): no sign yet that the job left the plan",
         )
     return Text(
         f"on course for {on_text} ({span}), past the plan's {plan_range} for "

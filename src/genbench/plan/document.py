@@ -128,30 +128,41 @@ class JobForecast:
                 s + math.sqrt(max((hi - s) ** 2 - up * up, 0.0)))  # fmt: skip
 
     def course(
-        self, elapsed_s: float, eta_s: float | None, eta_lo: float | None, eta_hi: float | None
+        self, elapsed_s: float, eta_s: float | None, eta_lo: float | None, eta_hi: float | None,
+        slow_s: float | None = None, fast_s: float | None = None,
     ) -> dict[str, Any]:
         """While the job runs: where it is headed (elapsed + the live ETA, with the ETA's own
         range) against the plan's range. `verdict` is `inside` while the projection is in
-        the plan's range, `outside` once even the ETA's range has missed it for `hold_s`
-        (the job's speed has left the plan's range: it runs slower, or faster, than the
-        plan allowed), `unsure` in between (`missed_for_s`: how long the ETA's range has
-        missed it so far, None while it reaches it or while the ETA has no range yet:
-        `on_course_lo_s`/`hi_s` None), and None before there is an ETA or when the plan
-        has no range. Called in time order: it remembers when the miss began."""
+        the plan's range; `outside` once, for `hold_s`, the job could not end in the plan's
+        range even as slowly (fast) as its own history says its speed could run the rest
+        (`slow_s`, `fast_s`, the ETA's seconds left so: `generate.eta.seen`; the ETA's own
+        range where wider or where they are not given): the job's speed has left the plan's
+        range (`direction`: it runs `slower`, or `faster`, than the plan allowed); `unsure`
+        in between (`missed_for_s`: how long it has missed so far, None while the job could
+        still end in the plan's range or while the ETA has no range yet:
+        `on_course_lo_s`/`hi_s` None); None before there is an ETA or when the plan has no
+        range. `reach_lo_s`/`reach_hi_s`: the ends the job could reach, that the miss is
+        judged on. Called in time order: it remembers when the miss began."""
         d: dict[str, Any] = {"seconds": self.seconds, "lo_s": self.lo_s, "hi_s": self.hi_s}
-        d.update(on_course_s=None, on_course_lo_s=None, on_course_hi_s=None, verdict=None)
+        d.update(on_course_s=None, on_course_lo_s=None, on_course_hi_s=None,
+                 reach_lo_s=None, reach_hi_s=None, direction=None, verdict=None)  # fmt: skip
         if eta_s is None:
             return d
         d["on_course_s"] = on = elapsed_s + eta_s
         d["off"] = on / self.seconds - 1 if self.seconds > 0 else None
         ranged = eta_lo is not None and eta_hi is not None
         if ranged:
-            d["on_course_lo_s"] = lo_on = elapsed_s + eta_lo  # type: ignore[operator]
-            d["on_course_hi_s"] = hi_on = elapsed_s + eta_hi  # type: ignore[operator]
+            d["on_course_lo_s"] = elapsed_s + eta_lo  # type: ignore[operator]
+            d["on_course_hi_s"] = elapsed_s + eta_hi  # type: ignore[operator]
+            fast = min(eta_lo, eta_lo if fast_s is None else fast_s)  # type: ignore[type-var]
+            slow = max(eta_hi, eta_hi if slow_s is None else slow_s)  # type: ignore[type-var]
+            d["reach_lo_s"], d["reach_hi_s"] = elapsed_s + fast, elapsed_s + slow
         if self.lo_s is None or self.hi_s is None:
             return d
+        if on > self.hi_s or on < self.lo_s:
+            d["direction"] = "slower" if on > self.hi_s else "faster"
         # an ETA without a range (the first clusters of rows) is no evidence of a miss
-        missed = ranged and (lo_on > self.hi_s or hi_on < self.lo_s)
+        missed = ranged and (d["reach_lo_s"] > self.hi_s or d["reach_hi_s"] < self.lo_s)
         if not missed:
             self.missed_since = None
         elif self.missed_since is None:

@@ -314,7 +314,15 @@ def test_the_ending_tells_what_the_job_took_from_the_plans_range():
     )
     assert "plan: 2.4 min (2.4 – 2.4 min)" not in ending(tight, 145.0)
     bare = JobForecast("p.json", "arithmetic", 1152, 1, 144.7, None, None, "b", None)
-    assert "plan: 2.4 min (no bar) for 1,152 rows; the job took 2.4 min" in ending(bare, 146.4)
+    assert "plan: 2.41 min (no bar) for 1,152 rows; the job took 2.44 min" in ending(bare, 146.4)
+    # the figures shown, divided, give the error said beside them (within 1.5 points): a
+    # trial's '2.1 min … the job took 2.0 min: the forecast was +1.3% off' read as 5%
+    near = JobForecast("p.json", "pilot", 1152, 1, 122.0, 110.0, 134.0, "b", None)
+    assert ending(near, 120.0).strip().startswith(
+        "plan: 2.03 min (1.83 – 2.23 min) for 1,152 rows; the job took 2.00 min: the "
+        "forecast was +1.7% off, inside its bar")
+    wide = JobForecast("p.json", "pilot", 1152, 1, 5000.0, 4000.0, 6000.0, "b", None)
+    assert "plan: 83 min (67 – 100 min) for 1,152 rows; the job took 82 min" in ending(wide, 4920)
 
 
 def test_the_early_range_comes_from_the_rows_counted_and_never_explodes():

@@ -149,10 +149,12 @@ class JobConsole(Listener):
             o = f.outcome(result.sending_s, result.tokens or None, result.done_this_run)
             self.plan_outcome = o
             inside = {True: ", inside its bar", False: ", [red]outside its bar[/]", None: ""}
-            took, said = duration(result.sending_s), _forecast_text(f)
             if f.lo_s is not None and f.hi_s is not None:  # as many decimals as tell them apart
                 took, bar, mid = _apart(result.sending_s, f.lo_s, f.hi_s, f.seconds)
                 said = f"{mid} ({bar}) for {f.rows:,} rows"
+            else:  # no bar: as many as make their ratio the error said
+                took, _, mid = _apart(result.sending_s, f.seconds, f.seconds, f.seconds)
+                said = f"{mid} (no bar) for {f.rows:,} rows"
             self.console.print(
                 f"  plan: {said}; the job took {took}: "
                 f"the forecast was {_signed(o['error'])} off{inside[o['inside_bar']]}"
@@ -384,7 +386,8 @@ def _apart(x: float, lo: float, hi: float, mid: float | None = None) -> tuple[st
     """`x`, the range lo – hi and its `mid` in the range's unit, with as many decimals (up
     to 3) as it takes for an `x` outside the range not to read as one of its ends ('on
     course for 2.5 min, past the plan's 2.4 – 2.5 min' was 148 s against 142 – 147 s),
-    nor the range's two ends as one figure (as fmt.duration_range); none where none are
+    nor the range's two ends as one figure (as fmt.duration_range), nor `mid` against `x`
+    as another error than theirs (`_agrees`); none where none are
     needed (`_no_decimals`: the live ETA's whole seconds read '102.0 s (98.0 – 106.0 s)')."""
     value, unit = duration(max(hi, x)).rsplit(" ", 1)
     div = {"s": 1.0, "min": 60.0, "h": 3600.0}[unit]
@@ -392,13 +395,28 @@ def _apart(x: float, lo: float, hi: float, mid: float | None = None) -> tuple[st
     for nd in (0, 1, 2, 3) if _no_decimals(shown) else (1, 2, 3):
         xs, ls, hs, ms = (f"{v / div:,.{nd}f}" for v in (x, lo, hi, mid or 0.0))
         apart = lo <= x <= hi or xs not in (ls, hs)
-        if apart and (ls != hs or lo == hi):  # nor the range's two ends as one figure
+        if apart and (ls != hs or lo == hi) and _agrees(xs, ms, x, mid):
             break
     return f"{xs} {unit}", f"{ls} – {hs} {unit}", f"{ms} {unit}"
 
 
 WHOLE_FROM = 20.0  # units: a figure rounded to a whole one is then off by 2.5% at most
 WHOLE_SPAN = 5.0  # units: and a range's ends by a tenth of its width at most
+
+
+AGREE = 0.015  # the shown figures' ratio within 1.5 points of the error said beside them
+
+
+def _agrees(xs: str, ms: str, x: float, mid: float | None) -> bool:
+    """Whether the figures shown for `mid` (the forecast) and `x` (what the job took) give,
+    divided, the error said beside them to within AGREE: '2.1 min … the job took 2.0 min:
+    the forecast was +1.3% off' read as 5% (122 s against 120 s)."""
+    if mid is None or x <= 0:
+        return True
+    shown_x, shown_m = float(xs.replace(",", "")), float(ms.replace(",", ""))
+    if shown_x <= 0:
+        return False
+    return abs(shown_m / shown_x - mid / x) <= AGREE
 
 
 def _no_decimals(values: list[float]) -> bool:

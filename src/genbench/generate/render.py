@@ -240,11 +240,10 @@ def _with_bar(seconds: float, lo: float | None, hi: float | None, none: str = ""
     whole number in it ('102 s', the live ETA's whole seconds)."""
     if lo is None or hi is None:
         return _apart(seconds, seconds, seconds)[0] + none
-    x, bar, _ = _apart(seconds, lo, hi)
-    ends = bar.rsplit(" ", 1)[0].split(" – ")
-    if ends[0] == ends[1]:  # a range under the figure's last digit: 'ETA 9 s', not '(9 – 9 s)'
-        return x
-    return f"{x} ({bar})"
+    x, low, high, _, unit = _figures(seconds, lo, hi)
+    if low == high:  # a range under the figure's last digit: 'ETA 9 s', not '(9 – 9 s)'
+        return f"{x} {unit}"
+    return f"{x} {unit} ({low} – {high} {unit})"
 
 
 def _forecast_text(f: Any) -> str:
@@ -389,6 +388,14 @@ def _apart(x: float, lo: float, hi: float, mid: float | None = None) -> tuple[st
     nor the range's two ends as one figure (as fmt.duration_range), nor `mid` against `x`
     as another error than theirs (`_agrees`); none where none are
     needed (`_no_decimals`: the live ETA's whole seconds read '102.0 s (98.0 – 106.0 s)')."""
+    xs, ls, hs, ms, unit = _figures(x, lo, hi, mid)
+    return f"{xs} {unit}", f"{ls} – {hs} {unit}", f"{ms} {unit}"
+
+
+def _figures(
+    x: float, lo: float, hi: float, mid: float | None = None
+) -> tuple[str, str, str, str, str]:
+    """`_apart`'s figures, each without its unit, and the unit."""
     value, unit = duration(max(hi, x)).rsplit(" ", 1)
     div = {"s": 1.0, "min": 60.0, "h": 3600.0}[unit]
     shown = [v / div for v in (x, lo, hi) + ((mid,) if mid is not None else ())]
@@ -397,7 +404,7 @@ def _apart(x: float, lo: float, hi: float, mid: float | None = None) -> tuple[st
         apart = lo <= x <= hi or xs not in (ls, hs)
         if apart and (ls != hs or lo == hi) and _agrees(xs, ms, x, mid):
             break
-    return f"{xs} {unit}", f"{ls} – {hs} {unit}", f"{ms} {unit}"
+    return xs, ls, hs, ms, unit
 
 
 WHOLE_FROM = 20.0  # units: a figure rounded to a whole one is then off by 2.5% at most

@@ -485,9 +485,10 @@ def test_a_steady_server_keeps_a_tight_range(sim_factory, tmp_path):
     assert speed["drift"] == pytest.approx(0.10) and speed["halfwidth"] >= 0.10
     assert doc["rows"][0]["ours"]["rel_halfwidth"] >= 0.10
     assert any("--speed-drift 10%" in n for n in doc["notes"]), doc["notes"]
-    # the default, re-planned from the first pilot's records (nothing sent)
+    # the default asked for, re-planned from the first pilot's records (nothing sent; its
+    # --speed-drift 0 would hold without `default`)
     p = genbench("plan", "--from", str(tmp_path / "a"), "--samples", "20K", "--json",
-                 "--out", str(tmp_path / "c"), timeout=120)  # fmt: skip
+                 "--speed-drift", "default", "--out", str(tmp_path / "c"), timeout=120)  # fmt: skip
     doc = plan_json(p)
     assert doc["inputs"]["speed_drift"] is None
     ours = doc["rows"][0]["ours"]

@@ -15,6 +15,7 @@ from synthetic import rec
 
 from genbench.commands.plan import plan
 from genbench.errors import UsageError
+from genbench.generate.wander import unseen_drift
 from genbench.plan import walltime
 from genbench.plan.document import add_asked, read_plan, save_plan
 from genbench.plan.from_pilot import plan_from_pilot
@@ -197,7 +198,7 @@ def test_the_default_allowance_note_names_the_flag_for_a_longer_pilot(pilot_dir,
     [said] = [n for n in doc["notes"] if "genbench's default, 15%" in n]
     assert "this pilot is 60% of the job already: a longer one would narrow it little" in said
     assert "twice as long" not in said
-    doc, _ = make_plan(args(from_=[pilot_dir], samples="200", bootstrap=40, speed_drift=0.0,
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="200", bootstrap=40, speed_drift="0",
                             out_dir=tmp_path / "s0"), Quiet())  # fmt: skip
     [said] = [n for n in doc["notes"] if "is not in the range (--speed-drift 0)" in n]
     assert "a longer pilot" not in said and said.endswith("--speed-drift PCT adds what you know")
@@ -249,6 +250,38 @@ def test_the_parquet_hint_keeps_its_extra_in_brackets(pilot_dir, tmp_path, monke
     print_plan(doc, console)
     text = console.export_text()
     assert "pyarrow is not installed (pip install 'genbench[parquet]')" in text, text
+
+
+def test_a_replan_keeps_the_speed_drift_its_pilot_was_planned_with(pilot_dir, tmp_path):
+    """Seen by a new user: a pilot planned with --speed-drift 0 (±4.5%), re-planned for two
+    servers, came back with the default allowance (±14.6%) and speed_drift null. It holds,
+    said so; given again it changes; `default` asks for genbench's allowance again."""
+    first = tmp_path / "zero"
+    make_plan(args(from_=[pilot_dir], samples="100K", bootstrap=40, speed_drift="0",
+                   out_dir=first), Quiet())  # fmt: skip
+    doc, _ = make_plan(args(from_=[first], samples="100K", servers=2, bootstrap=40,
+                            out_dir=tmp_path / "two"), Quiet())  # fmt: skip
+    assert doc["inputs"]["speed_drift"] == 0.0
+    assert doc["rows"][0]["ours"]["speed"]["drift"] == 0.0
+    [said] = [n for n in doc["notes"] if "its --speed-drift 0 holds" in n]
+    assert "--speed-drift default asks for genbench's allowance" in said
+    doc, _ = make_plan(args(from_=[first], samples="100K", bootstrap=40, speed_drift="10",
+                            out_dir=tmp_path / "ten"), Quiet())  # fmt: skip
+    assert doc["inputs"]["speed_drift"] == pytest.approx(0.10)  # given again: changed
+    assert not any("holds" in n for n in doc["notes"]), doc["notes"]
+    doc, _ = make_plan(args(from_=[first], samples="100K", bootstrap=40, speed_drift="default",
+                            out_dir=tmp_path / "back"), Quiet())  # fmt: skip
+    assert doc["inputs"]["speed_drift"] is None
+    ours = doc["rows"][0]["ours"]
+    assert ours["speed"]["drift"] == pytest.approx(
+        unseen_drift(ours["seconds"], doc["model"]["pilot_wall_s"]))  # fmt: skip
+    assert not any("holds" in n for n in doc["notes"]), doc["notes"]
+
+
+@pytest.mark.parametrize("given", ["-1", "abc", "nan", "inf"])
+def test_a_speed_drift_that_is_no_percent_is_refused(pilot_dir, given):
+    with pytest.raises(UsageError, match="0 or more percent, or default"):
+        make_plan(args(from_=[pilot_dir], samples="100K", speed_drift=given), Quiet())
 
 
 def test_the_next_command_runs_the_job_planned_as_printed():

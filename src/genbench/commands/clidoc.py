@@ -163,7 +163,8 @@ MEANINGS: dict[str, str] = {
     "--per-request-spec-decode-metrics": "Reference server: each response says its acceptance, "
     "as vLLM's flag of that name.",
     "--speed-drift": "Percent the server's speed may move over the job beyond what the pilot "
-    "saw (default 15 × job / (job + pilot); 0: it holds its speed).",
+    "saw (default 15 × job / (job + pilot), or `default` to ask for it; 0: it holds its "
+    "speed).",
     "--sweep-tokens": "Output tokens per sweep request.",
     "--tags": "Leftover tags to look for, comma-separated.",
     "--target-error": "Percent error the pilot stops at.",

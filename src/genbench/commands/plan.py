@@ -56,7 +56,9 @@ OPTIONS: dict[str, Any] = {
     "speed_drift": (None, "Pilot: how far (percent, 95%) the server's speed may move over "
                     "the job for reasons slower than the pilot can see (a shared host, a "
                     "thermal limit); added to the range; 0 for a server known to hold its "
-                    "speed. [default: 15 × job / (job + pilot), as the live ETA assumes]"),
+                    "speed; `default` asks for genbench's allowance. [default: 15 × job / (job "
+                    "+ pilot), as the live ETA assumes; --from a pilot's plan: that plan's]",
+                    "PCT|default"),
     "max_tokens": common.MAX_TOKENS,
     "temperature": common.TEMPERATURE,
     "top_p": common.TOP_P,

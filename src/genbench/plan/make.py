@@ -47,7 +47,7 @@ from genbench.plan.pilot import (
 from genbench.plan.pilot_doc import PilotSetup, pilot_inputs, pilot_source
 from genbench.plan.replan import is_plan, replan
 from genbench.plan.storage import HiddenStates, hidden_states, storage_from_tokens
-from genbench.plan.units import parse_counts
+from genbench.plan.units import parse_counts, speed_drift
 from genbench.records import RequestRecord
 from genbench.run.knee import CLIMB_MAX
 from genbench.run.result import REQUESTS_FILE, configuration_dirs, load_result, prepare_out_dir
@@ -105,7 +105,9 @@ class PlanArgs(RequestFlags):
     target_error: float
     pilot_min_time: float
     pilot_max_time: float
-    speed_drift: float | None  # None: the default, generate.wander.unseen_drift
+    # percent, or "default" (generate.wander.unseen_drift); None: not given (a pilot takes
+    # the default, a re-plan its pilot's plan's): `speed_drift`
+    speed_drift: str | None
     turns: str
     warmup: float
     seed: int
@@ -195,8 +197,7 @@ def _replanned(args: PlanArgs, path: Path) -> tuple[dict[str, Any], Path]:
     for name in ("servers", "bootstrap", "hidden_size", "layers_captured", "dtype_bytes",
                  "price"):  # fmt: skip
         positive("--" + name.replace("_", "-"), getattr(args, name))
-    if args.speed_drift is not None and args.speed_drift < 0:
-        raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")
+    speed_drift(args.speed_drift)  # checked before anything is read or sent
     if args.tokens_per_sample is not None or args.rate is not None:
         raise UsageError("--tokens-per-sample and --rate do not apply to a pilot's plan: its "
                          "records measured them")  # fmt: skip
@@ -284,8 +285,7 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
         raise UsageError(f"--turns must be all or last, got {args.turns!r}")
     if args.tool_policy not in POLICIES:
         raise UsageError(f"--tool-policy must be replay or keep, got {args.tool_policy!r}")
-    if args.speed_drift is not None and args.speed_drift < 0:
-        raise UsageError(f"--speed-drift must be 0 or more percent, got {args.speed_drift:g}")
+    speed_drift(args.speed_drift)  # checked before anything is read or sent
     if args.warmup < 0:
         raise UsageError(f"--warmup-time must be 0 or more seconds, got {args.warmup}")
     if args.pilot and args.pilot_min_time:  # it would be ignored: a pilot of K stops at K

@@ -11,6 +11,7 @@ from typing import Any
 from genbench.check.preflight import CheckReport
 from genbench.plan.climb import Climbed
 from genbench.plan.pilot import PilotInput, PilotRun, PilotStop
+from genbench.plan.units import speed_drift
 from genbench.run.result import REQUESTS_FILE
 from genbench.transport.endpoint import Endpoint
 
@@ -59,10 +60,16 @@ def pilot_inputs(pilot: PilotSetup, args: Any, run: PilotRun, counts: list[int])
         "pilot_stopped": run.stopped,
         "pilot_stopped_at": run.stopped_at,
         "pilot_client": run.client,
-        "speed_drift": None if args.speed_drift is None else args.speed_drift / 100,
+        "speed_drift": _drift(args.speed_drift),
         "max_tokens": pilot.params.get("max_tokens"),
         "params": pilot.params,
         "seed": args.seed,
         "bootstrap": args.bootstrap,
         "warmup_s": args.warmup,
     }
+
+
+def _drift(given: str | None) -> float | None:
+    """The plan's --speed-drift: a fraction, or None for genbench's default allowance."""
+    drift = speed_drift(given)
+    return drift if isinstance(drift, float) else None

@@ -17,6 +17,7 @@ from genbench.plan.document import PLAN_FILE, PLAN_SCHEMA, PLAN_SCHEMA_VERSION
 from genbench.plan.from_pilot import plan_from_pilot
 from genbench.plan.pilot import PilotRun, pilot_wall_s
 from genbench.plan.storage import HiddenStates, StorageModel
+from genbench.plan.units import speed_drift
 from genbench.records import read_records
 from genbench.run.result import REQUESTS_FILE, read_document
 
@@ -107,7 +108,11 @@ def replan(
         stopped_at=dict(inputs.get("pilot_stopped_at") or {}),
         samples=int(inputs.get("pilot") or len(sent)),
     )
-    drift = None if args.speed_drift is None else args.speed_drift / 100  # None: default
+    given = speed_drift(args.speed_drift)
+    # the pilot's plan's --speed-drift holds unless given again: a re-plan for other servers
+    # must not drop the user's word on their server's speed; `default` asks for genbench's
+    kept = inputs.get("speed_drift") if given is None else None
+    drift = kept if given is None else given if isinstance(given, float) else None
     inputs.update(
         samples=counts, servers=args.servers, speed_drift=drift, seed=args.seed,
         bootstrap=args.bootstrap,
@@ -116,9 +121,13 @@ def replan(
     doc = plan_from_pilot(run, c, counts, args.servers, hidden, source, inputs, args.bootstrap,
                           args.seed, storage=_storage(old, run, hidden),
                           simulation=old.get("simulation"))  # fmt: skip
+    holds = ""
+    if kept is not None:
+        holds = (f"; its --speed-drift {100 * kept:g} holds (--speed-drift PCT changes it, "
+                 "--speed-drift default asks for genbench's allowance)")  # fmt: skip
     doc["notes"].append(
         f"re-planned from the pilot recorded in {src} (nothing sent): its "
-        f"{len(records):,} requests at C={c}, measured {old.get('created') or 'before'}"
+        f"{len(records):,} requests at C={c}, measured {old.get('created') or 'before'}{holds}"
     )
     where = args.out_dir or (path if path.is_dir() else path.parent)
     if (where / PLAN_FILE).resolve() == Path(old["_path"]).resolve():

@@ -31,5 +31,28 @@ def parse_counts(flag: str, text: str) -> list[int]:
     return out
 
 
+DEFAULT_DRIFT = "default"  # --speed-drift default: genbench's allowance, asked for
+
+
+def speed_drift(given: str | None) -> float | str | None:
+    """--speed-drift as a fraction: a number of percent (0 or more); DEFAULT_DRIFT where
+    `default` asks for genbench's allowance (generate.wander.unseen_drift); None where not
+    given (a pilot takes the default, a re-plan its pilot's plan's)."""
+    if given is None:
+        return None
+    if str(given).strip().lower() == DEFAULT_DRIFT:
+        return DEFAULT_DRIFT
+    try:
+        pct = float(given)
+    except ValueError:
+        pct = math.nan
+    if not (math.isfinite(pct) and pct >= 0):
+        raise UsageError(
+            "--speed-drift must be 0 or more percent, or default (15 × job / (job + pilot)), "
+            f"got {given}"
+        )
+    return pct / 100
+
+
 def duration(seconds: float) -> dict[str, float]:
     return {"seconds": seconds, "hours": seconds / 3600, "days": seconds / 86400}

@@ -11,6 +11,7 @@ import pytest
 from conftest import REPO, genbench
 from tests_helpers import sim_metric
 
+from genbench.fmt import program
 from genbench.sim.process import SimProcess
 
 README = (REPO / "README.md").read_text()
@@ -74,11 +75,13 @@ def test_readme_walk_from_check_to_report_ends_inside_the_plans_bar(tmp_path):
                  "http://gpu2:8000/v1": b.url}  # fmt: skip
         walk(readme_line("check"))
         said = walk(readme_line("run", "--out runs/base"), *RUN_SMALL)
-        assert "next: genbench plan --from runs/base --samples N --tokens-per-sample T" in said
+        # genbench as run here (`python -m genbench`: test_replan checks how it is named)
+        g = program(str(REPO / "src/genbench/__main__.py"))
+        assert f"next: {g} plan --from runs/base --samples N --tokens-per-sample T" in said
         said = walk(readme_line("plan", "--from runs/base"))
         assert "900,000" in said and (tmp_path / "runs/base/plan.json").exists()
         said = walk(readme_line("plan", "--prompts"), *PILOT_SMALL)
-        nxt = f"next: genbench generate -i prompts.jsonl -o out/job --url {a.url} --plan plans/job"
+        nxt = f"next: {g} generate -i prompts.jsonl -o out/job --url {a.url} --plan plans/job"
         assert nxt in said, said
         said = walk(readme_line("plan", "--from plans/job"))  # nothing sent: a's count holds
         assert "the job: 900,000 samples on 4 servers: " in said and " days" in said

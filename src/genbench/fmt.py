@@ -133,20 +133,53 @@ def when(iso: Any) -> str:
     return t.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def program(argv0: str | None = None, path: str | None = None) -> str:
+def program(
+    argv0: str | None = None, path: str | None = None, executable: str | None = None
+) -> str:
     """How a command said to a person names genbench: `genbench` where that name on PATH
     is this program, else the path it was run by as typed ('.venv/bin/genbench', which
-    README's walk uses, where a bare `genbench` is not found). `python -m genbench` and
-    anything else: `genbench`. `argv0` and `path` (PATH) default to this process's."""
+    README's walk uses, where a bare `genbench` is not found). Under `python -m genbench`
+    (argv0 is genbench/__main__.py): `python -m genbench` where PATH's `python` is this
+    interpreter, else this interpreter's path ('/opt/venv/bin/python3 -m genbench').
+    Anything else: `genbench`. `argv0`, `path` (PATH) and `executable` (the interpreter)
+    default to this process's."""
     import os
     import shlex
     import shutil
     import sys
 
     argv0 = sys.argv[0] if argv0 is None and sys.argv else (argv0 or "")
+    path = os.environ.get("PATH", "") if path is None else path
+    if _module_main(argv0):
+        python = sys.executable if executable is None else executable
+        if not python:
+            return "genbench"  # an embedded interpreter: no path to name it by
+        found = shutil.which("python", path=path)
+        name = "python" if found and _same_python(found, python) else shlex.quote(python)
+        return f"{name} -m genbench"
     if os.path.basename(argv0) != "genbench" or os.sep not in argv0:
         return "genbench"
-    found = shutil.which("genbench", path=os.environ.get("PATH", "") if path is None else path)
+    found = shutil.which("genbench", path=path)
     if found and os.path.realpath(found) == os.path.realpath(argv0):
         return "genbench"
     return shlex.quote(argv0)
+
+
+def _module_main(argv0: str) -> bool:
+    """argv0 is genbench's __main__.py: `python -m genbench` ran it."""
+    import os
+
+    parent, name = os.path.split(argv0)
+    return name == "__main__.py" and os.path.basename(parent) == "genbench"
+
+
+def _same_python(found: str, python: str) -> bool:
+    """PATH's `python` is this interpreter: the same file in the same directory. A venv's
+    python is a link to the system's: the same file, but not the same environment (its
+    packages are not the venv's), so the directory must be the same too."""
+    import os
+
+    here, there = os.path.abspath(found), os.path.abspath(python)
+    return os.path.dirname(here) == os.path.dirname(there) and (
+        os.path.realpath(here) == os.path.realpath(there)
+    )

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import random
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import genbench
 from synthetic import rec
 
 from genbench.commands.plan import plan
@@ -213,10 +217,9 @@ def test_the_default_allowance_note_names_the_flag_for_a_longer_pilot(pilot_dir,
 def test_the_next_command_names_genbench_as_it_can_be_run(tmp_path):
     """README's walk runs `.venv/bin/genbench`: a `next:` line of bare `genbench` is not
     found there. Named as typed where PATH's genbench is another (or none); `genbench`
-    where PATH finds this one, and under `python -m genbench`."""
+    where PATH finds this one."""
     from genbench.fmt import program
 
-    assert program("/usr/lib/python3/site-packages/genbench/__main__.py") == "genbench"
     assert program(".venv/bin/genbench", path="") == ".venv/bin/genbench"
     here = Path(".venv/bin/genbench").resolve()
     assert program(str(here), path="") == str(here)
@@ -228,6 +231,47 @@ def test_the_next_command_names_genbench_as_it_can_be_run(tmp_path):
     (bin_ / "genbench").chmod(0o755)
     assert program(str(bin_ / "genbench"), path=str(bin_)) == "genbench"  # PATH finds it
     assert program(str(bin_ / "genbench"), path=str(tmp_path)) == str(bin_ / "genbench")
+
+
+def test_the_next_command_names_python_m_genbench_as_it_was_run(tmp_path):
+    """Seen by a new user: under `python -m genbench` the `next:` line said a bare
+    `genbench`, which was not on PATH. It says `python -m genbench` where PATH's python is
+    this interpreter, else this interpreter's path; a venv's python, a link to the
+    system's, is not the system's."""
+    from genbench.fmt import program
+
+    main = "/usr/lib/python3/site-packages/genbench/__main__.py"
+    venv, system = tmp_path / "venv" / "bin", tmp_path / "usr" / "bin"
+    for d in (venv, system):
+        d.mkdir(parents=True)
+    (system / "python3.12").write_text("#!/bin/sh\n")
+    (system / "python3.12").chmod(0o755)
+    for d in (venv, system):
+        (d / "python").symlink_to(system / "python3.12")
+    (venv / "python3").symlink_to(system / "python3.12")
+    py = str(venv / "python")
+    assert program(main, path=str(venv), executable=py) == "python -m genbench"
+    assert program(main, path=str(venv), executable=str(venv / "python3")) == (
+        "python -m genbench")  # fmt: skip
+    assert program(main, path=str(system), executable=py) == f"{py} -m genbench"
+    assert program(main, path="", executable=py) == f"{py} -m genbench"
+    spaced = tmp_path / "a dir" / "python"
+    assert program(main, path="", executable=str(spaced)) == f"'{spaced}' -m genbench"
+    assert program(main, path=str(system), executable="") == "genbench"  # none to name
+
+
+def test_a_plan_run_by_python_m_genbench_names_it_so(pilot_dir, tmp_path):
+    """The `next:` line of `python -m genbench plan`, as the process names itself: PATH's
+    python where that is this interpreter, this interpreter's path where PATH has none."""
+    bindir = os.path.dirname(sys.executable)
+    for path, named in ((bindir, "python -m genbench"), (str(tmp_path / "none"),
+                        f"{shlex.quote(sys.executable)} -m genbench")):  # fmt: skip
+        if path == bindir and os.path.basename(sys.executable) != "python":
+            continue  # this interpreter is not called python: PATH's python is another
+        p = genbench("plan", "--from", str(pilot_dir), "--samples", "100K", "--bootstrap",
+                     "40", "-o", str(tmp_path / "out"), env={"PATH": path})  # fmt: skip
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert f"next: {named} generate -i " in p.stdout, p.stdout[-2000:]
 
 
 def test_the_parquet_hint_keeps_its_extra_in_brackets(pilot_dir, tmp_path, monkeypatch):

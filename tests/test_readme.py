@@ -89,7 +89,8 @@ def test_readme_walk_from_check_to_report_ends_inside_the_plans_bar(tmp_path):
         said = walk(readme_line("generate"))
         behind = sim_behind_s(a) + sim_behind_s(b) - behind
     # the plan's configuration, none departed from; the job ends inside the plan's bar
-    assert "plan's configuration: runs C=8 per server; 2 servers" in said and "departs" not in said
+    assert "plan's configuration: C=8 per server; 2 servers; " in said and "departs" not in said
+    assert "; this job runs it as planned" in said
     took = float(re.search(r"the job took ([\d.]+) s", said)[1])
     if behind > 0.15 * took:  # a starved host, not the server: the sims said so
         pytest.skip(f"host too loaded: the sims fell {behind:.1f} s behind in a {took:.1f} s job")

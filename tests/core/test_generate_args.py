@@ -17,7 +17,7 @@ from genbench.commands.plan import plan
 from genbench.errors import UsageError
 from genbench.generate.flags import GenerateArgs, job_config, plan_lines
 from genbench.generate.jobconfig import JobConfig
-from genbench.generate.planned import DEFAULT_CONCURRENCY, Planned
+from genbench.generate.planned import DEFAULT_CONCURRENCY, Planned, departures, taken
 from genbench.generate.servers import ServerSpec
 from genbench.generate.tuner import SAFE_START
 from genbench.plan.document import plan_settings
@@ -82,7 +82,9 @@ def test_the_plan_is_the_jobs_settings_where_no_flag_says_otherwise():
     assert cfg.params == {"max_tokens": 512, "temperature": 0.6}
     assert (cfg.turns, cfg.tool_policy) == ("last", "keep")
     runs, departs = plan_lines(a, planned, cfg)
-    assert departs == [] and runs.startswith("runs C=16 per server; 2 servers; max_tokens 512")
+    assert departs == [] and runs == (
+        "C=16 per server; 2 servers; max_tokens 512, temperature 0.6; this job runs it as planned"
+    )
 
 
 def test_a_flag_that_departs_from_the_plan_is_said_with_what_it_does_to_the_forecast():
@@ -91,13 +93,40 @@ def test_a_flag_that_departs_from_the_plan_is_said_with_what_it_does_to_the_fore
     cfg = job_config(a, planned)
     assert cfg.servers[0].concurrency == 64 and cfg.turns == "all"
     assert cfg.params == {"max_tokens": 256, "temperature": 0.6}  # the flag over the plan's
-    _, departs = plan_lines(a, planned, cfg)
+    runs, departs = plan_lines(a, planned, cfg)
+    assert runs == (
+        "C=16 per server; 2 servers; max_tokens 512, temperature 0.6; this job runs "
+        "C=64 per server; 1 server; max_tokens 256, temperature 0.6 instead (below)"
+    )
     text = "\n".join(departs)
     assert len(departs) == 4, text
     assert "-c 64 departs from the plan's C=16" in text and "another load" in text
     assert "1 server here, the plan decided 2" in text and "longer than the plan's" in text
     assert "max_tokens 256 departs from the plan's 512" in text and "forecast may be long" in text
     assert "--turns all departs from the plan's last" in text
+
+
+def test_the_plans_configuration_line_says_what_the_plan_decided_not_what_the_job_runs():
+    """Seen by a new user: "plan's configuration: runs C=32 per server; 1 server; ..." then
+    "1 server here, the plan decided 2": the first read as the plan's own configuration.
+    The line says the plan's, then what this job runs instead of it."""
+    planned = plan_settings(pilot_plan())
+    a = args()  # one --url: one server of the plan's two
+    cfg = job_config(a, planned)
+    runs, departs = plan_lines(a, planned, cfg)
+    assert runs == ("C=16 per server; 2 servers; max_tokens 512, temperature 0.6; this job "
+                    "runs 1 server instead, the rest as planned (below)")  # fmt: skip
+    assert departs == [departures(planned, concurrency="16", servers=1, params=cfg.params,
+                                  turns="last", tool_policy="keep")[0]]  # fmt: skip
+    assert "1 server here, the plan decided 2" in departs[0]
+    # a plan that sets no concurrency nor sampling (the field's arithmetic): the job's own
+    arithmetic = Planned("plan.json", None, 1)
+    assert taken(arithmetic, "auto", 1, {"max_tokens": 64}) == (
+        "1 server; this job runs it as planned, with C=auto per server (the plan set none); "
+        "max_tokens 64 (the plan set none)")  # fmt: skip
+    assert taken(Planned("plan.json", 8, 1, {}), "auto", 1, {}) == (
+        "C=8 per server; 1 server; the server's own sampling; this job runs C=auto from 8 per "
+        "server instead, the rest as planned (below)")  # fmt: skip
 
 
 def test_a_run_plan_gives_its_chosen_concurrency_and_no_sampling():

@@ -49,14 +49,40 @@ def resolve(given: str | None, planned: str | None, default: str) -> str:
 
 
 def taken(planned: Planned, concurrency: str, servers: int, params: dict[str, Any]) -> str:
-    """The one line that says what the job runs of the plan's configuration."""
+    """The one line that says what the plan decided and what this job runs of it: the plan's
+    configuration, then "this job runs it as planned", or what it runs instead (each said
+    again below, with what it does to the forecast: `departures`), or what it adds where
+    the plan set nothing."""
     start = f" from {planned.concurrency}" if concurrency == AUTO and planned.concurrency else ""
-    parts = [f"C={concurrency}{start} per server", f"{servers} server{'s' * (servers != 1)}"]
-    if params:
-        parts.append(", ".join(f"{k} {_show(v)}" for k, v in sorted(params.items())))
-    elif planned.params is not None:
-        parts.append("the server's own sampling (the plan set none)")
-    return "runs " + "; ".join(parts)
+    plan_c = planned.concurrency
+    fields = [  # (the plan's, the job's): None where the plan sets nothing
+        (f"C={plan_c} per server" if plan_c is not None else None,
+         f"C={concurrency}{start} per server"),
+        (_servers(planned.servers) if planned.servers is not None else None, _servers(servers)),
+        (_sampling(planned.params) if planned.params is not None else None,
+         _sampling(params) if params or planned.params is not None else None),
+    ]  # fmt: skip
+    decided = [p for p, _ in fields if p is not None]
+    instead = [j for p, j in fields if p is not None and j != p]
+    added = [f"{j} (the plan set none)" for p, j in fields if p is None and j is not None]
+    if not instead:
+        runs = "this job runs it as planned"
+    else:
+        rest = ", the rest as planned" if len(instead) < len(decided) else ""
+        runs = f"this job runs {'; '.join(instead)} instead{rest} (below)"
+    if added:
+        runs += ", with " + "; ".join(added)
+    return "; ".join(decided or ["none set"]) + "; " + runs
+
+
+def _servers(n: int) -> str:
+    return f"{n} server{'s' * (n != 1)}"
+
+
+def _sampling(params: dict[str, Any]) -> str:
+    if not params:
+        return "the server's own sampling"
+    return ", ".join(f"{k} {_show(v)}" for k, v in sorted(params.items()))
 
 
 def departures(

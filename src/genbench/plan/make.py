@@ -302,6 +302,23 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
     return counts, hidden_states(args.hidden_size, args.layers_captured, args.dtype_bytes)
 
 
+def stop_reason(run: PilotRun, stop: PilotStop | None) -> str:
+    """Why the pilot stopped, in words ("" for a pilot of fixed size)."""
+    reached = run.stopped_at.get("target_reached_s")
+    return {
+        "target": "the mean length reached its target",
+        "min_time": (
+            f"--pilot-min-time {stop.min_s:g} s held it past its target"
+            + (f", reached at {reached:.0f} s" if reached is not None else "")
+            if stop else ""
+        ),
+        "job": "as many samples as the job has: a longer pilot is no pilot",
+        "time": f"--pilot-max-time {stop.max_s:g} s reached" if stop else "",
+        "prompts": "every prompt in the file was sent",
+        "size": "",
+    }[run.stopped]  # fmt: skip
+
+
 def _plan_pilot(
     args: PlanArgs,
     counts: list[int],
@@ -483,13 +500,7 @@ def _run(pilot: PilotSetup, args: PlanArgs, check: CheckReport, watch: PilotWatc
     if not any(r.ok for r in run.records):
         kinds = sorted({r.error_kind or "?" for r in run.records})
         raise GenbenchError(f"every pilot request failed ({', '.join(kinds)}); see {pilot.out}")
-    why = {
-        "target": "the mean length reached its target",
-        "job": "as many samples as the job has: a longer pilot is no pilot",
-        "time": f"--pilot-max-time {stop.max_s:g} s reached" if stop else "",
-        "prompts": "every prompt in the file was sent",
-        "size": "",
-    }[run.stopped]
+    why = stop_reason(run, stop)
     watch.say(
         f"  pilot done: {fmt.counted(len(run.records), 'request')} in {run.wall_s:.1f} s"
         + (f" ({why})" if why else "")

@@ -43,7 +43,7 @@ class PilotRun:
     wall_s: float
     jsonl_bytes: list[int] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
-    stopped: str = "size"  # why it ended: size, target, time, prompts
+    stopped: str = "size"  # why it ended: size, target, min_time, time, job, prompts
     stopped_at: dict[str, Any] = field(default_factory=dict)  # answered, length bar then
     samples: int = 0  # rows sent (a multi-turn row is one sample of several requests)
     # genbench's own process during the pilot (run's self-check: CPU, event-loop lag): a
@@ -127,6 +127,7 @@ class PilotStop:
     reason: str = ""
     at_count: int = 0  # answered requests when it stopped, and the length bar then
     at_halfwidth: float = math.inf
+    reached_s: float | None = None  # when the target was first met (before min_s: held)
 
     def add_sample(self, tokens: int) -> None:
         """A finished sample's output tokens (all its turns)."""
@@ -143,9 +144,14 @@ class PilotStop:
         now = time.perf_counter()
         if self.started is None:
             self.started = now
-        enough = self.count >= self.min_requests and now - self.started >= self.min_s
-        if enough and self.halfwidth <= self.target * self.length_share:
-            self.reason = "target"
+        ran = now - self.started
+        met = self.count >= self.min_requests and self.halfwidth <= self.target * self.length_share
+        if met and self.reached_s is None:
+            self.reached_s = ran
+        if met and ran >= self.min_s:
+            # met before --pilot-min-time was up: the minimum time held it, not the target
+            held = self.min_s > 0 and self.reached_s is not None and self.reached_s < self.min_s
+            self.reason = "min_time" if held else "target"
         elif self.max_requests is not None and self.count >= self.max_requests:
             self.reason = "job"
         elif now - self.started >= self.max_s:
@@ -270,6 +276,8 @@ def _ended(run: PilotRun, stop: PilotStop | None, records: list[RequestRecord]) 
     run.stopped = stop.reason or "prompts" if stop is not None else "size"
     if stop is not None and stop.reason:
         run.stopped_at = {"answered": stop.at_count, "length_halfwidth": stop.at_halfwidth}
+        if stop.reason == "min_time" and stop.reached_s is not None:
+            run.stopped_at["target_reached_s"] = round(stop.reached_s, 3)
     run.records = records
     run.wall_s = pilot_wall_s(records)
     return run

@@ -88,6 +88,12 @@ def days(seconds: float | None) -> str:
     return MISSING if _missing(seconds) else f"{seconds / 86400:,.2f}"  # type: ignore[operator]
 
 
+def under_a_day(seconds: Any) -> bool:
+    """A time said in s, min or h alone: no days figure beside it ('0.00' says nothing the
+    time does not say better; None: no figure at all)."""
+    return _missing(seconds) or seconds < 86400
+
+
 def rate(x: float | None, unit: str = "tok/s") -> str:
     """26.5 tok/s, 2,345 tok/s; `unit` "" for a bare number."""
     if _missing(x):

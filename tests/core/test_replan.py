@@ -274,6 +274,27 @@ def test_a_plan_run_by_python_m_genbench_names_it_so(pilot_dir, tmp_path):
         assert f"next: {named} generate -i " in p.stdout, p.stdout[-2000:]
 
 
+def test_a_days_column_is_left_out_where_every_row_is_under_a_day(pilot_dir, tmp_path):
+    """Seen by a new user: a plan of minutes showed a `days` column of 0.00 beside times in
+    s, min and h; the plan's other lines already say a job under a day in those units."""
+    from rich.console import Console
+
+    from genbench.plan.render import print_plan
+
+    def table_head(samples: str, servers: int) -> str:
+        doc, _ = make_plan(args(from_=[pilot_dir], samples=samples, servers=servers,
+                                bootstrap=40, out_dir=tmp_path / f"{samples}-{servers}"),
+                           Quiet())  # fmt: skip
+        console = Console(width=400, record=True)
+        print_plan(doc, console)
+        [head] = [ln for ln in console.export_text().splitlines() if "naive: pilot" in ln]
+        return head
+
+    assert "days" not in table_head("100K", 1)  # 5.9 h
+    head = table_head("900K", 4)  # 52.9 h on one server, 13.2 h on four
+    assert "days (1 server)" in head and "days ×4 servers" not in head
+
+
 def test_the_parquet_hint_keeps_its_extra_in_brackets(pilot_dir, tmp_path, monkeypatch):
     """Seen by a new user: 'pip install 'genbench'': Rich read '[parquet]' as markup and
     dropped it. Where pyarrow is not found, the printed hint is one that installs it."""

@@ -46,8 +46,14 @@ def test_a_pilot_plan_reads_as_its_forecast():
     }  # fmt: skip
     f = forecast(doc)
     assert f.what.startswith("A pilot of 1 request at C=1 on m on s, from p.jsonl (1 row)")
-    assert f.time.head[:5] == ["samples", "time on 1 server\nat C=1", "95% range", "±", "days"]
-    assert f.time.rows == [["1", "2.0 h", "1.8 – 2.2 h", "±10.0%", "0.08", "2.5 h", "+25.0%"]]
+    # a job of hours has no days column ('0.08' said nothing '2.0 h' does not)
+    assert f.time.head == ["samples", "time on 1 server\nat C=1", "95% range", "±",
+                           "naive: pilot × N/K", "vs ours"]  # fmt: skip
+    assert f.time.rows == [["1", "2.0 h", "1.8 – 2.2 h", "±10.0%", "2.5 h", "+25.0%"]]
+    long = {**doc["rows"][0], "samples": 30, "ours": {**doc["rows"][0]["ours"],
+            "seconds": 216_000.0, "lo_s": 194_400.0, "hi_s": 237_600.0}}  # fmt: skip
+    f2 = forecast({**doc, "rows": [doc["rows"][0], long]})
+    assert f2.time.head[4] == "days" and [r[4] for r in f2.time.rows] == ["0.08", "2.50"]
     assert f.bar[0] == ("the 95% range is ±10.0% at 1 sample; its parts, each alone: ±8.0% "
                         "from the mean output length, ±5.0% from the server's speed")  # fmt: skip
     assert f.bar[-1] == "±5% needs a pilot of about 4 requests (--pilot 4)"

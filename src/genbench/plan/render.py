@@ -101,7 +101,10 @@ def asked_line(doc: dict[str, Any]) -> str | None:
 
 
 def _table(title: str, rows: list[dict[str, Any]], cols: list[tuple[str, Cell]]) -> Table:
-    """A right-aligned table: each column's header beside how a row fills it."""
+    """A right-aligned table: each column's header beside how a row fills it. A days
+    column where every row is under a day is left out ('0.00' says nothing its time
+    column, in s, min or h, does not say better)."""
+    cols = [(h, c) for h, c in cols if not (isinstance(c, _Days) and c.under_a_day(rows))]
     t = Table(title=title, title_justify="left")
     for head, _ in cols:
         t.add_column(head, justify="right")
@@ -118,8 +121,21 @@ def _time(key: str) -> Cell:
     return lambda row: fmt.duration(row[key]["seconds"])
 
 
+class _Days:
+    """A days column's cell: the row's `key` time in days."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __call__(self, row: dict[str, Any]) -> str:
+        return fmt.days(row[self.key]["seconds"])
+
+    def under_a_day(self, rows: list[dict[str, Any]]) -> bool:
+        return all(fmt.under_a_day(row[self.key].get("seconds")) for row in rows)
+
+
 def _days(key: str) -> Cell:
-    return lambda row: fmt.days(row[key]["seconds"])
+    return _Days(key)
 
 
 def _range(key: str) -> Cell:

@@ -162,10 +162,14 @@ def _time_table(doc: dict[str, Any]) -> DecisionTable:
     servers = int((doc.get("inputs") or {}).get("servers") or 1)
     others = [_other(doc, r) for r in rows]
     c = _concurrency(doc, rows)
+    # a days column where every row is under a day is left out: its time says it in s-h
+    days_one = not all(fmt.under_a_day((entry(doc, r) or {}).get("seconds")) for r in rows)
+    days_at = not all(fmt.under_a_day(_seconds(r.get("at_servers"))) for r in rows)
     head = ["samples", "time on 1 server" + (f"\nat C={c}" if c else "")]
     head += ["95% range", "±"] if ranged else []
-    head += ["days on 1 server" if servers > 1 else "days"]
-    head += [f"time on {servers} servers", f"days on {servers} servers"] if servers > 1 else []
+    head += ["days on 1 server" if servers > 1 else "days"] if days_one else []
+    head += [f"time on {servers} servers"] if servers > 1 else []
+    head += [f"days on {servers} servers"] if servers > 1 and days_at else []
     head += [others[0][0], "vs ours"] if others and others[0] else []
     body = []
     for row, other in zip(rows, others, strict=True):
@@ -175,15 +179,21 @@ def _time_table(doc: dict[str, Any]) -> DecisionTable:
             lo, hi = e.get("lo_s"), e.get("hi_s")
             has = lo is not None and hi is not None
             cells += [fmt.duration_range(lo, hi) if has else "—", _pm(e) if has else "—"]
-        cells.append(fmt.days(e.get("seconds")))
+        if days_one:
+            cells.append(fmt.days(e.get("seconds")))
         if servers > 1:
             at = row.get("at_servers")
             cells.append(_at_servers(at))
-            cells.append(fmt.days(at.get("seconds")) if isinstance(at, dict) else "—")
+            if days_at:
+                cells.append(fmt.days(at.get("seconds")) if isinstance(at, dict) else "—")
         if other:
             cells += [fmt.duration(other[1]), _vs(other[1], e.get("seconds"))]
         body.append(cells)
     return DecisionTable("Time", head, body, (), [])
+
+
+def _seconds(at: Any) -> Any:
+    return at.get("seconds") if isinstance(at, dict) else None
 
 
 def _concurrency(doc: dict[str, Any], rows: list[dict[str, Any]]) -> Any:

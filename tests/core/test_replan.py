@@ -205,7 +205,11 @@ def test_the_default_allowance_note_names_the_flag_for_a_longer_pilot(pilot_dir,
     doc, _ = make_plan(args(from_=[pilot_dir], samples="200", bootstrap=40, speed_drift="0",
                             out_dir=tmp_path / "s0"), Quiet())  # fmt: skip
     [said] = [n for n in doc["notes"] if "is not in the range (--speed-drift 0)" in n]
-    assert "a longer pilot" not in said and said.endswith("--speed-drift PCT adds what you know")
+    # none twice as long; the one the bar's target asks for, where it asks one
+    need = doc["pilot_size_for_target"]["requests"]
+    asked = f"a longer pilot, of about {need} requests, the ±5% target's above (--pilot-min-time "
+    assert (asked in said) if need else ("a longer pilot" not in said)
+    assert "twice" not in said and said.endswith("--speed-drift PCT adds what you know")
     model = PilotModel.from_records(pilot(), C)
     assert _longer(model, {"pilot_fixed": 120}) == "--pilot 240"
     t = math.ceil(2 * model.pilot_wall_s)
@@ -272,6 +276,44 @@ def test_a_plan_run_by_python_m_genbench_names_it_so(pilot_dir, tmp_path):
                      "40", "-o", str(tmp_path / "out"), env={"PATH": path})  # fmt: skip
         assert p.returncode == 0, p.stderr[-2000:]
         assert f"next: {named} generate -i " in p.stdout, p.stdout[-2000:]
+
+
+def test_one_plan_suggests_one_longer_pilot(pilot_dir, tmp_path):
+    """Seen by a new user: one plan asked for the ±5% target's pilot in its bar line
+    ('--pilot 287') and for one twice as long in its --speed-drift note ('--pilot-min-time
+    52: twice this one'). Where the bar asks for a pilot, the note names that one."""
+    from rich.console import Console
+
+    from genbench.plan import forecast
+    from genbench.plan.from_pilot import _twice
+    from genbench.plan.model import PilotModel
+    from genbench.plan.render import print_plan
+
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="1000", bootstrap=40, speed_drift="0",
+                            out_dir=tmp_path / "zero"), Quiet())  # fmt: skip
+    need = doc["pilot_size_for_target"]["requests"]
+    assert need and need > 2 * 120  # the bar asks for more than twice this pilot
+    console = Console(width=400, record=True)
+    print_plan(doc, console)
+    text = console.export_text()
+    assert f"±5% needs a pilot of about {need} requests (--pilot {need})" in text
+    [said] = [n for n in doc["notes"] if "is not in the range (--speed-drift 0)" in n]
+    # the same pilot, its flag as this open-ended pilot's: the time it takes at its pace
+    model = PilotModel.from_records(pilot(), C)
+    t = math.ceil(model.pilot_wall_s * need / model.pilot_samples)
+    assert (f"a longer pilot, of about {need} requests, the ±5% target's above "
+            f"(--pilot-min-time {t}), sees more of it") in said  # fmt: skip
+    assert "twice" not in said
+    # the default allowance's note: what that pilot would make it; a fixed pilot's flag
+    (f,) = forecast(model, [(1000, 1)], boot=2, drift=None)
+    assert f.rel_halfwidth > 0.05
+    said = _twice(model, {"pilot_fixed": 120}, f, {"target": 0.05, "requests": 300})
+    allowed = unseen_drift(f.seconds, model.pilot_wall_s * 300 / model.pilot_samples)
+    assert said == (f"a pilot of about 300 requests, the ±5% target's above (--pilot 300), "
+                    f"would make it ±{allowed:.1%} and see more of the server's own "
+                    "wander")  # fmt: skip
+    assert _twice(model, {}, f, {"target": 0.05, "requests": None}).startswith(
+        "a pilot twice as long (--pilot-min-time ")  # fmt: skip
 
 
 def test_a_days_column_is_left_out_where_every_row_is_under_a_day(pilot_dir, tmp_path):

@@ -91,7 +91,7 @@ def plan_from_pilot(
         if fc_m is not None:
             row["at_servers"] = {"servers": servers, **_wall(fc_m[i])}
         plan["rows"].append(row)
-    plan["notes"] = _notes(model, inputs, concurrency, worst)
+    plan["notes"] = _notes(model, inputs, concurrency, worst, plan["pilot_size_for_target"])
     rows = source.get("prompts_in_file")
     if isinstance(rows, int) and 0 < rows < worst.samples:  # generate sends each row once
         plan["notes"].append(
@@ -170,7 +170,11 @@ def _pilot_size(
 
 
 def _notes(
-    model: PilotModel, inputs: dict[str, Any], concurrency: int, worst: WallForecast
+    model: PilotModel,
+    inputs: dict[str, Any],
+    concurrency: int,
+    worst: WallForecast,
+    size: dict[str, Any] | None = None,
 ) -> list[str]:
     """What a reader of the plan must know about this pilot."""
     notes = []
@@ -189,7 +193,7 @@ def _notes(
             f"includes it as a part of its own, ±{abs(model.replay_err):.1%}, which no pilot "
             "length removes)"
         )
-    notes += _speed_notes(model, inputs, worst)
+    notes += _speed_notes(model, inputs, worst, size)
     if inputs.get("pilot_stopped") == "time":
         notes.append(
             "the pilot stopped at --pilot-max-time before the mean output length reached its "
@@ -223,7 +227,12 @@ def _notes(
     return notes
 
 
-def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast) -> list[str]:
+def _speed_notes(
+    model: PilotModel,
+    inputs: dict[str, Any],
+    worst: WallForecast,
+    size: dict[str, Any] | None = None,
+) -> list[str]:
     """How the server's speed moved during the pilot and what the range makes of it, with
     the numbers; and what no pilot sees."""
     w, speed = model.wander, worst.speed
@@ -255,7 +264,7 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
             f"that changes more slowly than the pilot's {pilot} shows (another tenant on the "
             "host, a thermal limit, a restart): genbench's default, 15% × the job's time "
             "over the job's and the pilot's, as the live ETA assumes; "
-            f"{_twice(model, inputs, worst)}, "
+            f"{_twice(model, inputs, worst, size)}, "
             "--speed-drift 0 leaves it out for a server known to hold its speed, "
             "--speed-drift PCT puts what you know"
         )
@@ -268,17 +277,60 @@ def _speed_notes(model: PilotModel, inputs: dict[str, Any], worst: WallForecast)
         notes.append(
             f"speed that changes more slowly than the pilot's {pilot} (another tenant on "
             "the host, a thermal limit, a restart) is not in the range (--speed-drift 0): "
-            + ("" if 2 * model.pilot_samples > worst.samples else
-               f"a longer pilot ({_longer(model, inputs)}: twice this one) sees more of it, "
-               "and ")  # a pilot over half its job: none longer asked for
+            + _longer_sees(model, inputs, worst, size)
             + "--speed-drift PCT adds what you know"
         )
     return notes
 
 
-def _twice(model: PilotModel, inputs: dict[str, Any], worst: WallForecast) -> str:
-    """What a pilot twice as long would make the default allowance, and the flag for one;
+def _longer_sees(
+    model: PilotModel, inputs: dict[str, Any], worst: WallForecast, size: dict[str, Any] | None
+) -> str:
+    """The longer pilot that would see more of the speed's slow changes: the one the bar's
+    target asks for where it asks one, else twice this one; none asked of a pilot over
+    half its job."""
+    if asked := _asked(model, worst, size):
+        target = _target_pilot(model, inputs, asked, size)
+        return f"a longer pilot, of {target}, sees more of it, and "
+    if 2 * model.pilot_samples > worst.samples:
+        return ""
+    return f"a longer pilot ({_longer(model, inputs)}: twice this one) sees more of it, and "
+
+
+def _asked(model: PilotModel, worst: WallForecast, size: dict[str, Any] | None) -> int | None:
+    """The pilot the bar's target asks for (its samples), where the plan shows it: a bar
+    wider than the target, a pilot longer than this one that reaches it. A note that
+    suggests a longer pilot names this one, not another (None: none asked)."""
+    need = (size or {}).get("requests")
+    if not need or worst.rel_halfwidth <= (size or {}).get("target", TARGET_REL_ERROR):
+        return None
+    return int(need) if need > model.pilot_samples else None
+
+
+def _target_pilot(
+    model: PilotModel, inputs: dict[str, Any], need: int, size: dict[str, Any] | None
+) -> str:
+    """The target's pilot as the bar's line names it, and the flag for it: a fixed pilot's
+    size, an open-ended one's time (its size at this pilot's pace: `_longer`)."""
+    goal = (size or {}).get("target", TARGET_REL_ERROR)
+    return (f"about {need:,} requests, the ±{goal:.0%} target's above "
+            f"({_longer(model, inputs, need / model.pilot_samples)})")  # fmt: skip
+
+
+def _twice(
+    model: PilotModel,
+    inputs: dict[str, Any],
+    worst: WallForecast,
+    size: dict[str, Any] | None = None,
+) -> str:
+    """What a longer pilot would make the default allowance, and the flag for one: the
+    pilot the bar's target asks for where it asks one (`_asked`), else one twice as long;
     none asked of a pilot already over half its job (twice it would outrun the job)."""
+    if asked := _asked(model, worst, size):
+        wall = model.pilot_wall_s * asked / model.pilot_samples
+        return (f"a pilot of {_target_pilot(model, inputs, asked, size)}, would make it "
+                f"±{unseen_drift(worst.seconds, wall):.1%} and see more of the server's own "
+                "wander")  # fmt: skip
     if 2 * model.pilot_samples > worst.samples:
         return (f"this pilot is {model.pilot_samples / worst.samples:.0%} of the job already: "
                 "a longer one would narrow it little")  # fmt: skip
@@ -287,12 +339,12 @@ def _twice(model: PilotModel, inputs: dict[str, Any], worst: WallForecast) -> st
             "server's own wander")  # fmt: skip
 
 
-def _longer(model: PilotModel, inputs: dict[str, Any]) -> str:
-    """The flag for a pilot twice this one's length: a fixed pilot's size (--pilot K, where
-    --pilot-min-time does nothing), else its time."""
+def _longer(model: PilotModel, inputs: dict[str, Any], times: float = 2.0) -> str:
+    """The flag for a pilot `times` this one's length (twice): a fixed pilot's size (--pilot
+    K, where --pilot-min-time does nothing), else its time."""
     if inputs.get("pilot_fixed"):
-        return f"--pilot {2 * model.pilot_samples}"
-    t = math.ceil(2 * model.pilot_wall_s)
+        return f"--pilot {math.ceil(times * model.pilot_samples)}"
+    t = math.ceil(times * model.pilot_wall_s)
     cap = inputs.get("pilot_max_time_s")
     return f"--pilot-min-time {t}" + (f" --pilot-max-time {t}" if cap and t > cap else "")
 

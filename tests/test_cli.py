@@ -23,6 +23,19 @@ def test_docs_cli_md_is_generated_from_the_code() -> None:
     )
 
 
+def test_every_row_of_docs_cli_md_has_its_tables_columns() -> None:
+    """A flag's value named `N|auto` split its row into one cell too many: a pipe inside a
+    cell is escaped, in code too."""
+    width = 0
+    for line in clidoc.cli_markdown().splitlines():
+        if not line.startswith("|"):
+            width = 0
+            continue
+        cells = len(re.split(r"(?<!\\)\|", line)) - 2
+        width = width or cells  # the header's
+        assert cells == width, line
+
+
 def test_every_flag_has_one_meaning_in_every_command() -> None:
     assert clidoc.problems() == []
 

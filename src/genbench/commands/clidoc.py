@@ -316,7 +316,7 @@ def _command(cname: str, cmd: Any) -> list[str]:
         names += "" if opt.is_flag or opt.count else f" {opt.metavar}"  # the value, as --help
         default = "required" if opt.required else (shown_default(opt) or "")
         text = _DEFAULT.sub("", opt.help or "")
-        lines.append(f"| `{names}` | {_cell(default)} | {_cell(text)} |")
+        lines.append(f"| `{_cell(names)}` | {_cell(default)} | {_cell(text)} |")  # N|auto
     return lines
 
 

@@ -504,10 +504,13 @@ def _starved(doc: dict) -> bool:
     """The sim's speed does not move, so a pilot whose stretches moved beyond 5% saw the
     host take CPU time from the sim or from genbench (the sim's resync counter sees only
     the first); and on a host with more runnable work than cores the replay the model is
-    checked on misses the pilot by the time genbench waited for a core. Either way the
-    range is then rightly wider than a steady server's: what must hold is that it carries
-    what was seen and says so."""
-    return doc["model"]["speed"]["moved"] > 0.05 or os.getloadavg()[0] > (os.cpu_count() or 1)
+    checked on misses the pilot by the time genbench waited for a core (a misfit past 2%:
+    the sim's own is the model's floor, 1%; the load average lags a burst, and a range of ±5.05% was
+    seen beside other tests' load). Either way the range is then rightly wider than a
+    steady server's: what must hold is that it carries what was seen and says so."""
+    misfit = max((r["ours"].get("parts") or {}).get("misfit") or 0.0 for r in doc["rows"])
+    return (doc["model"]["speed"]["moved"] > 0.05 or misfit > 0.02
+            or os.getloadavg()[0] > (os.cpu_count() or 1))  # fmt: skip
 
 
 def _assert_the_wander_seen_is_carried(doc: dict) -> None:

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from genbench.plan.make import stop_reason
 from genbench.plan.pilot import PilotRun, PilotStop, _ended
+from genbench.plan.pilot_doc import stop_reason
 
 pytestmark = pytest.mark.core
 

@@ -44,7 +44,7 @@ from genbench.plan.pilot import (
     read_pilot_input,
     run_pilot,
 )
-from genbench.plan.pilot_doc import PilotSetup, pilot_inputs, pilot_source
+from genbench.plan.pilot_doc import PilotSetup, pilot_inputs, pilot_source, stop_reason
 from genbench.plan.replan import is_plan, replan
 from genbench.plan.storage import HiddenStates, hidden_states, storage_from_tokens
 from genbench.plan.units import parse_counts, speed_drift
@@ -300,23 +300,6 @@ def _check(args: PlanArgs) -> tuple[list[int], HiddenStates | None]:
             f"{args.pilot_max_time:g}"
         )
     return counts, hidden_states(args.hidden_size, args.layers_captured, args.dtype_bytes)
-
-
-def stop_reason(run: PilotRun, stop: PilotStop | None) -> str:
-    """Why the pilot stopped, in words ("" for a pilot of fixed size)."""
-    reached = run.stopped_at.get("target_reached_s")
-    return {
-        "target": "the mean length reached its target",
-        "min_time": (
-            f"--pilot-min-time {stop.min_s:g} s held it past its target"
-            + (f", reached at {reached:.0f} s" if reached is not None else "")
-            if stop else ""
-        ),
-        "job": "as many samples as the job has: a longer pilot is no pilot",
-        "time": f"--pilot-max-time {stop.max_s:g} s reached" if stop else "",
-        "prompts": "every prompt in the file was sent",
-        "size": "",
-    }[run.stopped]  # fmt: skip
 
 
 def _plan_pilot(

@@ -73,3 +73,20 @@ def _drift(given: str | None) -> float | None:
     """The plan's --speed-drift: a fraction, or None for genbench's default allowance."""
     drift = speed_drift(given)
     return drift if isinstance(drift, float) else None
+
+
+def stop_reason(run: PilotRun, stop: PilotStop | None) -> str:
+    """Why the pilot stopped, in words ("" for a pilot of fixed size)."""
+    reached = run.stopped_at.get("target_reached_s")
+    return {
+        "target": "the mean length reached its target",
+        "min_time": (
+            f"--pilot-min-time {stop.min_s:g} s held it past its target"
+            + (f", reached at {reached:.0f} s" if reached is not None else "")
+            if stop else ""
+        ),
+        "job": "as many samples as the job has: a longer pilot is no pilot",
+        "time": f"--pilot-max-time {stop.max_s:g} s reached" if stop else "",
+        "prompts": "every prompt in the file was sent",
+        "size": "",
+    }[run.stopped]  # fmt: skip

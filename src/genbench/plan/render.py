@@ -134,10 +134,6 @@ class _Days:
         return all(fmt.under_a_day(row[self.key].get("seconds")) for row in rows)
 
 
-def _days(key: str) -> Cell:
-    return _Days(key)
-
-
 def _range(key: str) -> Cell:
     return lambda row: fmt.duration_range(row[key]["lo_s"], row[key]["hi_s"])
 
@@ -165,10 +161,10 @@ def _render_arithmetic(doc: dict[str, Any], console: Console) -> None:
     cols = [("samples", _samples), ("tokens", _tokens("output"))]
     servers = i["servers"]
     one = " (1 server)" if servers > 1 else ""
-    cols += [("time" + one, _time("one_server")), ("days" + one, _days("one_server"))]
+    cols += [("time" + one, _time("one_server")), ("days" + one, _Days("one_server"))]
     if servers > 1:
         cols += [(f"time ×{servers} servers", _time("at_servers")),
-                 (f"days ×{servers} servers", _days("at_servers"))]  # fmt: skip
+                 (f"days ×{servers} servers", _Days("at_servers"))]  # fmt: skip
     title = "the field's arithmetic (no error bar)"
     console.print(_table(title, doc["rows"], cols + _storage_cols(doc)))
 
@@ -233,7 +229,7 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
         cols.append(
             ("95% range", lambda r: _range("ours_best")(r) if "lo_s" in r["ours_best"] else "—")
         )
-    cols.append(("days" + (" (1 server)" if i["servers"] > 1 else ""), _days("ours_best")))
+    cols.append(("days" + (" (1 server)" if i["servers"] > 1 else ""), _Days("ours_best")))
     if rescaled:
         unscaled: Cell = lambda r: fmt.duration(r["ours_best"]["unscaled"]["seconds"])  # noqa: E731
         cols.append(("at the run's acceptance", unscaled))
@@ -241,10 +237,10 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
         cols.append((f"ours C={i['concurrency']}", _time("ours_chosen")))
     if i["servers"] > 1:
         cols.append((f"×{i['servers']} servers", _time("at_servers")))
-        cols.append((f"days ×{i['servers']} servers", _days("at_servers")))
+        cols.append((f"days ×{i['servers']} servers", _Days("at_servers")))
     if f["concurrency"]:
         vs: Cell = lambda r: f"{r['field']['seconds'] / r['ours_best']['seconds'] - 1:+.0%}"  # noqa: E731
-        cols += [(f"field: burst C={f['concurrency']}", _time("field")), ("days", _days("field"))]
+        cols += [(f"field: burst C={f['concurrency']}", _time("field")), ("days", _Days("field"))]
         cols.append(("field vs ours", vs))
     title = "time: sustained rate (ours) beside the field's burst"
     console.print(_table(title, doc["rows"], cols))
@@ -282,10 +278,10 @@ def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     m_servers = i["servers"]
     one = " (1 server)" if m_servers > 1 else ""
     cols = [("samples", _samples), ("ours" + one, _time("ours")), (conf, _range("ours"))]
-    cols += [("±", lambda r: f"{r['ours']['rel_halfwidth']:.1%}"), ("days" + one, _days("ours"))]
+    cols += [("±", lambda r: f"{r['ours']['rel_halfwidth']:.1%}"), ("days" + one, _Days("ours"))]
     if m_servers > 1:
         cols += [(f"×{m_servers} servers", _time("at_servers")), (conf, _range("at_servers")),
-                 (f"days ×{m_servers} servers", _days("at_servers"))]  # fmt: skip
+                 (f"days ×{m_servers} servers", _Days("at_servers"))]  # fmt: skip
     cols.append(("naive: pilot × N/K" + one, _time("naive_pilot")))
     console.print(_table("time: the job simulated from the pilot", doc["rows"], cols))
     console.print(

@@ -222,7 +222,9 @@ def test_a_projection_past_the_plans_range_never_reads_as_one_of_its_ends():
     from genbench.generate.render import _apart, _course
 
     assert _apart(148.0, 142.4, 147.1) == ("2.47 min", "2.37 – 2.45 min", "0.00 min")
-    assert _apart(146.0, 142.4, 147.1, 144.7) == ("2.4 min", "2.4 – 2.5 min", "2.4 min")
+    # inside too: never read as one of its ends (a trial's 'took 1.6 min' against '1.6 – 3.2')
+    assert _apart(146.0, 142.4, 147.1, 144.7) == ("2.43 min", "2.37 – 2.45 min", "2.41 min")
+    assert _apart(150.0, 120.0, 180.0, 150.0) == ("2.5 min", "2.0 – 3.0 min", "2.5 min")
     assert _apart(147.15, 142.4, 147.1)[0] == "2.453 min"  # up to 3 decimals
     # the panel's ETA in its range's unit ('102.0 s (1.4 – 2.0 min)' was one)
     from genbench.generate.render import _with_bar
@@ -321,6 +323,10 @@ def test_the_ending_tells_what_the_job_took_from_the_plans_range():
     assert ending(near, 120.0).strip().startswith(
         "plan: 2.03 min (1.83 – 2.23 min) for 1,152 rows; the job took 2.00 min: the "
         "forecast was +1.7% off, inside its bar")
+    # a time inside the range but at one of its ends as shown: as many decimals as part
+    # them (a trial: 'the job took 1.6 min' against '1.6 – 3.2 min', 94.9 s against 93.6 s)
+    edge = JobForecast("p.json", "pilot", 1152, 1, 125.8, 93.6, 190.0, "b", None)
+    assert "(1.56 – 3.17 min) for 1,152 rows; the job took 1.58 min" in ending(edge, 94.9)
     wide = JobForecast("p.json", "pilot", 1152, 1, 5000.0, 4000.0, 6000.0, "b", None)
     assert "plan: 83 min (67 – 100 min) for 1,152 rows; the job took 82 min" in ending(wide, 4920)
 
@@ -424,13 +430,16 @@ def test_a_miss_the_jobs_own_speeds_still_reach_is_not_said_outside():
     console.print(_course(d))
     text = console.export_text()
     assert "could still end in it" in text and "no sign yet" in text, text
-    assert _verdict_text(d).startswith("plan: unsure, faster: on course for 2.4 min against")
+    said = _verdict_text(d)  # at the job's own rate, in the plan's unit (the ETA is combined)
+    assert said.startswith("plan: unsure, faster: at its own rate on course for 2.4 min against "
+                           "the plan's 3.6 min (2.7 – 5.0 min)"), said
     g = JobForecast("p.json", "pilot", 3000, 1, 213.6, 162.7, 299.3, "b", None)
     for elapsed in (25.0, 35.0):  # its speeds too end before the plan's low end
         d = g.course(elapsed, 97.0, 84.0, 115.0, 120.0, 70.0)
     assert d["verdict"] == "outside" and d["direction"] == "faster"
     said = _verdict_text(d)
-    assert said.startswith("plan: outside, faster: on course for 2.2 min against 3.6 min"), said
+    assert said.startswith("plan: outside, faster: at its own rate on course for 2.2 min "
+                           "against the plan's 3.6 min"), said
     assert f.course(50.0, 160.0, 140.0, 180.0)["direction"] is None  # 210 s: inside
     # slower: on course for 325 s (305 – 345), but its fastest speeds reach back to 200 s
     d = f.course(25.0, 300.0, 280.0, 320.0, 400.0, 175.0)

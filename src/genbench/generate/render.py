@@ -219,14 +219,16 @@ def progress_text(snap: Snapshot) -> str:
 
 def _verdict_text(plan: dict[str, Any]) -> str:
     """The plan's verdict for a log line: 'plan: inside (3.6 min (2.7 – 5.0 min))', and
-    past the plan's range which way and where to: 'plan: outside, faster: on course for
-    2.1 min against 3.6 min (2.7 – 5.0 min)'."""
-    said = _with_bar(plan["seconds"], plan["lo_s"], plan["hi_s"])
+    past the plan's range which way and where to, at the job's own rate (the ETA beside it
+    is the plan's and the job's combined), in one unit: 'plan: outside, faster: at its own
+    rate on course for 2.1 min against the plan's 3.6 min (2.7 – 5.0 min)' (a trial read
+    'on course for 2.02 min against 106 s (95 – 118 s)' beside 'ETA 101 s' 5 s in)."""
     way, on = plan.get("direction"), plan.get("on_course_s")
     if plan["verdict"] == "inside" or way is None or on is None:
-        return f"plan: {plan['verdict']} ({said})"
-    on_text = _apart(on, plan["lo_s"], plan["hi_s"])[0]
-    return f"plan: {plan['verdict']}, {way}: on course for {on_text} against {said}"
+        return f"plan: {plan['verdict']} ({_with_bar(plan['seconds'], plan['lo_s'], plan['hi_s'])})"
+    on_text, bar, mid = _apart(on, plan["lo_s"], plan["hi_s"], plan["seconds"], agree=False)
+    return (f"plan: {plan['verdict']}, {way}: at its own rate on course for {on_text} against "
+            f"the plan's {mid} ({bar})")  # fmt: skip
 
 
 def _progress_line(snap: Snapshot) -> None:
@@ -381,19 +383,21 @@ def _course(plan: dict[str, Any]) -> Text | None:
     )
 
 
-def _apart(x: float, lo: float, hi: float, mid: float | None = None) -> tuple[str, str, str]:
+def _apart(x: float, lo: float, hi: float, mid: float | None = None,
+           agree: bool = True) -> tuple[str, str, str]:  # fmt: skip
     """`x`, the range lo – hi and its `mid` in the range's unit, with as many decimals (up
-    to 3) as it takes for an `x` outside the range not to read as one of its ends ('on
-    course for 2.5 min, past the plan's 2.4 – 2.5 min' was 148 s against 142 – 147 s),
+    to 3) as it takes for an `x` not to read as one of its ends ('on course for 2.5 min,
+    past the plan's 2.4 – 2.5 min' was 148 s against 142 – 147 s; 'the job took 1.6 min'
+    against '1.6 – 3.2 min', inside by 1.3 s), unless it is that end,
     nor the range's two ends as one figure (as fmt.duration_range), nor `mid` against `x`
-    as another error than theirs (`_agrees`); none where none are
+    as another error than theirs (`_agrees`; `agree` False where none is said); none where none are
     needed (`_no_decimals`: the live ETA's whole seconds read '102.0 s (98.0 – 106.0 s)')."""
-    xs, ls, hs, ms, unit = _figures(x, lo, hi, mid)
+    xs, ls, hs, ms, unit = _figures(x, lo, hi, mid, agree)
     return f"{xs} {unit}", f"{ls} – {hs} {unit}", f"{ms} {unit}"
 
 
 def _figures(
-    x: float, lo: float, hi: float, mid: float | None = None
+    x: float, lo: float, hi: float, mid: float | None = None, agree: bool = True
 ) -> tuple[str, str, str, str, str]:
     """`_apart`'s figures, each without its unit, and the unit."""
     value, unit = duration(max(hi, x)).rsplit(" ", 1)
@@ -401,8 +405,8 @@ def _figures(
     shown = [v / div for v in (x, lo, hi) + ((mid,) if mid is not None else ())]
     for nd in (0, 1, 2, 3) if _no_decimals(shown) else (1, 2, 3):
         xs, ls, hs, ms = (f"{v / div:,.{nd}f}" for v in (x, lo, hi, mid or 0.0))
-        apart = lo <= x <= hi or xs not in (ls, hs)
-        if apart and (ls != hs or lo == hi) and _agrees(xs, ms, x, mid):
+        apart = xs not in (ls, hs) or x in (lo, hi)  # inside or out, never read as an end
+        if apart and (ls != hs or lo == hi) and (not agree or _agrees(xs, ms, x, mid)):
             break
     return xs, ls, hs, ms, unit
 

@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 from test_plan_math import model
 
+from genbench.generate.wander import SPEED_MAX
 from genbench.plan import SpeedWander, forecast, pilot_size_for
 from genbench.plan.from_pilot import _pilot_size, _wall
 from genbench.plan.render import _bar_parts, _model_check
@@ -150,7 +151,8 @@ def test_the_speed_note_gives_the_speed_part_the_breakdown_shows():
     h = f.speed.halfwidth
     (said,) = [n for n in notes if "the range includes it" in n]
     assert f"±{h:.1%} in speed for 8 samples" in said
-    assert f"+{f.parts.speed:.1%} / −{1 - 1 / (1 + h):.1%} on the time" in said, said
+    held = min(h, SPEED_MAX)  # on the time, held as the live ETA holds it
+    assert f"+{f.parts.speed:.1%} / −{1 - 1 / (1 + held):.1%} on the time" in said, said
     text = _bar_parts(f.rel_halfwidth, _wall(f)["parts"], _pilot_size(f, 2, 0.05)[
         "pilot_size_for_target"])  # fmt: skip
     assert f"±{f.parts.speed:.1%} from the server's speed" in text

@@ -11,6 +11,7 @@ import pytest
 from synthetic import rec
 
 from genbench.errors import UsageError
+from genbench.generate.wander import SPEED_MAX
 from genbench.plan import (
     DecodeRows,
     Draws,
@@ -562,9 +563,11 @@ def test_the_servers_speed_widens_the_bar():
     # what the user knows of slower drift (relative, 95%) adds to the speed's part
     (d,) = forecast(model(stretches, 0.5), [(8, 1)], boot=2, drift=0.3)
     assert d.speed.halfwidth == pytest.approx(math.hypot(h, 0.3), rel=1e-12)
-    # a half-width past 95% is held at 95%: p/0.05
+    # a half-width past SPEED_MAX (60%) is held there on the time, as the live ETA holds
+    # its own: p/0.4 (it was 95%: p/0.05, a bar of +1,132% for a server swinging ±60%)
     (g,) = forecast(model([1.0, 30.0, 1.0, 30.0]), [(8, 1)], boot=2)
-    assert g.hi_s == pytest.approx(p + math.hypot(0.2 * p, p / 0.05 - p), rel=1e-12)
+    assert g.speed.halfwidth > SPEED_MAX
+    assert g.hi_s == pytest.approx(p + math.hypot(0.2 * p, p / (1 - SPEED_MAX) - p), rel=1e-12)
 
 
 # ------------------------------------------------------------------------- edges of the above

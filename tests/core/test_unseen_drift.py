@@ -75,3 +75,19 @@ def test_the_live_prior_is_the_plans_bar_without_its_drift():
     assert alone.prior() == pytest.approx((100.0, 100.0, 100.0))
     plain = JobForecast("p", "pilot", 1000, 1, 100.0, 80.0, 125.0, "b", 32)
     assert plain.prior() == (100.0, 80.0, 125.0)
+
+
+def test_a_wild_wander_is_held_on_the_time_as_the_live_eta_holds_it():
+    """A pilot whose stretches swing (a server ±60% over 100 s, a new-user trial) fitted a
+    speed half-width of ±92%: the plan said +1,132% on the time (3.6 min, 1.9 – 45.0 min)
+    for a job that ran 0.4 × its speed at worst. The speed's part is held to SPEED_MAX
+    (× 2.5 on the time), as the live ETA holds its own, and the note says so."""
+    from genbench.generate.wander import SPEED_MAX
+
+    m = model([0.4, 0.6, 1.0, 1.5, 2.2, 2.6, 2.2, 1.4, 0.9, 0.5], 0.5)
+    (f,) = forecast(m, [(400, 1)], boot=2, drift=None)
+    assert f.speed is not None and f.speed.halfwidth > SPEED_MAX  # the fit's own figure
+    assert f.parts is not None and f.parts.speed == pytest.approx(1 / (1 - SPEED_MAX) - 1)
+    assert f.hi_s is not None and f.hi_s <= f.seconds * 2.6  # not 12 ×
+    said = " ".join(_notes(m, {"speed_drift": None}, 10, f))
+    assert f"held to ±{SPEED_MAX:.0%}: +150.0% / −37.5% on the time" in said, said

@@ -54,7 +54,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from genbench.generate.tail import finish
-from genbench.generate.wander import UNSEEN, SpeedWander, unseen_drift
+from genbench.generate.wander import SPEED_MAX, UNSEEN, SpeedWander, unseen_drift
 from genbench.stats import t_975
 
 MAX_POINTS = 1024
@@ -66,7 +66,6 @@ FEW = 5  # with fewer cluster ends, the job's start is taken as one (every strea
 STALL = 4.0  # a gap between clusters this many times the usual one is a stall: lost time
 MERGE = 0.5  # completions closer than this × the felt gap (felt_gap) are one cluster
 SLOWEST = 0.05  # a rate range past −95% is held there (the ETA's upper end stays finite)
-SPEED_MAX = 0.6  # the speed's half-width at most: past it the high end ran to 20 × the job
 EARLY_MAX = 0.5  # the rate's half-width from its count alone (early_halfwidth) at most
 SINCE_CLUSTERS = 3  # cluster ends after a change of load that make the rate its own
 

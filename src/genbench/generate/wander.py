@@ -23,6 +23,11 @@ from genbench.stats import t_975
 WANDER_EXPONENT = 0.5  # how the speed's spread grows with the time between two stretches
 WANDER_HORIZON = 1.0  # ... for up to this many pilot lengths (what it saw), then no more
 UNSEEN = 0.15  # speed change not seen yet, relative (95%), before anything of it is seen
+# the speed's half-width at most, as the plan's bar and the live ETA put it on the time
+# (× 2.5 at the slow end, ÷ 1.6 at the fast): past it a short pilot of a server swinging
+# ±60% made a plan's bar +1,132% (its job ran 0.4 × its speed at worst: 2.5 × the time);
+# the live ETA's high end ran to 20 × the time left on a short job's scattered stretches
+SPEED_MAX = 0.6
 
 
 def unseen_drift(ahead_s: float, seen_s: float) -> float:

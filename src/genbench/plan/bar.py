@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from genbench.generate.wander import SpeedBar, lag1, unseen_drift
+from genbench.generate.wander import SPEED_MAX, SpeedBar, lag1, unseen_drift
 from genbench.plan.walltime import Capped, job_walls, sim_cap
 from genbench.stats import t_975
 
@@ -326,7 +326,7 @@ def _intervals(
         lo, hi = np.percentile(arr[:, j], [lo_q, hi_q]) if len(arr) else (point[j], point[j])
         p = point[j]
         speed = wander.job(p, unseen_drift(p, model.pilot_wall_s) if drift is None else drift)
-        speed_hw = speed.halfwidth
+        speed_hw = min(speed.halfwidth, SPEED_MAX)  # as the live ETA holds its own
         boot_lo, boot_hi = max(p - float(lo), 0.0), max(float(hi) - p, 0.0)
         speed_lo, speed_hi = p - p / (1 + speed_hw), p / max(1 - speed_hw, 0.05) - p
         below = math.hypot(boot_lo, sim_err * p, speed_lo)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from genbench import fmt
-from genbench.generate.wander import unseen_drift
+from genbench.generate.wander import SPEED_MAX, unseen_drift
 from genbench.plan.bar import (
     CONFIDENCE,
     TARGET_REL_ERROR,
@@ -249,10 +249,11 @@ def _speed_notes(
             if speed.wander >= speed.noise
             else "it scattered without a trend, which averages out"
         )
-        h = speed.halfwidth  # on the time: as the bar's breakdown shows the speed's part
+        h = min(speed.halfwidth, SPEED_MAX)  # on the time: as the bar's breakdown shows it
+        held = f", held to ±{SPEED_MAX:.0%}" if speed.halfwidth > SPEED_MAX else ""
         notes.append(
             f"the server's speed varied ±{moved}: {why}; the range includes it "
-            f"(±{h:.1%} in speed for {worst.samples:,} samples: "
+            f"(±{speed.halfwidth:.1%} in speed for {worst.samples:,} samples{held}: "
             f"+{1 / max(1 - h, 0.05) - 1:.1%} / −{1 - 1 / (1 + h):.1%} on the time)"
         )
     wall = model.pilot_wall_s

@@ -213,7 +213,7 @@ class Progress:
         all_down = min(down) if down and None not in down else None  # type: ignore[type-var]
         # while every server is down nothing can run: no ETA, and the snapshot says why
         e, engines, avail = self.eta_range() if all_down is None else None, None, None
-        eta = (e.seconds, e.err_s, e.lo_s, e.hi_s, e.slow_s, e.fast_s) if e else (None,) * 7
+        eta = (e.seconds, e.err_s, e.lo_s, e.hi_s, e.slow_s, e.fast_s) if e else (None,) * 6
         elapsed = round(self.clock() - self.t0, 1)
         if self.engines is not None:
             engines = tuple(EngineState(**d) for d in self.engines.states())

@@ -463,6 +463,25 @@ def test_length_halfwidth_from_running_sums():
     assert length_halfwidth(3, 6.0, 12.0) == 0.0  # 2 2 2: no spread
 
 
+def test_length_halfwidth_counts_the_skew_on_its_upper_side():
+    """With the sums of cubes the half-width is the upper side of a right-skewed mean, as
+    the bar's bootstrap-t makes it (the pilot stops on it): wider than the normal
+    approximation, and nearer the bootstrap-t's upper side; no skew (or a left one)
+    leaves the normal approximation."""
+    x = np.random.default_rng(3).lognormal(3.0, 0.8, 400)
+    sums = (len(x), float(x.sum()), float((x**2).sum()), float((x**3).sum()))
+    plain, skewed = length_halfwidth(*sums[:3]), length_halfwidth(*sums)
+    rng = np.random.default_rng(4)
+    draws = rng.choice(x, size=(4000, len(x)))
+    t = (draws.mean(1) - x.mean()) / (draws.std(1, ddof=1) / np.sqrt(len(x)))
+    boot = -np.quantile(t, 0.025) * x.std(ddof=1) / np.sqrt(len(x)) / x.mean()
+    assert plain < skewed and abs(skewed - boot) < 0.5 * abs(plain - boot), (plain, skewed, boot)
+    assert length_halfwidth(4, 20.0, 120.0, 800.0) == length_halfwidth(4, 20.0, 120.0)  # 2 4 6 8
+    left = np.array([1.0, 9.0, 9.0, 10.0, 10.0, 10.0])
+    args = (6, float(left.sum()), float((left**2).sum()), float((left**3).sum()))
+    assert length_halfwidth(*args) == length_halfwidth(*args[:3])
+
+
 def test_pilot_size_for_a_target_bar():
     # a bar narrows as 1/sqrt(K): ±10% at 100 -> ±5% needs 100·(0.10/0.05)² = 400
     assert pilot_size_for(0.10, 100) == 400

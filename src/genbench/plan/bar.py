@@ -45,14 +45,22 @@ def series_halfwidth(values: Sequence[float]) -> float:
     return t * se * math.sqrt((1 + rho) / (1 - rho))
 
 
-def length_halfwidth(count: int, total: float, squares: float) -> float:
-    """Relative 95% half-width of a mean output length from its running sums (normal
-    approximation; the final bar uses the bootstrap-t). inf until there are 2 values."""
+def length_halfwidth(count: int, total: float, squares: float, cubes: float | None = None) -> float:
+    """Relative 95% half-width of a mean output length from its running sums, on its upper
+    side: the normal approximation, and with the sums of cubes the skew's one-term
+    Edgeworth correction of the studentized mean (Hall 1992), which widens the upper side
+    of a right-skewed mean as the final bar's bootstrap-t does (lognormal σ 0.6 at 1,000
+    requests: × 1.05). inf until there are 2 values."""
     if count < 2 or total <= 0:
         return math.inf
     mean = total / count
     var = max(squares / count - mean * mean, 0.0) * count / (count - 1)
-    return 1.96 * math.sqrt(var / count) / mean
+    z = 1.96
+    if cubes is not None and var > 0:
+        third = cubes / count - 3 * mean * squares / count + 2 * mean**3  # central, 1/n
+        skew = max(third / var**1.5, 0.0)  # a left skew narrows this side: kept at z
+        z += skew * (2 * z * z + 1) / (6 * math.sqrt(count))
+    return z * math.sqrt(var / count) / mean
 
 
 def pilot_size_for(

@@ -111,7 +111,8 @@ def first_turn_requests(rows: Sequence[Row], recipe: Recipe, prefix: str) -> lis
 class PilotStop:
     """When an open-ended pilot has seen enough: at least `min_requests` answered, at
     least `min_s` seconds, and the mean output length known to ±`target` ×
-    `length_share` (95%), the rest of the bar being left to the server's speed; or
+    `length_share` (95%, on its upper side, the skew of the lengths counted as the final
+    bar's bootstrap-t counts it), the rest of the bar being left to the server's speed; or
     `max_requests` answered (the job's own size), or `max_s` seconds."""
 
     target: float = TARGET_REL_ERROR
@@ -123,6 +124,7 @@ class PilotStop:
     count: int = 0
     total: float = 0.0
     squares: float = 0.0
+    cubes: float = 0.0
     started: float | None = None
     reason: str = ""
     at_count: int = 0  # answered requests when it stopped, and the length bar then
@@ -135,10 +137,11 @@ class PilotStop:
             self.count += 1
             self.total += tokens
             self.squares += float(tokens) ** 2
+            self.cubes += float(tokens) ** 3
 
     @property
     def halfwidth(self) -> float:
-        return length_halfwidth(self.count, self.total, self.squares)
+        return length_halfwidth(self.count, self.total, self.squares, self.cubes)
 
     def done(self) -> bool:
         now = time.perf_counter()

@@ -35,7 +35,7 @@ def test_the_line_for_people_holds_rows_rate_eta_and_the_plans_verdict():
     line = progress_text(snap())
     assert "rows 302/1,000 (30.2%), 2 failed" in line and "0.50 rows/s" in line
     assert "ETA 23.3 min (21.7 – 25.8 min)" in line
-    assert line.endswith("plan: inside (33 min (30 – 37 min))")  # no decimal it needs
+    assert line.endswith("plan: inside, the plan's 33 min (30 – 37 min)")  # no decimal it needs
 
 
 def test_the_live_eta_in_whole_seconds_shows_no_decimal_it_does_not_have():

@@ -218,14 +218,16 @@ def progress_text(snap: Snapshot) -> str:
 
 
 def _verdict_text(plan: dict[str, Any]) -> str:
-    """The plan's verdict for a log line: 'plan: inside (3.6 min (2.7 – 5.0 min))', and
+    """The plan's verdict for a log line: 'plan: inside, the plan's 3.6 min (2.7 – 5.0 min)'
+    (not brackets in brackets, 'plan: inside (3.6 min (2.7 – 5.0 min))'), and
     past the plan's range which way and where to, at the job's own rate (the ETA beside it
     is the plan's and the job's combined), in one unit: 'plan: outside, faster: at its own
     rate on course for 2.1 min against the plan's 3.6 min (2.7 – 5.0 min)' (a trial read
     'on course for 2.02 min against 106 s (95 – 118 s)' beside 'ETA 101 s' 5 s in)."""
     way, on = plan.get("direction"), plan.get("on_course_s")
     if plan["verdict"] == "inside" or way is None or on is None:
-        return f"plan: {plan['verdict']} ({_with_bar(plan['seconds'], plan['lo_s'], plan['hi_s'])})"
+        bar = _with_bar(plan["seconds"], plan["lo_s"], plan["hi_s"])
+        return f"plan: {plan['verdict']}, the plan's {bar}"
     on_text, bar, mid = _apart(on, plan["lo_s"], plan["hi_s"], plan["seconds"], agree=False)
     return (f"plan: {plan['verdict']}, {way}: at its own rate on course for {on_text} against "
             f"the plan's {mid} ({bar})")  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from rich.console import Console
 from test_plan_math import model
@@ -250,3 +251,66 @@ def test_no_pilot_longer_than_the_job_is_asked_for():
                       1052)  # fmt: skip
     assert ("no pilot reaches ±5%: this one is as long as the job and still leaves "
             f"±{over.floor:.1%}") in said
+
+
+def test_a_small_pilot_of_a_heavy_tail_sizes_the_next_on_its_spreads_upper_end():
+    """Seen by a new user (--speed-drift 0, lognormal σ 0.8): a pilot of 64 asked for 1,206,
+    whose pilot showed ±7.4% and asked for 2,697. 64 requests see little of a long tail, so
+    their spread is most often short of the lengths' own and 1/√K from it falls short.
+    Over 300 such pilots, the size each asks for is held to the lengths' true spread: the
+    bar a pilot of that size gets (1.96 × the true CV / √K', with the 1% misfit) reaches
+    ±5% for most of them, where sized on each pilot's own spread it does for under half."""
+    from genbench.plan.bar import length_halfwidth, pilot_reach, spread_margin
+
+    rng = np.random.default_rng(5)
+    sigma = 0.8
+    cv = math.sqrt(math.exp(sigma**2) - 1)  # the lengths' own: 0.947
+    reached = {1: 0, 2: 0}
+    for _ in range(300):
+        x = rng.lognormal(math.log(40), sigma, 64)
+        parts, bar = _parts_of(length_halfwidth(64, x.sum(), (x * x).sum()), 0, 0, 0, 0.01)
+        for way, spread in ((1, 1.0), (2, spread_margin(x))):
+            need = pilot_reach(parts, bar, 64, 10**6, 0.05, spread=spread).requests
+            assert need is not None
+            reached[way] += math.hypot(1.96 * cv / math.sqrt(need), 0.01) <= 0.05
+    assert reached[1] < 0.45 * 300  # its own spread: about a third (the tail unseen)
+    assert reached[2] >= 0.75 * 300  # on the spread's upper end (one-sided 90%): about 80%
+
+
+def test_the_spread_margin_asks_little_more_of_light_tails_and_of_long_pilots():
+    from genbench.plan.bar import spread_margin
+
+    rng = np.random.default_rng(6)
+    light = [spread_margin(rng.gamma(4.0, 10.0, 64)) ** 2 for _ in range(200)]
+    heavy = [spread_margin(rng.lognormal(3.7, 0.8, 64)) ** 2 for _ in range(200)]
+    assert 1.15 < float(np.median(light)) < 1.45 < float(np.median(heavy)) < 2.0
+    long = [spread_margin(rng.lognormal(3.7, 0.8, 2000)) ** 2 for _ in range(20)]
+    assert float(np.median(long)) < 1.2  # a pilot that saw the tail is taken at its word
+    assert spread_margin([55.0] * 64) == 1.0  # fixed lengths: no spread to be wrong about
+    assert spread_margin([10.0, 90.0, 40.0]) == 1.0  # too few to say
+
+
+def test_the_plan_asks_for_the_pilot_its_lengths_spread_could_need():
+    """The plan's advice, from a forecast on a pilot of heavy-tailed lengths: sized on the
+    upper end of their spread (`spread_margin` in plan.json), which the sample's part of
+    the bar narrows from; a pilot as long as its job is its own floor, as measured."""
+    from test_plan_math import pool
+
+    from genbench.plan.bar import pilot_reach, spread_margin
+
+    rng = np.random.default_rng(7)
+    m = model()
+    m.pool = pool(rng.lognormal(math.log(40), 0.8, 64))
+    m.pilot_samples = m.pilot_requests = 64
+    m.replay_send_s = 5.0  # the replay to the last send on time: the misfit is its 1% floor
+    (f,) = forecast(m, [(100_000, 1)], boot=40)
+    margin = spread_margin(m.pool.sample_output)
+    assert f.spread_margin == margin > 1.2
+    size = _pilot_size(f, 64, 0.05)["pilot_size_for_target"]
+    assert size["spread_margin"] == margin
+    plain = pilot_reach(f.parts, f.speed, 64, 100_000, 0.05).requests
+    wide = pilot_reach(f.parts, f.speed, 64, 100_000, 0.05, spread=margin).requests
+    assert size["requests"] == wide > 1.2 * plain
+    # a pilot already as long as its job: the bar it measured, no margin on it
+    own = pilot_reach(f.parts, f.speed, 64, 64, 0.05, spread=margin)
+    assert own.floor == pytest.approx(f.parts.total)

@@ -27,6 +27,9 @@ TARGET_REL_ERROR = 0.05  # the pilot size that gives a ±5% bar is reported
 # to a few thousandths, does not show (a bar of ±0.2% missed a job 0.3% off)
 MISFIT_FLOOR = 0.01
 POINT_REQUESTS = 100_000  # requests simulated in all for the point forecast (~0.2 s)
+# the advice for a longer pilot is sized on the upper end of a one-sided 90% interval for
+# the spread of the lengths (`spread_margin`): 64 requests of a heavy tail see little of it
+SPREAD_Z = 1.2816
 
 
 def series_halfwidth(values: Sequence[float]) -> float:
@@ -76,6 +79,37 @@ def pilot_size_for(
     return max(1, math.ceil(pilot * (rel_halfwidth / room) ** 2))
 
 
+def spread_margin(values: Sequence[float] | np.ndarray, z: float = SPREAD_Z) -> float:
+    """How much wider the spread of a pilot's lengths (each sample's output tokens) may be
+    than the pilot shows: the upper end of Bonett's interval for their standard deviation
+    (one-sided, z) over the pilot's own, at least 1. A longer pilot's advice is sized on it
+    (`pilot_reach`'s `spread`), as the part of the bar that narrows as 1/√K rests on it.
+
+    A small pilot of a heavy tail sees little of it: its spread is most often short of the
+    lengths' own, and advice scaled from it falls short (64 requests of lognormal σ 0.8
+    asked for 1,206, whose pilot showed ±7.4%). A chi-square bound assumes normal lengths
+    (kurtosis 3); Bonett's (Computational Statistics & Data Analysis 50, 2006) takes the
+    sample's kurtosis (about a trimmed mean), so a heavy tail widens it and light-tailed
+    lengths get little: about ×1.2–1.35 in pilot size for uniform to gamma (shape 4)
+    lengths at 64 samples, ×1.7 for lognormal σ 0.8 (×1.13 at 2,000), shrinking as
+    √(kurtosis / K) (benchmarks/README.md). 1 with fewer than 4 values or no spread (fixed
+    lengths)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    n = len(x)
+    if n < 4:
+        return 1.0
+    dev2 = float(((x - x.mean()) ** 2).sum())
+    if dev2 <= 0:
+        return 1.0
+    cut = int(n / (2 * math.sqrt(n - 4))) if n > 4 else 0  # each end, Bonett's trim
+    centre = float(np.sort(x)[cut : n - cut].mean())
+    kurt = n * float(((x - centre) ** 4).sum()) / dev2**2
+    c = n / (n - z)
+    se = c * math.sqrt(max(kurt - (n - 3) / n, 0.0) / (n - 1))
+    return max(math.sqrt(c * math.exp(z * se)), 1.0)
+
+
 @dataclass(frozen=True)
 class Reach:
     """What a pilot of another length would make of the bar: the pilot size whose bar is
@@ -90,24 +124,30 @@ class Reach:
 
 def pilot_reach(
     parts: BarParts, speed: SpeedBar | None, pilot: int, samples: int, target: float,
-    wall_s: float = 0.0, job_s: float = 0.0, unseen: bool = False,
+    wall_s: float = 0.0, job_s: float = 0.0, unseen: bool = False, spread: float = 1.0,
 ) -> Reach:  # fmt: skip
     """The pilot size for a ±target bar, as the bar is made: the pilot's sample and the
     speed's noise narrow as 1/√K, the misfit and the speed's wander do not, and speed the
     pilot cannot see (`unseen`: genbench's default, `unseen_drift`) narrows as the pilot's
-    time grows against the job's (a user's --speed-drift does not). A pilot longer than
-    the job is no pilot: the search stops at the job's own length, and past it the plan
-    says what sets the floor, not a pilot of 2,298 requests for a job of 300 samples."""
+    time grows against the job's (a user's --speed-drift does not). The sample's part is
+    taken `spread` times as wide (`spread_margin`: a small pilot's lengths may spread more
+    than it saw). A pilot longer than the job is no pilot: the search stops at the job's
+    own length, and past it the plan says what sets the floor, not a pilot of 2,298
+    requests for a job of 300 samples."""
     hw = speed.halfwidth if speed is not None else 0.0
+    longest = max(max(samples, 1) / max(pilot, 1), 1.0)  # a pilot already as long: itself
+    if longest <= 1.0:  # its own bar is the floor, as measured: no wider one beside it
+        spread = 1.0
 
     def share(x: float) -> float:  # a part of the speed's, as it shows on the time
         return parts.speed * x / hw if hw > 0 else 0.0
 
-    noise2 = parts.sample**2 + (share(speed.noise) ** 2 if speed is not None else 0.0)
+    wider = (spread * spread - 1) * parts.sample**2  # what the margin adds to the sample's
+    noise2 = parts.sample**2 + wider + (share(speed.noise) ** 2 if speed is not None else 0.0)
     wander = share(speed.wander) if speed is not None else 0.0
     drift = share(speed.drift) if speed is not None else 0.0
     if speed is None or hw <= 0:  # no speed split: the old rule's parts
-        noise2 = parts.scales**2
+        noise2 = parts.scales**2 + wider
         wander = math.sqrt(max(parts.floor**2 - parts.misfit**2, 0.0))
 
     def at(r: float) -> dict[str, float]:  # the parts for a pilot r times this one's length
@@ -120,7 +160,6 @@ def pilot_reach(
     def total(r: float) -> float:
         return math.hypot(*at(r).values())
 
-    longest = max(max(samples, 1) / max(pilot, 1), 1.0)  # a pilot already as long: itself
     ends = at(longest)
     floor_from = max(ends, key=lambda k: ends[k])
     if total(longest) > target:
@@ -180,6 +219,7 @@ class WallForecast:
     length_halfwidth: float = 0.0  # the mean output length's own interval (the tokens')
     speed: SpeedBar | None = None  # the server's speed's share, with its parts
     parts: BarParts | None = None  # the wider side of the bar, in the parts that make it
+    spread_margin: float = 1.0  # the pilot's lengths' `spread_margin`: a longer pilot's advice
 
     @property
     def rel_halfwidth(self) -> float:
@@ -329,6 +369,7 @@ def _intervals(
     # pilot mean's ±3% alone, and generate's verdict holds its tokens to this range
     k = max(len(pool.sample_output), 1)
     own = [math.sqrt(1 + k / max(s, 1)) for s, _ in jobs]
+    margin = spread_margin(pool.sample_output)
     result = []
     for j, (s, servers) in enumerate(jobs):
         lo, hi = np.percentile(arr[:, j], [lo_q, hi_q]) if len(arr) else (point[j], point[j])
@@ -358,6 +399,7 @@ def _intervals(
                 length_halfwidth=float(max(out_hi / mean - 1, 1 - out_lo / mean)) if mean else 0.0,
                 speed=speed,
                 parts=parts,
+                spread_margin=margin,
             )
         )
     return result

@@ -139,21 +139,24 @@ def _pilot_size(
 ) -> dict[str, Any]:
     """The pilot size whose bar would be ±5% and ±target (bar.pilot_reach: what a longer
     pilot narrows and what it does not, the default allowance for speed it cannot see
-    narrowing as its time grows, up to a pilot as long as the job); None where no pilot
+    narrowing as its time grows, up to a pilot as long as the job; the sample's part on
+    the upper end of its lengths' spread, `spread_margin`); None where no pilot
     shorter than the job reaches it, with the floor such a pilot leaves and what is most
     of it (`floor_from`)."""
-    p = worst.parts
+    p, margin = worst.parts, worst.spread_margin
     if p is None:
-        need = pilot_size_for(worst.rel_halfwidth, k, target)
+        hw = worst.rel_halfwidth * margin
+        need = pilot_size_for(hw, k, target)
         return {
-            "pilot_size_for_5pct": pilot_size_for(worst.rel_halfwidth, k, TARGET_REL_ERROR),
+            "pilot_size_for_5pct": pilot_size_for(hw, k, TARGET_REL_ERROR),
             "pilot_size_for_target": {"target": target, "requests": need, "samples": need,
-                                      "floor": 0.0, "floor_from": None},  # fmt: skip
+                                      "floor": 0.0, "floor_from": None,
+                                      "spread_margin": margin},  # fmt: skip
         }
 
     def reach(goal: float) -> Reach:
         return pilot_reach(p, worst.speed, k, worst.samples, goal, wall_s, worst.seconds,
-                           unseen)  # fmt: skip
+                           unseen, spread=margin)  # fmt: skip
 
     got = reach(target)
     return {
@@ -165,6 +168,9 @@ def _pilot_size(
             "floor": got.floor,  # the bar of a pilot as long as the job
             "floor_from": None if got.requests is not None else got.floor_from,
             "job_samples": worst.samples,
+            # the sample's part taken this much wider: the lengths may spread more than a
+            # small pilot saw (bar.spread_margin)
+            "spread_margin": margin,
         },
     }
 

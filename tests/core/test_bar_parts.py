@@ -274,7 +274,7 @@ def test_a_small_pilot_of_a_heavy_tail_sizes_the_next_on_its_spreads_upper_end()
             assert need is not None
             reached[way] += math.hypot(1.96 * cv / math.sqrt(need), 0.01) <= 0.05
     assert reached[1] < 0.45 * 300  # its own spread: about a third (the tail unseen)
-    assert reached[2] >= 0.75 * 300  # on the spread's upper end (one-sided 90%): about 80%
+    assert reached[2] >= 0.85 * 300  # on the spread's upper end (one-sided 97.5%): 91%
 
 
 def test_the_spread_margin_asks_little_more_of_light_tails_and_of_long_pilots():
@@ -283,9 +283,9 @@ def test_the_spread_margin_asks_little_more_of_light_tails_and_of_long_pilots():
     rng = np.random.default_rng(6)
     light = [spread_margin(rng.gamma(4.0, 10.0, 64)) ** 2 for _ in range(200)]
     heavy = [spread_margin(rng.lognormal(3.7, 0.8, 64)) ** 2 for _ in range(200)]
-    assert 1.15 < float(np.median(light)) < 1.45 < float(np.median(heavy)) < 2.0
+    assert 1.3 < float(np.median(light)) < 1.8 < float(np.median(heavy)) < 2.4  # 1.60, 2.09
     long = [spread_margin(rng.lognormal(3.7, 0.8, 2000)) ** 2 for _ in range(20)]
-    assert float(np.median(long)) < 1.2  # a pilot that saw the tail is taken at its word
+    assert float(np.median(long)) < 1.3  # a pilot that saw the tail: ×1.22
     assert spread_margin([55.0] * 64) == 1.0  # fixed lengths: no spread to be wrong about
     assert spread_margin([10.0, 90.0, 40.0]) == 1.0  # too few to say
 
@@ -308,9 +308,78 @@ def test_the_plan_asks_for_the_pilot_its_lengths_spread_could_need():
     assert f.spread_margin == margin > 1.2
     size = _pilot_size(f, 64, 0.05)["pilot_size_for_target"]
     assert size["spread_margin"] == margin
-    plain = pilot_reach(f.parts, f.speed, 64, 100_000, 0.05).requests
-    wide = pilot_reach(f.parts, f.speed, 64, 100_000, 0.05, spread=margin).requests
+    skew = f.skew_share  # the skew's share narrows as 1/K, with or without the margin
+    assert size["skew_share"] == skew > 0
+    plain = pilot_reach(f.parts, f.speed, 64, 100_000, 0.05, skew=skew).requests
+    wide = pilot_reach(f.parts, f.speed, 64, 100_000, 0.05, spread=margin, skew=skew).requests
     assert size["requests"] == wide > 1.2 * plain
     # a pilot already as long as its job: the bar it measured, no margin on it
     own = pilot_reach(f.parts, f.speed, 64, 64, 0.05, spread=margin)
     assert own.floor == pytest.approx(f.parts.total)
+
+
+def test_the_skews_share_of_the_sample_narrows_as_one_over_k():
+    """The upper side of a bootstrap-t of a right-skewed mean is its symmetric part, z × the
+    standard error (1/√K), and what the skew adds (Hall's term and past it, 1/K). ±40% at
+    K = 100, half of it the skew's: a pilot r times as long has 0.2/√r + 0.2/r, ±5% at
+    r = 23.3 (u = 1/√r solves 0.2u² + 0.2u = 0.05), where all of it as 1/√K asks for 64."""
+    from genbench.plan.bar import pilot_reach
+
+    parts, bar = _parts_of(0.4, 0.0, 0.0, 0.0, 0.0)
+    u = (-0.2 + math.sqrt(0.2**2 + 4 * 0.2 * 0.05)) / (2 * 0.2)
+    got = pilot_reach(parts, bar, 100, 10**6, 0.05, skew=0.5)
+    assert got.requests == math.ceil(100 / u**2)  # 2,332
+    assert pilot_reach(parts, bar, 100, 10**6, 0.05).requests == 6400
+    # the margin takes both shares wider: 1.5 × (0.2/√r + 0.2/r)
+    wide = pilot_reach(parts, bar, 100, 10**6, 0.05, spread=1.5, skew=0.5).requests
+    u = (-0.3 + math.sqrt(0.3**2 + 4 * 0.3 * 0.05)) / (2 * 0.3)
+    assert wide == math.ceil(100 / u**2)
+    # the side below: a right skew narrows it, so none of it is taken as the skew's
+    from genbench.plan.bar import BarParts
+
+    below = BarParts.of("below", 0.4, 0.0, 0.0, bar)
+    assert pilot_reach(below, bar, 100, 10**6, 0.05, skew=0.5).requests == 6400
+    # a pilot as long as its job: its own bar, whatever its shares
+    assert pilot_reach(parts, bar, 100, 100, 0.05, skew=0.5).floor == pytest.approx(0.4)
+
+
+def test_the_skews_share_is_what_the_upper_side_has_past_the_normal_one():
+    from genbench.plan.bar import length_halfwidth, skew_share
+
+    x = np.array([10.0, 20.0, 30.0, 40.0, 200.0])
+    plain = length_halfwidth(5, x.sum(), (x * x).sum())
+    assert skew_share(x, 2 * plain) == pytest.approx(0.5)
+    assert skew_share(x, plain) == 0.0  # no wider than the normal approximation
+    assert skew_share(x, 0.5 * plain) == 0.0  # narrower (a left skew, or the side below)
+    assert skew_share([55.0] * 64, 0.1) == 0.0  # fixed lengths: no spread, no share
+    assert skew_share([55.0], 0.1) == 0.0  # one length: no interval to split
+
+
+def test_a_pilot_that_drew_a_far_outlier_still_finds_a_pilot_for_a_long_job():
+    """Seen on the sim (benchmarks/README.md, "A small pilot's advice, followed"): 64
+    requests of lognormal σ 1.0 that drew a far outlier showed ±210%, three quarters of it
+    the skew's, and the plan said no pilot short of the 100K-sample job reaches ±5%, where
+    100K requests of that shape know their mean to ±0.8%: all of the bar was carried to the
+    longer pilot as 1/√K, the skew's share with it, and on the spread's upper end. Here 63
+    such lengths and one at e^3.5 × the median (1,324 tokens, 33 × the median): the skew's
+    share narrows as 1/K, and the advice is a pilot, a large one, short of the job."""
+    from test_plan_math import pool
+
+    from genbench.plan.bar import pilot_reach
+
+    rng = np.random.default_rng(3)
+    x = rng.lognormal(math.log(40), 1.0, 64)
+    x[0] = 40 * math.exp(3.5)
+    m = model()
+    m.pool = pool(x)
+    m.pilot_samples = m.pilot_requests = 64
+    m.replay_send_s = 5.0  # the replay to the last send on time: the misfit is its 1% floor
+    (f,) = forecast(m, [(100_000, 1)], boot=40)
+    assert f.parts is not None and f.parts.side == "above" and f.rel_halfwidth > 1.5
+    assert f.skew_share > 0.6
+    size = _pilot_size(f, 64, 0.05)["pilot_size_for_target"]
+    assert size["skew_share"] == f.skew_share
+    assert size["requests"] is not None and 64 * 100 < size["requests"] < 100_000
+    # all of it as 1/√K, on the same margin: none short of the job, as before
+    old = pilot_reach(f.parts, f.speed, 64, 100_000, 0.05, spread=f.spread_margin)
+    assert old.requests is None and old.floor > 0.1

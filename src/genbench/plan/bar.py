@@ -27,9 +27,10 @@ TARGET_REL_ERROR = 0.05  # the pilot size that gives a ±5% bar is reported
 # to a few thousandths, does not show (a bar of ±0.2% missed a job 0.3% off)
 MISFIT_FLOOR = 0.01
 POINT_REQUESTS = 100_000  # requests simulated in all for the point forecast (~0.2 s)
-# the advice for a longer pilot is sized on the upper end of a one-sided 90% interval for
-# the spread of the lengths (`spread_margin`): 64 requests of a heavy tail see little of it
-SPREAD_Z = 1.2816
+# the advice for a longer pilot is sized on the upper end of a one-sided 97.5% interval for
+# the spread of the lengths (`spread_margin`): 64 requests of a heavy tail see little of it,
+# and the pilot advised measures its own bar, which scatters about the one it was sized on
+SPREAD_Z = 1.96
 
 
 def series_halfwidth(values: Sequence[float]) -> float:
@@ -90,10 +91,12 @@ def spread_margin(values: Sequence[float] | np.ndarray, z: float = SPREAD_Z) -> 
     asked for 1,206, whose pilot showed ±7.4%). A chi-square bound assumes normal lengths
     (kurtosis 3); Bonett's (Computational Statistics & Data Analysis 50, 2006) takes the
     sample's kurtosis (about a trimmed mean), so a heavy tail widens it and light-tailed
-    lengths get little: about ×1.2–1.35 in pilot size for uniform to gamma (shape 4)
-    lengths at 64 samples, ×1.7 for lognormal σ 0.8 (×1.13 at 2,000), shrinking as
-    √(kurtosis / K) (benchmarks/README.md). 1 with fewer than 4 values or no spread (fixed
-    lengths)."""
+    lengths get less: about ×1.3–1.6 in pilot size for uniform to gamma (shape 4) lengths
+    at 64 samples, ×2.1 for lognormal σ 0.8 (×1.22 at 2,000), shrinking as √(kurtosis / K)
+    (benchmarks/README.md). One-sided 97.5% (`SPREAD_Z`): the skew's share of the bar
+    narrows as 1/K (`skew_share`), and a 90% bound without that share's 1/√K carry left
+    the advised pilots of 64-request pilots over ±5% in 20–30% (lognormal σ 0.6–1.0),
+    12–18% at 97.5%. 1 with fewer than 4 values or no spread (fixed lengths)."""
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
     n = len(x)
@@ -108,6 +111,23 @@ def spread_margin(values: Sequence[float] | np.ndarray, z: float = SPREAD_Z) -> 
     c = n / (n - z)
     se = c * math.sqrt(max(kurt - (n - 3) / n, 0.0) / (n - 1))
     return max(math.sqrt(c * math.exp(z * se)), 1.0)
+
+
+def skew_share(values: Sequence[float] | np.ndarray, upper: float) -> float:
+    """The share of the upper side of a mean length's bar (`upper`, relative: the
+    bootstrap-t's) that is more than its symmetric part, the normal approximation's
+    1.96 × the standard error from the same lengths: 1 − that / `upper`, in [0, 1). The
+    symmetric part narrows as 1/√K in a pilot K times as long; what the skew adds to the
+    upper side of a studentized mean (Hall's one-term correction and the bootstrap-t's
+    tail past it) as 1/K (`pilot_reach`'s `skew`). A pilot of lognormal σ 1.0 that drew a
+    far outlier: ±199% at 64 requests, of which the symmetric part was about a quarter.
+    0 where `upper` is no wider (no skew to the right) or there is no spread."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    plain = length_halfwidth(len(x), float(x.sum()), float((x * x).sum()))
+    if not math.isfinite(plain) or plain <= 0 or not upper > plain:
+        return 0.0
+    return 1 - plain / upper
 
 
 @dataclass(frozen=True)
@@ -125,37 +145,44 @@ class Reach:
 def pilot_reach(
     parts: BarParts, speed: SpeedBar | None, pilot: int, samples: int, target: float,
     wall_s: float = 0.0, job_s: float = 0.0, unseen: bool = False, spread: float = 1.0,
+    skew: float = 0.0,
 ) -> Reach:  # fmt: skip
     """The pilot size for a ±target bar, as the bar is made: the pilot's sample and the
     speed's noise narrow as 1/√K, the misfit and the speed's wander do not, and speed the
     pilot cannot see (`unseen`: genbench's default, `unseen_drift`) narrows as the pilot's
     time grows against the job's (a user's --speed-drift does not). The sample's part is
     taken `spread` times as wide (`spread_margin`: a small pilot's lengths may spread more
-    than it saw). A pilot longer than the job is no pilot: the search stops at the job's
-    own length, and past it the plan says what sets the floor, not a pilot of 2,298
-    requests for a job of 300 samples."""
+    than it saw), and its `skew` share (`skew_share`: what a right skew adds to the upper
+    side of a bootstrap-t, on the wider side above) narrows as 1/K, not 1/√K: carried as
+    1/√K, a pilot that drew a far outlier (±199% at 64 requests of lognormal σ 1.0) found
+    no pilot short of its 100K-sample job reaching ±5%. A pilot longer than the job is no
+    pilot: the search stops at the job's own length, and past it the plan says what sets
+    the floor, not a pilot of 2,298 requests for a job of 300 samples."""
     hw = speed.halfwidth if speed is not None else 0.0
     longest = max(max(samples, 1) / max(pilot, 1), 1.0)  # a pilot already as long: itself
     if longest <= 1.0:  # its own bar is the floor, as measured: no wider one beside it
         spread = 1.0
+    if parts.side != "above":  # a right skew narrows the side below: all of it as 1/√K
+        skew = 0.0
 
     def share(x: float) -> float:  # a part of the speed's, as it shows on the time
         return parts.speed * x / hw if hw > 0 else 0.0
 
-    wider = (spread * spread - 1) * parts.sample**2  # what the margin adds to the sample's
-    noise2 = parts.sample**2 + wider + (share(speed.noise) ** 2 if speed is not None else 0.0)
+    # the sample's part, the margin on both of its shares: symmetric (1/√K) and skew (1/K)
+    sym, skewed = spread * parts.sample * (1 - skew), spread * parts.sample * skew
+    noise2 = share(speed.noise) ** 2 if speed is not None else 0.0  # the speed's noise
     wander = share(speed.wander) if speed is not None else 0.0
     drift = share(speed.drift) if speed is not None else 0.0
     if speed is None or hw <= 0:  # no speed split: the old rule's parts
-        noise2 = parts.scales**2 + wider
+        noise2 = max(parts.scales**2 - parts.sample**2, 0.0)
         wander = math.sqrt(max(parts.floor**2 - parts.misfit**2, 0.0))
 
     def at(r: float) -> dict[str, float]:  # the parts for a pilot r times this one's length
         d = drift
         if unseen and wall_s > 0 and job_s > 0:
             d = drift * (job_s + wall_s) / (job_s + wall_s * r)
-        return {"sample": math.sqrt(noise2 / r), "misfit": parts.misfit, "speed": wander,
-                "unseen": d}  # fmt: skip
+        sample = math.hypot(sym / math.sqrt(r) + skewed / r, math.sqrt(noise2 / r))
+        return {"sample": sample, "misfit": parts.misfit, "speed": wander, "unseen": d}
 
     def total(r: float) -> float:
         return math.hypot(*at(r).values())
@@ -220,6 +247,7 @@ class WallForecast:
     speed: SpeedBar | None = None  # the server's speed's share, with its parts
     parts: BarParts | None = None  # the wider side of the bar, in the parts that make it
     spread_margin: float = 1.0  # the pilot's lengths' `spread_margin`: a longer pilot's advice
+    skew_share: float = 0.0  # the share of the mean length's upper side its skew adds (1/K)
 
     @property
     def rel_halfwidth(self) -> float:
@@ -370,6 +398,7 @@ def _intervals(
     k = max(len(pool.sample_output), 1)
     own = [math.sqrt(1 + k / max(s, 1)) for s, _ in jobs]
     margin = spread_margin(pool.sample_output)
+    skew = skew_share(pool.sample_output, float(out_hi) / mean - 1) if mean > 0 else 0.0
     result = []
     for j, (s, servers) in enumerate(jobs):
         lo, hi = np.percentile(arr[:, j], [lo_q, hi_q]) if len(arr) else (point[j], point[j])
@@ -400,6 +429,7 @@ def _intervals(
                 speed=speed,
                 parts=parts,
                 spread_margin=margin,
+                skew_share=skew,
             )
         )
     return result

@@ -140,7 +140,8 @@ def _pilot_size(
     """The pilot size whose bar would be ±5% and ±target (bar.pilot_reach: what a longer
     pilot narrows and what it does not, the default allowance for speed it cannot see
     narrowing as its time grows, up to a pilot as long as the job; the sample's part on
-    the upper end of its lengths' spread, `spread_margin`); None where no pilot
+    the upper end of its lengths' spread, `spread_margin`, and what their skew adds to its
+    upper side narrowing as 1/K, `skew_share`); None where no pilot
     shorter than the job reaches it, with the floor such a pilot leaves and what is most
     of it (`floor_from`)."""
     p, margin = worst.parts, worst.spread_margin
@@ -156,7 +157,7 @@ def _pilot_size(
 
     def reach(goal: float) -> Reach:
         return pilot_reach(p, worst.speed, k, worst.samples, goal, wall_s, worst.seconds,
-                           unseen, spread=margin)  # fmt: skip
+                           unseen, spread=margin, skew=worst.skew_share)  # fmt: skip
 
     got = reach(target)
     return {
@@ -171,6 +172,8 @@ def _pilot_size(
             # the sample's part taken this much wider: the lengths may spread more than a
             # small pilot saw (bar.spread_margin)
             "spread_margin": margin,
+            # the share of the sample's part the lengths' skew adds, which narrows as 1/K
+            "skew_share": worst.skew_share,
         },
     }
 

@@ -18,9 +18,12 @@ the sims and this script on this one.
 `--in-process`: the same question over hundreds of pilots a shape, no server: each pilot's
 lengths drawn from the shape, the sample's part of its bar the bootstrap-t of the mean
 length (`bar._studentized`, as `length_bar.py`: the sim's wall time goes as its tokens), a
-1% misfit beside it, the advice `bar.pilot_reach` with and without `bar.spread_margin`,
-and a fresh pilot of the advised size drawn and its bar made the same way (a pilot inside
-±5% already asks for none: its own bar). K* is the size whose bar is ±5% for the shape's
+1% misfit beside it, the advice `bar.pilot_reach` four ways (`WAYS`: all of the sample's
+part as 1/√K; on `bar.spread_margin`'s one-sided 90% bound, as 1/√K; on its 90% or 97.5%
+bound with the skew's share, `bar.skew_share`, as 1/K: the last this revision's), and a
+fresh pilot of the advised size drawn and its bar made the same way (a pilot inside ±5%
+already asks for none: its own bar); and how many pilots found no pilot shorter than a
+100K-sample job reaching ±5%. K* is the size whose bar is ±5% for the shape's
 typical pilot (the median bar of 30 pilots of 4,000, scaled as 1/√K).
 
     .venv/bin/python benchmarks/pilot_advice.py --seeds 1,2,3 \\
@@ -44,11 +47,14 @@ import numpy as np
 import orjson
 
 from genbench.generate.wander import SpeedBar
-from genbench.plan.bar import BarParts, _studentized, pilot_reach, spread_margin
+from genbench.plan.bar import BarParts, _studentized, pilot_reach, skew_share, spread_margin
 from genbench.sim.process import SimProcess
 
 GENBENCH = [sys.executable, "-m", "genbench"]
 TARGET = 0.05
+# --in-process's ways to advise: (the spread margin's z, 0: none; the skew's share as 1/K)
+WAYS = {"1/√K": (0.0, False), "margin 90%": (1.2816, False), "90%, skew": (1.2816, True),
+        "97.5%, skew": (1.96, True)}  # fmt: skip
 
 
 def plan(url: str, prompts: Path, k: int, out: Path, boot: int, src: str | None) -> dict:
@@ -114,22 +120,30 @@ def in_process(shapes: list[str], pilots: int, k: int, boot: int, cap: int) -> N
     print(f"load average {os.getloadavg()[0]:.2f}; {pilots} pilots of {k} a shape, {boot} "
           "replicates, misfit 1%, target ±5%")  # fmt: skip
     print("| lengths | K* | advice | K' p10 / p50 / p90 | K'/K* p50 | its bar p50 / p90 | "
-          "over ±5% | over ±5.5% |\n|---|---|---|---|---|---|---|---|")
+          "over ±5% | over ±5.5% | none for 100K |\n|---|---|---|---|---|---|---|---|---|")
     for shape in shapes:
         big = [boot_bar(rng, draw(rng, shape, 4000), boot) for _ in range(30)]
         room = math.sqrt(TARGET**2 - misfit**2)
         kstar = 4000 * (float(np.median(big)) / room) ** 2
         xs = [draw(rng, shape, k) for _ in range(pilots)]
         parts = [BarParts.of("above", boot_bar(rng, x, boot), 0.0, misfit, speed) for x in xs]
-        for way in ("1/√K", "margin"):
-            asked, bars = [], []
+        for way, (z, skewed) in WAYS.items():
+            asked, bars, none = [], [], 0
             for x, p in zip(xs, parts, strict=True):
                 if p.total <= TARGET:  # inside already: no advice, its own bar
                     asked.append(k)
                     bars.append(p.total)
                     continue
-                spread = spread_margin(x) if way == "margin" else 1.0
-                need = pilot_reach(p, speed, k, 10**6, TARGET, spread=spread).requests or 1
+                spread = spread_margin(x, z) if z else 1.0
+                skew = skew_share(x, p.sample) if skewed else 0.0
+                # a job of 100K samples: does any pilot shorter than it reach ±5%?
+                none += pilot_reach(p, speed, k, 100_000, TARGET, spread=spread,
+                                    skew=skew).requests is None  # fmt: skip
+                need = pilot_reach(p, speed, k, 10**6, TARGET, spread=spread, skew=skew).requests
+                if need is None:  # no pilot short of 10⁶ reaches it: a miss
+                    asked.append(10**6)
+                    bars.append(math.inf)
+                    continue
                 asked.append(need)
                 n = min(need, cap)  # past the cap: its bar from one of the cap's, × √(cap/K')
                 hw = boot_bar(rng, draw(rng, shape, n), boot) * math.sqrt(n / need)
@@ -137,7 +151,8 @@ def in_process(shapes: list[str], pilots: int, k: int, boot: int, cap: int) -> N
             a, b = np.percentile(asked, [10, 50, 90]), np.asarray(bars)
             print(f"| {shape} | {kstar:,.0f} | {way} | {a[0]:,.0f} / {a[1]:,.0f} / {a[2]:,.0f} | "
                   f"{a[1] / kstar:.2f} | ±{np.median(b):.1%} / ±{np.percentile(b, 90):.1%} | "
-                  f"{np.mean(b > TARGET):.0%} | {np.mean(b > 1.1 * TARGET):.0%} |", flush=True)
+                  f"{np.mean(b > TARGET):.0%} | {np.mean(b > 1.1 * TARGET):.0%} | {none} |",
+                  flush=True)  # fmt: skip
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ import inspect
 import math
 import os
 import random
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -195,7 +196,16 @@ def test_the_default_allowance_note_names_the_flag_for_a_longer_pilot(pilot_dir,
     doc, _ = make_plan(args(from_=[pilot_dir], samples="100K", bootstrap=40,
                             out_dir=tmp_path / "n"), Quiet())  # fmt: skip
     [said] = [n for n in doc["notes"] if "genbench's default, 15%" in n]
-    assert "a pilot twice as long (--pilot-min-time " in said and " would make it ±" in said
+    # a pilot of seconds for a job of hours: twice as long leaves the allowance as it was,
+    # and says so (it said 'would make it ±15.0%' beside a range of ±15.0%)
+    assert "a pilot twice as long (--pilot-min-time " in said
+    assert " would leave it ±15.0% (the job is " in said and "would make it" not in said, said
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="2K", bootstrap=40,
+                            out_dir=tmp_path / "k"), Quiet())  # fmt: skip
+    [said] = [n for n in doc["notes"] if "genbench's default, 15%" in n]
+    shown = re.search(r"the range includes ±([\d.]+)% in speed", said)
+    would = re.search(r"twice as long \(--pilot-min-time \d+\) would make it ±([\d.]+)%", said)
+    assert shown and would and float(would[1]) < float(shown[1]), said
     # a pilot over half its job: twice it would outrun the job, so none is asked for
     doc, _ = make_plan(args(from_=[pilot_dir], samples="200", bootstrap=40,
                             out_dir=tmp_path / "s"), Quiet())  # fmt: skip

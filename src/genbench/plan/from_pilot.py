@@ -336,17 +336,23 @@ def _twice(
     """What a longer pilot would make the default allowance, and the flag for one: the
     pilot the bar's target asks for where it asks one (`_asked`), else one twice as long;
     none asked of a pilot already over half its job (twice it would outrun the job)."""
+    now = unseen_drift(worst.seconds, model.pilot_wall_s)
+
+    def would(wall: float) -> str:  # the allowance a pilot of `wall` seconds leaves
+        new = unseen_drift(worst.seconds, wall)
+        if f"{new:.1%}" != f"{now:.1%}":
+            return f"would make it ±{new:.1%} and see more of the server's own wander"
+        # a pilot of seconds against a job of hours: 'would make it ±15.0%' read as a change
+        return (f"would leave it ±{new:.1%} (the job is {worst.seconds / wall:,.0f} times "
+                "as long) but see more of the server's own wander")  # fmt: skip
+
     if asked := _asked(model, worst, size):
         wall = model.pilot_wall_s * asked / model.pilot_samples
-        return (f"a pilot of {_target_pilot(model, inputs, asked, size)}, would make it "
-                f"±{unseen_drift(worst.seconds, wall):.1%} and see more of the server's own "
-                "wander")  # fmt: skip
+        return f"a pilot of {_target_pilot(model, inputs, asked, size)}, {would(wall)}"
     if 2 * model.pilot_samples > worst.samples:
         return (f"this pilot is {model.pilot_samples / worst.samples:.0%} of the job already: "
                 "a longer one would narrow it little")  # fmt: skip
-    return (f"a pilot twice as long ({_longer(model, inputs)}) would make it "
-            f"±{unseen_drift(worst.seconds, 2 * model.pilot_wall_s):.1%} and see more of the "
-            "server's own wander")  # fmt: skip
+    return f"a pilot twice as long ({_longer(model, inputs)}) {would(2 * model.pilot_wall_s)}"
 
 
 def _longer(model: PilotModel, inputs: dict[str, Any], times: float = 2.0) -> str:

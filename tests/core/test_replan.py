@@ -422,3 +422,19 @@ def test_the_next_command_runs_the_job_planned_as_printed():
     line = next_line(doc, Path("plans/p/plan.json")).removeprefix("next: ")
     words = shlex.split(line, comments=True)  # as a shell reads it: the rest is a comment
     assert words[-2:] == ["--plan", "plans/p"] and "#" in line, line
+
+
+def test_a_replan_takes_target_error_or_keeps_its_pilots(pilot_dir, tmp_path):
+    """--target-error on a re-plan sizes the pilot for that bar (a trial gave 10 and read
+    'no pilot reaches ±5%': neither applied nor refused); not given, the pilot's plan's
+    target holds, and a pilot plan without one is sized for ±5%."""
+    doc, _ = make_plan(args(from_=[pilot_dir], samples="20K", bootstrap=40, speed_drift="0",
+                            target_error=10.0, out_dir=tmp_path / "ten"), Quiet())  # fmt: skip
+    assert doc["inputs"]["target_error"] == pytest.approx(0.10)
+    assert doc["pilot_size_for_target"]["target"] == pytest.approx(0.10)
+    again, _ = make_plan(args(from_=[tmp_path / "ten"], samples="20K", bootstrap=40,
+                              out_dir=tmp_path / "kept"), Quiet())  # fmt: skip
+    assert again["pilot_size_for_target"]["target"] == pytest.approx(0.10)
+    plain, _ = make_plan(args(from_=[pilot_dir], samples="20K", bootstrap=40,
+                              out_dir=tmp_path / "five"), Quiet())  # fmt: skip
+    assert plain["pilot_size_for_target"]["target"] == pytest.approx(0.05)

@@ -47,9 +47,10 @@ OPTIONS: dict[str, Any] = {
     "api_key_file": common.KEY_FILE,
     "pilot": (None, "Pilot requests drawn from --prompts. [default: until the bar reaches "
               "--target-error, at least max(200, 8·C) requests, at most --pilot-max-time]"),
-    "target_error": (5.0, "Pilot without --pilot: stop once the mean output length is known "
-                     "to ±0.8 × this percent (95%), leaving the rest of the bar to the "
-                     "server's speed."),
+    "target_error": (None, "The bar the plan sizes a pilot for ('±5% needs a pilot of about "
+                     "…'); a pilot without --pilot also stops once the mean output length "
+                     "is known to ±0.8 × this percent (95%), leaving the rest of the bar to "
+                     "the server's speed. [default: 5; a re-plan (--from) keeps its pilot's]"),
     "pilot_min_time": (0.0, "Pilot without --pilot: run at least this many seconds (a server "
                        "whose speed wanders needs minutes)."),
     "pilot_max_time": (600.0, "Pilot without --pilot: stop after this many seconds."),

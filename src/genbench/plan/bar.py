@@ -33,6 +33,11 @@ POINT_REQUESTS = 100_000  # requests simulated in all for the point forecast (~0
 SPREAD_Z = 1.96
 
 
+def target_of(percent: float | None) -> float:
+    """--target-error's percent as a fraction: TARGET_REL_ERROR where not given."""
+    return percent / 100 if percent else TARGET_REL_ERROR
+
+
 def series_halfwidth(values: Sequence[float]) -> float:
     """Relative 95% half-width of the mean of a series of stretches in time (batch means):
     Student t × the standard error, inflated by (1 + ρ) / (1 − ρ) for the lag-1

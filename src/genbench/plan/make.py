@@ -21,6 +21,7 @@ from genbench.generate.pipeline import Retries
 from genbench.generate.planned import DEFAULT_CONCURRENCY
 from genbench.generate.recipe import TURNS, Recipe
 from genbench.plan import rescale
+from genbench.plan.bar import target_of
 from genbench.plan.climb import (
     CLIMB_SHARE,
     climb,
@@ -102,7 +103,7 @@ class PlanArgs(RequestFlags):
     api_key_env: str
     api_key_file: Path | None
     pilot: int | None
-    target_error: float
+    target_error: float | None  # percent; None: ±5%, or a re-plan's pilot's
     pilot_min_time: float
     pilot_max_time: float
     # percent, or "default" (generate.wander.unseen_drift); None: not given (a pilot takes
@@ -370,7 +371,8 @@ def _pilot_run(args: PlanArgs, watch: PilotWatch, climbing: bool = False
     stop = None
     if not args.pilot:
         stop = PilotStop(
-            target=args.target_error / 100, min_s=args.pilot_min_time, max_s=args.pilot_max_time
+            target=target_of(args.target_error), min_s=args.pilot_min_time,
+            max_s=args.pilot_max_time,
         )
     concurrency = args.concurrency or DEFAULT_PILOT_C
     assert args.url and args.prompts

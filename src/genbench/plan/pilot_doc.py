@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from genbench.check.preflight import CheckReport
+from genbench.plan.bar import target_of
 from genbench.plan.climb import Climbed
 from genbench.plan.pilot import PilotInput, PilotRun, PilotStop
 from genbench.plan.units import speed_drift
@@ -54,7 +55,8 @@ def pilot_inputs(pilot: PilotSetup, args: Any, run: PilotRun, counts: list[int])
         "turns": args.turns,
         "tool_policy": args.tool_policy,
         "pilot_fixed": args.pilot,
-        "target_error": stop.target if stop is not None else None,
+        # the bar the plan sizes a pilot for: an open-ended pilot's stopped on it too
+        "target_error": stop.target if stop is not None else target_of(args.target_error),
         "pilot_min_time_s": stop.min_s if stop is not None else None,
         "pilot_max_time_s": stop.max_s if stop is not None else None,
         "pilot_stopped": run.stopped,

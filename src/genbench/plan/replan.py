@@ -117,6 +117,8 @@ def replan(
         samples=counts, servers=args.servers, speed_drift=drift, seed=args.seed,
         bootstrap=args.bootstrap,
     )  # fmt: skip
+    if args.target_error is not None:  # else the pilot's plan's target holds
+        inputs["target_error"] = args.target_error / 100
     source = {**(old.get("source") or {}), "records": str(src), "replanned_from": old["_path"]}
     doc = plan_from_pilot(run, c, counts, args.servers, hidden, source, inputs, args.bootstrap,
                           args.seed, storage=_storage(old, run, hidden),

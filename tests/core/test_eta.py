@@ -444,3 +444,16 @@ def test_a_miss_the_jobs_own_speeds_still_reach_is_not_said_outside():
     # slower: on course for 325 s (305 – 345), but its fastest speeds reach back to 200 s
     d = f.course(25.0, 300.0, 280.0, 320.0, 400.0, 175.0)
     assert d["verdict"] == "unsure" and d["direction"] == "slower" and d["missed_for_s"] is None
+
+
+def test_the_last_row_written_ends_the_hold():
+    """With nothing left to run (an ETA of 0 s, its range 0), the job's end is known: a
+    miss is said at once, not held 'unsure' (a trial's last line said 'plan: unsure,
+    slower' beside the ending's 'outside its bar'); inside, inside."""
+    from genbench.plan.document import JobForecast
+
+    f = JobForecast("p.json", "pilot", 200, 1, 11.5, 10.4, 12.8, "b", None)
+    assert f.course(15.0, 0.5, 0.2, 0.9, 0.9, 0.2)["verdict"] == "unsure"  # a row left
+    assert f.course(15.8, 0.0, 0.0, 0.0, 0.0, 0.0)["verdict"] == "outside"
+    g = JobForecast("p.json", "pilot", 200, 1, 11.5, 10.4, 12.8, "b", None)
+    assert g.course(12.0, 0.0, 0.0, 0.0, 0.0, 0.0)["verdict"] == "inside"

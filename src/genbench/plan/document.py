@@ -169,7 +169,9 @@ class JobForecast:
             self.missed_since = elapsed_s
         if self.lo_s <= on <= self.hi_s:
             d["verdict"] = "inside"
-        elif missed and elapsed_s - self.missed_since >= self.hold_s:  # type: ignore[operator]
+        elif missed and (eta_hi == 0 or elapsed_s - self.missed_since >= self.hold_s):  # type: ignore[operator]
+            # nothing left to run (the last row written): the end is known, no hold; the
+            # last line said 'unsure' beside the ending's 'outside its bar'
             d["verdict"] = "outside"
         else:
             d["verdict"] = "unsure"

@@ -152,6 +152,14 @@ def test_the_speed_note_gives_the_speed_part_the_breakdown_shows():
     h = f.speed.halfwidth
     (said,) = [n for n in notes if "the range includes it" in n]
     assert f"±{h:.1%} in speed for 8 samples" in said
+    # the default allowance the next note gives is inside that ±, and said so (a trial
+    # read '±37.8%' and '±13.6%' as two parts to add)
+    assert f.speed.drift == 0 and "below for speed it cannot see" not in said
+    (g,) = forecast(model(stretches, 3.0), [(8, 1)], boot=2, drift=None)  # the default's
+    (said,) = [n for n in _speed_notes(model(stretches, 3.0), {}, g)
+               if "the range includes it" in n]  # fmt: skip
+    assert g.speed.drift > 0
+    assert f"the ±{g.speed.drift:.1%} below for speed it cannot see among it" in said, said
     held = min(h, SPEED_MAX)  # on the time, held as the live ETA holds it
     assert f"+{f.parts.speed:.1%} / −{1 - 1 / (1 + held):.1%} on the time" in said, said
     text = _bar_parts(f.rel_halfwidth, _wall(f)["parts"], _pilot_size(f, 2, 0.05)[

@@ -260,10 +260,14 @@ def _speed_notes(
         )
         h = min(speed.halfwidth, SPEED_MAX)  # on the time: as the bar's breakdown shows it
         held = f", held to ±{SPEED_MAX:.0%}" if speed.halfwidth > SPEED_MAX else ""
+        # the speed's whole half-width holds the drift the next note names: one figure, not
+        # two a reader adds (a trial read ±37.8% and ±13.6% as two parts)
+        with_drift = (f", the ±{speed.drift:.1%} below for speed it cannot see among it"
+                      if speed.drift > 0 else "")  # fmt: skip
         notes.append(
             f"the server's speed varied ±{moved}: {why}; the range includes it "
-            f"(±{speed.halfwidth:.1%} in speed for {worst.samples:,} samples{held}: "
-            f"+{1 / max(1 - h, 0.05) - 1:.1%} / −{1 - 1 / (1 + h):.1%} on the time)"
+            f"(±{speed.halfwidth:.1%} in speed for {worst.samples:,} samples{with_drift}"
+            f"{held}: +{1 / max(1 - h, 0.05) - 1:.1%} / −{1 - 1 / (1 + h):.1%} on the time)"
         )
     wall = model.pilot_wall_s
     pilot = fmt.duration(wall) if wall >= 0.1 else fmt.ms(wall)  # a tiny pilot's: not 0.0 s

@@ -219,13 +219,18 @@ def test_a_projection_past_the_plans_range_never_reads_as_one_of_its_ends():
     seen live): a decimal more where one would make them the same figure."""
     from rich.console import Console
 
-    from genbench.generate.render import _apart, _course
+    from genbench.generate.apart import apart as _apart
+    from genbench.generate.render import _course
 
     assert _apart(148.0, 142.4, 147.1) == ("2.47 min", "2.37 – 2.45 min", "0.00 min")
     # inside too: never read as one of its ends (a trial's 'took 1.6 min' against '1.6 – 3.2')
     assert _apart(146.0, 142.4, 147.1, 144.7) == ("2.43 min", "2.37 – 2.45 min", "2.41 min")
     assert _apart(150.0, 120.0, 180.0, 150.0) == ("2.5 min", "2.0 – 3.0 min", "2.5 min")
     assert _apart(147.15, 142.4, 147.1)[0] == "2.453 min"  # up to 3 decimals
+    # in the plan's unit, as the panel's line above gives it ('plan 34 s (31 – 38 s)'), not
+    # '2.1 min, past the plan's 0.5 – 0.6 min' (a trial); a time of hours keeps its own
+    assert _apart(125.0, 31.0, 38.0)[:2] == ("125 s", "31 – 38 s")
+    assert _apart(3 * 3600.0, 31.0, 38.0)[0].endswith(" h")
     # the panel's ETA in its range's unit ('102.0 s (1.4 – 2.0 min)' was one)
     from genbench.generate.render import _with_bar
 
@@ -245,7 +250,8 @@ def test_figures_carry_only_the_decimals_they_have_and_need():
     decimal tells a person nothing ('34 s (32 – 37 s)'); small ones keep theirs ('2 min
     (1 – 3 min)' would say nothing), and the rule that tells a time outside the range from
     its ends, and the ends from each other, adds decimals from there."""
-    from genbench.generate.render import _apart, _with_bar
+    from genbench.generate.apart import apart as _apart
+    from genbench.generate.render import _with_bar
 
     assert _with_bar(102.0, 98.0, 106.0) == "102 s (98 – 106 s)"
     assert _with_bar(102.0, None, None, " (no bar)") == "102 s (no bar)"

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from genbench.fmt import counted, duration, duration_range, number, pct, rate, tokens
+from genbench.generate.apart import apart, figures
 from genbench.generate.ending import LABELS, rows
 from genbench.generate.eta import Eta
 from genbench.generate.jobconfig import JobConfig
@@ -150,10 +151,10 @@ class JobConsole(Listener):
             self.plan_outcome = o
             inside = {True: ", inside its bar", False: ", [red]outside its bar[/]", None: ""}
             if f.lo_s is not None and f.hi_s is not None:  # as many decimals as tell them apart
-                took, bar, mid = _apart(result.sending_s, f.lo_s, f.hi_s, f.seconds)
+                took, bar, mid = apart(result.sending_s, f.lo_s, f.hi_s, f.seconds)
                 said = f"{mid} ({bar}) for {f.rows:,} rows"
             else:  # no bar: as many as make their ratio the error said
-                took, _, mid = _apart(result.sending_s, f.seconds, f.seconds, f.seconds)
+                took, _, mid = apart(result.sending_s, f.seconds, f.seconds, f.seconds)
                 said = f"{mid} (no bar) for {f.rows:,} rows"
             self.console.print(
                 f"  plan: {said}; the job took {took}: "
@@ -174,7 +175,7 @@ def _tokens_verdict(o: dict[str, Any], planned_rows: int, estimated_rows: int = 
     inside = o.get("tokens_inside_bar")
     if inside is None:
         return ""
-    x, bar = _tokens_apart(o["actual_tokens"], o["tokens_lo"], o["tokens_hi"])
+    x, bar = _tokensapart(o["actual_tokens"], o["tokens_lo"], o["tokens_hi"])
     est = " (estimated)" if estimated_rows else ""
     where = "inside" if inside else "outside"
     rows = o["tokens_rows"]
@@ -186,7 +187,7 @@ def _tokens_verdict(o: dict[str, Any], planned_rows: int, estimated_rows: int = 
     return "; " + (said if inside else f"[red]{said}[/]")
 
 
-def _tokens_apart(x: float, lo: float, hi: float) -> tuple[str, str]:
+def _tokensapart(x: float, lo: float, hi: float) -> tuple[str, str]:
     """Token counts as fmt.tokens says them ('71.2K', '58.1K – 61.9K'), or exact where
     three digits would make a count outside the range read as one of its ends, or the
     range's two ends one figure."""
@@ -228,7 +229,7 @@ def _verdict_text(plan: dict[str, Any]) -> str:
     if plan["verdict"] == "inside" or way is None or on is None:
         bar = _with_bar(plan["seconds"], plan["lo_s"], plan["hi_s"])
         return f"plan: {plan['verdict']}, the plan's {bar}"
-    on_text, bar, mid = _apart(on, plan["lo_s"], plan["hi_s"], plan["seconds"], agree=False)
+    on_text, bar, mid = apart(on, plan["lo_s"], plan["hi_s"], plan["seconds"], agree=False)
     return (f"plan: {plan['verdict']}, {way}: at its own rate on course for {on_text} against "
             f"the plan's {mid} ({bar})")  # fmt: skip
 
@@ -243,8 +244,8 @@ def _with_bar(seconds: float, lo: float | None, hi: float | None, none: str = ""
     bar's unit and decimals ('102.0 s (1.4 – 2.0 min)' was one ETA), none where it is a
     whole number in it ('102 s', the live ETA's whole seconds)."""
     if lo is None or hi is None:
-        return _apart(seconds, seconds, seconds)[0] + none
-    x, low, high, _, unit = _figures(seconds, lo, hi)
+        return apart(seconds, seconds, seconds)[0] + none
+    x, low, high, _, unit = figures(seconds, lo, hi)
     if low == high:  # a range under the figure's last digit: 'ETA 9 s', not '(9 – 9 s)'
         return f"{x} {unit}"
     return f"{x} {unit} ({low} – {high} {unit})"
@@ -350,7 +351,7 @@ def _course(plan: dict[str, Any]) -> Text | None:
     verdict, on = plan.get("verdict"), plan.get("on_course_s")
     if verdict not in ("outside", "unsure") or on is None:
         return None
-    on_text, plan_range, _ = _apart(on, plan["lo_s"], plan["hi_s"])
+    on_text, plan_range, _ = apart(on, plan["lo_s"], plan["hi_s"])
     if plan.get("on_course_lo_s") is None or plan.get("on_course_hi_s") is None:
         return Text(
             f"on course for {on_text}, past the plan's {plan_range}, but the ETA has no "
@@ -383,63 +384,6 @@ def _course(plan: dict[str, Any]) -> Text | None:
         f"{duration(missed)}: said outside once that lasts {duration(plan.get('hold_s'))}",
         style="yellow",
     )
-
-
-def _apart(x: float, lo: float, hi: float, mid: float | None = None,
-           agree: bool = True) -> tuple[str, str, str]:  # fmt: skip
-    """`x`, the range lo – hi and its `mid` in the range's unit, with as many decimals (up
-    to 3) as it takes for an `x` not to read as one of its ends ('on course for 2.5 min,
-    past the plan's 2.4 – 2.5 min' was 148 s against 142 – 147 s; 'the job took 1.6 min'
-    against '1.6 – 3.2 min', inside by 1.3 s), unless it is that end,
-    nor the range's two ends as one figure (as fmt.duration_range), nor `mid` against `x`
-    as another error than theirs (`_agrees`; `agree` False where none is said); none where none are
-    needed (`_no_decimals`: the live ETA's whole seconds read '102.0 s (98.0 – 106.0 s)')."""
-    xs, ls, hs, ms, unit = _figures(x, lo, hi, mid, agree)
-    return f"{xs} {unit}", f"{ls} – {hs} {unit}", f"{ms} {unit}"
-
-
-def _figures(
-    x: float, lo: float, hi: float, mid: float | None = None, agree: bool = True
-) -> tuple[str, str, str, str, str]:
-    """`_apart`'s figures, each without its unit, and the unit."""
-    value, unit = duration(max(hi, x)).rsplit(" ", 1)
-    div = {"s": 1.0, "min": 60.0, "h": 3600.0}[unit]
-    shown = [v / div for v in (x, lo, hi) + ((mid,) if mid is not None else ())]
-    for nd in (0, 1, 2, 3) if _no_decimals(shown) else (1, 2, 3):
-        xs, ls, hs, ms = (f"{v / div:,.{nd}f}" for v in (x, lo, hi, mid or 0.0))
-        apart = xs not in (ls, hs) or x in (lo, hi)  # inside or out, never read as an end
-        if apart and (ls != hs or lo == hi) and (not agree or _agrees(xs, ms, x, mid)):
-            break
-    return xs, ls, hs, ms, unit
-
-
-WHOLE_FROM = 20.0  # units: a figure rounded to a whole one is then off by 2.5% at most
-WHOLE_SPAN = 5.0  # units: and a range's ends by a tenth of its width at most
-
-
-AGREE = 0.015  # the shown figures' ratio within 1.5 points of the error said beside them
-
-
-def _agrees(xs: str, ms: str, x: float, mid: float | None) -> bool:
-    """Whether the figures shown for `mid` (the forecast) and `x` (what the job took) give,
-    divided, the error said beside them to within AGREE: '2.1 min … the job took 2.0 min:
-    the forecast was +1.3% off' read as 5% (122 s against 120 s)."""
-    if mid is None or x <= 0:
-        return True
-    shown_x, shown_m = float(xs.replace(",", "")), float(ms.replace(",", ""))
-    if shown_x <= 0:
-        return False
-    return abs(shown_m / shown_x - mid / x) <= AGREE
-
-
-def _no_decimals(values: list[float]) -> bool:
-    """Whether figures in one unit may be shown without decimals: each a whole number in
-    it (the live ETA's whole seconds: '102 s (98 – 106 s)'), or all large enough, and their
-    range wide enough, that rounding loses nothing a person needs ('34 s (32 – 37 s)', but
-    '2.3 min (1.4 – 3.1 min)', never '2 min (1 – 3 min)', and '25.0 h (24.6 – 25.6 h)')."""
-    if all(abs(v - round(v)) < 1e-9 * max(1.0, abs(v)) for v in values):
-        return True
-    return min(values) >= WHOLE_FROM and max(values) - min(values) >= WHOLE_SPAN
 
 
 def print_result(r: JobResult, console: Console) -> None:

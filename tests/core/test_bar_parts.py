@@ -391,3 +391,25 @@ def test_a_pilot_that_drew_a_far_outlier_still_finds_a_pilot_for_a_long_job():
     # all of it as 1/√K, on the same margin: none short of the job, as before
     old = pilot_reach(f.parts, f.speed, 64, 100_000, 0.05, spread=f.spread_margin)
     assert old.requests is None and old.floor > 0.1
+
+
+def test_where_no_pilot_reaches_the_target_the_one_that_takes_its_sample_part_there():
+    """A trial's 64 requests left ±29.5% from their sample beside speed no pilot sees (a
+    floor of ±7.5%), and the plan said only that no pilot reaches ±5%: the part a longer
+    pilot does narrow got no size. Now it names the pilot whose sample part is ±5%; none
+    where even the job's length would not get it there, or this pilot has it already."""
+    from genbench.plan.bar import pilot_reach
+
+    parts, bar = _parts_of(0.295, 0.0, 0.0, 0.15, 0.01)  # --speed-drift 15: a fixed floor
+    got = pilot_reach(parts, bar, 64, 100_000, 0.05)
+    assert got.requests is None and got.floor_from == "unseen"
+    assert got.sample_at == math.ceil(64 * (0.295 / 0.05) ** 2)  # 2,228: as 1/√K
+    tgt = {"target": 0.05, "requests": None, "floor": got.floor, "floor_from": "unseen",
+           "job_samples": 100_000, "sample_at": got.sample_at}  # fmt: skip
+    text = _bar_parts(parts.total, {"side": "above", "sample": 0.295, "speed": 0.15,
+                                    "misfit": 0.01}, tgt, 64)  # fmt: skip
+    assert text.endswith(f"; a pilot of about {got.sample_at:,} requests (--pilot "
+                         f"{got.sample_at}) takes the sample's part to ±5%"), text
+    assert pilot_reach(parts, bar, 64, 1_000, 0.05).sample_at is None  # past the job
+    small, bar = _parts_of(0.04, 0.0, 0.0, 0.15, 0.01)
+    assert pilot_reach(small, bar, 64, 100_000, 0.05).sample_at is None  # there already

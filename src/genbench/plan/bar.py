@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -145,6 +145,9 @@ class Reach:
     requests: int | None
     floor: float
     floor_from: str
+    # where none reaches the target: the pilot whose sample part (the part a longer pilot
+    # narrows) is down to the target, when shorter than the job (None: none, or it reaches)
+    sample_at: int | None = None
 
 
 def pilot_reach(
@@ -192,15 +195,23 @@ def pilot_reach(
     def total(r: float) -> float:
         return math.hypot(*at(r).values())
 
+    def first(part: Callable[[float], float]) -> int | None:  # the shortest with part ≤ target
+        if part(longest) > target:
+            return None
+        lo, hi = 1e-9, longest  # part(hi) ≤ target; decreasing in r
+        for _ in range(100):
+            mid = math.sqrt(lo * hi)
+            lo, hi = (lo, mid) if part(mid) <= target else (mid, hi)
+        return max(1, math.ceil(pilot * hi - 1e-9))
+
     ends = at(longest)
     floor_from = max(ends, key=lambda k: ends[k])
-    if total(longest) > target:
-        return Reach(None, total(longest), floor_from)
-    lo, hi = 1e-9, longest  # total(hi) ≤ target; decreasing in r
-    for _ in range(100):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if total(mid) <= target else (mid, hi)
-    return Reach(max(1, math.ceil(pilot * hi - 1e-9)), total(longest), floor_from)
+    need = first(total)
+    if need is not None:
+        return Reach(need, total(longest), floor_from)
+    sample = first(lambda r: at(r)["sample"])  # what a longer pilot can do, still
+    return Reach(None, total(longest), floor_from,
+                 sample if sample is not None and sample > pilot else None)  # fmt: skip
 
 
 @dataclass(frozen=True)

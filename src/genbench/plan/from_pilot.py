@@ -168,6 +168,10 @@ def _pilot_size(
             "samples": got.requests,
             "floor": got.floor,  # the bar of a pilot as long as the job
             "floor_from": None if got.requests is not None else got.floor_from,
+            # where none reaches the target, the pilot whose sample part is down to it (a
+            # trial's 64 requests left ±29.5% from their sample and were told only that none
+            # reaches ±5%, its floor ±7.5% of speed no pilot sees)
+            "sample_at": got.sample_at,
             "job_samples": worst.samples,
             # the sample's part taken this much wider: the lengths may spread more than a
             # small pilot saw (bar.spread_margin)

@@ -375,9 +375,12 @@ def _bar_parts(
         "this one is as long as the job and" if job and pilot and pilot >= job
         else f"a pilot of all the job's {job:,} samples" if job else "one as long as the job"
     )
+    near = tgt.get("sample_at")
+    closer = (f"; a pilot of about {fmt.counted(near, 'request')} (--pilot {near}) takes the "
+              f"sample's part to ±{goal:.0%}" if near else "")  # fmt: skip
     return text + (
         f"; no pilot reaches ±{goal:.0%}: {longest} still leaves ±{tgt['floor']:.1%}, most of "
-        f"it {what}"
+        f"it {what}{closer}"
     )
 
 

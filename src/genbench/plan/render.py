@@ -252,10 +252,11 @@ def _render_result(doc: dict[str, Any], console: Console) -> None:
 def _render_pilot(doc: dict[str, Any], console: Console) -> None:
     m, src, i = doc["model"], doc["source"], doc["inputs"]
     out_d = m["output_tokens"]
-    console.print(
+    server = src.get("server") or "unknown server"
+    on = src.get("model") if server == src.get("model") else f"{src.get('model')} ({server})"
+    console.print(  # the sim's model is its server's name: 'on genbench-sim', said once
         f"[bold]genbench plan[/] pilot of {fmt.counted(m['pilot_requests'], 'request')} at "
-        f"C={m['concurrency']} "
-        f"on {src.get('model')} ({src.get('server') or 'unknown server'}): "
+        f"C={m['concurrency']} on {on}: "
         f"{fmt.duration(m['pilot_wall_s'])}, {fmt.pct(m['fail_rate'])} failed"
     )
     think = m["thinking_tokens"]["mean"] or 0
@@ -375,9 +376,8 @@ def _bar_parts(
         "this one is as long as the job and" if job and pilot and pilot >= job
         else f"a pilot of all the job's {job:,} samples" if job else "one as long as the job"
     )
-    near = tgt.get("sample_at")
     closer = (f"; a pilot of about {fmt.counted(near, 'request')} (--pilot {near}) takes the "
-              f"sample's part to ±{goal:.0%}" if near else "")  # fmt: skip
+              f"sample's part to ±{goal:.0%}" if (near := tgt.get("sample_at")) else "")
     return text + (
         f"; no pilot reaches ±{goal:.0%}: {longest} still leaves ±{tgt['floor']:.1%}, most of "
         f"it {what}{closer}"

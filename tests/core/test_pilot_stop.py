@@ -49,3 +49,13 @@ def test_a_pilot_that_met_its_target_after_its_minimum_time_stopped_at_the_targe
     assert "target_reached_s" not in run.stopped_at
     plain = steady(min_s=0)
     assert answered(plain, 1) and plain.reason == "target"
+
+
+def test_a_pilot_out_of_time_after_a_climb_says_what_the_climb_took():
+    """Seen by a new user: `plan -c auto --pilot-max-time 60` said '--pilot-max-time 32.1 s
+    reached': what the climb had left of the 60 s, not what was given."""
+    plain = PilotRun([], 0.0, [], stopped="time")
+    assert stop_reason(plain, PilotStop(max_s=60.0)) == "--pilot-max-time 60 s reached"
+    climbed = PilotStop(max_s=32.1, climb_s=27.9)
+    assert stop_reason(plain, climbed) == (
+        "--pilot-max-time reached: the 32.1 s left of it after the climb's 27.9 s")

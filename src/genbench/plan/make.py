@@ -432,6 +432,7 @@ def _climb(pilot: PilotSetup, args: PlanArgs, check: CheckReport, watch: PilotWa
     if pilot.stop is not None:
         pilot.stop.min_requests = min(pilot.size, pilot.source.total)
         pilot.stop.max_s = max(pilot.stop.min_s, args.pilot_max_time - got.wall_s)
+        pilot.stop.climb_s = got.wall_s
 
 
 def _run(pilot: PilotSetup, args: PlanArgs, check: CheckReport, watch: PilotWatch) -> PilotRun:

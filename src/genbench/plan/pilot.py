@@ -130,6 +130,7 @@ class PilotStop:
     at_count: int = 0  # answered requests when it stopped, and the length bar then
     at_halfwidth: float = math.inf
     reached_s: float | None = None  # when the target was first met (before min_s: held)
+    climb_s: float = 0.0  # -c auto: the climb's part of --pilot-max-time, before max_s
 
     def add_sample(self, tokens: int) -> None:
         """A finished sample's output tokens (all its turns)."""

@@ -88,7 +88,18 @@ def stop_reason(run: PilotRun, stop: PilotStop | None) -> str:
             if stop else ""
         ),
         "job": "as many samples as the job has: a longer pilot is no pilot",
-        "time": f"--pilot-max-time {stop.max_s:g} s reached" if stop else "",
+        "time": _out_of_time(stop),
         "prompts": "every prompt in the file was sent",
         "size": "",
     }[run.stopped]  # fmt: skip
+
+
+def _out_of_time(stop: PilotStop | None) -> str:
+    """--pilot-max-time's reason; with -c auto, the climb took its share first (a trial
+    gave 60 s and read '--pilot-max-time 32.1 s reached')."""
+    if stop is None:
+        return ""
+    if not stop.climb_s:
+        return f"--pilot-max-time {stop.max_s:g} s reached"
+    return (f"--pilot-max-time reached: the {stop.max_s:.1f} s left of it after the climb's "
+            f"{stop.climb_s:.1f} s")

@@ -43,6 +43,7 @@ from genbench.generate.store.readback import scan_jsonl_part
 from genbench.generate.store.runlog import read_runs
 from genbench.generate.store.writer import Existing, Store
 from genbench.load import Slot
+from genbench.plan.document import new_plan_doc, save_plan
 from genbench.records import RequestRecord, read_records
 from genbench.rows import DataRow, RowMeta
 from genbench.sim.process import SimProcess
@@ -449,11 +450,25 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(sim, tmp_path):
     assert [p.name for p in out.glob("data*")] == ["data-00000.jsonl"]  # nothing converted
     done = len(data_rows(out))
     assert 30 <= done < 300
-    p = gen(inp, out, "--url", sim.url, "-c", "8", *fmt)
+    # resumed with a plan for the 300 rows: judged whole (generate/resumed.py), every row's
+    # tokens and both runs' time against the plan for all 300, never the rows left alone
+    plan = new_plan_doc("pilot", {}, {"concurrency": 8, "servers": 1})
+    plan["rows"] = [{"samples": 300, "ours": {"seconds": 10.0, "lo_s": 0.1, "hi_s": 600.0},
+                     "tokens": {"output": 12_000, "output_lo": 1_000, "output_hi": 90_000}}]
+    save_plan(plan, tmp_path)
+    p = gen(inp, out, "--url", sim.url, "-c", "8", *fmt, "--plan", str(tmp_path), "--json")
     assert p.returncode == 0, p.stderr
     assert [p.name for p in out.glob("data*")] == ["data-00000.parquet"]
-    assert "stays JSONL" not in p.stdout
-    assert_exactly_once(out, [f"r{i}" for i in range(300)])
+    assert "stays JSONL" not in p.stdout + p.stderr
+    rows = assert_exactly_once(out, [f"r{i}" for i in range(300)])
+    said, runs = json.loads(p.stdout)["plan"], read_runs(out)
+    assert (said["rows"], said["earlier_rows"], said["tokens_rows"]) == (300, done, 300)
+    assert said["actual_tokens"] == sum(r["meta"]["completion_tokens"] for r in rows)
+    assert said["earlier_s"] == runs[1]["sending_s"] > 0  # the stopped run's span
+    assert said["actual_s"] == pytest.approx(runs[1]["sending_s"] + runs[3]["sending_s"],
+                                             abs=0.002)  # fmt: skip
+    assert said["inside_bar"] is True and said["tokens_inside_bar"] is True
+    assert "all 300 rows, this run's and the earlier ones': their" in p.stderr
 
 
 def test_server_sigkill_and_restart_on_the_same_port(sim_factory, tmp_path):

@@ -37,12 +37,14 @@ from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.pipeline import Retries, error_entry, invalid_entry, row_load
 from genbench.generate.progress import Progress, ServerState
 from genbench.generate.request_hash import RequestCheck, request_hash, to_hex
+from genbench.generate.resumed import earlier_time
 from genbench.generate.serve import start_engines
 from genbench.generate.servers import Server
 from genbench.generate.store import scheme
 from genbench.generate.store.batch import write_answers
 from genbench.generate.store.durable import output_errors
 from genbench.generate.store.resume import prepare
+from genbench.generate.store.runlog import read_runs
 from genbench.generate.store.writer import Existing, Store
 from genbench.generate.tuner import AutoConcurrency, Change
 from genbench.load import Load
@@ -231,6 +233,8 @@ class Job:
                 "shards_found": len(existing.parts),
                 "shard": self.decided.files_tag,
                 "left": res.left,  # --limit: the input's rows after the ones it took
+                # the earlier runs' time, where their notes account for the rows done before
+                "earlier_s": earlier_time(read_runs(cfg.output, self.decided.files_tag), res.done),
             }
         )
         before = (existing.job or {}).get("input")

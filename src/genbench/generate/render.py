@@ -18,7 +18,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from genbench.fmt import counted, duration, duration_range, number, pct, rate, tokens
+from genbench.fmt import counted, duration, duration_range, number, pct, rate
 from genbench.generate.apart import apart, figures
 from genbench.generate.ending import LABELS, rows
 from genbench.generate.eta import Eta
@@ -26,6 +26,7 @@ from genbench.generate.jobconfig import JobConfig
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.prior import PlanPrior
 from genbench.generate.progress import Snapshot
+from genbench.generate.resumed import STOP_BIAS, tokens_verdict, written_tokens
 from genbench.generate.store.jobfile import unconverted_line
 
 ESTIMATED_NOTE = (
@@ -60,11 +61,17 @@ class JobConsole(Listener):
         self.last_line = 0.0
         self.forecast: Any = None  # plan.document.JobForecast
         self.plan_outcome: dict[str, Any] | None = None
+        self.whole: Any = None  # a resumed job: the plan's forecast for all its rows
+        self.earlier_s: float | None = None  # and its earlier runs' time, where known
 
     def planned(self, info: dict[str, Any]) -> None:
         c = self.console
         if self.forecast_for is not None:
             self.forecast = self.forecast_for(info["todo"])
+            if before := info["done_before"] + info["failed_before"]:  # generate.resumed
+                self.whole = replace(self.forecast_for(before + info["todo"]), earlier_rows=before)
+                self.forecast = replace(self.forecast, earlier_rows=before)
+                self.earlier_s = info.get("earlier_s")
         left, n = info.get("left"), info["rows"]
         if left:  # --limit took the first rows of a longer input
             c.print(f"  input: {n:,} of {n + info['invalid'] + left:,} rows (--limit)")
@@ -79,6 +86,10 @@ class JobConsole(Listener):
         f = self.forecast
         if f is not None:
             c.print(f"  plan: {_forecast_text(f)} ({f.basis}; {f.path})")
+            if self.whole is not None:  # the rows left are the long ones: judged whole
+                c.print(f"  plan for the whole job: {_forecast_text(self.whole)}, this run's "
+                        "and the earlier ones' (the end judges the job whole: the rows a stop "
+                        "leaves are the long ones that were in flight)")
         if self.plan_said is not None:  # once, before the first request
             runs, departs = self.plan_said
             c.print(f"  plan's configuration: {runs}", markup=False, highlight=False)
@@ -145,56 +156,45 @@ class JobConsole(Listener):
         f = self.forecast
         ended = result.status in ("complete", "some_failed", "limit", "unanswered")
         if f is not None and ended and result.sending_s > 0:
-            # the tokens of the rows this run answered; a stopped job never gets here: it
-            # claims nothing of the time or the tokens
-            o = f.outcome(result.sending_s, result.tokens or None, result.done_this_run)
-            self.plan_outcome = o
-            inside = {True: ", inside its bar", False: ", [red]outside its bar[/]", None: ""}
-            if f.lo_s is not None and f.hi_s is not None:  # as many decimals as tell them apart
-                took, bar, mid = apart(result.sending_s, f.lo_s, f.hi_s, f.seconds)
-                said = f"{mid} ({bar}) for {f.rows:,} rows"
-            else:  # no bar: as many as make their ratio the error said
-                took, _, mid = apart(result.sending_s, f.seconds, f.seconds, f.seconds)
-                said = f"{mid} (no bar) for {f.rows:,} rows"
-            self.console.print(
-                f"  plan: {said}; the job took {took}: "
-                f"the forecast was {_signed(o['error'])} off{inside[o['inside_bar']]}"
-                + _tokens_verdict(o, f.rows, result.estimated_rows)
-            )
+            # a stopped job never gets here: it claims nothing of the time or the tokens
+            self.console.print("  plan: " + self._against_plan(f, result))
+
+    def _against_plan(self, f: Any, result: JobResult) -> str:
+        """The ending's line against the plan (`plan_outcome` its figures): a resumed job
+        (`generate.resumed`) is judged whole, or its time shown without a verdict."""
+        took_s, whole, est, tok, rows = result.sending_s, self.whole, result.estimated_rows, \
+            result.tokens or None, result.done_this_run  # fmt: skip
+        if whole is not None:  # every row in the data files, against the plan for all rows
+            rows, tok, est = written_tokens(result.files)
+            f, took_s = (f, took_s) if self.earlier_s is None else \
+                (whole, self.earlier_s + took_s)  # fmt: skip
+        o = f.outcome(took_s, tok, rows)
+        if whole is not None:  # the earlier time not known: the time not judged
+            o.update(whole.tokens_against(tok, rows), earlier_s=self.earlier_s,
+                     inside_bar=None if self.earlier_s is None else o["inside_bar"])
+        self.plan_outcome = o
+        inside = {True: ", inside its bar", False: ", [red]outside its bar[/]", None: ""}
+        if f.lo_s is not None and f.hi_s is not None:  # as many decimals as tell them apart
+            took, bar, mid = apart(took_s, f.lo_s, f.hi_s, f.seconds)
+            said = f"{mid} ({bar}) for {f.rows:,} rows"
+        else:  # no bar: as many as make their ratio the error said
+            took, _, mid = apart(took_s, f.seconds, f.seconds, f.seconds)
+            said = f"{mid} (no bar) for {f.rows:,} rows"
+        how = f"the job took {took}: "
+        if whole is not None and self.earlier_s is not None:
+            how = f"the job took {took} over its runs (this one {duration(result.sending_s)}): "
+        elif whole is not None:
+            how = f"this run took {took}: "
+            inside[o["inside_bar"]] = (f", not judged: {STOP_BIAS}, and the earlier runs' "
+                                       "time is not known (.genbench/runs.jsonl)")  # fmt: skip
+        planned = whole.rows if whole is not None else f.rows
+        return (f"{said}; {how}the forecast was {_signed(o['error'])} off"
+                f"{inside[o['inside_bar']]}" + tokens_verdict(o, planned, est, whole is not None))
 
 
 def _signed(x: float) -> str:
     """'+2.1%'; '+0.0%' for an error under a twentieth of a percent, never '-0.0%'."""
     return pct(x, signed=True)
-
-
-def _tokens_verdict(o: dict[str, Any], planned_rows: int, estimated_rows: int = 0) -> str:
-    """The job's output tokens against the plan's range ('; its 71.2K output tokens are
-    outside the plan's 58.1K – 61.9K', in red), for the rows it answered; nothing where
-    there is nothing to judge (`JobForecast.tokens_against`)."""
-    inside = o.get("tokens_inside_bar")
-    if inside is None:
-        return ""
-    x, bar = _tokensapart(o["actual_tokens"], o["tokens_lo"], o["tokens_hi"])
-    est = " (estimated)" if estimated_rows else ""
-    where = "inside" if inside else "outside"
-    rows = o["tokens_rows"]
-    if rows == planned_rows:
-        said = f"its {x} output tokens{est} are {where} the plan's {bar}"
-    else:  # some failed: the plan's figures for the rows answered
-        said = (f"its {rows:,} rows answered hold {x} output tokens{est}, {where} the "
-                f"plan's {bar} for as many")  # fmt: skip
-    return "; " + (said if inside else f"[red]{said}[/]")
-
-
-def _tokensapart(x: float, lo: float, hi: float) -> tuple[str, str]:
-    """Token counts as fmt.tokens says them ('71.2K', '58.1K – 61.9K'), or exact where
-    three digits would make a count outside the range read as one of its ends, or the
-    range's two ends one figure."""
-    xs, ls, hs = (tokens(v) for v in (x, lo, hi))
-    if (not lo <= x <= hi and xs in (ls, hs)) or (ls == hs and lo != hi):
-        xs, ls, hs = (f"{v:,.0f}" for v in (x, lo, hi))
-    return xs, (ls if ls == hs else f"{ls} – {hs}")  # fixed lengths: 'the plan's 60.0K'
 
 
 def progress_text(snap: Snapshot) -> str:
@@ -379,11 +379,11 @@ def _course(plan: dict[str, Any]) -> Text | None:
             f"has moved enough that it could still end in it ({reach} at the speeds its "
             "own history shows): no sign yet that the job left the plan",
         )
-    return Text(
-        f"on course for {on_text} ({span}), past the plan's {plan_range} for "
-        f"{duration(missed)}: said outside once that lasts {duration(plan.get('hold_s'))}",
-        style="yellow",
-    )
+    hold = plan.get("hold_s")  # None: a resumed run, never said outside (generate.resumed)
+    end = f"said outside once that lasts {duration(hold)}" if hold is not None else \
+        f"a resumed run is never said outside: {STOP_BIAS}"  # fmt: skip
+    return Text(f"on course for {on_text} ({span}), past the plan's {plan_range} for "
+                f"{duration(missed)}: {end}", style="yellow")  # fmt: skip
 
 
 def print_result(r: JobResult, console: Console) -> None:

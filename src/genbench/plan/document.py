@@ -8,7 +8,9 @@ tells a user whether the next plan on this server can be trusted.
 The plan holds forecasts for a few sample counts, on one server and on M. The job's
 forecast is the plan's for the same number of servers (one server's, divided by the
 number of servers, when the plan has none), at the sample count nearest the job's, scaled
-in proportion to the rows the job has to do. Scaling ignores the difference in start-up
+in proportion to the rows the job has to do (a resumed job is held at its end to the
+plan for all its rows: the rows a stop leaves are the long ones, generate/resumed.py).
+Scaling ignores the difference in start-up
 and tail between the two sizes: a few seconds against a job of hours.
 
 This module imports nothing heavy: `generate` reads plans without loading the forecast's
@@ -79,6 +81,9 @@ class JobForecast:
     output_tokens: float | None = None
     output_lo: float | None = None
     output_hi: float | None = None
+    # rows done or failed before this run (a resumed job, generate/resumed.py): the rows
+    # left are the longer ones, so course() says no `outside` on the plan scaled to them
+    earlier_rows: int = 0
     missed_since: float | None = field(default=None, compare=False)  # course(): since when
 
     def outcome(
@@ -142,7 +147,9 @@ class JobForecast:
         still end in the plan's range or while the ETA has no range yet:
         `on_course_lo_s`/`hi_s` None); None before there is an ETA or when the plan has no
         range. `reach_lo_s`/`reach_hi_s`: the ends the job could reach, that the miss is
-        judged on. Called in time order: it remembers when the miss began."""
+        judged on. A resumed run (`earlier_rows`) is never said `outside`: the rows left after
+        a stop are the long ones that were in flight, and the plan scaled to them undercounts
+        them. Called in time order: it remembers when the miss began."""
         d: dict[str, Any] = {"seconds": self.seconds, "lo_s": self.lo_s, "hi_s": self.hi_s}
         d.update(on_course_s=None, on_course_lo_s=None, on_course_hi_s=None,
                  reach_lo_s=None, reach_hi_s=None, direction=None, verdict=None)  # fmt: skip
@@ -169,14 +176,16 @@ class JobForecast:
             self.missed_since = elapsed_s
         if self.lo_s <= on <= self.hi_s:
             d["verdict"] = "inside"
-        elif missed and (eta_hi == 0 or elapsed_s - self.missed_since >= self.hold_s):  # type: ignore[operator]
+        elif missed and not self.earlier_rows and (
+            eta_hi == 0 or elapsed_s - self.missed_since >= self.hold_s  # type: ignore[operator]
+        ):
             # nothing left to run (the last row written): the end is known, no hold; the
             # last line said 'unsure' beside the ending's 'outside its bar'
             d["verdict"] = "outside"
         else:
             d["verdict"] = "unsure"
             d["missed_for_s"] = elapsed_s - self.missed_since if missed else None  # type: ignore[operator]
-            d["hold_s"] = self.hold_s
+            d["hold_s"] = None if self.earlier_rows else self.hold_s  # None: never outside
         return d
 
     @property

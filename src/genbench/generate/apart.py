@@ -3,7 +3,7 @@ as many decimals as keep them apart and their ratio the error said beside them."
 
 from __future__ import annotations
 
-from genbench.fmt import duration
+from genbench.fmt import duration, tokens
 
 
 def apart(x: float, lo: float, hi: float, mid: float | None = None,
@@ -68,3 +68,13 @@ def _no_decimals(values: list[float]) -> bool:
     if all(abs(v - round(v)) < 1e-9 * max(1.0, abs(v)) for v in values):
         return True
     return min(values) >= WHOLE_FROM and max(values) - min(values) >= WHOLE_SPAN
+
+
+def tokens_apart(x: float, lo: float, hi: float) -> tuple[str, str]:
+    """Token counts as fmt.tokens says them ('71.2K', '58.1K – 61.9K'), or exact where
+    three digits would make a count outside the range read as one of its ends, or the
+    range's two ends one figure."""
+    xs, ls, hs = (tokens(v) for v in (x, lo, hi))
+    if (not lo <= x <= hi and xs in (ls, hs)) or (ls == hs and lo != hi):
+        xs, ls, hs = (f"{v:,.0f}" for v in (x, lo, hi))
+    return xs, (ls if ls == hs else f"{ls} – {hs}")  # fixed lengths: 'the plan's 60.0K'

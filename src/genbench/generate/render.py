@@ -19,14 +19,14 @@ from rich.table import Table
 from rich.text import Text
 
 from genbench.fmt import counted, duration, duration_range, number, pct, rate
-from genbench.generate.apart import apart, figures
+from genbench.generate.apart import apart, figures, tokens_apart
 from genbench.generate.ending import LABELS, rows
 from genbench.generate.eta import Eta
 from genbench.generate.jobconfig import JobConfig
 from genbench.generate.outcome import JobResult, Listener
 from genbench.generate.prior import PlanPrior
 from genbench.generate.progress import Snapshot
-from genbench.generate.resumed import STOP_BIAS, tokens_verdict, written_tokens
+from genbench.generate.resumed import STOP_BIAS, written_tokens
 from genbench.generate.store.jobfile import unconverted_line
 
 ESTIMATED_NOTE = (
@@ -189,12 +189,35 @@ class JobConsole(Listener):
                                        "time is not known (.genbench/runs.jsonl)")  # fmt: skip
         planned = whole.rows if whole is not None else f.rows
         return (f"{said}; {how}the forecast was {_signed(o['error'])} off"
-                f"{inside[o['inside_bar']]}" + tokens_verdict(o, planned, est, whole is not None))
+                f"{inside[o['inside_bar']]}" + _tokens_verdict(o, planned, est, whole is not None))
 
 
 def _signed(x: float) -> str:
     """'+2.1%'; '+0.0%' for an error under a twentieth of a percent, never '-0.0%'."""
     return pct(x, signed=True)
+
+
+def _tokens_verdict(o: dict[str, Any], planned_rows: int, estimated_rows: int = 0,
+                   earlier: bool = False) -> str:  # fmt: skip
+    """The job's output tokens against the plan's range ('; its 71.2K output tokens are
+    outside the plan's 58.1K – 61.9K', in red), for the rows it answered; a resumed job's
+    (`earlier`) for all its rows, this run's and the earlier ones'; nothing where there is
+    nothing to judge (`JobForecast.tokens_against`)."""
+    inside = o.get("tokens_inside_bar")
+    if inside is None:
+        return ""
+    x, bar = tokens_apart(o["actual_tokens"], o["tokens_lo"], o["tokens_hi"])
+    est = " (estimated)" if estimated_rows else ""
+    where = "inside" if inside else "outside"
+    rows = o["tokens_rows"]
+    whole = f"all {planned_rows:,} rows, this run's and the earlier ones': " if earlier else ""
+    if rows == planned_rows:
+        said = f"{whole}{'their' if earlier else 'its'} {x} output tokens{est} are {where} " \
+               f"the plan's {bar}"  # fmt: skip
+    else:  # some failed: the plan's figures for the rows answered
+        said = (f"{whole}{'the' if earlier else 'its'} {rows:,} rows answered hold {x} output "
+                f"tokens{est}, {where} the plan's {bar} for as many")  # fmt: skip
+    return "; " + (said if inside else f"[red]{said}[/]")
 
 
 def progress_text(snap: Snapshot) -> str:

@@ -27,7 +27,6 @@ from typing import Any
 
 import orjson
 
-from genbench.fmt import tokens as fmt_tokens
 from genbench.rows import RowMeta
 
 STOP_BIAS = ("the rows left after a stop are the long ones that were in flight, so a plan "
@@ -90,35 +89,3 @@ def _parquet_metas(path: Path) -> Any:
 
     yield from pq.read_table(path, columns=["meta"]).column("meta").to_pylist()
 
-
-def tokens_verdict(o: dict[str, Any], planned_rows: int, estimated_rows: int = 0,
-                   earlier: bool = False) -> str:  # fmt: skip
-    """The job's output tokens against the plan's range ('; its 71.2K output tokens are
-    outside the plan's 58.1K – 61.9K', in red), for the rows it answered; a resumed job's
-    (`earlier`) for all its rows, this run's and the earlier ones'; nothing where there is
-    nothing to judge (`JobForecast.tokens_against`)."""
-    inside = o.get("tokens_inside_bar")
-    if inside is None:
-        return ""
-    x, bar = tokens_apart(o["actual_tokens"], o["tokens_lo"], o["tokens_hi"])
-    est = " (estimated)" if estimated_rows else ""
-    where = "inside" if inside else "outside"
-    rows = o["tokens_rows"]
-    whole = f"all {planned_rows:,} rows, this run's and the earlier ones': " if earlier else ""
-    if rows == planned_rows:
-        said = f"{whole}{'their' if earlier else 'its'} {x} output tokens{est} are {where} " \
-               f"the plan's {bar}"  # fmt: skip
-    else:  # some failed: the plan's figures for the rows answered
-        said = (f"{whole}{'the' if earlier else 'its'} {rows:,} rows answered hold {x} output "
-                f"tokens{est}, {where} the plan's {bar} for as many")  # fmt: skip
-    return "; " + (said if inside else f"[red]{said}[/]")
-
-
-def tokens_apart(x: float, lo: float, hi: float) -> tuple[str, str]:
-    """Token counts as fmt.tokens says them ('71.2K', '58.1K – 61.9K'), or exact where
-    three digits would make a count outside the range read as one of its ends, or the
-    range's two ends one figure."""
-    xs, ls, hs = (fmt_tokens(v) for v in (x, lo, hi))
-    if (not lo <= x <= hi and xs in (ls, hs)) or (ls == hs and lo != hi):
-        xs, ls, hs = (f"{v:,.0f}" for v in (x, lo, hi))
-    return xs, (ls if ls == hs else f"{ls} – {hs}")  # fixed lengths: 'the plan's 60.0K'

@@ -13,6 +13,7 @@ import numpy as np
 
 from genbench import fmt
 from genbench.errors import UsageError
+from genbench.plan.bar import target_of
 from genbench.plan.document import PLAN_FILE, PLAN_SCHEMA, PLAN_SCHEMA_VERSION
 from genbench.plan.from_pilot import plan_from_pilot
 from genbench.plan.pilot import PilotRun, pilot_wall_s
@@ -118,7 +119,7 @@ def replan(
         bootstrap=args.bootstrap,
     )  # fmt: skip
     if args.target_error is not None:  # else the pilot's plan's target holds
-        inputs["target_error"] = args.target_error / 100
+        inputs["target_error"] = target_of(args.target_error)
     source = {**(old.get("source") or {}), "records": str(src), "replanned_from": old["_path"]}
     doc = plan_from_pilot(run, c, counts, args.servers, hidden, source, inputs, args.bootstrap,
                           args.seed, storage=_storage(old, run, hidden),
